@@ -1,0 +1,40 @@
+# subgate developer tasks (GNU make). `make help` lists them.
+# Extra arguments for cargo test / cargo bench: make test ARGS="-- --nocapture"
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+ARGS ?=
+IMAGE ?= subgate
+
+.PHONY: help run test bench fmt lint clean-db docker-build
+
+help:
+	@echo "make run           build and run the server locally (PostgreSQL and dev secrets set up for you)"
+	@echo "make test          run cargo test --workspace against PostgreSQL (ARGS=... passed through)"
+	@echo "make bench         run cargo bench against PostgreSQL (ARGS=... passed through)"
+	@echo "make fmt           cargo fmt --check"
+	@echo "make lint          cargo clippy --all-targets -- -D warnings"
+	@echo "make clean-db      stop the private PostgreSQL cluster in target/pgdata"
+	@echo "make docker-build  docker build -t $(IMAGE) ."
+
+run:
+	scripts/run-dev.sh
+
+test:
+	scripts/test.sh $(ARGS)
+
+bench:
+	scripts/bench.sh $(ARGS)
+
+fmt:
+	cargo fmt --check
+
+lint:
+	cargo clippy --all-targets -- -D warnings
+
+clean-db:
+	scripts/stop-postgres.sh
+
+docker-build:
+	docker build -t $(IMAGE) .

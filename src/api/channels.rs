@@ -1,0 +1,265 @@
+//! `/api/channels`: the private Telegram channels we sell access to, with their price, billing
+//! period, grace period and optional seat limit.
+
+use axum::{
+    Json,
+    extract::State,
+    http::StatusCode,
+    response::{IntoResponse, Response},
+};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tokio_postgres::Row;
+
+use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, chars, nullable};
+use crate::{
+    auth::Staff, error::ApiError, idempotency::StaffWrite, payments::currency, state::AppState,
+};
+
+pub const COLUMNS: &str = "id, telegram_chat_id, title, price_minor, currency, billing_period_days, \
+     grace_period_days, seat_limit, active, created_at, updated_at";
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Channel {
+    pub id: i32,
+    pub telegram_chat_id: i64,
+    pub title: String,
+    pub price_minor: i64,
+    pub currency: String,
+    pub billing_period_days: i32,
+    pub grace_period_days: i32,
+    pub seat_limit: Option<i32>,
+    pub active: bool,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl Channel {
+    pub fn from_row(r: &Row) -> Channel {
+        Channel {
+            id: r.get(0),
+            telegram_chat_id: r.get(1),
+            title: r.get(2),
+            price_minor: r.get(3),
+            currency: r.get(4),
+            billing_period_days: r.get(5),
+            grace_period_days: r.get(6),
+            seat_limit: r.get(7),
+            active: r.get(8),
+            created_at: r.get(9),
+            updated_at: r.get(10),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelInput {
+    telegram_chat_id: Option<i64>,
+    title: Option<String>,
+    price_minor: Option<i64>,
+    currency: Option<String>,
+    billing_period_days: Option<i32>,
+    grace_period_days: Option<i32>,
+    #[serde(default, deserialize_with = "nullable")]
+    seat_limit: Option<Option<i32>>,
+    active: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListChannels {
+    limit: Option<i64>,
+    after: Option<i64>,
+    active: Option<bool>,
+}
+
+/// Checks every present field; with `create`, the required ones must be present.
+fn validate(b: &ChannelInput, create: bool) -> Result<(), ApiError> {
+    let mut e = Errors::default();
+    if create {
+        e.required("telegram_chat_id", b.telegram_chat_id);
+        e.required("title", b.title.as_ref());
+        e.required("price_minor", b.price_minor);
+        e.required("currency", b.currency.as_ref());
+        e.required("billing_period_days", b.billing_period_days);
+    }
+    if b.telegram_chat_id == Some(0) {
+        e.add("telegram_chat_id", "must not be 0");
+    }
+    if let Some(t) = &b.title
+        && !(1..=255).contains(&chars(t))
+    {
+        e.add("title", "must be 1 to 255 characters");
+    }
+    if let Some(p) = b.price_minor
+        && p <= 0
+    {
+        e.add("price_minor", "must be a positive integer of minor units");
+    }
+    if let Some(c) = &b.currency
+        && !(currency::is_valid_code(c) && currency::minor_unit_exponent(c).is_some())
+    {
+        e.add("currency", "must be an ISO 4217 code (e.g. UAH) or XTR");
+    }
+    if let Some(d) = b.billing_period_days
+        && !(1..=3660).contains(&d)
+    {
+        e.add("billing_period_days", "must be from 1 to 3660");
+    }
+    if let Some(d) = b.grace_period_days
+        && !(0..=365).contains(&d)
+    {
+        e.add("grace_period_days", "must be from 0 to 365");
+    }
+    if let Some(Some(s)) = b.seat_limit
+        && s < 1
+    {
+        e.add("seat_limit", "must be null (unlimited) or at least 1");
+    }
+    e.finish()
+}
+
+/// `POST /api/channels`.
+pub async fn create(
+    State(state): State<AppState>,
+    write: StaffWrite<ChannelInput>,
+) -> Result<Response, ApiError> {
+    let b = &write.body;
+    validate(b, true)?;
+    crate::idempotent!(state, write, |tx| {
+        let row = tx
+            .query_one(
+                &format!(
+                    "INSERT INTO channels (telegram_chat_id, title, price_minor, currency,
+                             billing_period_days, grace_period_days, seat_limit, active)
+                         VALUES ($1, $2, $3, $4, $5, COALESCE($6, 0), $7, COALESCE($8, true))
+                         RETURNING {COLUMNS}"
+                ),
+                &[
+                    &b.telegram_chat_id,
+                    &b.title,
+                    &b.price_minor,
+                    &b.currency,
+                    &b.billing_period_days,
+                    &b.grace_period_days,
+                    &b.seat_limit.flatten(),
+                    &b.active,
+                ],
+            )
+            .await?;
+        let c = Channel::from_row(&row);
+        tracing::info!(channel_id = c.id, "channel created");
+        Ok((
+            StatusCode::CREATED,
+            serde_json::to_value(c).map_err(ApiError::internal)?,
+        ))
+    })
+}
+
+/// `GET /api/channels`.
+pub async fn list(
+    State(state): State<AppState>,
+    _: Staff,
+    ApiQuery(q): ApiQuery<ListChannels>,
+) -> Result<Json<Page<Channel>>, ApiError> {
+    let paging = Paging::new(q.limit, q.after)?;
+    let client = state.db.get().await?;
+    let rows = client
+        .query(
+            &format!(
+                "SELECT {COLUMNS} FROM channels
+                 WHERE id > $1::bigint AND ($2::boolean IS NULL OR active = $2)
+                 ORDER BY id LIMIT $3"
+            ),
+            &[&paging.after, &q.active, &paging.fetch()],
+        )
+        .await?;
+    let items = rows.iter().map(Channel::from_row).collect();
+    Ok(Json(paging.page(items, |c| c.id as i64)))
+}
+
+/// `GET /api/channels/{id}`.
+pub async fn get(
+    State(state): State<AppState>,
+    _: Staff,
+    PathId(id): PathId<i32>,
+) -> Result<Json<Channel>, ApiError> {
+    let client = state.db.get().await?;
+    let row = client
+        .query_opt(
+            &format!("SELECT {COLUMNS} FROM channels WHERE id = $1"),
+            &[&id],
+        )
+        .await?
+        .ok_or(ApiError::NotFound("channel"))?;
+    Ok(Json(Channel::from_row(&row)))
+}
+
+/// `PATCH /api/channels/{id}`: any field; `seat_limit: null` makes the channel unlimited.
+/// Orders keep the price and currency they were created with.
+pub async fn patch(
+    State(state): State<AppState>,
+    _: Staff,
+    PathId(id): PathId<i32>,
+    ApiJson(b): ApiJson<ChannelInput>,
+) -> Result<Json<Channel>, ApiError> {
+    validate(&b, false)?;
+    let client = state.db.get().await?;
+    let row = client
+        .query_opt(
+            &format!(
+                "UPDATE channels SET
+                     telegram_chat_id = COALESCE($2, telegram_chat_id),
+                     title = COALESCE($3, title),
+                     price_minor = COALESCE($4, price_minor),
+                     currency = COALESCE($5, currency),
+                     billing_period_days = COALESCE($6, billing_period_days),
+                     grace_period_days = COALESCE($7, grace_period_days),
+                     seat_limit = CASE WHEN $8 THEN $9 ELSE seat_limit END,
+                     active = COALESCE($10, active),
+                     updated_at = statement_timestamp()
+                 WHERE id = $1 RETURNING {COLUMNS}"
+            ),
+            &[
+                &id,
+                &b.telegram_chat_id,
+                &b.title,
+                &b.price_minor,
+                &b.currency,
+                &b.billing_period_days,
+                &b.grace_period_days,
+                &b.seat_limit.is_some(),
+                &b.seat_limit.flatten(),
+                &b.active,
+            ],
+        )
+        .await?
+        .ok_or(ApiError::NotFound("channel"))?;
+    Ok(Json(Channel::from_row(&row)))
+}
+
+/// `DELETE /api/channels/{id}`: 204, or 409 while memberships, orders or payments refer to it.
+pub async fn delete(
+    State(state): State<AppState>,
+    _: Staff,
+    PathId(id): PathId<i32>,
+) -> Result<Response, ApiError> {
+    let client = state.db.get().await?;
+    let deleted = client
+        .execute("DELETE FROM channels WHERE id = $1", &[&id])
+        .await
+        .map_err(|e| match e.code() {
+            Some(c) if *c == tokio_postgres::error::SqlState::FOREIGN_KEY_VIOLATION => {
+                ApiError::Conflict(
+                    "the channel has memberships, orders or payments; deactivate it instead".into(),
+                )
+            }
+            _ => ApiError::Db(e),
+        })?;
+    if deleted == 0 {
+        return Err(ApiError::NotFound("channel"));
+    }
+    tracing::info!(channel_id = id, "channel deleted");
+    Ok(StatusCode::NO_CONTENT.into_response())
+}

@@ -1,0 +1,166 @@
+//! The staff REST API: handlers by resource, plus the extractors and list envelope they share.
+//!
+//! Bodies and query strings are parsed by our own extractors so that every rejection is an
+//! [`ApiError`] (problem+json): malformed JSON, wrong types, unknown fields and unknown query
+//! parameters are 400; missing or invalid values are 422 with per-field messages, produced by
+//! each resource's validation.
+
+pub mod channels;
+pub mod memberships;
+pub mod subscribers;
+
+use std::collections::BTreeMap;
+
+use axum::{
+    body::Bytes,
+    extract::{FromRequest, FromRequestParts, Request},
+    http::request::Parts,
+};
+use serde::{Deserialize, Deserializer, Serialize, de::DeserializeOwned};
+
+use crate::error::ApiError;
+
+/// A JSON body whose rejection is a 400 problem naming what is wrong. The content type is not
+/// required to be `application/json` (gateways and curl users often omit it).
+pub struct ApiJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(|e| ApiError::BadRequest(format!("could not read the body: {e}")))?;
+        parse_json(&bytes).map(ApiJson)
+    }
+}
+
+/// Parses a JSON body; every failure is a 400 with serde's description (line, column, field).
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let bytes = if bytes.iter().all(u8::is_ascii_whitespace) {
+        b"{}".as_slice()
+    } else {
+        bytes
+    };
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))
+}
+
+/// A query string whose rejection (unknown parameter, wrong type) is a 400 problem.
+pub struct ApiQuery<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let query = parts.uri.query().unwrap_or("");
+        serde_urlencoded::from_str(query)
+            .map(ApiQuery)
+            .map_err(|e| ApiError::BadRequest(format!("invalid query string: {e}")))
+    }
+}
+
+/// A path id; a non-numeric or out-of-range id is a 404 (no such record can exist).
+pub struct PathId<T>(pub T);
+
+impl<S: Send + Sync, T: std::str::FromStr + Send> FromRequestParts<S> for PathId<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let axum::extract::Path(raw) =
+            axum::extract::Path::<String>::from_request_parts(parts, state)
+                .await
+                .map_err(|_| ApiError::NotFound("record"))?;
+        raw.parse()
+            .map(PathId)
+            .map_err(|_| ApiError::NotFound("record"))
+    }
+}
+
+/// The list envelope: `{"items": [...], "next_after": <id or null>}`.
+#[derive(Serialize)]
+pub struct Page<T: Serialize> {
+    pub items: Vec<T>,
+    pub next_after: Option<i64>,
+}
+
+/// Keyset pagination parameters shared by every list.
+pub struct Paging {
+    /// Rows to return (1..=200).
+    pub limit: i64,
+    /// Return ids strictly greater than this.
+    pub after: i64,
+}
+
+impl Paging {
+    /// Validates `limit` (default 50, 1..=200) and `after` (default 0).
+    pub fn new(limit: Option<i64>, after: Option<i64>) -> Result<Paging, ApiError> {
+        let limit = limit.unwrap_or(50);
+        if !(1..=200).contains(&limit) {
+            return Err(ApiError::field("limit", "must be from 1 to 200"));
+        }
+        Ok(Paging {
+            limit,
+            after: after.unwrap_or(0),
+        })
+    }
+
+    /// The `LIMIT` to ask for: one more row than returned tells whether a next page exists.
+    pub fn fetch(&self) -> i64 {
+        self.limit + 1
+    }
+
+    /// Trims the extra row and computes `next_after`.
+    pub fn page<T: Serialize>(&self, mut items: Vec<T>, id: impl Fn(&T) -> i64) -> Page<T> {
+        let next_after = if items.len() as i64 > self.limit {
+            items.truncate(self.limit as usize);
+            items.last().map(id)
+        } else {
+            None
+        };
+        Page { items, next_after }
+    }
+}
+
+/// For PATCH bodies: distinguishes an absent field (`None`) from an explicit `null`
+/// (`Some(None)`). Use with `#[serde(default, deserialize_with = "nullable")]`.
+pub fn nullable<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// Collects per-field validation messages; `finish` turns any into a 422.
+#[derive(Default)]
+pub struct Errors(BTreeMap<String, String>);
+
+impl Errors {
+    pub fn add(&mut self, field: &str, message: impl Into<String>) {
+        self.0
+            .entry(field.to_string())
+            .or_insert_with(|| message.into());
+    }
+
+    /// A required field: records "is required" when absent.
+    pub fn required<T>(&mut self, field: &str, value: Option<T>) -> Option<T> {
+        if value.is_none() {
+            self.add(field, "is required");
+        }
+        value
+    }
+
+    pub fn finish(self) -> Result<(), ApiError> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::Validation(self.0))
+        }
+    }
+}
+
+/// Length of text in characters, as the schema's `char_length` counts it.
+pub fn chars(s: &str) -> usize {
+    s.chars().count()
+}

@@ -1,0 +1,263 @@
+//! `/api/subscribers`: the buyers, identified by their Telegram user id.
+
+use axum::{
+    Json,
+    extract::State,
+    http::StatusCode,
+    response::{IntoResponse, Response},
+};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tokio_postgres::Row;
+
+use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, chars, nullable};
+use crate::{auth::Staff, error::ApiError, idempotency::StaffWrite, state::AppState};
+
+const COLUMNS: &str = "id, telegram_user_id, username, display_name, created_at, updated_at";
+
+#[derive(Serialize)]
+pub struct Subscriber {
+    pub id: i32,
+    pub telegram_user_id: i64,
+    pub username: Option<String>,
+    pub display_name: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl Subscriber {
+    fn from_row(r: &Row) -> Subscriber {
+        Subscriber {
+            id: r.get(0),
+            telegram_user_id: r.get(1),
+            username: r.get(2),
+            display_name: r.get(3),
+            created_at: r.get(4),
+            updated_at: r.get(5),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSubscriber {
+    telegram_user_id: Option<i64>,
+    username: Option<String>,
+    display_name: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PatchSubscriber {
+    telegram_user_id: Option<i64>,
+    #[serde(default, deserialize_with = "nullable")]
+    username: Option<Option<String>>,
+    #[serde(default, deserialize_with = "nullable")]
+    display_name: Option<Option<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListSubscribers {
+    limit: Option<i64>,
+    after: Option<i64>,
+    telegram_user_id: Option<i64>,
+}
+
+fn check_telegram_user_id(e: &mut Errors, v: i64) {
+    if v <= 0 {
+        e.add("telegram_user_id", "must be a positive integer");
+    }
+}
+
+fn check_text(e: &mut Errors, field: &str, v: Option<&str>, max: usize) {
+    if let Some(v) = v
+        && chars(v) > max
+    {
+        e.add(field, format!("must be at most {max} characters"));
+    }
+}
+
+/// `POST /api/subscribers`.
+pub async fn create(
+    State(state): State<AppState>,
+    write: StaffWrite<CreateSubscriber>,
+) -> Result<Response, ApiError> {
+    let b = &write.body;
+    let mut e = Errors::default();
+    if let Some(id) = e.required("telegram_user_id", b.telegram_user_id) {
+        check_telegram_user_id(&mut e, id);
+    }
+    check_text(&mut e, "username", b.username.as_deref(), 64);
+    check_text(&mut e, "display_name", b.display_name.as_deref(), 128);
+    e.finish()?;
+    crate::idempotent!(state, write, |tx| {
+        let row = tx
+            .query_one(
+                &format!(
+                    "INSERT INTO subscribers (telegram_user_id, username, display_name)
+                         VALUES ($1, $2, $3) RETURNING {COLUMNS}"
+                ),
+                &[&b.telegram_user_id, &b.username, &b.display_name],
+            )
+            .await?;
+        let s = Subscriber::from_row(&row);
+        tracing::info!(subscriber_id = s.id, "subscriber created");
+        Ok((
+            StatusCode::CREATED,
+            serde_json::to_value(s).map_err(ApiError::internal)?,
+        ))
+    })
+}
+
+/// `GET /api/subscribers`.
+pub async fn list(
+    State(state): State<AppState>,
+    _: Staff,
+    ApiQuery(q): ApiQuery<ListSubscribers>,
+) -> Result<Json<Page<Subscriber>>, ApiError> {
+    let paging = Paging::new(q.limit, q.after)?;
+    let client = state.db.get().await?;
+    let rows = client
+        .query(
+            &format!(
+                "SELECT {COLUMNS} FROM subscribers
+                 WHERE id > $1::bigint AND ($2::bigint IS NULL OR telegram_user_id = $2)
+                 ORDER BY id LIMIT $3"
+            ),
+            &[&paging.after, &q.telegram_user_id, &paging.fetch()],
+        )
+        .await?;
+    let items = rows.iter().map(Subscriber::from_row).collect();
+    Ok(Json(paging.page(items, |s| s.id as i64)))
+}
+
+/// `GET /api/subscribers/{id}`.
+pub async fn get(
+    State(state): State<AppState>,
+    _: Staff,
+    PathId(id): PathId<i32>,
+) -> Result<Json<Subscriber>, ApiError> {
+    let client = state.db.get().await?;
+    let row = client
+        .query_opt(
+            &format!("SELECT {COLUMNS} FROM subscribers WHERE id = $1"),
+            &[&id],
+        )
+        .await?
+        .ok_or(ApiError::NotFound("subscriber"))?;
+    Ok(Json(Subscriber::from_row(&row)))
+}
+
+/// `PATCH /api/subscribers/{id}`. Changing `telegram_user_id` is refused while the subscriber
+/// has an active or grace membership (access is tied to that Telegram account).
+pub async fn patch(
+    State(state): State<AppState>,
+    _: Staff,
+    PathId(id): PathId<i32>,
+    ApiJson(b): ApiJson<PatchSubscriber>,
+) -> Result<Json<Subscriber>, ApiError> {
+    let mut e = Errors::default();
+    if let Some(v) = b.telegram_user_id {
+        check_telegram_user_id(&mut e, v);
+    }
+    check_text(
+        &mut e,
+        "username",
+        b.username.as_ref().and_then(|v| v.as_deref()),
+        64,
+    );
+    check_text(
+        &mut e,
+        "display_name",
+        b.display_name.as_ref().and_then(|v| v.as_deref()),
+        128,
+    );
+    e.finish()?;
+    crate::transaction!(state.db, |tx| {
+        let current = tx
+            .query_opt(
+                "SELECT telegram_user_id FROM subscribers WHERE id = $1 FOR UPDATE",
+                &[&id],
+            )
+            .await?
+            .ok_or(ApiError::NotFound("subscriber"))?;
+        if let Some(new_id) = b.telegram_user_id
+            && new_id != current.get::<_, i64>(0)
+        {
+            // Memberships are only created under the subscriber row's key-share lock (their
+            // foreign key), so this check cannot race a new membership.
+            let live = tx
+                .query_opt(
+                    "SELECT 1 FROM memberships WHERE subscriber_id = $1 AND status <> 'expired' LIMIT 1",
+                    &[&id],
+                )
+                .await?;
+            if live.is_some() {
+                return Err(ApiError::Conflict(
+                    "telegram_user_id cannot change while the subscriber has an active or grace membership".into(),
+                ));
+            }
+        }
+        let row = tx
+            .query_one(
+                &format!(
+                    "UPDATE subscribers SET
+                         telegram_user_id = COALESCE($2, telegram_user_id),
+                         username = CASE WHEN $3 THEN $4 ELSE username END,
+                         display_name = CASE WHEN $5 THEN $6 ELSE display_name END,
+                         updated_at = statement_timestamp()
+                     WHERE id = $1 RETURNING {COLUMNS}"
+                ),
+                &[
+                    &id,
+                    &b.telegram_user_id,
+                    &b.username.is_some(),
+                    &b.username.clone().flatten(),
+                    &b.display_name.is_some(),
+                    &b.display_name.clone().flatten(),
+                ],
+            )
+            .await?;
+        Ok(Json(Subscriber::from_row(&row)))
+    })
+}
+
+/// `DELETE /api/subscribers/{id}`: 204, or 409 when the subscriber has payments (money records
+/// are never deleted). Orders, memberships and their events go with the subscriber.
+pub async fn delete(
+    State(state): State<AppState>,
+    _: Staff,
+    PathId(id): PathId<i32>,
+) -> Result<Response, ApiError> {
+    crate::transaction!(state.db, |tx| {
+        let has_payments = tx
+            .query_opt(
+                "SELECT 1 FROM payments WHERE subscriber_id = $1 LIMIT 1",
+                &[&id],
+            )
+            .await?
+            .is_some();
+        if has_payments {
+            return Err(ApiError::Conflict(
+                "the subscriber has payments; money records are never deleted".into(),
+            ));
+        }
+        let deleted = tx
+            .execute("DELETE FROM subscribers WHERE id = $1", &[&id])
+            .await
+            .map_err(|e| match e.code() {
+                Some(c) if *c == tokio_postgres::error::SqlState::FOREIGN_KEY_VIOLATION => {
+                    ApiError::Conflict(
+                        "the subscriber has payments; money records are never deleted".into(),
+                    )
+                }
+                _ => ApiError::Db(e),
+            })?;
+        if deleted == 0 {
+            return Err(ApiError::NotFound("subscriber"));
+        }
+        tracing::info!(subscriber_id = id, "subscriber deleted");
+        Ok(StatusCode::NO_CONTENT.into_response())
+    })
+}

@@ -1,0 +1,290 @@
+//! Typed configuration, read from the environment once at start-up.
+//!
+//! Every variable the service reads is listed here, and only here:
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `DATABASE_URL` | PostgreSQL connection URL (required) | — |
+//! | `BIND_ADDR` | address the HTTP server listens on | `127.0.0.1:8080` |
+//! | `LOG_FORMAT` | `pretty` or `json` | `pretty` |
+//! | `JWT_SECRET` | HS256 key for staff tokens, at least 32 bytes (required) | — |
+//! | `JWT_TTL_SECS` | staff token lifetime, 60..=86400 | `3600` |
+//! | `TRUST_PROXY` | `true`: the login throttle keys on the right-most `X-Forwarded-For` address | `false` |
+//! | `WEBHOOK_SECRET` | Standard Webhooks key `whsec_<base64>` for door 1 | unset: door answers 503 |
+//! | `WEBHOOK_SECRETS` | several such keys (rotation), separated by spaces or commas | unset |
+//! | `WAYFORPAY_MERCHANT_ACCOUNT` | our WayForPay merchant account | unset: door answers 503 |
+//! | `WAYFORPAY_SECRET_KEY` | WayForPay merchant secret key | unset: door answers 503 |
+//! | `TELEGRAM_WEBHOOK_SECRET` | `secret_token` given to `setWebhook`, 1..256 of `A-Za-z0-9_-` | unset: door answers 503 |
+//! | `TELEGRAM_BOT_TOKEN` | bot token for Bot API calls | unset: effects stay queued |
+//! | `TELEGRAM_API_URL` | Bot API base URL | `https://api.telegram.org` |
+//! | `TELEGRAM_DRY_RUN` | `true`: log Bot API calls instead of making them | `false` |
+//! | `REMINDER_DAYS` | days before expiry to remind a member, 0..=365 (0: off) | `3` |
+//! | `SWEEP_TOKEN` | bearer token cron may use for `POST /api/sweep`, at least 32 bytes | unset |
+//! | `SWEEP_INTERVAL_SECS` | run the sweep inside the server every N seconds (0: never) | `0` |
+//! | `HOLD_SECS` | how long a checkout holds a seat, 1..=86400 | `300` |
+//! | `ADMIN_EMAIL` / `ADMIN_PASSWORD` | first staff account, created once at start-up | unset |
+//! | `BCRYPT_COST` | bcrypt cost for new password hashes, 4..=31 | `12` |
+//! | `DB_POOL_SIZE` | maximum database connections, 1..=1000 | `16` |
+//! | `REQUEST_TIMEOUT_SECS` | per-request timeout, 1..=600 | `30` |
+//! | `LOGIN_MAX_FAILURES` | failed logins per (email, client address) before 429, 1..=1000 | `5` |
+//! | `LOGIN_WINDOW_SECS` | window of that count, and the wait after it is reached | `900` |
+//!
+//! A missing or weak required secret stops start-up with one line naming the variable.
+//! Secrets are held in [`Secret`], whose `Debug` never shows them.
+
+use std::{fmt, net::SocketAddr, time::Duration};
+
+use crate::payments::standard_webhooks::{self, WebhookKey};
+
+/// A secret string: `Debug` prints `<redacted>`, so a config dump never leaks it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Self {
+        Secret(s.into())
+    }
+    /// The secret's text. Call sites that need it are the only places that see it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Pretty,
+    Json,
+}
+
+/// WayForPay merchant credentials (door 2).
+#[derive(Debug, Clone)]
+pub struct WayForPayConfig {
+    pub merchant_account: String,
+    pub secret_key: Secret,
+}
+
+/// The whole configuration, typed.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub database_url: Secret,
+    pub bind_addr: SocketAddr,
+    pub log_format: LogFormat,
+    pub jwt_secret: Secret,
+    pub jwt_ttl: Duration,
+    pub trust_proxy: bool,
+    /// Keys of door 1; empty means the door is closed (503).
+    pub webhook_keys: Vec<WebhookKey>,
+    pub wayforpay: Option<WayForPayConfig>,
+    pub telegram_webhook_secret: Option<Secret>,
+    pub telegram_bot_token: Option<Secret>,
+    pub telegram_api_url: String,
+    pub telegram_dry_run: bool,
+    pub reminder_days: u32,
+    pub sweep_token: Option<Secret>,
+    pub sweep_interval: Option<Duration>,
+    pub hold_secs: i64,
+    pub admin_email: Option<String>,
+    pub admin_password: Option<Secret>,
+    pub bcrypt_cost: u32,
+    pub db_pool_size: usize,
+    pub request_timeout: Duration,
+    pub login_max_failures: u32,
+    pub login_window: Duration,
+}
+
+/// Why the configuration was refused; the message names the variable and never its value.
+#[derive(Debug, thiserror::Error)]
+#[error("configuration error: {0}")]
+pub struct ConfigError(pub String);
+
+fn err(msg: impl Into<String>) -> ConfigError {
+    ConfigError(msg.into())
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Config::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads configuration through `get`, so tests can pass a map instead of the environment.
+    /// Empty values count as unset.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let var = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+
+        let database_url = var("DATABASE_URL").ok_or_else(|| err("DATABASE_URL is not set"))?;
+        database_url
+            .parse::<tokio_postgres::Config>()
+            .map_err(|_| err("DATABASE_URL is not a valid PostgreSQL connection URL"))?;
+
+        let bind_addr = match var("BIND_ADDR") {
+            Some(v) => v
+                .parse()
+                .map_err(|_| err("BIND_ADDR must be host:port, e.g. 127.0.0.1:8080"))?,
+            None => SocketAddr::from(([127, 0, 0, 1], 8080)),
+        };
+        let log_format = match var("LOG_FORMAT").as_deref() {
+            None | Some("pretty") => LogFormat::Pretty,
+            Some("json") => LogFormat::Json,
+            Some(_) => return Err(err("LOG_FORMAT must be `json` or `pretty`")),
+        };
+
+        let jwt_secret = var("JWT_SECRET").ok_or_else(|| err("JWT_SECRET is not set"))?;
+        if jwt_secret.len() < 32 {
+            return Err(err("JWT_SECRET must be at least 32 bytes"));
+        }
+        let jwt_ttl = int(&var, "JWT_TTL_SECS", 3600, 60, 86_400)?;
+
+        let mut webhook_keys = Vec::new();
+        if let Some(v) = var("WEBHOOK_SECRET") {
+            webhook_keys.push(WebhookKey::parse(v.trim()).map_err(|_| {
+                err("WEBHOOK_SECRET must be whsec_ followed by base64 of at least 24 bytes")
+            })?);
+        }
+        if let Some(v) = var("WEBHOOK_SECRETS") {
+            webhook_keys.extend(standard_webhooks::parse_keys(&v).map_err(|_| {
+                err("WEBHOOK_SECRETS must list whsec_<base64> keys separated by spaces or commas")
+            })?);
+        }
+
+        let wayforpay = match (
+            var("WAYFORPAY_MERCHANT_ACCOUNT"),
+            var("WAYFORPAY_SECRET_KEY"),
+        ) {
+            (Some(merchant_account), Some(key)) => {
+                if key.len() < 16 {
+                    return Err(err("WAYFORPAY_SECRET_KEY must be at least 16 bytes"));
+                }
+                Some(WayForPayConfig {
+                    merchant_account,
+                    secret_key: Secret(key),
+                })
+            }
+            (None, None) => None,
+            (Some(_), None) => return Err(err("WAYFORPAY_SECRET_KEY is not set")),
+            (None, Some(_)) => return Err(err("WAYFORPAY_MERCHANT_ACCOUNT is not set")),
+        };
+
+        let telegram_webhook_secret = match var("TELEGRAM_WEBHOOK_SECRET") {
+            Some(s) => {
+                let ok = (16..=256).contains(&s.len())
+                    && s.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+                if !ok {
+                    return Err(err(
+                        "TELEGRAM_WEBHOOK_SECRET must be 16..256 characters of A-Z a-z 0-9 _ -",
+                    ));
+                }
+                Some(Secret(s))
+            }
+            None => None,
+        };
+        let telegram_bot_token = match var("TELEGRAM_BOT_TOKEN") {
+            Some(t) => {
+                let ok = t.split_once(':').is_some_and(|(id, rest)| {
+                    !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) && rest.len() >= 20
+                });
+                if !ok {
+                    return Err(err(
+                        "TELEGRAM_BOT_TOKEN must look like <bot id>:<secret> (from @BotFather)",
+                    ));
+                }
+                Some(Secret(t))
+            }
+            None => None,
+        };
+        let telegram_api_url = var("TELEGRAM_API_URL")
+            .unwrap_or_else(|| "https://api.telegram.org".to_string())
+            .trim_end_matches('/')
+            .to_string();
+        if url::Url::parse(&telegram_api_url).is_err() {
+            return Err(err("TELEGRAM_API_URL must be an absolute URL"));
+        }
+        let telegram_dry_run = boolean(&var, "TELEGRAM_DRY_RUN")?;
+        let reminder_days = int(&var, "REMINDER_DAYS", 3, 0, 365)? as u32;
+
+        let sweep_token = match var("SWEEP_TOKEN") {
+            Some(t) if t.len() < 32 => return Err(err("SWEEP_TOKEN must be at least 32 bytes")),
+            Some(t) => Some(Secret(t)),
+            None => None,
+        };
+        let sweep_interval = match int(&var, "SWEEP_INTERVAL_SECS", 0, 0, 86_400)? {
+            0 => None,
+            n => Some(Duration::from_secs(n)),
+        };
+        let hold_secs = int(&var, "HOLD_SECS", 300, 1, 86_400)? as i64;
+
+        let admin_email = var("ADMIN_EMAIL").map(|e| e.trim().to_lowercase());
+        let admin_password = var("ADMIN_PASSWORD").map(Secret);
+        match (&admin_email, &admin_password) {
+            (Some(_), None) => return Err(err("ADMIN_PASSWORD is not set (ADMIN_EMAIL is)")),
+            (None, Some(_)) => return Err(err("ADMIN_EMAIL is not set (ADMIN_PASSWORD is)")),
+            (Some(e), Some(_)) if !crate::auth::valid_email(e) => {
+                return Err(err("ADMIN_EMAIL is not a valid email address"));
+            }
+            (Some(_), Some(p)) if p.0.len() < 8 || p.0.len() > 72 => {
+                return Err(err("ADMIN_PASSWORD must be 8..72 bytes"));
+            }
+            _ => {}
+        }
+
+        Ok(Config {
+            database_url: Secret(database_url),
+            bind_addr,
+            log_format,
+            jwt_secret: Secret(jwt_secret),
+            jwt_ttl: Duration::from_secs(jwt_ttl),
+            trust_proxy: boolean(&var, "TRUST_PROXY")?,
+            webhook_keys,
+            wayforpay,
+            telegram_webhook_secret,
+            telegram_bot_token,
+            telegram_api_url,
+            telegram_dry_run,
+            reminder_days,
+            sweep_token,
+            sweep_interval,
+            hold_secs,
+            admin_email,
+            admin_password,
+            bcrypt_cost: int(&var, "BCRYPT_COST", 12, 4, 31)? as u32,
+            db_pool_size: int(&var, "DB_POOL_SIZE", 16, 1, 1000)? as usize,
+            request_timeout: Duration::from_secs(int(&var, "REQUEST_TIMEOUT_SECS", 30, 1, 600)?),
+            login_max_failures: int(&var, "LOGIN_MAX_FAILURES", 5, 1, 1000)? as u32,
+            login_window: Duration::from_secs(int(&var, "LOGIN_WINDOW_SECS", 900, 1, 86_400)?),
+        })
+    }
+}
+
+fn int(
+    var: &impl Fn(&str) -> Option<String>,
+    name: &str,
+    default: u64,
+    min: u64,
+    max: u64,
+) -> Result<u64, ConfigError> {
+    match var(name) {
+        None => Ok(default),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) if (min..=max).contains(&n) => Ok(n),
+            _ => Err(err(format!(
+                "{name} must be an integer from {min} to {max}"
+            ))),
+        },
+    }
+}
+
+fn boolean(var: &impl Fn(&str) -> Option<String>, name: &str) -> Result<bool, ConfigError> {
+    match var(name).map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("false") | Some("0") | Some("no") => Ok(false),
+        Some("true") | Some("1") | Some("yes") => Ok(true),
+        Some(_) => Err(err(format!("{name} must be true or false"))),
+    }
+}

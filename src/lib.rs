@@ -1,0 +1,106 @@
+//! subgate sells access to private Telegram channels: payments come in through three doors
+//! (a signed card-gateway webhook, WayForPay's callback, Telegram Stars), and each payment turns
+//! into channel access exactly once.
+//!
+//! The crate is a library with a thin binary (`main.rs` parses the CLI). The pieces:
+//! - [`config`]: every environment variable, typed and documented in one place;
+//! - [`db`]: pool, embedded migrations, the retrying transaction runner, the pair lock;
+//! - [`router`]: every route; handlers by resource in [`api`], login in [`auth`];
+//! - [`memberships`]: the only writer of membership rows outside the sweep;
+//! - [`payments`]: the doors and the one `apply_payment` core;
+//! - [`idempotency`]: `Idempotency-Key` for staff writes.
+
+pub mod api;
+pub mod auth;
+pub mod config;
+pub mod db;
+pub mod error;
+pub mod idempotency;
+pub mod memberships;
+pub mod payments;
+pub mod router;
+pub mod state;
+
+use std::net::SocketAddr;
+
+use shutdown::ShutdownSignal;
+use tokio::net::TcpListener;
+
+pub use config::Config;
+pub use router::router;
+pub use state::AppState;
+
+/// Sets up logging by `LOG_FORMAT`; the filter comes from `RUST_LOG` (default `info`).
+pub fn init_tracing(format: config::LogFormat) {
+    use tracing_subscriber::{EnvFilter, fmt};
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = fmt().with_env_filter(filter).with_target(false);
+    let _ = match format {
+        config::LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        config::LogFormat::Pretty => builder.try_init(),
+    };
+}
+
+/// Creates the first staff account from `ADMIN_EMAIL`/`ADMIN_PASSWORD` once; never overwrites.
+pub async fn bootstrap_admin(state: &AppState) -> Result<(), error::ApiError> {
+    let (Some(email), Some(password)) = (&state.config.admin_email, &state.config.admin_password)
+    else {
+        return Ok(());
+    };
+    let created = auth::create_staff(
+        &state.db,
+        email,
+        password.expose(),
+        state.config.bcrypt_cost,
+    )
+    .await?;
+    if created {
+        tracing::info!(email = %email, "admin account created from ADMIN_EMAIL");
+    } else {
+        tracing::info!(email = %email, "admin account exists; ADMIN_PASSWORD not applied");
+    }
+    Ok(())
+}
+
+/// Serves HTTP until SIGTERM or Ctrl-C, then lets in-flight requests finish.
+pub async fn serve(state: AppState) -> std::io::Result<()> {
+    let addr = state.config.bind_addr;
+    let listener = TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "listening");
+    let shutdown = ShutdownSignal::new();
+    let background = tokio::spawn(background::run(state.clone(), shutdown.clone()));
+    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
+    let signal = shutdown.clone();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            wait_for_signal().await;
+            tracing::info!("shutting down: finishing in-flight requests");
+            signal.trigger();
+        })
+        .await?;
+    shutdown.trigger();
+    let _ = background.await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}
+
+pub mod background;
+pub mod shutdown;

@@ -1,0 +1,143 @@
+//! The `subgate` binary: parses the command line and calls the library.
+
+use std::{io::Read, process::ExitCode};
+
+use clap::{Parser, Subcommand};
+use subgate::{AppState, Config, db};
+
+/// subgate: sells access to private Telegram channels, turning each payment into access once.
+///
+/// Configuration comes from the environment (see README.md, "Configuration").
+#[derive(Parser)]
+#[command(name = "subgate", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP API (migrates the database first).
+    Serve {
+        /// Do not apply pending migrations at start-up.
+        #[arg(long)]
+        no_migrate: bool,
+    },
+    /// Apply pending database migrations and exit.
+    Migrate,
+    /// Manage staff accounts.
+    Staff {
+        #[command(subcommand)]
+        command: StaffCommand,
+    },
+    /// Exit 0 when the server at BIND_ADDR answers /readyz (for container health checks).
+    Healthcheck,
+}
+
+#[derive(Subcommand)]
+enum StaffCommand {
+    /// Create a staff account; the password is read from standard input (one line).
+    Create {
+        /// The account's email address (its login).
+        #[arg(long)]
+        email: String,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("subgate: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("subgate: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), String> {
+    if let Command::Healthcheck = cli.command {
+        return healthcheck().await;
+    }
+    let config = Config::from_env().map_err(|e| e.to_string())?;
+    subgate::init_tracing(config.log_format);
+    let pool =
+        db::pool(config.database_url.expose(), config.db_pool_size).map_err(|e| e.to_string())?;
+    match cli.command {
+        Command::Serve { no_migrate } => {
+            if !no_migrate {
+                migrate(&pool).await?;
+            }
+            let state = AppState::new(config, pool)
+                .await
+                .map_err(|e| e.to_string())?;
+            subgate::bootstrap_admin(&state)
+                .await
+                .map_err(|e| format!("cannot create the admin account: {e}"))?;
+            subgate::serve(state).await.map_err(|e| e.to_string())
+        }
+        Command::Migrate => migrate(&pool).await,
+        Command::Staff {
+            command: StaffCommand::Create { email },
+        } => {
+            let mut password = String::new();
+            std::io::stdin()
+                .read_to_string(&mut password)
+                .map_err(|e| format!("cannot read the password from stdin: {e}"))?;
+            let password = password.trim_end_matches(['\r', '\n']);
+            let created = subgate::auth::create_staff(&pool, &email, password, config.bcrypt_cost)
+                .await
+                .map_err(|e| match e {
+                    subgate::error::ApiError::Validation(fields) => fields
+                        .iter()
+                        .map(|(k, v)| format!("{k} {v}"))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                    other => other.to_string(),
+                })?;
+            if created {
+                println!("staff account {email} created");
+                Ok(())
+            } else {
+                Err(format!("a staff account with email {email} already exists"))
+            }
+        }
+        Command::Healthcheck => unreachable!("handled above"),
+    }
+}
+
+async fn migrate(pool: &deadpool_postgres::Pool) -> Result<(), String> {
+    let applied = db::migrate(pool)
+        .await
+        .map_err(|e| format!("migration failed: {e}"))?;
+    tracing::info!(
+        applied,
+        latest = db::latest_migration(),
+        "database migrated"
+    );
+    Ok(())
+}
+
+async fn healthcheck() -> Result<(), String> {
+    let addr = std::env::var("BIND_ADDR").unwrap_or_else(|_| "127.0.0.1:8080".into());
+    let port = addr.rsplit(':').next().unwrap_or("8080");
+    let url = format!("http://127.0.0.1:{port}/readyz");
+    let response = reqwest::Client::new()
+        .get(&url)
+        .timeout(std::time::Duration::from_secs(3))
+        .send()
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    if response.status().is_success() {
+        Ok(())
+    } else {
+        Err(format!("{url} answered {}", response.status()))
+    }
+}

@@ -1,0 +1,143 @@
+//! Memberships: the row that says who may be in which channel until when, and the only code
+//! that writes it outside the sweep.
+//!
+//! Every change happens inside a transaction that already holds
+//! `pg_advisory_xact_lock(subscriber_id, channel_id)` ([`crate::db::lock_pair`]) — and, on the
+//! payment path, the order and channel locks after it — so this module takes only the last lock
+//! of the order: the membership row itself. Each change writes one `membership_events` row in
+//! the same transaction ([`record_event`]), the audit trail staff read and the one place later
+//! side effects hang off.
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::Transaction;
+use serde::Serialize;
+use tokio_postgres::Row;
+
+use crate::error::ApiError;
+
+/// The columns of [`Membership::from_row`], in order.
+pub const COLUMNS: &str =
+    "id, subscriber_id, channel_id, status, expires_at, created_at, updated_at";
+
+/// A membership as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Membership {
+    pub id: i64,
+    pub subscriber_id: i32,
+    pub channel_id: i32,
+    pub status: String,
+    pub expires_at: DateTime<Utc>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl Membership {
+    pub fn from_row(row: &Row) -> Membership {
+        Membership {
+            id: row.get(0),
+            subscriber_id: row.get(1),
+            channel_id: row.get(2),
+            status: row.get(3),
+            expires_at: row.get(4),
+            created_at: row.get(5),
+            updated_at: row.get(6),
+        }
+    }
+}
+
+/// Why a membership changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    Payment(i64),
+    Staff,
+}
+
+impl Cause {
+    fn parts(self) -> (&'static str, Option<i64>) {
+        match self {
+            Cause::Payment(id) => ("payment", Some(id)),
+            Cause::Staff => ("staff", None),
+        }
+    }
+}
+
+/// Locks and reads the membership of (subscriber, channel), if there is one.
+/// The caller must already hold the pair's advisory lock.
+pub async fn lock(
+    tx: &Transaction<'_>,
+    subscriber_id: i32,
+    channel_id: i32,
+) -> Result<Option<Membership>, ApiError> {
+    let row = tx
+        .query_opt(
+            &format!(
+                "SELECT {COLUMNS} FROM memberships
+                 WHERE subscriber_id = $1 AND channel_id = $2 FOR UPDATE"
+            ),
+            &[&subscriber_id, &channel_id],
+        )
+        .await?;
+    Ok(row.as_ref().map(Membership::from_row))
+}
+
+/// Grants or extends: `expires_at = GREATEST(current, from) + days`, `status = active`, where
+/// `from` is `paid_at` clamped to database now (or now when `None`). Writes the event. Returns
+/// the membership and whether it was created. The caller holds the pair's advisory lock.
+pub async fn extend(
+    tx: &Transaction<'_>,
+    subscriber_id: i32,
+    channel_id: i32,
+    from: Option<DateTime<Utc>>,
+    days: i32,
+    cause: Cause,
+) -> Result<(Membership, bool), ApiError> {
+    let before = lock(tx, subscriber_id, channel_id).await?;
+    // One statement after the locks reads database time and writes the new term.
+    let row = tx
+        .query_one(
+            &format!(
+                "INSERT INTO memberships (subscriber_id, channel_id, status, expires_at)
+                 VALUES ($1, $2, 'active',
+                         LEAST(COALESCE($3, statement_timestamp()), statement_timestamp())
+                           + make_interval(days => $4))
+                 ON CONFLICT (subscriber_id, channel_id) DO UPDATE
+                 SET status = 'active',
+                     expires_at = GREATEST(memberships.expires_at,
+                                           LEAST(COALESCE($3, statement_timestamp()), statement_timestamp()))
+                                  + make_interval(days => $4),
+                     updated_at = statement_timestamp()
+                 RETURNING {COLUMNS}"
+            ),
+            &[&subscriber_id, &channel_id, &from, &days],
+        )
+        .await?;
+    let after = Membership::from_row(&row);
+    record_event(tx, before.as_ref(), &after, cause).await?;
+    Ok((after, before.is_none()))
+}
+
+/// Records one change of a membership (`before` is `None` on creation).
+pub async fn record_event(
+    tx: &Transaction<'_>,
+    before: Option<&Membership>,
+    after: &Membership,
+    cause: Cause,
+) -> Result<(), ApiError> {
+    let (cause, payment_id) = cause.parts();
+    tx.execute(
+        "INSERT INTO membership_events
+             (membership_id, from_status, to_status, expires_at_before, expires_at_after, cause, payment_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        &[
+            &after.id,
+            &before.map(|b| b.status.as_str()),
+            &after.status,
+            &before.map(|b| b.expires_at),
+            &after.expires_at,
+            &cause,
+            &payment_id,
+        ],
+    )
+    .await?;
+    Ok(())
+}

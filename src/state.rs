@@ -1,0 +1,33 @@
+//! Shared application state, handed to every handler by axum's `State`.
+
+use std::sync::Arc;
+
+use axum::extract::FromRef;
+use deadpool_postgres::Pool;
+
+use crate::{auth::LoginThrottle, config::Config};
+
+/// Everything a handler may need; cheap to clone.
+#[derive(Clone, FromRef)]
+pub struct AppState {
+    pub db: Pool,
+    pub config: Arc<Config>,
+    pub login_throttle: LoginThrottle,
+    /// A bcrypt hash of a random password at the configured cost: unknown emails are checked
+    /// against it so they take as long as wrong passwords.
+    pub dummy_hash: Arc<String>,
+}
+
+impl AppState {
+    /// Builds the state; hashes the dummy password (one bcrypt run at start-up).
+    pub async fn new(config: Config, db: Pool) -> Result<AppState, crate::error::ApiError> {
+        let random: String = uuid::Uuid::new_v4().to_string();
+        let dummy_hash = crate::auth::hash_password(random, config.bcrypt_cost).await?;
+        Ok(AppState {
+            db,
+            config: Arc::new(config),
+            login_throttle: LoginThrottle::default(),
+            dummy_hash: Arc::new(dummy_hash),
+        })
+    }
+}

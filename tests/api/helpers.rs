@@ -1,0 +1,390 @@
+//! The test harness: a [`TestApp`] per test, each with its own PostgreSQL database cloned from
+//! a migrated template, and typed helpers for the requests tests make.
+//!
+//! `SUBGATE_TEST_DATABASE_URL` (set by `make test`) names an admin connection; the default is
+//! the local server on 127.0.0.1:5432. The template's name carries a hash of the migrations, so
+//! a changed schema builds a new template; old per-test databases are dropped at start-up.
+
+use std::{collections::HashMap, sync::Arc};
+
+use axum::{
+    Router,
+    body::Body,
+    http::{HeaderMap, Method, Request, StatusCode},
+};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use subgate::{AppState, Config, db};
+use tokio::sync::OnceCell;
+use tokio_postgres::NoTls;
+use tower::ServiceExt;
+
+pub const ADMIN_EMAIL: &str = "admin@example.com";
+pub const ADMIN_PASSWORD: &str = "correct horse battery staple";
+pub const JWT_SECRET: &str = "test-jwt-secret-that-is-long-enough-0123456789";
+/// The Standard Webhooks test key from the public specification.
+pub const WEBHOOK_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+pub const WAYFORPAY_ACCOUNT: &str = "test_merch_n1";
+pub const WAYFORPAY_KEY: &str = "flk3409refn54t54t*FNJRET";
+pub const TELEGRAM_SECRET: &str = "telegram-webhook-secret-token_0123";
+pub const SWEEP_TOKEN: &str = "sweep-token-0123456789abcdef0123456789";
+
+/// The admin URL tests create databases through.
+pub fn admin_url() -> String {
+    std::env::var("SUBGATE_TEST_DATABASE_URL")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".to_string())
+}
+
+/// `admin_url` with its database replaced by `name`.
+pub fn url_for(name: &str) -> String {
+    let mut url = url::Url::parse(&admin_url()).expect("SUBGATE_TEST_DATABASE_URL is a URL");
+    url.set_path(&format!("/{name}"));
+    url.to_string()
+}
+
+async fn admin_client() -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(&admin_url(), NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("cannot reach PostgreSQL for tests ({e}); run `make test`"));
+    tokio::spawn(conn);
+    client
+}
+
+static TEMPLATE: OnceCell<String> = OnceCell::const_new();
+
+/// Creates (once per process) the migrated template database and drops databases left by
+/// earlier runs. Returns the template's name.
+async fn template() -> &'static str {
+    TEMPLATE
+        .get_or_init(|| async {
+            let mut hash = Sha256::new();
+            for (version, name, sql) in db::MIGRATIONS {
+                hash.update(version.to_be_bytes());
+                hash.update(name.as_bytes());
+                hash.update(sql.as_bytes());
+            }
+            let name = format!("subgate_tpl_{}", &hex::encode(hash.finalize())[..16]);
+            let admin = admin_client().await;
+            // Serialize template creation across processes (cargo runs test binaries in turn,
+            // but a developer may run two at once).
+            admin
+                .execute("SELECT pg_advisory_lock(7262012)", &[])
+                .await
+                .unwrap();
+            let stale = admin
+                .query(
+                    "SELECT datname FROM pg_database
+                     WHERE datname LIKE 'subgate\\_test\\_%' OR
+                           (datname LIKE 'subgate\\_tpl\\_%' AND datname <> $1)",
+                    &[&name],
+                )
+                .await
+                .unwrap();
+            for row in stale {
+                let db: String = row.get(0);
+                let _ = admin
+                    .batch_execute(&format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"))
+                    .await;
+            }
+            let exists = admin
+                .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name])
+                .await
+                .unwrap()
+                .is_some();
+            if !exists {
+                let building = format!("{name}_building");
+                admin
+                    .batch_execute(&format!(
+                        "DROP DATABASE IF EXISTS \"{building}\" WITH (FORCE)"
+                    ))
+                    .await
+                    .unwrap();
+                admin
+                    .batch_execute(&format!("CREATE DATABASE \"{building}\""))
+                    .await
+                    .unwrap();
+                let pool = db::pool(&url_for(&building), 2).unwrap();
+                db::migrate(&pool).await.expect("migrations apply");
+                pool.close();
+                // Rename only when complete, so a crashed build never leaves a half template.
+                admin
+                    .batch_execute(&format!(
+                        "ALTER DATABASE \"{building}\" RENAME TO \"{name}\""
+                    ))
+                    .await
+                    .unwrap();
+            }
+            admin
+                .execute("SELECT pg_advisory_unlock(7262012)", &[])
+                .await
+                .unwrap();
+            name
+        })
+        .await
+}
+
+/// Creates a fresh database cloned from the template; returns its name.
+pub async fn fresh_database() -> String {
+    let template = template().await;
+    let name = format!("subgate_test_{}", uuid::Uuid::new_v4().simple());
+    let admin = admin_client().await;
+    // Cloning fails while another session is connected to the template; none stay connected,
+    // but retry briefly in case a concurrent clone is still opening it.
+    for attempt in 0.. {
+        match admin
+            .batch_execute(&format!(
+                "CREATE DATABASE \"{name}\" TEMPLATE \"{template}\""
+            ))
+            .await
+        {
+            Ok(()) => break,
+            Err(e) if attempt < 50 => {
+                let _ = e;
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("cannot clone the template database: {e}"),
+        }
+    }
+    name
+}
+
+/// The configuration every test starts from; `overrides` replace or remove (empty value) entries.
+pub fn test_env(database_url: &str) -> HashMap<String, String> {
+    HashMap::from(
+        [
+            ("DATABASE_URL", database_url),
+            ("JWT_SECRET", JWT_SECRET),
+            ("JWT_TTL_SECS", "3600"),
+            ("BCRYPT_COST", "4"),
+            ("ADMIN_EMAIL", ADMIN_EMAIL),
+            ("ADMIN_PASSWORD", ADMIN_PASSWORD),
+            ("WEBHOOK_SECRET", WEBHOOK_SECRET),
+            ("WAYFORPAY_MERCHANT_ACCOUNT", WAYFORPAY_ACCOUNT),
+            ("WAYFORPAY_SECRET_KEY", WAYFORPAY_KEY),
+            ("TELEGRAM_WEBHOOK_SECRET", TELEGRAM_SECRET),
+            ("SWEEP_TOKEN", SWEEP_TOKEN),
+            ("HOLD_SECS", "300"),
+            ("DB_POOL_SIZE", "20"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string())),
+    )
+}
+
+/// A running application over its own database.
+pub struct TestApp {
+    pub state: AppState,
+    pub router: Router,
+    pub db_name: String,
+    admin_token: Arc<OnceCell<String>>,
+}
+
+/// A response, read whole.
+pub struct TestResponse {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub bytes: Vec<u8>,
+}
+
+impl TestResponse {
+    /// The body as JSON (panics with the body text when it is not JSON).
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.bytes).unwrap_or_else(|_| {
+            panic!(
+                "status {}: body is not JSON: {}",
+                self.status,
+                String::from_utf8_lossy(&self.bytes)
+            )
+        })
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// Asserts the status, printing the body when it differs; returns the JSON body.
+    #[track_caller]
+    pub fn expect(&self, status: u16) -> Value {
+        assert_eq!(
+            self.status.as_u16(),
+            status,
+            "unexpected status; body: {}",
+            String::from_utf8_lossy(&self.bytes)
+        );
+        if self.bytes.is_empty() {
+            Value::Null
+        } else {
+            self.json()
+        }
+    }
+}
+
+impl TestApp {
+    /// A new app with the default test configuration.
+    pub async fn spawn() -> TestApp {
+        TestApp::spawn_with(|_| {}).await
+    }
+
+    /// A new app whose configuration `adjust` may change (an empty value unsets a variable).
+    pub async fn spawn_with(adjust: impl FnOnce(&mut HashMap<String, String>)) -> TestApp {
+        init_logging();
+        let db_name = fresh_database().await;
+        let mut env = test_env(&url_for(&db_name));
+        adjust(&mut env);
+        let config = Config::from_lookup(|k| env.get(k).cloned()).expect("test config is valid");
+        let pool = db::pool(config.database_url.expose(), config.db_pool_size).unwrap();
+        let state = AppState::new(config, pool).await.unwrap();
+        subgate::bootstrap_admin(&state).await.unwrap();
+        TestApp {
+            router: subgate::router(state.clone()),
+            state,
+            db_name,
+            admin_token: Arc::new(OnceCell::new()),
+        }
+    }
+
+    /// A direct connection to this test's database, for checking rows.
+    pub async fn db(&self) -> deadpool_postgres::Object {
+        self.state.db.get().await.expect("test database connection")
+    }
+
+    /// Sends a request through the router (no socket).
+    pub async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Body>,
+    ) -> TestResponse {
+        let mut req = Request::builder().method(method).uri(path);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let response = self
+            .router
+            .clone()
+            .oneshot(req.body(body.into()).unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec();
+        TestResponse {
+            status,
+            headers,
+            bytes,
+        }
+    }
+
+    /// `POST /api/auth/login`.
+    pub async fn login(&self, email: &str, password: &str) -> TestResponse {
+        let body = json!({"email": email, "password": password}).to_string();
+        self.request(
+            Method::POST,
+            "/api/auth/login",
+            &[("content-type", "application/json")],
+            body,
+        )
+        .await
+    }
+
+    /// A bearer token of the admin account (logged in once per app).
+    pub async fn token(&self) -> String {
+        self.admin_token
+            .get_or_init(|| async {
+                let r = self.login(ADMIN_EMAIL, ADMIN_PASSWORD).await;
+                r.expect(200)["access_token"].as_str().unwrap().to_string()
+            })
+            .await
+            .clone()
+    }
+
+    /// A staff request with the admin's token and a JSON body (`Value::Null`: no body).
+    pub async fn staff(&self, method: Method, path: &str, body: Value) -> TestResponse {
+        self.staff_with(method, path, body, &[]).await
+    }
+
+    /// Like [`TestApp::staff`] with extra headers.
+    pub async fn staff_with(
+        &self,
+        method: Method,
+        path: &str,
+        body: Value,
+        headers: &[(&str, &str)],
+    ) -> TestResponse {
+        let auth = format!("Bearer {}", self.token().await);
+        let mut all = vec![
+            ("authorization", auth.as_str()),
+            ("content-type", "application/json"),
+        ];
+        all.extend_from_slice(headers);
+        let body = if body.is_null() {
+            Body::empty()
+        } else {
+            Body::from(body.to_string())
+        };
+        self.request(method, path, &all, body).await
+    }
+
+    pub async fn get(&self, path: &str) -> TestResponse {
+        self.staff(Method::GET, path, Value::Null).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> TestResponse {
+        self.staff(Method::POST, path, body).await
+    }
+
+    pub async fn patch(&self, path: &str, body: Value) -> TestResponse {
+        self.staff(Method::PATCH, path, body).await
+    }
+
+    pub async fn delete(&self, path: &str) -> TestResponse {
+        self.staff(Method::DELETE, path, Value::Null).await
+    }
+
+    /// Creates a subscriber; returns its JSON.
+    pub async fn create_subscriber(&self, telegram_user_id: i64) -> Value {
+        self.post(
+            "/api/subscribers",
+            json!({"telegram_user_id": telegram_user_id, "username": format!("user{telegram_user_id}")}),
+        )
+        .await
+        .expect(201)
+    }
+
+    /// Creates an active channel: 199.00 UAH for 30 days, no grace, no seat limit, unless
+    /// `extra` overrides fields.
+    pub async fn create_channel(&self, telegram_chat_id: i64, extra: Value) -> Value {
+        let mut body = json!({
+            "telegram_chat_id": telegram_chat_id,
+            "title": format!("Channel {telegram_chat_id}"),
+            "price_minor": 19900,
+            "currency": "UAH",
+            "billing_period_days": 30,
+        });
+        if let Value::Object(extra) = extra {
+            body.as_object_mut().unwrap().extend(extra);
+        }
+        self.post("/api/channels", body).await.expect(201)
+    }
+}
+
+fn init_logging() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("TEST_LOG").is_some() {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+                .with_test_writer()
+                .try_init();
+        }
+    });
+}
