@@ -24,7 +24,7 @@ use axum::{
     http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use deadpool_postgres::{GenericClient, Transaction};
+use deadpool_postgres::Transaction;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -296,7 +296,7 @@ fn in_flight(e: tokio_postgres::Error) -> ApiError {
 }
 
 /// Deletes keys older than 24 hours; returns how many.
-pub async fn purge_expired(client: &impl GenericClient) -> Result<u64, ApiError> {
+pub async fn purge_expired(client: &impl tokio_postgres::GenericClient) -> Result<u64, ApiError> {
     Ok(client
         .execute(
             &format!(
