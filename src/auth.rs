@@ -101,7 +101,8 @@ impl FromRequestParts<AppState> for Staff {
     }
 }
 
-/// A syntactic email check: something@something.tld, no spaces, ≤ 254 bytes.
+/// A syntactic email check: something@something.tld, no spaces or control characters,
+/// ≤ 254 bytes.
 pub fn valid_email(email: &str) -> bool {
     let Some((local, domain)) = email.split_once('@') else {
         return false;
@@ -111,7 +112,7 @@ pub fn valid_email(email: &str) -> bool {
         && domain.contains('.')
         && !domain.starts_with('.')
         && !domain.ends_with('.')
-        && !email.contains(char::is_whitespace)
+        && !email.contains(|c: char| c.is_whitespace() || c.is_control())
         && !domain.contains('@')
 }
 
@@ -254,14 +255,19 @@ pub async fn login(
         .check(&key, cfg.login_max_failures, cfg.login_window)
         .map_err(|retry_after_secs| ApiError::TooManyRequests { retry_after_secs })?;
 
-    let client = state.db.get().await?;
-    let row = client
-        .query_opt(
-            "SELECT id, password_hash FROM staff_accounts WHERE email = $1",
-            &[&email],
-        )
-        .await?;
-    drop(client);
+    // PostgreSQL text cannot hold NUL, so no account has such an email: treat it as unknown
+    // (same 401, same dummy-hash time) instead of sending it to the database.
+    let row = if email.contains('\0') {
+        None
+    } else {
+        let client = state.db.get().await?;
+        client
+            .query_opt(
+                "SELECT id, password_hash FROM staff_accounts WHERE email = $1",
+                &[&email],
+            )
+            .await?
+    };
     let (id, hash) = match row {
         Some(r) => (Some(r.get::<_, i64>(0)), r.get::<_, String>(1)),
         None => (None, state.dummy_hash.as_ref().clone()),

@@ -10,24 +10,24 @@
 //! | `JWT_SECRET` | HS256 key for staff tokens, at least 32 bytes (required) | — |
 //! | `JWT_TTL_SECS` | staff token lifetime, 60..=86400 | `3600` |
 //! | `TRUST_PROXY` | `true`: the login throttle keys on the right-most `X-Forwarded-For` address | `false` |
-//! | `WEBHOOK_SECRET` | Standard Webhooks key `whsec_<base64>` for door 1 | unset: door answers 503 |
+//! | `WEBHOOK_SECRET` | Standard Webhooks key `whsec_<base64>` (at least 24 bytes) for door 1 | unset: door answers 503 |
 //! | `WEBHOOK_SECRETS` | several such keys (rotation), separated by spaces or commas | unset |
 //! | `WAYFORPAY_MERCHANT_ACCOUNT` | our WayForPay merchant account | unset: door answers 503 |
-//! | `WAYFORPAY_SECRET_KEY` | WayForPay merchant secret key | unset: door answers 503 |
-//! | `TELEGRAM_WEBHOOK_SECRET` | `secret_token` given to `setWebhook`, 1..256 of `A-Za-z0-9_-` | unset: door answers 503 |
-//! | `TELEGRAM_BOT_TOKEN` | bot token for Bot API calls | unset: effects stay queued |
+//! | `WAYFORPAY_SECRET_KEY` | WayForPay merchant secret key, at least 16 bytes (set both or neither) | unset: door answers 503 |
+//! | `TELEGRAM_WEBHOOK_SECRET` | `secret_token` given to `setWebhook`, 16..=256 of `A-Za-z0-9_-` | unset: door answers 503 |
+//! | `TELEGRAM_BOT_TOKEN` | bot token for Bot API calls, `<bot id>:<secret>` from @BotFather | unset: effects stay queued |
 //! | `TELEGRAM_API_URL` | Bot API base URL | `https://api.telegram.org` |
 //! | `TELEGRAM_DRY_RUN` | `true`: log Bot API calls instead of making them | `false` |
 //! | `REMINDER_DAYS` | days before expiry to remind a member, 0..=365 (0: off) | `3` |
 //! | `SWEEP_TOKEN` | bearer token cron may use for `POST /api/sweep`, at least 32 bytes | unset |
 //! | `SWEEP_INTERVAL_SECS` | run the sweep inside the server every N seconds (0: never) | `0` |
 //! | `HOLD_SECS` | how long a checkout holds a seat, 1..=86400 | `300` |
-//! | `ADMIN_EMAIL` / `ADMIN_PASSWORD` | first staff account, created once at start-up | unset |
+//! | `ADMIN_EMAIL` / `ADMIN_PASSWORD` | first staff account, created once at start-up (set both or neither; password 8..=72 bytes) | unset |
 //! | `BCRYPT_COST` | bcrypt cost for new password hashes, 4..=31 | `12` |
 //! | `DB_POOL_SIZE` | maximum database connections, 1..=1000 | `16` |
 //! | `REQUEST_TIMEOUT_SECS` | per-request timeout, 1..=600 | `30` |
 //! | `LOGIN_MAX_FAILURES` | failed logins per (email, client address) before 429, 1..=1000 | `5` |
-//! | `LOGIN_WINDOW_SECS` | window of that count, and the wait after it is reached | `900` |
+//! | `LOGIN_WINDOW_SECS` | window of that count, and the wait after it is reached, 1..=86400 | `900` |
 //!
 //! A missing or weak required secret stops start-up with one line naming the variable.
 //! Secrets are held in [`Secret`], whose `Debug` never shows them.
@@ -144,14 +144,29 @@ impl Config {
 
         let mut webhook_keys = Vec::new();
         if let Some(v) = var("WEBHOOK_SECRET") {
-            webhook_keys.push(WebhookKey::parse(v.trim()).map_err(|_| {
-                err("WEBHOOK_SECRET must be whsec_ followed by base64 of at least 24 bytes")
-            })?);
+            let key = WebhookKey::parse(v.trim())
+                .ok()
+                .filter(|_| strong_webhook_key(v.trim()))
+                .ok_or_else(|| {
+                    err("WEBHOOK_SECRET must be whsec_ followed by base64 of at least 24 bytes")
+                })?;
+            webhook_keys.push(key);
         }
         if let Some(v) = var("WEBHOOK_SECRETS") {
-            webhook_keys.extend(standard_webhooks::parse_keys(&v).map_err(|_| {
-                err("WEBHOOK_SECRETS must list whsec_<base64> keys separated by spaces or commas")
-            })?);
+            let keys = standard_webhooks::parse_keys(&v)
+                .ok()
+                .filter(|_| {
+                    v.split(|c: char| c.is_whitespace() || c == ',')
+                        .filter(|part| !part.is_empty())
+                        .all(strong_webhook_key)
+                })
+                .ok_or_else(|| {
+                    err(
+                        "WEBHOOK_SECRETS must list whsec_<base64> keys of at least 24 bytes, \
+                         separated by spaces or commas",
+                    )
+                })?;
+            webhook_keys.extend(keys);
         }
 
         let wayforpay = match (
@@ -261,6 +276,15 @@ impl Config {
             login_window: Duration::from_secs(int(&var, "LOGIN_WINDOW_SECS", 900, 1, 86_400)?),
         })
     }
+}
+
+/// Standard Webhooks secrets are 24 to 64 random bytes; a shorter key is too weak to accept.
+fn strong_webhook_key(secret: &str) -> bool {
+    use base64::{Engine, engine::general_purpose::STANDARD};
+    secret
+        .strip_prefix("whsec_")
+        .and_then(|b64| STANDARD.decode(b64).ok())
+        .is_some_and(|key| key.len() >= 24)
 }
 
 fn int(

@@ -16,8 +16,15 @@ use tokio_postgres::NoTls;
 use crate::error::ApiError;
 
 /// The migrations, in order. A new migration is appended here and never edited after release.
-pub const MIGRATIONS: &[(i32, &str, &str)] =
-    &[(1, "init", include_str!("../migrations/0001_init.sql"))];
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "init", include_str!("../migrations/0001_init.sql")),
+    (
+        2,
+        "telegram",
+        include_str!("../migrations/0002_telegram.sql"),
+    ),
+    (3, "effects", include_str!("../migrations/0003_effects.sql")),
+];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,
 /// distinct from the two-int4 keys the payment path uses).

@@ -1,8 +1,9 @@
 //! The one error type of the HTTP layer, rendered as RFC 9457 problem documents.
 //!
 //! Handlers return `Result<_, ApiError>`. Database errors are mapped deliberately here, in one
-//! place: a named unique constraint → 409, a foreign key → 409 (in use), a CHECK → 422, a
-//! deadlock or lock timeout → 503 (retryable, never a 500), pool or connection failure → 503.
+//! place: a named unique constraint → 409, a foreign key → 409 (in use), a CHECK or a data
+//! exception (class 22) → 422, a deadlock or lock timeout → 503 (retryable, never a 500), pool
+//! or connection failure → 503.
 //! A 5xx body is opaque; its cause is logged once, here, inside the request's span (which
 //! carries the request id).
 
@@ -33,6 +34,9 @@ pub enum ApiError {
     /// 409: conflict with existing state.
     #[error("conflict: {0}")]
     Conflict(String),
+    /// 413: the body is larger than the router's limit.
+    #[error("request body too large")]
+    PayloadTooLarge,
     /// 422 with per-field messages.
     #[error("validation failed")]
     Validation(BTreeMap<String, String>),
@@ -80,6 +84,17 @@ impl ApiError {
             self.sql_state(),
             Some(s) if *s == SqlState::T_R_DEADLOCK_DETECTED || *s == SqlState::T_R_SERIALIZATION_FAILURE
         )
+    }
+}
+
+/// A body that could not be read: 413 when it exceeds the size limit, else 400.
+impl From<axum::extract::rejection::BytesRejection> for ApiError {
+    fn from(e: axum::extract::rejection::BytesRejection) -> ApiError {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge
+        } else {
+            ApiError::BadRequest(format!("could not read the body: {e}"))
+        }
     }
 }
 
@@ -170,6 +185,12 @@ impl IntoResponse for ApiError {
                 None,
             ),
             ApiError::Conflict(d) => problem(S::CONFLICT, "/problems/conflict", d, None),
+            ApiError::PayloadTooLarge => problem(
+                S::PAYLOAD_TOO_LARGE,
+                "/problems/payload-too-large",
+                "the request body is too large",
+                None,
+            ),
             ApiError::Validation(errors) => problem(
                 S::UNPROCESSABLE_ENTITY,
                 "/problems/validation",
@@ -268,6 +289,14 @@ fn db_error_response(e: tokio_postgres::Error) -> Response {
         return unavailable("the record is busy; retry shortly");
     }
     let class = &code.code()[..2];
+    if class == "22" {
+        // Data exception (a NUL in text, a value out of range, a date overflow): the input was
+        // well-formed JSON the handlers did not anticipate. Still the client's values, not a bug
+        // worth a 500; handlers validate the cases they know with per-field messages.
+        tracing::warn!(sqlstate = code.code(), "database refused a value");
+        return ApiError::Unprocessable("a value is malformed or out of range".into())
+            .into_response();
+    }
     if matches!(class, "08" | "53" | "57" | "58") {
         tracing::error!(sqlstate = code.code(), error = %e, "database unavailable");
         return unavailable("the database is unavailable; retry later");

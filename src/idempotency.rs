@@ -118,7 +118,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for StaffWrite<T> {
             .unwrap_or_default();
         let bytes = Bytes::from_request(Request::from_parts(parts, body), state)
             .await
-            .map_err(|e| ApiError::BadRequest(format!("could not read the body: {e}")))?;
+            .map_err(ApiError::from)?;
         let body = parse_json(&bytes)?;
         Ok(StaffWrite {
             staff,

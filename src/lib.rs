@@ -8,18 +8,24 @@
 //! - [`router`]: every route; handlers by resource in [`api`], login in [`auth`];
 //! - [`memberships`]: the only writer of membership rows outside the sweep;
 //! - [`payments`]: the doors and the one `apply_payment` core;
-//! - [`idempotency`]: `Idempotency-Key` for staff writes.
+//! - [`idempotency`]: `Idempotency-Key` for staff writes;
+//! - [`sweep`]: the batched, lock-respecting move of overdue memberships to grace and expired.
+//! - [`telegram`]: door 3, the bot webhook (Stars pre-checkout and payments, join requests).
+//! - [`effects`]: the outbox of Telegram effects (grant, revoke, remind, refund, reconcile).
 
 pub mod api;
 pub mod auth;
 pub mod config;
 pub mod db;
+pub mod effects;
 pub mod error;
 pub mod idempotency;
 pub mod memberships;
 pub mod payments;
 pub mod router;
 pub mod state;
+pub mod sweep;
+pub mod telegram;
 
 use std::net::SocketAddr;
 
@@ -35,6 +41,21 @@ pub fn init_tracing(format: config::LogFormat) {
     use tracing_subscriber::{EnvFilter, fmt};
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = fmt().with_env_filter(filter).with_target(false);
+    let _ = match format {
+        config::LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        config::LogFormat::Pretty => builder.try_init(),
+    };
+}
+
+/// Like [`init_tracing`], but logs go to standard error: for CLI commands whose standard output
+/// is their result (`subgate sweep` prints its JSON report there).
+pub fn init_tracing_stderr(format: config::LogFormat) {
+    use tracing_subscriber::{EnvFilter, fmt};
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_writer(std::io::stderr);
     let _ = match format {
         config::LogFormat::Json => builder.json().flatten_event(true).try_init(),
         config::LogFormat::Pretty => builder.try_init(),

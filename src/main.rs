@@ -1,6 +1,6 @@
 //! The `subgate` binary: parses the command line and calls the library.
 
-use std::{io::Read, process::ExitCode};
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use subgate::{AppState, Config, db};
@@ -32,6 +32,26 @@ enum Command {
     },
     /// Exit 0 when the server at BIND_ADDR answers /readyz (for container health checks).
     Healthcheck,
+    /// Run one full sweep (active → grace → expired) and print its JSON report.
+    Sweep {
+        /// Memberships per batch transaction (1..=5000).
+        #[arg(long, default_value_t = subgate::sweep::DEFAULT_BATCH_SIZE as u64,
+              value_parser = clap::value_parser!(u64).range(1..=5000))]
+        batch_size: u64,
+    },
+    /// Telegram effects (the outbox): perform due ones, or reconcile Stars, once.
+    Effects {
+        #[command(subcommand)]
+        command: EffectsCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum EffectsCommand {
+    /// Enqueue due reminders and refunds, perform every due effect once, print a JSON report.
+    RunOnce,
+    /// Page getStarTransactions: apply missed Stars payments, confirm refunds; print a report.
+    Reconcile,
 }
 
 #[derive(Subcommand)]
@@ -67,7 +87,12 @@ async fn run(cli: Cli) -> Result<(), String> {
         return healthcheck().await;
     }
     let config = Config::from_env().map_err(|e| e.to_string())?;
-    subgate::init_tracing(config.log_format);
+    if matches!(cli.command, Command::Sweep { .. } | Command::Effects { .. }) {
+        // Its standard output is the JSON report.
+        subgate::init_tracing_stderr(config.log_format);
+    } else {
+        subgate::init_tracing(config.log_format);
+    }
     let pool =
         db::pool(config.database_url.expose(), config.db_pool_size).map_err(|e| e.to_string())?;
     match cli.command {
@@ -84,12 +109,24 @@ async fn run(cli: Cli) -> Result<(), String> {
             subgate::serve(state).await.map_err(|e| e.to_string())
         }
         Command::Migrate => migrate(&pool).await,
+        Command::Sweep { batch_size } => {
+            let report = subgate::sweep::sweep(&pool, batch_size as usize)
+                .await
+                .map_err(|e| format!("sweep failed: {e}"))?;
+            println!(
+                "{}",
+                serde_json::to_string(&report).map_err(|e| e.to_string())?
+            );
+            Ok(())
+        }
+        Command::Effects { command } => effects(config, pool, command).await,
         Command::Staff {
             command: StaffCommand::Create { email },
         } => {
+            // One line, so an interactive user ends it with Enter rather than Ctrl-D.
             let mut password = String::new();
             std::io::stdin()
-                .read_to_string(&mut password)
+                .read_line(&mut password)
                 .map_err(|e| format!("cannot read the password from stdin: {e}"))?;
             let password = password.trim_end_matches(['\r', '\n']);
             let created = subgate::auth::create_staff(&pool, &email, password, config.bcrypt_cost)
@@ -111,6 +148,36 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Healthcheck => unreachable!("handled above"),
     }
+}
+
+/// `subgate effects …`: one run of the effects worker or of the Stars reconcile.
+async fn effects(
+    config: Config,
+    pool: deadpool_postgres::Pool,
+    command: EffectsCommand,
+) -> Result<(), String> {
+    use subgate::effects::worker::{Options, Worker};
+    let state = AppState::new(config, pool)
+        .await
+        .map_err(|e| e.to_string())?;
+    let worker = Worker::new(state, Options::default());
+    if !worker.is_enabled() {
+        return Err(
+            "TELEGRAM_BOT_TOKEN is not set (and TELEGRAM_DRY_RUN is off): effects stay queued"
+                .into(),
+        );
+    }
+    let report = match command {
+        EffectsCommand::RunOnce => worker
+            .run(true, &|| false)
+            .await
+            .map(|r| serde_json::to_string(&r)),
+        EffectsCommand::Reconcile => worker.reconcile().await.map(|r| serde_json::to_string(&r)),
+    }
+    .map_err(|e| format!("effects: {e}"))?
+    .map_err(|e| e.to_string())?;
+    println!("{report}");
+    Ok(())
 }
 
 async fn migrate(pool: &deadpool_postgres::Pool) -> Result<(), String> {

@@ -123,6 +123,9 @@ pub async fn record_event(
     after: &Membership,
     cause: Cause,
 ) -> Result<(), ApiError> {
+    // The Telegram side of this change (grant, receipt, revoke, grace notice) is enqueued in
+    // this same transaction: the effects outbox (issue 6).
+    crate::effects::on_membership_change(&**tx, before, after, cause).await?;
     let (cause, payment_id) = cause.parts();
     tx.execute(
         "INSERT INTO membership_events

@@ -2,12 +2,13 @@
 //! (staff REST), `crate::auth` (login) and the payment doors.
 
 use axum::{
-    Router,
+    Json, Router,
     extract::{DefaultBodyLimit, State},
-    http::{HeaderName, Request, StatusCode},
+    http::{HeaderName, HeaderValue, Request, StatusCode, header},
     response::{IntoResponse, Response},
     routing::{get, post},
 };
+use serde_json::{Value, json};
 use tower::ServiceBuilder;
 use tower_http::{
     catch_panic::CatchPanicLayer,
@@ -17,9 +18,10 @@ use tower_http::{
 };
 
 use crate::{
-    api::{channels, memberships, subscribers},
+    api::{channels, effects, invoice_links, memberships, orders, payments, subscribers, sweep},
     auth,
     error::{ApiError, problem},
+    payments::{wayforpay_door, webhook_door},
     state::AppState,
 };
 
@@ -58,7 +60,22 @@ pub fn router(state: AppState) -> Router {
                 .patch(memberships::patch)
                 .delete(memberships::delete),
         )
-        .route("/memberships/{id}/events", get(memberships::events));
+        .route("/memberships/{id}/events", get(memberships::events))
+        .route("/orders", post(orders::create).get(orders::list))
+        .route("/orders/{id}", get(orders::get))
+        .route("/orders/{id}/cancel", post(orders::cancel))
+        .route("/orders/{id}/checkout", post(orders::checkout))
+        // Telegram effects outbox (issue 6).
+        .route("/orders/{id}/invoice-link", post(invoice_links::create))
+        .route("/effects", get(effects::list))
+        .route("/effects/{id}", get(effects::get))
+        .route("/effects/{id}/retry", post(effects::retry))
+        .route("/payments", get(payments::list))
+        .route("/payments/{id}", get(payments::get))
+        .route("/webhook/payment", post(webhook_door::receive))
+        .route("/webhook/wayforpay", post(wayforpay_door::receive))
+        .route("/sweep", post(sweep::run))
+        .route("/webhook/telegram", post(crate::telegram::door::webhook));
 
     Router::new()
         .nest("/api", api)
@@ -90,6 +107,7 @@ pub fn router(state: AppState) -> Router {
                 .layer(PropagateRequestIdLayer::new(HeaderName::from_static(
                     "x-request-id",
                 )))
+                .layer(axum::middleware::map_response(problem_for_bare_errors))
                 .layer(CatchPanicLayer::custom(|_| {
                     ApiError::internal("handler panicked").into_response()
                 }))
@@ -101,13 +119,13 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn healthz() -> &'static str {
-    "ok"
+async fn healthz() -> Json<Value> {
+    Json(json!({"status": "ok"}))
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
     if crate::db::is_ready(&state.db).await {
-        (StatusCode::OK, "ready").into_response()
+        Json(json!({"status": "ready"})).into_response()
     } else {
         ApiError::Unavailable("database unreachable or not migrated".into()).into_response()
     }
@@ -120,4 +138,46 @@ async fn not_found() -> Response {
         "no such route",
         None,
     )
+}
+
+/// Error responses produced by layers rather than handlers carry no body: axum's 405 (with
+/// `Allow`) and the request timeout's 503. Give them a problem document like every other error,
+/// keeping their headers.
+async fn problem_for_bare_errors<B>(response: axum::http::Response<B>) -> Response
+where
+    B: axum::body::HttpBody<Data = axum::body::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error())
+        || response.headers().contains_key(header::CONTENT_TYPE)
+    {
+        return response.map(axum::body::Body::new);
+    }
+    let (kind, detail) = match status {
+        StatusCode::METHOD_NOT_ALLOWED => (
+            "/problems/method-not-allowed",
+            "this route does not accept that method; see the Allow header",
+        ),
+        StatusCode::SERVICE_UNAVAILABLE => (
+            "/problems/unavailable",
+            "the request took too long and was abandoned; retry later",
+        ),
+        _ => ("about:blank", status.canonical_reason().unwrap_or("error")),
+    };
+    let (parts, _) = response.into_parts();
+    let mut problem = problem(status, kind, detail, None);
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_LENGTH {
+            problem.headers_mut().append(name, value.clone());
+        }
+    }
+    if status == StatusCode::SERVICE_UNAVAILABLE
+        && !problem.headers().contains_key(header::RETRY_AFTER)
+    {
+        problem
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    problem
 }

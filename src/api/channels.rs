@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio_postgres::Row;
 
-use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, chars, nullable};
+use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, chars, not_null, nullable};
 use crate::{
     auth::Staff, error::ApiError, idempotency::StaffWrite, payments::currency, state::AppState,
 };
@@ -66,6 +66,44 @@ pub struct ChannelInput {
     active: Option<bool>,
 }
 
+/// A PATCH body: like [`ChannelInput`], but an explicit `null` is seen (and refused for every
+/// field except `seat_limit`, where it means unlimited).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelPatch {
+    #[serde(default, deserialize_with = "nullable")]
+    telegram_chat_id: Option<Option<i64>>,
+    #[serde(default, deserialize_with = "nullable")]
+    title: Option<Option<String>>,
+    #[serde(default, deserialize_with = "nullable")]
+    price_minor: Option<Option<i64>>,
+    #[serde(default, deserialize_with = "nullable")]
+    currency: Option<Option<String>>,
+    #[serde(default, deserialize_with = "nullable")]
+    billing_period_days: Option<Option<i32>>,
+    #[serde(default, deserialize_with = "nullable")]
+    grace_period_days: Option<Option<i32>>,
+    #[serde(default, deserialize_with = "nullable")]
+    seat_limit: Option<Option<i32>>,
+    #[serde(default, deserialize_with = "nullable")]
+    active: Option<Option<bool>>,
+}
+
+impl ChannelPatch {
+    fn into_input(self, e: &mut Errors) -> ChannelInput {
+        ChannelInput {
+            telegram_chat_id: not_null(e, "telegram_chat_id", self.telegram_chat_id),
+            title: not_null(e, "title", self.title),
+            price_minor: not_null(e, "price_minor", self.price_minor),
+            currency: not_null(e, "currency", self.currency),
+            billing_period_days: not_null(e, "billing_period_days", self.billing_period_days),
+            grace_period_days: not_null(e, "grace_period_days", self.grace_period_days),
+            seat_limit: self.seat_limit,
+            active: not_null(e, "active", self.active),
+        }
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListChannels {
@@ -75,8 +113,7 @@ pub struct ListChannels {
 }
 
 /// Checks every present field; with `create`, the required ones must be present.
-fn validate(b: &ChannelInput, create: bool) -> Result<(), ApiError> {
-    let mut e = Errors::default();
+fn validate(b: &ChannelInput, create: bool, mut e: Errors) -> Result<(), ApiError> {
     if create {
         e.required("telegram_chat_id", b.telegram_chat_id);
         e.required("title", b.title.as_ref());
@@ -87,10 +124,12 @@ fn validate(b: &ChannelInput, create: bool) -> Result<(), ApiError> {
     if b.telegram_chat_id == Some(0) {
         e.add("telegram_chat_id", "must not be 0");
     }
-    if let Some(t) = &b.title
-        && !(1..=255).contains(&chars(t))
-    {
-        e.add("title", "must be 1 to 255 characters");
+    if let Some(t) = &b.title {
+        if t.contains('\0') {
+            e.add("title", "must not contain NUL characters");
+        } else if !(1..=255).contains(&chars(t)) {
+            e.add("title", "must be 1 to 255 characters");
+        }
     }
     if let Some(p) = b.price_minor
         && p <= 0
@@ -126,7 +165,7 @@ pub async fn create(
     write: StaffWrite<ChannelInput>,
 ) -> Result<Response, ApiError> {
     let b = &write.body;
-    validate(b, true)?;
+    validate(b, true, Errors::default())?;
     crate::idempotent!(state, write, |tx| {
         let row = tx
             .query_one(
@@ -196,15 +235,18 @@ pub async fn get(
     Ok(Json(Channel::from_row(&row)))
 }
 
-/// `PATCH /api/channels/{id}`: any field; `seat_limit: null` makes the channel unlimited.
+/// `PATCH /api/channels/{id}`: any field; `seat_limit: null` makes the channel unlimited, any
+/// other `null` is a 422.
 /// Orders keep the price and currency they were created with.
 pub async fn patch(
     State(state): State<AppState>,
     _: Staff,
     PathId(id): PathId<i32>,
-    ApiJson(b): ApiJson<ChannelInput>,
+    ApiJson(patch): ApiJson<ChannelPatch>,
 ) -> Result<Json<Channel>, ApiError> {
-    validate(&b, false)?;
+    let mut e = Errors::default();
+    let b = patch.into_input(&mut e);
+    validate(&b, false, e)?;
     let client = state.db.get().await?;
     let row = client
         .query_opt(

@@ -6,8 +6,13 @@
 //! each resource's validation.
 
 pub mod channels;
+pub mod effects;
+pub mod invoice_links;
 pub mod memberships;
+pub mod orders;
+pub mod payments;
 pub mod subscribers;
+pub mod sweep;
 
 use std::collections::BTreeMap;
 
@@ -20,17 +25,16 @@ use serde::{Deserialize, Deserializer, Serialize, de::DeserializeOwned};
 
 use crate::error::ApiError;
 
-/// A JSON body whose rejection is a 400 problem naming what is wrong. The content type is not
-/// required to be `application/json` (gateways and curl users often omit it).
+/// A JSON body whose rejection is a 400 problem naming what is wrong (413 when too large). The
+/// content type is not required to be `application/json` (gateways and curl users often omit
+/// it).
 pub struct ApiJson<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = Bytes::from_request(req, state)
-            .await
-            .map_err(|e| ApiError::BadRequest(format!("could not read the body: {e}")))?;
+        let bytes = Bytes::from_request(req, state).await?;
         parse_json(&bytes).map(ApiJson)
     }
 }
@@ -132,6 +136,16 @@ where
     Option::<T>::deserialize(d).map(Some)
 }
 
+/// For PATCH fields that cannot be null: absent (`None`) means "leave alone"; an explicit `null`
+/// is recorded as an error instead of being silently ignored. Read the field with
+/// `#[serde(default, deserialize_with = "nullable")]`.
+pub fn not_null<T>(e: &mut Errors, field: &str, value: Option<Option<T>>) -> Option<T> {
+    if matches!(value, Some(None)) {
+        e.add(field, "must not be null");
+    }
+    value.flatten()
+}
+
 /// Collects per-field validation messages; `finish` turns any into a 422.
 #[derive(Default)]
 pub struct Errors(BTreeMap<String, String>);
@@ -156,6 +170,18 @@ impl Errors {
             Ok(())
         } else {
             Err(ApiError::Validation(self.0))
+        }
+    }
+}
+
+/// Checks optional text a client sent: at most `max` characters and no NUL (which PostgreSQL
+/// text cannot hold; without this check it would surface as a database error).
+pub fn check_text(e: &mut Errors, field: &str, v: Option<&str>, max: usize) {
+    if let Some(v) = v {
+        if v.contains('\0') {
+            e.add(field, "must not contain NUL characters");
+        } else if chars(v) > max {
+            e.add(field, format!("must be at most {max} characters"));
         }
     }
 }

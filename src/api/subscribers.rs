@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio_postgres::Row;
 
-use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, chars, nullable};
+use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, check_text, not_null, nullable};
 use crate::{auth::Staff, error::ApiError, idempotency::StaffWrite, state::AppState};
 
 const COLUMNS: &str = "id, telegram_user_id, username, display_name, created_at, updated_at";
@@ -49,7 +49,8 @@ pub struct CreateSubscriber {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PatchSubscriber {
-    telegram_user_id: Option<i64>,
+    #[serde(default, deserialize_with = "nullable")]
+    telegram_user_id: Option<Option<i64>>,
     #[serde(default, deserialize_with = "nullable")]
     username: Option<Option<String>>,
     #[serde(default, deserialize_with = "nullable")]
@@ -67,14 +68,6 @@ pub struct ListSubscribers {
 fn check_telegram_user_id(e: &mut Errors, v: i64) {
     if v <= 0 {
         e.add("telegram_user_id", "must be a positive integer");
-    }
-}
-
-fn check_text(e: &mut Errors, field: &str, v: Option<&str>, max: usize) {
-    if let Some(v) = v
-        && chars(v) > max
-    {
-        e.add(field, format!("must be at most {max} characters"));
     }
 }
 
@@ -158,7 +151,8 @@ pub async fn patch(
     ApiJson(b): ApiJson<PatchSubscriber>,
 ) -> Result<Json<Subscriber>, ApiError> {
     let mut e = Errors::default();
-    if let Some(v) = b.telegram_user_id {
+    let telegram_user_id = not_null(&mut e, "telegram_user_id", b.telegram_user_id);
+    if let Some(v) = telegram_user_id {
         check_telegram_user_id(&mut e, v);
     }
     check_text(
@@ -182,7 +176,7 @@ pub async fn patch(
             )
             .await?
             .ok_or(ApiError::NotFound("subscriber"))?;
-        if let Some(new_id) = b.telegram_user_id
+        if let Some(new_id) = telegram_user_id
             && new_id != current.get::<_, i64>(0)
         {
             // Memberships are only created under the subscriber row's key-share lock (their
@@ -211,7 +205,7 @@ pub async fn patch(
                 ),
                 &[
                     &id,
-                    &b.telegram_user_id,
+                    &telegram_user_id,
                     &b.username.is_some(),
                     &b.username.clone().flatten(),
                     &b.display_name.is_some(),

@@ -2,6 +2,10 @@
 //! verification code they use. The one transaction that turns a payment into access lives in
 //! [`core`]; no door touches membership SQL.
 
+pub mod core;
 pub mod currency;
+pub mod seats;
 pub mod standard_webhooks;
 pub mod wayforpay;
+pub mod wayforpay_door;
+pub mod webhook_door;

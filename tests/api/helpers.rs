@@ -74,20 +74,28 @@ async fn template() -> &'static str {
                 .execute("SELECT pg_advisory_lock(7262012)", &[])
                 .await
                 .unwrap();
+            // Per-test databases carry their creation time in their name; drop those left by
+            // runs that ended over two hours ago, never those of a run going on beside this one.
+            let cutoff = chrono::Utc::now().timestamp() - 2 * 3600;
             let stale = admin
                 .query(
-                    "SELECT datname FROM pg_database
-                     WHERE datname LIKE 'subgate\\_test\\_%' OR
-                           (datname LIKE 'subgate\\_tpl\\_%' AND datname <> $1)",
-                    &[&name],
+                    "SELECT datname FROM pg_database WHERE datname LIKE 'subgate\\_test\\_%'",
+                    &[],
                 )
                 .await
                 .unwrap();
             for row in stale {
                 let db: String = row.get(0);
-                let _ = admin
-                    .batch_execute(&format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"))
-                    .await;
+                let created = db
+                    .strip_prefix("subgate_test_")
+                    .and_then(|rest| rest.split('_').next())
+                    .and_then(|t| t.parse::<i64>().ok())
+                    .unwrap_or(0);
+                if created < cutoff {
+                    let _ = admin
+                        .batch_execute(&format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"))
+                        .await;
+                }
             }
             let exists = admin
                 .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name])
@@ -129,7 +137,11 @@ async fn template() -> &'static str {
 /// Creates a fresh database cloned from the template; returns its name.
 pub async fn fresh_database() -> String {
     let template = template().await;
-    let name = format!("subgate_test_{}", uuid::Uuid::new_v4().simple());
+    let name = format!(
+        "subgate_test_{}_{}",
+        chrono::Utc::now().timestamp(),
+        uuid::Uuid::new_v4().simple()
+    );
     let admin = admin_client().await;
     // Cloning fails while another session is connected to the template; none stay connected,
     // but retry briefly in case a concurrent clone is still opening it.
@@ -179,6 +191,30 @@ pub struct TestApp {
     pub router: Router,
     pub db_name: String,
     admin_token: Arc<OnceCell<String>>,
+}
+
+impl Drop for TestApp {
+    /// Drops the test's database (on a thread of its own: `Drop` cannot await). A database
+    /// left behind by a crashed run is dropped by a later run (see `template`).
+    fn drop(&mut self) {
+        self.state.db.close();
+        let name = self.db_name.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                if let Ok((client, conn)) = tokio_postgres::connect(&admin_url(), NoTls).await {
+                    tokio::spawn(conn);
+                    let _ = client
+                        .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
 }
 
 /// A response, read whole.
@@ -387,4 +423,195 @@ fn init_logging() {
                 .try_init();
         }
     });
+}
+
+impl TestApp {
+    /// `POST /api/webhook/telegram` with the configured secret token: delivers one Telegram
+    /// `Update` (given as JSON) the way Telegram's webhook does.
+    pub async fn post_telegram_update(&self, update: Value) -> TestResponse {
+        self.request(
+            Method::POST,
+            "/api/webhook/telegram",
+            &[
+                ("content-type", "application/json"),
+                ("x-telegram-bot-api-secret-token", TELEGRAM_SECRET),
+            ],
+            update.to_string(),
+        )
+        .await
+    }
+}
+
+// ---- payments: orders, signed webhooks (door 1), WayForPay (door 2) ----
+
+/// Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`) for
+/// `body`, signed with `secret` (a `whsec_` key) at `timestamp`.
+pub fn signed_headers(
+    secret: &str,
+    msg_id: &str,
+    timestamp: i64,
+    body: &str,
+) -> Vec<(&'static str, String)> {
+    use subgate::payments::standard_webhooks::{WebhookKey, sign};
+    let key = WebhookKey::parse(secret).expect("a whsec_ key");
+    vec![
+        ("webhook-id", msg_id.to_string()),
+        ("webhook-timestamp", timestamp.to_string()),
+        (
+            "webhook-signature",
+            sign(&key, msg_id, timestamp, body.as_bytes()),
+        ),
+    ]
+}
+
+/// A door-1 `payment.succeeded` body (gateway `acme`, `paid_at` = now).
+pub fn payment_event(
+    payment_id: &str,
+    order_reference: &str,
+    amount_minor: i64,
+    currency: &str,
+) -> Value {
+    json!({
+        "type": "payment.succeeded",
+        "gateway": "acme",
+        "payment_id": payment_id,
+        "order_reference": order_reference,
+        "amount_minor": amount_minor,
+        "currency": currency,
+        "paid_at": chrono::Utc::now().to_rfc3339(),
+    })
+}
+
+/// Hex HMAC-MD5 over `;`-joined parts, computed here independently of the code under test.
+pub fn wayforpay_hmac(key: &str, parts: &[&str]) -> String {
+    use hmac::{Hmac, Mac};
+    let mut mac = Hmac::<md5::Md5>::new_from_slice(key.as_bytes()).unwrap();
+    mac.update(parts.join(";").as_bytes());
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// A WayForPay `serviceUrl` callback body for the test merchant, signed with `key`.
+/// `amount` is the literal JSON number text (e.g. `199.5`).
+pub fn wayforpay_callback_signed(
+    key: &str,
+    account: &str,
+    order_reference: &str,
+    amount: &str,
+    currency: &str,
+    status: &str,
+) -> String {
+    let (auth_code, card_pan, reason_code) = ("541963", "41****8217", "1100");
+    let signature = wayforpay_hmac(
+        key,
+        &[
+            account,
+            order_reference,
+            amount,
+            currency,
+            auth_code,
+            card_pan,
+            status,
+            reason_code,
+        ],
+    );
+    format!(
+        r#"{{"merchantAccount":"{account}","orderReference":"{order_reference}","merchantSignature":"{signature}","amount":{amount},"currency":"{currency}","authCode":"{auth_code}","email":"buyer@example.com","phone":"380501234567","createdDate":1700000000,"processingDate":{processing},"cardPan":"{card_pan}","cardType":"Visa","issuerBankCountry":"Ukraine","issuerBankName":"Bank","recToken":"","transactionStatus":"{status}","reason":"Ok","reasonCode":{reason_code},"fee":0,"paymentSystem":"card"}}"#,
+        processing = chrono::Utc::now().timestamp(),
+    )
+}
+
+/// [`wayforpay_callback_signed`] with the configured test merchant and key.
+pub fn wayforpay_callback(
+    order_reference: &str,
+    amount: &str,
+    currency: &str,
+    status: &str,
+) -> String {
+    wayforpay_callback_signed(
+        WAYFORPAY_KEY,
+        WAYFORPAY_ACCOUNT,
+        order_reference,
+        amount,
+        currency,
+        status,
+    )
+}
+
+/// Asserts `ack` is WayForPay's signed `accept` for `order_reference`.
+#[track_caller]
+pub fn assert_wayforpay_accept(ack: &Value, order_reference: &str) {
+    assert_eq!(ack["orderReference"], order_reference, "ack: {ack}");
+    assert_eq!(ack["status"], "accept", "ack: {ack}");
+    let time = ack["time"].as_i64().expect("time is an integer");
+    let expected = wayforpay_hmac(
+        WAYFORPAY_KEY,
+        &[order_reference, "accept", &time.to_string()],
+    );
+    assert_eq!(ack["signature"], expected.as_str(), "ack signature");
+}
+
+impl TestApp {
+    /// `POST /api/webhook/payment` with `body` as raw text and the given headers.
+    pub async fn post_webhook_raw(&self, body: &str, headers: &[(&str, String)]) -> TestResponse {
+        let mut all: Vec<(&str, &str)> = vec![("content-type", "application/json")];
+        all.extend(headers.iter().map(|(k, v)| (*k, v.as_str())));
+        self.request(Method::POST, "/api/webhook/payment", &all, body.to_string())
+            .await
+    }
+
+    /// `POST /api/webhook/payment`, correctly signed now with the test key and a fresh id.
+    pub async fn post_signed_webhook(&self, body: &Value) -> TestResponse {
+        let body = body.to_string();
+        let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
+        let headers = signed_headers(WEBHOOK_SECRET, &id, chrono::Utc::now().timestamp(), &body);
+        self.post_webhook_raw(&body, &headers).await
+    }
+
+    /// Pays `order` (its JSON) in full through door 1 as payment `payment_id`; returns the response.
+    pub async fn pay_order(&self, order: &Value, payment_id: &str) -> TestResponse {
+        let body = payment_event(
+            payment_id,
+            order["reference"].as_str().unwrap(),
+            order["amount_minor"].as_i64().unwrap(),
+            order["currency"].as_str().unwrap(),
+        );
+        self.post_signed_webhook(&body).await
+    }
+
+    /// `POST /api/webhook/wayforpay` with a raw body.
+    pub async fn post_wayforpay(&self, body: &str) -> TestResponse {
+        self.request(
+            Method::POST,
+            "/api/webhook/wayforpay",
+            &[("content-type", "application/json")],
+            body.to_string(),
+        )
+        .await
+    }
+
+    /// Creates an order; returns its JSON.
+    pub async fn create_order(&self, subscriber_id: i64, channel_id: i64) -> Value {
+        self.post(
+            "/api/orders",
+            json!({"subscriber_id": subscriber_id, "channel_id": channel_id}),
+        )
+        .await
+        .expect(201)
+    }
+
+    /// `POST /api/orders/{id}/checkout`.
+    pub async fn checkout(&self, order_id: i64) -> TestResponse {
+        self.post(&format!("/api/orders/{order_id}/checkout"), Value::Null)
+            .await
+    }
+
+    /// `SELECT count(*)` of a query's rows (the query is the part after `FROM`).
+    pub async fn count(&self, from: &str) -> i64 {
+        self.db()
+            .await
+            .query_one(&format!("SELECT count(*) FROM {from}"), &[])
+            .await
+            .unwrap()
+            .get(0)
+    }
 }

@@ -1,5 +1,17 @@
 //! Integration tests against a real PostgreSQL: one binary (one link), a module per area.
 
+mod fake_bot;
 mod helpers;
 
+mod auth;
+mod crud;
+mod effects;
+mod ops;
+
+mod idempotency;
+mod orders;
+mod payments;
 mod smoke;
+mod sweep;
+mod telegram;
+mod wayforpay;

@@ -1,0 +1,114 @@
+//! `POST /api/orders/{id}/invoice-link`: a Telegram Stars invoice for an `XTR` order, made with
+//! `createInvoiceLink` (payload = the order reference, currency `XTR`, one price of the order's
+//! amount) and stored on the order, so the buyer can pay from any chat and the payment comes
+//! back through door 3 naming the order.
+//!
+//! The link is made once: a stored link is returned as it is, so repeating the request (with
+//! or without `Idempotency-Key`) never makes a second invoice. The Bot API call cannot share a
+//! transaction with the store; two requests racing both call Telegram, the first stored link
+//! wins and both answer it (the other invoice is never shown to anyone).
+
+use axum::{Json, extract::State};
+use serde_json::{Value, json};
+
+use super::{
+    ApiJson, PathId,
+    orders::{self, Order},
+};
+use crate::{
+    auth::Staff,
+    error::ApiError,
+    idempotency::NoBody,
+    state::AppState,
+    telegram::bot_api::{BotApi, DEFAULT_TIMEOUT},
+};
+
+/// Telegram's limits on an invoice's title and description, in characters.
+const TITLE_MAX: usize = 32;
+const DESCRIPTION_MAX: usize = 255;
+
+/// `POST /api/orders/{id}/invoice-link` → 200 `{"order": Order}` with `invoice_link` set.
+/// 404 unknown order; 422 not an `XTR` order; 409 order not pending (and no link yet);
+/// 503 without a bot token, in dry-run mode, or when Telegram does not answer.
+pub async fn create(
+    State(state): State<AppState>,
+    staff: Staff,
+    PathId(id): PathId<i64>,
+    ApiJson(_): ApiJson<NoBody>,
+) -> Result<Json<Value>, ApiError> {
+    let client = state.db.get().await?;
+    let order = read_order(&client, id).await?;
+    if order.currency != "XTR" {
+        return Err(ApiError::Unprocessable(
+            "invoice links are made for XTR (Telegram Stars) orders only".into(),
+        ));
+    }
+    if order.invoice_link.is_some() {
+        return Ok(Json(json!({ "order": order })));
+    }
+    if order.status != "pending" {
+        return Err(ApiError::Conflict(format!(
+            "the order is {}; an invoice is made only for a pending order",
+            order.status
+        )));
+    }
+    let row = client
+        .query_one(
+            "SELECT title, billing_period_days FROM channels WHERE id = $1",
+            &[&order.channel_id],
+        )
+        .await?;
+    let (title, days): (String, i32) = (row.get(0), row.get(1));
+    drop(client);
+
+    let bot = BotApi::from_config(&state.config, DEFAULT_TIMEOUT).ok_or_else(|| {
+        ApiError::Unavailable("TELEGRAM_BOT_TOKEN is not set: no invoice link can be made".into())
+    })?;
+    if bot.is_dry_run() {
+        return Err(ApiError::Unavailable(
+            "TELEGRAM_DRY_RUN is on: no invoice link is made".into(),
+        ));
+    }
+    let description = format!("{days} days of access to {title}");
+    let link = bot
+        .create_stars_invoice_link(
+            &clip(&title, TITLE_MAX),
+            &clip(&description, DESCRIPTION_MAX),
+            &order.reference,
+            &clip(&format!("{days} days of access"), TITLE_MAX),
+            order.amount_minor,
+        )
+        .await
+        .map_err(|e| ApiError::Unavailable(format!("Telegram made no invoice link: {e}")))?;
+
+    let client = state.db.get().await?;
+    client
+        .execute(
+            "UPDATE orders SET invoice_link = $2 WHERE id = $1 AND invoice_link IS NULL",
+            &[&id, &link],
+        )
+        .await?;
+    let order = read_order(&client, id).await?;
+    tracing::info!(
+        order_id = id,
+        staff_id = staff.id,
+        "Stars invoice link made"
+    );
+    Ok(Json(json!({ "order": order })))
+}
+
+async fn read_order(client: &deadpool_postgres::Object, id: i64) -> Result<Order, ApiError> {
+    let row = client
+        .query_opt(
+            &format!("SELECT {} FROM orders WHERE id = $1", orders::COLUMNS),
+            &[&id],
+        )
+        .await?
+        .ok_or(ApiError::NotFound("order"))?;
+    Ok(Order::from_row(&row))
+}
+
+/// `s` cut to at most `max` characters (never inside a character).
+fn clip(s: &str, max: usize) -> String {
+    s.chars().take(max).collect()
+}

@@ -1,0 +1,88 @@
+//! `/api/payments`: read-only view of every payment any door stored, so staff can find the ones
+//! that need a human (`outcome=needs_review`) or a refund. Payments are written only by
+//! [`crate::payments::core::apply_payment`] and never deleted.
+
+use axum::{Json, extract::State};
+use serde::Deserialize;
+
+use super::{ApiQuery, Page, Paging, PathId};
+use crate::{
+    auth::Staff,
+    error::ApiError,
+    payments::core::{COLUMNS, Payment},
+    state::AppState,
+};
+
+const OUTCOMES: [&str; 5] = [
+    "applied",
+    "needs_review",
+    "refund_pending",
+    "refunded",
+    "refund_failed",
+];
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListPayments {
+    limit: Option<i64>,
+    after: Option<i64>,
+    outcome: Option<String>,
+    order_id: Option<i64>,
+    subscriber_id: Option<i32>,
+}
+
+/// `GET /api/payments` (filters `outcome`, `order_id`, `subscriber_id`), by id ascending.
+pub async fn list(
+    State(state): State<AppState>,
+    _: Staff,
+    ApiQuery(q): ApiQuery<ListPayments>,
+) -> Result<Json<Page<Payment>>, ApiError> {
+    let paging = Paging::new(q.limit, q.after)?;
+    if let Some(o) = &q.outcome
+        && !OUTCOMES.contains(&o.as_str())
+    {
+        return Err(ApiError::field(
+            "outcome",
+            "must be applied, needs_review, refund_pending, refunded or refund_failed",
+        ));
+    }
+    let client = state.db.get().await?;
+    let rows = client
+        .query(
+            &format!(
+                "SELECT {COLUMNS} FROM payments
+                 WHERE id > $1
+                   AND ($2::text IS NULL OR outcome = $2)
+                   AND ($3::bigint IS NULL OR order_id = $3)
+                   AND ($4::integer IS NULL OR subscriber_id = $4)
+                 ORDER BY id LIMIT $5"
+            ),
+            &[
+                &paging.after,
+                &q.outcome,
+                &q.order_id,
+                &q.subscriber_id,
+                &paging.fetch(),
+            ],
+        )
+        .await?;
+    let items = rows.iter().map(Payment::from_row).collect();
+    Ok(Json(paging.page(items, |p| p.id)))
+}
+
+/// `GET /api/payments/{id}`.
+pub async fn get(
+    State(state): State<AppState>,
+    _: Staff,
+    PathId(id): PathId<i64>,
+) -> Result<Json<Payment>, ApiError> {
+    let client = state.db.get().await?;
+    let row = client
+        .query_opt(
+            &format!("SELECT {COLUMNS} FROM payments WHERE id = $1"),
+            &[&id],
+        )
+        .await?
+        .ok_or(ApiError::NotFound("payment"))?;
+    Ok(Json(Payment::from_row(&row)))
+}

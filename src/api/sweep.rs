@@ -1,0 +1,81 @@
+//! `POST /api/sweep`: runs one full sweep ([`crate::sweep`]) and answers its report.
+//!
+//! Callable by staff (JWT) or, so cron needs no login, with `Authorization: Bearer
+//! <SWEEP_TOKEN>` when that variable is set. Not idempotency-keyed: a sweep is idempotent by
+//! nature (running it twice changes nothing the first run did not). The body is ignored.
+
+use axum::{Json, extract::FromRequestParts, extract::State, http::request::Parts};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::{
+    auth::{Staff, bearer},
+    error::ApiError,
+    state::AppState,
+    sweep::{self, SweepReport},
+};
+
+/// Who asked for a sweep.
+#[derive(Debug, Clone, Copy)]
+pub enum SweepCaller {
+    /// A request bearing the configured `SWEEP_TOKEN`.
+    Cron,
+    /// A staff account's JWT.
+    Staff(Staff),
+}
+
+/// True when `token` is the configured sweep token. Both sides are hashed first, so the
+/// constant-time comparison does not even reveal the token's length.
+fn is_sweep_token(configured: &str, token: &str) -> bool {
+    let expected = Sha256::digest(configured.as_bytes());
+    let given = Sha256::digest(token.as_bytes());
+    expected.ct_eq(&given).into()
+}
+
+impl FromRequestParts<AppState> for SweepCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        if let (Some(configured), Some(token)) = (&state.config.sweep_token, bearer(&parts.headers))
+            && is_sweep_token(configured.expose(), token)
+        {
+            return Ok(SweepCaller::Cron);
+        }
+        Staff::from_request_parts(parts, state)
+            .await
+            .map(SweepCaller::Staff)
+    }
+}
+
+/// `POST /api/sweep` → 200 `{"examined", "to_grace", "to_expired", "skipped", "duration_ms"}`.
+///
+/// The run is spawned, so a client that disconnects (or a request timeout) does not cut it off
+/// between batches; each batch commits on its own either way.
+pub async fn run(
+    State(state): State<AppState>,
+    caller: SweepCaller,
+) -> Result<Json<SweepReport>, ApiError> {
+    match caller {
+        SweepCaller::Cron => tracing::info!("sweep requested with the sweep token"),
+        SweepCaller::Staff(staff) => tracing::info!(staff_id = staff.id, "sweep requested"),
+    }
+    let pool = state.db.clone();
+    let report = tokio::spawn(async move { sweep::sweep(&pool, sweep::DEFAULT_BATCH_SIZE).await })
+        .await
+        .map_err(ApiError::internal)??;
+    Ok(Json(report))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_sweep_token;
+
+    #[test]
+    fn sweep_token_comparison() {
+        let t = "sweep-token-0123456789abcdef0123456789";
+        assert!(is_sweep_token(t, t));
+        assert!(!is_sweep_token(t, &t[..t.len() - 1]));
+        assert!(!is_sweep_token(t, &format!("{t}x")));
+        assert!(!is_sweep_token(t, ""));
+    }
+}

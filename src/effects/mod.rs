@@ -1,0 +1,481 @@
+//! Telegram effects: what subgate must make Telegram do after a change in its own database —
+//! let a buyer in, kick an expired member out, remind, refund Stars, answer a join request —
+//! kept in a transactional outbox (the `effects` table).
+//!
+//! The change and the intent to act commit together: the code that changes a membership (or
+//! the sweep, or the webhook door) inserts the effect row in its own transaction through the
+//! functions here, so neither can exist without the other. The [`worker`] performs effects
+//! after commit, at least once, retrying until done; therefore every effect is designed to be
+//! harmless when repeated (unban with `only_if_banned`, ban + unban, approve/decline that accept
+//! "already done" answers, messages whose rare duplicate is acceptable) and re-checks the
+//! membership before acting, so an effect overtaken by a later change (a revoke after a
+//! renewal, a reminder after a payment) is skipped instead of performed.
+//!
+//! `dedupe_key` (unique) makes "at most one per X" a schema invariant: one revoke and one grace
+//! notice per (membership, expiry), one reminder per (membership, expiry) — that is, per period
+//! — one refund per payment, one decision per join request.
+
+pub mod worker;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio_postgres::GenericClient;
+use tokio_postgres::Row;
+
+use crate::{
+    config::Config,
+    error::ApiError,
+    memberships::{Cause, Membership},
+    sweep::{Status, Transition},
+};
+
+pub use worker::{RunReport, Worker, reconcile, run_once};
+
+/// What an effect does on Telegram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A membership became active from none or expired: unban (only if banned), then send
+    /// the buyer the channel's join-request link.
+    Grant,
+    /// An active or grace member renewed: a short receipt.
+    RenewalReceipt,
+    /// A membership expired: ban, then unban (only if banned) — out now, free to come back
+    /// after paying.
+    Revoke,
+    /// `REMINDER_DAYS` before `expires_at`, once per period.
+    Reminder,
+    /// The membership entered its grace period.
+    GraceNotice,
+    /// A `refund_pending` Stars payment: `refundStarPayment`.
+    Refund,
+    /// A join request of a paying member: `approveChatJoinRequest`.
+    JoinApprove,
+    /// Any other join request: `declineChatJoinRequest`.
+    JoinDecline,
+}
+
+impl Kind {
+    /// Every kind (the schema's CHECK lists the same).
+    pub const ALL: [Kind; 8] = [
+        Kind::Grant,
+        Kind::RenewalReceipt,
+        Kind::Revoke,
+        Kind::Reminder,
+        Kind::GraceNotice,
+        Kind::Refund,
+        Kind::JoinApprove,
+        Kind::JoinDecline,
+    ];
+
+    /// The schema's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Grant => "grant",
+            Kind::RenewalReceipt => "renewal_receipt",
+            Kind::Revoke => "revoke",
+            Kind::Reminder => "reminder",
+            Kind::GraceNotice => "grace_notice",
+            Kind::Refund => "refund",
+            Kind::JoinApprove => "join_approve",
+            Kind::JoinDecline => "join_decline",
+        }
+    }
+
+    /// Parses the schema's spelling.
+    pub fn parse(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// The columns of [`Effect::from_row`], in order.
+pub const COLUMNS: &str = "id, kind, membership_id, payment_id, order_id, chat_id, user_id, \
+     payload, status, attempts, next_attempt_at, last_error, dedupe_key, created_at, updated_at, \
+     done_at";
+
+/// An effect row, as the worker reads it and `GET /api/effects` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Effect {
+    pub id: i64,
+    pub kind: String,
+    pub membership_id: Option<i64>,
+    pub payment_id: Option<i64>,
+    pub order_id: Option<i64>,
+    pub chat_id: Option<i64>,
+    pub user_id: i64,
+    pub payload: Value,
+    /// `pending`, `done` or `failed` (the dead letter).
+    pub status: String,
+    pub attempts: i32,
+    pub next_attempt_at: DateTime<Utc>,
+    pub last_error: Option<String>,
+    pub dedupe_key: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub done_at: Option<DateTime<Utc>>,
+}
+
+impl Effect {
+    /// Reads a row selected with [`COLUMNS`].
+    pub fn from_row(r: &Row) -> Effect {
+        Effect {
+            id: r.get(0),
+            kind: r.get(1),
+            membership_id: r.get(2),
+            payment_id: r.get(3),
+            order_id: r.get(4),
+            chat_id: r.get(5),
+            user_id: r.get(6),
+            payload: r.get(7),
+            status: r.get(8),
+            attempts: r.get(9),
+            next_attempt_at: r.get(10),
+            last_error: r.get(11),
+            dedupe_key: r.get(12),
+            created_at: r.get(13),
+            updated_at: r.get(14),
+            done_at: r.get(15),
+        }
+    }
+
+    /// The `expires_at` the effect was enqueued for (payload), if any.
+    pub fn payload_expires_at(&self) -> Option<DateTime<Utc>> {
+        self.payload
+            .get("expires_at")
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+    }
+}
+
+/// An effect to enqueue.
+#[derive(Debug, Clone)]
+pub struct NewEffect {
+    pub kind: Kind,
+    pub membership_id: Option<i64>,
+    pub payment_id: Option<i64>,
+    pub order_id: Option<i64>,
+    pub chat_id: Option<i64>,
+    pub user_id: i64,
+    pub payload: Value,
+    /// At most one effect per key ever; `None` for no deduplication.
+    pub dedupe_key: Option<String>,
+}
+
+/// Inserts one effect, due now. Returns its id, or `None` when an effect with the same
+/// `dedupe_key` already exists (nothing inserted). Call it inside the transaction of the change
+/// that needs it.
+pub async fn enqueue(client: &impl GenericClient, e: &NewEffect) -> Result<Option<i64>, ApiError> {
+    let row = client
+        .query_opt(
+            "INSERT INTO effects
+                 (kind, membership_id, payment_id, order_id, chat_id, user_id, payload, dedupe_key)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+             ON CONFLICT (dedupe_key) DO NOTHING
+             RETURNING id",
+            &[
+                &e.kind.as_str(),
+                &e.membership_id,
+                &e.payment_id,
+                &e.order_id,
+                &e.chat_id,
+                &e.user_id,
+                &e.payload,
+                &e.dedupe_key,
+            ],
+        )
+        .await?;
+    Ok(row.map(|r| r.get(0)))
+}
+
+/// A dedupe key naming one term of one membership: `{what}:{membership}:{expiry in µs}`.
+fn term_key(what: &str, membership_id: i64, expires_at: DateTime<Utc>) -> String {
+    format!("{what}:{membership_id}:{}", expires_at.timestamp_micros())
+}
+
+/// What a membership change asks Telegram to do, if anything (pure; see [`on_membership_change`]).
+pub fn effect_of_change(before: Option<&Membership>, after: &Membership) -> Option<Kind> {
+    let was = before.map(|b| b.status.as_str());
+    match (was, after.status.as_str()) {
+        (None | Some("expired"), "active") => Some(Kind::Grant),
+        (Some("active" | "grace"), "active")
+            if before.is_some_and(|b| after.expires_at > b.expires_at) =>
+        {
+            Some(Kind::RenewalReceipt)
+        }
+        (Some("active" | "grace"), "expired") => Some(Kind::Revoke),
+        (Some("active"), "grace") => Some(Kind::GraceNotice),
+        _ => None,
+    }
+}
+
+/// Hook of [`crate::memberships::record_event`], the single writer of membership changes made
+/// by payments and staff: enqueues the grant, receipt, revoke or grace notice the change asks
+/// for, in the caller's transaction. Revokes and grace notices share their dedupe keys with the
+/// sweep's, so one expiry is acted on once whoever wrote it.
+pub async fn on_membership_change(
+    client: &impl GenericClient,
+    before: Option<&Membership>,
+    after: &Membership,
+    cause: Cause,
+) -> Result<(), ApiError> {
+    let Some(kind) = effect_of_change(before, after) else {
+        return Ok(());
+    };
+    let payment_id = match cause {
+        Cause::Payment(id) => Some(id),
+        Cause::Staff => None,
+    };
+    let what = match kind {
+        Kind::Grant => "grant",
+        Kind::RenewalReceipt => "receipt",
+        Kind::Revoke => "revoke",
+        Kind::GraceNotice => "grace",
+        _ => return Ok(()),
+    };
+    let key = term_key(what, after.id, after.expires_at);
+    // One statement reads the Telegram ids and inserts, so the effect names who they are now.
+    client
+        .execute(
+            "INSERT INTO effects (kind, membership_id, payment_id, chat_id, user_id, payload, dedupe_key)
+             SELECT $2, m.id, $3, c.telegram_chat_id, s.telegram_user_id, $4, $5
+             FROM memberships m
+             JOIN subscribers s ON s.id = m.subscriber_id
+             JOIN channels c ON c.id = m.channel_id
+             WHERE m.id = $1
+             ON CONFLICT (dedupe_key) DO NOTHING",
+            &[
+                &after.id,
+                &kind.as_str(),
+                &payment_id,
+                &json!({"expires_at": after.expires_at}),
+                &key,
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Hook of the sweep's batch write: enqueues a revoke for every membership it moved to
+/// `expired` and a grace notice for every one it moved to `grace`, in the batch transaction.
+pub async fn on_sweep_transitions(
+    client: &impl GenericClient,
+    transitions: &[Transition],
+) -> Result<(), ApiError> {
+    let mut ids = Vec::new();
+    let mut kinds = Vec::new();
+    let mut keys = Vec::new();
+    let mut payloads = Vec::new();
+    for t in transitions {
+        let (kind, what) = match (t.from, t.to) {
+            (Status::Active | Status::Grace, Status::Expired) => (Kind::Revoke, "revoke"),
+            (Status::Active, Status::Grace) => (Kind::GraceNotice, "grace"),
+            _ => continue,
+        };
+        ids.push(t.membership_id);
+        kinds.push(kind.as_str());
+        keys.push(term_key(what, t.membership_id, t.expires_at));
+        payloads.push(json!({"expires_at": t.expires_at}));
+    }
+    if ids.is_empty() {
+        return Ok(());
+    }
+    client
+        .execute(
+            "INSERT INTO effects (kind, membership_id, chat_id, user_id, payload, dedupe_key)
+             SELECT t.kind, m.id, c.telegram_chat_id, s.telegram_user_id, t.payload, t.key
+             FROM unnest($1::bigint[], $2::text[], $3::text[], $4::jsonb[])
+                  AS t(id, kind, key, payload)
+             JOIN memberships m ON m.id = t.id
+             JOIN subscribers s ON s.id = m.subscriber_id
+             JOIN channels c ON c.id = m.channel_id
+             ORDER BY t.id
+             ON CONFLICT (dedupe_key) DO NOTHING",
+            &[&ids, &kinds, &keys, &payloads],
+        )
+        .await?;
+    Ok(())
+}
+
+/// True when effects can be performed: a bot token is set, or dry-run is on.
+pub fn outbox_enabled(config: &Config) -> bool {
+    config.telegram_bot_token.is_some() || config.telegram_dry_run
+}
+
+/// Hook of the Telegram door for a `chat_join_request`. With a bot configured
+/// ([`outbox_enabled`]) the decision goes through the outbox — approve or decline, retried until
+/// Telegram confirms, which a webhook reply cannot report — and this returns `true`: the door
+/// answers `{}`. Without one, nothing is enqueued and this returns `false`: the webhook reply is
+/// then the only way to answer, so the door keeps answering in its body (API.md door 3).
+/// Telegram's redelivery of the same request (same chat, user and `date`) enqueues nothing new.
+pub async fn enqueue_join_decision(
+    config: &Config,
+    client: &impl GenericClient,
+    chat_id: i64,
+    user_id: i64,
+    approve: bool,
+    request_date: Option<i64>,
+) -> Result<bool, ApiError> {
+    if !outbox_enabled(config) {
+        return Ok(false);
+    }
+    let kind = if approve {
+        Kind::JoinApprove
+    } else {
+        Kind::JoinDecline
+    };
+    enqueue(
+        client,
+        &NewEffect {
+            kind,
+            membership_id: None,
+            payment_id: None,
+            order_id: None,
+            chat_id: Some(chat_id),
+            user_id,
+            payload: json!({"request_date": request_date}),
+            dedupe_key: request_date.map(|d| format!("join:{chat_id}:{user_id}:{d}")),
+        },
+    )
+    .await?;
+    Ok(true)
+}
+
+/// Rows one scan statement enqueues at most; a scan repeats until a statement finds fewer.
+const SCAN_BATCH: i64 = 1000;
+
+/// Enqueues a reminder for every active membership of an active channel whose `expires_at`
+/// is within `reminder_days` from now, once per (membership, expiry) — so once per period: a
+/// renewal moves `expires_at` and the next period gets its own reminder. Returns how many.
+pub async fn enqueue_due_reminders(
+    client: &impl GenericClient,
+    reminder_days: u32,
+) -> Result<u64, ApiError> {
+    if reminder_days == 0 {
+        return Ok(0);
+    }
+    let days = reminder_days as i32;
+    let mut total = 0;
+    loop {
+        let n = client
+            .execute(
+                "INSERT INTO effects (kind, membership_id, chat_id, user_id, payload, dedupe_key)
+                 SELECT 'reminder', d.id, d.telegram_chat_id, d.telegram_user_id,
+                        jsonb_build_object('expires_at', d.expires_at), d.key
+                 FROM (
+                     SELECT m.id, c.telegram_chat_id, s.telegram_user_id, m.expires_at,
+                            'reminder:' || m.id || ':'
+                              || (extract(epoch FROM m.expires_at) * 1000000)::bigint AS key
+                     FROM memberships m
+                     JOIN subscribers s ON s.id = m.subscriber_id
+                     JOIN channels c ON c.id = m.channel_id
+                     WHERE m.status = 'active' AND c.active
+                       AND m.expires_at > statement_timestamp()
+                       AND m.expires_at <= statement_timestamp() + make_interval(days => $1)
+                 ) AS d
+                 WHERE NOT EXISTS (SELECT 1 FROM effects e WHERE e.dedupe_key = d.key)
+                 LIMIT $2
+                 ON CONFLICT (dedupe_key) DO NOTHING",
+                &[&days, &SCAN_BATCH],
+            )
+            .await?;
+        total += n;
+        if (n as i64) < SCAN_BATCH {
+            return Ok(total);
+        }
+    }
+}
+
+/// Enqueues one refund for every `refund_pending` Telegram Stars payment that has none yet
+/// (the payment row itself is the durable intent: the payment core marks it in its own
+/// transaction). The refund goes to the payer the door recorded. Returns how many.
+pub async fn enqueue_pending_refunds(client: &impl GenericClient) -> Result<u64, ApiError> {
+    let mut total = 0;
+    loop {
+        let n = client
+            .execute(
+                "INSERT INTO effects (kind, payment_id, order_id, user_id, payload, dedupe_key)
+                 SELECT 'refund', d.id, d.order_id, d.user_id,
+                        jsonb_build_object('charge_id', d.external_id), d.key
+                 FROM (
+                     SELECT p.id, p.order_id, p.external_id, 'refund:' || p.id AS key,
+                            COALESCE(CASE WHEN p.payer ~ '^[0-9]{1,18}$' THEN p.payer::bigint END,
+                                     s.telegram_user_id) AS user_id
+                     FROM payments p LEFT JOIN subscribers s ON s.id = p.subscriber_id
+                     WHERE p.outcome = 'refund_pending' AND p.gateway = 'telegram_stars'
+                 ) AS d
+                 WHERE d.user_id IS NOT NULL
+                   AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.dedupe_key = d.key)
+                 LIMIT $1
+                 ON CONFLICT (dedupe_key) DO NOTHING",
+                &[&SCAN_BATCH],
+            )
+            .await?;
+        total += n;
+        if (n as i64) < SCAN_BATCH {
+            return Ok(total);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Duration;
+
+    fn m(status: &str, expires_in_days: i64) -> Membership {
+        let t0 = DateTime::<Utc>::from_timestamp(1_700_000_000, 0).unwrap();
+        Membership {
+            id: 1,
+            subscriber_id: 1,
+            channel_id: 1,
+            status: status.into(),
+            expires_at: t0 + Duration::days(expires_in_days),
+            created_at: t0,
+            updated_at: t0,
+        }
+    }
+
+    #[test]
+    fn changes_map_to_effects() {
+        use Kind::*;
+        let cases: &[(Option<Membership>, Membership, Option<Kind>)] = &[
+            (None, m("active", 30), Some(Grant)),
+            (Some(m("expired", 0)), m("active", 30), Some(Grant)),
+            (Some(m("active", 5)), m("active", 35), Some(RenewalReceipt)),
+            (Some(m("grace", -1)), m("active", 29), Some(RenewalReceipt)),
+            // A staff back-dating (or a no-op) is not a renewal.
+            (Some(m("active", 30)), m("active", 1), None),
+            (Some(m("active", 30)), m("active", 30), None),
+            (Some(m("active", 30)), m("expired", 30), Some(Revoke)),
+            (Some(m("grace", 0)), m("expired", 0), Some(Revoke)),
+            (Some(m("active", 0)), m("grace", 0), Some(GraceNotice)),
+            (Some(m("expired", 0)), m("expired", 5), None),
+            (Some(m("expired", 0)), m("grace", 5), None),
+            (None, m("expired", 0), None),
+        ];
+        for (before, after, want) in cases {
+            assert_eq!(
+                effect_of_change(before.as_ref(), after),
+                *want,
+                "{:?} → {}",
+                before.as_ref().map(|b| &b.status),
+                after.status
+            );
+        }
+    }
+
+    #[test]
+    fn kinds_round_trip() {
+        for k in Kind::ALL {
+            assert_eq!(Kind::parse(k.as_str()), Some(k));
+            assert_eq!(serde_json::to_value(k).unwrap(), json!(k.as_str()));
+        }
+        assert_eq!(Kind::parse("nope"), None);
+    }
+
+    #[test]
+    fn term_keys_name_the_membership_and_expiry() {
+        let t = DateTime::<Utc>::from_timestamp(1_700_000_000, 123_456_000).unwrap();
+        assert_eq!(term_key("revoke", 9, t), "revoke:9:1700000000123456");
+    }
+}

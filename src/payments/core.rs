@@ -1,0 +1,336 @@
+//! The payment core: the one transaction that turns a normalized payment into access, exactly
+//! once. Every door (signed webhook, WayForPay, Telegram Stars) authenticates its caller, builds
+//! a [`NormalizedPayment`] and calls [`apply_payment`]; no door touches order, membership or
+//! payment SQL itself.
+//!
+//! Exactly once rests on two things, both inside one transaction:
+//! - the lock order (advisory pair lock → order `FOR UPDATE` → seat-limited channel
+//!   `FOR NO KEY UPDATE` → membership; see `docs/locking.md`), so two payments of one order,
+//!   a checkout, a manual grant and the sweep never interleave on the same membership or seat;
+//! - `INSERT … ON CONFLICT (gateway, external_id) DO NOTHING`, issued after the locks: of any
+//!   number of deliveries of one payment, exactly one inserts; every other one finds the stored
+//!   row, answers with it and changes nothing.
+//!
+//! The checks (API.md order: unknown order, cancelled, currency, amount, payer, already paid,
+//! channel inactive, seat) are reads under those locks, so they are decided first and the
+//! payment row is inserted once, with its final outcome. A payment that fails a check is still
+//! kept (money is never lost) and grants nothing.
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::Transaction;
+use serde::Serialize;
+use tokio_postgres::Row;
+
+use crate::{
+    error::ApiError,
+    memberships::{self, Cause, Membership},
+    payments::seats::{self, LockedOrder, SeatCheck},
+    state::AppState,
+};
+
+/// The gateway name of Telegram Stars payments, the only ones we can refund ourselves.
+pub const TELEGRAM_STARS: &str = "telegram_stars";
+
+/// A payment as every door hands it to [`apply_payment`], after authenticating its sender.
+#[derive(Debug, Clone)]
+pub struct NormalizedPayment {
+    /// `[a-z0-9_-]{1,32}`: `wayforpay`, `telegram_stars`, or a door-1 gateway name.
+    pub gateway: String,
+    /// The gateway's id of this payment, 1..255 characters; unique per gateway.
+    pub external_id: String,
+    /// Our order reference, as the gateway echoes it.
+    pub order_reference: String,
+    /// Amount in minor units, ≥ 0.
+    pub amount_minor: i64,
+    /// Three upper-case letters.
+    pub currency: String,
+    /// When the gateway says it was paid; a future time is clamped to database now.
+    pub paid_at: DateTime<Utc>,
+    /// The payer's Telegram user id, when the door knows it (Telegram Stars only).
+    pub payer_telegram_id: Option<i64>,
+}
+
+/// The columns of [`Payment::from_row`], in order.
+pub const COLUMNS: &str = "id, gateway, external_id, order_reference, order_id, subscriber_id, \
+     channel_id, amount_minor, currency, paid_at, outcome, reason, created_at";
+
+/// A stored payment as the API shows it. `order_reference` is shown too (beyond API.md's list)
+/// so staff can reconcile an `unknown_order` payment, whose order fields are null.
+#[derive(Debug, Clone, Serialize)]
+pub struct Payment {
+    pub id: i64,
+    pub gateway: String,
+    pub external_id: String,
+    pub order_reference: Option<String>,
+    pub order_id: Option<i64>,
+    pub subscriber_id: Option<i32>,
+    pub channel_id: Option<i32>,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub paid_at: DateTime<Utc>,
+    /// `applied`, `needs_review`, `refund_pending`, `refunded` or `refund_failed`.
+    pub outcome: String,
+    /// Why it was not applied (null when applied).
+    pub reason: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl Payment {
+    /// Reads a row selected with [`COLUMNS`].
+    pub fn from_row(r: &Row) -> Payment {
+        Payment {
+            id: r.get(0),
+            gateway: r.get(1),
+            external_id: r.get(2),
+            order_reference: r.get(3),
+            order_id: r.get(4),
+            subscriber_id: r.get(5),
+            channel_id: r.get(6),
+            amount_minor: r.get(7),
+            currency: r.get(8),
+            paid_at: r.get(9),
+            outcome: r.get(10),
+            reason: r.get(11),
+            created_at: r.get(12),
+        }
+    }
+}
+
+/// What [`apply_payment`] did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Applied {
+    /// True when this (gateway, external_id) was already stored: nothing changed, and `payment`
+    /// is the stored row (even if this delivery's other fields differ).
+    pub duplicate: bool,
+    pub payment: Payment,
+    /// The membership of the payment's (subscriber, channel) as it stands after this call:
+    /// the extended one when applied; the untouched current one (if any) when a check failed or
+    /// for a duplicate; `None` when there is no membership or the order is unknown.
+    pub membership: Option<Membership>,
+}
+
+/// Why a payment was not applied: the `reason` column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    UnknownOrder,
+    OrderCancelled,
+    CurrencyMismatch,
+    AmountMismatch,
+    PayerMismatch,
+    AlreadyPaid,
+    ChannelInactive,
+    HoldExpired,
+    NoSeat,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::UnknownOrder => "unknown_order",
+            Reason::OrderCancelled => "order_cancelled",
+            Reason::CurrencyMismatch => "currency_mismatch",
+            Reason::AmountMismatch => "amount_mismatch",
+            Reason::PayerMismatch => "payer_mismatch",
+            Reason::AlreadyPaid => "already_paid",
+            Reason::ChannelInactive => "channel_inactive",
+            Reason::HoldExpired => "hold_expired",
+            Reason::NoSeat => "no_seat",
+        }
+    }
+}
+
+/// The outcome of a payment failing `reason`: only Telegram Stars failing on the seat or a
+/// double payment are refunded by us (`refund_pending`); everything else needs a human.
+pub fn outcome_for(gateway: &str, reason: Option<Reason>) -> &'static str {
+    match reason {
+        None => "applied",
+        Some(Reason::HoldExpired | Reason::NoSeat | Reason::AlreadyPaid)
+            if gateway == TELEGRAM_STARS =>
+        {
+            "refund_pending"
+        }
+        Some(_) => "needs_review",
+    }
+}
+
+/// Applies one payment in one transaction (API.md "Payment ingestion" 1–4): locks in the lock
+/// order, checks against the order, stores the payment once with its outcome, and on success
+/// marks the order paid and extends the membership by the channel's billing period from
+/// `GREATEST(current expiry, paid_at)`. A repeat of a stored (gateway, external_id) changes
+/// nothing and returns the stored payment with `duplicate: true`. Deadlock victims are run again
+/// by [`crate::transaction!`]; a failure is an `ApiError` and nothing is stored.
+pub async fn apply_payment(state: &AppState, p: NormalizedPayment) -> Result<Applied, ApiError> {
+    let p = &p;
+    let applied = crate::transaction!(state.db, |tx| { apply_in(tx, p).await })?;
+    tracing::info!(
+        payment_id = applied.payment.id,
+        gateway = %applied.payment.gateway,
+        external_id = %applied.payment.external_id,
+        order_id = ?applied.payment.order_id,
+        outcome = %applied.payment.outcome,
+        reason = ?applied.payment.reason,
+        membership_id = ?applied.membership.as_ref().map(|m| m.id),
+        duplicate = applied.duplicate,
+        "payment ingested"
+    );
+    Ok(applied)
+}
+
+/// The body of [`apply_payment`]'s transaction.
+async fn apply_in(tx: &Transaction<'_>, p: &NormalizedPayment) -> Result<Applied, ApiError> {
+    // 1. Locks: pair → order → channel (if seat-limited). An unknown reference needs none.
+    let locked = seats::lock_order_by_reference(tx, &p.order_reference).await?;
+
+    // 3. (decided before 2., as reads under the locks, so the row is inserted once, final.)
+    let reason = match &locked {
+        None => Some(Reason::UnknownOrder),
+        Some(l) => check(tx, p, l).await?,
+    };
+    let outcome = outcome_for(&p.gateway, reason);
+
+    // 2. Dedupe: of all deliveries of this payment, exactly one inserts.
+    let order = locked.as_ref().map(|l| &l.order);
+    let inserted = tx
+        .query_opt(
+            &format!(
+                "INSERT INTO payments (gateway, external_id, order_reference, order_id,
+                     subscriber_id, channel_id, payer, amount_minor, currency, paid_at,
+                     outcome, reason)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
+                         LEAST($10::timestamptz, statement_timestamp()), $11, $12)
+                 ON CONFLICT (gateway, external_id) DO NOTHING
+                 RETURNING {COLUMNS}"
+            ),
+            &[
+                &p.gateway,
+                &p.external_id,
+                &p.order_reference,
+                &order.map(|o| o.id),
+                &order.map(|o| o.subscriber_id),
+                &order.map(|o| o.channel_id),
+                &p.payer_telegram_id.map(|id| id.to_string()),
+                &p.amount_minor,
+                &p.currency,
+                &p.paid_at,
+                &outcome,
+                &reason.map(Reason::as_str),
+            ],
+        )
+        .await?;
+    let Some(row) = inserted else {
+        return duplicate(tx, p).await;
+    };
+    let payment = Payment::from_row(&row);
+
+    let Some(locked) = locked else {
+        return Ok(Applied {
+            duplicate: false,
+            payment,
+            membership: None,
+        });
+    };
+    let (subscriber_id, channel_id) = (locked.order.subscriber_id, locked.order.channel_id);
+    if reason.is_some() {
+        let membership = current_membership(tx, subscriber_id, channel_id).await?;
+        return Ok(Applied {
+            duplicate: false,
+            payment,
+            membership,
+        });
+    }
+
+    // 4. Success: the order is paid (its hold stops counting), the membership extended.
+    tx.execute(
+        "UPDATE orders SET status = 'paid', paid_at = $2 WHERE id = $1",
+        &[&locked.order.id, &payment.paid_at],
+    )
+    .await?;
+    let (membership, _) = memberships::extend(
+        tx,
+        subscriber_id,
+        channel_id,
+        Some(payment.paid_at),
+        locked.channel.billing_period_days,
+        Cause::Payment(payment.id),
+    )
+    .await?;
+    Ok(Applied {
+        duplicate: false,
+        payment,
+        membership: Some(membership),
+    })
+}
+
+/// The checks of API.md step 3 against a locked order, in order; the first failure wins.
+async fn check(
+    tx: &Transaction<'_>,
+    p: &NormalizedPayment,
+    l: &LockedOrder,
+) -> Result<Option<Reason>, ApiError> {
+    let o = &l.order;
+    if o.status == "cancelled" {
+        return Ok(Some(Reason::OrderCancelled));
+    }
+    if p.currency != o.currency {
+        return Ok(Some(Reason::CurrencyMismatch));
+    }
+    if p.amount_minor != o.amount_minor {
+        return Ok(Some(Reason::AmountMismatch));
+    }
+    if let Some(payer) = p.payer_telegram_id
+        && payer != l.subscriber_telegram_id
+    {
+        return Ok(Some(Reason::PayerMismatch));
+    }
+    // Duplicates of the payment that paid it never get here (they conflict on insert), so a
+    // paid order means another payment paid it.
+    if o.status == "paid" {
+        return Ok(Some(Reason::AlreadyPaid));
+    }
+    if !l.channel.active {
+        return Ok(Some(Reason::ChannelInactive));
+    }
+    Ok(match seats::seat_check(tx, l).await? {
+        SeatCheck::NotNeeded | SeatCheck::HoldValid | SeatCheck::Free => None,
+        SeatCheck::HoldExpired => Some(Reason::HoldExpired),
+        SeatCheck::Full => Some(Reason::NoSeat),
+    })
+}
+
+/// A repeat delivery: the stored payment, and its pair's current membership. The stored row is
+/// committed (`ON CONFLICT DO NOTHING` waited for its inserter), so this new statement sees it.
+async fn duplicate(tx: &Transaction<'_>, p: &NormalizedPayment) -> Result<Applied, ApiError> {
+    let row = tx
+        .query_one(
+            &format!("SELECT {COLUMNS} FROM payments WHERE gateway = $1 AND external_id = $2"),
+            &[&p.gateway, &p.external_id],
+        )
+        .await?;
+    let payment = Payment::from_row(&row);
+    let membership = match (payment.subscriber_id, payment.channel_id) {
+        (Some(s), Some(c)) => current_membership(tx, s, c).await?,
+        _ => None,
+    };
+    Ok(Applied {
+        duplicate: true,
+        payment,
+        membership,
+    })
+}
+
+async fn current_membership(
+    tx: &Transaction<'_>,
+    subscriber_id: i32,
+    channel_id: i32,
+) -> Result<Option<Membership>, ApiError> {
+    let row = tx
+        .query_opt(
+            &format!(
+                "SELECT {} FROM memberships WHERE subscriber_id = $1 AND channel_id = $2",
+                memberships::COLUMNS
+            ),
+            &[&subscriber_id, &channel_id],
+        )
+        .await?;
+    Ok(row.as_ref().map(Membership::from_row))
+}

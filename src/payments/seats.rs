@@ -1,0 +1,292 @@
+//! Seats of seat-limited channels, the holds that reserve them, and the locking of an order in
+//! the one lock order. Shared by `POST /api/orders/{id}/checkout`, Telegram's
+//! `pre_checkout_query` and the payment core, so all three decide alike.
+//!
+//! The lock order (API.md "Payment ingestion" 1., `docs/locking.md`): the pair's advisory lock
+//! → the order row `FOR UPDATE` → for a seat-limited channel the channel row `FOR NO KEY UPDATE`
+//! → the membership row. [`lock_order`] and [`lock_order_by_reference`] take the first three,
+//! so no caller can get them out of order. The channel lock serializes every seat decision of
+//! one channel: two buyers racing for the last seat decide one after the other, and the second
+//! sees the first one's hold.
+//!
+//! Seats taken = live (active/grace) memberships + distinct non-member subscribers holding a
+//! pending order whose `hold_until` is still in the future. A hold is set once, never extended,
+//! and an expired hold is never renewed (the buyer needs a new order), so a late payment of an
+//! old invoice cannot take a seat a newer buyer holds.
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::Transaction;
+use tokio_postgres::types::ToSql;
+
+use crate::{
+    api::orders::{COLUMNS, Order},
+    db,
+    error::ApiError,
+};
+
+/// What the checks need to know of an order's channel, read under the channel lock when the
+/// channel is seat-limited.
+#[derive(Debug, Clone)]
+pub struct ChannelTerms {
+    pub active: bool,
+    pub seat_limit: Option<i32>,
+    pub billing_period_days: i32,
+}
+
+/// An order locked in the lock order (pair, order, channel if seat-limited), with its channel's
+/// terms and its subscriber's Telegram user id (the payer every Telegram check compares with).
+#[derive(Debug, Clone)]
+pub struct LockedOrder {
+    pub order: Order,
+    pub channel: ChannelTerms,
+    pub subscriber_telegram_id: i64,
+}
+
+/// The seat rule's verdict for one order (API.md "Seats"), before anything is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeatCheck {
+    /// No seat needed: the channel has no limit, or the buyer is already an active/grace member
+    /// (a renewal).
+    NotNeeded,
+    /// The order's hold is still valid.
+    HoldValid,
+    /// The order was never held and a seat is free now.
+    Free,
+    /// The order's hold has expired (whether or not seats are free again).
+    HoldExpired,
+    /// The order was never held and no seat is free.
+    Full,
+}
+
+/// Why a checkout (or a pre-checkout) is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckoutRefusal {
+    /// The order is paid or cancelled.
+    NotPending,
+    /// The order's hold expired: the buyer needs a new order.
+    HoldExpired,
+    /// The order was never held and no seat is free.
+    ChannelFull,
+    /// The channel is not active.
+    ChannelInactive,
+}
+
+/// Locks the order with this id in the lock order; `None` when there is no such order (or it
+/// was deleted while we waited for the pair lock).
+pub async fn lock_order(
+    tx: &Transaction<'_>,
+    order_id: i64,
+) -> Result<Option<LockedOrder>, ApiError> {
+    lock_where(tx, "id = $1", &order_id).await
+}
+
+/// Locks the order with this reference in the lock order; `None` when there is none. The
+/// payment core and the Telegram door resolve payments by reference.
+pub async fn lock_order_by_reference(
+    tx: &Transaction<'_>,
+    reference: &str,
+) -> Result<Option<LockedOrder>, ApiError> {
+    lock_where(tx, "reference = $1", &reference).await
+}
+
+async fn lock_where(
+    tx: &Transaction<'_>,
+    condition: &'static str,
+    key: &(dyn ToSql + Sync),
+) -> Result<Option<LockedOrder>, ApiError> {
+    // The pair must be known before its lock can be taken, so it is read without a lock first.
+    // An order's pair never changes, so the read cannot go stale; only a deletion can intervene,
+    // which the locked re-read below notices.
+    let Some(pair) = tx
+        .query_opt(
+            &format!("SELECT id, subscriber_id, channel_id FROM orders WHERE {condition}"),
+            &[key],
+        )
+        .await?
+    else {
+        return Ok(None);
+    };
+    let (order_id, subscriber_id, channel_id): (i64, i32, i32) =
+        (pair.get(0), pair.get(1), pair.get(2));
+    db::lock_pair(tx, subscriber_id, channel_id).await?;
+    let Some(row) = tx
+        .query_opt(
+            &format!("SELECT {COLUMNS} FROM orders WHERE id = $1 FOR UPDATE"),
+            &[&order_id],
+        )
+        .await?
+    else {
+        return Ok(None);
+    };
+    let order = Order::from_row(&row);
+    let channel = lock_channel_terms(tx, channel_id).await?;
+    // The order's foreign key keeps its subscriber alive while we hold the order row.
+    let subscriber_telegram_id = tx
+        .query_one(
+            "SELECT telegram_user_id FROM subscribers WHERE id = $1",
+            &[&subscriber_id],
+        )
+        .await?
+        .get(0);
+    Ok(Some(LockedOrder {
+        order,
+        channel,
+        subscriber_telegram_id,
+    }))
+}
+
+/// Reads the channel's terms, locking its row `FOR NO KEY UPDATE` (third in the lock order)
+/// when it is seat-limited; the terms of a limited channel are re-read under that lock so the
+/// seat limit used is current. Unlimited channels are not locked: nothing counts their seats,
+/// and locking them would serialize every payment of a popular channel.
+async fn lock_channel_terms(
+    tx: &Transaction<'_>,
+    channel_id: i32,
+) -> Result<ChannelTerms, ApiError> {
+    let read = |lock: &'static str| {
+        format!("SELECT active, seat_limit, billing_period_days FROM channels WHERE id = $1 {lock}")
+    };
+    let terms = |r: tokio_postgres::Row| ChannelTerms {
+        active: r.get(0),
+        seat_limit: r.get(1),
+        billing_period_days: r.get(2),
+    };
+    // The order's foreign key keeps the channel alive while we hold the order row.
+    let plain = terms(tx.query_one(&read(""), &[&channel_id]).await?);
+    if plain.seat_limit.is_none() {
+        return Ok(plain);
+    }
+    Ok(terms(
+        tx.query_one(&read("FOR NO KEY UPDATE"), &[&channel_id])
+            .await?,
+    ))
+}
+
+/// Seats taken in a channel: live (active/grace) memberships plus non-member subscribers with a
+/// pending order whose hold is still valid at `statement_timestamp()`. Call it under the
+/// channel lock, or the count may be stale by the time it is used.
+pub async fn seats_taken(tx: &Transaction<'_>, channel_id: i32) -> Result<i64, ApiError> {
+    let row = tx
+        .query_one(
+            "SELECT
+               (SELECT count(*) FROM memberships
+                 WHERE channel_id = $1 AND status <> 'expired')
+             + (SELECT count(DISTINCT o.subscriber_id) FROM orders o
+                 WHERE o.channel_id = $1 AND o.status = 'pending'
+                   AND o.hold_until > statement_timestamp()
+                   AND NOT EXISTS (
+                       SELECT 1 FROM memberships m
+                        WHERE m.subscriber_id = o.subscriber_id AND m.channel_id = o.channel_id
+                          AND m.status <> 'expired'))",
+            &[&channel_id],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// True when the subscriber has an active or grace membership of the channel. The caller holds
+/// the pair lock, so the answer holds for the rest of the transaction.
+pub async fn is_live_member(
+    tx: &Transaction<'_>,
+    subscriber_id: i32,
+    channel_id: i32,
+) -> Result<bool, ApiError> {
+    let row = tx
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM memberships
+                             WHERE subscriber_id = $1 AND channel_id = $2 AND status <> 'expired')",
+            &[&subscriber_id, &channel_id],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Applies the seat rule of API.md "Seats" to a locked order, reading database time after the
+/// locks. Writes nothing.
+pub async fn seat_check(tx: &Transaction<'_>, locked: &LockedOrder) -> Result<SeatCheck, ApiError> {
+    let Some(limit) = locked.channel.seat_limit else {
+        return Ok(SeatCheck::NotNeeded);
+    };
+    let order = &locked.order;
+    if is_live_member(tx, order.subscriber_id, order.channel_id).await? {
+        return Ok(SeatCheck::NotNeeded);
+    }
+    if let Some(hold_until) = order.hold_until {
+        return Ok(if hold_valid(tx, hold_until).await? {
+            SeatCheck::HoldValid
+        } else {
+            SeatCheck::HoldExpired
+        });
+    }
+    Ok(
+        if seats_taken(tx, order.channel_id).await? < i64::from(limit) {
+            SeatCheck::Free
+        } else {
+            SeatCheck::Full
+        },
+    )
+}
+
+async fn hold_valid(tx: &Transaction<'_>, hold_until: DateTime<Utc>) -> Result<bool, ApiError> {
+    let row = tx
+        .query_one(
+            "SELECT $1::timestamptz > statement_timestamp()",
+            &[&hold_until],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// The checkout decision (API.md "Seats"), taking the locks itself in the lock order:
+/// a channel without a limit or a buyer who is already a member → approve, no hold; an order
+/// never held → hold a free seat for `hold_secs` from `statement_timestamp()` and approve, or
+/// refuse with [`CheckoutRefusal::ChannelFull`]; a valid hold → approve again without extending
+/// it; an expired hold → [`CheckoutRefusal::HoldExpired`]. Checks, in order: the order is
+/// pending, the channel is active, the seat.
+///
+/// `Err(ApiError::NotFound("order"))` when there is no such order. The outer `Result` carries
+/// database failures (roll back); the inner one the refusal (nothing was written, commit or
+/// roll back as the caller likes).
+pub async fn checkout_locked(
+    tx: &Transaction<'_>,
+    order_id: i64,
+    hold_secs: i64,
+) -> Result<Result<Order, CheckoutRefusal>, ApiError> {
+    let locked = lock_order(tx, order_id)
+        .await?
+        .ok_or(ApiError::NotFound("order"))?;
+    checkout_decide(tx, locked, hold_secs).await
+}
+
+/// [`checkout_locked`] for an order already locked with [`lock_order`] or
+/// [`lock_order_by_reference`] (the Telegram door finds orders by reference).
+pub async fn checkout_decide(
+    tx: &Transaction<'_>,
+    locked: LockedOrder,
+    hold_secs: i64,
+) -> Result<Result<Order, CheckoutRefusal>, ApiError> {
+    if locked.order.status != "pending" {
+        return Ok(Err(CheckoutRefusal::NotPending));
+    }
+    if !locked.channel.active {
+        return Ok(Err(CheckoutRefusal::ChannelInactive));
+    }
+    match seat_check(tx, &locked).await? {
+        SeatCheck::NotNeeded | SeatCheck::HoldValid => Ok(Ok(locked.order)),
+        SeatCheck::HoldExpired => Ok(Err(CheckoutRefusal::HoldExpired)),
+        SeatCheck::Full => Ok(Err(CheckoutRefusal::ChannelFull)),
+        SeatCheck::Free => {
+            let row = tx
+                .query_one(
+                    &format!(
+                        "UPDATE orders
+                         SET hold_until = statement_timestamp() + make_interval(secs => $2::float8)
+                         WHERE id = $1 RETURNING {COLUMNS}"
+                    ),
+                    &[&locked.order.id, &(hold_secs as f64)],
+                )
+                .await?;
+            Ok(Ok(Order::from_row(&row)))
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! Door 2, `POST /api/webhook/wayforpay`: WayForPay's `serviceUrl` callback.
+//!
+//! Order of work: the door must be configured (else 503); the body must parse (else 400 —
+//! without the signed fields the signature cannot even be checked, so nothing is trusted and
+//! nothing stored); the `merchantSignature` must verify and `merchantAccount` must be ours (else
+//! 401, nothing stored). From there on the caller is WayForPay, and every answer that reports
+//! success carries the signed `accept` acknowledgement so WayForPay stops retrying:
+//! - a status other than `Approved` is not a payment: acknowledged, nothing stored;
+//! - `Approved` becomes a [`NormalizedPayment`] (gateway `wayforpay`, external id and order
+//!   reference = `orderReference`, `paid_at` = `processingDate`, or now when absent) and goes
+//!   through the core; whatever its checks say (applied, needs_review, duplicate) it is stored
+//!   and acknowledged.
+//!
+//! A correctly signed `Approved` callback whose amount or currency cannot be turned into minor
+//! units (an unknown currency, a malformed or over-precise amount) cannot be stored: the schema
+//! keeps only well-formed money. It is answered 422 without the acknowledgement, so WayForPay
+//! keeps retrying while the full callback (card PAN and signature redacted) is in the log for
+//! staff to reconcile.
+
+use axum::{
+    Json,
+    body::Bytes,
+    extract::State,
+    response::{IntoResponse, Response},
+};
+use chrono::{DateTime, Utc};
+
+use crate::{
+    error::ApiError,
+    payments::{
+        core::{self, NormalizedPayment},
+        currency,
+        wayforpay::{self, Callback},
+    },
+    state::AppState,
+};
+
+/// The gateway name of payments through this door.
+pub const GATEWAY: &str = "wayforpay";
+
+/// `POST /api/webhook/wayforpay`.
+pub async fn receive(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let Some(config) = state.config.wayforpay.as_ref() else {
+        return Err(ApiError::Unavailable(
+            "the WayForPay door is not configured (WAYFORPAY_MERCHANT_ACCOUNT, WAYFORPAY_SECRET_KEY)"
+                .into(),
+        ));
+    };
+    let key = config.secret_key.expose().as_bytes();
+    let cb = wayforpay::parse_callback(&body).map_err(|e| {
+        // The error text never quotes body content (which may hold the card PAN).
+        tracing::warn!(error = %e, "WayForPay callback could not be parsed");
+        ApiError::BadRequest(format!("invalid WayForPay callback: {e}"))
+    })?;
+    if !wayforpay::verify_signature(key, &cb) {
+        return Err(ApiError::WebhookUnauthorized(
+            "WayForPay merchantSignature does not verify".into(),
+        ));
+    }
+    // Compared after the signature so an unsigned probe learns nothing about our account name.
+    if cb.merchant_account != config.merchant_account {
+        return Err(ApiError::WebhookUnauthorized(
+            "WayForPay merchantAccount is not ours".into(),
+        ));
+    }
+
+    if cb.is_approved() {
+        let payment = normalize(&cb).inspect_err(|e| {
+            tracing::warn!(
+                error = %e,
+                callback = ?cb,
+                "signed WayForPay payment refused; logged for reconciliation"
+            );
+        })?;
+        core::apply_payment(&state, payment).await?;
+    } else {
+        tracing::info!(
+            order_reference = %cb.order_reference,
+            status = %cb.transaction_status,
+            reason_code = %cb.reason_code_literal,
+            "WayForPay callback without payment acknowledged"
+        );
+    }
+    let ack = wayforpay::acknowledgement(key, &cb.order_reference, Utc::now().timestamp());
+    Ok(Json(ack).into_response())
+}
+
+/// Turns a verified `Approved` callback into a payment; 422 naming the field when its money
+/// cannot be represented.
+fn normalize(cb: &Callback) -> Result<NormalizedPayment, ApiError> {
+    let exponent = currency::minor_unit_exponent(&cb.currency)
+        .ok_or_else(|| ApiError::field("currency", "is not a known ISO 4217 currency"))?;
+    let amount_minor = currency::decimal_to_minor(&cb.amount_literal, exponent)
+        .map_err(|e| ApiError::field("amount", e.to_string()))?;
+    let external = cb.order_reference.chars().count();
+    if !(1..=255).contains(&external) {
+        return Err(ApiError::field(
+            "orderReference",
+            "must be 1 to 255 characters",
+        ));
+    }
+    let paid_at = match cb.processing_date {
+        None => Utc::now(),
+        Some(secs) => DateTime::from_timestamp(secs, 0)
+            .ok_or_else(|| ApiError::field("processingDate", "is not a representable Unix time"))?,
+    };
+    Ok(NormalizedPayment {
+        gateway: GATEWAY.to_string(),
+        external_id: cb.order_reference.clone(),
+        order_reference: cb.order_reference.clone(),
+        amount_minor,
+        currency: cb.currency.clone(),
+        paid_at,
+        payer_telegram_id: None,
+    })
+}

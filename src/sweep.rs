@@ -1,0 +1,586 @@
+//! The sweep: moves memberships whose term has run out from `active` to `grace` to `expired`.
+//!
+//! The decision is the pure [`next_sweep_status`]; everything else here exists to apply it to a
+//! million overdue rows without ever fighting a payment:
+//!
+//! - **Small batches, one transaction each.** Candidates (`status <> 'expired' AND expires_at <=`
+//!   the run's start) are walked by keyset on `(expires_at, id)` — the partial index
+//!   `memberships_sweep_idx` — a few hundred at a time. One transaction for the whole run would
+//!   hold one advisory lock per row and exhaust the shared lock table (~12,500 rows), and one
+//!   transaction per row costs a round trip and a commit per row (~190 s per million). A renewal
+//!   that arrives mid-sweep waits for at most one batch.
+//! - **The same lock as a payment, never waited for.** Each batch takes
+//!   `pg_try_advisory_xact_lock(subscriber_id, channel_id)` for its rows in one statement: an
+//!   outer query over a subquery that holds the `LIMIT`, because PostgreSQL may evaluate a
+//!   function in a flattened query for rows the `LIMIT` later discards (locking rows the batch
+//!   never looks at). A row whose lock is held is being renewed (or swept by a concurrent sweep):
+//!   it is skipped, and the keyset cursor moves past it, so a run always terminates.
+//! - **Re-read after the lock.** Under READ COMMITTED the statement that took the lock read the
+//!   row from a snapshot taken before the lock was granted, so a renewal may have committed in
+//!   between. The locked rows are read again in a new statement, together with the channel's
+//!   grace period and `statement_timestamp()` (database time after the locks).
+//! - **Decide in Rust, write back set-based.** [`apply_batch`] writes every decision with one
+//!   `UPDATE … FROM unnest(…)` that is conditional on the exact status and `expires_at` the
+//!   decision was made from, and writes the `membership_events` rows (cause `sweep`) for exactly
+//!   the rows it updated, in the same statement.
+//!
+//! A run also purges expired idempotency keys. Every batch is idempotent and commits on its own,
+//! so stopping a run between (or even inside) batches is harmless: the next run carries on.
+
+use std::time::Instant;
+
+use chrono::{DateTime, Duration, Utc};
+use deadpool_postgres::{Pool, Transaction};
+use serde::Serialize;
+
+use crate::error::ApiError;
+
+/// Rows per batch transaction unless the caller says otherwise: small enough that a renewal
+/// waiting on one of them waits milliseconds, large enough that per-transaction costs vanish.
+pub const DEFAULT_BATCH_SIZE: usize = 500;
+/// The largest batch accepted: each row holds an advisory lock until its batch commits, and the
+/// shared lock table is finite (the default configuration runs out near 12,500).
+pub const MAX_BATCH_SIZE: usize = 5_000;
+
+/// A membership's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Active,
+    Grace,
+    Expired,
+}
+
+impl Status {
+    /// Every status, for exhaustive tests and validation.
+    pub const ALL: [Status; 3] = [Status::Active, Status::Grace, Status::Expired];
+
+    /// Parses the schema's spelling (`active`, `grace`, `expired`).
+    pub fn parse(s: &str) -> Option<Status> {
+        match s {
+            "active" => Some(Status::Active),
+            "grace" => Some(Status::Grace),
+            "expired" => Some(Status::Expired),
+            _ => None,
+        }
+    }
+
+    /// The schema's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Active => "active",
+            Status::Grace => "grace",
+            Status::Expired => "expired",
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the sweep makes of a membership at `now` (API.md "Membership lifecycle"):
+/// `expired` stays `expired`; before `expires_at` nothing changes; from `expires_at` until
+/// `expires_at + grace` it is `grace`; from `expires_at + grace` on it is `expired` (with zero
+/// grace, `active` goes straight to `expired`). It never moves backwards: a `grace` membership
+/// whose `expires_at` was pushed into the future stays `grace` until a payment or staff makes it
+/// `active`. A grace day is 24 hours; a negative grace counts as zero.
+pub fn next_sweep_status(
+    status: Status,
+    expires_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+    grace_period_days: i32,
+) -> Status {
+    if status == Status::Expired || now < expires_at {
+        return status;
+    }
+    let grace = Duration::days(i64::from(grace_period_days.max(0)));
+    match expires_at.checked_add_signed(grace) {
+        Some(grace_end) if now >= grace_end => Status::Expired,
+        // Past the end of representable time the grace never ends.
+        _ => Status::Grace,
+    }
+}
+
+/// What one run did; the body of `POST /api/sweep` and the output of `subgate sweep`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SweepReport {
+    /// Candidates looked at: not expired and `expires_at` at or before the run's start
+    /// (skipped ones included; a `grace` membership inside its window is examined every run).
+    pub examined: u64,
+    /// Memberships moved to `grace`.
+    pub to_grace: u64,
+    /// Memberships moved to `expired` (from `active` or `grace`).
+    pub to_expired: u64,
+    /// Candidates whose pair lock was held by another transaction (a renewal in progress, or a
+    /// concurrent sweep): left alone this run.
+    pub skipped: u64,
+    /// Wall time of the run.
+    pub duration_ms: u64,
+}
+
+/// One decision of a batch: move membership `id` from `from` to `to`, provided it still has
+/// status `from` and this `expires_at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub id: i64,
+    pub from: Status,
+    pub to: Status,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// A transition [`apply_batch`] actually wrote (its event row is written too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transition {
+    pub membership_id: i64,
+    pub subscriber_id: i32,
+    pub channel_id: i32,
+    pub from: Status,
+    pub to: Status,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Runs one full sweep in batches of `batch_size` rows (clamped to `1..=`[`MAX_BATCH_SIZE`]).
+pub async fn sweep(pool: &Pool, batch_size: usize) -> Result<SweepReport, ApiError> {
+    sweep_until(pool, batch_size, || false).await
+}
+
+/// Like [`sweep`], but checks `stop` before each batch and ends the run early (with the counts so
+/// far) when it says so; the in-process schedule passes its shutdown signal.
+pub async fn sweep_until(
+    pool: &Pool,
+    batch_size: usize,
+    stop: impl Fn() -> bool,
+) -> Result<SweepReport, ApiError> {
+    let started = Instant::now();
+    let batch_size = batch_size.clamp(1, MAX_BATCH_SIZE);
+    // The run's horizon is fixed at its start, so a run always ends even while time moves on;
+    // rows that fall due during the run are the next run's.
+    let cutoff: DateTime<Utc> = {
+        let client = pool.get().await?;
+        let purged = crate::idempotency::purge_expired(&**client).await?;
+        if purged > 0 {
+            tracing::info!(purged, "expired idempotency keys purged");
+        }
+        client
+            .query_one("SELECT statement_timestamp()", &[])
+            .await?
+            .get(0)
+    };
+    let mut report = SweepReport::default();
+    let mut cursor: Option<(DateTime<Utc>, i64)> = None;
+    loop {
+        if stop() {
+            tracing::info!("sweep stopped early");
+            break;
+        }
+        let batch = sweep_batch(pool, cutoff, cursor, batch_size).await?;
+        report.examined += batch.examined as u64;
+        report.skipped += batch.skipped;
+        for t in &batch.transitions {
+            match t.to {
+                Status::Grace => report.to_grace += 1,
+                Status::Expired => report.to_expired += 1,
+                Status::Active => {}
+            }
+        }
+        match batch.last {
+            Some(last) if batch.examined == batch_size => cursor = Some(last),
+            _ => break,
+        }
+    }
+    report.duration_ms = started.elapsed().as_millis() as u64;
+    tracing::info!(
+        examined = report.examined,
+        to_grace = report.to_grace,
+        to_expired = report.to_expired,
+        skipped = report.skipped,
+        duration_ms = report.duration_ms,
+        "sweep finished"
+    );
+    Ok(report)
+}
+
+/// What one batch transaction did.
+struct BatchOutcome {
+    examined: usize,
+    skipped: u64,
+    transitions: Vec<Transition>,
+    /// The keyset position of the batch's last candidate (locked or not).
+    last: Option<(DateTime<Utc>, i64)>,
+}
+
+/// One batch in one transaction: try-lock the next candidates, re-read the locked ones, decide,
+/// write. A deadlock victim runs again from the same cursor (`transaction!`).
+async fn sweep_batch(
+    pool: &Pool,
+    cutoff: DateTime<Utc>,
+    after: Option<(DateTime<Utc>, i64)>,
+    batch_size: usize,
+) -> Result<BatchOutcome, ApiError> {
+    crate::transaction!(pool, |tx| {
+        // The sweep never waits for a lock it could skip; this bounds the one wait it has (a
+        // membership row held by a writer outside the lock order, e.g. a cascading delete).
+        tx.batch_execute("SET LOCAL lock_timeout = '5s'").await?;
+        let candidates = lock_candidates(tx, cutoff, after, batch_size).await?;
+        let last = candidates.last().map(|c| (c.expires_at, c.id));
+        let locked: Vec<i64> = candidates
+            .iter()
+            .filter(|c| c.locked)
+            .map(|c| c.id)
+            .collect();
+        let skipped = (candidates.len() - locked.len()) as u64;
+        let decisions = decide(tx, &locked).await?;
+        let transitions = apply_batch(tx, &decisions).await?;
+        // Side effects of these transitions (Telegram kicks, notices) are enqueued here, in this
+        // transaction, so they commit exactly when the transitions do.
+        crate::effects::on_sweep_transitions(&**tx, &transitions).await?;
+        Ok(BatchOutcome {
+            examined: candidates.len(),
+            skipped,
+            transitions,
+            last,
+        })
+    })
+}
+
+/// A candidate of a batch, in keyset order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate {
+    pub id: i64,
+    pub expires_at: DateTime<Utc>,
+    /// Whether this transaction now holds the pair's advisory lock; `false`: skipped.
+    pub locked: bool,
+}
+
+/// Step one of a batch: the next `limit` candidates after the keyset position `after` (due at or
+/// before `cutoff`), each with whether its pair lock was taken (never waited for).
+/// The `LIMIT` sits in a subquery (which PostgreSQL never flattens), so the locking function runs
+/// only for the rows of this batch. Public, like [`decide`] and [`apply_batch`], so tests can
+/// commit a concurrent change between the steps.
+pub async fn lock_candidates(
+    tx: &Transaction<'_>,
+    cutoff: DateTime<Utc>,
+    after: Option<(DateTime<Utc>, i64)>,
+    limit: usize,
+) -> Result<Vec<Candidate>, ApiError> {
+    let (after_expires, after_id) = match after {
+        Some((e, id)) => (Some(e), id),
+        None => (None, 0),
+    };
+    let stmt = tx
+        .prepare_cached(
+            "SELECT c.id, c.expires_at, pg_try_advisory_xact_lock(c.subscriber_id, c.channel_id)
+             FROM (
+                 SELECT id, subscriber_id, channel_id, expires_at
+                 FROM memberships
+                 WHERE status <> 'expired'
+                   AND expires_at <= $1
+                   AND (expires_at, id) > (COALESCE($2::timestamptz, '-infinity'), $3::bigint)
+                 ORDER BY expires_at, id
+                 LIMIT $4
+             ) AS c
+             ORDER BY c.expires_at, c.id",
+        )
+        .await?;
+    let rows = tx
+        .query(
+            &stmt,
+            &[&cutoff, &after_expires, &after_id, &(limit as i64)],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| Candidate {
+            id: r.get(0),
+            expires_at: r.get(1),
+            locked: r.get(2),
+        })
+        .collect())
+}
+
+/// Step two of a batch: re-reads the locked rows in a new statement (so renewals that committed
+/// before the locks are seen), with their channel's grace and database time after the locks;
+/// returns the changes [`next_sweep_status`] asks for, by id (so the write locks rows in one
+/// order).
+pub async fn decide(tx: &Transaction<'_>, locked: &[i64]) -> Result<Vec<Decision>, ApiError> {
+    if locked.is_empty() {
+        return Ok(Vec::new());
+    }
+    let stmt = tx
+        .prepare_cached(
+            "SELECT m.id, m.status, m.expires_at, ch.grace_period_days, statement_timestamp()
+             FROM memberships m JOIN channels ch ON ch.id = m.channel_id
+             WHERE m.id = ANY($1)
+             ORDER BY m.id",
+        )
+        .await?;
+    let rows = tx.query(&stmt, &[&locked]).await?;
+    let mut decisions = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let raw: &str = r.get(1);
+        let from = Status::parse(raw)
+            .ok_or_else(|| ApiError::internal(format!("unknown membership status {raw:?}")))?;
+        let expires_at: DateTime<Utc> = r.get(2);
+        let to = next_sweep_status(from, expires_at, r.get(4), r.get(3));
+        if to != from {
+            decisions.push(Decision {
+                id: r.get(0),
+                from,
+                to,
+                expires_at,
+            });
+        }
+    }
+    Ok(decisions)
+}
+
+/// Step three of a batch: writes its decisions in one statement, inside the batch transaction
+/// (which holds the rows' pair locks): the `UPDATE` applies a decision only if the row still has
+/// the status and `expires_at` it was made from, and one `membership_events` row (cause `sweep`,
+/// `expires_at_before = expires_at_after`) is inserted for each row actually updated.
+/// Returns those transitions, so callers can add work for them in the same transaction.
+pub async fn apply_batch(
+    tx: &Transaction<'_>,
+    decisions: &[Decision],
+) -> Result<Vec<Transition>, ApiError> {
+    if decisions.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<i64> = decisions.iter().map(|d| d.id).collect();
+    let from: Vec<&str> = decisions.iter().map(|d| d.from.as_str()).collect();
+    let to: Vec<&str> = decisions.iter().map(|d| d.to.as_str()).collect();
+    let expires: Vec<DateTime<Utc>> = decisions.iter().map(|d| d.expires_at).collect();
+    let stmt = tx
+        .prepare_cached(
+            "WITH updated AS (
+                 UPDATE memberships m
+                 SET status = d.to_status, updated_at = statement_timestamp()
+                 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::timestamptz[])
+                      AS d(id, from_status, to_status, expires_at)
+                 WHERE m.id = d.id AND m.status = d.from_status AND m.expires_at = d.expires_at
+                 RETURNING m.id, m.subscriber_id, m.channel_id, d.from_status, m.status, m.expires_at
+             ), events AS (
+                 INSERT INTO membership_events
+                     (membership_id, from_status, to_status, expires_at_before, expires_at_after, cause)
+                 SELECT id, from_status, status, expires_at, expires_at, 'sweep' FROM updated
+             )
+             SELECT id, subscriber_id, channel_id, from_status, status, expires_at FROM updated",
+        )
+        .await?;
+    let rows = tx.query(&stmt, &[&ids, &from, &to, &expires]).await?;
+    let status = |raw: &str| {
+        Status::parse(raw).ok_or_else(|| ApiError::internal(format!("unknown status {raw:?}")))
+    };
+    rows.iter()
+        .map(|r| {
+            Ok(Transition {
+                membership_id: r.get(0),
+                subscriber_id: r.get(1),
+                channel_id: r.get(2),
+                from: status(r.get(3))?,
+                to: status(r.get(4))?,
+                expires_at: r.get(5),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+
+    fn t0() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2025, 3, 30, 12, 0, 0).unwrap()
+    }
+
+    /// The moments that matter relative to `expires_at` for a grace of `grace` days.
+    fn moments(grace: i32) -> Vec<(&'static str, DateTime<Utc>)> {
+        let e = t0();
+        let g = Duration::days(i64::from(grace));
+        let mut m = vec![
+            ("long before expires_at", e - Duration::days(400)),
+            ("just before expires_at", e - Duration::microseconds(1)),
+            ("exactly at expires_at", e),
+        ];
+        if grace > 0 {
+            m.push(("just inside grace", e + Duration::microseconds(1)));
+            m.push(("middle of grace", e + g / 2));
+            m.push(("last moment of grace", e + g - Duration::microseconds(1)));
+        }
+        m.push(("exactly at expires_at + grace", e + g));
+        m.push(("just after grace", e + g + Duration::microseconds(1)));
+        m.push(("long after grace", e + g + Duration::days(4000)));
+        m
+    }
+
+    /// The table the contract describes, written out independently of the implementation.
+    fn expected(status: Status, moment: &str, grace: i32) -> Status {
+        use Status::*;
+        match (status, moment) {
+            (Expired, _) => Expired,
+            (s, "long before expires_at" | "just before expires_at") => s,
+            (_, "exactly at expires_at") if grace == 0 => Expired,
+            (_, "exactly at expires_at")
+            | (_, "just inside grace" | "middle of grace" | "last moment of grace") => Grace,
+            (_, "exactly at expires_at + grace" | "just after grace" | "long after grace") => {
+                Expired
+            }
+            other => panic!("moment not covered: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_status_at_every_moment_with_and_without_grace() {
+        let mut checked = 0;
+        for grace in [0, 1, 3, 7, 365] {
+            for status in Status::ALL {
+                for (name, now) in moments(grace) {
+                    let got = next_sweep_status(status, t0(), now, grace);
+                    assert_eq!(
+                        got,
+                        expected(status, name, grace),
+                        "{status} {name} with {grace} days of grace"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, 3 * (6 + 4 * 9));
+    }
+
+    #[test]
+    fn zero_grace_goes_straight_from_active_to_expired() {
+        let e = t0();
+        assert_eq!(
+            next_sweep_status(Status::Active, e, e - Duration::seconds(1), 0),
+            Status::Active
+        );
+        assert_eq!(next_sweep_status(Status::Active, e, e, 0), Status::Expired);
+        assert_eq!(
+            next_sweep_status(Status::Active, e, e + Duration::days(1), 0),
+            Status::Expired
+        );
+    }
+
+    #[test]
+    fn grace_boundaries_with_grace() {
+        let e = t0();
+        assert_eq!(next_sweep_status(Status::Active, e, e, 3), Status::Grace);
+        assert_eq!(
+            next_sweep_status(Status::Active, e, e + Duration::days(3), 3),
+            Status::Expired
+        );
+        assert_eq!(
+            next_sweep_status(
+                Status::Grace,
+                e,
+                e + Duration::days(3) - Duration::microseconds(1),
+                3
+            ),
+            Status::Grace
+        );
+        assert_eq!(
+            next_sweep_status(Status::Grace, e, e + Duration::days(3), 3),
+            Status::Expired
+        );
+    }
+
+    #[test]
+    fn expired_is_terminal() {
+        let e = t0();
+        for grace in [0, 5] {
+            for now in [e - Duration::days(30), e, e + Duration::days(30)] {
+                assert_eq!(
+                    next_sweep_status(Status::Expired, e, now, grace),
+                    Status::Expired
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn never_moves_backwards() {
+        let rank = |s: Status| match s {
+            Status::Active => 0,
+            Status::Grace => 1,
+            Status::Expired => 2,
+        };
+        for grace in [0, 1, 30] {
+            for status in Status::ALL {
+                for (_, now) in moments(grace) {
+                    let next = next_sweep_status(status, t0(), now, grace);
+                    assert!(
+                        rank(next) >= rank(status),
+                        "{status} → {next} at {now} with grace {grace}"
+                    );
+                }
+            }
+        }
+        // A grace membership whose expires_at was pushed into the future stays grace.
+        let e = t0();
+        assert_eq!(
+            next_sweep_status(Status::Grace, e, e - Duration::days(10), 3),
+            Status::Grace
+        );
+    }
+
+    #[test]
+    fn applying_twice_changes_nothing_more() {
+        for grace in [0, 2] {
+            for status in Status::ALL {
+                for (_, now) in moments(grace) {
+                    let once = next_sweep_status(status, t0(), now, grace);
+                    assert_eq!(next_sweep_status(once, t0(), now, grace), once);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn negative_grace_counts_as_zero() {
+        let e = t0();
+        assert_eq!(next_sweep_status(Status::Active, e, e, -5), Status::Expired);
+    }
+
+    #[test]
+    fn grace_past_the_end_of_time_never_ends() {
+        let e = DateTime::<Utc>::MAX_UTC - Duration::days(1);
+        assert_eq!(
+            next_sweep_status(Status::Active, e, DateTime::<Utc>::MAX_UTC, 365),
+            Status::Grace
+        );
+    }
+
+    #[test]
+    fn status_round_trips() {
+        for s in Status::ALL {
+            assert_eq!(Status::parse(s.as_str()), Some(s));
+            assert_eq!(
+                serde_json::to_value(s).unwrap(),
+                serde_json::json!(s.as_str())
+            );
+        }
+        assert_eq!(Status::parse("Active"), None);
+        assert_eq!(Status::parse(""), None);
+    }
+
+    #[test]
+    fn report_serializes_as_the_contract_says() {
+        let r = SweepReport {
+            examined: 5,
+            to_grace: 1,
+            to_expired: 2,
+            skipped: 1,
+            duration_ms: 7,
+        };
+        assert_eq!(
+            serde_json::to_value(r).unwrap(),
+            serde_json::json!({"examined": 5, "to_grace": 1, "to_expired": 2, "skipped": 1, "duration_ms": 7})
+        );
+    }
+}

@@ -1,0 +1,167 @@
+//! Door 3, `POST /api/webhook/telegram`: the Telegram bot webhook.
+//!
+//! Telegram authenticates itself only by the `secret_token` we gave `setWebhook`, echoed in
+//! `X-Telegram-Bot-Api-Secret-Token`; it is compared in constant time before the body is even
+//! parsed. With `TELEGRAM_WEBHOOK_SECRET` unset the door is closed (503), never open.
+//!
+//! Status codes matter to Telegram: anything but 2xx makes it deliver the update again later.
+//! So a successful payment answers 200 whatever its checks said (the payment is stored with
+//! its outcome) and 503 only when the database could not take it — then the redelivery is
+//! what we want, and deduplication by charge id makes it harmless. A body that is not an
+//! `Update` is 400 and logged in full for reconciliation (updates carry no secrets; the token
+//! is in the header). Update kinds we do not handle get 200 `{}` so they are not re-sent.
+
+use axum::{
+    Json,
+    body::Bytes,
+    extract::State,
+    http::HeaderMap,
+    response::{IntoResponse, Response},
+};
+use chrono::DateTime;
+use serde_json::json;
+use subtle::ConstantTimeEq;
+
+use super::{
+    WebhookReply, join_request_decision, pre_checkout,
+    types::{ChatJoinRequest, Message, SuccessfulPayment, Update},
+};
+use crate::{
+    error::ApiError,
+    payments::core::{self, NormalizedPayment},
+    state::AppState,
+};
+
+/// The header Telegram puts the webhook's `secret_token` in.
+pub const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
+
+/// Longest body text written to the log for a malformed update.
+const LOG_BODY_LIMIT: usize = 16 * 1024;
+
+/// `POST /api/webhook/telegram`.
+pub async fn webhook(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    authenticate(&state, &headers)?;
+    let update: Update = serde_json::from_slice(&body).map_err(|e| {
+        let text = String::from_utf8_lossy(&body[..body.len().min(LOG_BODY_LIMIT)]);
+        tracing::warn!(error = %e, body = %text, "malformed Telegram update refused");
+        ApiError::BadRequest(format!("not a Telegram Update: {e}"))
+    })?;
+
+    if let Some(q) = &update.pre_checkout_query {
+        let answer = pre_checkout::answer(&state, q).await;
+        return Ok(reply(WebhookReply::AnswerPreCheckoutQuery {
+            pre_checkout_query_id: q.id.clone(),
+            ok: answer.ok,
+            error_message: answer.error_message,
+        }));
+    }
+    if let Some(message) = &update.message
+        && let Some(paid) = &message.successful_payment
+    {
+        let payment = normalize(message, paid)?;
+        core::apply_payment(&state, payment).await?;
+        return Ok(empty());
+    }
+    if let Some(request) = &update.chat_join_request {
+        return join_request(&state, request).await;
+    }
+    tracing::debug!(update_id = update.update_id, "Telegram update ignored");
+    Ok(empty())
+}
+
+/// Checks the secret token in constant time. Unset secret → 503; missing or wrong → 401.
+fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(secret) = &state.config.telegram_webhook_secret else {
+        return Err(ApiError::Unavailable(
+            "the Telegram webhook is not configured (TELEGRAM_WEBHOOK_SECRET is unset)".into(),
+        ));
+    };
+    let Some(given) = headers.get(SECRET_HEADER) else {
+        return Err(ApiError::WebhookUnauthorized(
+            "X-Telegram-Bot-Api-Secret-Token missing".into(),
+        ));
+    };
+    if bool::from(given.as_bytes().ct_eq(secret.expose().as_bytes())) {
+        Ok(())
+    } else {
+        Err(ApiError::WebhookUnauthorized(
+            "X-Telegram-Bot-Api-Secret-Token does not match".into(),
+        ))
+    }
+}
+
+/// Turns a `successful_payment` into the core's payment. Values Telegram never sends (the
+/// payments table's rules) are refused with 422 before anything is stored.
+fn normalize(message: &Message, paid: &SuccessfulPayment) -> Result<NormalizedPayment, ApiError> {
+    let charge_id = &paid.telegram_payment_charge_id;
+    if charge_id.is_empty() || charge_id.chars().count() > 255 {
+        return Err(ApiError::field(
+            "message.successful_payment.telegram_payment_charge_id",
+            "must be 1 to 255 characters",
+        ));
+    }
+    if !(paid.currency.len() == 3 && paid.currency.bytes().all(|b| b.is_ascii_uppercase())) {
+        return Err(ApiError::field(
+            "message.successful_payment.currency",
+            "must be three upper-case letters",
+        ));
+    }
+    if paid.total_amount < 0 {
+        return Err(ApiError::field(
+            "message.successful_payment.total_amount",
+            "must not be negative",
+        ));
+    }
+    let paid_at = DateTime::from_timestamp(message.date, 0)
+        .ok_or_else(|| ApiError::field("message.date", "is not a valid Unix time"))?;
+    // The sender of the service message is the buyer; in a private chat the chat id is the
+    // user id too, which covers a message without `from`.
+    let payer =
+        message.from.as_ref().map(|u| u.id).or_else(|| {
+            (message.chat.kind.as_deref() == Some("private")).then_some(message.chat.id)
+        });
+    Ok(NormalizedPayment {
+        gateway: core::TELEGRAM_STARS.to_string(),
+        external_id: charge_id.clone(),
+        order_reference: paid.invoice_payload.clone(),
+        amount_minor: paid.total_amount,
+        currency: paid.currency.clone(),
+        paid_at,
+        payer_telegram_id: payer,
+    })
+}
+
+async fn join_request(state: &AppState, request: &ChatJoinRequest) -> Result<Response, ApiError> {
+    let (chat_id, user_id) = (request.chat.id, request.from.id);
+    let client = state.db.get().await?;
+    let decision = join_request_decision(&**client, chat_id, user_id).await?;
+    tracing::info!(chat_id, user_id, ?decision, "chat join request decided");
+    // Issue 6: with a bot configured, the decision is sent through the effects outbox
+    // (retried until Telegram confirms) and the webhook answers `{}`.
+    let approve = decision == super::JoinDecision::Approve;
+    if crate::effects::enqueue_join_decision(
+        &state.config,
+        &**client,
+        chat_id,
+        user_id,
+        approve,
+        request.date,
+    )
+    .await?
+    {
+        return Ok(empty());
+    }
+    Ok(reply(decision.reply(chat_id, user_id)))
+}
+
+fn reply(call: WebhookReply) -> Response {
+    Json(call).into_response()
+}
+
+fn empty() -> Response {
+    Json(json!({})).into_response()
+}

@@ -1,0 +1,142 @@
+//! The subset of the Telegram Bot API `Update` object this service reads.
+//!
+//! Telegram adds fields to its objects all the time, so nothing here denies unknown fields:
+//! every struct names only what subgate uses and serde skips the rest. Update kinds we do not
+//! handle (edited messages, channel posts, callback queries, …) simply leave all three options
+//! of [`Update`] empty. Field names and types follow <https://core.telegram.org/bots/api>.
+
+use serde::Deserialize;
+
+/// One incoming update. At most one of the optional fields is present in a real update.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Update {
+    pub update_id: i64,
+    #[serde(default)]
+    pub message: Option<Message>,
+    #[serde(default)]
+    pub pre_checkout_query: Option<PreCheckoutQuery>,
+    #[serde(default)]
+    pub chat_join_request: Option<ChatJoinRequest>,
+}
+
+/// A message; subgate only cares about service messages carrying a `successful_payment`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Message {
+    pub message_id: i64,
+    /// Unix time the message was sent: for a payment, when it was paid.
+    pub date: i64,
+    pub chat: Chat,
+    /// The sender; absent for messages sent on behalf of channels.
+    #[serde(default)]
+    pub from: Option<User>,
+    #[serde(default)]
+    pub successful_payment: Option<SuccessfulPayment>,
+}
+
+/// A chat; its id is the channel's `telegram_chat_id` (or the user id for a private chat).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Chat {
+    pub id: i64,
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
+}
+
+/// A Telegram user (or bot).
+#[derive(Debug, Clone, Deserialize)]
+pub struct User {
+    pub id: i64,
+    #[serde(default)]
+    pub username: Option<String>,
+}
+
+/// A completed payment, as sent to the bot in a service message.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SuccessfulPayment {
+    /// ISO 4217 code, or `XTR` for Telegram Stars.
+    pub currency: String,
+    /// In the currency's smallest unit (one star for `XTR`).
+    pub total_amount: i64,
+    /// What the bot put in the invoice: our order reference.
+    pub invoice_payload: String,
+    /// Telegram's id of the charge; the key a refund (`refundStarPayment`) needs.
+    pub telegram_payment_charge_id: String,
+    /// The provider's id; empty for Stars.
+    #[serde(default)]
+    pub provider_payment_charge_id: Option<String>,
+}
+
+/// Telegram asks whether it may charge the buyer; it must be answered within 10 seconds.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PreCheckoutQuery {
+    pub id: String,
+    pub from: User,
+    pub currency: String,
+    pub total_amount: i64,
+    pub invoice_payload: String,
+}
+
+/// A user asks to join a chat through an invite link that needs approval.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatJoinRequest {
+    pub chat: Chat,
+    pub from: User,
+    /// Unix time of the request.
+    #[serde(default)]
+    pub date: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_successful_payment_and_ignores_unknown_fields() {
+        let u: Update = serde_json::from_str(
+            r#"{"update_id": 10, "message": {"message_id": 5, "date": 1700000000,
+                "chat": {"id": 42, "type": "private", "first_name": "A"},
+                "from": {"id": 42, "is_bot": false, "first_name": "A"},
+                "successful_payment": {"currency": "XTR", "total_amount": 250,
+                    "invoice_payload": "ord_x", "telegram_payment_charge_id": "stxABC",
+                    "provider_payment_charge_id": "", "is_recurring": false}},
+                "some_future_field": {"x": 1}}"#,
+        )
+        .unwrap();
+        let m = u.message.unwrap();
+        let p = m.successful_payment.unwrap();
+        assert_eq!((m.date, m.from.unwrap().id), (1_700_000_000, 42));
+        assert_eq!((p.currency.as_str(), p.total_amount), ("XTR", 250));
+        assert_eq!(p.telegram_payment_charge_id, "stxABC");
+        assert!(u.pre_checkout_query.is_none() && u.chat_join_request.is_none());
+    }
+
+    #[test]
+    fn parses_pre_checkout_and_join_request() {
+        let u: Update = serde_json::from_str(
+            r#"{"update_id": 11, "pre_checkout_query": {"id": "q1",
+                "from": {"id": 7, "is_bot": false, "first_name": "B", "language_code": "en"},
+                "currency": "XTR", "total_amount": 100, "invoice_payload": "ref"}}"#,
+        )
+        .unwrap();
+        let q = u.pre_checkout_query.unwrap();
+        assert_eq!((q.id.as_str(), q.from.id, q.total_amount), ("q1", 7, 100));
+
+        let u: Update = serde_json::from_str(
+            r#"{"update_id": 12, "chat_join_request": {"chat": {"id": -1001, "type": "channel",
+                "title": "T"}, "from": {"id": 7, "is_bot": false, "first_name": "B"},
+                "user_chat_id": 7, "date": 1700000000}}"#,
+        )
+        .unwrap();
+        let j = u.chat_join_request.unwrap();
+        assert_eq!((j.chat.id, j.from.id), (-1001, 7));
+    }
+
+    #[test]
+    fn an_unknown_update_kind_parses_to_nothing() {
+        let u: Update = serde_json::from_str(
+            r#"{"update_id": 13, "callback_query": {"id": "c", "from": {"id": 1}}}"#,
+        )
+        .unwrap();
+        assert!(u.message.is_none() && u.pre_checkout_query.is_none());
+        assert!(u.chat_join_request.is_none());
+    }
+}

@@ -1,0 +1,356 @@
+//! A fake Telegram Bot API: a real axum HTTP server on 127.0.0.1:0 inside the test, serving
+//! `POST /bot{token}/{method}`. It records every call (method and JSON parameters), keeps the
+//! state that makes repeats observable (who is banned, which join requests are open, which
+//! charges were refunded, the Stars transaction list), and can be scripted per method to answer
+//! ok, 429 with `parameters.retry_after`, 500, a Telegram error, or to hang.
+//!
+//! It also watches for overlapping calls about the same (chat, user): each call is held open
+//! for a moment (`set_delay`), and a second call for the same pair arriving meanwhile is
+//! counted in [`FakeBot::overlaps`] — two workers performing the same effect at once.
+
+use std::{
+    collections::{HashMap, HashSet, VecDeque},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use axum::{
+    Json, Router,
+    extract::{Path, State},
+    http::StatusCode,
+    response::{IntoResponse, Response},
+    routing::post,
+};
+use serde_json::{Value, json};
+
+/// The bot token tests configure (`TELEGRAM_BOT_TOKEN`).
+pub const TOKEN: &str = "123456:ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef";
+/// Its secret half, which must never appear in logs or errors either.
+pub const TOKEN_SECRET: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef";
+
+/// One recorded call.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub method: String,
+    pub params: Value,
+}
+
+/// How the fake answers a call.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// The method's normal success.
+    Ok,
+    /// 429 with `parameters.retry_after`.
+    TooManyRequests(u64),
+    /// 500 Internal Server Error (as Telegram's envelope).
+    ServerError,
+    /// `ok: false` with this code and description (e.g. 400, "Bad Request: …").
+    Error(i64, String),
+    /// Never answers (the client must time out). The call is still recorded.
+    Hang,
+    /// Performs the call (state changes as for `Ok`) but never answers: the outcome is lost.
+    PerformThenHang,
+}
+
+#[derive(Default)]
+struct FakeState {
+    calls: Vec<Call>,
+    /// Replies used once each, in order, per method; then `sticky`, then `Reply::Ok`.
+    queued: HashMap<String, VecDeque<Reply>>,
+    sticky: HashMap<String, Reply>,
+    delay: Duration,
+    in_flight: HashMap<(i64, i64), usize>,
+    overlaps: usize,
+    banned: HashSet<(i64, i64)>,
+    open_requests: HashSet<(i64, i64)>,
+    members: HashSet<(i64, i64)>,
+    refunded: HashSet<String>,
+    transactions: Vec<Value>,
+    counter: u64,
+}
+
+/// The running fake.
+#[derive(Clone)]
+pub struct FakeBot {
+    pub url: String,
+    state: Arc<Mutex<FakeState>>,
+}
+
+impl FakeBot {
+    /// Starts the server on a free port.
+    pub async fn start() -> FakeBot {
+        let state = Arc::new(Mutex::new(FakeState::default()));
+        let app = Router::new()
+            .route("/{bot}/{method}", post(handle))
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        FakeBot {
+            url: format!("http://{addr}"),
+            state,
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut FakeState) -> T) -> T {
+        f(&mut self.state.lock().unwrap())
+    }
+
+    /// Answers the next call of `method` with `reply` (queued after earlier scripted ones).
+    pub fn script(&self, method: &str, reply: Reply) {
+        self.with(|s| {
+            s.queued
+                .entry(method.to_string())
+                .or_default()
+                .push_back(reply)
+        });
+    }
+
+    /// Answers every call of `method` with `reply` from now on (after queued ones).
+    pub fn always(&self, method: &str, reply: Reply) {
+        self.with(|s| s.sticky.insert(method.to_string(), reply));
+    }
+
+    /// Back to normal answers for `method`.
+    pub fn reset(&self, method: &str) {
+        self.with(|s| {
+            s.sticky.remove(method);
+            s.queued.remove(method);
+        });
+    }
+
+    /// Holds every call open this long before answering.
+    pub fn set_delay(&self, delay: Duration) {
+        self.with(|s| s.delay = delay);
+    }
+
+    /// Every call so far.
+    pub fn calls(&self) -> Vec<Call> {
+        self.with(|s| s.calls.clone())
+    }
+
+    /// The calls of `method`.
+    pub fn calls_of(&self, method: &str) -> Vec<Call> {
+        self.calls()
+            .into_iter()
+            .filter(|c| c.method == method)
+            .collect()
+    }
+
+    /// The method names in call order.
+    pub fn methods(&self) -> Vec<String> {
+        self.calls().into_iter().map(|c| c.method).collect()
+    }
+
+    pub fn clear_calls(&self) {
+        self.with(|s| s.calls.clear());
+    }
+
+    /// Overlapping calls about the same (chat, user) seen so far.
+    pub fn overlaps(&self) -> usize {
+        self.with(|s| s.overlaps)
+    }
+
+    pub fn is_banned(&self, chat: i64, user: i64) -> bool {
+        self.with(|s| s.banned.contains(&(chat, user)))
+    }
+
+    pub fn is_member(&self, chat: i64, user: i64) -> bool {
+        self.with(|s| s.members.contains(&(chat, user)))
+    }
+
+    /// Puts `user` into `chat` (as if they had joined).
+    pub fn add_member(&self, chat: i64, user: i64) {
+        self.with(|s| s.members.insert((chat, user)));
+    }
+
+    /// Opens a join request of `user` to `chat` (approve/decline then succeed once).
+    pub fn open_join_request(&self, chat: i64, user: i64) {
+        self.with(|s| s.open_requests.insert((chat, user)));
+    }
+
+    pub fn was_refunded(&self, charge_id: &str) -> bool {
+        self.with(|s| s.refunded.contains(charge_id))
+    }
+
+    /// Appends an incoming Stars payment from `user` to the transaction list.
+    pub fn add_incoming_payment(&self, charge_id: &str, user: i64, payload: &str, amount: i64) {
+        self.with(|s| {
+            s.transactions.push(json!({
+                "id": charge_id, "amount": amount, "date": chrono::Utc::now().timestamp(),
+                "source": {"type": "user", "transaction_type": "invoice_payment",
+                           "user": {"id": user, "is_bot": false, "first_name": "Buyer"},
+                           "invoice_payload": payload}
+            }))
+        });
+    }
+
+    /// Appends an outgoing transaction to `user` carrying `charge_id` (a refund).
+    pub fn add_refund_transaction(&self, charge_id: &str, user: i64, amount: i64) {
+        self.with(|s| {
+            s.transactions.push(json!({
+                "id": charge_id, "amount": amount, "date": chrono::Utc::now().timestamp(),
+                "receiver": {"type": "user", "user": {"id": user, "is_bot": false, "first_name": "Buyer"}}
+            }))
+        });
+    }
+}
+
+fn ok(result: Value) -> Response {
+    Json(json!({"ok": true, "result": result})).into_response()
+}
+
+fn error(status: u16, description: &str, retry_after: Option<u64>) -> Response {
+    let mut body = json!({"ok": false, "error_code": status, "description": description});
+    if let Some(r) = retry_after {
+        body["parameters"] = json!({"retry_after": r});
+    }
+    (StatusCode::from_u16(status).unwrap(), Json(body)).into_response()
+}
+
+async fn handle(
+    State(state): State<Arc<Mutex<FakeState>>>,
+    Path((bot, method)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> Response {
+    if bot != format!("bot{TOKEN}") {
+        return error(401, "Unauthorized", None);
+    }
+    let params: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let pair = (
+        params["chat_id"].as_i64().unwrap_or(0),
+        params["user_id"].as_i64().unwrap_or(0),
+    );
+    let (reply, delay) = {
+        let mut s = state.lock().unwrap();
+        s.calls.push(Call {
+            method: method.clone(),
+            params: params.clone(),
+        });
+        let n = s.in_flight.entry(pair).or_default();
+        if *n > 0 {
+            s.overlaps += 1;
+        }
+        *s.in_flight.get_mut(&pair).unwrap() += 1;
+        let reply = s
+            .queued
+            .get_mut(&method)
+            .and_then(VecDeque::pop_front)
+            .or_else(|| s.sticky.get(&method).cloned())
+            .unwrap_or(Reply::Ok);
+        (reply, s.delay)
+    };
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    let response = match reply {
+        Reply::Ok => Some(perform(&state, &method, &params)),
+        Reply::PerformThenHang => {
+            perform(&state, &method, &params);
+            None
+        }
+        Reply::Hang => None,
+        Reply::TooManyRequests(secs) => Some(error(
+            429,
+            &format!("Too Many Requests: retry after {secs}"),
+            Some(secs),
+        )),
+        Reply::ServerError => Some(error(500, "Internal Server Error", None)),
+        Reply::Error(code, description) => Some(error(code as u16, &description, None)),
+    };
+    {
+        let mut s = state.lock().unwrap();
+        *s.in_flight.get_mut(&pair).unwrap() -= 1;
+    }
+    match response {
+        Some(r) => r,
+        None => {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            error(504, "hung", None)
+        }
+    }
+}
+
+/// The normal effect and answer of `method`, as Telegram would give them.
+fn perform(state: &Arc<Mutex<FakeState>>, method: &str, p: &Value) -> Response {
+    let mut s = state.lock().unwrap();
+    s.counter += 1;
+    let n = s.counter;
+    let pair = (
+        p["chat_id"].as_i64().unwrap_or(0),
+        p["user_id"].as_i64().unwrap_or(0),
+    );
+    match method {
+        "banChatMember" => {
+            s.banned.insert(pair);
+            s.members.remove(&pair);
+            ok(json!(true))
+        }
+        "unbanChatMember" => {
+            // only_if_banned: a member stays; without it Telegram would kick a member too.
+            if p["only_if_banned"] != json!(true) {
+                s.members.remove(&pair);
+            }
+            s.banned.remove(&pair);
+            ok(json!(true))
+        }
+        "approveChatJoinRequest" => {
+            if s.members.contains(&pair) {
+                return error(400, "Bad Request: USER_ALREADY_PARTICIPANT", None);
+            }
+            if !s.open_requests.remove(&pair) {
+                return error(400, "Bad Request: HIDE_REQUESTER_MISSING", None);
+            }
+            s.members.insert(pair);
+            ok(json!(true))
+        }
+        "declineChatJoinRequest" => {
+            if !s.open_requests.remove(&pair) {
+                return error(400, "Bad Request: HIDE_REQUESTER_MISSING", None);
+            }
+            ok(json!(true))
+        }
+        "createChatInviteLink" => ok(json!({
+            "invite_link": format!("https://t.me/+fake{n}"),
+            "creator": {"id": 123456, "is_bot": true, "first_name": "Bot"},
+            "creates_join_request": p["creates_join_request"],
+            "is_primary": false, "is_revoked": false
+        })),
+        "sendMessage" => ok(json!({
+            "message_id": n, "date": 0,
+            "chat": {"id": p["chat_id"], "type": "private"},
+            "text": p["text"]
+        })),
+        "refundStarPayment" => {
+            let charge = p["telegram_payment_charge_id"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            if !s.refunded.insert(charge.clone()) {
+                return error(400, "Bad Request: CHARGE_ALREADY_REFUNDED", None);
+            }
+            let user = p["user_id"].as_i64().unwrap_or(0);
+            s.transactions.push(json!({
+                "id": charge, "amount": 1, "date": chrono::Utc::now().timestamp(),
+                "receiver": {"type": "user", "user": {"id": user, "is_bot": false, "first_name": "Buyer"}}
+            }));
+            ok(json!(true))
+        }
+        "getStarTransactions" => {
+            let offset = p["offset"].as_u64().unwrap_or(0) as usize;
+            let limit = p["limit"].as_u64().unwrap_or(100) as usize;
+            let page: Vec<Value> = s
+                .transactions
+                .iter()
+                .skip(offset)
+                .take(limit)
+                .cloned()
+                .collect();
+            ok(json!({"transactions": page}))
+        }
+        "createInvoiceLink" => ok(json!(format!("https://t.me/$fake_invoice_{n}"))),
+        _ => error(404, "Not Found: method not found", None),
+    }
+}
