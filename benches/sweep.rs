@@ -10,8 +10,9 @@
 //! Environment: `SUBGATE_TEST_DATABASE_URL` (admin URL; `make bench` sets it; default
 //! `postgres://postgres@127.0.0.1:5432/postgres`), `SWEEP_BENCH_ROWS` (overdue memberships,
 //! default 100000), `SWEEP_BENCH_NAIVE_ROWS` (the naive baseline's sample, default 5000),
-//! `SWEEP_BENCH_BATCH` (rows per batch, default the sweep's). The benchmark creates its own
-//! database and drops it at the end.
+//! `SWEEP_BENCH_BATCH` (rows per batch, default the sweep's), `SWEEP_BENCH_PROBE=0` (no renewal
+//! probe). The benchmark creates its own database and drops it at the end (and drops databases
+//! an interrupted run left behind).
 
 use std::{
     sync::{
@@ -124,8 +125,6 @@ struct Results {
     set_based: Duration,
     naive: Duration,
     probe_waits: Vec<Duration>,
-    /// WAL bytes written per row by the sweep, the set-based statement and the naive loop.
-    wal_per_row: [f64; 3],
 }
 
 impl Results {
@@ -179,10 +178,6 @@ impl Results {
             "  sweep vs set-based lower bound: {:.2}x the time",
             self.sweep.as_secs_f64() / self.set_based.as_secs_f64()
         );
-        println!(
-            "  WAL per row: sweep {:.0} B, naive {:.0} B, set-based {:.0} B",
-            self.wal_per_row[0], self.wal_per_row[2], self.wal_per_row[1]
-        );
         let mut waits = self.probe_waits.clone();
         waits.sort();
         if waits.is_empty() {
@@ -213,11 +208,9 @@ async fn bench(pool: &Pool, rows: i64, naive_rows: i64, batch: usize) -> Results
     let stop = Arc::new(AtomicBool::new(false));
     let probing = env_usize("SWEEP_BENCH_PROBE", 1) != 0;
     let probe = tokio::spawn(probe(pool.clone(), stop.clone(), probing));
-    let wal = wal_lsn(pool).await;
     let started = Instant::now();
     let report = sweep::sweep(pool, batch).await.expect("the sweep runs");
     let sweep_time = started.elapsed();
-    let sweep_wal = wal_since(pool, &wal).await as f64 / rows as f64;
     stop.store(true, Ordering::Relaxed);
     let probe_waits = probe.await.unwrap();
     assert_eq!(report.examined as i64, rows);
@@ -228,7 +221,6 @@ async fn bench(pool: &Pool, rows: i64, naive_rows: i64, batch: usize) -> Results
 
     // 2. The lower bound: one UPDATE for everything, no locks, events in the same statement.
     reset(pool, None).await;
-    let wal = wal_lsn(pool).await;
     let started = Instant::now();
     let n = pool
         .get()
@@ -254,18 +246,15 @@ async fn bench(pool: &Pool, rows: i64, naive_rows: i64, batch: usize) -> Results
         .await
         .unwrap();
     let set_based = started.elapsed();
-    let set_wal = wal_since(pool, &wal).await as f64 / rows as f64;
     assert_eq!(n as i64, rows);
     check_swept(pool, rows).await;
     eprintln!("[bench] set-based: {:.2} s", set_based.as_secs_f64());
 
     // 3. The naive baseline on a sample: one transaction per membership.
     let ids = reset(pool, Some(naive_rows)).await;
-    let wal = wal_lsn(pool).await;
     let started = Instant::now();
     naive(pool, &ids).await;
     let naive_time = started.elapsed();
-    let naive_wal = wal_since(pool, &wal).await as f64 / ids.len() as f64;
     eprintln!("[bench] naive: {:.2} s", naive_time.as_secs_f64());
 
     Results {
@@ -275,30 +264,7 @@ async fn bench(pool: &Pool, rows: i64, naive_rows: i64, batch: usize) -> Results
         set_based,
         naive: naive_time,
         probe_waits,
-        wal_per_row: [sweep_wal, set_wal, naive_wal],
     }
-}
-
-async fn wal_lsn(pool: &Pool) -> String {
-    let client = pool.get().await.unwrap();
-    client
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
-        .await
-        .unwrap()
-        .get(0)
-}
-
-/// WAL bytes written (by anyone on the server) since `lsn`.
-async fn wal_since(pool: &Pool, lsn: &str) -> i64 {
-    let client = pool.get().await.unwrap();
-    client
-        .query_one(
-            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)::bigint",
-            &[&lsn],
-        )
-        .await
-        .unwrap()
-        .get(0)
 }
 
 /// `rows` active memberships, all overdue by one minute to ten days, in ten channels (half with
