@@ -77,15 +77,23 @@ pub async fn migrate(pool: &Pool) -> Result<usize, ApiError> {
 }
 
 async fn apply_pending(client: &mut deadpool_postgres::Object) -> Result<usize, ApiError> {
-    client
-        .batch_execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations (
-                 version    integer PRIMARY KEY,
-                 name       text NOT NULL,
-                 applied_at timestamptz NOT NULL DEFAULT now()
-             )",
-        )
-        .await?;
+    // Checked first rather than `CREATE … IF NOT EXISTS`, whose notice would be logged at every
+    // start; the advisory lock held by the caller makes check-then-create safe.
+    let exists: bool = client
+        .query_one("SELECT to_regclass('schema_migrations') IS NOT NULL", &[])
+        .await?
+        .get(0);
+    if !exists {
+        client
+            .batch_execute(
+                "CREATE TABLE schema_migrations (
+                     version    integer PRIMARY KEY,
+                     name       text NOT NULL,
+                     applied_at timestamptz NOT NULL DEFAULT now()
+                 )",
+            )
+            .await?;
+    }
     let mut applied = 0;
     for &(version, name, sql) in MIGRATIONS {
         let tx = client.transaction().await?;
