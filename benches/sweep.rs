@@ -1,6 +1,9 @@
-//! `make bench`: how fast the sweep moves overdue memberships, against two references measured in
-//! the same run on the same data — the naive way (one transaction per membership: lock, re-read,
-//! update, event, commit) and the lower bound (one set-based `UPDATE` for everything, no locks).
+//! `make bench`: how fast the sweep moves overdue memberships, against references measured in the
+//! same run on the same data — the naive way (one transaction per membership: lock, re-read,
+//! update, event, commit) and two lock-free single statements: one that writes only the status
+//! and the events, and the fair floor, which makes exactly the sweep's writes (status, one
+//! `membership_events` row and one `effects` row per transition, with the sweep's own effects
+//! SQL) for everything at once.
 //! While the sweep runs, a probe plays a renewal that collides with it: it picks a pair whose lock
 //! a sweep batch holds right now and times how long `pg_advisory_xact_lock` waits for it.
 //!
@@ -123,6 +126,7 @@ struct Results {
     report: sweep::SweepReport,
     sweep: Duration,
     set_based: Duration,
+    set_same_writes: Duration,
     naive: Duration,
     probe_waits: Vec<Duration>,
 }
@@ -133,6 +137,7 @@ impl Results {
         let sweep_rate = rate(rows, self.sweep);
         let naive_rate = rate(naive_rows, self.naive);
         let set_rate = rate(rows, self.set_based);
+        let same_rate = rate(rows, self.set_same_writes);
         println!();
         println!("sweep benchmark: {rows} overdue memberships in {CHANNELS} channels");
         println!(
@@ -144,7 +149,7 @@ impl Results {
             self.report.examined, self.report.to_grace, self.report.to_expired, self.report.skipped
         );
         println!(
-            "  {:<44} {:>9} {:>10} {:>12}",
+            "  {:<56} {:>9} {:>10} {:>12}",
             "method", "rows", "seconds", "rows/s"
         );
         for (label, n, d, r) in [
@@ -161,13 +166,19 @@ impl Results {
                 naive_rate,
             ),
             (
-                "set-based UPDATE, no locks (lower bound)".to_string(),
+                "set-based UPDATE + events, no locks, no effects".to_string(),
                 rows,
                 self.set_based,
                 set_rate,
             ),
+            (
+                "set-based, same writes as the sweep, no locks (floor)".to_string(),
+                rows,
+                self.set_same_writes,
+                same_rate,
+            ),
         ] {
-            println!("  {label:<44} {n:>9} {:>10.2} {r:>12.0}", d.as_secs_f64());
+            println!("  {label:<56} {n:>9} {:>10.2} {r:>12.0}", d.as_secs_f64());
         }
         println!(
             "  sweep vs naive: {:.1}x faster; naive would take {:.0} s for these {rows} rows",
@@ -175,8 +186,12 @@ impl Results {
             rows as f64 / naive_rate
         );
         println!(
-            "  sweep vs set-based lower bound: {:.2}x the time",
+            "  sweep vs set-based without effects: {:.2}x the time",
             self.sweep.as_secs_f64() / self.set_based.as_secs_f64()
+        );
+        println!(
+            "  sweep vs set-based with the same writes: {:.2}x the time",
+            self.sweep.as_secs_f64() / self.set_same_writes.as_secs_f64()
         );
         let mut waits = self.probe_waits.clone();
         waits.sort();
@@ -216,10 +231,10 @@ async fn bench(pool: &Pool, rows: i64, naive_rows: i64, batch: usize) -> Results
     assert_eq!(report.examined as i64, rows);
     assert_eq!((report.to_grace + report.to_expired) as i64, rows);
     assert_eq!(report.skipped, 0);
-    check_swept(pool, rows).await;
+    check_swept(pool, rows, rows).await;
     eprintln!("[bench] sweep: {:.2} s", sweep_time.as_secs_f64());
 
-    // 2. The lower bound: one UPDATE for everything, no locks, events in the same statement.
+    // 2. One UPDATE for everything, no locks, events in the same statement, no effects.
     reset(pool, None).await;
     let started = Instant::now();
     let n = pool
@@ -247,10 +262,54 @@ async fn bench(pool: &Pool, rows: i64, naive_rows: i64, batch: usize) -> Results
         .unwrap();
     let set_based = started.elapsed();
     assert_eq!(n as i64, rows);
-    check_swept(pool, rows).await;
+    check_swept(pool, rows, 0).await;
     eprintln!("[bench] set-based: {:.2} s", set_based.as_secs_f64());
 
-    // 3. The naive baseline on a sample: one transaction per membership.
+    // 3. The floor: one statement, no locks, the sweep's writes — status, events and effects
+    // (the sweep's own effects CTE, so the same columns, payloads and dedupe keys). Every row
+    // starts `active` (reset), which stands in for the status the sweep reads before deciding.
+    reset(pool, None).await;
+    let started = Instant::now();
+    let n: i64 = pool
+        .get()
+        .await
+        .unwrap()
+        .query_one(
+            &format!(
+                "WITH updated AS (
+                     UPDATE memberships m
+                     SET status = CASE
+                             WHEN m.expires_at + make_interval(days => ch.grace_period_days)
+                                  <= statement_timestamp() THEN 'expired' ELSE 'grace' END,
+                         updated_at = statement_timestamp()
+                     FROM channels ch
+                     WHERE ch.id = m.channel_id AND m.status <> 'expired'
+                       AND m.expires_at <= statement_timestamp()
+                     RETURNING m.id, m.subscriber_id, m.channel_id, 'active'::text AS from_status,
+                               m.status, m.expires_at
+                 ), events AS (
+                     INSERT INTO membership_events
+                         (membership_id, from_status, to_status, expires_at_before,
+                          expires_at_after, cause)
+                     SELECT id, from_status, status, expires_at, expires_at, 'sweep' FROM updated
+                 ), {}
+                 SELECT count(*) FROM updated",
+                subgate::effects::SWEEP_EFFECTS_CTE
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let set_same_writes = started.elapsed();
+    assert_eq!(n, rows);
+    check_swept(pool, rows, rows).await;
+    eprintln!(
+        "[bench] set-based, same writes: {:.2} s",
+        set_same_writes.as_secs_f64()
+    );
+
+    // 4. The naive baseline on a sample: one transaction per membership.
     let ids = reset(pool, Some(naive_rows)).await;
     let started = Instant::now();
     naive(pool, &ids).await;
@@ -262,6 +321,7 @@ async fn bench(pool: &Pool, rows: i64, naive_rows: i64, batch: usize) -> Results
         report,
         sweep: sweep_time,
         set_based,
+        set_same_writes,
         naive: naive_time,
         probe_waits,
     }
@@ -296,8 +356,9 @@ async fn populate(pool: &Pool, rows: i64) {
         .unwrap();
 }
 
-/// Every row is grace or expired as `next_sweep_status` says, with one sweep event each.
-async fn check_swept(pool: &Pool, rows: i64) {
+/// Every row is grace or expired as `next_sweep_status` says, with one sweep event each, and
+/// there are `effects` effects (one revoke or grace notice per transition, or none).
+async fn check_swept(pool: &Pool, rows: i64, effects: i64) {
     let client = pool.get().await.unwrap();
     let row = client
         .query_one(
@@ -305,20 +366,24 @@ async fn check_swept(pool: &Pool, rows: i64) {
                     count(*) FILTER (WHERE m.status <> CASE
                         WHEN m.expires_at + make_interval(days => ch.grace_period_days)
                              <= statement_timestamp() THEN 'expired' ELSE 'grace' END),
-                    (SELECT count(*) FROM membership_events WHERE cause = 'sweep')
+                    (SELECT count(*) FROM membership_events WHERE cause = 'sweep'),
+                    (SELECT count(*) FROM effects WHERE kind IN ('revoke', 'grace_notice'))
              FROM memberships m JOIN channels ch ON ch.id = m.channel_id",
             &[],
         )
         .await
         .unwrap();
-    let (active, wrong, events): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    let (active, wrong, events, enqueued): (i64, i64, i64, i64) =
+        (row.get(0), row.get(1), row.get(2), row.get(3));
     assert_eq!(active, 0);
     // A row at most a few seconds from its grace end may have crossed it since the sweep.
     assert!(wrong * 1000 <= rows, "{wrong} rows have the wrong status");
     assert_eq!(events, rows);
+    assert_eq!(enqueued, effects);
 }
 
-/// Makes memberships active again and forgets the events (all of them, or a sample of `limit`);
+/// Makes memberships active again and forgets the events and effects (all of them, or a sample
+/// of `limit`);
 /// returns the ids made active.
 async fn reset(pool: &Pool, limit: Option<i64>) -> Vec<i64> {
     let client = pool.get().await.unwrap();
@@ -337,11 +402,11 @@ async fn reset(pool: &Pool, limit: Option<i64>) -> Vec<i64> {
         .map(|r| r.get(0))
         .collect();
     client
-        .batch_execute("TRUNCATE membership_events")
+        .batch_execute("TRUNCATE membership_events, effects")
         .await
         .unwrap();
     client
-        .batch_execute("VACUUM ANALYZE memberships, membership_events")
+        .batch_execute("VACUUM ANALYZE memberships, membership_events, effects")
         .await
         .unwrap();
     ids

@@ -21,13 +21,14 @@
 //!   grace period and `statement_timestamp()` (database time after the locks).
 //! - **Decide in Rust, write back set-based.** [`apply_batch`] writes every decision with one
 //!   `UPDATE … FROM unnest(…)` that is conditional on the exact status and `expires_at` the
-//!   decision was made from, and writes the `membership_events` rows (cause `sweep`) for exactly
-//!   the rows it updated, in the same statement.
+//!   decision was made from, and writes the `membership_events` rows (cause `sweep`) and the
+//!   Telegram effects (revoke, grace notice) for exactly the rows it updated, in the same
+//!   statement.
 //!
 //! A run also purges expired idempotency keys. Every batch is idempotent and commits on its own,
 //! so stopping a run between (or even inside) batches is harmless: the next run carries on.
 
-use std::time::Instant;
+use std::{sync::LazyLock, time::Instant};
 
 use chrono::{DateTime, Duration, Utc};
 use deadpool_postgres::{Pool, Transaction};
@@ -131,7 +132,7 @@ pub struct Decision {
     pub expires_at: DateTime<Utc>,
 }
 
-/// A transition [`apply_batch`] actually wrote (its event row is written too).
+/// A transition [`apply_batch`] actually wrote (its event row and effect are written too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transition {
     pub membership_id: i64,
@@ -233,10 +234,8 @@ async fn sweep_batch(
             .collect();
         let skipped = (candidates.len() - locked.len()) as u64;
         let decisions = decide(tx, &locked).await?;
+        // Also enqueues the transitions' Telegram effects (kicks, notices), in this transaction.
         let transitions = apply_batch(tx, &decisions).await?;
-        // Side effects of these transitions (Telegram kicks, notices) are enqueued here, in this
-        // transaction, so they commit exactly when the transitions do.
-        crate::effects::on_sweep_transitions(&**tx, &transitions).await?;
         Ok(BatchOutcome {
             examined: candidates.len(),
             skipped,
@@ -337,11 +336,34 @@ pub async fn decide(tx: &Transaction<'_>, locked: &[i64]) -> Result<Vec<Decision
     Ok(decisions)
 }
 
+/// The batch write: the conditional `UPDATE`, then, for exactly the rows it changed, their
+/// events and their Telegram effects ([`crate::effects::SWEEP_EFFECTS_CTE`]) — one statement, so
+/// one round trip and one pass over the updated rows.
+static APPLY_BATCH_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH updated AS (
+             UPDATE memberships m
+             SET status = d.to_status, updated_at = statement_timestamp()
+             FROM unnest($1::bigint[], $2::text[], $3::text[], $4::timestamptz[])
+                  AS d(id, from_status, to_status, expires_at)
+             WHERE m.id = d.id AND m.status = d.from_status AND m.expires_at = d.expires_at
+             RETURNING m.id, m.subscriber_id, m.channel_id, d.from_status, m.status, m.expires_at
+         ), events AS (
+             INSERT INTO membership_events
+                 (membership_id, from_status, to_status, expires_at_before, expires_at_after, cause)
+             SELECT id, from_status, status, expires_at, expires_at, 'sweep' FROM updated
+         ), {}
+         SELECT id, subscriber_id, channel_id, from_status, status, expires_at FROM updated",
+        crate::effects::SWEEP_EFFECTS_CTE
+    )
+});
+
 /// Step three of a batch: writes its decisions in one statement, inside the batch transaction
 /// (which holds the rows' pair locks): the `UPDATE` applies a decision only if the row still has
-/// the status and `expires_at` it was made from, and one `membership_events` row (cause `sweep`,
-/// `expires_at_before = expires_at_after`) is inserted for each row actually updated.
-/// Returns those transitions, so callers can add work for them in the same transaction.
+/// the status and `expires_at` it was made from; for each row actually updated one
+/// `membership_events` row (cause `sweep`, `expires_at_before = expires_at_after`) is inserted,
+/// and its revoke or grace notice is enqueued in the effects outbox (so the effects commit exactly
+/// when the transitions do). Returns those transitions.
 pub async fn apply_batch(
     tx: &Transaction<'_>,
     decisions: &[Decision],
@@ -353,23 +375,7 @@ pub async fn apply_batch(
     let from: Vec<&str> = decisions.iter().map(|d| d.from.as_str()).collect();
     let to: Vec<&str> = decisions.iter().map(|d| d.to.as_str()).collect();
     let expires: Vec<DateTime<Utc>> = decisions.iter().map(|d| d.expires_at).collect();
-    let stmt = tx
-        .prepare_cached(
-            "WITH updated AS (
-                 UPDATE memberships m
-                 SET status = d.to_status, updated_at = statement_timestamp()
-                 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::timestamptz[])
-                      AS d(id, from_status, to_status, expires_at)
-                 WHERE m.id = d.id AND m.status = d.from_status AND m.expires_at = d.expires_at
-                 RETURNING m.id, m.subscriber_id, m.channel_id, d.from_status, m.status, m.expires_at
-             ), events AS (
-                 INSERT INTO membership_events
-                     (membership_id, from_status, to_status, expires_at_before, expires_at_after, cause)
-                 SELECT id, from_status, status, expires_at, expires_at, 'sweep' FROM updated
-             )
-             SELECT id, subscriber_id, channel_id, from_status, status, expires_at FROM updated",
-        )
-        .await?;
+    let stmt = tx.prepare_cached(&APPLY_BATCH_SQL).await?;
     let rows = tx.query(&stmt, &[&ids, &from, &to, &expires]).await?;
     let status = |raw: &str| {
         Status::parse(raw).ok_or_else(|| ApiError::internal(format!("unknown status {raw:?}")))

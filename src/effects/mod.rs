@@ -27,7 +27,6 @@ use crate::{
     config::Config,
     error::ApiError,
     memberships::{Cause, Membership},
-    sweep::{Status, Transition},
 };
 
 pub use worker::{RunReport, Worker, reconcile, run_once};
@@ -255,46 +254,35 @@ pub async fn on_membership_change(
     Ok(())
 }
 
-/// Hook of the sweep's batch write: enqueues a revoke for every membership it moved to
-/// `expired` and a grace notice for every one it moved to `grace`, in the batch transaction.
-pub async fn on_sweep_transitions(
-    client: &impl GenericClient,
-    transitions: &[Transition],
-) -> Result<(), ApiError> {
-    let mut ids = Vec::new();
-    let mut kinds = Vec::new();
-    let mut keys = Vec::new();
-    let mut payloads = Vec::new();
-    for t in transitions {
-        let (kind, what) = match (t.from, t.to) {
-            (Status::Active | Status::Grace, Status::Expired) => (Kind::Revoke, "revoke"),
-            (Status::Active, Status::Grace) => (Kind::GraceNotice, "grace"),
-            _ => continue,
-        };
-        ids.push(t.membership_id);
-        kinds.push(kind.as_str());
-        keys.push(term_key(what, t.membership_id, t.expires_at));
-        payloads.push(json!({"expires_at": t.expires_at}));
-    }
-    if ids.is_empty() {
-        return Ok(());
-    }
-    client
-        .execute(
-            "INSERT INTO effects (kind, membership_id, chat_id, user_id, payload, dedupe_key)
-             SELECT t.kind, m.id, c.telegram_chat_id, s.telegram_user_id, t.payload, t.key
-             FROM unnest($1::bigint[], $2::text[], $3::text[], $4::jsonb[])
-                  AS t(id, kind, key, payload)
-             JOIN memberships m ON m.id = t.id
-             JOIN subscribers s ON s.id = m.subscriber_id
-             JOIN channels c ON c.id = m.channel_id
-             ORDER BY t.id
-             ON CONFLICT (dedupe_key) DO NOTHING",
-            &[&ids, &kinds, &keys, &payloads],
-        )
-        .await?;
-    Ok(())
-}
+/// The sweep's effects, as the last data-modifying CTE of its batch write
+/// ([`crate::sweep::apply_batch`]): a revoke for every membership it moved to `expired` and a
+/// grace notice for every one it moved to `grace`, in the batch's statement and so in its
+/// transaction. It reads the CTE `updated(id, subscriber_id, channel_id, from_status, status,
+/// expires_at)` — the rows the `UPDATE` actually changed — so it needs no second look at
+/// `memberships`; the payload and the dedupe key are built here in SQL, the key exactly as
+/// [`term_key`] spells it (`extract(epoch …)` is exact to the microsecond), so a sweep's revoke
+/// or grace notice dedupes with the one a staff change of the same term enqueues. The Telegram
+/// ids are read in the same statement, so the effect names who they are now. Rows are inserted
+/// in membership id order, so writers of the same dedupe keys meet them in one order.
+pub const SWEEP_EFFECTS_CTE: &str = "sweep_effects AS (
+    INSERT INTO effects (kind, membership_id, chat_id, user_id, payload, dedupe_key)
+    SELECT e.kind, u.id, c.telegram_chat_id, s.telegram_user_id,
+           jsonb_build_object('expires_at',
+               to_char(u.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')),
+           e.what || ':' || u.id || ':'
+               || (extract(epoch FROM u.expires_at) * 1000000)::bigint
+    FROM updated u
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN u.status = 'expired' THEN 'revoke' ELSE 'grace_notice' END,
+               CASE WHEN u.status = 'expired' THEN 'revoke' ELSE 'grace' END
+    ) AS e(kind, what)
+    JOIN subscribers s ON s.id = u.subscriber_id
+    JOIN channels c ON c.id = u.channel_id
+    WHERE (u.from_status IN ('active', 'grace') AND u.status = 'expired')
+       OR (u.from_status = 'active' AND u.status = 'grace')
+    ORDER BY u.id
+    ON CONFLICT (dedupe_key) DO NOTHING
+)";
 
 /// True when effects can be performed: a bot token is set, or dry-run is on.
 pub fn outbox_enabled(config: &Config) -> bool {

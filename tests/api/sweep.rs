@@ -502,6 +502,60 @@ async fn apply_batch_writes_only_decisions_made_from_the_current_row() {
     assert!(sweep_events(&app, c).await.is_empty());
 }
 
+#[tokio::test]
+async fn sweep_effects_carry_the_same_keys_and_payloads_as_staff_effects() {
+    let app = TestApp::spawn().await;
+    let (g, _, _) = membership(&app, 1, 3).await;
+    let (x, _, _) = membership(&app, 2, 3).await;
+    let (g, x) = (g["id"].as_i64().unwrap(), x["id"].as_i64().unwrap());
+    // Odd microseconds, and an expiry before 1970 (negative epoch with a fraction): the SQL key
+    // must spell the instant exactly as the Rust one (`term_key`) does.
+    let eg = back_date(&app, g, chrono::Duration::microseconds(3_600_000_007)).await;
+    let ex: DateTime<Utc> = "1969-12-31T23:59:59.500001Z".parse().unwrap();
+    set(&app, x, json!({"expires_at": ex})).await;
+    expect_counts(&sweep_now(&app).await, 2, 1, 1, 0);
+    let rows = app
+        .db()
+        .await
+        .query(
+            "SELECT e.membership_id, e.kind, e.dedupe_key, e.payload, e.chat_id, e.user_id,
+                    c.telegram_chat_id, s.telegram_user_id
+             FROM effects e JOIN memberships m ON m.id = e.membership_id
+             JOIN channels c ON c.id = m.channel_id JOIN subscribers s ON s.id = m.subscriber_id
+             WHERE e.kind IN ('revoke', 'grace_notice') ORDER BY e.membership_id",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 2);
+    for (row, id, kind, key, expires_at) in [
+        (
+            &rows[0],
+            g,
+            "grace_notice",
+            format!("grace:{g}:{}", eg.timestamp_micros()),
+            eg,
+        ),
+        (
+            &rows[1],
+            x,
+            "revoke",
+            format!("revoke:{x}:{}", ex.timestamp_micros()),
+            ex,
+        ),
+    ] {
+        assert_eq!(row.get::<_, i64>(0), id);
+        assert_eq!(row.get::<_, &str>(1), kind);
+        assert_eq!(row.get::<_, String>(2), key);
+        let payload: Value = row.get(3);
+        let parsed: DateTime<Utc> = serde_json::from_value(payload["expires_at"].clone()).unwrap();
+        assert_eq!(parsed, expires_at, "{payload}");
+        assert_eq!(row.get::<_, Option<i64>>(4), Some(row.get::<_, i64>(6)));
+        assert_eq!(row.get::<_, i64>(5), row.get::<_, i64>(7));
+    }
+    assert_eq!(rows[1].get::<_, String>(2), format!("revoke:{x}:-499999"));
+}
+
 /// Inserts `per_channel` overdue memberships in each of four channels (two with three days of
 /// grace, two without); half of each channel's rows are an hour overdue, half ten days.
 /// Returns how many should go to grace and to expired.
