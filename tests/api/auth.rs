@@ -8,7 +8,6 @@ use axum::{
     http::{Method, Request, StatusCode},
 };
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
-use http_body_util::BodyExt;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -38,21 +37,7 @@ async fn login_from(
         ))
         .unwrap();
     req.extensions_mut().insert(ConnectInfo(peer));
-    let response = app.router.clone().oneshot(req).await.unwrap();
-    let status = response.status();
-    let headers = response.headers().clone();
-    let bytes = response
-        .into_body()
-        .collect()
-        .await
-        .unwrap()
-        .to_bytes()
-        .to_vec();
-    TestResponse {
-        status,
-        headers,
-        bytes,
-    }
+    app.send(req).await
 }
 
 async fn raw_login(app: &TestApp, body: &str) -> TestResponse {

@@ -298,12 +298,12 @@ impl TestApp {
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let response = self
-            .router
-            .clone()
-            .oneshot(req.body(body.into()).unwrap())
-            .await
-            .unwrap();
+        self.send(req.body(body.into()).unwrap()).await
+    }
+
+    /// Sends a fully built request through the router and reads the whole response.
+    pub async fn send(&self, req: Request<Body>) -> TestResponse {
+        let response = self.router.clone().oneshot(req).await.unwrap();
         let status = response.status();
         let headers = response.headers().clone();
         let bytes = response
