@@ -342,11 +342,9 @@ pub async fn enqueue_due_reminders(
         return Ok(0);
     }
     let days = reminder_days as i32;
-    let mut total = 0;
-    loop {
-        let n = client
-            .execute(
-                "INSERT INTO effects (kind, membership_id, chat_id, user_id, payload, dedupe_key)
+    insert_in_batches(
+        client,
+        "INSERT INTO effects (kind, membership_id, chat_id, user_id, payload, dedupe_key)
                  SELECT 'reminder', d.id, d.telegram_chat_id, d.telegram_user_id,
                         jsonb_build_object('expires_at', d.expires_at), d.key
                  FROM (
@@ -363,25 +361,18 @@ pub async fn enqueue_due_reminders(
                  WHERE NOT EXISTS (SELECT 1 FROM effects e WHERE e.dedupe_key = d.key)
                  LIMIT $2
                  ON CONFLICT (dedupe_key) DO NOTHING",
-                &[&days, &SCAN_BATCH],
-            )
-            .await?;
-        total += n;
-        if (n as i64) < SCAN_BATCH {
-            return Ok(total);
-        }
-    }
+        &[&days, &SCAN_BATCH],
+    )
+    .await
 }
 
 /// Enqueues one refund for every `refund_pending` Telegram Stars payment that has none yet
 /// (the payment row itself is the durable intent: the payment core marks it in its own
 /// transaction). The refund goes to the payer the door recorded. Returns how many.
 pub async fn enqueue_pending_refunds(client: &impl GenericClient) -> Result<u64, ApiError> {
-    let mut total = 0;
-    loop {
-        let n = client
-            .execute(
-                "INSERT INTO effects (kind, payment_id, order_id, user_id, payload, dedupe_key)
+    insert_in_batches(
+        client,
+        "INSERT INTO effects (kind, payment_id, order_id, user_id, payload, dedupe_key)
                  SELECT 'refund', d.id, d.order_id, d.user_id,
                         jsonb_build_object('charge_id', d.external_id), d.key
                  FROM (
@@ -395,9 +386,21 @@ pub async fn enqueue_pending_refunds(client: &impl GenericClient) -> Result<u64,
                    AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.dedupe_key = d.key)
                  LIMIT $1
                  ON CONFLICT (dedupe_key) DO NOTHING",
-                &[&SCAN_BATCH],
-            )
-            .await?;
+        &[&SCAN_BATCH],
+    )
+    .await
+}
+
+/// Runs an `INSERT … SELECT … LIMIT` scan whose limit parameter is [`SCAN_BATCH`] again until a
+/// round inserts fewer than that, so no single statement enqueues an unbounded number of rows.
+async fn insert_in_batches(
+    client: &impl GenericClient,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<u64, ApiError> {
+    let mut total = 0;
+    loop {
+        let n = client.execute(sql, params).await?;
         total += n;
         if (n as i64) < SCAN_BATCH {
             return Ok(total);
