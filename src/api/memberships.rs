@@ -21,6 +21,7 @@ use crate::{
     error::ApiError,
     idempotency::StaffWrite,
     memberships::{self, COLUMNS, Cause, Membership},
+    payments::seats,
     state::AppState,
 };
 
@@ -169,31 +170,6 @@ pub async fn events(
     Ok(Json(paging.page(items, |e| e.id)))
 }
 
-/// Locks the channel row of a seat-limited channel (third in the lock order) and tells whether
-/// the channel exists. Unlimited channels are not locked: nothing counts their seats.
-pub async fn lock_channel_if_limited(
-    tx: &deadpool_postgres::Transaction<'_>,
-    channel_id: i32,
-) -> Result<bool, ApiError> {
-    let row = tx
-        .query_opt(
-            "SELECT seat_limit IS NOT NULL FROM channels WHERE id = $1",
-            &[&channel_id],
-        )
-        .await?;
-    let Some(row) = row else {
-        return Ok(false);
-    };
-    if row.get::<_, bool>(0) {
-        tx.execute(
-            "SELECT 1 FROM channels WHERE id = $1 FOR NO KEY UPDATE",
-            &[&channel_id],
-        )
-        .await?;
-    }
-    Ok(true)
-}
-
 /// `POST /api/memberships`: grant or extend by hand (cause `staff`):
 /// `expires_at = GREATEST(current, now) + days`, `status = active`. 201 when created, 200 when
 /// extended. Staff grants are deliberate and do not check seats.
@@ -218,7 +194,7 @@ pub async fn grant(
         let subscriber = tx
             .query_opt("SELECT 1 FROM subscribers WHERE id = $1", &[&subscriber_id])
             .await?;
-        let channel = lock_channel_if_limited(tx, channel_id).await?;
+        let channel = seats::lock_channel_terms(tx, channel_id).await?.is_some();
         let mut e = Errors::default();
         if subscriber.is_none() {
             e.add("subscriber_id", "no such subscriber");
@@ -280,7 +256,7 @@ pub async fn patch(
     crate::transaction!(state.db, |tx| {
         let (subscriber_id, channel_id) = pair_of(tx, id).await?;
         db::lock_pair(tx, subscriber_id, channel_id).await?;
-        lock_channel_if_limited(tx, channel_id).await?;
+        seats::lock_channel_terms(tx, channel_id).await?;
         // The pair cannot change, but the row may have been deleted while we waited.
         let before = memberships::lock(tx, subscriber_id, channel_id)
             .await?
@@ -312,7 +288,7 @@ pub async fn delete(
     crate::transaction!(state.db, |tx| {
         let (subscriber_id, channel_id) = pair_of(tx, id).await?;
         db::lock_pair(tx, subscriber_id, channel_id).await?;
-        lock_channel_if_limited(tx, channel_id).await?;
+        seats::lock_channel_terms(tx, channel_id).await?;
         let deleted = tx
             .execute("DELETE FROM memberships WHERE id = $1", &[&id])
             .await?;

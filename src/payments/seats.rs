@@ -119,7 +119,10 @@ async fn lock_where(
         return Ok(None);
     };
     let order = Order::from_row(&row);
-    let channel = lock_channel_terms(tx, channel_id).await?;
+    // The order's foreign key keeps the channel alive while we hold the order row.
+    let channel = lock_channel_terms(tx, channel_id)
+        .await?
+        .ok_or_else(|| ApiError::internal("an order's channel is missing"))?;
     // The order's foreign key keeps its subscriber alive while we hold the order row.
     let subscriber_telegram_id = tx
         .query_one(
@@ -138,11 +141,13 @@ async fn lock_where(
 /// Reads the channel's terms, locking its row `FOR NO KEY UPDATE` (third in the lock order)
 /// when it is seat-limited; the terms of a limited channel are re-read under that lock so the
 /// seat limit used is current. Unlimited channels are not locked: nothing counts their seats,
-/// and locking them would serialize every payment of a popular channel.
-async fn lock_channel_terms(
+/// and locking them would serialize every payment of a popular channel. `None`: no such channel.
+/// Every transaction that takes the channel lock (payments, checkout, pre-checkout, cancel,
+/// manual grant, membership PATCH/DELETE) takes it here.
+pub async fn lock_channel_terms(
     tx: &Transaction<'_>,
     channel_id: i32,
-) -> Result<ChannelTerms, ApiError> {
+) -> Result<Option<ChannelTerms>, ApiError> {
     let read = |lock: &'static str| {
         format!("SELECT active, seat_limit, billing_period_days FROM channels WHERE id = $1 {lock}")
     };
@@ -151,15 +156,18 @@ async fn lock_channel_terms(
         seat_limit: r.get(1),
         billing_period_days: r.get(2),
     };
-    // The order's foreign key keeps the channel alive while we hold the order row.
-    let plain = terms(tx.query_one(&read(""), &[&channel_id]).await?);
+    let Some(plain) = tx.query_opt(&read(""), &[&channel_id]).await?.map(terms) else {
+        return Ok(None);
+    };
     if plain.seat_limit.is_none() {
-        return Ok(plain);
+        return Ok(Some(plain));
     }
-    Ok(terms(
-        tx.query_one(&read("FOR NO KEY UPDATE"), &[&channel_id])
-            .await?,
-    ))
+    // A concurrent delete cannot get past the order or membership that brought us here, but a
+    // manual grant has neither: a channel deleted meanwhile is simply not found.
+    Ok(tx
+        .query_opt(&read("FOR NO KEY UPDATE"), &[&channel_id])
+        .await?
+        .map(terms))
 }
 
 /// Seats taken in a channel: live (active/grace) memberships plus non-member subscribers with a
