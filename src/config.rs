@@ -48,6 +48,17 @@ impl Secret {
     pub fn expose(&self) -> &str {
         &self.0
     }
+
+    /// Whether a presented credential equals this secret. Both sides are hashed with SHA-256
+    /// first and the digests compared in constant time, so neither the content nor the length
+    /// of the secret leaks through timing.
+    pub fn matches(&self, given: &[u8]) -> bool {
+        use sha2::{Digest, Sha256};
+        use subtle::ConstantTimeEq;
+        Sha256::digest(self.0.as_bytes())
+            .ct_eq(&Sha256::digest(given))
+            .into()
+    }
 }
 
 impl fmt::Debug for Secret {
@@ -310,5 +321,21 @@ fn boolean(var: &impl Fn(&str) -> Option<String>, name: &str) -> Result<bool, Co
         None | Some("false") | Some("0") | Some("no") => Ok(false),
         Some("true") | Some("1") | Some("yes") => Ok(true),
         Some(_) => Err(err(format!("{name} must be true or false"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Secret;
+
+    #[test]
+    fn secret_matches_only_itself() {
+        let t = "sweep-token-0123456789abcdef0123456789";
+        let secret = Secret::new(t);
+        assert!(secret.matches(t.as_bytes()));
+        assert!(!secret.matches(&t.as_bytes()[..t.len() - 1]));
+        assert!(!secret.matches(format!("{t}x").as_bytes()));
+        assert!(!secret.matches(b""));
+        assert_eq!(format!("{secret:?}"), "<redacted>");
     }
 }

@@ -20,7 +20,6 @@ use axum::{
 };
 use chrono::DateTime;
 use serde_json::json;
-use subtle::ConstantTimeEq;
 
 use super::{
     WebhookReply, join_request_decision, pre_checkout,
@@ -85,7 +84,7 @@ fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
             "X-Telegram-Bot-Api-Secret-Token missing".into(),
         ));
     };
-    if bool::from(given.as_bytes().ct_eq(secret.expose().as_bytes())) {
+    if secret.matches(given.as_bytes()) {
         Ok(())
     } else {
         Err(ApiError::WebhookUnauthorized(
