@@ -4,12 +4,16 @@
 //! Login answers the same 401, in about the same time, for an unknown email and a wrong
 //! password: an unknown email is still checked against a dummy bcrypt hash of the configured
 //! cost. Failures are counted per (email, client address) so a stranger elsewhere cannot lock
-//! the admin out; the count lives in process memory (one server process per deployment).
+//! the admin out; the count lives in process memory (one server process per deployment), in a
+//! table of bounded size. Login is reachable without credentials, so its cost is bounded too:
+//! an attempt is counted before its password is checked, at most one bcrypt check per core runs
+//! at a time, and an overlong email is refused before any of that. docs/auth.md has the rules.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, VecDeque},
     net::{IpAddr, SocketAddr},
-    sync::{Arc, Mutex},
+    num::NonZeroUsize,
+    sync::{Arc, Mutex, MutexGuard},
     time::{Duration, Instant},
 };
 
@@ -20,6 +24,7 @@ use axum::{
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::{api::ApiJson, error::ApiError, state::AppState};
 
@@ -116,17 +121,12 @@ pub fn valid_email(email: &str) -> bool {
         && !domain.contains('@')
 }
 
-/// Hashes a password with bcrypt on the blocking pool.
+/// Hashes a password with bcrypt on the blocking pool. Not capped by [`HashPermits`]: it serves
+/// start-up and the CLI, which no anonymous client can reach.
 pub async fn hash_password(password: String, cost: u32) -> Result<String, ApiError> {
     tokio::task::spawn_blocking(move || bcrypt::hash(password, cost))
         .await
         .map_err(ApiError::internal)?
-        .map_err(ApiError::internal)
-}
-
-async fn verify_password(password: String, hash: String) -> Result<bool, ApiError> {
-    tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash).unwrap_or(false))
-        .await
         .map_err(ApiError::internal)
 }
 
@@ -156,41 +156,297 @@ pub async fn create_staff(
     Ok(inserted == 1)
 }
 
-/// (email, client address) → (failures, start of the counting window).
-type FailureCounts = HashMap<(String, IpAddr), (u32, Instant)>;
+/// How many (email, client address) pairs the throttle remembers. Past it the oldest pair is
+/// forgotten. A pair is only added by a login that reached bcrypt, so filling the table takes
+/// this many password checks; at most about 40 MB even with 254-byte emails.
+pub const LOGIN_THROTTLE_CAPACITY: usize = 100_000;
 
-/// Failed-login counts per (email, client address).
-#[derive(Clone, Default)]
-pub struct LoginThrottle {
-    inner: Arc<Mutex<FailureCounts>>,
+/// Longest email a login accepts, in bytes (the limit of a valid address, RFC 5321).
+pub const MAX_EMAIL_BYTES: usize = 254;
+
+/// How long a login waits for a free password-hashing permit before it is refused with 503.
+pub const HASH_PERMIT_WAIT: Duration = Duration::from_secs(1);
+
+/// A throttle key: the normalized email and the client address.
+type PairKey = (String, IpAddr);
+
+/// One pair's count: failures plus attempts being verified, within the window that started at
+/// `since`. `seq` tells this incarnation of the pair from earlier ones in `order`.
+struct Slot {
+    count: u32,
+    since: Instant,
+    seq: u64,
 }
 
-impl LoginThrottle {
+/// The counts, bounded. `order` lists the keys oldest first, so forgetting the oldest pair or
+/// the pairs whose window ended pops from its front in O(1). An entry whose key was removed or
+/// re-added since is stale and skipped when it reaches the front; when stale entries make the
+/// queue twice the capacity it is rebuilt once (amortized O(1) per insertion).
+struct FailureTable {
+    slots: HashMap<Arc<PairKey>, Slot>,
+    order: VecDeque<(u64, Arc<PairKey>)>,
+    next_seq: u64,
+    capacity: usize,
+}
+
+/// Seconds until a window that started at `since` ends, rounded up, at least 1. Saturating:
+/// a window that ended between two readings of the clock gives 1, never a panic.
+fn retry_after(since: Instant, window: Duration, now: Instant) -> u64 {
+    let left = window.saturating_sub(now.saturating_duration_since(since));
+    (left.as_secs() + u64::from(left.subsec_nanos() > 0)).max(1)
+}
+
+impl FailureTable {
+    fn new(capacity: usize) -> FailureTable {
+        FailureTable {
+            slots: HashMap::new(),
+            order: VecDeque::new(),
+            next_seq: 0,
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// The pair's slot if its window has not ended at `now`.
+    fn current(&self, key: &PairKey, window: Duration, now: Instant) -> Option<&Slot> {
+        self.slots
+            .get(key)
+            .filter(|s| now.saturating_duration_since(s.since) < window)
+    }
+
     /// `Err(retry_after_secs)` while the pair is locked out.
-    fn check(&self, key: &(String, IpAddr), max: u32, window: Duration) -> Result<(), u64> {
-        let map = self.inner.lock().expect("throttle lock");
-        match map.get(key) {
-            Some(&(count, since)) if count >= max && since.elapsed() < window => {
-                Err((window - since.elapsed()).as_secs().max(1))
-            }
+    fn check(&self, key: &PairKey, max: u32, window: Duration, now: Instant) -> Result<(), u64> {
+        match self.current(key, window, now) {
+            Some(slot) if slot.count >= max => Err(retry_after(slot.since, window, now)),
             _ => Ok(()),
         }
     }
 
-    fn fail(&self, key: (String, IpAddr), window: Duration) {
-        let mut map = self.inner.lock().expect("throttle lock");
-        if map.len() > 100_000 {
-            map.retain(|_, (_, since)| since.elapsed() < window);
+    /// Counts one attempt unless the pair is locked out; returns the slot's `seq`.
+    fn reserve(
+        &mut self,
+        key: &PairKey,
+        max: u32,
+        window: Duration,
+        now: Instant,
+    ) -> Result<u64, u64> {
+        self.prune(window, now);
+        if let Some(slot) = self.slots.get_mut(key) {
+            if now.saturating_duration_since(slot.since) < window {
+                if slot.count >= max {
+                    return Err(retry_after(slot.since, window, now));
+                }
+                slot.count += 1;
+                return Ok(slot.seq);
+            }
+            // Its window ended: the pair starts a new one at the back of the queue.
+            self.slots.remove(key);
         }
-        let entry = map.entry(key).or_insert((0, Instant::now()));
-        if entry.1.elapsed() >= window {
-            *entry = (0, Instant::now());
+        if max == 0 {
+            return Err(retry_after(now, window, now));
         }
-        entry.0 += 1;
+        if self.slots.len() >= self.capacity {
+            self.evict_oldest();
+        }
+        let seq = self.next_seq;
+        self.next_seq = self.next_seq.wrapping_add(1);
+        let key = Arc::new(key.clone());
+        self.order.push_back((seq, key.clone()));
+        self.slots.insert(
+            key,
+            Slot {
+                count: 1,
+                since: now,
+                seq,
+            },
+        );
+        if self.order.len() > 2 * self.capacity {
+            let slots = &self.slots;
+            self.order
+                .retain(|(seq, key)| slots.get(&**key).is_some_and(|s| s.seq == *seq));
+        }
+        Ok(seq)
     }
 
-    fn succeed(&self, key: &(String, IpAddr)) {
-        self.inner.lock().expect("throttle lock").remove(key);
+    /// Gives back an attempt that was never judged (an error, a panic, a dropped request).
+    fn release(&mut self, key: &PairKey, seq: u64) {
+        if let Some(slot) = self.slots.get_mut(key)
+            && slot.seq == seq
+        {
+            slot.count = slot.count.saturating_sub(1);
+            if slot.count == 0 {
+                self.slots.remove(key);
+            }
+        }
+    }
+
+    /// Forgets the pair (a successful login).
+    fn clear(&mut self, key: &PairKey) {
+        self.slots.remove(key);
+    }
+
+    /// Whether `order`'s entry is the pair's current slot.
+    fn is_live(&self, seq: u64, key: &PairKey) -> bool {
+        self.slots.get(key).is_some_and(|s| s.seq == seq)
+    }
+
+    /// Drops stale entries and pairs whose window ended from the front of the queue.
+    fn prune(&mut self, window: Duration, now: Instant) {
+        while let Some((seq, key)) = self.order.front() {
+            if self.is_live(*seq, key) {
+                if self.current(key, window, now).is_some() {
+                    break;
+                }
+                self.slots.remove(&**key);
+            }
+            self.order.pop_front();
+        }
+    }
+
+    /// Forgets the pair that entered the table first.
+    fn evict_oldest(&mut self) {
+        while let Some((seq, key)) = self.order.pop_front() {
+            if self.is_live(seq, &key) {
+                self.slots.remove(&*key);
+                return;
+            }
+        }
+    }
+}
+
+/// Failed-login counts per (email, client address), in a table of bounded size.
+///
+/// An attempt is counted *before* its password is verified ([`LoginThrottle::reserve`]), under
+/// the lock, so parallel guesses cannot all pass the check before any failure is recorded. The
+/// lock is never held across an await or anything that can panic, and a poisoned lock is
+/// recovered rather than propagated: one panic must not lock every staff member out.
+#[derive(Clone)]
+pub struct LoginThrottle {
+    inner: Arc<Mutex<FailureTable>>,
+}
+
+impl Default for LoginThrottle {
+    fn default() -> Self {
+        LoginThrottle::with_capacity(LOGIN_THROTTLE_CAPACITY)
+    }
+}
+
+impl LoginThrottle {
+    /// A throttle that remembers at most `capacity` pairs.
+    pub fn with_capacity(capacity: usize) -> LoginThrottle {
+        LoginThrottle {
+            inner: Arc::new(Mutex::new(FailureTable::new(capacity))),
+        }
+    }
+
+    fn table(&self) -> MutexGuard<'_, FailureTable> {
+        self.inner.lock().unwrap_or_else(|poisoned| {
+            self.inner.clear_poison();
+            poisoned.into_inner()
+        })
+    }
+
+    /// How many pairs have a count.
+    pub fn len(&self) -> usize {
+        self.table().slots.len()
+    }
+
+    /// Whether no pair has a count.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `Err(retry_after_secs)` while the pair is locked out. Counts nothing: a cheap early
+    /// refusal; [`LoginThrottle::reserve`] is the authoritative check.
+    fn check(&self, key: &PairKey, max: u32, window: Duration) -> Result<(), u64> {
+        self.table().check(key, max, window, Instant::now())
+    }
+
+    /// Counts one attempt for the pair, or `Err(retry_after_secs)` when it already has `max`.
+    /// The attempt stays counted as a failure unless [`Attempt::succeed`] clears the pair;
+    /// dropped unjudged, it is given back.
+    fn reserve(&self, key: PairKey, max: u32, window: Duration) -> Result<Attempt, u64> {
+        let seq = self.table().reserve(&key, max, window, Instant::now())?;
+        Ok(Attempt {
+            throttle: self.clone(),
+            key,
+            seq,
+            judged: false,
+        })
+    }
+}
+
+/// One counted login attempt (see [`LoginThrottle::reserve`]).
+struct Attempt {
+    throttle: LoginThrottle,
+    key: PairKey,
+    seq: u64,
+    judged: bool,
+}
+
+impl Attempt {
+    /// The password was right: the pair's count is cleared.
+    fn succeed(mut self) {
+        self.judged = true;
+        self.throttle.table().clear(&self.key);
+    }
+
+    /// The password was wrong: the attempt stays counted.
+    fn fail(mut self) {
+        self.judged = true;
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        if !self.judged {
+            self.throttle.table().release(&self.key, self.seq);
+        }
+    }
+}
+
+/// Caps how many login password checks run at once, so a flood of logins cannot take every
+/// core (and the blocking pool) from the rest of the service. A login that finds no permit
+/// within its wait is refused with 503 instead of queueing.
+#[derive(Clone)]
+pub struct HashPermits {
+    semaphore: Arc<Semaphore>,
+    permits: usize,
+    wait: Duration,
+}
+
+impl HashPermits {
+    /// `permits` checks at once (at least one); a login waits up to `wait` for one.
+    pub fn new(permits: usize, wait: Duration) -> HashPermits {
+        let permits = permits.max(1);
+        HashPermits {
+            semaphore: Arc::new(Semaphore::new(permits)),
+            permits,
+            wait,
+        }
+    }
+
+    /// One permit per core this process may use, and [`HASH_PERMIT_WAIT`].
+    pub fn per_core() -> HashPermits {
+        let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+        HashPermits::new(cores, HASH_PERMIT_WAIT)
+    }
+
+    /// How many checks may run at once.
+    pub fn permits(&self) -> usize {
+        self.permits
+    }
+
+    /// A permit if one is free now.
+    pub fn try_acquire(&self) -> Option<OwnedSemaphorePermit> {
+        self.semaphore.clone().try_acquire_owned().ok()
+    }
+
+    /// A permit, waiting at most the configured wait.
+    async fn acquire(&self) -> Option<OwnedSemaphorePermit> {
+        tokio::time::timeout(self.wait, self.semaphore.clone().acquire_owned())
+            .await
+            .ok()?
+            .ok()
     }
 }
 
@@ -217,6 +473,12 @@ pub struct LoginRequest {
 }
 
 /// `POST /api/auth/login`.
+///
+/// In order: field checks (422); a locked-out pair is refused at once (429); the account is
+/// looked up; a password-hashing permit is taken (503 when none frees up quickly); the attempt
+/// is counted (429 if parallel attempts used the pair's allowance); bcrypt runs on the blocking
+/// pool, and the attempt is judged there, so a dropped request cannot un-count a guess that
+/// was checked.
 pub async fn login(
     State(state): State<AppState>,
     peer: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
@@ -230,6 +492,11 @@ pub async fn login(
         .unwrap_or_default();
     if email.is_empty() {
         errors.insert("email".to_string(), "is required".to_string());
+    } else if email.len() > MAX_EMAIL_BYTES {
+        errors.insert(
+            "email".to_string(),
+            format!("must be at most {MAX_EMAIL_BYTES} bytes"),
+        );
     }
     let password = req.password.unwrap_or_default();
     if password.is_empty() {
@@ -250,10 +517,11 @@ pub async fn login(
         client_ip(&headers, peer, state.config.trust_proxy),
     );
     let cfg = &state.config;
+    let too_many = |retry_after_secs| ApiError::TooManyRequests { retry_after_secs };
     state
         .login_throttle
         .check(&key, cfg.login_max_failures, cfg.login_window)
-        .map_err(|retry_after_secs| ApiError::TooManyRequests { retry_after_secs })?;
+        .map_err(too_many)?;
 
     // PostgreSQL text cannot hold NUL, so no account has such an email: treat it as unknown
     // (same 401, same dummy-hash time) instead of sending it to the database.
@@ -272,13 +540,31 @@ pub async fn login(
         Some(r) => (Some(r.get::<_, i64>(0)), r.get::<_, String>(1)),
         None => (None, state.dummy_hash.as_ref().clone()),
     };
-    let ok = verify_password(password, hash).await? && id.is_some();
+
+    let permit = state.hash_permits.acquire().await.ok_or_else(|| {
+        ApiError::Unavailable("too many logins are being checked; retry shortly".into())
+    })?;
+    let attempt = state
+        .login_throttle
+        .reserve(key, cfg.login_max_failures, cfg.login_window)
+        .map_err(too_many)?;
+    let known = id.is_some();
+    let ok = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let ok = bcrypt::verify(password, &hash).unwrap_or(false) && known;
+        if ok {
+            attempt.succeed();
+        } else {
+            attempt.fail();
+        }
+        ok
+    })
+    .await
+    .map_err(ApiError::internal)?;
     let Some(id) = id.filter(|_| ok) else {
-        state.login_throttle.fail(key, cfg.login_window);
         tracing::info!("login failed");
         return Err(ApiError::Unauthorized);
     };
-    state.login_throttle.succeed(&key);
     let token = issue_token(cfg.jwt_secret.expose().as_bytes(), id, cfg.jwt_ttl)?;
     tracing::info!(staff_id = id, "login succeeded");
     Ok(axum::Json(json!({
@@ -286,4 +572,203 @@ pub async fn login(
         "token_type": "Bearer",
         "expires_in": cfg.jwt_ttl.as_secs(),
     })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(n: u32) -> PairKey {
+        (format!("user{n}@example.com"), IpAddr::from([192, 0, 2, 1]))
+    }
+
+    const MINUTE: Duration = Duration::from_secs(60);
+
+    /// The invariants every operation keeps: the table within its capacity, every pair in the
+    /// queue once, the queue within twice the capacity.
+    #[track_caller]
+    fn assert_bounded(table: &FailureTable) {
+        assert!(
+            table.slots.len() <= table.capacity,
+            "{} pairs",
+            table.slots.len()
+        );
+        assert!(
+            table.order.len() <= 2 * table.capacity,
+            "{} queued",
+            table.order.len()
+        );
+        let live = table
+            .order
+            .iter()
+            .filter(|(seq, k)| table.is_live(*seq, k))
+            .count();
+        assert_eq!(live, table.slots.len(), "every pair is queued exactly once");
+    }
+
+    #[test]
+    fn checks_at_the_end_of_a_window_never_panic() {
+        // Real clock, a window of microseconds: windows end between any two instructions.
+        let throttle = LoginThrottle::default();
+        let window = Duration::from_micros(20);
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let throttle = throttle.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..200_000 {
+                        if let Ok(attempt) = throttle.reserve(key(1), 1, window) {
+                            attempt.fail();
+                        }
+                        let _ = throttle.check(&key(1), 1, window);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("the throttle never panics");
+        }
+        assert!(!throttle.inner.is_poisoned());
+    }
+
+    #[test]
+    fn the_window_boundary_is_exact_and_saturating() {
+        let mut table = FailureTable::new(10);
+        let t0 = Instant::now();
+        let window = Duration::from_secs(600);
+        table.reserve(&key(1), 1, window, t0).unwrap();
+        assert_eq!(table.check(&key(1), 1, window, t0), Err(600));
+        let just_before = t0 + window - Duration::from_nanos(1);
+        assert_eq!(table.check(&key(1), 1, window, just_before), Err(1));
+        assert_eq!(table.reserve(&key(1), 1, window, just_before), Err(1));
+        // A clock reading older than the window's start (taken before another thread's).
+        let earlier = t0.checked_sub(Duration::from_secs(5)).unwrap_or(t0);
+        assert_eq!(table.check(&key(1), 1, window, earlier), Err(600));
+        // The window ends exactly at `since + window`: the pair is free and starts over.
+        assert_eq!(table.check(&key(1), 1, window, t0 + window), Ok(()));
+        assert!(table.reserve(&key(1), 1, window, t0 + window).is_ok());
+        assert_eq!(table.check(&key(1), 1, window, t0 + window), Err(600));
+        assert_bounded(&table);
+    }
+
+    #[test]
+    fn a_poisoned_lock_does_not_break_later_logins() {
+        let throttle = LoginThrottle::default();
+        let inner = throttle.inner.clone();
+        let _ = std::thread::spawn(move || {
+            let _guard = inner.lock().unwrap();
+            panic!("poison the throttle");
+        })
+        .join();
+        assert!(throttle.inner.is_poisoned());
+        assert!(throttle.check(&key(1), 1, MINUTE).is_ok());
+        throttle.reserve(key(1), 1, MINUTE).unwrap().fail();
+        assert!(throttle.check(&key(1), 1, MINUTE).is_err());
+        throttle.reserve(key(2), 1, MINUTE).unwrap().succeed();
+        assert_eq!(throttle.len(), 1);
+        assert!(
+            !throttle.inner.is_poisoned(),
+            "recovered once, not on every login"
+        );
+    }
+
+    #[test]
+    fn attempts_are_counted_before_their_verdict() {
+        let throttle = LoginThrottle::default();
+        // Three attempts in flight use the allowance of three: a fourth is refused at once.
+        let flying: Vec<_> = (0..3)
+            .map(|_| throttle.reserve(key(1), 3, MINUTE).unwrap())
+            .collect();
+        assert!(throttle.reserve(key(1), 3, MINUTE).is_err());
+        assert!(throttle.check(&key(1), 3, MINUTE).is_err());
+        // An attempt dropped without a verdict (an error, a panic) is given back...
+        let mut flying = flying.into_iter();
+        drop(flying.next());
+        assert!(throttle.check(&key(1), 3, MINUTE).is_ok());
+        // ...a failure stays counted...
+        flying.next().unwrap().fail();
+        let again = throttle.reserve(key(1), 3, MINUTE).unwrap();
+        assert!(throttle.reserve(key(1), 3, MINUTE).is_err());
+        again.fail();
+        // ...and a success clears the pair.
+        flying.next().unwrap().succeed();
+        assert!(throttle.is_empty());
+        for _ in 0..3 {
+            throttle.reserve(key(1), 3, MINUTE).unwrap().fail();
+        }
+        assert!(throttle.check(&key(1), 3, MINUTE).is_err());
+        // Other pairs are untouched.
+        assert!(throttle.check(&key(2), 3, MINUTE).is_ok());
+    }
+
+    #[test]
+    fn the_table_keeps_its_capacity_and_forgets_the_oldest() {
+        let mut table = FailureTable::new(3);
+        let t0 = Instant::now();
+        for n in 0..4 {
+            table.reserve(&key(n), 5, MINUTE, t0).unwrap();
+            assert_bounded(&table);
+        }
+        assert_eq!(table.slots.len(), 3);
+        assert!(
+            !table.slots.contains_key(&key(0)),
+            "the oldest pair is forgotten"
+        );
+        for n in 1..4 {
+            assert!(table.slots.contains_key(&key(n)));
+        }
+        // A pair counted again keeps its age: key(1) is now the oldest and goes next.
+        table.reserve(&key(1), 5, MINUTE, t0).unwrap();
+        table.reserve(&key(4), 5, MINUTE, t0).unwrap();
+        assert!(!table.slots.contains_key(&key(1)));
+        assert_eq!(table.slots.len(), 3);
+        assert_bounded(&table);
+    }
+
+    #[test]
+    fn ended_windows_leave_the_table() {
+        let mut table = FailureTable::new(100);
+        let t0 = Instant::now();
+        for n in 0..50 {
+            table.reserve(&key(n), 5, MINUTE, t0).unwrap();
+        }
+        table.reserve(&key(1000), 5, MINUTE, t0 + MINUTE).unwrap();
+        assert_eq!(table.slots.len(), 1);
+        assert_eq!(table.order.len(), 1);
+    }
+
+    #[test]
+    fn churn_keeps_the_queue_bounded() {
+        // Pairs removed by success or given back leave stale entries in the queue, behind
+        // pairs whose window is still open (so pruning cannot reach them); the queue still
+        // stays within twice the capacity.
+        let mut table = FailureTable::new(8);
+        let t0 = Instant::now();
+        let window = Duration::from_secs(10);
+        for n in 0..20_000u32 {
+            let now = t0 + Duration::from_millis(u64::from(n));
+            let seq = table.reserve(&key(n % 4), 1_000_000, window, now).unwrap();
+            match n % 3 {
+                0 => table.release(&key(n % 4), seq),
+                1 => table.clear(&key(n % 4)),
+                _ => {}
+            }
+            let seq = table.reserve(&key(100 + n), 5, window, now).unwrap();
+            if n % 2 == 0 {
+                table.release(&key(100 + n), seq);
+            }
+            assert_bounded(&table);
+        }
+    }
+
+    #[tokio::test]
+    async fn hash_permits_refuse_quickly_when_all_are_taken() {
+        let permits = HashPermits::new(2, Duration::from_millis(50));
+        let held: Vec<_> = std::iter::from_fn(|| permits.try_acquire()).collect();
+        assert_eq!(held.len(), 2);
+        let started = Instant::now();
+        assert!(permits.acquire().await.is_none());
+        assert!(started.elapsed() < Duration::from_secs(2));
+        drop(held);
+        assert!(permits.acquire().await.is_some());
+    }
 }

@@ -5,7 +5,10 @@ use std::sync::Arc;
 use axum::extract::FromRef;
 use deadpool_postgres::Pool;
 
-use crate::{auth::LoginThrottle, config::Config};
+use crate::{
+    auth::{HashPermits, LoginThrottle},
+    config::Config,
+};
 
 /// Everything a handler may need; cheap to clone.
 #[derive(Clone, FromRef)]
@@ -13,6 +16,8 @@ pub struct AppState {
     pub db: Pool,
     pub config: Arc<Config>,
     pub login_throttle: LoginThrottle,
+    /// Caps the bcrypt checks of logins running at once (one per core).
+    pub hash_permits: HashPermits,
     /// A bcrypt hash of a random password at the configured cost: unknown emails are checked
     /// against it so they take as long as wrong passwords.
     pub dummy_hash: Arc<String>,
@@ -27,6 +32,7 @@ impl AppState {
             db,
             config: Arc::new(config),
             login_throttle: LoginThrottle::default(),
+            hash_permits: HashPermits::per_core(),
             dummy_hash: Arc::new(dummy_hash),
         })
     }

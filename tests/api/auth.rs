@@ -1,6 +1,10 @@
 //! Issue 2: staff login (good, bad, throttled) and every way a bearer token is refused.
 
-use std::net::SocketAddr;
+use std::{
+    net::SocketAddr,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use axum::{
     body::Body,
@@ -10,6 +14,7 @@ use axum::{
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
+use tokio::sync::Barrier;
 use tower::ServiceExt;
 
 use crate::helpers::{ADMIN_EMAIL, ADMIN_PASSWORD, JWT_SECRET, TestApp, TestResponse};
@@ -531,4 +536,116 @@ async fn every_staff_route_requires_a_token() {
             "{method} {path}"
         );
     }
+}
+
+// ---------------------------------------------------------------- login under load
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn parallel_wrong_guesses_get_at_most_the_allowed_failures() {
+    const MAX: usize = 3;
+    const PARALLEL: usize = 50;
+    let app = Arc::new(
+        TestApp::spawn_with(|env| {
+            env.insert("LOGIN_MAX_FAILURES".into(), MAX.to_string());
+        })
+        .await,
+    );
+    for round in 0..5 {
+        // A fresh client address each round, so every round starts with a clean count.
+        let peer = format!("203.0.113.{}:4000", 20 + round);
+        let barrier = Arc::new(Barrier::new(PARALLEL));
+        let tasks: Vec<_> = (0..PARALLEL)
+            .map(|_| {
+                let (app, barrier, peer) = (app.clone(), barrier.clone(), peer.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    login_from(&app, &peer, &[], ADMIN_EMAIL, "wrong-password").await
+                })
+            })
+            .collect();
+        let mut unauthorized = 0;
+        for task in tasks {
+            let r = task.await.unwrap();
+            match r.status.as_u16() {
+                401 => unauthorized += 1,
+                429 => {
+                    assert_problem(&r, 429);
+                    let retry: u64 = r
+                        .header("retry-after")
+                        .expect("Retry-After")
+                        .parse()
+                        .unwrap();
+                    assert!(retry >= 1, "Retry-After {retry}");
+                }
+                other => panic!("round {round}: unexpected status {other}"),
+            }
+        }
+        assert!(
+            (1..=MAX).contains(&unauthorized),
+            "round {round}: {unauthorized} wrong guesses were verified; at most {MAX} may be"
+        );
+        // The pair is locked now, even for the right password...
+        assert_problem(
+            &login_from(&app, &peer, &[], ADMIN_EMAIL, ADMIN_PASSWORD).await,
+            429,
+        );
+    }
+    // ...while a pair that is not locked out still logs in.
+    login_from(&app, "198.51.100.20:4000", &[], ADMIN_EMAIL, ADMIN_PASSWORD)
+        .await
+        .expect(200);
+}
+
+#[tokio::test]
+async fn email_longer_than_254_bytes_is_422_and_not_counted() {
+    let app = TestApp::spawn_with(|env| {
+        env.insert("LOGIN_MAX_FAILURES".into(), "1".into());
+    })
+    .await;
+    let long = format!("{}@example.com", "a".repeat(255 - "@example.com".len()));
+    assert_eq!(long.len(), 255);
+    for _ in 0..3 {
+        let body = assert_problem(&app.login(&long, "wrong-password").await, 422);
+        assert!(body["errors"]["email"].is_string(), "{body}");
+    }
+    assert!(
+        app.state.login_throttle.is_empty(),
+        "refused before any throttle bookkeeping"
+    );
+    // 254 bytes is a well-formed (unknown) email: the ordinary 401, counted.
+    let fits = format!("{}@example.com", "a".repeat(254 - "@example.com".len()));
+    assert_bearer_401(&app.login(&fits, "wrong-password").await);
+    assert_eq!(app.state.login_throttle.len(), 1);
+}
+
+#[tokio::test]
+async fn with_every_hashing_permit_taken_login_is_refused_quickly() {
+    let app = TestApp::spawn_with(|env| {
+        env.insert("LOGIN_MAX_FAILURES".into(), "1".into());
+    })
+    .await;
+    let permits = &app.state.hash_permits;
+    let held: Vec<_> = std::iter::from_fn(|| permits.try_acquire()).collect();
+    assert_eq!(held.len(), permits.permits());
+    for password in ["wrong-password", ADMIN_PASSWORD] {
+        let started = Instant::now();
+        let r = app.login(ADMIN_EMAIL, password).await;
+        let waited = started.elapsed();
+        assert_problem(&r, 503);
+        let retry: u64 = r
+            .header("retry-after")
+            .expect("Retry-After")
+            .parse()
+            .unwrap();
+        assert!(retry >= 1);
+        assert!(waited < Duration::from_secs(3), "refused after {waited:?}");
+    }
+    assert!(
+        app.state.login_throttle.is_empty(),
+        "a refused login counts nothing"
+    );
+    // Once a permit is free, logins are checked again; the wrong guess above was not counted
+    // (with LOGIN_MAX_FAILURES=1 it would have locked the pair).
+    drop(held);
+    app.login(ADMIN_EMAIL, ADMIN_PASSWORD).await.expect(200);
 }
