@@ -36,26 +36,31 @@ pub use config::Config;
 pub use router::router;
 pub use state::AppState;
 
-/// Sets up logging by `LOG_FORMAT`; the filter comes from `RUST_LOG` (default `info`).
+/// Sets up logging to standard output by `LOG_FORMAT`; the filter comes from `RUST_LOG`
+/// (default `info`).
 pub fn init_tracing(format: config::LogFormat) {
-    use tracing_subscriber::{EnvFilter, fmt};
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = fmt().with_env_filter(filter).with_target(false);
-    let _ = match format {
-        config::LogFormat::Json => builder.json().flatten_event(true).try_init(),
-        config::LogFormat::Pretty => builder.try_init(),
-    };
+    init_tracing_to(format, std::io::stdout);
 }
 
 /// Like [`init_tracing`], but logs go to standard error: for CLI commands whose standard output
 /// is their result (`subgate sweep` prints its JSON report there).
 pub fn init_tracing_stderr(format: config::LogFormat) {
+    init_tracing_to(format, std::io::stderr);
+}
+
+/// Pretty logs are coloured only when `writer` is a terminal: logs redirected to a file or a
+/// pipe stay plain text.
+fn init_tracing_to<W>(format: config::LogFormat, writer: fn() -> W)
+where
+    W: std::io::Write + std::io::IsTerminal + 'static,
+{
     use tracing_subscriber::{EnvFilter, fmt};
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = fmt()
         .with_env_filter(filter)
         .with_target(false)
-        .with_writer(std::io::stderr);
+        .with_ansi(writer().is_terminal())
+        .with_writer(writer);
     let _ = match format {
         config::LogFormat::Json => builder.json().flatten_event(true).try_init(),
         config::LogFormat::Pretty => builder.try_init(),
