@@ -68,6 +68,8 @@ where
 }
 
 /// Creates the first staff account from `ADMIN_EMAIL`/`ADMIN_PASSWORD` once; never overwrites.
+/// When the account already exists, says whether `ADMIN_PASSWORD` is its password, so nobody
+/// is left trying a password that was never applied.
 pub async fn bootstrap_admin(state: &AppState) -> Result<(), error::ApiError> {
     let (Some(email), Some(password)) = (&state.config.admin_email, &state.config.admin_password)
     else {
@@ -82,8 +84,38 @@ pub async fn bootstrap_admin(state: &AppState) -> Result<(), error::ApiError> {
     .await?;
     if created {
         tracing::info!(email = %email, "admin account created from ADMIN_EMAIL");
+        return Ok(());
+    }
+    let hash: Option<String> = state
+        .db
+        .get()
+        .await?
+        .query_opt(
+            "SELECT password_hash FROM staff_accounts WHERE email = $1",
+            &[email],
+        )
+        .await?
+        .map(|row| row.get(0));
+    let given = password.expose().to_string();
+    let matches = match hash {
+        Some(hash) => tokio::task::spawn_blocking(move || {
+            bcrypt::verify(given, &hash).unwrap_or(false)
+        })
+        .await
+        .unwrap_or(false),
+        None => false,
+    };
+    if matches {
+        tracing::info!(
+            email = %email,
+            "admin account exists; ADMIN_PASSWORD is its password"
+        );
     } else {
-        tracing::info!(email = %email, "admin account exists; ADMIN_PASSWORD not applied");
+        tracing::warn!(
+            email = %email,
+            "admin account exists with another password; ADMIN_PASSWORD was NOT applied \
+             (it is used only to create the account, never to change a password)"
+        );
     }
     Ok(())
 }

@@ -3,7 +3,7 @@
 
 use std::process::{Command, Stdio};
 
-use crate::helpers::{JWT_SECRET, TestApp, url_for};
+use crate::helpers::{ADMIN_EMAIL, ADMIN_PASSWORD, JWT_SECRET, TestApp, url_for};
 
 const BIN: &str = env!("CARGO_BIN_EXE_subgate");
 
@@ -50,4 +50,69 @@ async fn logs_to_a_pipe_carry_no_colour_codes() {
     assert!(stdout.starts_with('{'), "{stdout:?}");
     assert!(!stdout.contains('\u{1b}'), "ANSI escape in {stdout:?}");
     assert!(!stderr.contains('\u{1b}'), "ANSI escape in {stderr:?}");
+}
+
+/// Starts `subgate serve` on a test's database (whose admin already exists with
+/// `helpers::ADMIN_PASSWORD`) with `password` as `ADMIN_PASSWORD`, and returns what it logged
+/// up to "listening".
+async fn serve_start_log(app: &TestApp, password: &str) -> String {
+    use std::io::{BufRead, BufReader};
+    let url = url_for(&app.db_name);
+    let password = password.to_string();
+    tokio::task::spawn_blocking(move || {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut child = Command::new(BIN)
+            .arg("serve")
+            .env_clear()
+            .env("DATABASE_URL", &url)
+            .env("JWT_SECRET", JWT_SECRET)
+            .env("BCRYPT_COST", "4")
+            .env("BIND_ADDR", format!("127.0.0.1:{port}"))
+            .env("ADMIN_EMAIL", ADMIN_EMAIL)
+            .env("ADMIN_PASSWORD", &password)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the subgate binary runs");
+        let mut log = String::new();
+        for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+            let line = line.unwrap();
+            log.push_str(&line);
+            log.push('\n');
+            if line.contains("listening") {
+                break;
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        log
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn serve_says_whether_admin_password_was_applied_to_an_existing_account() {
+    let app = TestApp::spawn().await;
+
+    let log = serve_start_log(&app, "another password 1").await;
+    assert!(log.contains("listening"), "{log}");
+    assert!(
+        log.contains("WARN") && log.contains("ADMIN_PASSWORD was NOT applied"),
+        "{log}"
+    );
+    // The existing password still works; the other one was not applied.
+    app.login(ADMIN_EMAIL, ADMIN_PASSWORD).await.expect(200);
+    app.login(ADMIN_EMAIL, "another password 1")
+        .await
+        .expect(401);
+
+    let log = serve_start_log(&app, ADMIN_PASSWORD).await;
+    assert!(log.contains("ADMIN_PASSWORD is its password"), "{log}");
+    assert!(!log.contains("NOT applied"), "{log}");
 }
