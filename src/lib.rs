@@ -98,11 +98,11 @@ pub async fn bootstrap_admin(state: &AppState) -> Result<(), error::ApiError> {
         .map(|row| row.get(0));
     let given = password.expose().to_string();
     let matches = match hash {
-        Some(hash) => tokio::task::spawn_blocking(move || {
-            bcrypt::verify(given, &hash).unwrap_or(false)
-        })
-        .await
-        .unwrap_or(false),
+        Some(hash) => {
+            tokio::task::spawn_blocking(move || bcrypt::verify(given, &hash).unwrap_or(false))
+                .await
+                .unwrap_or(false)
+        }
         None => false,
     };
     if matches {
