@@ -7,11 +7,12 @@ SHELL := /bin/bash
 ARGS ?=
 IMAGE ?= subgate
 
-.PHONY: help run test bench fmt lint clean-db docker-build
+.PHONY: help run test docs-test bench fmt lint clean-db docker-build
 
 help:
 	@echo "make run           build and run the server locally (PostgreSQL and dev secrets set up for you)"
 	@echo "make test          run cargo test --workspace against PostgreSQL (ARGS=... passed through)"
+	@echo "make docs-test     run the docs' shell walk-throughs against a live server on a fresh database"
 	@echo "make bench         run cargo bench against PostgreSQL (ARGS=... passed through)"
 	@echo "make fmt           cargo fmt --check"
 	@echo "make lint          cargo clippy --all-targets -- -D warnings"
@@ -23,6 +24,9 @@ run:
 
 test:
 	scripts/test.sh $(ARGS)
+
+docs-test:
+	scripts/docs-walkthrough.sh
 
 bench:
 	scripts/bench.sh $(ARGS)

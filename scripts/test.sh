@@ -7,6 +7,10 @@
 # `cargo test --workspace` with any extra arguments given to this script,
 # e.g.  scripts/test.sh -- --nocapture   or   make test ARGS='webhook'.
 # A SUBGATE_TEST_DATABASE_URL already set in the environment is used as is.
+#
+# Every per-test database of this run carries the run's tag (SUBGATE_TEST_RUN)
+# in its name; when cargo exits (or this script is interrupted) they are all
+# dropped, so a run leaves only the reusable template database behind.
 # Exits with cargo's exit code.
 set -euo pipefail
 
@@ -26,5 +30,51 @@ else
 fi
 export SUBGATE_TEST_DATABASE_URL
 
-log "running: cargo test --workspace $*"
-exec cargo test --workspace "$@"
+# A tag for this run's databases: lower-case hex, as the harness expects.
+SUBGATE_TEST_RUN="r$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')"
+export SUBGATE_TEST_RUN
+
+find_psql() {
+    local d
+    if command -v psql >/dev/null 2>&1; then
+        command -v psql
+        return
+    fi
+    for d in /usr/lib/postgresql/*/bin; do
+        if [[ -x "$d/psql" ]]; then
+            echo "$d/psql"
+            return
+        fi
+    done
+}
+
+drop_run_databases() {
+    local psql names name dropped=0
+    psql="$(find_psql)"
+    if [[ -z "$psql" ]]; then
+        log "psql not found: this run's databases (subgate_test_*_${SUBGATE_TEST_RUN}_*) are left" \
+            "for a later run to drop"
+        return
+    fi
+    names="$("$psql" "$SUBGATE_TEST_DATABASE_URL" -X -qAt -c \
+        "SELECT datname FROM pg_database
+          WHERE datname LIKE 'subgate\\_test\\_%\\_${SUBGATE_TEST_RUN}\\_%'")" || {
+        log "could not list this run's databases; a later run drops them"
+        return
+    }
+    while IFS= read -r name; do
+        [[ -n "$name" ]] || continue
+        "$psql" "$SUBGATE_TEST_DATABASE_URL" -X -q -c "DROP DATABASE IF EXISTS \"$name\" WITH (FORCE)" \
+            >/dev/null 2>&1 && dropped=$((dropped + 1))
+    done <<<"$names"
+    log "dropped $dropped database(s) left by this run"
+}
+
+trap drop_run_databases EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+log "running: cargo test --workspace $* (run $SUBGATE_TEST_RUN)"
+status=0
+cargo test --workspace "$@" || status=$?
+exit "$status"

@@ -29,8 +29,15 @@
 //! | `LOGIN_MAX_FAILURES` | failed logins per (email, client address) before 429, 1..=1000 | `5` |
 //! | `LOGIN_WINDOW_SECS` | window of that count, and the wait after it is reached, 1..=86400 | `900` |
 //!
-//! A missing or weak required secret stops start-up with one line naming the variable.
-//! Secrets are held in [`Secret`], whose `Debug` never shows them.
+//! An empty value counts as unset. A missing or weak required secret, or any malformed value,
+//! stops start-up with one line naming the variable and never its value. Secrets are held in
+//! [`Secret`], whose `Debug` never shows them.
+//!
+//! This table is the reference; the docs link here rather than copy it (a unit test checks that
+//! it lists exactly the variables read). Parsing is split by concern — database, HTTP, staff
+//! auth, payment doors, Telegram, background jobs — each a small reader over shared
+//! helpers that refuse every variable of one shape (integer range, flag, minimum length) with
+//! the same words.
 
 use std::{fmt, net::SocketAddr, time::Duration};
 
@@ -126,35 +133,213 @@ impl Config {
     }
 
     /// Reads configuration through `get`, so tests can pass a map instead of the environment.
-    /// Empty values count as unset.
+    /// Empty values count as unset. Each concern reads its own variables; a refusal names the
+    /// first bad variable.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
-        let var = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+        let vars = Vars(get);
+        let database = Database::read(&vars)?;
+        let http = Http::read(&vars)?;
+        let auth = StaffAuth::read(&vars)?;
+        let doors = PaymentDoors::read(&vars)?;
+        let telegram = Telegram::read(&vars)?;
+        let jobs = Jobs::read(&vars)?;
+        Ok(Config {
+            database_url: database.url,
+            db_pool_size: database.pool_size,
+            bind_addr: http.bind_addr,
+            log_format: http.log_format,
+            request_timeout: http.request_timeout,
+            trust_proxy: http.trust_proxy,
+            jwt_secret: auth.jwt_secret,
+            jwt_ttl: auth.jwt_ttl,
+            admin_email: auth.admin_email,
+            admin_password: auth.admin_password,
+            bcrypt_cost: auth.bcrypt_cost,
+            login_max_failures: auth.login_max_failures,
+            login_window: auth.login_window,
+            webhook_keys: doors.webhook_keys,
+            wayforpay: doors.wayforpay,
+            telegram_webhook_secret: telegram.webhook_secret,
+            telegram_bot_token: telegram.bot_token,
+            telegram_api_url: telegram.api_url,
+            telegram_dry_run: telegram.dry_run,
+            reminder_days: jobs.reminder_days,
+            sweep_token: jobs.sweep_token,
+            sweep_interval: jobs.sweep_interval,
+            hold_secs: jobs.hold_secs,
+        })
+    }
+}
 
-        let database_url = var("DATABASE_URL").ok_or_else(|| err("DATABASE_URL is not set"))?;
-        database_url
-            .parse::<tokio_postgres::Config>()
+/// `BIND_ADDR` alone, for `subgate healthcheck`, which must work without the rest of the
+/// configuration.
+pub fn bind_addr_from_env() -> Result<SocketAddr, ConfigError> {
+    Http::bind_addr(&Vars(|k: &str| std::env::var(k).ok()))
+}
+
+/// The variables, read through a lookup. Each method reads one variable of one shape and
+/// refuses it with the same words for every variable of that shape.
+struct Vars<F>(F);
+
+impl<F: Fn(&str) -> Option<String>> Vars<F> {
+    /// The value, or `None` when unset or blank.
+    fn get(&self, name: &str) -> Option<String> {
+        (self.0)(name).filter(|v| !v.trim().is_empty())
+    }
+
+    fn required(&self, name: &str) -> Result<String, ConfigError> {
+        self.get(name)
+            .ok_or_else(|| err(format!("{name} is not set")))
+    }
+
+    /// An optional value that must pass `valid`, refused with `refusal`.
+    fn checked(
+        &self,
+        name: &str,
+        valid: impl Fn(&str) -> bool,
+        refusal: &str,
+    ) -> Result<Option<String>, ConfigError> {
+        match self.get(name) {
+            Some(v) if !valid(&v) => Err(err(refusal)),
+            v => Ok(v),
+        }
+    }
+
+    fn int(&self, name: &str, default: u64, min: u64, max: u64) -> Result<u64, ConfigError> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(v) => match v.trim().parse::<u64>() {
+                Ok(n) if (min..=max).contains(&n) => Ok(n),
+                _ => Err(err(format!(
+                    "{name} must be an integer from {min} to {max}"
+                ))),
+            },
+        }
+    }
+
+    fn secs(&self, name: &str, default: u64, min: u64, max: u64) -> Result<Duration, ConfigError> {
+        self.int(name, default, min, max).map(Duration::from_secs)
+    }
+
+    fn flag(&self, name: &str) -> Result<bool, ConfigError> {
+        match self
+            .get(name)
+            .map(|v| v.trim().to_ascii_lowercase())
+            .as_deref()
+        {
+            None | Some("false") | Some("0") | Some("no") => Ok(false),
+            Some("true") | Some("1") | Some("yes") => Ok(true),
+            Some(_) => Err(err(format!("{name} must be true or false"))),
+        }
+    }
+}
+
+/// `DATABASE_URL`, `DB_POOL_SIZE`.
+struct Database {
+    url: Secret,
+    pool_size: usize,
+}
+
+impl Database {
+    fn read<F: Fn(&str) -> Option<String>>(vars: &Vars<F>) -> Result<Self, ConfigError> {
+        let url = vars.required("DATABASE_URL")?;
+        url.parse::<tokio_postgres::Config>()
             .map_err(|_| err("DATABASE_URL is not a valid PostgreSQL connection URL"))?;
+        Ok(Database {
+            url: Secret(url),
+            pool_size: vars.int("DB_POOL_SIZE", 16, 1, 1000)? as usize,
+        })
+    }
+}
 
-        let bind_addr = match var("BIND_ADDR") {
-            Some(v) => v
-                .parse()
-                .map_err(|_| err("BIND_ADDR must be host:port, e.g. 127.0.0.1:8080"))?,
-            None => SocketAddr::from(([127, 0, 0, 1], 8080)),
-        };
-        let log_format = match var("LOG_FORMAT").as_deref() {
+/// `BIND_ADDR`, `LOG_FORMAT`, `REQUEST_TIMEOUT_SECS`, `TRUST_PROXY`.
+struct Http {
+    bind_addr: SocketAddr,
+    log_format: LogFormat,
+    request_timeout: Duration,
+    trust_proxy: bool,
+}
+
+impl Http {
+    fn read<F: Fn(&str) -> Option<String>>(vars: &Vars<F>) -> Result<Self, ConfigError> {
+        let bind_addr = Http::bind_addr(vars)?;
+        let log_format = match vars.get("LOG_FORMAT").as_deref() {
             None | Some("pretty") => LogFormat::Pretty,
             Some("json") => LogFormat::Json,
             Some(_) => return Err(err("LOG_FORMAT must be `json` or `pretty`")),
         };
+        Ok(Http {
+            bind_addr,
+            log_format,
+            request_timeout: vars.secs("REQUEST_TIMEOUT_SECS", 30, 1, 600)?,
+            trust_proxy: vars.flag("TRUST_PROXY")?,
+        })
+    }
 
-        let jwt_secret = var("JWT_SECRET").ok_or_else(|| err("JWT_SECRET is not set"))?;
-        if jwt_secret.len() < 32 {
-            return Err(err("JWT_SECRET must be at least 32 bytes"));
+    fn bind_addr<F: Fn(&str) -> Option<String>>(vars: &Vars<F>) -> Result<SocketAddr, ConfigError> {
+        match vars.get("BIND_ADDR") {
+            Some(v) => v
+                .parse()
+                .map_err(|_| err("BIND_ADDR must be host:port, e.g. 127.0.0.1:8080")),
+            None => Ok(SocketAddr::from(([127, 0, 0, 1], 8080))),
         }
-        let jwt_ttl = int(&var, "JWT_TTL_SECS", 3600, 60, 86_400)?;
+    }
+}
 
+/// `JWT_SECRET`, `JWT_TTL_SECS`, `ADMIN_EMAIL`, `ADMIN_PASSWORD`, `BCRYPT_COST`,
+/// `LOGIN_MAX_FAILURES`, `LOGIN_WINDOW_SECS`.
+struct StaffAuth {
+    jwt_secret: Secret,
+    jwt_ttl: Duration,
+    admin_email: Option<String>,
+    admin_password: Option<Secret>,
+    bcrypt_cost: u32,
+    login_max_failures: u32,
+    login_window: Duration,
+}
+
+impl StaffAuth {
+    fn read<F: Fn(&str) -> Option<String>>(vars: &Vars<F>) -> Result<Self, ConfigError> {
+        let jwt_secret = long_enough("JWT_SECRET", vars.required("JWT_SECRET")?, 32)?;
+        let jwt_ttl = vars.secs("JWT_TTL_SECS", 3600, 60, 86_400)?;
+
+        let admin_email = vars.get("ADMIN_EMAIL").map(|e| e.trim().to_lowercase());
+        let admin_password = vars.get("ADMIN_PASSWORD").map(Secret);
+        match (&admin_email, &admin_password) {
+            (Some(_), None) => return Err(err("ADMIN_PASSWORD is not set (ADMIN_EMAIL is)")),
+            (None, Some(_)) => return Err(err("ADMIN_EMAIL is not set (ADMIN_PASSWORD is)")),
+            (Some(e), Some(_)) if !crate::auth::valid_email(e) => {
+                return Err(err("ADMIN_EMAIL is not a valid email address"));
+            }
+            (Some(_), Some(p)) if !(8..=72).contains(&p.0.len()) => {
+                return Err(err("ADMIN_PASSWORD must be 8..72 bytes"));
+            }
+            _ => {}
+        }
+
+        Ok(StaffAuth {
+            jwt_secret,
+            jwt_ttl,
+            admin_email,
+            admin_password,
+            bcrypt_cost: vars.int("BCRYPT_COST", 12, 4, 31)? as u32,
+            login_max_failures: vars.int("LOGIN_MAX_FAILURES", 5, 1, 1000)? as u32,
+            login_window: vars.secs("LOGIN_WINDOW_SECS", 900, 1, 86_400)?,
+        })
+    }
+}
+
+/// `WEBHOOK_SECRET`, `WEBHOOK_SECRETS` (door 1); `WAYFORPAY_MERCHANT_ACCOUNT`,
+/// `WAYFORPAY_SECRET_KEY` (door 2). A door without its secret stays closed.
+struct PaymentDoors {
+    webhook_keys: Vec<WebhookKey>,
+    wayforpay: Option<WayForPayConfig>,
+}
+
+impl PaymentDoors {
+    fn read<F: Fn(&str) -> Option<String>>(vars: &Vars<F>) -> Result<Self, ConfigError> {
         let mut webhook_keys = Vec::new();
-        if let Some(v) = var("WEBHOOK_SECRET") {
+        if let Some(v) = vars.get("WEBHOOK_SECRET") {
             let key = WebhookKey::parse(v.trim())
                 .ok()
                 .filter(|_| strong_webhook_key(v.trim()))
@@ -163,7 +348,7 @@ impl Config {
                 })?;
             webhook_keys.push(key);
         }
-        if let Some(v) = var("WEBHOOK_SECRETS") {
+        if let Some(v) = vars.get("WEBHOOK_SECRETS") {
             let keys = standard_webhooks::parse_keys(&v)
                 .ok()
                 .filter(|_| {
@@ -181,112 +366,102 @@ impl Config {
         }
 
         let wayforpay = match (
-            var("WAYFORPAY_MERCHANT_ACCOUNT"),
-            var("WAYFORPAY_SECRET_KEY"),
+            vars.get("WAYFORPAY_MERCHANT_ACCOUNT"),
+            vars.get("WAYFORPAY_SECRET_KEY"),
         ) {
-            (Some(merchant_account), Some(key)) => {
-                if key.len() < 16 {
-                    return Err(err("WAYFORPAY_SECRET_KEY must be at least 16 bytes"));
-                }
-                Some(WayForPayConfig {
-                    merchant_account,
-                    secret_key: Secret(key),
-                })
-            }
+            (Some(merchant_account), Some(key)) => Some(WayForPayConfig {
+                merchant_account,
+                secret_key: long_enough("WAYFORPAY_SECRET_KEY", key, 16)?,
+            }),
             (None, None) => None,
             (Some(_), None) => return Err(err("WAYFORPAY_SECRET_KEY is not set")),
             (None, Some(_)) => return Err(err("WAYFORPAY_MERCHANT_ACCOUNT is not set")),
         };
+        Ok(PaymentDoors {
+            webhook_keys,
+            wayforpay,
+        })
+    }
+}
 
-        let telegram_webhook_secret = match var("TELEGRAM_WEBHOOK_SECRET") {
-            Some(s) => {
-                let ok = (16..=256).contains(&s.len())
+/// `TELEGRAM_WEBHOOK_SECRET` (door 3), `TELEGRAM_BOT_TOKEN`, `TELEGRAM_API_URL`,
+/// `TELEGRAM_DRY_RUN` (the effects worker).
+struct Telegram {
+    webhook_secret: Option<Secret>,
+    bot_token: Option<Secret>,
+    api_url: String,
+    dry_run: bool,
+}
+
+impl Telegram {
+    fn read<F: Fn(&str) -> Option<String>>(vars: &Vars<F>) -> Result<Self, ConfigError> {
+        let webhook_secret = vars.checked(
+            "TELEGRAM_WEBHOOK_SECRET",
+            |s| {
+                (16..=256).contains(&s.len())
                     && s.bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-                if !ok {
-                    return Err(err(
-                        "TELEGRAM_WEBHOOK_SECRET must be 16..256 characters of A-Z a-z 0-9 _ -",
-                    ));
-                }
-                Some(Secret(s))
-            }
-            None => None,
-        };
-        let telegram_bot_token = match var("TELEGRAM_BOT_TOKEN") {
-            Some(t) => {
-                let ok = t.split_once(':').is_some_and(|(id, rest)| {
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            },
+            "TELEGRAM_WEBHOOK_SECRET must be 16..256 characters of A-Z a-z 0-9 _ -",
+        )?;
+        let bot_token = vars.checked(
+            "TELEGRAM_BOT_TOKEN",
+            |t| {
+                t.split_once(':').is_some_and(|(id, rest)| {
                     !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) && rest.len() >= 20
-                });
-                if !ok {
-                    return Err(err(
-                        "TELEGRAM_BOT_TOKEN must look like <bot id>:<secret> (from @BotFather)",
-                    ));
-                }
-                Some(Secret(t))
-            }
-            None => None,
-        };
-        let telegram_api_url = var("TELEGRAM_API_URL")
+                })
+            },
+            "TELEGRAM_BOT_TOKEN must look like <bot id>:<secret> (from @BotFather)",
+        )?;
+        let api_url = vars
+            .get("TELEGRAM_API_URL")
             .unwrap_or_else(|| "https://api.telegram.org".to_string())
             .trim_end_matches('/')
             .to_string();
-        if url::Url::parse(&telegram_api_url).is_err() {
+        if url::Url::parse(&api_url).is_err() {
             return Err(err("TELEGRAM_API_URL must be an absolute URL"));
         }
-        let telegram_dry_run = boolean(&var, "TELEGRAM_DRY_RUN")?;
-        let reminder_days = int(&var, "REMINDER_DAYS", 3, 0, 365)? as u32;
-
-        let sweep_token = match var("SWEEP_TOKEN") {
-            Some(t) if t.len() < 32 => return Err(err("SWEEP_TOKEN must be at least 32 bytes")),
-            Some(t) => Some(Secret(t)),
-            None => None,
-        };
-        let sweep_interval = match int(&var, "SWEEP_INTERVAL_SECS", 0, 0, 86_400)? {
-            0 => None,
-            n => Some(Duration::from_secs(n)),
-        };
-        let hold_secs = int(&var, "HOLD_SECS", 300, 1, 86_400)? as i64;
-
-        let admin_email = var("ADMIN_EMAIL").map(|e| e.trim().to_lowercase());
-        let admin_password = var("ADMIN_PASSWORD").map(Secret);
-        match (&admin_email, &admin_password) {
-            (Some(_), None) => return Err(err("ADMIN_PASSWORD is not set (ADMIN_EMAIL is)")),
-            (None, Some(_)) => return Err(err("ADMIN_EMAIL is not set (ADMIN_PASSWORD is)")),
-            (Some(e), Some(_)) if !crate::auth::valid_email(e) => {
-                return Err(err("ADMIN_EMAIL is not a valid email address"));
-            }
-            (Some(_), Some(p)) if p.0.len() < 8 || p.0.len() > 72 => {
-                return Err(err("ADMIN_PASSWORD must be 8..72 bytes"));
-            }
-            _ => {}
-        }
-
-        Ok(Config {
-            database_url: Secret(database_url),
-            bind_addr,
-            log_format,
-            jwt_secret: Secret(jwt_secret),
-            jwt_ttl: Duration::from_secs(jwt_ttl),
-            trust_proxy: boolean(&var, "TRUST_PROXY")?,
-            webhook_keys,
-            wayforpay,
-            telegram_webhook_secret,
-            telegram_bot_token,
-            telegram_api_url,
-            telegram_dry_run,
-            reminder_days,
-            sweep_token,
-            sweep_interval,
-            hold_secs,
-            admin_email,
-            admin_password,
-            bcrypt_cost: int(&var, "BCRYPT_COST", 12, 4, 31)? as u32,
-            db_pool_size: int(&var, "DB_POOL_SIZE", 16, 1, 1000)? as usize,
-            request_timeout: Duration::from_secs(int(&var, "REQUEST_TIMEOUT_SECS", 30, 1, 600)?),
-            login_max_failures: int(&var, "LOGIN_MAX_FAILURES", 5, 1, 1000)? as u32,
-            login_window: Duration::from_secs(int(&var, "LOGIN_WINDOW_SECS", 900, 1, 86_400)?),
+        Ok(Telegram {
+            webhook_secret: webhook_secret.map(Secret),
+            bot_token: bot_token.map(Secret),
+            api_url,
+            dry_run: vars.flag("TELEGRAM_DRY_RUN")?,
         })
     }
+}
+
+/// `REMINDER_DAYS`, `SWEEP_TOKEN`, `SWEEP_INTERVAL_SECS`, `HOLD_SECS`: the background jobs and
+/// the seat hold.
+struct Jobs {
+    reminder_days: u32,
+    sweep_token: Option<Secret>,
+    sweep_interval: Option<Duration>,
+    hold_secs: i64,
+}
+
+impl Jobs {
+    fn read<F: Fn(&str) -> Option<String>>(vars: &Vars<F>) -> Result<Self, ConfigError> {
+        Ok(Jobs {
+            reminder_days: vars.int("REMINDER_DAYS", 3, 0, 365)? as u32,
+            sweep_token: vars
+                .get("SWEEP_TOKEN")
+                .map(|t| long_enough("SWEEP_TOKEN", t, 32))
+                .transpose()?,
+            sweep_interval: match vars.int("SWEEP_INTERVAL_SECS", 0, 0, 86_400)? {
+                0 => None,
+                n => Some(Duration::from_secs(n)),
+            },
+            hold_secs: vars.int("HOLD_SECS", 300, 1, 86_400)? as i64,
+        })
+    }
+}
+
+/// A secret of at least `min_bytes`; a shorter one is refused without showing it.
+fn long_enough(name: &str, value: String, min_bytes: usize) -> Result<Secret, ConfigError> {
+    if value.len() < min_bytes {
+        return Err(err(format!("{name} must be at least {min_bytes} bytes")));
+    }
+    Ok(Secret(value))
 }
 
 /// Standard Webhooks secrets are 24 to 64 random bytes; a shorter key is too weak to accept.
@@ -298,35 +473,307 @@ fn strong_webhook_key(secret: &str) -> bool {
         .is_some_and(|key| key.len() >= 24)
 }
 
-fn int(
-    var: &impl Fn(&str) -> Option<String>,
-    name: &str,
-    default: u64,
-    min: u64,
-    max: u64,
-) -> Result<u64, ConfigError> {
-    match var(name) {
-        None => Ok(default),
-        Some(v) => match v.trim().parse::<u64>() {
-            Ok(n) if (min..=max).contains(&n) => Ok(n),
-            _ => Err(err(format!(
-                "{name} must be an integer from {min} to {max}"
-            ))),
-        },
-    }
-}
-
-fn boolean(var: &impl Fn(&str) -> Option<String>, name: &str) -> Result<bool, ConfigError> {
-    match var(name).map(|v| v.trim().to_ascii_lowercase()).as_deref() {
-        None | Some("false") | Some("0") | Some("no") => Ok(false),
-        Some("true") | Some("1") | Some("yes") => Ok(true),
-        Some(_) => Err(err(format!("{name} must be true or false"))),
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::Secret;
+    use std::{collections::HashMap, net::SocketAddr, time::Duration};
+
+    use super::{Config, LogFormat, Secret};
+
+    const JWT: &str = "jwt-secret-for-unit-tests-0123456789";
+
+    /// The smallest valid environment: the two required variables.
+    fn minimal() -> HashMap<&'static str, String> {
+        HashMap::from([
+            ("DATABASE_URL", "postgres://u@127.0.0.1:5432/db".to_string()),
+            ("JWT_SECRET", JWT.to_string()),
+        ])
+    }
+
+    fn parse(env: &HashMap<&'static str, String>) -> Result<Config, String> {
+        Config::from_lookup(|k| env.get(k).cloned()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_fill_everything_but_the_required_variables() {
+        let c = parse(&minimal()).unwrap();
+        assert_eq!(c.database_url.expose(), "postgres://u@127.0.0.1:5432/db");
+        assert_eq!(c.bind_addr, SocketAddr::from(([127, 0, 0, 1], 8080)));
+        assert_eq!(c.log_format, LogFormat::Pretty);
+        assert_eq!(c.jwt_secret.expose(), JWT);
+        assert_eq!(c.jwt_ttl, Duration::from_secs(3600));
+        assert!(!c.trust_proxy);
+        assert!(c.webhook_keys.is_empty());
+        assert!(c.wayforpay.is_none());
+        assert!(c.telegram_webhook_secret.is_none());
+        assert!(c.telegram_bot_token.is_none());
+        assert_eq!(c.telegram_api_url, "https://api.telegram.org");
+        assert!(!c.telegram_dry_run);
+        assert_eq!(c.reminder_days, 3);
+        assert!(c.sweep_token.is_none());
+        assert_eq!(c.sweep_interval, None);
+        assert_eq!(c.hold_secs, 300);
+        assert_eq!(c.admin_email, None);
+        assert!(c.admin_password.is_none());
+        assert_eq!(c.bcrypt_cost, 12);
+        assert_eq!(c.db_pool_size, 16);
+        assert_eq!(c.request_timeout, Duration::from_secs(30));
+        assert_eq!(c.login_max_failures, 5);
+        assert_eq!(c.login_window, Duration::from_secs(900));
+    }
+
+    #[test]
+    fn every_variable_reaches_its_field() {
+        let mut env = minimal();
+        for (k, v) in [
+            ("BIND_ADDR", "0.0.0.0:9000"),
+            ("LOG_FORMAT", "json"),
+            ("JWT_TTL_SECS", "60"),
+            ("TRUST_PROXY", " Yes "),
+            ("WEBHOOK_SECRET", " whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD "),
+            (
+                "WEBHOOK_SECRETS",
+                "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD,whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+            ),
+            ("WAYFORPAY_MERCHANT_ACCOUNT", "test_merch_n1"),
+            ("WAYFORPAY_SECRET_KEY", "flk3409refn54t54t*FNJRET"),
+            ("TELEGRAM_WEBHOOK_SECRET", "abcdefghijklmnop_-"),
+            ("TELEGRAM_BOT_TOKEN", "123456:AAbbCCddEEffGGhhIIjjKK"),
+            ("TELEGRAM_API_URL", "http://127.0.0.1:9999/"),
+            ("TELEGRAM_DRY_RUN", "1"),
+            ("REMINDER_DAYS", "0"),
+            ("SWEEP_TOKEN", "sweep-token-0123456789abcdef0123456789"),
+            ("SWEEP_INTERVAL_SECS", "300"),
+            ("HOLD_SECS", "86400"),
+            ("ADMIN_EMAIL", " Boss@Example.COM "),
+            ("ADMIN_PASSWORD", "boss password 1"),
+            ("BCRYPT_COST", "4"),
+            ("DB_POOL_SIZE", "1000"),
+            ("REQUEST_TIMEOUT_SECS", " 600 "),
+            ("LOGIN_MAX_FAILURES", "1"),
+            ("LOGIN_WINDOW_SECS", "1"),
+        ] {
+            env.insert(k, v.to_string());
+        }
+        let c = parse(&env).unwrap();
+        assert_eq!(c.bind_addr, SocketAddr::from(([0, 0, 0, 0], 9000)));
+        assert_eq!(c.log_format, LogFormat::Json);
+        assert_eq!(c.jwt_ttl, Duration::from_secs(60));
+        assert!(c.trust_proxy);
+        assert_eq!(c.webhook_keys.len(), 3);
+        let wfp = c.wayforpay.unwrap();
+        assert_eq!(wfp.merchant_account, "test_merch_n1");
+        assert_eq!(wfp.secret_key.expose(), "flk3409refn54t54t*FNJRET");
+        assert_eq!(
+            c.telegram_webhook_secret.unwrap().expose(),
+            "abcdefghijklmnop_-"
+        );
+        assert_eq!(
+            c.telegram_bot_token.unwrap().expose(),
+            "123456:AAbbCCddEEffGGhhIIjjKK"
+        );
+        assert_eq!(c.telegram_api_url, "http://127.0.0.1:9999");
+        assert!(c.telegram_dry_run);
+        assert_eq!(c.reminder_days, 0);
+        assert_eq!(
+            c.sweep_token.unwrap().expose(),
+            "sweep-token-0123456789abcdef0123456789"
+        );
+        assert_eq!(c.sweep_interval, Some(Duration::from_secs(300)));
+        assert_eq!(c.hold_secs, 86400);
+        assert_eq!(c.admin_email.as_deref(), Some("boss@example.com"));
+        assert_eq!(c.admin_password.unwrap().expose(), "boss password 1");
+        assert_eq!(c.bcrypt_cost, 4);
+        assert_eq!(c.db_pool_size, 1000);
+        assert_eq!(c.request_timeout, Duration::from_secs(600));
+        assert_eq!(c.login_max_failures, 1);
+        assert_eq!(c.login_window, Duration::from_secs(1));
+    }
+
+    /// Every refusal, word for word: each names its variable and none shows a value.
+    #[test]
+    fn every_refusal_reads_the_same() {
+        let int = |name: &str, min: u64, max: u64| {
+            format!("{name} must be an integer from {min} to {max}")
+        };
+        let too_long = "p".repeat(73);
+        let cases: Vec<(Vec<(&'static str, &str)>, String)> = vec![
+            (vec![("DATABASE_URL", "")], "DATABASE_URL is not set".into()),
+            (
+                vec![("DATABASE_URL", "postgres://u:pw@h:notaport/db")],
+                "DATABASE_URL is not a valid PostgreSQL connection URL".into(),
+            ),
+            (
+                vec![("BIND_ADDR", "localhost")],
+                "BIND_ADDR must be host:port, e.g. 127.0.0.1:8080".into(),
+            ),
+            (
+                vec![("LOG_FORMAT", "xml")],
+                "LOG_FORMAT must be `json` or `pretty`".into(),
+            ),
+            (vec![("JWT_SECRET", " ")], "JWT_SECRET is not set".into()),
+            (
+                vec![("JWT_SECRET", "31-bytes-0123456789abcdef012345")],
+                "JWT_SECRET must be at least 32 bytes".into(),
+            ),
+            (
+                vec![("JWT_TTL_SECS", "59")],
+                int("JWT_TTL_SECS", 60, 86_400),
+            ),
+            (vec![("JWT_TTL_SECS", "x")], int("JWT_TTL_SECS", 60, 86_400)),
+            (
+                vec![("TRUST_PROXY", "maybe")],
+                "TRUST_PROXY must be true or false".into(),
+            ),
+            (
+                vec![("WEBHOOK_SECRET", "whsec_c2hvcnQ=")],
+                "WEBHOOK_SECRET must be whsec_ followed by base64 of at least 24 bytes".into(),
+            ),
+            (
+                vec![("WEBHOOK_SECRET", "not-a-key")],
+                "WEBHOOK_SECRET must be whsec_ followed by base64 of at least 24 bytes".into(),
+            ),
+            (
+                vec![(
+                    "WEBHOOK_SECRETS",
+                    "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD whsec_c2hvcnQ=",
+                )],
+                "WEBHOOK_SECRETS must list whsec_<base64> keys of at least 24 bytes, \
+                 separated by spaces or commas"
+                    .into(),
+            ),
+            (
+                vec![("WEBHOOK_SECRETS", " , ")],
+                "WEBHOOK_SECRETS must list whsec_<base64> keys of at least 24 bytes, \
+                 separated by spaces or commas"
+                    .into(),
+            ),
+            (
+                vec![("WAYFORPAY_MERCHANT_ACCOUNT", "m")],
+                "WAYFORPAY_SECRET_KEY is not set".into(),
+            ),
+            (
+                vec![("WAYFORPAY_SECRET_KEY", "0123456789abcdef")],
+                "WAYFORPAY_MERCHANT_ACCOUNT is not set".into(),
+            ),
+            (
+                vec![
+                    ("WAYFORPAY_MERCHANT_ACCOUNT", "m"),
+                    ("WAYFORPAY_SECRET_KEY", "0123456789abcde"),
+                ],
+                "WAYFORPAY_SECRET_KEY must be at least 16 bytes".into(),
+            ),
+            (
+                vec![("TELEGRAM_WEBHOOK_SECRET", "short_secret")],
+                "TELEGRAM_WEBHOOK_SECRET must be 16..256 characters of A-Z a-z 0-9 _ -".into(),
+            ),
+            (
+                vec![("TELEGRAM_WEBHOOK_SECRET", "has spaces in it, not allowed")],
+                "TELEGRAM_WEBHOOK_SECRET must be 16..256 characters of A-Z a-z 0-9 _ -".into(),
+            ),
+            (
+                vec![("TELEGRAM_BOT_TOKEN", "12a:AAbbCCddEEffGGhhIIjjKK")],
+                "TELEGRAM_BOT_TOKEN must look like <bot id>:<secret> (from @BotFather)".into(),
+            ),
+            (
+                vec![("TELEGRAM_BOT_TOKEN", "123:short")],
+                "TELEGRAM_BOT_TOKEN must look like <bot id>:<secret> (from @BotFather)".into(),
+            ),
+            (
+                vec![("TELEGRAM_API_URL", "api.telegram.org")],
+                "TELEGRAM_API_URL must be an absolute URL".into(),
+            ),
+            (
+                vec![("TELEGRAM_DRY_RUN", "sometimes")],
+                "TELEGRAM_DRY_RUN must be true or false".into(),
+            ),
+            (vec![("REMINDER_DAYS", "366")], int("REMINDER_DAYS", 0, 365)),
+            (
+                vec![("SWEEP_TOKEN", "31-bytes-0123456789abcdef012345")],
+                "SWEEP_TOKEN must be at least 32 bytes".into(),
+            ),
+            (
+                vec![("SWEEP_INTERVAL_SECS", "86401")],
+                int("SWEEP_INTERVAL_SECS", 0, 86_400),
+            ),
+            (vec![("HOLD_SECS", "0")], int("HOLD_SECS", 1, 86_400)),
+            (
+                vec![("ADMIN_EMAIL", "a@example.com")],
+                "ADMIN_PASSWORD is not set (ADMIN_EMAIL is)".into(),
+            ),
+            (
+                vec![("ADMIN_PASSWORD", "long enough")],
+                "ADMIN_EMAIL is not set (ADMIN_PASSWORD is)".into(),
+            ),
+            (
+                vec![("ADMIN_EMAIL", "not-an-email"), ("ADMIN_PASSWORD", "short")],
+                "ADMIN_EMAIL is not a valid email address".into(),
+            ),
+            (
+                vec![
+                    ("ADMIN_EMAIL", "a@example.com"),
+                    ("ADMIN_PASSWORD", "short7!"),
+                ],
+                "ADMIN_PASSWORD must be 8..72 bytes".into(),
+            ),
+            (
+                vec![
+                    ("ADMIN_EMAIL", "a@example.com"),
+                    ("ADMIN_PASSWORD", &too_long),
+                ],
+                "ADMIN_PASSWORD must be 8..72 bytes".into(),
+            ),
+            (vec![("BCRYPT_COST", "32")], int("BCRYPT_COST", 4, 31)),
+            (vec![("DB_POOL_SIZE", "0")], int("DB_POOL_SIZE", 1, 1000)),
+            (
+                vec![("REQUEST_TIMEOUT_SECS", "601")],
+                int("REQUEST_TIMEOUT_SECS", 1, 600),
+            ),
+            (
+                vec![("LOGIN_MAX_FAILURES", "-1")],
+                int("LOGIN_MAX_FAILURES", 1, 1000),
+            ),
+            (
+                vec![("LOGIN_WINDOW_SECS", "0")],
+                int("LOGIN_WINDOW_SECS", 1, 86_400),
+            ),
+        ];
+        for (vars, expected) in cases {
+            let mut env = minimal();
+            for (k, v) in &vars {
+                env.insert(k, v.to_string());
+            }
+            assert_eq!(
+                parse(&env).err().as_deref(),
+                Some(format!("configuration error: {expected}").as_str()),
+                "for {vars:?}"
+            );
+        }
+    }
+
+    /// The table in this module's documentation is the reference for operators: it must list
+    /// exactly the variables `from_lookup` reads.
+    #[test]
+    fn the_module_table_lists_exactly_the_variables_read() {
+        let documented: std::collections::BTreeSet<String> = include_str!("config.rs")
+            .lines()
+            .filter_map(|line| line.strip_prefix("//! | `"))
+            .flat_map(|row| {
+                let names = row.split(" |").next().unwrap_or_default();
+                names
+                    .split(" / ")
+                    .map(|name| name.trim_matches('`').to_string())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let read = std::cell::RefCell::new(std::collections::BTreeSet::new());
+        let env = minimal();
+        Config::from_lookup(|k| {
+            read.borrow_mut().insert(k.to_string());
+            env.get(k).cloned()
+        })
+        .unwrap();
+        assert_eq!(read.into_inner(), documented);
+    }
 
     #[test]
     fn secret_matches_only_itself() {

@@ -36,26 +36,31 @@ pub use config::Config;
 pub use router::router;
 pub use state::AppState;
 
-/// Sets up logging by `LOG_FORMAT`; the filter comes from `RUST_LOG` (default `info`).
+/// Sets up logging to standard output by `LOG_FORMAT`; the filter comes from `RUST_LOG`
+/// (default `info`).
 pub fn init_tracing(format: config::LogFormat) {
-    use tracing_subscriber::{EnvFilter, fmt};
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = fmt().with_env_filter(filter).with_target(false);
-    let _ = match format {
-        config::LogFormat::Json => builder.json().flatten_event(true).try_init(),
-        config::LogFormat::Pretty => builder.try_init(),
-    };
+    init_tracing_to(format, std::io::stdout);
 }
 
 /// Like [`init_tracing`], but logs go to standard error: for CLI commands whose standard output
 /// is their result (`subgate sweep` prints its JSON report there).
 pub fn init_tracing_stderr(format: config::LogFormat) {
+    init_tracing_to(format, std::io::stderr);
+}
+
+/// Pretty logs are coloured only when `writer` is a terminal: logs redirected to a file or a
+/// pipe stay plain text.
+fn init_tracing_to<W>(format: config::LogFormat, writer: fn() -> W)
+where
+    W: std::io::Write + std::io::IsTerminal + 'static,
+{
     use tracing_subscriber::{EnvFilter, fmt};
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = fmt()
         .with_env_filter(filter)
         .with_target(false)
-        .with_writer(std::io::stderr);
+        .with_ansi(writer().is_terminal())
+        .with_writer(writer);
     let _ = match format {
         config::LogFormat::Json => builder.json().flatten_event(true).try_init(),
         config::LogFormat::Pretty => builder.try_init(),
@@ -63,6 +68,8 @@ pub fn init_tracing_stderr(format: config::LogFormat) {
 }
 
 /// Creates the first staff account from `ADMIN_EMAIL`/`ADMIN_PASSWORD` once; never overwrites.
+/// When the account already exists, says whether `ADMIN_PASSWORD` is its password, so nobody
+/// is left trying a password that was never applied.
 pub async fn bootstrap_admin(state: &AppState) -> Result<(), error::ApiError> {
     let (Some(email), Some(password)) = (&state.config.admin_email, &state.config.admin_password)
     else {
@@ -77,8 +84,38 @@ pub async fn bootstrap_admin(state: &AppState) -> Result<(), error::ApiError> {
     .await?;
     if created {
         tracing::info!(email = %email, "admin account created from ADMIN_EMAIL");
+        return Ok(());
+    }
+    let hash: Option<String> = state
+        .db
+        .get()
+        .await?
+        .query_opt(
+            "SELECT password_hash FROM staff_accounts WHERE email = $1",
+            &[email],
+        )
+        .await?
+        .map(|row| row.get(0));
+    let given = password.expose().to_string();
+    let matches = match hash {
+        Some(hash) => {
+            tokio::task::spawn_blocking(move || bcrypt::verify(given, &hash).unwrap_or(false))
+                .await
+                .unwrap_or(false)
+        }
+        None => false,
+    };
+    if matches {
+        tracing::info!(
+            email = %email,
+            "admin account exists; ADMIN_PASSWORD is its password"
+        );
     } else {
-        tracing::info!(email = %email, "admin account exists; ADMIN_PASSWORD not applied");
+        tracing::warn!(
+            email = %email,
+            "admin account exists with another password; ADMIN_PASSWORD was NOT applied \
+             (it is used only to create the account, never to change a password)"
+        );
     }
     Ok(())
 }

@@ -7,7 +7,8 @@ use subgate::{AppState, Config, db};
 
 /// subgate: sells access to private Telegram channels, turning each payment into access once.
 ///
-/// Configuration comes from the environment (see README.md, "Configuration").
+/// Configuration comes from the environment: every variable is listed in the module
+/// documentation of `src/config.rs` (see docs/deployment.md).
 #[derive(Parser)]
 #[command(name = "subgate", version, about)]
 struct Cli {
@@ -192,9 +193,11 @@ async fn migrate(pool: &deadpool_postgres::Pool) -> Result<(), String> {
     Ok(())
 }
 
+/// Reads only `BIND_ADDR` (through `config`), so it works without the rest of the configuration.
 async fn healthcheck() -> Result<(), String> {
-    let addr = std::env::var("BIND_ADDR").unwrap_or_else(|_| "127.0.0.1:8080".into());
-    let port = addr.rsplit(':').next().unwrap_or("8080");
+    let port = subgate::config::bind_addr_from_env()
+        .map_err(|e| e.to_string())?
+        .port();
     let url = format!("http://127.0.0.1:{port}/readyz");
     let response = reqwest::Client::new()
         .get(&url)

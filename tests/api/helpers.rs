@@ -3,7 +3,10 @@
 //!
 //! `SUBGATE_TEST_DATABASE_URL` (set by `make test`) names an admin connection; the default is
 //! the local server on 127.0.0.1:5432. The template's name carries a hash of the migrations, so
-//! a changed schema builds a new template; old per-test databases are dropped at start-up.
+//! a changed schema builds a new template. A per-test database is named
+//! `subgate_test_<unix time>_<run>_<random>`: each [`TestApp`] drops its own when dropped,
+//! `make test` drops every database of its run (`SUBGATE_TEST_RUN`) when cargo exits, and
+//! databases left by runs that ended over two hours ago (a crash) are dropped at start-up.
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -134,14 +137,37 @@ async fn template() -> &'static str {
         .await
 }
 
+/// The tag of this run in database names: `SUBGATE_TEST_RUN` (set by `scripts/test.sh`, which
+/// drops the run's databases when cargo exits), else one random tag per test process.
+fn run_tag() -> &'static str {
+    static TAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TAG.get_or_init(|| {
+        std::env::var("SUBGATE_TEST_RUN")
+            .ok()
+            .filter(|t| {
+                (1..=16).contains(&t.len())
+                    && t.bytes()
+                        .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
+            })
+            .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string()[..8].to_string())
+    })
+}
+
+/// A new name for a per-test database (see the module documentation), so the run's clean-up
+/// finds it.
+pub fn new_database_name() -> String {
+    format!(
+        "subgate_test_{}_{}_{}",
+        chrono::Utc::now().timestamp(),
+        run_tag(),
+        &uuid::Uuid::new_v4().simple().to_string()[..16]
+    )
+}
+
 /// Creates a fresh database cloned from the template; returns its name.
 pub async fn fresh_database() -> String {
     let template = template().await;
-    let name = format!(
-        "subgate_test_{}_{}",
-        chrono::Utc::now().timestamp(),
-        uuid::Uuid::new_v4().simple()
-    );
+    let name = new_database_name();
     let admin = admin_client().await;
     // Cloning fails while another session is connected to the template; none stay connected,
     // but retry briefly in case a concurrent clone is still opening it.

@@ -9,6 +9,7 @@ mod effects;
 mod ops;
 
 mod idempotency;
+mod logs;
 mod orders;
 mod payments;
 mod smoke;

@@ -291,7 +291,7 @@ async fn pool_exhaustion_gives_503_and_passes() {
 
 #[tokio::test]
 async fn readyz_is_503_until_migrations_are_applied() {
-    let name = format!("subgate_test_{}", uuid::Uuid::new_v4().simple());
+    let name = helpers::new_database_name();
     create_empty_database(&name).await;
     let url = url_for(&name);
     let app = TestApp::spawn_with(|env| {
@@ -708,7 +708,7 @@ async fn create_empty_database(name: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrate_is_idempotent_and_safe_when_two_start_together() {
     for round in 0..3 {
-        let name = format!("subgate_test_{}", uuid::Uuid::new_v4().simple());
+        let name = helpers::new_database_name();
         create_empty_database(&name).await;
         let url = url_for(&name);
         let vars = [("DATABASE_URL", url.as_str()), ("JWT_SECRET", JWT_SECRET)];
