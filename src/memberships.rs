@@ -6,7 +6,8 @@
 //! payment path, the order and channel locks after it — so this module takes only the last lock
 //! of the order: the membership row itself. Each change writes one `membership_events` row in
 //! the same transaction ([`record_event`]), the audit trail staff read and the one place later
-//! side effects hang off.
+//! side effects hang off. A deletion leaves no event (events go with the row), so [`delete`]
+//! enqueues the revoke of a live membership itself.
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
@@ -143,4 +144,46 @@ pub async fn record_event(
     )
     .await?;
     Ok(())
+}
+
+/// Deletes membership `id` (its events go with it) and, if it was live, enqueues the revoke that
+/// takes the member out of the chat ([`crate::effects::DELETED_REVOKES_CTE`]), in one statement.
+/// Returns whether it existed. The caller holds the pair's advisory lock (and the channel lock
+/// of a seat-limited channel).
+pub async fn delete(tx: &Transaction<'_>, id: i64) -> Result<bool, ApiError> {
+    Ok(delete_where(tx, "id = $1", &id).await? > 0)
+}
+
+/// Deletes every membership of a subscriber, with a revoke for each live one, like [`delete`];
+/// the subscriber's `DELETE` calls it first, since its cascade would remove them without a word
+/// to Telegram. The caller holds the subscriber row `FOR UPDATE`, so no membership of it can be
+/// created meanwhile. Returns how many were deleted.
+pub async fn delete_of_subscriber(
+    tx: &Transaction<'_>,
+    subscriber_id: i32,
+) -> Result<u64, ApiError> {
+    delete_where(tx, "subscriber_id = $1", &subscriber_id).await
+}
+
+/// The `DELETE … RETURNING` sees each row as it is when removed (after waiting for a writer that
+/// holds it), so the revoke is decided on the final status, not on an earlier read.
+async fn delete_where(
+    tx: &Transaction<'_>,
+    condition: &'static str,
+    key: &(dyn tokio_postgres::types::ToSql + Sync),
+) -> Result<u64, ApiError> {
+    let row = tx
+        .query_one(
+            &format!(
+                "WITH gone AS (
+                     DELETE FROM memberships WHERE {condition}
+                     RETURNING id, subscriber_id, channel_id, status, expires_at
+                 ), {}
+                 SELECT count(*) FROM gone",
+                crate::effects::DELETED_REVOKES_CTE
+            ),
+            &[key],
+        )
+        .await?;
+    Ok(row.get::<_, i64>(0) as u64)
 }

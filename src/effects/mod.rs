@@ -12,8 +12,9 @@
 //! renewal, a reminder after a payment) is skipped instead of performed.
 //!
 //! `dedupe_key` (unique) makes "at most one per X" a schema invariant: one revoke and one grace
-//! notice per (membership, expiry), one reminder per (membership, expiry) — that is, per period
-//! — one refund per payment, one decision per join request.
+//! notice per (membership, expiry), one revoke per deleted live membership
+//! ([`DELETED_REVOKES_CTE`]), one reminder per (membership, expiry) — that is, per period — one
+//! refund per payment, one decision per join request.
 
 pub mod worker;
 
@@ -282,6 +283,30 @@ pub const SWEEP_EFFECTS_CTE: &str = "sweep_effects AS (
        OR (u.from_status = 'active' AND u.status = 'grace')
     ORDER BY u.id
     ON CONFLICT (dedupe_key) DO NOTHING
+)";
+
+/// The revokes of deleted memberships, as a data-modifying CTE after the `DELETE` that names
+/// them ([`crate::memberships::delete`], [`crate::memberships::delete_of_subscriber`]): it reads
+/// the CTE `gone(id, subscriber_id, channel_id, status, expires_at)` — the rows the `DELETE`
+/// actually removed, as they were when removed — and enqueues one revoke
+/// (`revoke:{membership}:deleted`) for each one that was live (active or grace), in the
+/// deletion's transaction. A deleted expired membership needs none: its expiry enqueued one.
+///
+/// The effect outlives the row: it carries the chat and the user, its `membership_id` is NULL
+/// (the row it would name is being deleted by the same statement; `ON DELETE SET NULL` would
+/// clear it anyway) and the membership id is kept in the payload. The worker performs a revoke
+/// whose membership is gone.
+pub const DELETED_REVOKES_CTE: &str = "deleted_revokes AS (
+    INSERT INTO effects (kind, chat_id, user_id, payload, dedupe_key)
+    SELECT 'revoke', c.telegram_chat_id, s.telegram_user_id,
+           jsonb_build_object('membership_id', g.id, 'deleted', true, 'expires_at',
+               to_char(g.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')),
+           'revoke:' || g.id || ':deleted'
+    FROM gone g
+    JOIN subscribers s ON s.id = g.subscriber_id
+    JOIN channels c ON c.id = g.channel_id
+    WHERE g.status IN ('active', 'grace')
+    ORDER BY g.id
 )";
 
 /// True when effects can be performed: a bot token is set, or dry-run is on.
