@@ -3,9 +3,16 @@
 //!
 //! - Deleting a live membership (directly, or by deleting its subscriber) takes the member out of
 //!   the chat: a revoke that outlives the row.
+//! - Effects are keyed on the transition that caused them, so a membership expired, re-activated
+//!   by staff and expired again is revoked twice (and granted again in between); one transition
+//!   is still one effect, whoever races whom.
 
+use std::sync::Arc;
+
+use chrono::Utc;
 use serde_json::{Value, json};
 use subgate::effects;
+use tokio::sync::Barrier;
 
 use crate::{
     fake_bot::{FakeBot, TOKEN},
@@ -61,6 +68,10 @@ async fn patch_membership(app: &TestApp, id: i64, body: Value) -> Value {
         .expect(200)
 }
 
+async fn sweep(app: &TestApp) -> Value {
+    app.post("/api/sweep", Value::Null).await.expect(200)
+}
+
 /// The effects of `kind` (all statuses, oldest first), via the staff API.
 async fn effects_of(app: &TestApp, kind: &str) -> Vec<Value> {
     app.get(&format!("/api/effects?kind={kind}&limit=200"))
@@ -69,6 +80,15 @@ async fn effects_of(app: &TestApp, kind: &str) -> Vec<Value> {
         .as_array()
         .unwrap()
         .clone()
+}
+
+async fn membership_status(app: &TestApp, id: i64) -> String {
+    app.db()
+        .await
+        .query_one("SELECT status FROM memberships WHERE id = $1", &[&id])
+        .await
+        .unwrap()
+        .get(0)
 }
 
 /// The (chat, user) pairs of the calls of `method`, in call order.
@@ -82,6 +102,47 @@ fn pairs(fake: &FakeBot, method: &str) -> Vec<(i64, i64)> {
             )
         })
         .collect()
+}
+
+/// The rule, written out independently of the code: every membership event whose transition
+/// asks Telegram to act (a grant from none or expired to active, a receipt for a live member
+/// whose term moved forward, a revoke from live to expired, a grace notice from active to grace)
+/// has exactly one effect, keyed `{what}:{membership}:ev{event}`, and no transition-keyed effect
+/// exists without its event. Returns how many transitions asked for an effect.
+async fn assert_one_effect_per_transition(app: &TestApp) -> i64 {
+    let row = app
+        .db()
+        .await
+        .query_one(
+            "WITH t AS (
+                 SELECT ev.id, ev.membership_id,
+                        CASE
+                            WHEN (ev.from_status IS NULL OR ev.from_status = 'expired')
+                                 AND ev.to_status = 'active' THEN 'grant'
+                            WHEN ev.from_status IN ('active', 'grace') AND ev.to_status = 'active'
+                                 AND ev.expires_at_after > ev.expires_at_before THEN 'receipt'
+                            WHEN ev.from_status IN ('active', 'grace')
+                                 AND ev.to_status = 'expired' THEN 'revoke'
+                            WHEN ev.from_status = 'active' AND ev.to_status = 'grace' THEN 'grace'
+                        END AS what
+                 FROM membership_events ev
+             )
+             SELECT (SELECT count(*) FROM t WHERE what IS NOT NULL),
+                    (SELECT count(*) FROM t JOIN effects e
+                         ON e.dedupe_key = t.what || ':' || t.membership_id || ':ev' || t.id
+                        AND e.membership_id = t.membership_id),
+                    (SELECT count(*) FROM effects WHERE dedupe_key LIKE '%:ev%')",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (transitions, matched, keyed): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!(
+        (matched, keyed),
+        (transitions, transitions),
+        "effects matching transitions, transition-keyed effects vs transitions"
+    );
+    transitions
 }
 
 // ---- deleting a live membership takes the member out of the chat ----
@@ -231,4 +292,145 @@ async fn deleting_an_expired_membership_enqueues_nothing_more() {
     assert_eq!(app.count("effects").await, before);
     run(&app).await;
     assert!(fake.calls().is_empty(), "{:?}", fake.methods());
+}
+
+// ---- one effect per transition ----
+
+#[tokio::test]
+async fn a_second_expiry_after_a_staff_reactivation_is_revoked_again() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let (chat, user) = (-1_001_000_073_001, 7301);
+    let s = subscriber(&app, user).await;
+    let c = channel(&app, chat, json!({})).await;
+    let m = grant(&app, s, c, 30).await;
+    run(&app).await;
+    fake.add_member(chat, user);
+    let past = (Utc::now() - chrono::Duration::hours(1)).to_rfc3339();
+    patch_membership(&app, m, json!({"expires_at": past})).await;
+
+    // Expire, re-activate with the same expires_at, expire again, and so on: every expiry is a
+    // transition of its own and gets its own revoke; every re-activation its own grant.
+    for cycle in 1..=3usize {
+        fake.clear_calls();
+        assert_eq!(sweep(&app).await["to_expired"], 1, "cycle {cycle}");
+        assert_eq!(membership_status(&app, m).await, "expired");
+        let revokes = effects_of(&app, "revoke").await;
+        assert_eq!(revokes.len(), cycle, "cycle {cycle}: {revokes:?}");
+        assert_eq!(revokes[cycle - 1]["status"], "pending", "cycle {cycle}");
+        run(&app).await;
+        assert_eq!(
+            fake.methods(),
+            ["banChatMember", "unbanChatMember"],
+            "cycle {cycle}: the user keeps access while the row says expired"
+        );
+        assert_eq!(pairs(&fake, "banChatMember"), [(chat, user)]);
+        assert!(!fake.is_member(chat, user));
+        assert_eq!(
+            effects_of(&app, "revoke").await[cycle - 1]["status"],
+            "done"
+        );
+
+        fake.clear_calls();
+        patch_membership(&app, m, json!({"status": "active"})).await;
+        let grants = effects_of(&app, "grant").await;
+        assert_eq!(grants.len(), cycle + 1, "cycle {cycle}: {grants:?}");
+        assert_eq!(grants[cycle]["status"], "pending");
+        run(&app).await;
+        assert_eq!(
+            fake.methods(),
+            ["unbanChatMember", "sendMessage"],
+            "cycle {cycle}: the re-activated member is let back in"
+        );
+        assert_eq!(fake.calls()[1].params["chat_id"].as_i64(), Some(user));
+        fake.add_member(chat, user);
+    }
+    assert_eq!(assert_one_effect_per_transition(&app).await, 7);
+    let keys: Vec<String> = effects_of(&app, "revoke")
+        .await
+        .iter()
+        .map(|e| e["dedupe_key"].as_str().unwrap().to_string())
+        .collect();
+    let events: Vec<i64> = app
+        .db()
+        .await
+        .query(
+            "SELECT id FROM membership_events
+             WHERE membership_id = $1 AND to_status = 'expired' AND cause = 'sweep' ORDER BY id",
+            &[&m],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        keys,
+        events
+            .iter()
+            .map(|e| format!("revoke:{m}:ev{e}"))
+            .collect::<Vec<_>>()
+    );
+}
+
+/// The sweep and a staff change of the same overdue membership, released together: the pair
+/// lock puts them one after the other, and the second sees what the first did. Whatever the
+/// order, each transition that happened has exactly one effect: a staff expiry and a sweep
+/// expiry of one membership are one revoke, never two and never none; a staff re-activation
+/// racing the sweep's expiry is either a renewal (receipt; the sweep then has nothing to do) or
+/// an expiry followed by a re-activation (revoke, then grant).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sweep_racing_a_staff_change_enqueues_one_effect_per_transition() {
+    let app = Arc::new(TestApp::spawn().await);
+    let c = channel(&app, -1_001_000_074_001, json!({})).await;
+    let past = (Utc::now() - chrono::Duration::minutes(5)).to_rfc3339();
+    let future = (Utc::now() + chrono::Duration::days(10)).to_rfc3339();
+    let mut transitions = 0;
+    for round in 0..30i64 {
+        let s = subscriber(&app, 7400 + round).await;
+        let m = grant(&app, s, c, 30).await;
+        patch_membership(&app, m, json!({"expires_at": past})).await;
+        let staff_body = if round % 2 == 0 {
+            json!({"status": "expired"})
+        } else {
+            json!({"status": "active", "expires_at": future})
+        };
+        let barrier = Arc::new(Barrier::new(2));
+        let (a, b) = (app.clone(), app.clone());
+        let (ba, bb) = (barrier.clone(), barrier.clone());
+        let staff = tokio::spawn(async move {
+            ba.wait().await;
+            a.patch(&format!("/api/memberships/{m}"), staff_body)
+                .await
+                .expect(200);
+        });
+        let swept = tokio::spawn(async move {
+            bb.wait().await;
+            b.post("/api/sweep", Value::Null).await.expect(200);
+        });
+        staff.await.unwrap();
+        swept.await.unwrap();
+
+        let want = if round % 2 == 0 { "expired" } else { "active" };
+        assert_eq!(membership_status(&app, m).await, want, "round {round}");
+        let to_expired = app
+            .count(&format!(
+                "membership_events WHERE membership_id = {m}
+                   AND from_status IN ('active', 'grace') AND to_status = 'expired'"
+            ))
+            .await;
+        let revokes = app
+            .count(&format!(
+                "effects WHERE membership_id = {m} AND kind = 'revoke'"
+            ))
+            .await;
+        if round % 2 == 0 {
+            assert_eq!((to_expired, revokes), (1, 1), "round {round}");
+        } else {
+            assert!(to_expired <= 1, "round {round}");
+            assert_eq!(revokes, to_expired, "round {round}");
+        }
+        transitions = assert_one_effect_per_transition(&app).await;
+    }
+    assert!(transitions >= 30 * 2, "{transitions}");
 }
