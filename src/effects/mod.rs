@@ -31,6 +31,12 @@
 //!   `reminder:{membership}:{expiry in µs}` ([`enqueue_due_reminders`]).
 //! - **One refund per payment** (`refund:{payment}`), **one decision per join request**
 //!   (`join:{chat}:{user}:{date}`).
+//!
+//! An effect about a chat carries the channel's `telegram_chat_id` as it was when enqueued. A
+//! membership change reads it under a key-share lock of the channel row (what a foreign key
+//! would take), and a change of the chat id is refused while the channel has live memberships
+//! or pending effects for its chat (`PATCH /api/channels/{id}`), so no effect is left aimed at
+//! a chat the channel no longer has.
 
 pub mod worker;
 
@@ -253,6 +259,11 @@ pub async fn on_membership_change(
     };
     let key = transition_key(what, after.id, event_id);
     // One statement reads the Telegram ids and inserts, so the effect names who they are now.
+    // The channel row is key-share locked, as a foreign key would lock it: a change of its
+    // `telegram_chat_id` (which locks the row `FOR UPDATE`, then refuses while the channel has
+    // live memberships or pending effects for its chat) waits for this transaction, or this
+    // statement waits for it and reads the new chat. So a membership made live concurrently
+    // with a chat change can never be left with an effect aimed at the old chat.
     // No `ON CONFLICT`: the key is new by construction (an event id); a clash is a bug to see.
     client
         .execute(
@@ -261,7 +272,8 @@ pub async fn on_membership_change(
              FROM memberships m
              JOIN subscribers s ON s.id = m.subscriber_id
              JOIN channels c ON c.id = m.channel_id
-             WHERE m.id = $1",
+             WHERE m.id = $1
+             FOR KEY SHARE OF c",
             &[
                 &after.id,
                 &kind.as_str(),
@@ -284,7 +296,9 @@ pub async fn on_membership_change(
 /// [`transition_key`] spells it (`revoke:{membership}:ev{event}`), so a membership expired again
 /// after a staff re-activation gets a second revoke instead of being deduplicated into the
 /// first. The payload and the Telegram ids are built in the same statement, so the effect names
-/// who they are now. Rows are inserted in membership id order.
+/// who they are now. (No channel lock here, unlike [`on_membership_change`]: the sweep only
+/// moves live memberships, which block a chat change until it commits and whose pending effects
+/// block it after.) Rows are inserted in membership id order.
 pub const SWEEP_EFFECTS_CTE: &str = "sweep_effects AS (
     INSERT INTO effects (kind, membership_id, chat_id, user_id, payload, dedupe_key)
     SELECT e.kind, u.id, c.telegram_chat_id, s.telegram_user_id,

@@ -6,6 +6,8 @@
 //! - Effects are keyed on the transition that caused them, so a membership expired, re-activated
 //!   by staff and expired again is revoked twice (and granted again in between); one transition
 //!   is still one effect, whoever races whom.
+//! - A channel's `telegram_chat_id` cannot change while members or pending effects are tied to
+//!   the current chat; a change clears the old chat's join link.
 
 use std::sync::Arc;
 
@@ -15,6 +17,7 @@ use subgate::effects;
 use tokio::sync::Barrier;
 
 use crate::{
+    auth::assert_problem,
     fake_bot::{FakeBot, TOKEN},
     helpers::TestApp,
 };
@@ -80,6 +83,18 @@ async fn effects_of(app: &TestApp, kind: &str) -> Vec<Value> {
         .as_array()
         .unwrap()
         .clone()
+}
+
+/// Marks every pending effect done (set-up noise).
+async fn settle(app: &TestApp) {
+    app.db()
+        .await
+        .execute(
+            "UPDATE effects SET status = 'done', done_at = now() WHERE status = 'pending'",
+            &[],
+        )
+        .await
+        .unwrap();
 }
 
 async fn membership_status(app: &TestApp, id: i64) -> String {
@@ -433,4 +448,202 @@ async fn a_sweep_racing_a_staff_change_enqueues_one_effect_per_transition() {
         transitions = assert_one_effect_per_transition(&app).await;
     }
     assert!(transitions >= 30 * 2, "{transitions}");
+}
+
+// ---- a channel's chat ----
+
+fn join_request_update(chat_id: i64, from: i64) -> Value {
+    json!({
+        "update_id": 7_500_000 + from,
+        "chat_join_request": {
+            "chat": {"id": chat_id, "type": "channel", "title": "Private"},
+            "from": {"id": from, "is_bot": false, "first_name": "Joiner"},
+            "user_chat_id": from,
+            "date": Utc::now().timestamp()
+        }
+    })
+}
+
+async fn invite_link(app: &TestApp, channel_id: i64) -> Option<String> {
+    app.db()
+        .await
+        .query_one(
+            "SELECT invite_link FROM channels WHERE id = $1",
+            &[&(channel_id as i32)],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test]
+async fn a_channels_chat_cannot_change_while_members_or_effects_remain_and_a_change_drops_the_link()
+{
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let (old_chat, new_chat, user) = (-1_001_000_075_001, -1_001_000_075_002, 7501);
+    let s = subscriber(&app, user).await;
+    let c = channel(&app, old_chat, json!({})).await;
+    let path = format!("/api/channels/{c}");
+    let m = grant(&app, s, c, 30).await;
+    run(&app).await;
+    let old_link = invite_link(&app, c).await.expect("the grant stored a link");
+
+    // A live member is in the current chat.
+    let body = assert_problem(
+        &app.patch(&path, json!({"telegram_chat_id": new_chat}))
+            .await,
+        409,
+    );
+    let detail = body["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("telegram_chat_id") && detail.contains("active or grace"),
+        "{body}"
+    );
+    let unchanged = app.get(&path).await.expect(200);
+    assert_eq!(unchanged["telegram_chat_id"], old_chat);
+    assert_eq!(
+        invite_link(&app, c).await.as_deref(),
+        Some(old_link.as_str())
+    );
+    // Other fields, and the same chat id, still change freely, and keep the link.
+    let p = app
+        .patch(
+            &path,
+            json!({"telegram_chat_id": old_chat, "title": "Renamed"}),
+        )
+        .await
+        .expect(200);
+    assert_eq!(p["title"], "Renamed");
+    assert_eq!(
+        invite_link(&app, c).await.as_deref(),
+        Some(old_link.as_str())
+    );
+
+    // Expired, but its revoke has not been performed yet: still refused.
+    patch_membership(&app, m, json!({"status": "expired"})).await;
+    let body = assert_problem(
+        &app.patch(&path, json!({"telegram_chat_id": new_chat}))
+            .await,
+        409,
+    );
+    assert!(
+        body["detail"].as_str().unwrap().contains("pending"),
+        "{body}"
+    );
+    run(&app).await;
+
+    // A pending effect that names the chat but no membership (a join request's answer) counts too.
+    app.post_telegram_update(join_request_update(old_chat, 7599))
+        .await
+        .expect(200);
+    assert_eq!(effects_of(&app, "join_decline").await.len(), 1);
+    assert_problem(
+        &app.patch(&path, json!({"telegram_chat_id": new_chat}))
+            .await,
+        409,
+    );
+    run(&app).await;
+
+    // Nothing is tied to the old chat any more: the change goes through and drops its link.
+    let changed = app
+        .patch(&path, json!({"telegram_chat_id": new_chat}))
+        .await
+        .expect(200);
+    assert_eq!(changed["telegram_chat_id"], new_chat);
+    assert_eq!(
+        invite_link(&app, c).await,
+        None,
+        "the old chat's link is gone"
+    );
+
+    // The next member is let into the new chat, with a link made for it.
+    fake.clear_calls();
+    patch_membership(&app, m, json!({"status": "active"})).await;
+    let grants = effects_of(&app, "grant").await;
+    assert_eq!(grants.last().unwrap()["chat_id"].as_i64(), Some(new_chat));
+    run(&app).await;
+    assert_eq!(
+        fake.methods(),
+        ["unbanChatMember", "createChatInviteLink", "sendMessage"]
+    );
+    assert_eq!(pairs(&fake, "unbanChatMember"), [(new_chat, user)]);
+    assert_eq!(
+        fake.calls_of("createChatInviteLink")[0].params["chat_id"].as_i64(),
+        Some(new_chat)
+    );
+    let new_link = invite_link(&app, c).await.expect("a link for the new chat");
+    assert_ne!(new_link, old_link);
+    let text = fake.calls_of("sendMessage")[0].params["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        text.contains(&new_link) && !text.contains(&old_link),
+        "{text}"
+    );
+}
+
+/// A re-activation and a change of the channel's chat, released together: either the change
+/// is refused (the member is live, or their grant is pending), or it went first and the grant
+/// names the new chat. Never a change that succeeds while a grant for the old chat is enqueued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_chat_change_racing_a_reactivation_never_leaves_a_grant_for_the_old_chat() {
+    let app = Arc::new(TestApp::spawn().await);
+    let mut chat = -1_001_000_076_000;
+    let c = channel(&app, chat, json!({})).await;
+    let (mut changed, mut refused) = (0, 0);
+    for round in 0..40i64 {
+        let s = subscriber(&app, 7600 + round).await;
+        let m = grant(&app, s, c, 30).await;
+        patch_membership(&app, m, json!({"status": "expired"})).await;
+        settle(&app).await;
+        let new_chat = chat - 1;
+        let barrier = Arc::new(Barrier::new(2));
+        let (a, b) = (app.clone(), app.clone());
+        let (ba, bb) = (barrier.clone(), barrier.clone());
+        let change = tokio::spawn(async move {
+            ba.wait().await;
+            a.patch(
+                &format!("/api/channels/{c}"),
+                json!({"telegram_chat_id": new_chat}),
+            )
+            .await
+        });
+        let reactivate = tokio::spawn(async move {
+            bb.wait().await;
+            grant(&b, s, c, 30).await
+        });
+        let change = change.await.unwrap();
+        reactivate.await.unwrap();
+        let grant_chat: i64 = app
+            .db()
+            .await
+            .query_one(
+                "SELECT chat_id FROM effects WHERE membership_id = $1 AND kind = 'grant'
+                 ORDER BY id DESC LIMIT 1",
+                &[&m],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        match change.status.as_u16() {
+            200 => {
+                changed += 1;
+                chat = new_chat;
+                assert_eq!(grant_chat, new_chat, "round {round}");
+            }
+            409 => {
+                refused += 1;
+                assert_eq!(grant_chat, chat, "round {round}");
+            }
+            other => panic!("round {round}: {other}"),
+        }
+        let current = app.get(&format!("/api/channels/{c}")).await.expect(200);
+        assert_eq!(current["telegram_chat_id"], chat, "round {round}");
+        // End the round with nothing live and nothing pending.
+        patch_membership(&app, m, json!({"status": "expired"})).await;
+        settle(&app).await;
+    }
+    eprintln!("chat changes: {changed} went first, {refused} refused");
 }
