@@ -3,6 +3,7 @@
 mod fake_bot;
 mod helpers;
 
+mod access;
 mod auth;
 mod crud;
 mod effects;
