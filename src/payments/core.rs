@@ -44,7 +44,8 @@ pub struct NormalizedPayment {
     pub amount_minor: i64,
     /// Three upper-case letters.
     pub currency: String,
-    /// When the gateway says it was paid; a future time is clamped to database now.
+    /// When the gateway says it was paid; a future time is clamped to database now. Kept on
+    /// the payment and the order as reported; the term starts when the payment is applied.
     pub paid_at: DateTime<Utc>,
     /// The payer's Telegram user id, when the door knows it (Telegram Stars only).
     pub payer_telegram_id: Option<i64>,
@@ -156,9 +157,11 @@ pub fn outcome_for(gateway: &str, reason: Option<Reason>) -> &'static str {
 /// Applies one payment in one transaction (API.md "Payment ingestion" 1–4): locks in the lock
 /// order, checks against the order, stores the payment once with its outcome, and on success
 /// marks the order paid and extends the membership by the channel's billing period from
-/// `GREATEST(current expiry, paid_at)`. A repeat of a stored (gateway, external_id) changes
-/// nothing and returns the stored payment with `duplicate: true`. Deadlock victims are run again
-/// by [`crate::transaction!`]; a failure is an `ApiError` and nothing is stored.
+/// `GREATEST(current expiry, database now)`; `paid_at` is kept as reported (a future one
+/// clamped to now) on the payment and the order, but never moves the term. A repeat of a stored
+/// (gateway, external_id) changes nothing and returns the stored payment with
+/// `duplicate: true`. Deadlock victims are run again by [`crate::transaction!`]; a failure is an
+/// `ApiError` and nothing is stored.
 pub async fn apply_payment(state: &AppState, p: NormalizedPayment) -> Result<Applied, ApiError> {
     let p = &p;
     let applied = crate::transaction!(state.db, |tx| { apply_in(tx, p).await })?;
@@ -245,11 +248,11 @@ async fn apply_in(tx: &Transaction<'_>, p: &NormalizedPayment) -> Result<Applied
         &[&locked.order.id, &payment.paid_at],
     )
     .await?;
+    // The term starts now (or at the current expiry), not at `paid_at`: API.md step 4.
     let (membership, _) = memberships::extend(
         tx,
         subscriber_id,
         channel_id,
-        Some(payment.paid_at),
         locked.channel.billing_period_days,
         Cause::Payment(payment.id),
     )

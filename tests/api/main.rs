@@ -6,6 +6,7 @@ mod helpers;
 mod auth;
 mod crud;
 mod effects;
+mod hardening_payments;
 mod ops;
 
 mod idempotency;
