@@ -13,7 +13,11 @@ use tokio_postgres::Row;
 
 use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, chars, not_null, nullable};
 use crate::{
-    auth::Staff, error::ApiError, idempotency::StaffWrite, payments::currency, state::AppState,
+    auth::Staff,
+    error::ApiError,
+    idempotency::StaffWrite,
+    payments::{currency, seats},
+    state::AppState,
 };
 
 pub const COLUMNS: &str = "id, telegram_chat_id, title, price_minor, currency, billing_period_days, \
@@ -247,9 +251,15 @@ pub async fn patch(
     let mut e = Errors::default();
     let b = patch.into_input(&mut e);
     validate(&b, false, e)?;
-    let client = state.db.get().await?;
-    let row = client
-        .query_opt(
+    let row = crate::transaction!(state.db, |tx| {
+        // A new or lower limit must bind every seat decision not yet committed: wait for those
+        // made from the old terms, hold off new ones until this commits (docs/locking.md).
+        if matches!(b.seat_limit, Some(Some(_)))
+            && !seats::lock_for_seat_limit_change(tx, id).await?
+        {
+            return Err(ApiError::NotFound("channel"));
+        }
+        tx.query_opt(
             &format!(
                 "UPDATE channels SET
                      telegram_chat_id = COALESCE($2, telegram_chat_id),
@@ -277,7 +287,8 @@ pub async fn patch(
             ],
         )
         .await?
-        .ok_or(ApiError::NotFound("channel"))?;
+        .ok_or(ApiError::NotFound("channel"))
+    })?;
     Ok(Json(Channel::from_row(&row)))
 }
 

@@ -1,7 +1,11 @@
-//! Payments and seats under the conditions that used to break them: a delivery delayed by days.
+//! Payments and seats under the conditions that used to break them: a delivery delayed by days,
+//! and a staff PATCH of `seat_limit` racing payments and holds.
+
+use std::{sync::Arc, time::Duration as StdDuration};
 
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
+use tokio::sync::Barrier;
 
 use crate::helpers::{TestApp, payment_event};
 
@@ -79,4 +83,214 @@ async fn a_delivery_delayed_by_two_days_still_buys_the_whole_one_day_term() {
         expires + Duration::days(1)
     );
     assert_eq!(time(&r["payment"]["paid_at"]), paid_at);
+}
+
+// ---- a seat_limit PATCH racing payments, checkouts and pre-checkouts ----
+
+const STARS_PRICE: i64 = 100;
+/// Buyers per round: two pay directly, two check out, two go through Telegram's pre-checkout.
+const BUYERS: i64 = 6;
+/// The limit the PATCH commits.
+const NEW_LIMIT: i64 = 2;
+/// The limit lowered from, in the rounds that lower one: room for everybody, so nothing is
+/// refused under it.
+const OLD_LIMIT: i64 = 8;
+
+fn pre_checkout_update(query_id: &str, from: i64, payload: &str) -> Value {
+    json!({
+        "update_id": 1,
+        "pre_checkout_query": {
+            "id": query_id,
+            "from": {"id": from, "is_bot": false, "first_name": "Buyer"},
+            "currency": "XTR",
+            "total_amount": STARS_PRICE,
+            "invoice_payload": payload
+        }
+    })
+}
+
+/// What one buyer's request ended as.
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    /// Applied, or approved (a hold may or may not have been needed).
+    Admitted,
+    /// Refused for want of a seat.
+    Refused,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_seat_limit_patch_racing_payments_and_holds_never_oversells() {
+    const ROUNDS: i64 = 40;
+    let app = Arc::new(TestApp::spawn().await);
+    app.token().await;
+    for round in 0..ROUNDS {
+        // Even rounds: unlimited → NEW_LIMIT; odd rounds: OLD_LIMIT lowered to NEW_LIMIT.
+        let old_limit = if round % 2 == 0 {
+            Value::Null
+        } else {
+            json!(OLD_LIMIT)
+        };
+        let chan = id(&app
+            .create_channel(
+                -32_000 - round,
+                json!({"currency": "XTR", "price_minor": STARS_PRICE, "seat_limit": old_limit}),
+            )
+            .await);
+        // One member already.
+        let member = id(&app.create_subscriber(32_000_000 + round * 100).await);
+        app.post(
+            "/api/memberships",
+            json!({"subscriber_id": member, "channel_id": chan, "days": 30}),
+        )
+        .await
+        .expect(201);
+        let mut buyers = Vec::new();
+        for n in 0..BUYERS {
+            let telegram_id = 32_000_000 + round * 100 + 1 + n;
+            let sub = id(&app.create_subscriber(telegram_id).await);
+            buyers.push((n, telegram_id, app.create_order(sub, chan).await));
+        }
+
+        let barrier = Arc::new(Barrier::new(BUYERS as usize + 1));
+        let patch = {
+            let (app, barrier) = (app.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                jitter(60).await;
+                app.patch(
+                    &format!("/api/channels/{chan}"),
+                    json!({"seat_limit": NEW_LIMIT}),
+                )
+                .await
+            })
+        };
+        let tasks: Vec<_> = buyers
+            .into_iter()
+            .map(|(n, telegram_id, order)| {
+                let (app, barrier) = (app.clone(), barrier.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    jitter(60).await;
+                    buy(&app, n, telegram_id, &order, round).await
+                })
+            })
+            .collect();
+        let patched = patch.await.unwrap().expect(200);
+        assert_eq!(patched["seat_limit"], NEW_LIMIT);
+        let mut refused = 0;
+        for t in tasks {
+            if t.await.unwrap() == Outcome::Refused {
+                refused += 1;
+            }
+        }
+
+        // Split what holds a seat by whether it was taken before the PATCH's UPDATE statement
+        // (`updated_at`) or after it. That statement starts once the PATCH holds the channel
+        // row FOR UPDATE: after every transaction that decided from the old terms committed,
+        // before any later one could decide. Holds were set HOLD_SECS (300 s) before they end.
+        let row = app
+            .db()
+            .await
+            .query_one(
+                "WITH c AS (SELECT id, updated_at AS patched FROM channels WHERE id = $1),
+                      seats AS (
+                        SELECT m.created_at AS taken FROM memberships m, c
+                         WHERE m.channel_id = c.id AND m.status <> 'expired'
+                        UNION ALL
+                        SELECT min(o.hold_until) - interval '300 seconds' FROM orders o, c
+                         WHERE o.channel_id = c.id AND o.status = 'pending'
+                           AND o.hold_until > statement_timestamp()
+                           AND NOT EXISTS (SELECT 1 FROM memberships m
+                                            WHERE m.subscriber_id = o.subscriber_id
+                                              AND m.channel_id = o.channel_id
+                                              AND m.status <> 'expired')
+                         GROUP BY o.subscriber_id)
+                 SELECT count(*) FILTER (WHERE taken < c.patched),
+                        count(*) FILTER (WHERE taken > c.patched),
+                        count(*) FILTER (WHERE taken = c.patched)
+                 FROM seats, c",
+                &[&(chan as i32)],
+            )
+            .await
+            .unwrap();
+        let (before, after, same): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+        assert_eq!(
+            same, 0,
+            "round {round}: a seat taken in the PATCH's own statement"
+        );
+        // Taken before the new limit existed: allowed (the member at least). After it: only
+        // what the new limit leaves free.
+        assert!(before >= 1, "round {round}");
+        assert!(
+            after <= (NEW_LIMIT - before).max(0),
+            "round {round}: {before} seats taken before the PATCH, {after} after it, \
+             over the new limit {NEW_LIMIT}"
+        );
+        // And nobody was refused while a seat was free (nothing frees one during a round).
+        if refused > 0 {
+            assert!(
+                before + after >= NEW_LIMIT,
+                "round {round}: {refused} refused with {} seats taken of {NEW_LIMIT}",
+                before + after
+            );
+        }
+    }
+}
+
+/// A pause of 0..=`max_ms` ms after the release, so the PATCH lands at varying points among
+/// the buyers' transactions rather than always first or last.
+async fn jitter(max_ms: u64) {
+    let ms = rand::random::<u64>() % (max_ms + 1);
+    tokio::time::sleep(StdDuration::from_millis(ms)).await;
+}
+
+/// One buyer's way in: `n` 0–1 pay directly (door 1), 2–3 check out, 4–5 pre-checkout in
+/// Telegram. Never a 5xx.
+async fn buy(app: &TestApp, n: i64, telegram_id: i64, order: &Value, round: i64) -> Outcome {
+    match n {
+        0 | 1 => {
+            let body = payment_event(
+                &format!("seat-{round}-{n}"),
+                &reference(order),
+                STARS_PRICE,
+                "XTR",
+            );
+            let r = app.post_signed_webhook(&body).await.expect(200);
+            match (
+                r["payment"]["outcome"].as_str(),
+                r["payment"]["reason"].as_str(),
+            ) {
+                (Some("applied"), None) => Outcome::Admitted,
+                (_, Some("no_seat")) => Outcome::Refused,
+                other => panic!("round {round}: unexpected payment result {other:?}: {r}"),
+            }
+        }
+        2 | 3 => {
+            let r = app.checkout(id(order)).await;
+            match r.status.as_u16() {
+                200 => Outcome::Admitted,
+                409 => Outcome::Refused,
+                s => panic!(
+                    "round {round}: checkout answered {s}: {}",
+                    String::from_utf8_lossy(&r.bytes)
+                ),
+            }
+        }
+        _ => {
+            let query_id = format!("seat-{round}-{n}");
+            let r = app
+                .post_telegram_update(pre_checkout_update(
+                    &query_id,
+                    telegram_id,
+                    &reference(order),
+                ))
+                .await
+                .expect(200);
+            match (r["ok"].as_bool(), r["error_message"].as_str()) {
+                (Some(true), _) => Outcome::Admitted,
+                (Some(false), Some(m)) if m.contains("seat") => Outcome::Refused,
+                _ => panic!("round {round}: unexpected pre-checkout answer {r}"),
+            }
+        }
+    }
 }
