@@ -1,13 +1,17 @@
 //! Payments and seats under the conditions that used to break them: a delivery delayed by days,
-//! and a staff PATCH of `seat_limit` racing payments and holds.
+//! a staff PATCH of `seat_limit` racing payments and holds, and a pre-checkout whose COMMIT is
+//! slow.
 
-use std::{sync::Arc, time::Duration as StdDuration};
+use std::{
+    sync::Arc,
+    time::{Duration as StdDuration, Instant},
+};
 
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
 
-use crate::helpers::{TestApp, payment_event};
+use crate::helpers::{TestApp, TestResponse, payment_event};
 
 fn id(v: &Value) -> i64 {
     v["id"].as_i64().unwrap()
@@ -293,4 +297,161 @@ async fn buy(app: &TestApp, n: i64, telegram_id: i64, order: &Value, round: i64)
             }
         }
     }
+}
+
+// ---- a pre-checkout's answer matches what its COMMIT stored ----
+
+/// Makes every COMMIT that stored a pre-checkout decision slow, with a deferred constraint
+/// trigger that sleeps `secs`. With `ignore_cancel`, a cancel request does not stop it (the
+/// commit then lands late); otherwise a cancel aborts the commit.
+async fn slow_decision_commits(app: &TestApp, secs: f64, ignore_cancel: bool) {
+    let body = if ignore_cancel {
+        format!(
+            "DECLARE t0 timestamptz := clock_timestamp();
+             BEGIN
+               WHILE clock_timestamp() < t0 + make_interval(secs => {secs}) LOOP
+                 BEGIN PERFORM pg_sleep(0.05);
+                 EXCEPTION WHEN query_canceled THEN NULL;
+                 END;
+               END LOOP;
+               RETURN NULL;
+             END"
+        )
+    } else {
+        format!("BEGIN PERFORM pg_sleep({secs}); RETURN NULL; END")
+    };
+    app.db()
+        .await
+        .batch_execute(&format!(
+            "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $f$ {body} $f$;
+             CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON pre_checkout_decisions
+               DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit();"
+        ))
+        .await
+        .unwrap();
+}
+
+/// Waits until no other session of this test's database is running a statement, so a commit
+/// left running (by the code under test) has landed or been rolled back.
+async fn wait_until_quiet(app: &TestApp) {
+    let deadline = Instant::now() + StdDuration::from_secs(20);
+    loop {
+        let busy: i64 = app
+            .db()
+            .await
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()
+                   AND state NOT IN ('idle')",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if busy == 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "a session is still busy");
+        tokio::time::sleep(StdDuration::from_millis(50)).await;
+    }
+}
+
+async fn stars_order_with_one_seat(app: &TestApp, telegram_id: i64) -> (i64, String) {
+    let chan = id(&app
+        .create_channel(
+            -telegram_id,
+            json!({"currency": "XTR", "price_minor": STARS_PRICE, "seat_limit": 1}),
+        )
+        .await);
+    let sub = id(&app.create_subscriber(telegram_id).await);
+    let order = app.create_order(sub, chan).await;
+    (id(&order), reference(&order))
+}
+
+async fn pre_checkout(app: &TestApp, query_id: &str, from: i64, payload: &str) -> Value {
+    let r: TestResponse = app
+        .post_telegram_update(pre_checkout_update(query_id, from, payload))
+        .await;
+    r.expect(200)
+}
+
+/// `(stored decisions of the query, ok of the stored one, the order's hold_until)`.
+async fn stored(app: &TestApp, query_id: &str, order_id: i64) -> (i64, Option<bool>, bool) {
+    let db = app.db().await;
+    let decisions: i64 = db
+        .query_one(
+            "SELECT count(*) FROM pre_checkout_decisions WHERE query_id = $1",
+            &[&query_id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let ok: Option<bool> = db
+        .query_opt(
+            "SELECT ok FROM pre_checkout_decisions WHERE query_id = $1",
+            &[&query_id],
+        )
+        .await
+        .unwrap()
+        .map(|r| r.get(0));
+    let held: bool = db
+        .query_one(
+            "SELECT hold_until IS NOT NULL FROM orders WHERE id = $1",
+            &[&order_id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    (decisions, ok, held)
+}
+
+#[tokio::test]
+async fn a_commit_slower_than_its_wait_is_cancelled_and_the_try_again_stores_nothing() {
+    let app = TestApp::spawn().await;
+    let (order_id, payload) = stars_order_with_one_seat(&app, 33_001).await;
+    // Slower than the whole budget too: the time limit used to cut the answer short while
+    // the commit went on and stored an approval with its hold.
+    slow_decision_commits(&app, 6.0, false).await;
+
+    let started = Instant::now();
+    let answer = pre_checkout(&app, "slow-1", 33_001, &payload).await;
+    let took = started.elapsed();
+    assert!(took < StdDuration::from_secs(9), "answered in {took:?}");
+    wait_until_quiet(&app).await;
+    // The answer and the rows agree: "try again", nothing stored, no seat held.
+    assert_eq!(answer["ok"], false, "{answer}");
+    assert_eq!(answer["error_message"], "Please try again in a moment.");
+    assert_eq!(stored(&app, "slow-1", order_id).await, (0, None, false));
+
+    // Once commits are fast again, the same query is decided for real.
+    app.db()
+        .await
+        .batch_execute("DROP TRIGGER slow_commit ON pre_checkout_decisions")
+        .await
+        .unwrap();
+    let answer = pre_checkout(&app, "slow-1", 33_001, &payload).await;
+    assert_eq!(answer["ok"], true, "{answer}");
+    assert_eq!(
+        stored(&app, "slow-1", order_id).await,
+        (1, Some(true), true)
+    );
+}
+
+#[tokio::test]
+async fn a_commit_that_lands_after_its_wait_is_read_back_and_its_approval_answered() {
+    let app = TestApp::spawn().await;
+    let (order_id, payload) = stars_order_with_one_seat(&app, 33_002).await;
+    // Ignores the cancel and lands after the commit wait (2 s), inside the read-back (2 s).
+    slow_decision_commits(&app, 3.0, true).await;
+
+    let started = Instant::now();
+    let answer = pre_checkout(&app, "slow-2", 33_002, &payload).await;
+    let took = started.elapsed();
+    assert!(took < StdDuration::from_secs(9), "answered in {took:?}");
+    wait_until_quiet(&app).await;
+    assert_eq!(answer["ok"], true, "{answer}");
+    assert_eq!(
+        stored(&app, "slow-2", order_id).await,
+        (1, Some(true), true)
+    );
 }
