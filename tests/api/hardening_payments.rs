@@ -1,12 +1,14 @@
 //! Payments and seats under the conditions that used to break them: a delivery delayed by days,
-//! a staff PATCH of `seat_limit` racing payments and holds, and a pre-checkout whose COMMIT is
-//! slow.
+//! a staff PATCH of `seat_limit` racing payments and holds, a pre-checkout whose COMMIT is slow,
+//! and a repeat delivery that disagrees with the stored payment.
 
 use std::{
-    sync::Arc,
+    io::Write,
+    sync::{Arc, Mutex},
     time::{Duration as StdDuration, Instant},
 };
 
+use axum::http::Method;
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
@@ -454,4 +456,98 @@ async fn a_commit_that_lands_after_its_wait_is_read_back_and_its_approval_answer
         stored(&app, "slow-2", order_id).await,
         (1, Some(true), true)
     );
+}
+
+// ---- a repeat delivery that differs from the stored payment ----
+
+/// Log output captured for the current thread.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn take(&self) -> String {
+        String::from_utf8(std::mem::take(&mut *self.0.lock().unwrap())).unwrap()
+    }
+}
+
+// Single-threaded, so the handler runs on the thread whose log subscriber captures its output.
+#[tokio::test(flavor = "current_thread")]
+async fn a_repeat_delivery_that_differs_is_answered_as_a_duplicate_and_logged() {
+    let logs = Captured::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let app = TestApp::spawn().await;
+    let sub = id(&app.create_subscriber(34_001).await);
+    let chan = id(&app.create_channel(-34_001, json!({})).await);
+    let order = app.create_order(sub, chan).await;
+    let other = app.create_order(sub, chan).await;
+    let body = payment_event("pay_x", &reference(&order), 19900, "UAH");
+    let first = app.post_signed_webhook(&body).await.expect(200);
+    assert_eq!(first["duplicate"], false);
+
+    // A faithful repeat: the stored payment, no warning.
+    logs.take();
+    let faithful = app.post_signed_webhook(&body).await.expect(200);
+    assert_eq!(faithful["duplicate"], true);
+    assert_eq!(faithful["payment"], first["payment"]);
+    assert!(
+        !logs.take().contains("differs"),
+        "a faithful repeat is not warned about"
+    );
+
+    // A repeat with another amount, currency and order: the same answer, and a warning that
+    // names both values of each.
+    let mut changed = body.clone();
+    changed["amount_minor"] = json!(1);
+    changed["currency"] = json!("USD");
+    changed["order_reference"] = json!(reference(&other));
+    let repeat = app.post_signed_webhook(&changed).await.expect(200);
+    assert_eq!(repeat, faithful, "answered exactly like a faithful repeat");
+    let log = logs.take();
+    let warning = log
+        .lines()
+        .find(|l| l.contains("differs from the stored payment"))
+        .unwrap_or_else(|| panic!("no warning logged; captured: {log}"));
+    assert!(warning.contains("WARN"), "{warning}");
+    assert!(warning.contains("external_id=pay_x"), "{warning}");
+    for (field, stored, delivered) in [
+        ("amount_minor", "19900".to_string(), "1".to_string()),
+        ("currency", "UAH".to_string(), "USD".to_string()),
+        ("order_reference", reference(&order), reference(&other)),
+    ] {
+        let named = format!("{field}: stored \\\"{stored}\\\", delivered \\\"{delivered}\\\"");
+        let plain = format!("{field}: stored \"{stored}\", delivered \"{delivered}\"");
+        assert!(
+            warning.contains(&named) || warning.contains(&plain),
+            "{field} not named with both values: {warning}"
+        );
+    }
+    // Nothing changed: one payment, the other order still pending.
+    assert_eq!(app.count("payments").await, 1);
+    let o = app
+        .staff(
+            Method::GET,
+            &format!("/api/orders/{}", id(&other)),
+            Value::Null,
+        )
+        .await
+        .expect(200);
+    assert_eq!(o["status"], "pending");
 }
