@@ -1,5 +1,8 @@
-//! Memberships: the row that says who may be in which channel until when, and the only code
-//! that writes it outside the sweep.
+//! Memberships: the row that says who may be in which channel until when. This module grants
+//! and extends it (payments and staff grants, [`extend`]) and records a change's event
+//! ([`record_event`], which staff corrections use too). The other writers of membership rows
+//! are staff corrections and deletes (`api::memberships`, under the same locks), the sweep (one
+//! batched statement that writes its own events) and the cascade of a subscriber's deletion.
 //!
 //! Every change happens inside a transaction that already holds
 //! `pg_advisory_xact_lock(subscriber_id, channel_id)` ([`crate::db::lock_pair`]) — and, on the
