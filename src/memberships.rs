@@ -1,5 +1,8 @@
-//! Memberships: the row that says who may be in which channel until when, and the only code
-//! that writes it outside the sweep.
+//! Memberships: the row that says who may be in which channel until when. This module grants
+//! and extends it (payments and staff grants, [`extend`]) and records a change's event
+//! ([`record_event`], which staff corrections use too). The other writers of membership rows
+//! are staff corrections and deletes (`api::memberships`, under the same locks), the sweep (one
+//! batched statement that writes its own events) and the cascade of a subscriber's deletion.
 //!
 //! Every change happens inside a transaction that already holds
 //! `pg_advisory_xact_lock(subscriber_id, channel_id)` ([`crate::db::lock_pair`]) — and, on the
@@ -82,14 +85,15 @@ pub async fn lock(
     Ok(row.as_ref().map(Membership::from_row))
 }
 
-/// Grants or extends: `expires_at = GREATEST(current, from) + days`, `status = active`, where
-/// `from` is `paid_at` clamped to database now (or now when `None`). Writes the event. Returns
-/// the membership and whether it was created. The caller holds the pair's advisory lock.
+/// Grants or extends: `expires_at = GREATEST(current, database now) + days`, `status = active`.
+/// The term starts when the change is applied, never at a time the caller was told about (a
+/// gateway's `paid_at`): a delayed delivery must not eat days of the term, and a live membership
+/// still extends from its own expiry. Writes the event. Returns the membership and whether it
+/// was created. The caller holds the pair's advisory lock.
 pub async fn extend(
     tx: &Transaction<'_>,
     subscriber_id: i32,
     channel_id: i32,
-    from: Option<DateTime<Utc>>,
     days: i32,
     cause: Cause,
 ) -> Result<(Membership, bool), ApiError> {
@@ -99,18 +103,15 @@ pub async fn extend(
         .query_one(
             &format!(
                 "INSERT INTO memberships (subscriber_id, channel_id, status, expires_at)
-                 VALUES ($1, $2, 'active',
-                         LEAST(COALESCE($3, statement_timestamp()), statement_timestamp())
-                           + make_interval(days => $4))
+                 VALUES ($1, $2, 'active', statement_timestamp() + make_interval(days => $3))
                  ON CONFLICT (subscriber_id, channel_id) DO UPDATE
                  SET status = 'active',
-                     expires_at = GREATEST(memberships.expires_at,
-                                           LEAST(COALESCE($3, statement_timestamp()), statement_timestamp()))
-                                  + make_interval(days => $4),
+                     expires_at = GREATEST(memberships.expires_at, statement_timestamp())
+                                  + make_interval(days => $3),
                      updated_at = statement_timestamp()
                  RETURNING {COLUMNS}"
             ),
-            &[&subscriber_id, &channel_id, &from, &days],
+            &[&subscriber_id, &channel_id, &days],
         )
         .await?;
     let after = Membership::from_row(&row);

@@ -13,7 +13,11 @@ use tokio_postgres::Row;
 
 use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, chars, not_null, nullable};
 use crate::{
-    auth::Staff, error::ApiError, idempotency::StaffWrite, payments::currency, state::AppState,
+    auth::Staff,
+    error::ApiError,
+    idempotency::StaffWrite,
+    payments::{currency, seats},
+    state::AppState,
 };
 
 pub const COLUMNS: &str = "id, telegram_chat_id, title, price_minor, currency, billing_period_days, \
@@ -253,6 +257,13 @@ pub async fn patch(
     let b = patch.into_input(&mut e);
     validate(&b, false, e)?;
     crate::transaction!(state.db, |tx| {
+        // A new or lower limit must bind every seat decision not yet committed: wait for those
+        // made from the old terms, hold off new ones until this commits (docs/locking.md).
+        if matches!(b.seat_limit, Some(Some(_)))
+            && !seats::lock_for_seat_limit_change(tx, id).await?
+        {
+            return Err(ApiError::NotFound("channel"));
+        }
         if let Some(new_chat) = b.telegram_chat_id {
             // `FOR UPDATE` (the lock a change of a unique column takes anyway), before the
             // check: it waits for every transaction that enqueued an effect under a key-share

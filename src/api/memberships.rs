@@ -204,7 +204,7 @@ pub async fn grant(
         }
         e.finish()?;
         let (m, created) =
-            memberships::extend(tx, subscriber_id, channel_id, None, days, Cause::Staff).await?;
+            memberships::extend(tx, subscriber_id, channel_id, days, Cause::Staff).await?;
         tracing::info!(
             membership_id = m.id,
             staff_id = write.staff.id,

@@ -7,6 +7,7 @@ mod access;
 mod auth;
 mod crud;
 mod effects;
+mod hardening_payments;
 mod ops;
 
 mod idempotency;

@@ -952,14 +952,22 @@ async fn five_renewals_racing_five_sweeps_on_one_overdue_membership() {
         }
 
         let (status, final_expires) = status_of(&app, id).await;
+        let after = db_now(&app).await;
         assert_eq!(status, "active", "round {round}");
-        // The first renewal's base is GREATEST(expires_at, paid_at) = paid_at.
+        let events = events_of(&app, id, before).await;
+        // The first renewal's base is GREATEST(expires_at, database now) = when it was applied
+        // (not the paid_at an hour ago); every later one extends from the expiry before it.
+        let first = events
+            .iter()
+            .find(|e| e.4 == "payment")
+            .expect("a payment event");
+        let base = first.3 - period;
+        assert!(now <= base && base <= after, "round {round}: base {base}");
         assert_eq!(
             final_expires,
-            paid_at + period * RENEWALS as i32,
+            base + period * RENEWALS as i32,
             "round {round}"
         );
-        let events = events_of(&app, id, before).await;
         assert_chain(
             &events,
             ("active", expires_at),
