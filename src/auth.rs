@@ -1,5 +1,6 @@
-//! Staff authentication: bcrypt passwords, HS256 JWTs, the `Staff` extractor, the login
-//! throttle, and staff-account creation (start-up admin and CLI).
+//! Staff authentication, without HTTP: bcrypt passwords, HS256 JWTs, the login throttle and
+//! the hashing permits, the staff-account lookups, and staff-account creation (start-up admin
+//! and CLI). The login handler and the `Staff` extractor that use them are `api::auth`.
 //!
 //! Login answers the same 401, in about the same time, for an unknown email and a wrong
 //! password: an unknown email is still checked against a dummy bcrypt hash of the configured
@@ -11,28 +12,17 @@
 
 use std::{
     collections::{HashMap, VecDeque},
-    net::{IpAddr, SocketAddr},
+    net::IpAddr,
     num::NonZeroUsize,
     sync::{Arc, Mutex, MutexGuard},
     time::{Duration, Instant},
 };
 
-use axum::{
-    extract::{ConnectInfo, FromRequestParts, State},
-    http::{HeaderMap, request::Parts},
-};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::{api::ApiJson, error::ApiError, state::AppState};
-
-/// The authenticated staff account behind a request.
-#[derive(Debug, Clone, Copy)]
-pub struct Staff {
-    pub id: i64,
-}
+use crate::error::ApiError;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Claims {
@@ -72,38 +62,6 @@ pub fn verify_token(secret: &[u8], token: &str) -> Option<i64> {
         return None;
     }
     data.claims.sub.parse().ok()
-}
-
-/// The bearer token of a request, if it has one.
-pub fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers
-        .get(axum::http::header::AUTHORIZATION)?
-        .to_str()
-        .ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then_some(token.trim())
-        .filter(|t| !t.is_empty())
-}
-
-impl FromRequestParts<AppState> for Staff {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let token = bearer(&parts.headers).ok_or(ApiError::Unauthorized)?;
-        let id = verify_token(state.config.jwt_secret.expose().as_bytes(), token)
-            .ok_or(ApiError::Unauthorized)?;
-        let client = state.db.get().await?;
-        let exists = client
-            .query_opt("SELECT 1 FROM staff_accounts WHERE id = $1", &[&id])
-            .await?
-            .is_some();
-        if !exists {
-            return Err(ApiError::Unauthorized);
-        }
-        Ok(Staff { id })
-    }
 }
 
 /// A syntactic email check: something@something.tld, no spaces or control characters,
@@ -156,6 +114,58 @@ pub async fn create_staff(
     Ok(inserted == 1)
 }
 
+/// Whether staff account `id` still exists (a token outlives a deleted account).
+pub async fn staff_exists(client: &deadpool_postgres::Object, id: i64) -> Result<bool, ApiError> {
+    let stmt = client
+        .prepare_cached("SELECT 1 FROM staff_accounts WHERE id = $1")
+        .await?;
+    Ok(client.query_opt(&stmt, &[&id]).await?.is_some())
+}
+
+/// The id and password hash of the staff account with this (normalized) email, if any.
+pub async fn find_account(
+    client: &deadpool_postgres::Object,
+    email: &str,
+) -> Result<Option<(i64, String)>, ApiError> {
+    let stmt = client
+        .prepare_cached("SELECT id, password_hash FROM staff_accounts WHERE email = $1")
+        .await?;
+    let row = client.query_opt(&stmt, &[&email]).await?;
+    Ok(row.map(|r| (r.get(0), r.get(1))))
+}
+
+/// Checks a login's password against `hash` on the blocking pool, holding `permit` meanwhile,
+/// and judges the counted `attempt` there (so a dropped request cannot un-count a guess that
+/// was checked). `known`: the hash is the account's, not the dummy one. True: let them in.
+pub async fn verify_login(
+    permit: OwnedSemaphorePermit,
+    attempt: Attempt,
+    password: String,
+    hash: String,
+    known: bool,
+) -> Result<bool, ApiError> {
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let ok = bcrypt::verify(password, &hash).unwrap_or(false) && known;
+        if ok {
+            attempt.succeed();
+        } else {
+            attempt.fail();
+        }
+        ok
+    })
+    .await
+    .map_err(ApiError::internal)
+}
+
+/// Whether `password` is the password of an existing account's `hash` (start-up's check of
+/// `ADMIN_PASSWORD`); bcrypt runs on the blocking pool.
+pub async fn password_matches(password: String, hash: String) -> bool {
+    tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash).unwrap_or(false))
+        .await
+        .unwrap_or(false)
+}
+
 /// How many (email, client address) pairs the throttle remembers. Past it the oldest pair is
 /// forgotten. A pair is only added by a login that reached bcrypt, so filling the table takes
 /// this many password checks; at most about 40 MB even with 254-byte emails.
@@ -168,7 +178,7 @@ pub const MAX_EMAIL_BYTES: usize = 254;
 pub const HASH_PERMIT_WAIT: Duration = Duration::from_secs(1);
 
 /// A throttle key: the normalized email and the client address.
-type PairKey = (String, IpAddr);
+pub type PairKey = (String, IpAddr);
 
 /// One pair's count: failures plus attempts being verified, within the window that started at
 /// `since`. `seq` tells this incarnation of the pair from earlier ones in `order`.
@@ -357,14 +367,14 @@ impl LoginThrottle {
 
     /// `Err(retry_after_secs)` while the pair is locked out. Counts nothing: a cheap early
     /// refusal; [`LoginThrottle::reserve`] is the authoritative check.
-    fn check(&self, key: &PairKey, max: u32, window: Duration) -> Result<(), u64> {
+    pub fn check(&self, key: &PairKey, max: u32, window: Duration) -> Result<(), u64> {
         self.table().check(key, max, window, Instant::now())
     }
 
     /// Counts one attempt for the pair, or `Err(retry_after_secs)` when it already has `max`.
     /// The attempt stays counted as a failure unless [`Attempt::succeed`] clears the pair;
     /// dropped unjudged, it is given back.
-    fn reserve(&self, key: PairKey, max: u32, window: Duration) -> Result<Attempt, u64> {
+    pub fn reserve(&self, key: PairKey, max: u32, window: Duration) -> Result<Attempt, u64> {
         let seq = self.table().reserve(&key, max, window, Instant::now())?;
         Ok(Attempt {
             throttle: self.clone(),
@@ -376,7 +386,7 @@ impl LoginThrottle {
 }
 
 /// One counted login attempt (see [`LoginThrottle::reserve`]).
-struct Attempt {
+pub struct Attempt {
     throttle: LoginThrottle,
     key: PairKey,
     seq: u64,
@@ -385,13 +395,13 @@ struct Attempt {
 
 impl Attempt {
     /// The password was right: the pair's count is cleared.
-    fn succeed(mut self) {
+    pub fn succeed(mut self) {
         self.judged = true;
         self.throttle.table().clear(&self.key);
     }
 
     /// The password was wrong: the attempt stays counted.
-    fn fail(mut self) {
+    pub fn fail(mut self) {
         self.judged = true;
     }
 }
@@ -442,136 +452,12 @@ impl HashPermits {
     }
 
     /// A permit, waiting at most the configured wait.
-    async fn acquire(&self) -> Option<OwnedSemaphorePermit> {
+    pub async fn acquire(&self) -> Option<OwnedSemaphorePermit> {
         tokio::time::timeout(self.wait, self.semaphore.clone().acquire_owned())
             .await
             .ok()?
             .ok()
     }
-}
-
-/// The client's address: the socket peer, or with `TRUST_PROXY` the right-most
-/// `X-Forwarded-For` entry (the one our own proxy appended).
-fn client_ip(parts_headers: &HeaderMap, peer: Option<SocketAddr>, trust_proxy: bool) -> IpAddr {
-    if trust_proxy
-        && let Some(ip) = parts_headers
-            .get("x-forwarded-for")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.rsplit(',').next())
-            .and_then(|v| v.trim().parse().ok())
-    {
-        return ip;
-    }
-    peer.map(|p| p.ip()).unwrap_or(IpAddr::from([127, 0, 0, 1]))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LoginRequest {
-    email: Option<String>,
-    password: Option<String>,
-}
-
-/// `POST /api/auth/login`.
-///
-/// In order: field checks (422); a locked-out pair is refused at once (429); the account is
-/// looked up; a password-hashing permit is taken (503 when none frees up quickly); the attempt
-/// is counted (429 if parallel attempts used the pair's allowance); bcrypt runs on the blocking
-/// pool, and the attempt is judged there, so a dropped request cannot un-count a guess that
-/// was checked.
-pub async fn login(
-    State(state): State<AppState>,
-    peer: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
-    headers: HeaderMap,
-    ApiJson(req): ApiJson<LoginRequest>,
-) -> Result<axum::Json<Value>, ApiError> {
-    let mut errors = std::collections::BTreeMap::new();
-    let email = req
-        .email
-        .map(|e| e.trim().to_lowercase())
-        .unwrap_or_default();
-    if email.is_empty() {
-        errors.insert("email".to_string(), "is required".to_string());
-    } else if email.len() > MAX_EMAIL_BYTES {
-        errors.insert(
-            "email".to_string(),
-            format!("must be at most {MAX_EMAIL_BYTES} bytes"),
-        );
-    }
-    let password = req.password.unwrap_or_default();
-    if password.is_empty() {
-        errors.insert("password".to_string(), "is required".to_string());
-    } else if password.len() > 72 {
-        errors.insert(
-            "password".to_string(),
-            "must be at most 72 bytes (bcrypt would truncate it)".to_string(),
-        );
-    }
-    if !errors.is_empty() {
-        return Err(ApiError::Validation(errors));
-    }
-
-    let peer = peer.map(|axum::Extension(ConnectInfo(addr))| addr);
-    let key = (
-        email.clone(),
-        client_ip(&headers, peer, state.config.trust_proxy),
-    );
-    let cfg = &state.config;
-    let too_many = |retry_after_secs| ApiError::TooManyRequests { retry_after_secs };
-    state
-        .login_throttle
-        .check(&key, cfg.login_max_failures, cfg.login_window)
-        .map_err(too_many)?;
-
-    // PostgreSQL text cannot hold NUL, so no account has such an email: treat it as unknown
-    // (same 401, same dummy-hash time) instead of sending it to the database.
-    let row = if email.contains('\0') {
-        None
-    } else {
-        let client = state.db.get().await?;
-        client
-            .query_opt(
-                "SELECT id, password_hash FROM staff_accounts WHERE email = $1",
-                &[&email],
-            )
-            .await?
-    };
-    let (id, hash) = match row {
-        Some(r) => (Some(r.get::<_, i64>(0)), r.get::<_, String>(1)),
-        None => (None, state.dummy_hash.as_ref().clone()),
-    };
-
-    let permit = state.hash_permits.acquire().await.ok_or_else(|| {
-        ApiError::Unavailable("too many logins are being checked; retry shortly".into())
-    })?;
-    let attempt = state
-        .login_throttle
-        .reserve(key, cfg.login_max_failures, cfg.login_window)
-        .map_err(too_many)?;
-    let known = id.is_some();
-    let ok = tokio::task::spawn_blocking(move || {
-        let _permit = permit;
-        let ok = bcrypt::verify(password, &hash).unwrap_or(false) && known;
-        if ok {
-            attempt.succeed();
-        } else {
-            attempt.fail();
-        }
-        ok
-    })
-    .await
-    .map_err(ApiError::internal)?;
-    let Some(id) = id.filter(|_| ok) else {
-        tracing::info!("login failed");
-        return Err(ApiError::Unauthorized);
-    };
-    let token = issue_token(cfg.jwt_secret.expose().as_bytes(), id, cfg.jwt_ttl)?;
-    tracing::info!(staff_id = id, "login succeeded");
-    Ok(axum::Json(json!({
-        "access_token": token,
-        "token_type": "Bearer",
-        "expires_in": cfg.jwt_ttl.as_secs(),
-    })))
 }
 
 #[cfg(test)]

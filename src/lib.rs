@@ -2,18 +2,21 @@
 //! (a signed card-gateway webhook, WayForPay's callback, Telegram Stars), and each payment turns
 //! into channel access exactly once.
 //!
-//! The crate is a library with a thin binary (`main.rs` parses the CLI). The pieces:
-//! - [`config`]: every environment variable, typed and documented in one place;
-//! - [`db`]: pool, embedded migrations, the retrying transaction runner, the pair lock;
-//! - [`router`]: every route; handlers by resource in [`api`], login in [`auth`];
-//! - [`memberships`]: grants and extensions (payments, staff grants) and the events of
-//!   membership changes; the other writers of membership rows are staff corrections and
-//!   deletes (`api::memberships`), the sweep, and the cascade of a subscriber's deletion;
-//! - [`payments`]: the doors and the one `apply_payment` core;
-//! - [`idempotency`]: `Idempotency-Key` for staff writes;
-//! - [`sweep`]: the batched, lock-respecting move of overdue memberships to grace and expired.
-//! - [`telegram`]: door 3, the bot webhook (Stars pre-checkout and payments, join requests).
-//! - [`effects`]: the outbox of Telegram effects (grant, revoke, remind, refund, reconcile).
+//! The crate is a library with a thin binary (`main.rs` parses the CLI). Layers point down:
+//! [`api`] (HTTP: every route and handler, the doors included) → the domain modules → [`db`].
+//! `docs/ARCHITECTURE.md` names every module with what it owns and may call.
+//! - [`api`]: the router ([`router`]), handlers by resource, login, the payment doors, the
+//!   extractors, `Idempotency-Key`, problem+json rendering;
+//! - [`orders`]: orders, the one lock order, seats and holds;
+//! - [`payments`]: the one `apply_payment` core and the pure signature and money code;
+//! - [`memberships`]: every read and write of membership rows (the sweep's batch write aside)
+//!   and the events and effects of their changes;
+//! - [`sweep`]: the batched, lock-respecting move of overdue memberships to grace and expired;
+//! - [`effects`]: the outbox of Telegram effects and its worker;
+//! - [`telegram`]: the Telegram decisions (pre-checkout, join requests) and the Bot API client;
+//! - [`auth`], [`idempotency`]: staff accounts and tokens, idempotency keys, without HTTP;
+//! - [`config`], [`state`], [`db`], [`error`]: configuration, shared state, the database, the
+//!   one error type.
 
 pub mod api;
 pub mod auth;
@@ -23,8 +26,8 @@ pub mod effects;
 pub mod error;
 pub mod idempotency;
 pub mod memberships;
+pub mod orders;
 pub mod payments;
-pub mod router;
 pub mod state;
 pub mod sweep;
 pub mod telegram;
@@ -34,8 +37,8 @@ use std::net::SocketAddr;
 use shutdown::ShutdownSignal;
 use tokio::net::TcpListener;
 
+pub use api::router::router;
 pub use config::Config;
-pub use router::router;
 pub use state::AppState;
 
 /// Sets up logging to standard output by `LOG_FORMAT`; the filter comes from `RUST_LOG`
@@ -88,23 +91,9 @@ pub async fn bootstrap_admin(state: &AppState) -> Result<(), error::ApiError> {
         tracing::info!(email = %email, "admin account created from ADMIN_EMAIL");
         return Ok(());
     }
-    let hash: Option<String> = state
-        .db
-        .get()
-        .await?
-        .query_opt(
-            "SELECT password_hash FROM staff_accounts WHERE email = $1",
-            &[email],
-        )
-        .await?
-        .map(|row| row.get(0));
-    let given = password.expose().to_string();
-    let matches = match hash {
-        Some(hash) => {
-            tokio::task::spawn_blocking(move || bcrypt::verify(given, &hash).unwrap_or(false))
-                .await
-                .unwrap_or(false)
-        }
+    let account = auth::find_account(&state.db.get().await?, email).await?;
+    let matches = match account {
+        Some((_, hash)) => auth::password_matches(password.expose().to_string(), hash).await,
         None => false,
     };
     if matches {

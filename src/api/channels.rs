@@ -12,13 +12,8 @@ use serde::{Deserialize, Serialize};
 use tokio_postgres::Row;
 
 use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, chars, not_null, nullable};
-use crate::{
-    auth::Staff,
-    error::ApiError,
-    idempotency::StaffWrite,
-    payments::{currency, seats},
-    state::AppState,
-};
+use super::{auth::Staff, idempotency::StaffWrite};
+use crate::{error::ApiError, orders::seats, payments::currency, state::AppState};
 
 pub const COLUMNS: &str = "id, telegram_chat_id, title, price_minor, currency, billing_period_days, \
      grace_period_days, seat_limit, active, created_at, updated_at";

@@ -7,11 +7,13 @@ use serde::Deserialize;
 use tokio_postgres::error::SqlState;
 
 use super::{ApiQuery, Errors, Page, Paging, PathId};
-use crate::{
+use super::{
     auth::Staff,
+    idempotency::{NoBody, StaffWrite},
+};
+use crate::{
     effects::{COLUMNS, Effect, Kind},
     error::ApiError,
-    idempotency::{NoBody, StaffWrite},
     state::AppState,
 };
 

@@ -11,14 +11,10 @@
 use axum::{Json, extract::State};
 use serde_json::{Value, json};
 
-use super::{
-    ApiJson, PathId,
-    orders::{self, Order},
-};
+use super::{ApiJson, PathId, auth::Staff, idempotency::NoBody};
 use crate::{
-    auth::Staff,
     error::ApiError,
-    idempotency::NoBody,
+    orders::{self, Order},
     state::AppState,
     telegram::bot_api::{BotApi, DEFAULT_TIMEOUT},
 };
@@ -82,13 +78,9 @@ pub async fn create(
         .map_err(|e| ApiError::Unavailable(format!("Telegram made no invoice link: {e}")))?;
 
     let client = state.db.get().await?;
-    client
-        .execute(
-            "UPDATE orders SET invoice_link = $2 WHERE id = $1 AND invoice_link IS NULL",
-            &[&id, &link],
-        )
-        .await?;
-    let order = read_order(&client, id).await?;
+    let order = orders::set_invoice_link(&**client, id, &link)
+        .await?
+        .ok_or(ApiError::NotFound("order"))?;
     tracing::info!(
         order_id = id,
         staff_id = staff.id,
@@ -98,14 +90,9 @@ pub async fn create(
 }
 
 async fn read_order(client: &deadpool_postgres::Object, id: i64) -> Result<Order, ApiError> {
-    let row = client
-        .query_opt(
-            &format!("SELECT {} FROM orders WHERE id = $1", orders::COLUMNS),
-            &[&id],
-        )
+    orders::get(&***client, id)
         .await?
-        .ok_or(ApiError::NotFound("order"))?;
-    Ok(Order::from_row(&row))
+        .ok_or(ApiError::NotFound("order"))
 }
 
 /// `s` cut to at most `max` characters (never inside a character).

@@ -15,13 +15,12 @@ use serde::{Deserialize, Serialize};
 use tokio_postgres::Row;
 
 use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId};
+use super::{auth::Staff, idempotency::StaffWrite};
 use crate::{
-    auth::Staff,
     db,
     error::ApiError,
-    idempotency::StaffWrite,
     memberships::{self, COLUMNS, Cause, Membership},
-    payments::seats,
+    orders::seats,
     state::AppState,
 };
 

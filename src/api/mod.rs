@@ -1,18 +1,28 @@
-//! The staff REST API: handlers by resource, plus the extractors and list envelope they share.
+//! The HTTP layer: every route ([`router`]), every handler — the staff REST API by resource,
+//! login ([`auth`]) and the three payment doors ([`webhooks`]) — the extractors and list
+//! envelope they share, the `Idempotency-Key` wrapper of staff writes ([`idempotency`]) and the
+//! rendering of errors as problem documents ([`error`]). Handlers turn requests into plain
+//! values, call the domain modules and turn their results into HTTP; nothing outside this
+//! module imports it.
 //!
 //! Bodies and query strings are parsed by our own extractors so that every rejection is an
 //! [`ApiError`] (problem+json): malformed JSON, wrong types, unknown fields and unknown query
 //! parameters are 400; missing or invalid values are 422 with per-field messages, produced by
 //! each resource's validation.
 
+pub mod auth;
 pub mod channels;
 pub mod effects;
+pub mod error;
+pub mod idempotency;
 pub mod invoice_links;
 pub mod memberships;
 pub mod orders;
 pub mod payments;
+pub mod router;
 pub mod subscribers;
 pub mod sweep;
+pub mod webhooks;
 
 use std::collections::BTreeMap;
 

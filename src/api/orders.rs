@@ -1,80 +1,25 @@
-//! `/api/orders`: an order is one intent to buy one billing period of one channel, and the
-//! thing every payment door points at (its `reference` travels through the gateway and comes
-//! back with the payment).
-//!
-//! Creating and reading orders takes no pair lock: they touch no hold and no membership. Cancel
-//! and checkout do touch the hold, so they lock in the one lock order through
-//! [`crate::payments::seats`], which also owns the seat rule that checkout applies.
+//! `/api/orders`: create, read, cancel and check out orders ([`crate::orders`] owns them and
+//! the seat rule that checkout applies).
 
 use axum::{Json, extract::State, http::StatusCode, response::Response};
-use chrono::{DateTime, Utc};
-use rand::RngCore;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::json;
-use tokio_postgres::Row;
 
-use super::{ApiQuery, Errors, Page, Paging, PathId};
-use crate::{
+use super::{
+    ApiQuery, Errors, Page, Paging, PathId,
     auth::Staff,
-    error::ApiError,
     idempotency::{NoBody, StaffWrite},
-    payments::seats::{self, CheckoutRefusal},
+};
+use crate::{
+    error::ApiError,
+    orders::{
+        self, Order,
+        seats::{self, CheckoutRefusal},
+    },
     state::AppState,
 };
 
-/// The columns of [`Order::from_row`], in order.
-pub const COLUMNS: &str = "id, reference, subscriber_id, channel_id, amount_minor, currency, \
-     status, hold_until, invoice_link, created_at, paid_at";
-
 const STATUSES: [&str; 3] = ["pending", "paid", "cancelled"];
-
-/// An order as the API shows it.
-#[derive(Debug, Clone, Serialize)]
-pub struct Order {
-    pub id: i64,
-    /// Opaque, unguessable (128 bits from the OS CSPRNG): a payment naming it is tied to it.
-    pub reference: String,
-    pub subscriber_id: i32,
-    pub channel_id: i32,
-    pub amount_minor: i64,
-    pub currency: String,
-    /// `pending`, `paid` or `cancelled`.
-    pub status: String,
-    /// Until when this order holds a seat of a seat-limited channel (set once by checkout).
-    pub hold_until: Option<DateTime<Utc>>,
-    /// Telegram Stars invoice link, when one was made.
-    pub invoice_link: Option<String>,
-    pub created_at: DateTime<Utc>,
-    pub paid_at: Option<DateTime<Utc>>,
-}
-
-impl Order {
-    /// Reads a row selected with [`COLUMNS`].
-    pub fn from_row(r: &Row) -> Order {
-        Order {
-            id: r.get(0),
-            reference: r.get(1),
-            subscriber_id: r.get(2),
-            channel_id: r.get(3),
-            amount_minor: r.get(4),
-            currency: r.get(5),
-            status: r.get(6),
-            hold_until: r.get(7),
-            invoice_link: r.get(8),
-            created_at: r.get(9),
-            paid_at: r.get(10),
-        }
-    }
-}
-
-/// A new order reference: `ord_` and 32 hex digits of 16 bytes from the operating system's
-/// CSPRNG. Guessing one is as hard as guessing a 128-bit key, so a reference in a payment is
-/// evidence the payer saw our invoice, and references of other buyers cannot be enumerated.
-pub fn new_reference() -> String {
-    let mut bytes = [0u8; 16];
-    rand::rngs::OsRng.fill_bytes(&mut bytes);
-    format!("ord_{}", hex::encode(bytes))
-}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -127,43 +72,7 @@ pub async fn create(
     e.finish()?;
     let (subscriber_id, channel_id) = (subscriber_id.unwrap(), channel_id.unwrap());
     crate::idempotent!(state, write, |tx| {
-        let subscriber = tx
-            .query_opt("SELECT 1 FROM subscribers WHERE id = $1", &[&subscriber_id])
-            .await?;
-        let channel = tx
-            .query_opt(
-                "SELECT price_minor, currency, active FROM channels WHERE id = $1",
-                &[&channel_id],
-            )
-            .await?;
-        let mut e = Errors::default();
-        if subscriber.is_none() {
-            e.add("subscriber_id", "no such subscriber");
-        }
-        match &channel {
-            None => e.add("channel_id", "no such channel"),
-            Some(c) if !c.get::<_, bool>(2) => e.add("channel_id", "the channel is not active"),
-            Some(_) => {}
-        }
-        e.finish()?;
-        let channel = channel.expect("checked above");
-        let (price, currency): (i64, String) = (channel.get(0), channel.get(1));
-        let row = tx
-            .query_one(
-                &format!(
-                    "INSERT INTO orders (reference, subscriber_id, channel_id, amount_minor, currency)
-                     VALUES ($1, $2, $3, $4, $5) RETURNING {COLUMNS}"
-                ),
-                &[
-                    &new_reference(),
-                    &subscriber_id,
-                    &channel_id,
-                    &price,
-                    &currency,
-                ],
-            )
-            .await?;
-        let order = Order::from_row(&row);
+        let order = orders::create(tx, subscriber_id, channel_id).await?;
         tracing::info!(
             order_id = order.id,
             subscriber_id,
@@ -190,27 +99,13 @@ pub async fn list(
             "must be pending, paid or cancelled",
         ));
     }
+    let filter = orders::Filter {
+        subscriber_id: q.subscriber_id,
+        channel_id: q.channel_id,
+        status: q.status,
+    };
     let client = state.db.get().await?;
-    let rows = client
-        .query(
-            &format!(
-                "SELECT {COLUMNS} FROM orders
-                 WHERE id > $1
-                   AND ($2::integer IS NULL OR subscriber_id = $2)
-                   AND ($3::integer IS NULL OR channel_id = $3)
-                   AND ($4::text IS NULL OR status = $4)
-                 ORDER BY id LIMIT $5"
-            ),
-            &[
-                &paging.after,
-                &q.subscriber_id,
-                &q.channel_id,
-                &q.status,
-                &paging.fetch(),
-            ],
-        )
-        .await?;
-    let items = rows.iter().map(Order::from_row).collect();
+    let items = orders::list(&**client, &filter, paging.after, paging.fetch()).await?;
     Ok(Json(paging.page(items, |o| o.id)))
 }
 
@@ -221,14 +116,10 @@ pub async fn get(
     PathId(id): PathId<i64>,
 ) -> Result<Json<Order>, ApiError> {
     let client = state.db.get().await?;
-    let row = client
-        .query_opt(
-            &format!("SELECT {COLUMNS} FROM orders WHERE id = $1"),
-            &[&id],
-        )
+    let order = orders::get(&**client, id)
         .await?
         .ok_or(ApiError::NotFound("order"))?;
-    Ok(Json(Order::from_row(&row)))
+    Ok(Json(order))
 }
 
 /// `POST /api/orders/{id}/cancel`: pending only (else 409); clears the hold, so its seat is free
@@ -239,25 +130,7 @@ pub async fn cancel(
     write: StaffWrite<NoBody>,
 ) -> Result<Response, ApiError> {
     crate::idempotent!(state, write, |tx| {
-        let locked = seats::lock_order(tx, id)
-            .await?
-            .ok_or(ApiError::NotFound("order"))?;
-        if locked.order.status != "pending" {
-            return Err(ApiError::Conflict(format!(
-                "only a pending order can be cancelled; this one is {}",
-                locked.order.status
-            )));
-        }
-        let row = tx
-            .query_one(
-                &format!(
-                    "UPDATE orders SET status = 'cancelled', hold_until = NULL
-                     WHERE id = $1 RETURNING {COLUMNS}"
-                ),
-                &[&id],
-            )
-            .await?;
-        let order = Order::from_row(&row);
+        let order = orders::cancel(tx, id).await?;
         tracing::info!(order_id = id, staff_id = write.staff.id, "order cancelled");
         Ok((StatusCode::OK, to_value(&order)?))
     })

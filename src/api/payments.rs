@@ -5,9 +5,8 @@
 use axum::{Json, extract::State};
 use serde::Deserialize;
 
-use super::{ApiQuery, Page, Paging, PathId};
+use super::{ApiQuery, Page, Paging, PathId, auth::Staff};
 use crate::{
-    auth::Staff,
     error::ApiError,
     payments::core::{COLUMNS, Payment},
     state::AppState,

@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 use tokio_postgres::Row;
 
 use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, check_text, not_null, nullable};
-use crate::{auth::Staff, error::ApiError, idempotency::StaffWrite, memberships, state::AppState};
+use super::{auth::Staff, idempotency::StaffWrite};
+use crate::{error::ApiError, memberships, state::AppState};
 
 const COLUMNS: &str = "id, telegram_user_id, username, display_name, created_at, updated_at";
 

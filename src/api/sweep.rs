@@ -6,8 +6,8 @@
 
 use axum::{Json, extract::FromRequestParts, extract::State, http::request::Parts};
 
+use super::auth::{Staff, bearer};
 use crate::{
-    auth::{Staff, bearer},
     error::ApiError,
     state::AppState,
     sweep::{self, SweepReport},

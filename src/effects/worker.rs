@@ -691,7 +691,7 @@ impl Worker {
                 paid_at: DateTime::from_timestamp(t.date, 0).unwrap_or(now),
                 payer_telegram_id: Some(user),
             };
-            match apply_payment(&self.state, payment).await {
+            match apply_payment(&self.state.db, payment).await {
                 Ok(applied) => {
                     if !applied.duplicate {
                         report.payments_recovered += 1;

@@ -21,11 +21,15 @@ use deadpool_postgres::Transaction;
 use serde::Serialize;
 use tokio_postgres::Row;
 
+use deadpool_postgres::Pool;
+
 use crate::{
     error::ApiError,
     memberships::{self, Cause, Membership},
-    payments::seats::{self, LockedOrder, SeatCheck},
-    state::AppState,
+    orders::{
+        self,
+        seats::{self, LockedOrder, SeatCheck},
+    },
 };
 
 /// The gateway name of Telegram Stars payments, the only ones we can refund ourselves.
@@ -163,9 +167,9 @@ pub fn outcome_for(gateway: &str, reason: Option<Reason>) -> &'static str {
 /// `duplicate: true` (a repeat whose amount, currency or order reference differs is logged as a
 /// warning). Deadlock victims are run again by [`crate::transaction!`]; a failure is an
 /// `ApiError` and nothing is stored.
-pub async fn apply_payment(state: &AppState, p: NormalizedPayment) -> Result<Applied, ApiError> {
+pub async fn apply_payment(db: &Pool, p: NormalizedPayment) -> Result<Applied, ApiError> {
     let p = &p;
-    let applied = crate::transaction!(state.db, |tx| { apply_in(tx, p).await })?;
+    let applied = crate::transaction!(db, |tx| { apply_in(tx, p).await })?;
     if applied.duplicate {
         warn_if_redelivery_differs(p, &applied.payment);
     }
@@ -304,11 +308,7 @@ async fn apply_in(tx: &Transaction<'_>, p: &NormalizedPayment) -> Result<Applied
     }
 
     // 4. Success: the order is paid (its hold stops counting), the membership extended.
-    tx.execute(
-        "UPDATE orders SET status = 'paid', paid_at = $2 WHERE id = $1",
-        &[&locked.order.id, &payment.paid_at],
-    )
-    .await?;
+    orders::mark_paid(tx, locked.order.id, payment.paid_at).await?;
     // The term starts now (or at the current expiry), not at `paid_at`: API.md step 4.
     let (membership, _) = memberships::extend(
         tx,

@@ -1,11 +1,10 @@
-//! Payments: the doors that authenticate and normalize what gateways send, and the pure
-//! verification code they use. The one transaction that turns a payment into access lives in
-//! [`core`]; no door touches membership SQL.
+//! Payments: the one transaction that turns a payment into access ([`core`]), and the pure
+//! code the doors use to authenticate and read what gateways send — Standard Webhooks
+//! signatures ([`standard_webhooks`]), WayForPay's signatures and callback ([`wayforpay`]) and
+//! money in minor units ([`currency`]). The doors themselves are HTTP handlers
+//! (`api::webhooks`); no door touches membership SQL.
 
 pub mod core;
 pub mod currency;
-pub mod seats;
 pub mod standard_webhooks;
 pub mod wayforpay;
-pub mod wayforpay_door;
-pub mod webhook_door;

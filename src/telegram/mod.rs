@@ -1,5 +1,5 @@
-//! Telegram: the bot webhook door (`POST /api/webhook/telegram`, API.md "Door 3") and the
-//! decisions it makes for Telegram.
+//! Telegram: the decisions the bot webhook door (`api::webhooks::telegram`, API.md "Door 3")
+//! makes, and the Bot API client.
 //!
 //! Telegram lets a webhook answer an update by putting one Bot API call in the response body,
 //! which is how this door answers without calling out: a `pre_checkout_query` gets
@@ -9,14 +9,12 @@
 //! writes memberships.
 //!
 //! - [`types`]: the subset of the `Update` object we read;
-//! - [`door`]: authentication (`X-Telegram-Bot-Api-Secret-Token`) and dispatch;
+//! - [`bot_api`]: the Bot API client the effects worker and invoice links use;
 //! - [`pre_checkout`]: the stored, time-boxed pre-checkout decision and the seat hold;
 //! - [`join_request_decision`]: who may join a channel (kept apart so the effects outbox can
 //!   reuse it).
 
-// Bot API client used by the effects outbox (issue 6).
 pub mod bot_api;
-pub mod door;
 pub mod pre_checkout;
 pub mod types;
 

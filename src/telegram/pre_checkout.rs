@@ -32,11 +32,12 @@ use tokio::time::{Instant, timeout, timeout_at};
 use tokio_postgres::{NoTls, Row, error::SqlState};
 
 use super::types::PreCheckoutQuery;
+use deadpool_postgres::Pool;
+
 use crate::{
     db,
     error::ApiError,
-    payments::seats::{self, CheckoutRefusal, LockedOrder},
-    state::AppState,
+    orders::seats::{self, CheckoutRefusal, LockedOrder},
 };
 
 /// The only currency a Stars invoice can carry.
@@ -188,11 +189,12 @@ pub fn check_order(
     Ok(())
 }
 
-/// Decides one `pre_checkout_query` and returns the answer for Telegram. Never fails: anything
-/// that keeps the decision from being made in time is a "try again" refusal, never given while
-/// an approval (and its hold) is known to be stored.
-pub async fn answer(state: &AppState, q: &PreCheckoutQuery) -> Answer {
-    match decide(state, q).await {
+/// Decides one `pre_checkout_query` and returns the answer for Telegram; an approved one holds
+/// a free seat for `hold_secs`. Never fails: anything that keeps the decision from being made
+/// in time is a "try again" refusal, never given while an approval (and its hold) is known to
+/// be stored.
+pub async fn answer(db: &Pool, hold_secs: i64, q: &PreCheckoutQuery) -> Answer {
+    match decide(db, hold_secs, q).await {
         Ok(answer) => answer,
         Err(Unanswered::Failed(e)) => {
             if is_contention(&e) {
@@ -233,10 +235,9 @@ fn is_contention(e: &ApiError) -> bool {
 
 /// Runs the decision's transaction: everything before COMMIT within [`BUDGET`] (deadlock
 /// victims run again, like [`crate::transaction!`]), then COMMIT (see [`commit`]).
-async fn decide(state: &AppState, q: &PreCheckoutQuery) -> Result<Answer, Unanswered> {
+async fn decide(db: &Pool, hold_secs: i64, q: &PreCheckoutQuery) -> Result<Answer, Unanswered> {
     let deadline = Instant::now() + BUDGET;
-    let hold_secs = state.config.hold_secs;
-    let mut client = timeout_at(deadline, state.db.get())
+    let mut client = timeout_at(deadline, db.get())
         .await
         .map_err(|_| Unanswered::OverBudget)?
         .map_err(|e| Unanswered::Failed(e.into()))?;
@@ -309,7 +310,7 @@ async fn decide(state: &AppState, q: &PreCheckoutQuery) -> Result<Answer, Unansw
             drop(Object::take(client));
             tracing::warn!(query_id = %q.id, why = %why,
                 "pre-checkout commit outcome unknown; reading it back");
-            match read_back(state, &xact, &q.id).await {
+            match read_back(db, &xact, &q.id).await {
                 Ok(Some(answer)) => Ok(answer),
                 Ok(None) => Err(Unanswered::RolledBack(why)),
                 Err(e) => Err(Unanswered::OutcomeUnknown(format!(
@@ -405,9 +406,9 @@ async fn commit(tx: Transaction<'_>, decided: Decided) -> Committed {
 /// Reads back what became of transaction `xact` once it has ended (waiting up to
 /// [`READ_BACK`]): `Some(answer)` stored under the query id if it committed, `None` if it was
 /// rolled back.
-async fn read_back(state: &AppState, xact: &str, query_id: &str) -> Result<Option<Answer>, String> {
+async fn read_back(db: &Pool, xact: &str, query_id: &str) -> Result<Option<Answer>, String> {
     let work = async {
-        let client = state.db.get().await.map_err(|e| e.to_string())?;
+        let client = db.get().await.map_err(|e| e.to_string())?;
         loop {
             let status: Option<String> = client
                 .query_one("SELECT pg_xact_status($1::text::xid8)", &[&xact])

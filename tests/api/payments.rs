@@ -664,7 +664,7 @@ async fn payer_mismatch_and_stars_refunds_through_the_core() {
     let order = app.create_order(buyer, chan).await;
     let before = membership_state(&app).await;
     let a = apply_payment(
-        &app.state,
+        &app.state.db,
         stars(&reference(&order), "ch_1", 50, Some(9999)),
     )
     .await
@@ -694,7 +694,7 @@ async fn payer_mismatch_and_stars_refunds_through_the_core() {
         .await
         .unwrap();
     let a = apply_payment(
-        &app.state,
+        &app.state.db,
         stars(&reference(&order), "ch_2", 50, Some(2001)),
     )
     .await
@@ -705,39 +705,54 @@ async fn payer_mismatch_and_stars_refunds_through_the_core() {
 
     // The right payer on a fresh order with a free seat → applied.
     let paid = app.create_order(member, chan).await;
-    let a = apply_payment(&app.state, stars(&reference(&paid), "ch_3", 50, Some(2002)))
-        .await
-        .unwrap();
+    let a = apply_payment(
+        &app.state.db,
+        stars(&reference(&paid), "ch_3", 50, Some(2002)),
+    )
+    .await
+    .unwrap();
     assert_eq!(a.payment.outcome, "applied");
     assert_eq!(a.membership.as_ref().unwrap().status, "active");
     let before = membership_state(&app).await;
 
     // already_paid → refund_pending.
-    let a = apply_payment(&app.state, stars(&reference(&paid), "ch_4", 50, Some(2002)))
-        .await
-        .unwrap();
+    let a = apply_payment(
+        &app.state.db,
+        stars(&reference(&paid), "ch_4", 50, Some(2002)),
+    )
+    .await
+    .unwrap();
     assert_eq!(a.payment.outcome, "refund_pending");
     assert_eq!(a.payment.reason.as_deref(), Some("already_paid"));
 
     // no_seat → refund_pending (the member holds the only seat).
     let late = app.create_order(buyer, chan).await;
-    let a = apply_payment(&app.state, stars(&reference(&late), "ch_5", 50, Some(2001)))
-        .await
-        .unwrap();
+    let a = apply_payment(
+        &app.state.db,
+        stars(&reference(&late), "ch_5", 50, Some(2001)),
+    )
+    .await
+    .unwrap();
     assert_eq!(a.payment.outcome, "refund_pending");
     assert_eq!(a.payment.reason.as_deref(), Some("no_seat"));
 
     // Other failures of a Stars payment need review.
-    let a = apply_payment(&app.state, stars(&reference(&late), "ch_6", 49, Some(2001)))
-        .await
-        .unwrap();
+    let a = apply_payment(
+        &app.state.db,
+        stars(&reference(&late), "ch_6", 49, Some(2001)),
+    )
+    .await
+    .unwrap();
     assert_eq!(a.payment.outcome, "needs_review");
     assert_eq!(a.payment.reason.as_deref(), Some("amount_mismatch"));
 
     // A duplicate charge id answers the stored payment.
-    let a = apply_payment(&app.state, stars(&reference(&paid), "ch_3", 50, Some(2002)))
-        .await
-        .unwrap();
+    let a = apply_payment(
+        &app.state.db,
+        stars(&reference(&paid), "ch_3", 50, Some(2002)),
+    )
+    .await
+    .unwrap();
     assert!(a.duplicate);
     assert_eq!(a.payment.outcome, "applied");
     assert_eq!(a.membership.as_ref().unwrap().subscriber_id as i64, member);

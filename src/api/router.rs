@@ -1,5 +1,6 @@
-//! Every route of the service, in one place. Handlers live by resource under `crate::api`
-//! (staff REST), `crate::auth` (login) and the payment doors.
+//! Every route of the service, in one place. Handlers live by resource in the sibling modules
+//! of `crate::api`: the staff REST API, login (`api::auth`) and the payment doors
+//! (`api::webhooks`).
 
 use axum::{
     Json, Router,
@@ -17,13 +18,13 @@ use tower_http::{
     trace::TraceLayer,
 };
 
-use crate::{
-    api::{channels, effects, invoice_links, memberships, orders, payments, subscribers, sweep},
-    auth,
-    error::{ApiError, problem},
-    payments::{wayforpay_door, webhook_door},
-    state::AppState,
+use super::{
+    auth, channels, effects,
+    error::problem,
+    invoice_links, memberships, orders, payments, subscribers, sweep,
+    webhooks::{standard, telegram, wayforpay},
 };
+use crate::{error::ApiError, state::AppState};
 
 /// Largest request body accepted (webhooks and staff JSON are small).
 const BODY_LIMIT: usize = 256 * 1024;
@@ -65,17 +66,16 @@ pub fn router(state: AppState) -> Router {
         .route("/orders/{id}", get(orders::get))
         .route("/orders/{id}/cancel", post(orders::cancel))
         .route("/orders/{id}/checkout", post(orders::checkout))
-        // Telegram effects outbox (issue 6).
         .route("/orders/{id}/invoice-link", post(invoice_links::create))
         .route("/effects", get(effects::list))
         .route("/effects/{id}", get(effects::get))
         .route("/effects/{id}/retry", post(effects::retry))
         .route("/payments", get(payments::list))
         .route("/payments/{id}", get(payments::get))
-        .route("/webhook/payment", post(webhook_door::receive))
-        .route("/webhook/wayforpay", post(wayforpay_door::receive))
-        .route("/sweep", post(sweep::run))
-        .route("/webhook/telegram", post(crate::telegram::door::webhook));
+        .route("/webhook/payment", post(standard::receive))
+        .route("/webhook/wayforpay", post(wayforpay::receive))
+        .route("/webhook/telegram", post(telegram::webhook))
+        .route("/sweep", post(sweep::run));
 
     Router::new()
         .nest("/api", api)

@@ -20,11 +20,8 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use tokio_postgres::types::ToSql;
 
-use crate::{
-    api::orders::{COLUMNS, Order},
-    db,
-    error::ApiError,
-};
+use super::{COLUMNS, Order};
+use crate::{db, error::ApiError};
 
 /// What the checks need to know of an order's channel, read under the channel lock.
 #[derive(Debug, Clone)]

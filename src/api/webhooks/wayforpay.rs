@@ -72,7 +72,7 @@ pub async fn receive(State(state): State<AppState>, body: Bytes) -> Result<Respo
                 "signed WayForPay payment refused; logged for reconciliation"
             );
         })?;
-        core::apply_payment(&state, payment).await?;
+        core::apply_payment(&state.db, payment).await?;
     } else {
         tracing::info!(
             order_reference = %cb.order_reference,

@@ -100,7 +100,7 @@ pub async fn receive(
             return Err(e);
         }
     };
-    let applied = core::apply_payment(&state, payment).await?;
+    let applied = core::apply_payment(&state.db, payment).await?;
     Ok(Json(applied).into_response())
 }
 

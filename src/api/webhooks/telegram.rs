@@ -21,14 +21,14 @@ use axum::{
 use chrono::DateTime;
 use serde_json::json;
 
-use super::{
-    WebhookReply, join_request_decision, pre_checkout,
-    types::{ChatJoinRequest, Message, SuccessfulPayment, Update},
-};
 use crate::{
     error::ApiError,
     payments::core::{self, NormalizedPayment},
     state::AppState,
+    telegram::{
+        JoinDecision, WebhookReply, join_request_decision, pre_checkout,
+        types::{ChatJoinRequest, Message, SuccessfulPayment, Update},
+    },
 };
 
 /// The header Telegram puts the webhook's `secret_token` in.
@@ -51,7 +51,7 @@ pub async fn webhook(
     })?;
 
     if let Some(q) = &update.pre_checkout_query {
-        let answer = pre_checkout::answer(&state, q).await;
+        let answer = pre_checkout::answer(&state.db, state.config.hold_secs, q).await;
         return Ok(reply(WebhookReply::AnswerPreCheckoutQuery {
             pre_checkout_query_id: q.id.clone(),
             ok: answer.ok,
@@ -62,7 +62,7 @@ pub async fn webhook(
         && let Some(paid) = &message.successful_payment
     {
         let payment = normalize(message, paid)?;
-        core::apply_payment(&state, payment).await?;
+        core::apply_payment(&state.db, payment).await?;
         return Ok(empty());
     }
     if let Some(request) = &update.chat_join_request {
@@ -139,9 +139,9 @@ async fn join_request(state: &AppState, request: &ChatJoinRequest) -> Result<Res
     let client = state.db.get().await?;
     let decision = join_request_decision(&**client, chat_id, user_id).await?;
     tracing::info!(chat_id, user_id, ?decision, "chat join request decided");
-    // Issue 6: with a bot configured, the decision is sent through the effects outbox
+    // With a bot configured, the decision is sent through the effects outbox
     // (retried until Telegram confirms) and the webhook answers `{}`.
-    let approve = decision == super::JoinDecision::Approve;
+    let approve = decision == JoinDecision::Approve;
     if crate::effects::enqueue_join_decision(
         &state.config,
         &**client,

@@ -1,0 +1,171 @@
+//! `POST /api/auth/login` and the [`Staff`] extractor: the HTTP side of staff authentication.
+//! Tokens, passwords, the login throttle and the account lookups are [`crate::auth`]'s.
+//!
+//! Login answers the same 401, in about the same time, for an unknown email and a wrong
+//! password (an unknown email is checked against the dummy hash); docs/auth.md has the rules.
+
+use std::{
+    collections::BTreeMap,
+    net::{IpAddr, SocketAddr},
+};
+
+use axum::{
+    extract::{ConnectInfo, FromRequestParts, State},
+    http::{HeaderMap, request::Parts},
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::ApiJson;
+use crate::{
+    auth::{self, MAX_EMAIL_BYTES},
+    error::ApiError,
+    state::AppState,
+};
+
+/// The authenticated staff account behind a request.
+#[derive(Debug, Clone, Copy)]
+pub struct Staff {
+    pub id: i64,
+}
+
+/// The bearer token of a request, if it has one.
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+impl FromRequestParts<AppState> for Staff {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let token = bearer(&parts.headers).ok_or(ApiError::Unauthorized)?;
+        let id = auth::verify_token(state.config.jwt_secret.expose().as_bytes(), token)
+            .ok_or(ApiError::Unauthorized)?;
+        let client = state.db.get().await?;
+        if !auth::staff_exists(&client, id).await? {
+            return Err(ApiError::Unauthorized);
+        }
+        Ok(Staff { id })
+    }
+}
+
+/// The client's address: the socket peer, or with `TRUST_PROXY` the right-most
+/// `X-Forwarded-For` entry (the one our own proxy appended).
+fn client_ip(parts_headers: &HeaderMap, peer: Option<SocketAddr>, trust_proxy: bool) -> IpAddr {
+    if trust_proxy
+        && let Some(ip) = parts_headers
+            .get("x-forwarded-for")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.rsplit(',').next())
+            .and_then(|v| v.trim().parse().ok())
+    {
+        return ip;
+    }
+    peer.map(|p| p.ip()).unwrap_or(IpAddr::from([127, 0, 0, 1]))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoginRequest {
+    email: Option<String>,
+    password: Option<String>,
+}
+
+/// The login's fields, checked: the normalized email and the password (422 naming each field
+/// that is missing or too long; an overlong email never reaches the throttle or the database).
+fn credentials(req: LoginRequest) -> Result<(String, String), ApiError> {
+    let mut errors = BTreeMap::new();
+    let email = req
+        .email
+        .map(|e| e.trim().to_lowercase())
+        .unwrap_or_default();
+    if email.is_empty() {
+        errors.insert("email".to_string(), "is required".to_string());
+    } else if email.len() > MAX_EMAIL_BYTES {
+        errors.insert(
+            "email".to_string(),
+            format!("must be at most {MAX_EMAIL_BYTES} bytes"),
+        );
+    }
+    let password = req.password.unwrap_or_default();
+    if password.is_empty() {
+        errors.insert("password".to_string(), "is required".to_string());
+    } else if password.len() > 72 {
+        errors.insert(
+            "password".to_string(),
+            "must be at most 72 bytes (bcrypt would truncate it)".to_string(),
+        );
+    }
+    if errors.is_empty() {
+        Ok((email, password))
+    } else {
+        Err(ApiError::Validation(errors))
+    }
+}
+
+/// `POST /api/auth/login`.
+///
+/// In order: field checks (422); a locked-out pair is refused at once (429); the account is
+/// looked up; a password-hashing permit is taken (503 when none frees up quickly); the attempt
+/// is counted (429 if parallel attempts used the pair's allowance); bcrypt runs on the blocking
+/// pool, and the attempt is judged there, so a dropped request cannot un-count a guess that
+/// was checked.
+pub async fn login(
+    State(state): State<AppState>,
+    peer: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
+    headers: HeaderMap,
+    ApiJson(req): ApiJson<LoginRequest>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let (email, password) = credentials(req)?;
+    let peer = peer.map(|axum::Extension(ConnectInfo(addr))| addr);
+    let key = (
+        email.clone(),
+        client_ip(&headers, peer, state.config.trust_proxy),
+    );
+    let cfg = &state.config;
+    let too_many = |retry_after_secs| ApiError::TooManyRequests { retry_after_secs };
+    state
+        .login_throttle
+        .check(&key, cfg.login_max_failures, cfg.login_window)
+        .map_err(too_many)?;
+
+    // PostgreSQL text cannot hold NUL, so no account has such an email: treat it as unknown
+    // (same 401, same dummy-hash time) instead of sending it to the database.
+    let account = if email.contains('\0') {
+        None
+    } else {
+        auth::find_account(&state.db.get().await?, &email).await?
+    };
+    let (id, hash) = match account {
+        Some((id, hash)) => (Some(id), hash),
+        None => (None, state.dummy_hash.as_ref().clone()),
+    };
+
+    let permit = state.hash_permits.acquire().await.ok_or_else(|| {
+        ApiError::Unavailable("too many logins are being checked; retry shortly".into())
+    })?;
+    let attempt = state
+        .login_throttle
+        .reserve(key, cfg.login_max_failures, cfg.login_window)
+        .map_err(too_many)?;
+    let ok = auth::verify_login(permit, attempt, password, hash, id.is_some()).await?;
+    let Some(id) = id.filter(|_| ok) else {
+        tracing::info!("login failed");
+        return Err(ApiError::Unauthorized);
+    };
+    let token = auth::issue_token(cfg.jwt_secret.expose().as_bytes(), id, cfg.jwt_ttl)?;
+    tracing::info!(staff_id = id, "login succeeded");
+    Ok(axum::Json(json!({
+        "access_token": token,
+        "token_type": "Bearer",
+        "expires_in": cfg.jwt_ttl.as_secs(),
+    })))
+}

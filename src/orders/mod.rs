@@ -1,0 +1,230 @@
+//! Orders: one intent to buy one billing period of one channel, and the thing every payment
+//! door points at (its `reference` travels through the gateway and comes back with the
+//! payment). This module owns the `orders` rows; [`seats`] owns the lock order that every
+//! change of a hold takes, and the seat rule.
+//!
+//! Creating and reading orders takes no pair lock: they touch no hold and no membership. Cancel
+//! and checkout do touch the hold, so they lock in the one lock order through [`seats`].
+
+pub mod seats;
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::Transaction;
+use rand::RngCore;
+use serde::Serialize;
+use tokio_postgres::{GenericClient, Row};
+
+use crate::error::ApiError;
+
+/// The columns of [`Order::from_row`], in order.
+pub const COLUMNS: &str = "id, reference, subscriber_id, channel_id, amount_minor, currency, \
+     status, hold_until, invoice_link, created_at, paid_at";
+
+/// An order as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Order {
+    pub id: i64,
+    /// Opaque, unguessable (128 bits from the OS CSPRNG): a payment naming it is tied to it.
+    pub reference: String,
+    pub subscriber_id: i32,
+    pub channel_id: i32,
+    pub amount_minor: i64,
+    pub currency: String,
+    /// `pending`, `paid` or `cancelled`.
+    pub status: String,
+    /// Until when this order holds a seat of a seat-limited channel (set once by checkout).
+    pub hold_until: Option<DateTime<Utc>>,
+    /// Telegram Stars invoice link, when one was made.
+    pub invoice_link: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub paid_at: Option<DateTime<Utc>>,
+}
+
+impl Order {
+    /// Reads a row selected with [`COLUMNS`].
+    pub fn from_row(r: &Row) -> Order {
+        Order {
+            id: r.get(0),
+            reference: r.get(1),
+            subscriber_id: r.get(2),
+            channel_id: r.get(3),
+            amount_minor: r.get(4),
+            currency: r.get(5),
+            status: r.get(6),
+            hold_until: r.get(7),
+            invoice_link: r.get(8),
+            created_at: r.get(9),
+            paid_at: r.get(10),
+        }
+    }
+}
+
+/// A new order reference: `ord_` and 32 hex digits of 16 bytes from the operating system's
+/// CSPRNG. Guessing one is as hard as guessing a 128-bit key, so a reference in a payment is
+/// evidence the payer saw our invoice, and references of other buyers cannot be enumerated.
+pub fn new_reference() -> String {
+    let mut bytes = [0u8; 16];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    format!("ord_{}", hex::encode(bytes))
+}
+
+/// Creates an order of `subscriber_id` for `channel_id` at the channel's price now (amount and
+/// currency are copied, so a later price change does not touch it). 422 naming the field when
+/// the subscriber or the channel does not exist or the channel is inactive.
+pub async fn create(
+    tx: &Transaction<'_>,
+    subscriber_id: i32,
+    channel_id: i32,
+) -> Result<Order, ApiError> {
+    let subscriber = tx
+        .query_opt("SELECT 1 FROM subscribers WHERE id = $1", &[&subscriber_id])
+        .await?;
+    let channel = tx
+        .query_opt(
+            "SELECT price_minor, currency, active FROM channels WHERE id = $1",
+            &[&channel_id],
+        )
+        .await?;
+    let mut errors = std::collections::BTreeMap::new();
+    if subscriber.is_none() {
+        errors.insert(
+            "subscriber_id".to_string(),
+            "no such subscriber".to_string(),
+        );
+    }
+    match &channel {
+        None => {
+            errors.insert("channel_id".to_string(), "no such channel".to_string());
+        }
+        Some(c) if !c.get::<_, bool>(2) => {
+            errors.insert(
+                "channel_id".to_string(),
+                "the channel is not active".to_string(),
+            );
+        }
+        Some(_) => {}
+    }
+    let Some(channel) = channel.filter(|_| errors.is_empty()) else {
+        return Err(ApiError::Validation(errors));
+    };
+    let (price, currency): (i64, String) = (channel.get(0), channel.get(1));
+    let row = tx
+        .query_one(
+            &format!(
+                "INSERT INTO orders (reference, subscriber_id, channel_id, amount_minor, currency)
+                 VALUES ($1, $2, $3, $4, $5) RETURNING {COLUMNS}"
+            ),
+            &[
+                &new_reference(),
+                &subscriber_id,
+                &channel_id,
+                &price,
+                &currency,
+            ],
+        )
+        .await?;
+    Ok(Order::from_row(&row))
+}
+
+/// The filters of [`list`]; `None` matches everything.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub subscriber_id: Option<i32>,
+    pub channel_id: Option<i32>,
+    pub status: Option<String>,
+}
+
+/// Up to `limit` orders with an id above `after`, by id, matching `filter`.
+pub async fn list(
+    client: &impl GenericClient,
+    filter: &Filter,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<Order>, ApiError> {
+    let rows = client
+        .query(
+            &format!(
+                "SELECT {COLUMNS} FROM orders
+                 WHERE id > $1
+                   AND ($2::integer IS NULL OR subscriber_id = $2)
+                   AND ($3::integer IS NULL OR channel_id = $3)
+                   AND ($4::text IS NULL OR status = $4)
+                 ORDER BY id LIMIT $5"
+            ),
+            &[
+                &after,
+                &filter.subscriber_id,
+                &filter.channel_id,
+                &filter.status,
+                &limit,
+            ],
+        )
+        .await?;
+    Ok(rows.iter().map(Order::from_row).collect())
+}
+
+/// The order with this id, if any.
+pub async fn get(client: &impl GenericClient, id: i64) -> Result<Option<Order>, ApiError> {
+    let row = client
+        .query_opt(
+            &format!("SELECT {COLUMNS} FROM orders WHERE id = $1"),
+            &[&id],
+        )
+        .await?;
+    Ok(row.as_ref().map(Order::from_row))
+}
+
+/// Cancels a pending order and clears its hold, so its seat is free at once; 404 for no such
+/// order, 409 when it is not pending. Takes the lock order, like every change of a hold.
+pub async fn cancel(tx: &Transaction<'_>, id: i64) -> Result<Order, ApiError> {
+    let locked = seats::lock_order(tx, id)
+        .await?
+        .ok_or(ApiError::NotFound("order"))?;
+    if locked.order.status != "pending" {
+        return Err(ApiError::Conflict(format!(
+            "only a pending order can be cancelled; this one is {}",
+            locked.order.status
+        )));
+    }
+    let row = tx
+        .query_one(
+            &format!(
+                "UPDATE orders SET status = 'cancelled', hold_until = NULL
+                 WHERE id = $1 RETURNING {COLUMNS}"
+            ),
+            &[&id],
+        )
+        .await?;
+    Ok(Order::from_row(&row))
+}
+
+/// Stores a Stars invoice link on the order unless one is stored already (the first stored
+/// link wins); returns the order as it is now.
+pub async fn set_invoice_link(
+    client: &impl GenericClient,
+    id: i64,
+    link: &str,
+) -> Result<Option<Order>, ApiError> {
+    client
+        .execute(
+            "UPDATE orders SET invoice_link = $2 WHERE id = $1 AND invoice_link IS NULL",
+            &[&id, &link],
+        )
+        .await?;
+    get(client, id).await
+}
+
+/// Marks a locked order paid by a payment (its hold stops counting). The caller holds the
+/// order in the lock order ([`seats::lock_order_by_reference`]).
+pub async fn mark_paid(
+    tx: &Transaction<'_>,
+    id: i64,
+    paid_at: DateTime<Utc>,
+) -> Result<(), ApiError> {
+    tx.execute(
+        "UPDATE orders SET status = 'paid', paid_at = $2 WHERE id = $1",
+        &[&id, &paid_at],
+    )
+    .await?;
+    Ok(())
+}
