@@ -24,13 +24,32 @@ use crate::error::ApiError;
 pub const COLUMNS: &str =
     "id, subscriber_id, channel_id, status, expires_at, created_at, updated_at";
 
+crate::text_enum! {
+    /// A membership's status (API.md "Membership lifecycle"): `active` until `expires_at`,
+    /// then `grace` for the channel's grace period, then `expired` — moved on by the sweep
+    /// ([`crate::sweep::next_sweep_status`]), back to `active` by a payment or staff.
+    pub enum Status {
+        Active => "active",
+        Grace => "grace",
+        Expired => "expired",
+    }
+}
+
+impl Status {
+    /// Whether a membership with this status has not been ended (by the sweep or by staff):
+    /// its member was let in and has not been revoked.
+    pub fn is_live(self) -> bool {
+        matches!(self, Status::Active | Status::Grace)
+    }
+}
+
 /// A membership as the API shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Membership {
     pub id: i64,
     pub subscriber_id: i32,
     pub channel_id: i32,
-    pub status: String,
+    pub status: Status,
     pub expires_at: DateTime<Utc>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -50,7 +69,16 @@ impl Membership {
     }
 }
 
-/// Why a membership changed.
+crate::text_enum! {
+    /// Who made a change, as its `membership_events` row records it.
+    pub enum EventCause {
+        Payment => "payment",
+        Sweep => "sweep",
+        Staff => "staff",
+    }
+}
+
+/// Why a membership changed (the changes this module writes; the sweep writes its own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cause {
     Payment(i64),
@@ -58,10 +86,10 @@ pub enum Cause {
 }
 
 impl Cause {
-    fn parts(self) -> (&'static str, Option<i64>) {
+    fn parts(self) -> (EventCause, Option<i64>) {
         match self {
-            Cause::Payment(id) => ("payment", Some(id)),
-            Cause::Staff => ("staff", None),
+            Cause::Payment(id) => (EventCause::Payment, Some(id)),
+            Cause::Staff => (EventCause::Staff, None),
         }
     }
 }
@@ -137,7 +165,7 @@ pub async fn record_event(
              RETURNING id",
             &[
                 &after.id,
-                &before.map(|b| b.status.as_str()),
+                &before.map(|b| b.status),
                 &after.status,
                 &before.map(|b| b.expires_at),
                 &after.expires_at,

@@ -35,6 +35,7 @@ use deadpool_postgres::{Pool, Transaction};
 use serde::Serialize;
 
 use crate::error::ApiError;
+pub use crate::memberships::Status;
 
 /// Rows per batch transaction unless the caller says otherwise: small enough that a renewal
 /// waiting on one of them waits milliseconds, large enough that per-transaction costs vanish.
@@ -42,45 +43,6 @@ pub const DEFAULT_BATCH_SIZE: usize = 500;
 /// The largest batch accepted: each row holds an advisory lock until its batch commits, and the
 /// shared lock table is finite (the default configuration runs out near 12,500).
 pub const MAX_BATCH_SIZE: usize = 5_000;
-
-/// A membership's status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    Active,
-    Grace,
-    Expired,
-}
-
-impl Status {
-    /// Every status, for exhaustive tests and validation.
-    pub const ALL: [Status; 3] = [Status::Active, Status::Grace, Status::Expired];
-
-    /// Parses the schema's spelling (`active`, `grace`, `expired`).
-    pub fn parse(s: &str) -> Option<Status> {
-        match s {
-            "active" => Some(Status::Active),
-            "grace" => Some(Status::Grace),
-            "expired" => Some(Status::Expired),
-            _ => None,
-        }
-    }
-
-    /// The schema's spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Active => "active",
-            Status::Grace => "grace",
-            Status::Expired => "expired",
-        }
-    }
-}
-
-impl std::fmt::Display for Status {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// What the sweep makes of a membership at `now` (API.md "Membership lifecycle"):
 /// `expired` stays `expired`; before `expires_at` nothing changes; from `expires_at` until

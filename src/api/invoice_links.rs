@@ -42,7 +42,7 @@ pub async fn create(
     if order.invoice_link.is_some() {
         return Ok(Json(json!({ "order": order })));
     }
-    if order.status != "pending" {
+    if order.status != orders::Status::Pending {
         return Err(ApiError::Conflict(format!(
             "the order is {}; an invoice is made only for a pending order",
             order.status

@@ -14,17 +14,15 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio_postgres::Row;
 
-use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId};
+use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, state_filter};
 use super::{auth::Staff, idempotency::StaffWrite};
 use crate::{
     db,
     error::ApiError,
-    memberships::{self, COLUMNS, Cause, Membership},
+    memberships::{self, COLUMNS, Cause, EventCause, Membership, Status},
     orders::seats,
     state::AppState,
 };
-
-const STATUSES: [&str; 3] = ["active", "grace", "expired"];
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -62,11 +60,11 @@ pub struct PatchMembership {
 pub struct Event {
     id: i64,
     membership_id: i64,
-    from_status: Option<String>,
-    to_status: String,
+    from_status: Option<Status>,
+    to_status: Status,
     expires_at_before: Option<DateTime<Utc>>,
     expires_at_after: DateTime<Utc>,
-    cause: String,
+    cause: EventCause,
     payment_id: Option<i64>,
     at: DateTime<Utc>,
 }
@@ -94,14 +92,7 @@ pub async fn list(
     ApiQuery(q): ApiQuery<ListMemberships>,
 ) -> Result<Json<Page<Membership>>, ApiError> {
     let paging = Paging::new(q.limit, q.after)?;
-    if let Some(s) = &q.status
-        && !STATUSES.contains(&s.as_str())
-    {
-        return Err(ApiError::field(
-            "status",
-            "must be active, grace or expired",
-        ));
-    }
+    let status = state_filter::<Status>("status", q.status.as_deref())?;
     let client = state.db.get().await?;
     let rows = client
         .query(
@@ -117,7 +108,7 @@ pub async fn list(
                 &paging.after,
                 &q.subscriber_id,
                 &q.channel_id,
-                &q.status,
+                &status,
                 &paging.fetch(),
             ],
         )
@@ -239,14 +230,7 @@ pub async fn patch(
     PathId(id): PathId<i64>,
     ApiJson(b): ApiJson<PatchMembership>,
 ) -> Result<Json<Membership>, ApiError> {
-    if let Some(s) = &b.status
-        && !STATUSES.contains(&s.as_str())
-    {
-        return Err(ApiError::field(
-            "status",
-            "must be active, grace or expired",
-        ));
-    }
+    let status = state_filter::<Status>("status", b.status.as_deref())?;
     if b.status.is_none() && b.expires_at.is_none() {
         return Err(ApiError::Unprocessable(
             "give expires_at and/or status to change".into(),
@@ -268,7 +252,7 @@ pub async fn patch(
                          status = COALESCE($3, status), updated_at = statement_timestamp()
                      WHERE id = $1 RETURNING {COLUMNS}"
                 ),
-                &[&id, &b.expires_at, &b.status],
+                &[&id, &b.expires_at, &status],
             )
             .await?;
         let after = Membership::from_row(&row);

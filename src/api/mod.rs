@@ -184,6 +184,20 @@ impl Errors {
     }
 }
 
+/// Parses an optional query filter of a state enum; an unknown value is a 422 naming the field
+/// and every accepted spelling ("must be a, b or c").
+pub fn state_filter<T: crate::db::TextEnum>(
+    field: &str,
+    value: Option<&str>,
+) -> Result<Option<T>, ApiError> {
+    match value {
+        None => Ok(None),
+        Some(v) => T::parse_text(v)
+            .map(Some)
+            .ok_or_else(|| ApiError::field(field, format!("must be {}", T::spellings_text()))),
+    }
+}
+
 /// Checks optional text a client sent: at most `max` characters and no NUL (which PostgreSQL
 /// text cannot hold; without this check it would surface as a database error).
 pub fn check_text(e: &mut Errors, field: &str, v: Option<&str>, max: usize) {

@@ -9,6 +9,7 @@ use super::{
     ApiQuery, Errors, Page, Paging, PathId,
     auth::Staff,
     idempotency::{NoBody, StaffWrite},
+    state_filter,
 };
 use crate::{
     error::ApiError,
@@ -18,8 +19,6 @@ use crate::{
     },
     state::AppState,
 };
-
-const STATUSES: [&str; 3] = ["pending", "paid", "cancelled"];
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -91,18 +90,11 @@ pub async fn list(
     ApiQuery(q): ApiQuery<ListOrders>,
 ) -> Result<Json<Page<Order>>, ApiError> {
     let paging = Paging::new(q.limit, q.after)?;
-    if let Some(s) = &q.status
-        && !STATUSES.contains(&s.as_str())
-    {
-        return Err(ApiError::field(
-            "status",
-            "must be pending, paid or cancelled",
-        ));
-    }
+    let status = state_filter::<orders::Status>("status", q.status.as_deref())?;
     let filter = orders::Filter {
         subscriber_id: q.subscriber_id,
         channel_id: q.channel_id,
-        status: q.status,
+        status,
     };
     let client = state.db.get().await?;
     let items = orders::list(&**client, &filter, paging.after, paging.fetch()).await?;

@@ -5,20 +5,12 @@
 use axum::{Json, extract::State};
 use serde::Deserialize;
 
-use super::{ApiQuery, Page, Paging, PathId, auth::Staff};
+use super::{ApiQuery, Page, Paging, PathId, auth::Staff, state_filter};
 use crate::{
     error::ApiError,
-    payments::core::{COLUMNS, Payment},
+    payments::core::{COLUMNS, Outcome, Payment},
     state::AppState,
 };
-
-const OUTCOMES: [&str; 5] = [
-    "applied",
-    "needs_review",
-    "refund_pending",
-    "refunded",
-    "refund_failed",
-];
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -37,14 +29,7 @@ pub async fn list(
     ApiQuery(q): ApiQuery<ListPayments>,
 ) -> Result<Json<Page<Payment>>, ApiError> {
     let paging = Paging::new(q.limit, q.after)?;
-    if let Some(o) = &q.outcome
-        && !OUTCOMES.contains(&o.as_str())
-    {
-        return Err(ApiError::field(
-            "outcome",
-            "must be applied, needs_review, refund_pending, refunded or refund_failed",
-        ));
-    }
+    let outcome = state_filter::<Outcome>("outcome", q.outcome.as_deref())?;
     let client = state.db.get().await?;
     let rows = client
         .query(
@@ -58,7 +43,7 @@ pub async fn list(
             ),
             &[
                 &paging.after,
-                &q.outcome,
+                &outcome,
                 &q.order_id,
                 &q.subscriber_id,
                 &paging.fetch(),

@@ -477,7 +477,7 @@ mod tests {
             id: 1,
             subscriber_id: 1,
             channel_id: 1,
-            status: status.into(),
+            status: crate::memberships::Status::parse(status).unwrap(),
             expires_at: t0 + Duration::days(expires_in_days),
             created_at: t0,
             updated_at: t0,

@@ -16,6 +16,15 @@ use tokio_postgres::{GenericClient, Row};
 
 use crate::error::ApiError;
 
+crate::text_enum! {
+    /// An order's status: `pending` until a payment pays it or staff cancel it.
+    pub enum Status {
+        Pending => "pending",
+        Paid => "paid",
+        Cancelled => "cancelled",
+    }
+}
+
 /// The columns of [`Order::from_row`], in order.
 pub const COLUMNS: &str = "id, reference, subscriber_id, channel_id, amount_minor, currency, \
      status, hold_until, invoice_link, created_at, paid_at";
@@ -30,8 +39,7 @@ pub struct Order {
     pub channel_id: i32,
     pub amount_minor: i64,
     pub currency: String,
-    /// `pending`, `paid` or `cancelled`.
-    pub status: String,
+    pub status: Status,
     /// Until when this order holds a seat of a seat-limited channel (set once by checkout).
     pub hold_until: Option<DateTime<Utc>>,
     /// Telegram Stars invoice link, when one was made.
@@ -131,7 +139,7 @@ pub async fn create(
 pub struct Filter {
     pub subscriber_id: Option<i32>,
     pub channel_id: Option<i32>,
-    pub status: Option<String>,
+    pub status: Option<Status>,
 }
 
 /// Up to `limit` orders with an id above `after`, by id, matching `filter`.
@@ -148,7 +156,7 @@ pub async fn list(
                  WHERE id > $1
                    AND ($2::integer IS NULL OR subscriber_id = $2)
                    AND ($3::integer IS NULL OR channel_id = $3)
-                   AND ($4::text IS NULL OR status = $4)
+                   AND ($4::text IS NULL OR status = $4::text)
                  ORDER BY id LIMIT $5"
             ),
             &[
@@ -180,7 +188,7 @@ pub async fn cancel(tx: &Transaction<'_>, id: i64) -> Result<Order, ApiError> {
     let locked = seats::lock_order(tx, id)
         .await?
         .ok_or(ApiError::NotFound("order"))?;
-    if locked.order.status != "pending" {
+    if locked.order.status != Status::Pending {
         return Err(ApiError::Conflict(format!(
             "only a pending order can be cancelled; this one is {}",
             locked.order.status
@@ -189,10 +197,10 @@ pub async fn cancel(tx: &Transaction<'_>, id: i64) -> Result<Order, ApiError> {
     let row = tx
         .query_one(
             &format!(
-                "UPDATE orders SET status = 'cancelled', hold_until = NULL
+                "UPDATE orders SET status = $2, hold_until = NULL
                  WHERE id = $1 RETURNING {COLUMNS}"
             ),
-            &[&id],
+            &[&id, &Status::Cancelled],
         )
         .await?;
     Ok(Order::from_row(&row))
@@ -222,8 +230,8 @@ pub async fn mark_paid(
     paid_at: DateTime<Utc>,
 ) -> Result<(), ApiError> {
     tx.execute(
-        "UPDATE orders SET status = 'paid', paid_at = $2 WHERE id = $1",
-        &[&id, &paid_at],
+        "UPDATE orders SET status = $3, paid_at = $2 WHERE id = $1",
+        &[&id, &paid_at, &Status::Paid],
     )
     .await?;
     Ok(())

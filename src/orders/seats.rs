@@ -20,7 +20,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use tokio_postgres::types::ToSql;
 
-use super::{COLUMNS, Order};
+use super::{COLUMNS, Order, Status};
 use crate::{db, error::ApiError};
 
 /// What the checks need to know of an order's channel, read under the channel lock.
@@ -299,7 +299,7 @@ pub async fn checkout_decide(
     locked: LockedOrder,
     hold_secs: i64,
 ) -> Result<Result<Order, CheckoutRefusal>, ApiError> {
-    if locked.order.status != "pending" {
+    if locked.order.status != Status::Pending {
         return Ok(Err(CheckoutRefusal::NotPending));
     }
     if !locked.channel.active {

@@ -73,10 +73,9 @@ pub struct Payment {
     pub amount_minor: i64,
     pub currency: String,
     pub paid_at: DateTime<Utc>,
-    /// `applied`, `needs_review`, `refund_pending`, `refunded` or `refund_failed`.
-    pub outcome: String,
+    pub outcome: Outcome,
     /// Why it was not applied (null when applied).
-    pub reason: Option<String>,
+    pub reason: Option<Reason>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -114,47 +113,74 @@ pub struct Applied {
     pub membership: Option<Membership>,
 }
 
-/// Why a payment was not applied: the `reason` column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
-    UnknownOrder,
-    OrderCancelled,
-    CurrencyMismatch,
-    AmountMismatch,
-    PayerMismatch,
-    AlreadyPaid,
-    ChannelInactive,
-    HoldExpired,
-    NoSeat,
+crate::text_enum! {
+    /// What became of a stored payment: the `outcome` column.
+    pub enum Outcome {
+        /// It paid its order and extended the membership.
+        Applied => "applied",
+        /// A check failed and we cannot refund it ourselves: a human decides.
+        NeedsReview => "needs_review",
+        /// A Telegram Stars payment that failed on the seat or paid a paid order: the effects
+        /// worker refunds it.
+        RefundPending => "refund_pending",
+        /// Refunded (confirmed by Telegram).
+        Refunded => "refunded",
+        /// Telegram refused the refund: a human decides.
+        RefundFailed => "refund_failed",
+    }
+}
+
+crate::text_enum! {
+    /// Why a payment was not applied (the payments' `reason` column), or why a Telegram
+    /// pre-checkout was refused (`pre_checkout_decisions.reason`): one vocabulary, so staff read
+    /// the same code for a refused pre-checkout and for a payment that arrives anyway. Each code
+    /// has the text a buyer reads beside it ([`Reason::buyer_message`]).
+    pub enum Reason {
+        UnknownOrder => "unknown_order",
+        OrderCancelled => "order_cancelled",
+        CurrencyMismatch => "currency_mismatch",
+        AmountMismatch => "amount_mismatch",
+        PayerMismatch => "payer_mismatch",
+        AlreadyPaid => "already_paid",
+        ChannelInactive => "channel_inactive",
+        HoldExpired => "hold_expired",
+        NoSeat => "no_seat",
+    }
 }
 
 impl Reason {
-    pub fn as_str(self) -> &'static str {
+    /// What the buyer reads (in Telegram's payment form, for a refused pre-checkout): short,
+    /// human, and saying what to do.
+    pub fn buyer_message(self) -> &'static str {
         match self {
-            Reason::UnknownOrder => "unknown_order",
-            Reason::OrderCancelled => "order_cancelled",
-            Reason::CurrencyMismatch => "currency_mismatch",
-            Reason::AmountMismatch => "amount_mismatch",
-            Reason::PayerMismatch => "payer_mismatch",
-            Reason::AlreadyPaid => "already_paid",
-            Reason::ChannelInactive => "channel_inactive",
-            Reason::HoldExpired => "hold_expired",
-            Reason::NoSeat => "no_seat",
+            Reason::UnknownOrder => "We could not find this order. Please start a new order.",
+            Reason::OrderCancelled => "This order was cancelled. Please start a new order.",
+            Reason::AlreadyPaid => "This order has already been paid.",
+            Reason::PayerMismatch => "This invoice was issued to another Telegram account.",
+            Reason::CurrencyMismatch => "This order cannot be paid with Telegram Stars.",
+            Reason::AmountMismatch => {
+                "The invoice amount does not match the order. Please start a new order."
+            }
+            Reason::ChannelInactive => "This channel is not accepting subscriptions right now.",
+            Reason::HoldExpired => "This invoice has expired. Please start a new order.",
+            Reason::NoSeat => {
+                "This seat has just been taken. Please choose another channel or try later."
+            }
         }
     }
 }
 
 /// The outcome of a payment failing `reason`: only Telegram Stars failing on the seat or a
 /// double payment are refunded by us (`refund_pending`); everything else needs a human.
-pub fn outcome_for(gateway: &str, reason: Option<Reason>) -> &'static str {
+pub fn outcome_for(gateway: &str, reason: Option<Reason>) -> Outcome {
     match reason {
-        None => "applied",
+        None => Outcome::Applied,
         Some(Reason::HoldExpired | Reason::NoSeat | Reason::AlreadyPaid)
             if gateway == TELEGRAM_STARS =>
         {
-            "refund_pending"
+            Outcome::RefundPending
         }
-        Some(_) => "needs_review",
+        Some(_) => Outcome::NeedsReview,
     }
 }
 
@@ -179,7 +205,7 @@ pub async fn apply_payment(db: &Pool, p: NormalizedPayment) -> Result<Applied, A
         external_id = %applied.payment.external_id,
         order_id = ?applied.payment.order_id,
         outcome = %applied.payment.outcome,
-        reason = ?applied.payment.reason,
+        reason = ?applied.payment.reason.map(Reason::as_str),
         membership_id = ?applied.membership.as_ref().map(|m| m.id),
         duplicate = applied.duplicate,
         "payment ingested"
@@ -281,7 +307,7 @@ async fn apply_in(tx: &Transaction<'_>, p: &NormalizedPayment) -> Result<Applied
                 &p.currency,
                 &p.paid_at,
                 &outcome,
-                &reason.map(Reason::as_str),
+                &reason,
             ],
         )
         .await?;
@@ -332,7 +358,7 @@ async fn check(
     l: &LockedOrder,
 ) -> Result<Option<Reason>, ApiError> {
     let o = &l.order;
-    if o.status == "cancelled" {
+    if o.status == orders::Status::Cancelled {
         return Ok(Some(Reason::OrderCancelled));
     }
     if p.currency != o.currency {
@@ -348,7 +374,7 @@ async fn check(
     }
     // Duplicates of the payment that paid it never get here (they conflict on insert), so a
     // paid order means another payment paid it.
-    if o.status == "paid" {
+    if o.status == orders::Status::Paid {
         return Ok(Some(Reason::AlreadyPaid));
     }
     if !l.channel.active {
@@ -427,7 +453,7 @@ mod tests {
             amount_minor: 19900,
             currency: "UAH".into(),
             paid_at: Utc::now(),
-            outcome: "applied".into(),
+            outcome: Outcome::Applied,
             reason: None,
             created_at: Utc::now(),
         }

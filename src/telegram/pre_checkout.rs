@@ -37,7 +37,11 @@ use deadpool_postgres::Pool;
 use crate::{
     db,
     error::ApiError,
-    orders::seats::{self, CheckoutRefusal, LockedOrder},
+    orders::{
+        self,
+        seats::{self, CheckoutRefusal, LockedOrder},
+    },
+    payments::core::Reason,
 };
 
 /// The only currency a Stars invoice can carry.
@@ -58,57 +62,25 @@ pub const READ_BACK: Duration = Duration::from_secs(2);
 /// Shown when the decision could not be made in time; not stored.
 pub const BUSY_MESSAGE: &str = "Please try again in a moment.";
 
-/// The marker of a decision that lost the insert race to a concurrent twin.
-const RACED: &str = "a concurrent pre-checkout stored its decision first";
-
-/// Why a pre-checkout is refused. The reason codes are those of payments, so staff read one
-/// vocabulary for the refusal and for a payment that arrives anyway.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    UnknownOrder,
-    OrderCancelled,
-    AlreadyPaid,
-    PayerMismatch,
-    CurrencyMismatch,
-    AmountMismatch,
-    ChannelInactive,
-    HoldExpired,
-    NoSeat,
+/// Why a decision's transaction did not produce an answer of its own.
+#[derive(Debug)]
+enum DecideError {
+    /// A concurrent twin of the query stored its decision first: this transaction (and any
+    /// hold it set) is rolled back and the twin's stored answer is given.
+    Raced,
+    /// A database failure.
+    Failed(ApiError),
 }
 
-impl Refusal {
-    /// The stored reason code.
-    pub fn reason(self) -> &'static str {
-        match self {
-            Refusal::UnknownOrder => "unknown_order",
-            Refusal::OrderCancelled => "order_cancelled",
-            Refusal::AlreadyPaid => "already_paid",
-            Refusal::PayerMismatch => "payer_mismatch",
-            Refusal::CurrencyMismatch => "currency_mismatch",
-            Refusal::AmountMismatch => "amount_mismatch",
-            Refusal::ChannelInactive => "channel_inactive",
-            Refusal::HoldExpired => "hold_expired",
-            Refusal::NoSeat => "no_seat",
-        }
+impl From<ApiError> for DecideError {
+    fn from(e: ApiError) -> DecideError {
+        DecideError::Failed(e)
     }
+}
 
-    /// What the buyer reads in Telegram's payment form: short, human, and saying what to do.
-    pub fn message(self) -> &'static str {
-        match self {
-            Refusal::UnknownOrder => "We could not find this order. Please start a new order.",
-            Refusal::OrderCancelled => "This order was cancelled. Please start a new order.",
-            Refusal::AlreadyPaid => "This order has already been paid.",
-            Refusal::PayerMismatch => "This invoice was issued to another Telegram account.",
-            Refusal::CurrencyMismatch => "This order cannot be paid with Telegram Stars.",
-            Refusal::AmountMismatch => {
-                "The invoice amount does not match the order. Please start a new order."
-            }
-            Refusal::ChannelInactive => "This channel is not accepting subscriptions right now.",
-            Refusal::HoldExpired => "This invoice has expired. Please start a new order.",
-            Refusal::NoSeat => {
-                "This seat has just been taken. Please choose another channel or try later."
-            }
-        }
+impl From<tokio_postgres::Error> for DecideError {
+    fn from(e: tokio_postgres::Error) -> DecideError {
+        DecideError::Failed(e.into())
     }
 }
 
@@ -138,7 +110,7 @@ impl Answer {
 /// A decision about to be stored.
 struct Decision {
     order_id: Option<i64>,
-    refusal: Option<Refusal>,
+    refusal: Option<Reason>,
     hold_until: Option<DateTime<Utc>>,
 }
 
@@ -166,25 +138,25 @@ enum Unanswered {
 /// The checks that need only the locked order and the query, in API.md's order; the channel
 /// and the seat are [`seats::checkout_decide`]'s. Pure, so every branch is unit-tested.
 pub fn check_order(
-    status: &str,
+    status: orders::Status,
     subscriber_telegram_id: i64,
     order_currency: &str,
     order_amount_minor: i64,
     q: &PreCheckoutQuery,
-) -> Result<(), Refusal> {
+) -> Result<(), Reason> {
     match status {
-        "pending" => {}
-        "paid" => return Err(Refusal::AlreadyPaid),
-        _ => return Err(Refusal::OrderCancelled),
+        orders::Status::Pending => {}
+        orders::Status::Paid => return Err(Reason::AlreadyPaid),
+        orders::Status::Cancelled => return Err(Reason::OrderCancelled),
     }
     if q.from.id != subscriber_telegram_id {
-        return Err(Refusal::PayerMismatch);
+        return Err(Reason::PayerMismatch);
     }
     if q.currency != STARS || order_currency != STARS {
-        return Err(Refusal::CurrencyMismatch);
+        return Err(Reason::CurrencyMismatch);
     }
     if q.total_amount != order_amount_minor {
-        return Err(Refusal::AmountMismatch);
+        return Err(Reason::AmountMismatch);
     }
     Ok(())
 }
@@ -267,8 +239,9 @@ async fn decide(db: &Pool, hold_secs: i64, q: &PreCheckoutQuery) -> Result<Answe
         };
         // Dropping would roll back too; doing it here leaves the connection clean now.
         let _ = tx.rollback().await;
-        match e {
-            ApiError::Conflict(m) if m == RACED => {
+        let e = match e {
+            DecideError::Failed(e) => e,
+            DecideError::Raced => {
                 // Our transaction (and any hold it set) was rolled back; the twin's answer
                 // stands, committed before our insert returned.
                 let row = timeout_at(deadline, client.query_opt(STORED, &[&q.id]))
@@ -282,6 +255,8 @@ async fn decide(db: &Pool, hold_secs: i64, q: &PreCheckoutQuery) -> Result<Answe
                     })?;
                 return Ok(answer_of(&row));
             }
+        };
+        match e {
             e if e.is_retryable() && attempt < db::MAX_ATTEMPTS => {
                 tracing::info!(query_id = %q.id, attempt,
                     "pre-checkout aborted by contention; deciding again");
@@ -337,7 +312,7 @@ async fn decide_in(
     tx: &Transaction<'_>,
     q: &PreCheckoutQuery,
     hold_secs: i64,
-) -> Result<Decided, ApiError> {
+) -> Result<Decided, DecideError> {
     let repeat = |answer| Decided {
         answer,
         stored_by: None,
@@ -353,7 +328,7 @@ async fn decide_in(
     let Some(locked) = seats::lock_order_by_reference(tx, &q.invoice_payload).await? else {
         let decision = Decision {
             order_id: None,
-            refusal: Some(Refusal::UnknownOrder),
+            refusal: Some(Reason::UnknownOrder),
             hold_until: None,
         };
         return store(tx, q, &decision).await;
@@ -449,7 +424,7 @@ async fn decide_locked(
     };
     let o = &locked.order;
     if let Err(refusal) = check_order(
-        &o.status,
+        o.status,
         locked.subscriber_telegram_id,
         &o.currency,
         o.amount_minor,
@@ -457,7 +432,7 @@ async fn decide_locked(
     ) {
         return Ok(refused(refusal));
     }
-    let status = o.status.clone();
+    let status = o.status;
     Ok(match seats::checkout_decide(tx, locked, hold_secs).await? {
         Ok(order) => Decision {
             order_id: Some(order_id),
@@ -465,11 +440,13 @@ async fn decide_locked(
             hold_until: order.hold_until,
         },
         // Pending was checked above under the same order lock; kept for completeness.
-        Err(CheckoutRefusal::NotPending) if status == "paid" => refused(Refusal::AlreadyPaid),
-        Err(CheckoutRefusal::NotPending) => refused(Refusal::OrderCancelled),
-        Err(CheckoutRefusal::ChannelInactive) => refused(Refusal::ChannelInactive),
-        Err(CheckoutRefusal::HoldExpired) => refused(Refusal::HoldExpired),
-        Err(CheckoutRefusal::ChannelFull) => refused(Refusal::NoSeat),
+        Err(CheckoutRefusal::NotPending) if status == orders::Status::Paid => {
+            refused(Reason::AlreadyPaid)
+        }
+        Err(CheckoutRefusal::NotPending) => refused(Reason::OrderCancelled),
+        Err(CheckoutRefusal::ChannelInactive) => refused(Reason::ChannelInactive),
+        Err(CheckoutRefusal::HoldExpired) => refused(Reason::HoldExpired),
+        Err(CheckoutRefusal::ChannelFull) => refused(Reason::NoSeat),
     })
 }
 
@@ -491,16 +468,16 @@ async fn stored(tx: &Transaction<'_>, query_id: &str) -> Result<Option<Answer>, 
 }
 
 /// Stores the decision; if a twin stored one first (only possible for a query naming no
-/// order, or a forged twin naming another), fails with the [`RACED`] marker so the transaction
-/// rolls back whatever this one did.
+/// order, or a forged twin naming another), fails with [`DecideError::Raced`] so the
+/// transaction rolls back whatever this one did.
 async fn store(
     tx: &Transaction<'_>,
     q: &PreCheckoutQuery,
     d: &Decision,
-) -> Result<Decided, ApiError> {
+) -> Result<Decided, DecideError> {
     let answer = match d.refusal {
         None => Answer::approve(),
-        Some(r) => Answer::refuse(r.message()),
+        Some(r) => Answer::refuse(r.buyer_message()),
     };
     // The transaction id identifies this transaction should the outcome of its commit have to
     // be read back.
@@ -519,19 +496,19 @@ async fn store(
                 &q.from.id,
                 &answer.ok,
                 &answer.error_message,
-                &d.refusal.map(Refusal::reason),
+                &d.refusal,
                 &d.hold_until,
             ],
         )
         .await?;
     let Some(inserted) = inserted else {
-        return Err(ApiError::Conflict(RACED.into()));
+        return Err(DecideError::Raced);
     };
     tracing::info!(
         query_id = %q.id,
         order_id = ?d.order_id,
         ok = answer.ok,
-        reason = d.refusal.map(Refusal::reason),
+        reason = d.refusal.map(Reason::as_str),
         hold_until = ?d.hold_until,
         "pre-checkout decided"
     );
@@ -562,57 +539,55 @@ mod tests {
     #[test]
     fn checks_run_in_api_order() {
         let ok = query(7, "XTR", 100);
-        assert_eq!(check_order("pending", 7, "XTR", 100, &ok), Ok(()));
+        assert_eq!(
+            check_order(orders::Status::Pending, 7, "XTR", 100, &ok),
+            Ok(())
+        );
         // Status first, even when everything else is wrong too.
         let bad = query(8, "USD", 1);
         assert_eq!(
-            check_order("paid", 7, "XTR", 100, &bad),
-            Err(Refusal::AlreadyPaid)
+            check_order(orders::Status::Paid, 7, "XTR", 100, &bad),
+            Err(Reason::AlreadyPaid)
         );
         assert_eq!(
-            check_order("cancelled", 7, "XTR", 100, &bad),
-            Err(Refusal::OrderCancelled)
+            check_order(orders::Status::Cancelled, 7, "XTR", 100, &bad),
+            Err(Reason::OrderCancelled)
         );
         // Then the payer, then currency, then amount.
         assert_eq!(
-            check_order("pending", 7, "XTR", 100, &bad),
-            Err(Refusal::PayerMismatch)
+            check_order(orders::Status::Pending, 7, "XTR", 100, &bad),
+            Err(Reason::PayerMismatch)
         );
         assert_eq!(
-            check_order("pending", 7, "XTR", 100, &query(7, "USD", 1)),
-            Err(Refusal::CurrencyMismatch)
+            check_order(orders::Status::Pending, 7, "XTR", 100, &query(7, "USD", 1)),
+            Err(Reason::CurrencyMismatch)
         );
         assert_eq!(
-            check_order("pending", 7, "XTR", 100, &query(7, "XTR", 99)),
-            Err(Refusal::AmountMismatch)
+            check_order(orders::Status::Pending, 7, "XTR", 100, &query(7, "XTR", 99)),
+            Err(Reason::AmountMismatch)
         );
     }
 
     #[test]
     fn an_order_priced_in_another_currency_cannot_be_paid_in_stars() {
         assert_eq!(
-            check_order("pending", 7, "UAH", 100, &query(7, "XTR", 100)),
-            Err(Refusal::CurrencyMismatch)
+            check_order(
+                orders::Status::Pending,
+                7,
+                "UAH",
+                100,
+                &query(7, "XTR", 100)
+            ),
+            Err(Reason::CurrencyMismatch)
         );
     }
 
     #[test]
     fn refusal_messages_are_short_and_reasons_match_the_schema() {
-        let all = [
-            Refusal::UnknownOrder,
-            Refusal::OrderCancelled,
-            Refusal::AlreadyPaid,
-            Refusal::PayerMismatch,
-            Refusal::CurrencyMismatch,
-            Refusal::AmountMismatch,
-            Refusal::ChannelInactive,
-            Refusal::HoldExpired,
-            Refusal::NoSeat,
-        ];
         let schema = include_str!("../../migrations/0002_telegram.sql");
-        for r in all {
-            assert!(r.message().len() <= 100, "{r:?} message too long");
-            assert!(schema.contains(&format!("'{}'", r.reason())), "{r:?}");
+        for r in Reason::ALL {
+            assert!(r.buyer_message().len() <= 100, "{r:?} message too long");
+            assert!(schema.contains(&format!("'{}'", r.as_str())), "{r:?}");
         }
     }
 }

@@ -671,7 +671,7 @@ async fn payer_mismatch_and_stars_refunds_through_the_core() {
     .unwrap();
     assert!(!a.duplicate);
     assert_eq!(a.payment.outcome, "needs_review");
-    assert_eq!(a.payment.reason.as_deref(), Some("payer_mismatch"));
+    assert_eq!(a.payment.reason.map(|r| r.as_str()), Some("payer_mismatch"));
     assert!(a.membership.is_none());
     assert_eq!(membership_state(&app).await, before);
     let payer: Option<String> = app
@@ -700,7 +700,7 @@ async fn payer_mismatch_and_stars_refunds_through_the_core() {
     .await
     .unwrap();
     assert_eq!(a.payment.outcome, "refund_pending");
-    assert_eq!(a.payment.reason.as_deref(), Some("hold_expired"));
+    assert_eq!(a.payment.reason.map(|r| r.as_str()), Some("hold_expired"));
     assert_eq!(membership_state(&app).await, before);
 
     // The right payer on a fresh order with a free seat → applied.
@@ -723,7 +723,7 @@ async fn payer_mismatch_and_stars_refunds_through_the_core() {
     .await
     .unwrap();
     assert_eq!(a.payment.outcome, "refund_pending");
-    assert_eq!(a.payment.reason.as_deref(), Some("already_paid"));
+    assert_eq!(a.payment.reason.map(|r| r.as_str()), Some("already_paid"));
 
     // no_seat → refund_pending (the member holds the only seat).
     let late = app.create_order(buyer, chan).await;
@@ -734,7 +734,7 @@ async fn payer_mismatch_and_stars_refunds_through_the_core() {
     .await
     .unwrap();
     assert_eq!(a.payment.outcome, "refund_pending");
-    assert_eq!(a.payment.reason.as_deref(), Some("no_seat"));
+    assert_eq!(a.payment.reason.map(|r| r.as_str()), Some("no_seat"));
 
     // Other failures of a Stars payment need review.
     let a = apply_payment(
@@ -744,7 +744,10 @@ async fn payer_mismatch_and_stars_refunds_through_the_core() {
     .await
     .unwrap();
     assert_eq!(a.payment.outcome, "needs_review");
-    assert_eq!(a.payment.reason.as_deref(), Some("amount_mismatch"));
+    assert_eq!(
+        a.payment.reason.map(|r| r.as_str()),
+        Some("amount_mismatch")
+    );
 
     // A duplicate charge id answers the stored payment.
     let a = apply_payment(
