@@ -15,6 +15,7 @@ use std::{
     time::Duration,
 };
 
+use axum::http::Method;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use subgate::effects::{
@@ -672,6 +673,7 @@ async fn server_errors_back_off_for_72_hours_then_dead_letter_visible_to_staff_a
         (retried["status"].as_str(), retried["attempts"].as_i64()),
         (Some("pending"), Some(0))
     );
+    assert_eq!(retried["first_failed_at"], Value::Null);
     run(&app).await;
     assert_eq!(effect(&app, id).await["status"], "done");
     assert_eq!(
@@ -1545,6 +1547,100 @@ async fn fifteen_failures_in_a_row_leave_the_effect_pending_until_telegram_answe
     assert_eq!(fake.calls_of("sendMessage").len(), 1);
 }
 
+#[tokio::test]
+async fn bulk_retry_sends_back_the_dead_letters_matching_the_filters() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    // A refused refund, then two grants refused (the bot was not an admin).
+    let p = refund_pending_payment(&app, 6011, -1_001_000_000_211, "ch-bulk-1", "ch-bulk-2").await;
+    let c = channel(&app, -1_001_000_000_113, json!({})).await;
+    let mut memberships = Vec::new();
+    for user in [5721, 5722] {
+        let s = subscriber(&app, user).await;
+        memberships.push(grant(&app, s, c, 30).await);
+    }
+    fake.always(
+        "refundStarPayment",
+        Reply::Error(400, "Bad Request: BALANCE_TOO_LOW".into()),
+    );
+    fake.always(
+        "unbanChatMember",
+        Reply::Error(403, "Forbidden: not enough rights".into()),
+    );
+    assert_eq!(run(&app).await.failed, 3);
+    assert_eq!(payment_outcome(&app, p).await, "refund_failed");
+
+    // Malformed requests change nothing.
+    let anonymous = app
+        .request(Method::POST, "/api/effects/retry", &[], "")
+        .await;
+    assert_eq!(anonymous.status.as_u16(), 401);
+    app.post("/api/effects/retry?colour=red", Value::Null)
+        .await
+        .expect(400);
+    app.post("/api/effects/retry?limit=5", Value::Null)
+        .await
+        .expect(400);
+    app.post("/api/effects/retry?status=pending", Value::Null)
+        .await
+        .expect(422);
+    app.post("/api/effects/retry?kind=nope", Value::Null)
+        .await
+        .expect(422);
+    app.post("/api/effects/retry?membership_id=x", Value::Null)
+        .await
+        .expect(400);
+    assert_eq!(app.count("effects WHERE status = 'failed'").await, 3);
+
+    // Staff fix the causes, then send the dead letters back: by kind (the list's own filters,
+    // `status=failed` included, are accepted), by membership, then the rest.
+    fake.reset("refundStarPayment");
+    fake.reset("unbanChatMember");
+    let r = app
+        .post("/api/effects/retry?status=failed&kind=refund", Value::Null)
+        .await
+        .expect(200);
+    assert_eq!(r, json!({"retried": 1}));
+    assert_eq!(
+        app.get(&format!("/api/payments/{p}")).await.expect(200)["outcome"],
+        "refund_pending",
+        "the refund's payment goes back with it"
+    );
+    let r = app
+        .post(
+            &format!("/api/effects/retry?membership_id={}", memberships[0]),
+            Value::Null,
+        )
+        .await
+        .expect(200);
+    assert_eq!(r, json!({"retried": 1}));
+    assert_eq!(
+        app.post("/api/effects/retry", Value::Null)
+            .await
+            .expect(200),
+        json!({"retried": 1})
+    );
+    assert_eq!(
+        app.post("/api/effects/retry", Value::Null)
+            .await
+            .expect(200),
+        json!({"retried": 0})
+    );
+    assert_eq!(
+        app.count(
+            "effects WHERE status = 'pending' AND attempts = 0 AND first_failed_at IS NULL
+             AND next_attempt_at <= now()"
+        )
+        .await,
+        3
+    );
+
+    let report = run(&app).await;
+    assert_eq!(report.done, 3, "{report:?}");
+    assert_eq!(payment_outcome(&app, p).await, "refunded");
+    assert!(fake.was_refunded("ch-bulk-2"));
+}
+
 // ---- leases: no transaction, row lock or connection held across Bot API calls ----
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1609,6 +1705,10 @@ async fn telegram_is_called_with_no_transaction_or_connection_held() {
         .unwrap()
         .get(0);
     assert!(leased);
+    // Staff cannot send it back while it is being performed.
+    app.post(&format!("/api/effects/{id}/retry"), Value::Null)
+        .await
+        .expect(409);
     // Staff are not kept waiting by Telegram, on a seat-limited channel either.
     let patched = tokio::time::timeout(
         Duration::from_secs(5),
@@ -1706,6 +1806,43 @@ async fn an_expired_lease_is_claimed_again_and_the_late_worker_records_nothing()
 }
 
 // ---- refunds sent back by staff, and found in long transaction lists ----
+
+#[tokio::test]
+async fn a_refused_refund_sent_back_by_staff_is_refunded() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let p = refund_pending_payment(&app, 6006, -1_001_000_000_206, "ch-rt-1", "ch-rt-2").await;
+    fake.script(
+        "refundStarPayment",
+        Reply::Error(400, "Bad Request: BALANCE_TOO_LOW".into()),
+    );
+    run(&app).await;
+    assert_eq!(payment_outcome(&app, p).await, "refund_failed");
+    let id = effects_of(&app, "refund").await[0]["id"].as_i64().unwrap();
+    assert_eq!(effect(&app, id).await["status"], "failed");
+
+    // Staff top up the balance and send the refund back.
+    let retried = app
+        .post(&format!("/api/effects/{id}/retry"), Value::Null)
+        .await
+        .expect(200);
+    assert_eq!(retried["status"], "pending");
+    assert_eq!(
+        app.get(&format!("/api/payments/{p}")).await.expect(200)["outcome"],
+        "refund_pending"
+    );
+    run(&app).await;
+    assert_eq!(fake.calls_of("refundStarPayment").len(), 2);
+    assert!(fake.was_refunded("ch-rt-2"));
+    assert_eq!(payment_outcome(&app, p).await, "refunded");
+    let e = effect(&app, id).await;
+    assert_eq!(e["status"], "done");
+    assert_eq!(
+        e["payload"]["note"],
+        Value::Null,
+        "performed, not skipped: {e}"
+    );
+}
 
 #[tokio::test]
 async fn a_lost_refund_answer_is_found_among_more_than_5000_transactions() {
