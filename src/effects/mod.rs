@@ -114,7 +114,7 @@ impl Kind {
 /// The columns of [`Effect::from_row`], in order.
 pub const COLUMNS: &str = "id, kind, membership_id, payment_id, order_id, chat_id, user_id, \
      payload, status, attempts, next_attempt_at, last_error, dedupe_key, created_at, updated_at, \
-     done_at";
+     done_at, lease_until, first_failed_at";
 
 /// An effect row, as the worker reads it and `GET /api/effects` shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -136,6 +136,11 @@ pub struct Effect {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub done_at: Option<DateTime<Utc>>,
+    /// While in the future, a worker is performing the effect (its claim's lease).
+    pub lease_until: Option<DateTime<Utc>>,
+    /// The first failed attempt since the effect was created or sent back by staff; transient
+    /// failures are retried until it is [`worker::RETRY_HORIZON`] old.
+    pub first_failed_at: Option<DateTime<Utc>>,
 }
 
 impl Effect {
@@ -158,6 +163,8 @@ impl Effect {
             created_at: r.get(13),
             updated_at: r.get(14),
             done_at: r.get(15),
+            lease_until: r.get(16),
+            first_failed_at: r.get(17),
         }
     }
 

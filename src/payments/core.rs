@@ -145,6 +145,10 @@ crate::text_enum! {
         ChannelInactive => "channel_inactive",
         HoldExpired => "hold_expired",
         NoSeat => "no_seat",
+        /// A Stars charge we never recorded whose refund Telegram lists too (refunded outside
+        /// subgate): kept as `refunded` by the Stars reconcile, granting nothing. Never a
+        /// pre-checkout refusal.
+        RefundedElsewhere => "refunded_elsewhere",
     }
 }
 
@@ -166,6 +170,7 @@ impl Reason {
             Reason::NoSeat => {
                 "This seat has just been taken. Please choose another channel or try later."
             }
+            Reason::RefundedElsewhere => "This payment was refunded.",
         }
     }
 }
