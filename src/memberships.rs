@@ -44,7 +44,10 @@ impl Status {
 }
 
 /// A membership as the API shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[schema(example = json!({"id": 1, "subscriber_id": 1, "channel_id": 1, "status": "active",
+    "expires_at": "2025-01-31T10:00:00Z", "created_at": "2025-01-01T10:00:00Z",
+    "updated_at": "2025-01-01T10:00:00Z"}))]
 pub struct Membership {
     pub id: i64,
     pub subscriber_id: i32,

@@ -68,7 +68,8 @@ pub fn next_sweep_status(
 }
 
 /// What one run did; the body of `POST /api/sweep` and the output of `subgate sweep`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[schema(example = json!({"examined": 12, "to_grace": 3, "to_expired": 2, "skipped": 0, "duration_ms": 41}))]
 pub struct SweepReport {
     /// Candidates looked at: not expired and `expires_at` at or before the run's start
     /// (skipped ones included; a `grace` membership inside its window is examined every run).

@@ -16,7 +16,10 @@ use axum::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::ApiJson;
+use super::{
+    ApiJson,
+    openapi::{Problem, Token},
+};
 use crate::{
     auth::{self, MAX_EMAIL_BYTES},
     error::ApiError,
@@ -72,10 +75,15 @@ fn client_ip(parts_headers: &HeaderMap, peer: Option<SocketAddr>, trust_proxy: b
     peer.map(|p| p.ip()).unwrap_or(IpAddr::from([127, 0, 0, 1]))
 }
 
-#[derive(Deserialize)]
+/// A staff login.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"email": "admin@example.com", "password": "correct horse battery"}))]
 pub struct LoginRequest {
+    #[schema(required = true, nullable = false, min_length = 1, max_length = 254)]
     email: Option<String>,
+    /// At most 72 bytes (bcrypt would truncate a longer one).
+    #[schema(required = true, nullable = false, min_length = 1, max_length = 72)]
     password: Option<String>,
 }
 
@@ -118,6 +126,19 @@ fn credentials(req: LoginRequest) -> Result<(String, String), ApiError> {
 /// is counted (429 if parallel attempts used the pair's allowance); bcrypt runs on the blocking
 /// pool, and the attempt is judged there, so a dropped request cannot un-count a guess that
 /// was checked.
+#[utoipa::path(post, path = "/api/auth/login", operation_id = "login", tag = "auth",
+    request_body = LoginRequest,
+    security(()),
+    responses(
+        (status = 200, description = "Logged in.", body = Token),
+        (status = 401, description = "Wrong email or password (the same answer, in about the same \
+            time, for both).", body = Problem, content_type = "application/problem+json",
+            headers(("WWW-Authenticate" = String, description = "`Bearer`."))),
+        (status = 422, description = "A field is missing or too long.", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Too many failed logins for this email from this address.",
+            body = Problem, content_type = "application/problem+json", headers(("Retry-After" = String, description = "Seconds to wait."))),
+    ),
+)]
 pub async fn login(
     State(state): State<AppState>,
     peer: Option<axum::Extension<ConnectInfo<SocketAddr>>>,

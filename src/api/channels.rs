@@ -12,13 +12,18 @@ use serde::{Deserialize, Serialize};
 use tokio_postgres::Row;
 
 use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, chars, not_null, nullable};
-use super::{auth::Staff, idempotency::StaffWrite};
+use super::{auth::Staff, idempotency::StaffWrite, openapi::Problem};
 use crate::{error::ApiError, orders::seats, payments::currency, state::AppState};
 
 pub const COLUMNS: &str = "id, telegram_chat_id, title, price_minor, currency, billing_period_days, \
      grace_period_days, seat_limit, active, created_at, updated_at";
 
-#[derive(Debug, Clone, Serialize)]
+/// A private Telegram channel for sale.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[schema(example = json!({"id": 1, "telegram_chat_id": -1001000000001_i64, "title": "Premium signals",
+    "price_minor": 19900, "currency": "UAH", "billing_period_days": 30, "grace_period_days": 3,
+    "seat_limit": null, "active": true, "created_at": "2025-01-01T10:00:00Z",
+    "updated_at": "2025-01-01T10:00:00Z"}))]
 pub struct Channel {
     pub id: i32,
     pub telegram_chat_id: i64,
@@ -51,40 +56,73 @@ impl Channel {
     }
 }
 
-#[derive(Deserialize)]
+/// A new channel.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"telegram_chat_id": -1001000000001_i64, "title": "Premium signals",
+    "price_minor": 19900, "currency": "UAH", "billing_period_days": 30, "grace_period_days": 3}))]
 pub struct ChannelInput {
+    /// Not 0.
+    #[schema(required = true, nullable = false, value_type = i64)]
     telegram_chat_id: Option<i64>,
+    #[schema(required = true, nullable = false, min_length = 1, max_length = 255)]
     title: Option<String>,
+    /// Minor units (> 0).
+    #[schema(required = true, nullable = false, minimum = 1)]
     price_minor: Option<i64>,
+    /// An ISO 4217 code, or `XTR` (Telegram Stars).
+    #[schema(
+        required = true,
+        nullable = false,
+        pattern = "^[A-Z]{3}$",
+        example = "UAH"
+    )]
     currency: Option<String>,
+    #[schema(required = true, nullable = false, minimum = 1, maximum = 3660)]
     billing_period_days: Option<i32>,
+    /// Default 0.
+    #[schema(nullable = false, minimum = 0, maximum = 365)]
     grace_period_days: Option<i32>,
+    /// Null or absent: unlimited.
     #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<i32>, minimum = 1)]
     seat_limit: Option<Option<i32>>,
+    /// Default true.
+    #[schema(nullable = false)]
     active: Option<bool>,
 }
 
 /// A PATCH body: like [`ChannelInput`], but an explicit `null` is seen (and refused for every
 /// field except `seat_limit`, where it means unlimited).
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"price_minor": 24900, "seat_limit": 100}))]
 pub struct ChannelPatch {
+    /// Not 0. Refused (409) while the channel has live memberships or pending effects.
     #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = i64)]
     telegram_chat_id: Option<Option<i64>>,
     #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = String, min_length = 1, max_length = 255)]
     title: Option<Option<String>>,
     #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = i64, minimum = 1)]
     price_minor: Option<Option<i64>>,
     #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = String, pattern = "^[A-Z]{3}$")]
     currency: Option<Option<String>>,
     #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = i32, minimum = 1, maximum = 3660)]
     billing_period_days: Option<Option<i32>>,
     #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = i32, minimum = 0, maximum = 365)]
     grace_period_days: Option<Option<i32>>,
+    /// `null`: unlimited.
     #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<i32>, minimum = 1)]
     seat_limit: Option<Option<i32>>,
     #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = bool)]
     active: Option<Option<bool>>,
 }
 
@@ -103,10 +141,14 @@ impl ChannelPatch {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListChannels {
+    /// Rows per page.
+    #[param(minimum = 1, maximum = 200, default = 50)]
     limit: Option<i64>,
+    /// Return ids greater than this (the previous page's `next_after`).
     after: Option<i64>,
     active: Option<bool>,
 }
@@ -159,6 +201,18 @@ fn validate(b: &ChannelInput, create: bool, mut e: Errors) -> Result<(), ApiErro
 }
 
 /// `POST /api/channels`.
+#[utoipa::path(post, path = "/api/channels", operation_id = "createChannel", tag = "channels",
+    request_body = ChannelInput,
+    params(super::idempotency::IdempotencyKey),
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 201, description = "Created.", body = Channel),
+        (status = 409, description = "A channel with this `telegram_chat_id` exists, or this \
+            Idempotency-Key is in flight.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid fields, or an Idempotency-Key reused for another \
+            request.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn create(
     State(state): State<AppState>,
     write: StaffWrite<ChannelInput>,
@@ -196,6 +250,14 @@ pub async fn create(
 }
 
 /// `GET /api/channels`.
+#[utoipa::path(get, path = "/api/channels", operation_id = "listChannels", tag = "channels",
+    params(ListChannels),
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 200, description = "A page of channels, by id.", body = Page<Channel>),
+        (status = 422, description = "`limit` out of range.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn list(
     State(state): State<AppState>,
     _: Staff,
@@ -218,6 +280,11 @@ pub async fn list(
 }
 
 /// `GET /api/channels/{id}`.
+#[utoipa::path(get, path = "/api/channels/{id}", operation_id = "getChannel", tag = "channels",
+    params(("id" = i32, Path, description = "Channel id.")),
+    security(("staff_jwt" = [])),
+    responses((status = 200, description = "The channel.", body = Channel)),
+)]
 pub async fn get(
     State(state): State<AppState>,
     _: Staff,
@@ -242,6 +309,17 @@ pub async fn get(
 /// memberships — their members are in the current chat — or pending effects aimed at the current
 /// chat ([`chat_change_blocker`]); otherwise it also clears the stored `invite_link`, which
 /// belongs to the old chat (the next grant makes one for the new chat).
+#[utoipa::path(patch, path = "/api/channels/{id}", operation_id = "patchChannel", tag = "channels",
+    params(("id" = i32, Path, description = "Channel id.")),
+    request_body = ChannelPatch,
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 200, description = "The channel as changed.", body = Channel),
+        (status = 409, description = "`telegram_chat_id` is taken, or cannot change while the \
+            channel has live memberships or pending effects.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid fields (`null` for anything but `seat_limit` included).", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn patch(
     State(state): State<AppState>,
     _: Staff,
@@ -352,6 +430,15 @@ async fn chat_change_blocker(
 }
 
 /// `DELETE /api/channels/{id}`: 204, or 409 while memberships, orders or payments refer to it.
+#[utoipa::path(delete, path = "/api/channels/{id}", operation_id = "deleteChannel", tag = "channels",
+    params(("id" = i32, Path, description = "Channel id.")),
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 204, description = "Deleted."),
+        (status = 409, description = "Memberships, orders or payments refer to the channel; \
+            deactivate it instead.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn delete(
     State(state): State<AppState>,
     _: Staff,

@@ -18,6 +18,7 @@ use super::{ApiQuery, Errors, Page, Paging, PathId};
 use super::{
     auth::Staff,
     idempotency::{NoBody, StaffWrite},
+    openapi::{Problem, Retried},
 };
 use crate::{
     effects::{COLUMNS, Effect, Kind},
@@ -27,18 +28,33 @@ use crate::{
 
 const STATUSES: [&str; 3] = ["pending", "done", "failed"];
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListEffects {
+    /// Rows per page.
+    #[param(minimum = 1, maximum = 200, default = 50)]
     limit: Option<i64>,
+    /// Return ids greater than this (the previous page's `next_after`).
     after: Option<i64>,
+    /// `failed`: the dead letters.
+    #[param(value_type = Option<crate::effects::EffectStatus>)]
     status: Option<String>,
+    #[param(value_type = Option<Kind>)]
     kind: Option<String>,
     membership_id: Option<i64>,
     payment_id: Option<i64>,
 }
 
 /// `GET /api/effects` (filters `status`, `kind`, `membership_id`, `payment_id`).
+#[utoipa::path(get, path = "/api/effects", operation_id = "listEffects", tag = "effects",
+    params(ListEffects),
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 200, description = "A page of effects, by id.", body = Page<Effect>),
+        (status = 422, description = "`limit` out of range, or an unknown `status` or `kind`.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn list(
     State(state): State<AppState>,
     _: Staff,
@@ -80,6 +96,11 @@ pub async fn list(
 }
 
 /// `GET /api/effects/{id}`.
+#[utoipa::path(get, path = "/api/effects/{id}", operation_id = "getEffect", tag = "effects",
+    params(("id" = i64, Path, description = "Effect id.")),
+    security(("staff_jwt" = [])),
+    responses((status = 200, description = "The effect.", body = Effect)),
+)]
 pub async fn get(
     State(state): State<AppState>,
     _: Staff,
@@ -101,6 +122,17 @@ pub async fn get(
 /// refund's payment goes back from `refund_failed` to `refund_pending` in the same transaction,
 /// so the worker refunds it instead of skipping it. 409 for a `done` effect, and for one a
 /// worker is performing at this moment (leased). Answers the effect.
+#[utoipa::path(post, path = "/api/effects/{id}/retry", operation_id = "retryEffect", tag = "effects",
+    params(("id" = i64, Path, description = "Effect id."), super::idempotency::IdempotencyKey),
+    request_body(content = Option<NoBody>, description = "None, or `{}`."),
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 200, description = "The effect, back in the queue and due now.", body = Effect),
+        (status = 409, description = "The effect is done, a worker is performing it right now, \
+            or this Idempotency-Key is in flight.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "An Idempotency-Key reused for another request.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn retry(
     State(state): State<AppState>,
     PathId(id): PathId<i64>,
@@ -157,10 +189,14 @@ pub async fn retry(
 }
 
 /// The filters of `POST /api/effects/retry`: those of the list; `status` may only be `failed`.
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct RetryFilter {
+    /// Only `failed` (the default: dead letters are what is retried).
+    #[param(pattern = "^failed$")]
     status: Option<String>,
+    #[param(value_type = Option<Kind>)]
     kind: Option<String>,
     membership_id: Option<i64>,
     payment_id: Option<i64>,
@@ -170,6 +206,17 @@ pub struct RetryFilter {
 /// the filters goes back to the queue as with `POST /api/effects/{id}/retry` (due now, fresh
 /// budget, a refund's payment back to `refund_pending`), in one transaction. Answers
 /// `{"retried": <count>}`.
+#[utoipa::path(post, path = "/api/effects/retry", operation_id = "retryDeadLetters", tag = "effects",
+    params(RetryFilter, super::idempotency::IdempotencyKey),
+    request_body(content = Option<NoBody>, description = "None, or `{}`."),
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 200, description = "How many dead letters went back to the queue.", body = Retried),
+        (status = 409, description = "This Idempotency-Key is in flight.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A `status` other than `failed`, an unknown `kind`, or an \
+            Idempotency-Key reused for another request.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn retry_all(
     State(state): State<AppState>,
     uri: Uri,

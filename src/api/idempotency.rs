@@ -39,9 +39,22 @@ pub struct StaffWrite<T> {
 }
 
 /// A body for POSTs that take none: empty, or `{}`.
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NoBody {}
+
+/// The `Idempotency-Key` header of staff writes, as the OpenAPI document describes it.
+#[derive(utoipa::IntoParams)]
+#[into_params(names("Idempotency-Key"), parameter_in = Header)]
+pub struct IdempotencyKey(
+    /// Makes the request safe to retry: a repeat with the same key and request answers the saved
+    /// response with `Idempotent-Replayed: true` and runs nothing again. Scoped per staff
+    /// account, kept 24 hours; 1..255 visible ASCII characters (a quoted structured-field string
+    /// is accepted too).
+    #[param(pattern = "^[!-~]{1,255}$")]
+    #[allow(dead_code)]
+    Option<String>,
+);
 
 fn key_from_headers(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let mut values = headers.get_all(HEADER).iter();

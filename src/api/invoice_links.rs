@@ -11,7 +11,12 @@
 use axum::{Json, extract::State};
 use serde_json::{Value, json};
 
-use super::{ApiJson, PathId, auth::Staff, idempotency::NoBody};
+use super::{
+    ApiJson, PathId,
+    auth::Staff,
+    idempotency::NoBody,
+    openapi::{OrderEnvelope, Problem},
+};
 use crate::{
     error::ApiError,
     orders::{self, Order},
@@ -26,6 +31,18 @@ const DESCRIPTION_MAX: usize = 255;
 /// `POST /api/orders/{id}/invoice-link` → 200 `{"order": Order}` with `invoice_link` set.
 /// 404 unknown order; 422 not an `XTR` order; 409 order not pending (and no link yet);
 /// 503 without a bot token, in dry-run mode, or when Telegram does not answer.
+#[utoipa::path(post, path = "/api/orders/{id}/invoice-link", operation_id = "createInvoiceLink",
+    tag = "orders",
+    params(("id" = i64, Path, description = "Order id.")),
+    request_body(content = Option<NoBody>, description = "None, or `{}`."),
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 200, description = "The order with its `invoice_link` (made once; a stored \
+            link is answered as it is).", body = OrderEnvelope),
+        (status = 409, description = "The order is not pending (and has no link yet).", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Not an `XTR` (Telegram Stars) order.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn create(
     State(state): State<AppState>,
     staff: Staff,

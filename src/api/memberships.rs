@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use tokio_postgres::Row;
 
 use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, state_filter};
-use super::{auth::Staff, idempotency::StaffWrite};
+use super::{auth::Staff, idempotency::StaffWrite, openapi::Problem};
 use crate::{
     db,
     error::ApiError,
@@ -24,39 +24,59 @@ use crate::{
     state::AppState,
 };
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListMemberships {
+    /// Rows per page.
+    #[param(minimum = 1, maximum = 200, default = 50)]
     limit: Option<i64>,
+    /// Return ids greater than this (the previous page's `next_after`).
     after: Option<i64>,
     subscriber_id: Option<i32>,
     channel_id: Option<i32>,
+    #[param(value_type = Option<Status>)]
     status: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListEvents {
+    /// Rows per page.
+    #[param(minimum = 1, maximum = 200, default = 50)]
     limit: Option<i64>,
+    /// Return ids greater than this (the previous page's `next_after`).
     after: Option<i64>,
 }
 
-#[derive(Deserialize)]
+/// A grant or extension by hand: `expires_at = GREATEST(current, now) + days`.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"subscriber_id": 1, "channel_id": 1, "days": 30}))]
 pub struct Grant {
+    #[schema(required = true, nullable = false)]
     subscriber_id: Option<i32>,
+    #[schema(required = true, nullable = false)]
     channel_id: Option<i32>,
+    #[schema(required = true, nullable = false, minimum = 1, maximum = 3660)]
     days: Option<i32>,
 }
 
-#[derive(Deserialize)]
+/// A staff correction: `expires_at` and/or `status`, written exactly.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"expires_at": "2025-02-01T00:00:00Z", "status": "active"}))]
 pub struct PatchMembership {
+    #[schema(nullable = false)]
     expires_at: Option<DateTime<Utc>>,
+    #[schema(nullable = false, value_type = Option<Status>)]
     status: Option<String>,
 }
 
-#[derive(Serialize)]
+/// One change of a membership, as recorded.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = MembershipEvent)]
 pub struct Event {
     id: i64,
     membership_id: i64,
@@ -86,6 +106,14 @@ impl Event {
 }
 
 /// `GET /api/memberships`.
+#[utoipa::path(get, path = "/api/memberships", operation_id = "listMemberships", tag = "memberships",
+    params(ListMemberships),
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 200, description = "A page of memberships, by id.", body = Page<Membership>),
+        (status = 422, description = "`limit` out of range or an unknown `status`.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn list(
     State(state): State<AppState>,
     _: Staff,
@@ -118,6 +146,11 @@ pub async fn list(
 }
 
 /// `GET /api/memberships/{id}`.
+#[utoipa::path(get, path = "/api/memberships/{id}", operation_id = "getMembership", tag = "memberships",
+    params(("id" = i64, Path, description = "Membership id.")),
+    security(("staff_jwt" = [])),
+    responses((status = 200, description = "The membership.", body = Membership)),
+)]
 pub async fn get(
     State(state): State<AppState>,
     _: Staff,
@@ -135,6 +168,16 @@ pub async fn get(
 }
 
 /// `GET /api/memberships/{id}/events`.
+#[utoipa::path(get, path = "/api/memberships/{id}/events", operation_id = "listMembershipEvents",
+    tag = "memberships",
+    params(("id" = i64, Path, description = "Membership id."), ListEvents),
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 200, description = "A page of the membership's events, oldest first.",
+            body = Page<Event>),
+        (status = 422, description = "`limit` out of range.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn events(
     State(state): State<AppState>,
     _: Staff,
@@ -163,6 +206,18 @@ pub async fn events(
 /// `POST /api/memberships`: grant or extend by hand (cause `staff`):
 /// `expires_at = GREATEST(current, now) + days`, `status = active`. 201 when created, 200 when
 /// extended. Staff grants are deliberate and do not check seats.
+#[utoipa::path(post, path = "/api/memberships", operation_id = "grantMembership", tag = "memberships",
+    request_body = Grant,
+    params(super::idempotency::IdempotencyKey),
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 200, description = "Extended.", body = Membership),
+        (status = 201, description = "Created.", body = Membership),
+        (status = 409, description = "This Idempotency-Key is in flight.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid fields, no such subscriber or channel, or an \
+            Idempotency-Key reused for another request.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn grant(
     State(state): State<AppState>,
     write: StaffWrite<Grant>,
@@ -224,6 +279,15 @@ async fn pair_of(tx: &deadpool_postgres::Transaction<'_>, id: i64) -> Result<(i3
 
 /// `PATCH /api/memberships/{id}`: staff corrections of `expires_at` and/or `status`, written
 /// exactly, recorded as one `staff` event; no seat check, no extension.
+#[utoipa::path(patch, path = "/api/memberships/{id}", operation_id = "patchMembership", tag = "memberships",
+    params(("id" = i64, Path, description = "Membership id.")),
+    request_body = PatchMembership,
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 200, description = "The membership as corrected.", body = Membership),
+        (status = 422, description = "An unknown `status`, or neither field given.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn patch(
     State(state): State<AppState>,
     staff: Staff,
@@ -265,6 +329,11 @@ pub async fn patch(
 /// `DELETE /api/memberships/{id}`: 204. Its events go with it; payments stay. A live (active or
 /// grace) membership's member is taken out of the chat: a revoke is enqueued in the same
 /// transaction ([`memberships::delete`]).
+#[utoipa::path(delete, path = "/api/memberships/{id}", operation_id = "deleteMembership", tag = "memberships",
+    params(("id" = i64, Path, description = "Membership id.")),
+    security(("staff_jwt" = [])),
+    responses((status = 204, description = "Deleted; a live member is taken out of the chat.")),
+)]
 pub async fn delete(
     State(state): State<AppState>,
     staff: Staff,

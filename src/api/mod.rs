@@ -17,6 +17,7 @@ pub mod error;
 pub mod idempotency;
 pub mod invoice_links;
 pub mod memberships;
+pub mod openapi;
 pub mod orders;
 pub mod payments;
 pub mod router;
@@ -92,9 +93,10 @@ impl<S: Send + Sync, T: std::str::FromStr + Send> FromRequestParts<S> for PathId
 }
 
 /// The list envelope: `{"items": [...], "next_after": <id or null>}`.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Page<T: Serialize> {
     pub items: Vec<T>,
+    /// Pass as `after` for the next page; null on the last one.
     pub next_after: Option<i64>,
 }
 

@@ -9,6 +9,7 @@ use super::{
     ApiQuery, Errors, Page, Paging, PathId,
     auth::Staff,
     idempotency::{NoBody, StaffWrite},
+    openapi::{OrderEnvelope, Problem},
     state_filter,
 };
 use crate::{
@@ -20,20 +21,29 @@ use crate::{
     state::AppState,
 };
 
-#[derive(Deserialize)]
+/// A new order: one billing period of a channel, at its price now.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"subscriber_id": 1, "channel_id": 1}))]
 pub struct CreateOrder {
+    #[schema(required = true, nullable = false)]
     subscriber_id: Option<i32>,
+    #[schema(required = true, nullable = false)]
     channel_id: Option<i32>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListOrders {
+    /// Rows per page.
+    #[param(minimum = 1, maximum = 200, default = 50)]
     limit: Option<i64>,
+    /// Return ids greater than this (the previous page's `next_after`).
     after: Option<i64>,
     subscriber_id: Option<i32>,
     channel_id: Option<i32>,
+    #[param(value_type = Option<orders::Status>)]
     status: Option<String>,
 }
 
@@ -60,6 +70,17 @@ fn to_value(order: &Order) -> Result<serde_json::Value, ApiError> {
 
 /// `POST /api/orders`: 201 with the order; amount and currency are the channel's price now.
 /// 422 when the subscriber or channel does not exist or the channel is inactive.
+#[utoipa::path(post, path = "/api/orders", operation_id = "createOrder", tag = "orders",
+    request_body = CreateOrder,
+    params(super::idempotency::IdempotencyKey),
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 201, description = "Created.", body = Order),
+        (status = 409, description = "This Idempotency-Key is in flight.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid fields, no such subscriber or channel, an inactive \
+            channel, or an Idempotency-Key reused for another request.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn create(
     State(state): State<AppState>,
     write: StaffWrite<CreateOrder>,
@@ -84,6 +105,14 @@ pub async fn create(
 }
 
 /// `GET /api/orders` (filters `subscriber_id`, `channel_id`, `status`).
+#[utoipa::path(get, path = "/api/orders", operation_id = "listOrders", tag = "orders",
+    params(ListOrders),
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 200, description = "A page of orders, by id.", body = Page<Order>),
+        (status = 422, description = "`limit` out of range or an unknown `status`.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn list(
     State(state): State<AppState>,
     _: Staff,
@@ -102,6 +131,11 @@ pub async fn list(
 }
 
 /// `GET /api/orders/{id}`.
+#[utoipa::path(get, path = "/api/orders/{id}", operation_id = "getOrder", tag = "orders",
+    params(("id" = i64, Path, description = "Order id.")),
+    security(("staff_jwt" = [])),
+    responses((status = 200, description = "The order.", body = Order)),
+)]
 pub async fn get(
     State(state): State<AppState>,
     _: Staff,
@@ -116,6 +150,17 @@ pub async fn get(
 
 /// `POST /api/orders/{id}/cancel`: pending only (else 409); clears the hold, so its seat is free
 /// at once. Takes the lock order, like every change of a hold.
+#[utoipa::path(post, path = "/api/orders/{id}/cancel", operation_id = "cancelOrder", tag = "orders",
+    params(("id" = i64, Path, description = "Order id."), super::idempotency::IdempotencyKey),
+    request_body(content = Option<NoBody>, description = "None, or `{}`."),
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 200, description = "The cancelled order.", body = Order),
+        (status = 409, description = "The order is not pending, or this Idempotency-Key is in \
+            flight.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "An Idempotency-Key reused for another request.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn cancel(
     State(state): State<AppState>,
     PathId(id): PathId<i64>,
@@ -132,6 +177,19 @@ pub async fn cancel(
 /// same decision as an approved Telegram `pre_checkout_query` ([`seats::checkout_locked`]):
 /// a free seat is held once for `HOLD_SECS`; refusals are 409 (not pending, hold expired,
 /// channel full) or 422 (channel inactive).
+#[utoipa::path(post, path = "/api/orders/{id}/checkout", operation_id = "checkoutOrder", tag = "orders",
+    params(("id" = i64, Path, description = "Order id."), super::idempotency::IdempotencyKey),
+    request_body(content = Option<NoBody>, description = "None, or `{}`."),
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 200, description = "Approved: the order, holding a seat of a seat-limited \
+            channel until `hold_until`.", body = OrderEnvelope),
+        (status = 409, description = "The order is not pending, its hold expired, the channel is \
+            full, or this Idempotency-Key is in flight.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The channel is inactive, or an Idempotency-Key reused for \
+            another request.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn checkout(
     State(state): State<AppState>,
     PathId(id): PathId<i64>,

@@ -5,24 +5,37 @@
 use axum::{Json, extract::State};
 use serde::Deserialize;
 
-use super::{ApiQuery, Page, Paging, PathId, auth::Staff, state_filter};
+use super::{ApiQuery, Page, Paging, PathId, auth::Staff, openapi::Problem, state_filter};
 use crate::{
     error::ApiError,
     payments::core::{COLUMNS, Outcome, Payment},
     state::AppState,
 };
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListPayments {
+    /// Rows per page.
+    #[param(minimum = 1, maximum = 200, default = 50)]
     limit: Option<i64>,
+    /// Return ids greater than this (the previous page's `next_after`).
     after: Option<i64>,
+    #[param(value_type = Option<Outcome>)]
     outcome: Option<String>,
     order_id: Option<i64>,
     subscriber_id: Option<i32>,
 }
 
 /// `GET /api/payments` (filters `outcome`, `order_id`, `subscriber_id`), by id ascending.
+#[utoipa::path(get, path = "/api/payments", operation_id = "listPayments", tag = "payments",
+    params(ListPayments),
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 200, description = "A page of payments, by id.", body = Page<Payment>),
+        (status = 422, description = "`limit` out of range or an unknown `outcome`.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn list(
     State(state): State<AppState>,
     _: Staff,
@@ -55,6 +68,11 @@ pub async fn list(
 }
 
 /// `GET /api/payments/{id}`.
+#[utoipa::path(get, path = "/api/payments/{id}", operation_id = "getPayment", tag = "payments",
+    params(("id" = i64, Path, description = "Payment id.")),
+    security(("staff_jwt" = [])),
+    responses((status = 200, description = "The payment.", body = Payment)),
+)]
 pub async fn get(
     State(state): State<AppState>,
     _: Staff,

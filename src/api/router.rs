@@ -21,7 +21,9 @@ use tower_http::{
 use super::{
     auth, channels, effects,
     error::problem,
-    invoice_links, memberships, orders, payments, subscribers, sweep,
+    invoice_links, memberships,
+    openapi::{self, Health},
+    orders, payments, subscribers, sweep,
     webhooks::{standard, telegram, wayforpay},
 };
 use crate::{error::ApiError, state::AppState};
@@ -76,7 +78,8 @@ pub fn router(state: AppState) -> Router {
         .route("/webhook/payment", post(standard::receive))
         .route("/webhook/wayforpay", post(wayforpay::receive))
         .route("/webhook/telegram", post(telegram::webhook))
-        .route("/sweep", post(sweep::run));
+        .route("/sweep", post(sweep::run))
+        .route("/openapi.json", get(openapi::openapi_json));
 
     Router::new()
         .nest("/api", api)
@@ -120,11 +123,21 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn healthz() -> Json<Value> {
+/// `GET /healthz`: the process answers (no database check).
+#[utoipa::path(get, path = "/healthz", operation_id = "healthz", tag = "operations", security(()),
+    responses((status = 200, description = "Alive.", body = Health,
+        example = json!({"status": "ok"}))),
+)]
+pub async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-async fn readyz(State(state): State<AppState>) -> Response {
+/// `GET /readyz`: the database answers and is migrated.
+#[utoipa::path(get, path = "/readyz", operation_id = "readyz", tag = "operations", security(()),
+    responses((status = 200, description = "Ready to serve.", body = Health,
+        example = json!({"status": "ready"}))),
+)]
+pub async fn readyz(State(state): State<AppState>) -> Response {
     if crate::db::is_ready(&state.db).await {
         Json(json!({"status": "ready"})).into_response()
     } else {

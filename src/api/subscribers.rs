@@ -11,12 +11,15 @@ use serde::{Deserialize, Serialize};
 use tokio_postgres::Row;
 
 use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, check_text, not_null, nullable};
-use super::{auth::Staff, idempotency::StaffWrite};
+use super::{auth::Staff, idempotency::StaffWrite, openapi::Problem};
 use crate::{error::ApiError, memberships, state::AppState};
 
 const COLUMNS: &str = "id, telegram_user_id, username, display_name, created_at, updated_at";
 
-#[derive(Serialize)]
+/// A buyer, identified by their Telegram user id.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(example = json!({"id": 1, "telegram_user_id": 100000001, "username": "ann",
+    "display_name": "Ann", "created_at": "2025-01-01T10:00:00Z", "updated_at": "2025-01-01T10:00:00Z"}))]
 pub struct Subscriber {
     pub id: i32,
     pub telegram_user_id: i64,
@@ -39,29 +42,43 @@ impl Subscriber {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"telegram_user_id": 100000001, "username": "ann", "display_name": "Ann"}))]
 pub struct CreateSubscriber {
+    #[schema(required = true, nullable = false, minimum = 1)]
     telegram_user_id: Option<i64>,
+    #[schema(max_length = 64)]
     username: Option<String>,
+    #[schema(max_length = 128)]
     display_name: Option<String>,
 }
 
-#[derive(Deserialize)]
+/// The fields to change; `null` clears `username` or `display_name`. Changing
+/// `telegram_user_id` is refused (409) while the subscriber has an active or grace membership.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"username": null, "display_name": "Ann K."}))]
 pub struct PatchSubscriber {
     #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = i64, minimum = 1)]
     telegram_user_id: Option<Option<i64>>,
     #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<String>, max_length = 64)]
     username: Option<Option<String>>,
     #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<String>, max_length = 128)]
     display_name: Option<Option<String>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListSubscribers {
+    /// Rows per page.
+    #[param(minimum = 1, maximum = 200, default = 50)]
     limit: Option<i64>,
+    /// Return ids greater than this (the previous page's `next_after`).
     after: Option<i64>,
     telegram_user_id: Option<i64>,
 }
@@ -73,6 +90,18 @@ fn check_telegram_user_id(e: &mut Errors, v: i64) {
 }
 
 /// `POST /api/subscribers`.
+#[utoipa::path(post, path = "/api/subscribers", operation_id = "createSubscriber", tag = "subscribers",
+    request_body = CreateSubscriber,
+    params(super::idempotency::IdempotencyKey),
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 201, description = "Created.", body = Subscriber),
+        (status = 409, description = "A subscriber with this `telegram_user_id` exists, or this \
+            Idempotency-Key is in flight.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid fields, or an Idempotency-Key reused for another \
+            request.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn create(
     State(state): State<AppState>,
     write: StaffWrite<CreateSubscriber>,
@@ -105,6 +134,14 @@ pub async fn create(
 }
 
 /// `GET /api/subscribers`.
+#[utoipa::path(get, path = "/api/subscribers", operation_id = "listSubscribers", tag = "subscribers",
+    params(ListSubscribers),
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 200, description = "A page of subscribers, by id.", body = Page<Subscriber>),
+        (status = 422, description = "`limit` out of range.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn list(
     State(state): State<AppState>,
     _: Staff,
@@ -127,6 +164,11 @@ pub async fn list(
 }
 
 /// `GET /api/subscribers/{id}`.
+#[utoipa::path(get, path = "/api/subscribers/{id}", operation_id = "getSubscriber", tag = "subscribers",
+    params(("id" = i32, Path, description = "Subscriber id.")),
+    security(("staff_jwt" = [])),
+    responses((status = 200, description = "The subscriber.", body = Subscriber)),
+)]
 pub async fn get(
     State(state): State<AppState>,
     _: Staff,
@@ -145,6 +187,17 @@ pub async fn get(
 
 /// `PATCH /api/subscribers/{id}`. Changing `telegram_user_id` is refused while the subscriber
 /// has an active or grace membership (access is tied to that Telegram account).
+#[utoipa::path(patch, path = "/api/subscribers/{id}", operation_id = "patchSubscriber", tag = "subscribers",
+    params(("id" = i32, Path, description = "Subscriber id.")),
+    request_body = PatchSubscriber,
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 200, description = "The subscriber as changed.", body = Subscriber),
+        (status = 409, description = "`telegram_user_id` is taken, or cannot change while the \
+            subscriber has an active or grace membership.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid fields (`null` for `telegram_user_id` included).", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn patch(
     State(state): State<AppState>,
     _: Staff,
@@ -221,6 +274,14 @@ pub async fn patch(
 /// `DELETE /api/subscribers/{id}`: 204, or 409 when the subscriber has payments (money records
 /// are never deleted). Orders, memberships and their events go with the subscriber; each live
 /// membership's member is taken out of its chat (a revoke per membership, in this transaction).
+#[utoipa::path(delete, path = "/api/subscribers/{id}", operation_id = "deleteSubscriber", tag = "subscribers",
+    params(("id" = i32, Path, description = "Subscriber id.")),
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 204, description = "Deleted, with its orders and memberships."),
+        (status = 409, description = "The subscriber has payments (money records are never deleted).", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn delete(
     State(state): State<AppState>,
     _: Staff,

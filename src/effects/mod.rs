@@ -55,8 +55,9 @@ use crate::{
 pub use worker::{RunReport, Worker, reconcile, run_once};
 
 /// What an effect does on Telegram.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
+#[schema(as = EffectKind)]
 pub enum Kind {
     /// A membership became active from none or expired: unban (only if banned), then send
     /// the buyer the channel's join-request link.
@@ -116,18 +117,34 @@ pub const COLUMNS: &str = "id, kind, membership_id, payment_id, order_id, chat_i
      payload, status, attempts, next_attempt_at, last_error, dedupe_key, created_at, updated_at, \
      done_at, lease_until, first_failed_at";
 
+/// An effect's `status`, as the API shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EffectStatus {
+    /// Queued, or being retried.
+    Pending,
+    /// Telegram confirmed it.
+    Done,
+    /// A dead letter: given up on; staff can send it back (`POST /api/effects/{id}/retry`).
+    Failed,
+}
+
 /// An effect row, as the worker reads it and `GET /api/effects` shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Effect {
     pub id: i64,
+    #[schema(value_type = Kind)]
     pub kind: String,
     pub membership_id: Option<i64>,
     pub payment_id: Option<i64>,
     pub order_id: Option<i64>,
     pub chat_id: Option<i64>,
     pub user_id: i64,
+    /// What the effect needs to be performed (kind-specific).
+    #[schema(value_type = Object)]
     pub payload: Value,
     /// `pending`, `done` or `failed` (the dead letter).
+    #[schema(value_type = EffectStatus)]
     pub status: String,
     pub attempts: i32,
     pub next_attempt_at: DateTime<Utc>,

@@ -30,7 +30,11 @@ pub const COLUMNS: &str = "id, reference, subscriber_id, channel_id, amount_mino
      status, hold_until, invoice_link, created_at, paid_at";
 
 /// An order as the API shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[schema(example = json!({"id": 1, "reference": "ord_5f0c1e7a9b2d4c6e8f1a3b5c7d9e0f21",
+    "subscriber_id": 1, "channel_id": 1, "amount_minor": 19900, "currency": "UAH",
+    "status": "pending", "hold_until": null, "invoice_link": null,
+    "created_at": "2025-01-01T10:00:00Z", "paid_at": null}))]
 pub struct Order {
     pub id: i64,
     /// Opaque, unguessable (128 bits from the OS CSPRNG): a payment naming it is tied to it.

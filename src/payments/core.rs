@@ -61,7 +61,11 @@ pub const COLUMNS: &str = "id, gateway, external_id, order_reference, order_id, 
 
 /// A stored payment as the API shows it. `order_reference` is shown too (beyond API.md's list)
 /// so staff can reconcile an `unknown_order` payment, whose order fields are null.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[schema(example = json!({"id": 1, "gateway": "acme", "external_id": "pay_1",
+    "order_reference": "ord_5f0c1e7a9b2d4c6e8f1a3b5c7d9e0f21", "order_id": 1, "subscriber_id": 1,
+    "channel_id": 1, "amount_minor": 19900, "currency": "UAH", "paid_at": "2025-01-01T10:05:00Z",
+    "outcome": "applied", "reason": null, "created_at": "2025-01-01T10:05:01Z"}))]
 pub struct Payment {
     pub id: i64,
     pub gateway: String,
@@ -101,7 +105,7 @@ impl Payment {
 }
 
 /// What [`apply_payment`] did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Applied {
     /// True when this (gateway, external_id) was already stored: nothing changed, and `payment`
     /// is the stored row (even if this delivery's other fields differ).

@@ -24,7 +24,7 @@ use tokio_postgres::GenericClient;
 use crate::error::ApiError;
 
 /// A Bot API call returned as the webhook's response body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(tag = "method")]
 pub enum WebhookReply {
     #[serde(rename = "answerPreCheckoutQuery")]

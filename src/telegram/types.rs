@@ -8,7 +8,8 @@
 use serde::Deserialize;
 
 /// One incoming update. At most one of the optional fields is present in a real update.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[schema(as = TelegramUpdate)]
 pub struct Update {
     pub update_id: i64,
     #[serde(default)]
@@ -20,7 +21,8 @@ pub struct Update {
 }
 
 /// A message; subgate only cares about service messages carrying a `successful_payment`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[schema(as = TelegramMessage)]
 pub struct Message {
     pub message_id: i64,
     /// Unix time the message was sent: for a payment, when it was paid.
@@ -34,7 +36,8 @@ pub struct Message {
 }
 
 /// A chat; its id is the channel's `telegram_chat_id` (or the user id for a private chat).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[schema(as = TelegramChat)]
 pub struct Chat {
     pub id: i64,
     #[serde(default, rename = "type")]
@@ -42,7 +45,8 @@ pub struct Chat {
 }
 
 /// A Telegram user (or bot).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[schema(as = TelegramUser)]
 pub struct User {
     pub id: i64,
     #[serde(default)]
@@ -50,7 +54,8 @@ pub struct User {
 }
 
 /// A completed payment, as sent to the bot in a service message.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[schema(as = TelegramSuccessfulPayment)]
 pub struct SuccessfulPayment {
     /// ISO 4217 code, or `XTR` for Telegram Stars.
     pub currency: String,
@@ -66,7 +71,8 @@ pub struct SuccessfulPayment {
 }
 
 /// Telegram asks whether it may charge the buyer; it must be answered within 10 seconds.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[schema(as = TelegramPreCheckoutQuery)]
 pub struct PreCheckoutQuery {
     pub id: String,
     pub from: User,
@@ -76,7 +82,8 @@ pub struct PreCheckoutQuery {
 }
 
 /// A user asks to join a chat through an invite link that needs approval.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[schema(as = TelegramChatJoinRequest)]
 pub struct ChatJoinRequest {
     pub chat: Chat,
     pub from: User,

@@ -8,6 +8,7 @@ mod auth;
 mod crud;
 mod effects;
 mod hardening_payments;
+mod openapi;
 mod ops;
 
 mod idempotency;

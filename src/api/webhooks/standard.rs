@@ -25,7 +25,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::{
-    api::{Errors, chars},
+    api::{
+        Errors, chars,
+        openapi::{Problem, SignedWebhookAnswer},
+    },
     error::ApiError,
     payments::{
         core::{self, NormalizedPayment, TELEGRAM_STARS},
@@ -44,15 +47,32 @@ const PAYMENT_SUCCEEDED: &str = "payment.succeeded";
 const RESERVED_GATEWAYS: [&str; 2] = ["wayforpay", TELEGRAM_STARS];
 
 /// The body's fields with their JSON types; absence is checked separately (422).
-#[derive(Deserialize)]
+///
+/// A signed event. Only `type: payment.succeeded` is a payment, and then every field is
+/// required; any other type is acknowledged and ignored. Unknown fields are ignored.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[schema(as = SignedPaymentEvent, example = json!({"type": "payment.succeeded", "gateway": "acme",
+    "payment_id": "pay_1", "order_reference": "ord_5f0c1e7a9b2d4c6e8f1a3b5c7d9e0f21",
+    "amount_minor": 19900, "currency": "UAH", "paid_at": "2025-01-01T10:05:00Z"}))]
 struct Body {
+    /// `payment.succeeded`, or any other event type (ignored).
     #[serde(rename = "type")]
+    #[schema(required = true, nullable = false)]
     kind: Option<String>,
+    /// The gateway's name, `[a-z0-9_-]{1,32}`; not `wayforpay` or `telegram_stars`.
+    #[schema(nullable = false, pattern = "^[a-z0-9_-]{1,32}$")]
     gateway: Option<String>,
+    /// The gateway's id of the payment (unique per gateway).
+    #[schema(nullable = false, min_length = 1, max_length = 255)]
     payment_id: Option<String>,
+    /// The order's `reference`.
+    #[schema(nullable = false, min_length = 1, max_length = 255)]
     order_reference: Option<String>,
+    #[schema(nullable = false, minimum = 1)]
     amount_minor: Option<i64>,
+    #[schema(nullable = false, pattern = "^[A-Z]{3}$")]
     currency: Option<String>,
+    #[schema(nullable = false, format = DateTime)]
     paid_at: Option<String>,
 }
 
@@ -61,6 +81,20 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 }
 
 /// `POST /api/webhook/payment`.
+#[utoipa::path(post, path = "/api/webhook/payment", operation_id = "receiveSignedPayment",
+    tag = "payment doors",
+    request_body = Body,
+    security(("webhook_id" = [], "webhook_timestamp" = [], "webhook_signature" = [])),
+    responses(
+        (status = 200, description = "Stored (applied, needs review, refund pending or a \
+            duplicate), or an event of another type ignored.", body = SignedWebhookAnswer),
+        (status = 400, description = "Signed, but not JSON or a field of the wrong type (logged \
+            for reconciliation; nothing stored).", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "The signature, timestamp or id does not verify.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Signed, but a field is missing or invalid (logged for \
+            reconciliation; nothing stored).", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn receive(
     State(state): State<AppState>,
     headers: HeaderMap,

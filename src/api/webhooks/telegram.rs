@@ -22,6 +22,7 @@ use chrono::DateTime;
 use serde_json::json;
 
 use crate::{
+    api::openapi::{Problem, TelegramAnswer},
     error::ApiError,
     payments::core::{self, NormalizedPayment},
     state::AppState,
@@ -38,6 +39,18 @@ pub const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
 const LOG_BODY_LIMIT: usize = 16 * 1024;
 
 /// `POST /api/webhook/telegram`.
+#[utoipa::path(post, path = "/api/webhook/telegram", operation_id = "receiveTelegramUpdate",
+    tag = "payment doors",
+    request_body = Update,
+    security(("telegram_secret" = [])),
+    responses(
+        (status = 200, description = "Handled: a Bot API call to make (pre-checkout answer, join \
+            decision), or `{}`.", body = TelegramAnswer),
+        (status = 400, description = "Not a Telegram `Update` (logged).", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "The secret header is missing or wrong.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A `successful_payment` with values Telegram never sends.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn webhook(
     State(state): State<AppState>,
     headers: HeaderMap,

@@ -26,6 +26,7 @@ use axum::{
 use chrono::{DateTime, Utc};
 
 use crate::{
+    api::openapi::{Problem, WayForPayAck, WayForPayCallback},
     error::ApiError,
     payments::{
         core::{self, NormalizedPayment},
@@ -39,6 +40,21 @@ use crate::{
 pub const GATEWAY: &str = "wayforpay";
 
 /// `POST /api/webhook/wayforpay`.
+#[utoipa::path(post, path = "/api/webhook/wayforpay", operation_id = "receiveWayForPayCallback",
+    tag = "payment doors",
+    description = "WayForPay's `serviceUrl` callback. Authenticated by its `merchantSignature` \
+        (and `merchantAccount`), inside the body.",
+    request_body = WayForPayCallback,
+    security(()),
+    responses(
+        (status = 200, description = "Acknowledged (and stored when `Approved`).", body = WayForPayAck),
+        (status = 400, description = "Not a WayForPay callback: nothing is trusted or stored.", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "The signature does not verify, or the merchant account is \
+            not ours.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Signed and approved, but its money cannot be stored \
+            (logged; WayForPay retries).", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn receive(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let Some(config) = state.config.wayforpay.as_ref() else {
         return Err(ApiError::Unavailable(

@@ -1,0 +1,507 @@
+//! The OpenAPI 3.1 document of every route, served at `GET /api/openapi.json`.
+//!
+//! It is generated from the code with `utoipa`: each handler carries a `#[utoipa::path]` next
+//! to its signature, each request and response body derives `ToSchema`, and [`ApiDoc`] lists the
+//! handlers. What every operation shares is added here by rule ([`CommonResponses`]), from what
+//! the operation itself declares, so no handler repeats it:
+//! - `400` when it takes a body, query parameters or an `Idempotency-Key`; `413` with a body;
+//! - `401` (with `WWW-Authenticate: Bearer`) when it needs a staff token;
+//! - `404` when its path names a record;
+//! - `503` (with `Retry-After`) everywhere: the database is unreachable, a door is not
+//!   configured, or the request timed out;
+//! - `x-request-id` on every response.
+//!
+//! Errors are problem documents ([`Problem`], `application/problem+json`). The security schemes
+//! are the staff JWT, the sweep token (an alternative on `POST /api/sweep` only), the three
+//! Standard Webhooks headers of door 1 and Telegram's secret header of door 3; door 2
+//! authenticates by a signature inside its body, which no scheme can express.
+//!
+//! The tests compare this document with the routes the router really serves (both directions)
+//! and validate it against the OAS 3.1 schema; `make fuzz` runs schemathesis against a live
+//! server with it.
+
+use std::{borrow::Cow, collections::BTreeMap, sync::OnceLock};
+
+use axum::{
+    http::{HeaderValue, header},
+    response::{IntoResponse, Response},
+};
+use serde::Serialize;
+use utoipa::{
+    Modify, OpenApi, PartialSchema, ToSchema,
+    openapi::{
+        self, ContentBuilder, HeaderBuilder, ObjectBuilder, RefOr, ResponseBuilder, Schema, Type,
+        path::{Operation, ParameterIn},
+        security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme},
+    },
+};
+
+use super::{
+    auth, channels, effects, invoice_links, memberships, orders, payments, subscribers, sweep,
+    webhooks::{standard, telegram, wayforpay},
+};
+use crate::{memberships as membership_domain, orders as order_domain, payments::core};
+
+/// The content type of every error body.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// Security scheme names, as operations refer to them.
+pub const STAFF_JWT: &str = "staff_jwt";
+pub const SWEEP_TOKEN: &str = "sweep_token";
+pub const TELEGRAM_SECRET: &str = "telegram_secret";
+pub const WEBHOOK_ID: &str = "webhook_id";
+pub const WEBHOOK_TIMESTAMP: &str = "webhook_timestamp";
+pub const WEBHOOK_SIGNATURE: &str = "webhook_signature";
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "subgate",
+        description = "Sells access to private Telegram channels: the staff REST API, the three \
+            payment doors and the operations endpoints. Errors are RFC 9457 problem documents \
+            (`application/problem+json`); every response carries `x-request-id`. Staff POSTs that \
+            commit in one transaction honour an optional `Idempotency-Key`. Lists are \
+            `{\"items\": [...], \"next_after\": <id or null>}`, ordered by id, with `limit` \
+            (1..200, default 50) and `after`.",
+        license(name = "MIT", identifier = "MIT"),
+    ),
+    paths(
+        auth::login,
+        subscribers::create, subscribers::list, subscribers::get, subscribers::patch,
+        subscribers::delete,
+        channels::create, channels::list, channels::get, channels::patch, channels::delete,
+        memberships::grant, memberships::list, memberships::get, memberships::patch,
+        memberships::delete, memberships::events,
+        orders::create, orders::list, orders::get, orders::cancel, orders::checkout,
+        invoice_links::create,
+        effects::list, effects::retry_all, effects::get, effects::retry,
+        payments::list, payments::get,
+        standard::receive, wayforpay::receive, telegram::webhook,
+        sweep::run,
+        super::router::healthz, super::router::readyz, openapi_json,
+    ),
+    components(schemas(Problem)),
+    modifiers(&SecuritySchemes, &CommonResponses),
+    tags(
+        (name = "auth", description = "Staff login: a bearer JWT for every other staff route."),
+        (name = "subscribers", description = "The buyers, by Telegram user id."),
+        (name = "channels", description = "The private channels for sale, with price, period, grace and seats."),
+        (name = "memberships", description = "Who may be in which channel until when, and the history of each."),
+        (name = "orders", description = "One intent to buy one period of one channel; what every payment names."),
+        (name = "payments", description = "Every payment any door stored (read-only)."),
+        (name = "effects", description = "The outbox of Telegram effects and its dead letters."),
+        (name = "payment doors", description = "Where gateways and Telegram report payments."),
+        (name = "operations", description = "Sweep, health, readiness and this document."),
+    ),
+)]
+pub struct ApiDoc;
+
+/// The document, built once.
+pub fn document() -> &'static openapi::OpenApi {
+    static DOC: OnceLock<openapi::OpenApi> = OnceLock::new();
+    DOC.get_or_init(ApiDoc::openapi)
+}
+
+/// `GET /api/openapi.json`: this document (no authentication).
+#[utoipa::path(
+    get,
+    path = "/api/openapi.json",
+    operation_id = "getOpenApiDocument",
+    tag = "operations",
+    security(()),
+    responses((status = 200, description = "The OpenAPI 3.1 document of this service.",
+        content_type = "application/json", body = Object)),
+)]
+pub async fn openapi_json() -> Response {
+    static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
+    let body = BYTES.get_or_init(|| serde_json::to_vec(document()).expect("document serializes"));
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body.as_slice(),
+    )
+        .into_response()
+}
+
+/// An RFC 9457 problem document: the body of every error.
+#[derive(Serialize, ToSchema)]
+#[schema(example = json!({
+    "type": "/problems/validation", "title": "Unprocessable Entity", "status": 422,
+    "detail": "some fields are invalid",
+    "errors": {"billing_period_days": "is required", "currency": "must be an ISO 4217 code (e.g. UAH) or XTR"}
+}))]
+pub struct Problem {
+    /// A relative URI naming the kind of problem (`/problems/not-found`, `/problems/validation`,
+    /// …), or `about:blank`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The status's reason phrase.
+    pub title: String,
+    /// The HTTP status code.
+    #[schema(minimum = 400, maximum = 599)]
+    pub status: u16,
+    /// What went wrong, for a human. A 5xx says nothing of the cause (it is logged with the
+    /// request id).
+    pub detail: String,
+    /// Validation errors only (`/problems/validation`, 422): a message per invalid field.
+    #[schema(required = false)]
+    pub errors: Option<BTreeMap<String, String>>,
+}
+
+/// `{"order": Order}`: checkout and invoice link.
+#[derive(Serialize, ToSchema)]
+pub struct OrderEnvelope {
+    pub order: order_domain::Order,
+}
+
+/// `{"retried": n}`: how many dead letters went back to the queue.
+#[derive(Serialize, ToSchema)]
+#[schema(example = json!({"retried": 3}))]
+pub struct Retried {
+    #[schema(minimum = 0)]
+    pub retried: i64,
+}
+
+/// The answer to a staff login.
+#[derive(Serialize, ToSchema)]
+#[schema(example = json!({"access_token": "eyJ0eXAiOiJKV1QiLCJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2ln",
+    "token_type": "Bearer", "expires_in": 3600}))]
+pub struct Token {
+    /// An HS256 JWT; send it as `Authorization: Bearer <token>`.
+    pub access_token: String,
+    #[schema(pattern = "^Bearer$")]
+    pub token_type: String,
+    /// Seconds until it expires (`JWT_TTL_SECS`).
+    #[schema(minimum = 1)]
+    pub expires_in: u64,
+}
+
+/// `{"status": "ok"}` or `{"status": "ready"}`.
+#[derive(Serialize, ToSchema)]
+pub struct Health {
+    #[schema(pattern = "^(ok|ready)$")]
+    pub status: String,
+}
+
+/// Door 1's answer to a signed event that is not `payment.succeeded`: acknowledged, ignored.
+#[derive(Serialize, ToSchema)]
+pub struct Ignored {
+    #[schema(pattern = "^true$", value_type = bool)]
+    pub ignored: bool,
+}
+
+/// Door 1's answer: what the payment core did, or that the event was ignored.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum SignedWebhookAnswer {
+    Applied(core::Applied),
+    Ignored(Ignored),
+}
+
+/// `{}`: nothing to do.
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Empty {}
+
+/// Door 3's answer: a Bot API call for Telegram to make, or nothing.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum TelegramAnswer {
+    Call(crate::telegram::WebhookReply),
+    Nothing(Empty),
+}
+
+/// WayForPay's `serviceUrl` callback (the fields subgate reads; others are ignored). The
+/// `merchantSignature` is HMAC-MD5 (hex) with the merchant secret key over
+/// `merchantAccount;orderReference;amount;currency;authCode;cardPan;transactionStatus;reasonCode`.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(example = json!({
+    "merchantAccount": "test_merch_n1", "orderReference": "ord_5f0c1e7a9b2d4c6e8f1a3b5c7d9e0f21",
+    "amount": 199.0, "currency": "UAH", "authCode": "541963", "cardPan": "41****8217",
+    "transactionStatus": "Approved", "reasonCode": 1100, "processingDate": 1735689600,
+    "merchantSignature": "ed9a06fd621d0dcefd1ba3aeb5f2c087"
+}))]
+pub struct WayForPayCallback {
+    pub merchant_account: String,
+    /// Our order reference.
+    pub order_reference: String,
+    /// In major units, as a JSON number (e.g. `199.5`).
+    pub amount: f64,
+    pub currency: String,
+    #[schema(required = false)]
+    pub auth_code: Option<String>,
+    #[schema(required = false)]
+    pub card_pan: Option<String>,
+    /// Only `Approved` is a payment; any other status is acknowledged and nothing is stored.
+    pub transaction_status: String,
+    /// A number or a numeric string.
+    #[schema(value_type = Value)]
+    pub reason_code: serde_json::Value,
+    /// Unix seconds.
+    #[schema(required = false)]
+    pub processing_date: Option<i64>,
+    pub merchant_signature: String,
+}
+
+/// The signed `accept` acknowledgement WayForPay waits for (HMAC-MD5 over
+/// `orderReference;accept;time`).
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WayForPayAck {
+    pub order_reference: String,
+    #[schema(pattern = "^accept$")]
+    pub status: String,
+    pub time: i64,
+    pub signature: String,
+}
+
+/// The state enums (`text_enum!`) as string enums, with their JSON spellings and schema names.
+macro_rules! text_enum_schemas {
+    ($($ty:ty => $name:literal: $doc:literal),+ $(,)?) => {$(
+        impl PartialSchema for $ty {
+            fn schema() -> RefOr<Schema> {
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .description(Some($doc))
+                    .enum_values(Some(<$ty>::ALL.iter().map(|v| v.as_str())))
+                    .into()
+            }
+        }
+
+        impl ToSchema for $ty {
+            fn name() -> Cow<'static, str> {
+                Cow::Borrowed($name)
+            }
+        }
+    )+};
+}
+
+text_enum_schemas! {
+    membership_domain::Status => "MembershipStatus":
+        "`active` until `expires_at`, then `grace` for the channel's grace period, then `expired`.",
+    membership_domain::EventCause => "EventCause": "Who made a membership change.",
+    order_domain::Status => "OrderStatus": "`pending` until a payment pays it or staff cancel it.",
+    core::Outcome => "PaymentOutcome": "What became of a stored payment.",
+    core::Reason => "PaymentReason":
+        "Why a payment was not applied (or a Telegram pre-checkout refused).",
+}
+
+/// The security schemes.
+struct SecuritySchemes;
+
+impl Modify for SecuritySchemes {
+    fn modify(&self, doc: &mut openapi::OpenApi) {
+        let components = doc.components.get_or_insert_with(Default::default);
+        let bearer = |format: Option<&str>, description: &str| {
+            let mut b = HttpBuilder::new()
+                .scheme(HttpAuthScheme::Bearer)
+                .description(Some(description));
+            if let Some(f) = format {
+                b = b.bearer_format(f);
+            }
+            SecurityScheme::Http(b.build())
+        };
+        let header = |name: &str, description: &str| {
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                name,
+                description,
+            )))
+        };
+        let schemes = [
+            (
+                STAFF_JWT,
+                bearer(
+                    Some("JWT"),
+                    "A staff token from POST /api/auth/login (HS256, `exp` enforced).",
+                ),
+            ),
+            (
+                SWEEP_TOKEN,
+                bearer(
+                    None,
+                    "`SWEEP_TOKEN`, when set: lets cron call POST /api/sweep without a login.",
+                ),
+            ),
+            (
+                WEBHOOK_ID,
+                header(
+                    "webhook-id",
+                    "Standard Webhooks v1: the message id (signed with the timestamp and body).",
+                ),
+            ),
+            (
+                WEBHOOK_TIMESTAMP,
+                header(
+                    "webhook-timestamp",
+                    "Standard Webhooks v1: Unix seconds, within 5 minutes of server time.",
+                ),
+            ),
+            (
+                WEBHOOK_SIGNATURE,
+                header(
+                    "webhook-signature",
+                    "Standard Webhooks v1: `v1,<base64 HMAC-SHA256 of id.timestamp.body>` with \
+                     a key of `WEBHOOK_SECRET(S)`; several may be sent, space-separated.",
+                ),
+            ),
+            (
+                TELEGRAM_SECRET,
+                header(
+                    telegram::SECRET_HEADER,
+                    "The `secret_token` given to setWebhook (`TELEGRAM_WEBHOOK_SECRET`).",
+                ),
+            ),
+        ];
+        for (name, scheme) in schemes {
+            components.security_schemes.insert(name.into(), scheme);
+        }
+    }
+}
+
+/// The error responses and headers every operation shares, added by rule (module doc).
+struct CommonResponses;
+
+impl CommonResponses {
+    fn problem(description: &str, headers: &[(&str, &str)]) -> openapi::Response {
+        let mut r = ResponseBuilder::new().description(description).content(
+            PROBLEM_JSON,
+            ContentBuilder::new()
+                .schema(Some(RefOr::Ref(openapi::Ref::from_schema_name("Problem"))))
+                .build(),
+        );
+        for (name, description) in headers {
+            r = r.header(*name, string_header(description));
+        }
+        r = r.header("x-request-id", request_id_header());
+        r.build()
+    }
+
+    /// The shared responses, by component name and status.
+    fn shared() -> [(&'static str, &'static str, openapi::Response); 6] {
+        [
+            (
+                "BadRequest",
+                "400",
+                Self::problem(
+                    "Malformed: invalid JSON, a wrong type, an unknown field or query parameter, \
+                     or a malformed Idempotency-Key.",
+                    &[],
+                ),
+            ),
+            (
+                "Unauthorized",
+                "401",
+                Self::problem(
+                    "Missing or invalid credentials.",
+                    &[("WWW-Authenticate", "`Bearer`.")],
+                ),
+            ),
+            (
+                "NotFound",
+                "404",
+                Self::problem("No such record (a non-numeric id included).", &[]),
+            ),
+            (
+                "PayloadTooLarge",
+                "413",
+                Self::problem("The body is larger than 256 KiB.", &[]),
+            ),
+            (
+                "Unavailable",
+                "503",
+                Self::problem(
+                    "Retry later: the database is unavailable or busy, this door is not \
+                     configured, or the request timed out.",
+                    &[("Retry-After", "Seconds to wait.")],
+                ),
+            ),
+            // Listed so a client sees its shape; never expected (a 500 is a bug, logged with
+            // the request id) and never referenced by an operation.
+            (
+                "InternalError",
+                "500",
+                Self::problem(
+                    "An internal error; the body says nothing of the cause.",
+                    &[],
+                ),
+            ),
+        ]
+    }
+}
+
+fn string_header(description: &str) -> openapi::Header {
+    HeaderBuilder::new()
+        .schema(String::schema())
+        .description(Some(description))
+        .build()
+}
+
+impl Modify for CommonResponses {
+    fn modify(&self, doc: &mut openapi::OpenApi) {
+        let components = doc.components.get_or_insert_with(Default::default);
+        for (name, _, response) in Self::shared() {
+            components.responses.insert(name.into(), RefOr::T(response));
+        }
+        for (path, item) in doc.paths.paths.iter_mut() {
+            let has_id = path.contains('{');
+            for op in [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                add_common(op, has_id);
+            }
+        }
+    }
+}
+
+fn add_common(op: &mut Operation, has_id: bool) {
+    let params = op.parameters.as_deref().unwrap_or_default();
+    let has_query = params
+        .iter()
+        .any(|p| matches!(p.parameter_in, ParameterIn::Query));
+    let has_key = params.iter().any(|p| {
+        matches!(p.parameter_in, ParameterIn::Header)
+            && p.name.eq_ignore_ascii_case("idempotency-key")
+    });
+    let has_body = op.request_body.is_some();
+    let staff = op.security.as_ref().is_some_and(|reqs| {
+        serde_json::to_value(reqs)
+            .map(|v| v.to_string().contains(STAFF_JWT))
+            .unwrap_or(false)
+    });
+    let wanted = [
+        ("BadRequest", "400", has_body || has_query || has_key),
+        ("Unauthorized", "401", staff),
+        ("NotFound", "404", has_id),
+        ("PayloadTooLarge", "413", has_body),
+        ("Unavailable", "503", true),
+    ];
+    for (name, status, wanted) in wanted {
+        if wanted && !op.responses.responses.contains_key(status) {
+            op.responses.responses.insert(
+                status.into(),
+                RefOr::Ref(openapi::Ref::new(format!("#/components/responses/{name}"))),
+            );
+        }
+    }
+    for response in op.responses.responses.values_mut() {
+        if let RefOr::T(r) = response {
+            r.headers
+                .entry("x-request-id".into())
+                .or_insert_with(request_id_header);
+        }
+    }
+}
+
+fn request_id_header() -> openapi::Header {
+    string_header("The request's id: the one sent in `x-request-id`, else a generated UUID.")
+}

@@ -1,0 +1,326 @@
+//! The OpenAPI document: served, describing exactly the routes the router serves, valid OpenAPI
+//! 3.1, and true to what the server answers.
+
+use std::collections::BTreeSet;
+
+use axum::http::{Method, header};
+use serde_json::{Value, json};
+
+use crate::helpers::TestApp;
+
+const METHODS: [&str; 5] = ["get", "put", "post", "delete", "patch"];
+
+/// The OAS 3.1 schema (2022-10-07) of the OpenAPI Initiative; tests/fixtures/README.md says
+/// where it comes from.
+const OAS_31_SCHEMA: &str = include_str!("../fixtures/oas-3.1-schema.json");
+
+fn document() -> Value {
+    serde_json::to_value(subgate::api::openapi::document()).unwrap()
+}
+
+/// Every (METHOD, path) the document describes.
+fn documented(doc: &Value) -> BTreeSet<(String, String)> {
+    let mut ops = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for m in METHODS {
+            if item.get(m).is_some() {
+                ops.insert((m.to_uppercase(), path.clone()));
+            }
+        }
+    }
+    ops
+}
+
+/// Every path template the router serves. axum has no public route list; its `Debug` output
+/// names every path of the path router (the fallback router follows it), which is read here.
+/// The methods of each path are then asked of the router itself (below), not read from text.
+fn routed_paths(router: &axum::Router) -> BTreeSet<String> {
+    let debug = format!("{router:?}");
+    let (paths_part, _) = debug
+        .split_once("fallback_router")
+        .expect("axum's Router Debug names its fallback router after its path router");
+    let paths: BTreeSet<String> = paths_part
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| s.starts_with('/') && !s.contains("__private__"))
+        .map(str::to_string)
+        .collect();
+    assert!(
+        paths.len() > 20 && paths.contains("/api/subscribers/{id}"),
+        "could not read the routes from axum's Debug output (has its format changed?): {paths:?}"
+    );
+    paths
+}
+
+/// The methods the router serves at `path`: a request with a method no route has is answered
+/// 405 with `Allow` listing them (HEAD, implied by GET, left out). No handler runs.
+async fn routed_methods(app: &TestApp, path: &str) -> BTreeSet<String> {
+    let concrete = path.replace("{id}", "1");
+    assert!(
+        !concrete.contains('{'),
+        "a path parameter to fill in: {path}"
+    );
+    let probe = Method::from_bytes(b"PROBE").unwrap();
+    let r = app.request(probe, &concrete, &[], "").await;
+    assert_eq!(
+        r.status.as_u16(),
+        405,
+        "{path}: a PROBE request should be 405"
+    );
+    r.header("allow")
+        .unwrap_or_else(|| panic!("{path}: 405 without Allow"))
+        .split(',')
+        .map(|m| m.trim().to_uppercase())
+        .filter(|m| !m.is_empty() && m != "HEAD")
+        .collect()
+}
+
+#[tokio::test]
+async fn the_document_is_served_without_authentication() {
+    let app = TestApp::spawn().await;
+    let r = app.get("/api/openapi.json").await;
+    let body = r.expect(200);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert!(r.header("x-request-id").is_some());
+    assert_eq!(body, document());
+    assert!(body["openapi"].as_str().unwrap().starts_with("3.1."));
+}
+
+#[tokio::test]
+async fn every_route_is_documented_and_every_documented_operation_is_routed() {
+    let app = TestApp::spawn().await;
+    let doc = document();
+    let mut routed = BTreeSet::new();
+    for path in routed_paths(&app.router) {
+        for method in routed_methods(&app, &path).await {
+            routed.insert((method, path.clone()));
+        }
+    }
+    let documented = documented(&doc);
+    let undocumented: Vec<_> = routed.difference(&documented).collect();
+    let unrouted: Vec<_> = documented.difference(&routed).collect();
+    assert!(
+        undocumented.is_empty(),
+        "routes the OpenAPI document does not describe (add #[utoipa::path] and list the \
+         handler in api::openapi::ApiDoc): {undocumented:?}"
+    );
+    assert!(
+        unrouted.is_empty(),
+        "operations in the OpenAPI document that no route serves: {unrouted:?}"
+    );
+}
+
+#[tokio::test]
+async fn every_operation_is_complete() {
+    let doc = document();
+    let mut ids = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for m in METHODS {
+            let Some(op) = item.get(m) else { continue };
+            let name = format!("{} {path}", m.to_uppercase());
+            let id = op["operationId"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{name}: no id"));
+            assert!(ids.insert(id.to_string()), "{name}: operationId {id} twice");
+            assert!(
+                op["tags"].as_array().is_some_and(|t| !t.is_empty()),
+                "{name}: no tag"
+            );
+            assert!(
+                op.get("security").is_some(),
+                "{name}: says nothing of security"
+            );
+            let responses = op["responses"].as_object().unwrap();
+            assert!(
+                responses.keys().any(|s| s.starts_with('2')),
+                "{name}: no success response"
+            );
+            assert!(responses.contains_key("503"), "{name}: no 503");
+            for (status, response) in responses {
+                let response = resolve(&doc, response);
+                assert!(
+                    response["headers"].get("x-request-id").is_some(),
+                    "{name} {status}: x-request-id not described"
+                );
+                if status.starts_with('4') || status.starts_with('5') {
+                    assert_eq!(
+                        response["content"]["application/problem+json"]["schema"]["$ref"],
+                        "#/components/schemas/Problem",
+                        "{name} {status}: not a problem document"
+                    );
+                }
+            }
+            let staff = op["security"].to_string().contains("staff_jwt");
+            if staff {
+                assert!(
+                    responses.contains_key("401"),
+                    "{name}: staff route without 401"
+                );
+            }
+        }
+    }
+}
+
+/// A `$ref` to a component, followed once.
+fn resolve<'a>(doc: &'a Value, v: &'a Value) -> &'a Value {
+    match v.get("$ref").and_then(Value::as_str) {
+        Some(r) => doc
+            .pointer(r.trim_start_matches('#'))
+            .unwrap_or_else(|| panic!("dangling {r}")),
+        None => v,
+    }
+}
+
+#[test]
+fn the_document_is_valid_openapi_3_1() {
+    let doc = document();
+    let schema: Value = serde_json::from_str(OAS_31_SCHEMA).unwrap();
+    let validator = jsonschema::draft202012::new(&schema).expect("the OAS 3.1 schema compiles");
+    let errors: Vec<String> = validator
+        .iter_errors(&doc)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "not valid OpenAPI 3.1: {errors:#?}");
+
+    // The OAS schema leaves Schema Objects to JSON Schema 2020-12: check each one, and that
+    // every example satisfies the schema it illustrates.
+    for (name, schema) in doc["components"]["schemas"].as_object().unwrap() {
+        if let Err(e) = jsonschema::draft202012::meta::validate(schema) {
+            panic!("schema {name} is not valid JSON Schema 2020-12: {e}");
+        }
+        if let Some(example) = schema.get("example") {
+            assert_valid(&doc, &format!("#/components/schemas/{name}"), example);
+        }
+    }
+    // Every `$ref` points at something.
+    let text = doc.to_string();
+    for r in text.split("\"$ref\":\"").skip(1) {
+        let target = &r[..r.find('"').unwrap()];
+        assert!(
+            doc.pointer(target.trim_start_matches('#')).is_some(),
+            "dangling $ref {target}"
+        );
+    }
+}
+
+/// Asserts `instance` is valid against the schema at `pointer` of the document.
+#[track_caller]
+fn assert_valid(doc: &Value, pointer: &str, instance: &Value) {
+    let mut root = doc.clone();
+    root["$ref"] = json!(pointer);
+    let validator = jsonschema::draft202012::new(&root)
+        .unwrap_or_else(|e| panic!("{pointer} does not compile: {e}"));
+    let errors: Vec<String> = validator
+        .iter_errors(instance)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{instance} does not match {pointer}: {errors:#?}"
+    );
+}
+
+/// The schema of a documented response body: (method, path, status).
+fn response_schema(doc: &Value, method: &str, path: &str, status: u16) -> String {
+    let op = &doc["paths"][path][method];
+    let response = resolve(doc, &op["responses"][status.to_string()]);
+    let content = response["content"]
+        .as_object()
+        .unwrap_or_else(|| panic!("{method} {path} {status}: no content documented"));
+    let (ctype, media) = content.iter().next().unwrap();
+    assert!(
+        media.get("schema").is_some(),
+        "{method} {path} {status}: no schema"
+    );
+    // A JSON pointer inside a URI fragment: `~` and `/` escaped, braces percent-encoded.
+    let escape = |s: &str| {
+        s.replace('~', "~0")
+            .replace('/', "~1")
+            .replace('{', "%7B")
+            .replace('}', "%7D")
+    };
+    match op["responses"][status.to_string()].get("$ref") {
+        Some(r) => format!("{}/content/{}/schema", r.as_str().unwrap(), escape(ctype)),
+        None => format!(
+            "#/paths/{}/{method}/responses/{status}/content/{}/schema",
+            escape(path),
+            escape(ctype)
+        ),
+    }
+}
+
+/// Real answers of the main flows match the document (`make fuzz` checks every operation
+/// against a live server; this keeps the common ones checked in every test run).
+#[tokio::test]
+async fn real_answers_match_the_document() {
+    let app = TestApp::spawn().await;
+    let doc = document();
+    let check = |method: &str, path: &str, r: &crate::helpers::TestResponse| {
+        let status = r.status.as_u16();
+        let pointer = response_schema(&doc, method, path, status);
+        let documented = resolve(
+            &doc,
+            &doc["paths"][path][method]["responses"][status.to_string()],
+        );
+        let ctype = r.header(header::CONTENT_TYPE.as_str()).unwrap_or_default();
+        assert!(
+            documented["content"].get(ctype).is_some(),
+            "{method} {path} {status}: content type {ctype} not documented"
+        );
+        assert_valid(&doc, &pointer, &r.json());
+    };
+
+    let login = app
+        .login(crate::helpers::ADMIN_EMAIL, "wrong password")
+        .await;
+    check("post", "/api/auth/login", &login);
+    let subscriber = app
+        .post(
+            "/api/subscribers",
+            json!({"telegram_user_id": 100000001, "username": "ann"}),
+        )
+        .await;
+    check("post", "/api/subscribers", &subscriber);
+    let invalid = app.post("/api/channels", json!({"title": ""})).await;
+    assert_eq!(invalid.status, 422);
+    check("post", "/api/channels", &invalid);
+    let channel = app.create_channel(-1001000000001, json!({})).await;
+    let order = app
+        .post(
+            "/api/orders",
+            json!({"subscriber_id": subscriber.json()["id"], "channel_id": channel["id"]}),
+        )
+        .await;
+    check("post", "/api/orders", &order);
+    let order = order.json();
+    let paid = app.pay_order(&order, "pay_doc_1").await;
+    check("post", "/api/webhook/payment", &paid);
+    for path in [
+        "/api/subscribers",
+        "/api/channels",
+        "/api/memberships",
+        "/api/orders",
+        "/api/payments",
+        "/api/effects",
+    ] {
+        let r = app.get(path).await;
+        assert_eq!(r.status, 200, "{path}");
+        check("get", path, &r);
+    }
+    let membership = paid.json()["membership"]["id"].as_i64().unwrap();
+    let events = app
+        .get(&format!("/api/memberships/{membership}/events"))
+        .await;
+    check("get", "/api/memberships/{id}/events", &events);
+    let missing = app.get("/api/orders/999999").await;
+    check("get", "/api/orders/{id}", &missing);
+    let sweep = app.post("/api/sweep", json!({})).await;
+    check("post", "/api/sweep", &sweep);
+    let update = app
+        .post_telegram_update(json!({"update_id": 1, "pre_checkout_query": {"id": "q1",
+            "from": {"id": 100000001}, "currency": "XTR", "total_amount": 1,
+            "invoice_payload": "ord_unknown"}}))
+        .await;
+    check("post", "/api/webhook/telegram", &update);
+}
