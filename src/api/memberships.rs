@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio_postgres::Row;
 
-use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, state_filter};
+use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, not_null, nullable, state_filter};
 use super::{auth::Staff, idempotency::StaffWrite, openapi::Problem};
 use crate::{
     db,
@@ -68,10 +68,12 @@ pub struct Grant {
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"expires_at": "2025-02-01T00:00:00Z", "status": "active"}))]
 pub struct PatchMembership {
-    #[schema(nullable = false)]
-    expires_at: Option<DateTime<Utc>>,
-    #[schema(nullable = false, value_type = Option<Status>)]
-    status: Option<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = DateTime<Utc>)]
+    expires_at: Option<Option<DateTime<Utc>>>,
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Status)]
+    status: Option<Option<String>>,
 }
 
 /// One change of a membership, as recorded.
@@ -294,8 +296,13 @@ pub async fn patch(
     PathId(id): PathId<i64>,
     ApiJson(b): ApiJson<PatchMembership>,
 ) -> Result<Json<Membership>, ApiError> {
-    let status = state_filter::<Status>("status", b.status.as_deref())?;
-    if b.status.is_none() && b.expires_at.is_none() {
+    // An explicit null is refused, as in every PATCH (it would otherwise read as "leave alone").
+    let mut e = Errors::default();
+    let expires_at = not_null(&mut e, "expires_at", b.expires_at);
+    let status_text = not_null(&mut e, "status", b.status);
+    e.finish()?;
+    let status = state_filter::<Status>("status", status_text.as_deref())?;
+    if status.is_none() && expires_at.is_none() {
         return Err(ApiError::Unprocessable(
             "give expires_at and/or status to change".into(),
         ));
@@ -316,7 +323,7 @@ pub async fn patch(
                          status = COALESCE($3, status), updated_at = statement_timestamp()
                      WHERE id = $1 RETURNING {COLUMNS}"
                 ),
-                &[&id, &b.expires_at, &status],
+                &[&id, &expires_at, &status],
             )
             .await?;
         let after = Membership::from_row(&row);

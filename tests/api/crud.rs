@@ -1066,3 +1066,33 @@ async fn filters_combine_with_paging() {
     assert_eq!(ids(&p3), ms[4..5]);
     assert_eq!(p3["next_after"], Value::Null);
 }
+
+#[tokio::test]
+async fn a_membership_patch_refuses_null_like_every_patch() {
+    let app = TestApp::spawn().await;
+    let s = app.create_subscriber(900).await;
+    let c = app.create_channel(-900, json!({})).await;
+    let m = grant(&app, id(&s), id(&c), 30).await;
+    let path = format!("/api/memberships/{}", id(&m));
+
+    // An explicit null is not "leave alone": it is refused, naming the field, and nothing changes.
+    for field in ["status", "expires_at"] {
+        let mut body = json!({"status": "grace", "expires_at": "2030-01-01T00:00:00Z"});
+        body[field] = Value::Null;
+        let r = app.patch(&path, body).await;
+        assert_problem(&r, 422);
+        assert_eq!(r.json()["errors"][field], "must not be null", "{field}");
+    }
+    let now = app.get(&path).await.expect(200);
+    assert_eq!(now["status"], "active");
+    assert_eq!(now["expires_at"], m["expires_at"]);
+    assert_eq!(
+        count(
+            &app,
+            "SELECT count(*) FROM membership_events WHERE cause = 'staff'"
+        )
+        .await,
+        1,
+        "only the grant's event"
+    );
+}
