@@ -1089,3 +1089,37 @@ async fn a_database_outage_refuses_pre_checkout_and_makes_telegram_retry_payment
     let (status, _) = send(join_request_update(-1, 1)).await;
     assert_eq!(status, 503);
 }
+
+/// A `pre_checkout_query` whose id or payload Telegram never sends (an id the decisions table
+/// cannot key, a NUL PostgreSQL text cannot hold) is refused with 422 before any decision,
+/// like a `successful_payment` with impossible values; nothing is stored.
+#[tokio::test]
+async fn a_pre_checkout_query_with_values_telegram_never_sends_is_422() {
+    let app = TestApp::spawn().await;
+    let channel = stars_channel(&app, -5200, None).await;
+    let buyer = subscriber(&app, 5200).await;
+    let (_, reference) = order(&app, buyer, channel).await;
+    let long_id = "q".repeat(256);
+    for (query_id, payload, field) in [
+        ("", reference.as_str(), "pre_checkout_query.id"),
+        (
+            long_id.as_str(),
+            reference.as_str(),
+            "pre_checkout_query.id",
+        ),
+        ("q\0nul", reference.as_str(), "pre_checkout_query.id"),
+        (
+            "q-nul-payload",
+            "ord_\0",
+            "pre_checkout_query.invoice_payload",
+        ),
+    ] {
+        let r = app
+            .post_telegram_update(pre_checkout_update(query_id, 5200, payload, "XTR", PRICE))
+            .await;
+        let body = r.expect(422);
+        assert!(body["errors"].get(field).is_some(), "{query_id:?}: {body}");
+    }
+    let decisions = count(&app, "SELECT count(*) FROM pre_checkout_decisions", &[]).await;
+    assert_eq!(decisions, 0);
+}

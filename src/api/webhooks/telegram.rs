@@ -28,7 +28,7 @@ use crate::{
     state::AppState,
     telegram::{
         JoinDecision, WebhookReply, join_request_decision, pre_checkout,
-        types::{ChatJoinRequest, Message, SuccessfulPayment, Update},
+        types::{ChatJoinRequest, Message, PreCheckoutQuery, SuccessfulPayment, Update},
     },
 };
 
@@ -48,7 +48,8 @@ const LOG_BODY_LIMIT: usize = 16 * 1024;
             decision), or `{}`.", body = TelegramAnswer),
         (status = 400, description = "Not a Telegram `Update` (logged).", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "The secret header is missing or wrong.", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "A `successful_payment` with values Telegram never sends.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A `pre_checkout_query` or `successful_payment` with values Telegram never \
+            sends.", body = Problem, content_type = "application/problem+json"),
     ),
 )]
 pub async fn webhook(
@@ -64,6 +65,7 @@ pub async fn webhook(
     })?;
 
     if let Some(q) = &update.pre_checkout_query {
+        check_pre_checkout(q)?;
         let answer = pre_checkout::answer(&state.db, state.config.hold_secs, q).await;
         return Ok(reply(WebhookReply::AnswerPreCheckoutQuery {
             pre_checkout_query_id: q.id.clone(),
@@ -104,6 +106,26 @@ fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
             "X-Telegram-Bot-Api-Secret-Token does not match".into(),
         ))
     }
+}
+
+/// Refuses (422) a `pre_checkout_query` with values Telegram never sends, before the decision:
+/// an id the decisions table cannot key (1..255 characters) and a NUL, which PostgreSQL text
+/// cannot hold. Deciding one would only fail in the database and answer "try again".
+fn check_pre_checkout(q: &PreCheckoutQuery) -> Result<(), ApiError> {
+    let id_chars = q.id.chars().count();
+    if !(1..=255).contains(&id_chars) || q.id.contains('\0') {
+        return Err(ApiError::field(
+            "pre_checkout_query.id",
+            "must be 1 to 255 characters without NUL",
+        ));
+    }
+    if q.invoice_payload.contains('\0') {
+        return Err(ApiError::field(
+            "pre_checkout_query.invoice_payload",
+            "must not contain NUL characters",
+        ));
+    }
+    Ok(())
 }
 
 /// Turns a `successful_payment` into the core's payment. Values Telegram never sends (the
