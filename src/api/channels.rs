@@ -311,7 +311,8 @@ pub async fn get(
 /// belongs to the old chat (the next grant makes one for the new chat).
 #[utoipa::path(patch, path = "/api/channels/{id}", operation_id = "patchChannel", tag = "channels",
     params(("id" = i32, Path, description = "Channel id.")),
-    request_body = ChannelPatch,
+    request_body(content = Option<ChannelPatch>, description = "The fields to change; none (or an \
+        empty body) changes nothing."),
     security(("staff_jwt" = [])),
     responses(
         (status = 200, description = "The channel as changed.", body = Channel),

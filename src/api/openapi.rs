@@ -27,6 +27,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use serde::Serialize;
+use serde_json::json;
 use utoipa::{
     Modify, OpenApi, PartialSchema, ToSchema,
     openapi::{
@@ -463,7 +464,31 @@ impl Modify for CommonResponses {
     }
 }
 
+/// An optional body (`request_body(content = Option<T>)`) is absent or a `T`, never `null`
+/// (which every handler refuses with 400): utoipa writes it as `oneOf: [null, T]`; keep `T`.
+fn not_null_body(op: &mut Operation) {
+    let Some(body) = op.request_body.as_mut() else {
+        return;
+    };
+    for content in body.content.values_mut() {
+        let Some(RefOr::T(Schema::OneOf(one_of))) = &content.schema else {
+            continue;
+        };
+        let null = json!({"type": "null"});
+        let rest: Vec<_> = one_of
+            .items
+            .iter()
+            .filter(|s| serde_json::to_value(s).ok().as_ref() != Some(&null))
+            .cloned()
+            .collect();
+        if let [only] = rest.as_slice() {
+            content.schema = Some(only.clone());
+        }
+    }
+}
+
 fn add_common(op: &mut Operation, has_id: bool) {
+    not_null_body(op);
     let params = op.parameters.as_deref().unwrap_or_default();
     let has_query = params
         .iter()

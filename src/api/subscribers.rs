@@ -189,7 +189,8 @@ pub async fn get(
 /// has an active or grace membership (access is tied to that Telegram account).
 #[utoipa::path(patch, path = "/api/subscribers/{id}", operation_id = "patchSubscriber", tag = "subscribers",
     params(("id" = i32, Path, description = "Subscriber id.")),
-    request_body = PatchSubscriber,
+    request_body(content = Option<PatchSubscriber>, description = "The fields to change; none (or an \
+        empty body) changes nothing."),
     security(("staff_jwt" = [])),
     responses(
         (status = 200, description = "The subscriber as changed.", body = Subscriber),
