@@ -7,12 +7,13 @@ SHELL := /bin/bash
 ARGS ?=
 IMAGE ?= subgate
 
-.PHONY: help run test docs-test bench fmt lint clean-db docker-build docker-smoke
+.PHONY: help run test docs-test fuzz bench fmt lint clean-db docker-build docker-smoke
 
 help:
 	@echo "make run           build and run the server locally (PostgreSQL and dev secrets set up for you)"
 	@echo "make test          run cargo test --workspace against PostgreSQL (ARGS=... passed through)"
 	@echo "make docs-test     run the docs' shell walk-throughs against a live server on a fresh database"
+	@echo "make fuzz          fuzz a live server against its OpenAPI document (schemathesis): no 5xx, answers as documented"
 	@echo "make bench         run cargo bench against PostgreSQL (ARGS=... passed through)"
 	@echo "make fmt           cargo fmt --check"
 	@echo "make lint          cargo clippy --all-targets -- -D warnings"
@@ -28,6 +29,9 @@ test:
 
 docs-test:
 	scripts/docs-walkthrough.sh
+
+fuzz:
+	scripts/fuzz-api.sh
 
 bench:
 	scripts/bench.sh $(ARGS)

@@ -1,0 +1,104 @@
+"""Schemathesis hooks for `make fuzz`: valid signatures for two payment doors.
+
+A signature covers the exact bytes sent, so no static credential in schemathesis.toml can pass
+these doors; without one the fuzzer would only ever see 401s there and never reach the parsing,
+validation and payment core behind them.
+
+- door 1 (`POST /api/webhook/payment`): schemathesis.toml gives the three Standard Webhooks
+  headers the placeholder `signed-by-hooks`. A request carrying all three placeholders gets its
+  body serialized here and the headers replaced: a fresh id, the current time and an
+  HMAC-SHA256 signature with WEBHOOK_SECRET. A request the fuzzer sent without them, or with an
+  invalid value in one (its `ignored_auth` check does both on purpose), is left alone and must
+  be refused;
+- door 2 (`POST /api/webhook/wayforpay`), whose signature is a body field: when the body is an
+  object with a string `merchantSignature`, `merchantAccount` is set to ours and the signature
+  computed (HMAC-MD5 with WAYFORPAY_SECRET_KEY over the signed fields, as their JSON text).
+
+Door 3's secret header is a static value, given in schemathesis.toml. scripts/fuzz-api.sh
+exports the secrets of the server it started.
+"""
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import time
+import uuid
+
+import schemathesis
+
+SIGNED_FIELDS = (
+    "merchantAccount",
+    "orderReference",
+    "amount",
+    "currency",
+    "authCode",
+    "cardPan",
+    "transactionStatus",
+    "reasonCode",
+)
+
+
+def _header(headers, name):
+    """The header's key in `headers`, matched without case, or None."""
+    for key in headers or {}:
+        if key.lower() == name:
+            return key
+    return None
+
+
+def _wayforpay_text(value):
+    """A signed field as the server reads it: a string's content, a number's literal, else ''."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+PLACEHOLDER = "signed-by-hooks"
+STANDARD_HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature")
+
+
+def _sign_standard(case, kwargs):
+    keys = [_header(case.headers, name) for name in STANDARD_HEADERS]
+    if any(key is None or case.headers[key] != PLACEHOLDER for key in keys):
+        return
+    if case.body is None or type(case.body).__name__ == "NotSet":
+        body = b""
+    else:
+        try:
+            body = json.dumps(case.body).encode()
+        except (TypeError, ValueError):
+            return  # not JSON (raw bytes): sent unsigned, and refused
+    secret = base64.b64decode(os.environ["WEBHOOK_SECRET"].removeprefix("whsec_"))
+    msg_id = "msg_" + uuid.uuid4().hex
+    timestamp = str(int(time.time()))
+    tag = hmac.new(secret, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
+    for key in keys:
+        del case.headers[key]
+    case.headers["webhook-id"] = msg_id
+    case.headers["webhook-timestamp"] = timestamp
+    case.headers["webhook-signature"] = "v1," + base64.b64encode(tag).decode()
+    # The exact bytes signed are the bytes sent.
+    kwargs["data"] = body
+
+
+def _sign_wayforpay(case):
+    body = case.body
+    if not isinstance(body, dict) or not isinstance(body.get("merchantSignature"), str):
+        return
+    body["merchantAccount"] = os.environ["WAYFORPAY_MERCHANT_ACCOUNT"]
+    text = ";".join(_wayforpay_text(body.get(field)) for field in SIGNED_FIELDS)
+    key = os.environ["WAYFORPAY_SECRET_KEY"].encode()
+    body["merchantSignature"] = hmac.new(key, text.encode(), hashlib.md5).hexdigest()
+
+
+@schemathesis.hook
+def before_call(ctx, case, kwargs):
+    path = case.operation.path
+    if path == "/api/webhook/payment":
+        _sign_standard(case, kwargs)
+    elif path == "/api/webhook/wayforpay":
+        _sign_wayforpay(case)
