@@ -7,9 +7,9 @@ use tokio::time::MissedTickBehavior;
 
 use crate::{
     AppState,
-    effects::worker::{Options, Worker},
     shutdown::ShutdownSignal,
-    sweep,
+    sweep, telegram,
+    worker::{Options, Worker},
 };
 
 /// Runs every configured loop until shutdown.
@@ -88,7 +88,7 @@ pub async fn effects_loop(state: AppState, shutdown: ShutdownSignal) {
         }
         if due(last_reconcile, STARS_RECONCILE) && !shutdown.is_triggered() {
             last_reconcile = Some(tokio::time::Instant::now());
-            if let Err(e) = worker.reconcile().await {
+            if let Err(e) = telegram::recovery::reconcile(&state.db, &state.config).await {
                 tracing::error!(error = %e, "Stars reconcile failed; trying again later");
             }
         }

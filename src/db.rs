@@ -10,8 +10,10 @@
 
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Transaction};
-use tokio_postgres::NoTls;
+use deadpool_postgres::{
+    GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Transaction,
+};
+use tokio_postgres::{NoTls, Row, types::ToSql};
 
 use crate::error::ApiError;
 
@@ -233,6 +235,93 @@ pub async fn lock_pair(
     )
     .await?;
     Ok(())
+}
+
+/// A type read from a row by column name (never by position), so a query may select its
+/// [`FromRow::COLUMNS`] in any order and among other columns.
+pub trait FromRow: Sized {
+    /// The columns [`FromRow::from_row`] reads, as a select list.
+    const COLUMNS: &'static str;
+
+    /// Reads the columns by name; a missing column or a wrong type is an error, not a panic.
+    fn from_row(row: &Row) -> Result<Self, tokio_postgres::Error>;
+}
+
+/// Parameters of a statement.
+pub type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
+
+/// Runs `sql` as a statement prepared once per connection (`prepare_cached`) and reads every
+/// row as a `T`.
+pub async fn all<T: FromRow>(
+    client: &impl GenericClient,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Vec<T>, ApiError> {
+    let rows = rows(client, sql, params).await?;
+    rows.iter()
+        .map(|r| T::from_row(r).map_err(ApiError::from))
+        .collect()
+}
+
+/// Like [`all`], for at most one row.
+pub async fn opt<T: FromRow>(
+    client: &impl GenericClient,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Option<T>, ApiError> {
+    match row_opt(client, sql, params).await? {
+        Some(r) => Ok(Some(T::from_row(&r)?)),
+        None => Ok(None),
+    }
+}
+
+/// Like [`all`], for exactly one row.
+pub async fn one<T: FromRow>(
+    client: &impl GenericClient,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<T, ApiError> {
+    Ok(T::from_row(&row_one(client, sql, params).await?)?)
+}
+
+/// Runs a prepared-once statement and returns its rows.
+pub async fn rows(
+    client: &impl GenericClient,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Vec<Row>, ApiError> {
+    let stmt = client.prepare_cached(sql).await?;
+    Ok(client.query(&stmt, params).await?)
+}
+
+/// Runs a prepared-once statement that returns at most one row.
+pub async fn row_opt(
+    client: &impl GenericClient,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Option<Row>, ApiError> {
+    let stmt = client.prepare_cached(sql).await?;
+    Ok(client.query_opt(&stmt, params).await?)
+}
+
+/// Runs a prepared-once statement that returns exactly one row.
+pub async fn row_one(
+    client: &impl GenericClient,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Row, ApiError> {
+    let stmt = client.prepare_cached(sql).await?;
+    Ok(client.query_one(&stmt, params).await?)
+}
+
+/// Runs a prepared-once statement; returns how many rows it changed.
+pub async fn execute(
+    client: &impl GenericClient,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<u64, ApiError> {
+    let stmt = client.prepare_cached(sql).await?;
+    Ok(client.execute(&stmt, params).await?)
 }
 
 /// Whether a column or parameter of type `ty` holds text: the state enums of [`text_enum!`]

@@ -12,8 +12,10 @@
 //! - [`memberships`]: every read and write of membership rows (the sweep's batch write aside)
 //!   and the events and effects of their changes;
 //! - [`sweep`]: the batched, lock-respecting move of overdue memberships to grace and expired;
-//! - [`effects`]: the outbox of Telegram effects and its worker;
-//! - [`telegram`]: the Telegram decisions (pre-checkout, join requests) and the Bot API client;
+//! - [`effects`]: the outbox of Telegram effects; [`worker`]: the effects worker that performs
+//!   them;
+//! - [`telegram`]: the Telegram decisions (pre-checkout, join requests), the Stars reconcile
+//!   (payment recovery) and the Bot API client;
 //! - [`auth`], [`idempotency`]: staff accounts and tokens, idempotency keys, without HTTP;
 //! - [`config`], [`state`], [`db`], [`error`]: configuration, shared state, the database, the
 //!   one error type.
@@ -31,6 +33,7 @@ pub mod payments;
 pub mod state;
 pub mod sweep;
 pub mod telegram;
+pub mod worker;
 
 use std::net::SocketAddr;
 

@@ -13,7 +13,9 @@ use tokio_postgres::Row;
 
 use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, chars, not_null, nullable};
 use super::{auth::Staff, idempotency::StaffWrite};
-use crate::{error::ApiError, orders::seats, payments::currency, state::AppState};
+use crate::{
+    effects, error::ApiError, memberships, orders::seats, payments::currency, state::AppState,
+};
 
 pub const COLUMNS: &str = "id, telegram_chat_id, title, price_minor, currency, billing_period_days, \
      grace_period_days, seat_limit, active, created_at, updated_at";
@@ -324,16 +326,8 @@ async fn chat_change_blocker(
     channel_id: i32,
     chat_id: i64,
 ) -> Result<Option<String>, ApiError> {
-    let row = tx
-        .query_one(
-            "SELECT EXISTS (SELECT 1 FROM memberships
-                            WHERE channel_id = $1 AND status <> 'expired'),
-                    EXISTS (SELECT 1 FROM effects
-                            WHERE status = 'pending' AND chat_id = $2)",
-            &[&channel_id, &chat_id],
-        )
-        .await?;
-    let (live, pending): (bool, bool) = (row.get(0), row.get(1));
+    let live = memberships::channel_holds_access(tx, channel_id).await?;
+    let pending = effects::pending_in_chat(tx, chat_id).await?;
     Ok(if live {
         Some(
             "telegram_chat_id cannot change while the channel has active or grace memberships \

@@ -175,6 +175,17 @@ impl Errors {
         value
     }
 
+    /// An optional state filter or field: records "must be a, b or c" when the value is not a
+    /// spelling of `T`.
+    pub fn state<T: crate::db::TextEnum>(&mut self, field: &str, value: Option<&str>) -> Option<T> {
+        let v = value?;
+        let parsed = T::parse_text(v);
+        if parsed.is_none() {
+            self.add(field, format!("must be {}", T::spellings_text()));
+        }
+        parsed
+    }
+
     pub fn finish(self) -> Result<(), ApiError> {
         if self.0.is_empty() {
             Ok(())

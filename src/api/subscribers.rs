@@ -182,13 +182,7 @@ pub async fn patch(
         {
             // Memberships are only created under the subscriber row's key-share lock (their
             // foreign key), so this check cannot race a new membership.
-            let live = tx
-                .query_opt(
-                    "SELECT 1 FROM memberships WHERE subscriber_id = $1 AND status <> 'expired' LIMIT 1",
-                    &[&id],
-                )
-                .await?;
-            if live.is_some() {
+            if memberships::subscriber_holds_access(tx, id).await? {
                 return Err(ApiError::Conflict(
                     "telegram_user_id cannot change while the subscriber has an active or grace membership".into(),
                 ));

@@ -11,8 +11,9 @@
 //! PATCH of `seat_limit` locks the channel `FOR UPDATE` first ([`lock_for_seat_limit_change`]),
 //! so no decision is made from a limit older than the one it commits.
 //!
-//! Seats taken = live (active/grace) memberships + distinct non-member subscribers holding a
-//! pending order whose `hold_until` is still in the future. A hold is set once, never extended,
+//! Seats taken = live memberships ([`crate::memberships::live_sql!`]: active or grace and
+//! inside its term plus grace by database time) + distinct subscribers who are not live members
+//! holding a pending order whose `hold_until` is still in the future. A hold is set once, never extended,
 //! and an expired hold is never renewed (the buyer needs a new order), so a late payment of an
 //! old invoice cannot take a seat a newer buyer holds.
 
@@ -21,7 +22,7 @@ use deadpool_postgres::Transaction;
 use tokio_postgres::types::ToSql;
 
 use super::{COLUMNS, Order, Status};
-use crate::{db, error::ApiError};
+use crate::{db, error::ApiError, memberships};
 
 /// What the checks need to know of an order's channel, read under the channel lock.
 #[derive(Debug, Clone)]
@@ -43,8 +44,8 @@ pub struct LockedOrder {
 /// The seat rule's verdict for one order (API.md "Seats"), before anything is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SeatCheck {
-    /// No seat needed: the channel has no limit, or the buyer is already an active/grace member
-    /// (a renewal).
+    /// No seat needed: the channel has no limit, or the buyer is already a live member (a
+    /// renewal).
     NotNeeded,
     /// The order's hold is still valid.
     HoldValid,
@@ -196,43 +197,33 @@ pub async fn lock_for_seat_limit_change(
         .is_some())
 }
 
-/// Seats taken in a channel: live (active/grace) memberships plus non-member subscribers with a
+/// The seat count: live memberships of channel `$1` plus the distinct subscribers who are not
+/// live members holding a valid hold on a pending order of it. Both halves test membership with
+/// the one live predicate ([`memberships::live_sql!`]).
+const SEATS_TAKEN_SQL: &str = concat!(
+    "SELECT
+       (SELECT count(*) FROM memberships m JOIN channels c ON c.id = m.channel_id
+         WHERE m.channel_id = $1 AND ",
+    crate::memberships::live_sql!("m", "c"),
+    ")
+     + (SELECT count(DISTINCT o.subscriber_id) FROM orders o
+         WHERE o.channel_id = $1 AND o.status = 'pending'
+           AND o.hold_until > statement_timestamp()
+           AND NOT EXISTS (
+               SELECT 1 FROM memberships m JOIN channels c ON c.id = m.channel_id
+                WHERE m.subscriber_id = o.subscriber_id AND m.channel_id = o.channel_id
+                  AND ",
+    crate::memberships::live_sql!("m", "c"),
+    "))"
+);
+
+/// Seats taken in a channel: live memberships plus subscribers who are not live members with a
 /// pending order whose hold is still valid at `statement_timestamp()`. Call it under the
 /// channel lock, or the count may be stale by the time it is used.
 pub async fn seats_taken(tx: &Transaction<'_>, channel_id: i32) -> Result<i64, ApiError> {
-    let row = tx
-        .query_one(
-            "SELECT
-               (SELECT count(*) FROM memberships
-                 WHERE channel_id = $1 AND status <> 'expired')
-             + (SELECT count(DISTINCT o.subscriber_id) FROM orders o
-                 WHERE o.channel_id = $1 AND o.status = 'pending'
-                   AND o.hold_until > statement_timestamp()
-                   AND NOT EXISTS (
-                       SELECT 1 FROM memberships m
-                        WHERE m.subscriber_id = o.subscriber_id AND m.channel_id = o.channel_id
-                          AND m.status <> 'expired'))",
-            &[&channel_id],
-        )
-        .await?;
-    Ok(row.get(0))
-}
-
-/// True when the subscriber has an active or grace membership of the channel. The caller holds
-/// the pair lock, so the answer holds for the rest of the transaction.
-pub async fn is_live_member(
-    tx: &Transaction<'_>,
-    subscriber_id: i32,
-    channel_id: i32,
-) -> Result<bool, ApiError> {
-    let row = tx
-        .query_one(
-            "SELECT EXISTS (SELECT 1 FROM memberships
-                             WHERE subscriber_id = $1 AND channel_id = $2 AND status <> 'expired')",
-            &[&subscriber_id, &channel_id],
-        )
-        .await?;
-    Ok(row.get(0))
+    Ok(db::row_one(tx, SEATS_TAKEN_SQL, &[&channel_id])
+        .await?
+        .try_get(0)?)
 }
 
 /// Applies the seat rule of API.md "Seats" to a locked order, reading database time after the
@@ -242,7 +233,7 @@ pub async fn seat_check(tx: &Transaction<'_>, locked: &LockedOrder) -> Result<Se
         return Ok(SeatCheck::NotNeeded);
     };
     let order = &locked.order;
-    if is_live_member(tx, order.subscriber_id, order.channel_id).await? {
+    if memberships::is_live(tx, order.subscriber_id, order.channel_id).await? {
         return Ok(SeatCheck::NotNeeded);
     }
     if let Some(hold_until) = order.hold_until {

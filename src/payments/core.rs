@@ -330,7 +330,7 @@ async fn apply_in(tx: &Transaction<'_>, p: &NormalizedPayment) -> Result<Applied
     };
     let (subscriber_id, channel_id) = (locked.order.subscriber_id, locked.order.channel_id);
     if reason.is_some() {
-        let membership = current_membership(tx, subscriber_id, channel_id).await?;
+        let membership = memberships::of_pair(tx, subscriber_id, channel_id).await?;
         return Ok(Applied {
             duplicate: false,
             payment,
@@ -403,7 +403,7 @@ async fn duplicate(tx: &Transaction<'_>, p: &NormalizedPayment) -> Result<Applie
         .await?;
     let payment = Payment::from_row(&row);
     let membership = match (payment.subscriber_id, payment.channel_id) {
-        (Some(s), Some(c)) => current_membership(tx, s, c).await?,
+        (Some(s), Some(c)) => memberships::of_pair(tx, s, c).await?,
         _ => None,
     };
     Ok(Applied {
@@ -411,23 +411,6 @@ async fn duplicate(tx: &Transaction<'_>, p: &NormalizedPayment) -> Result<Applie
         payment,
         membership,
     })
-}
-
-async fn current_membership(
-    tx: &Transaction<'_>,
-    subscriber_id: i32,
-    channel_id: i32,
-) -> Result<Option<Membership>, ApiError> {
-    let row = tx
-        .query_opt(
-            &format!(
-                "SELECT {} FROM memberships WHERE subscriber_id = $1 AND channel_id = $2",
-                memberships::COLUMNS
-            ),
-            &[&subscriber_id, &channel_id],
-        )
-        .await?;
-    Ok(row.as_ref().map(Membership::from_row))
 }
 
 #[cfg(test)]

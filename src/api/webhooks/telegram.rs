@@ -22,11 +22,12 @@ use chrono::DateTime;
 use serde_json::json;
 
 use crate::{
+    effects,
     error::ApiError,
     payments::core::{self, NormalizedPayment},
     state::AppState,
     telegram::{
-        JoinDecision, WebhookReply, join_request_decision, pre_checkout,
+        self, JoinDecision, WebhookReply, join_request_decision, pre_checkout,
         types::{ChatJoinRequest, Message, SuccessfulPayment, Update},
     },
 };
@@ -137,24 +138,17 @@ fn normalize(message: &Message, paid: &SuccessfulPayment) -> Result<NormalizedPa
 async fn join_request(state: &AppState, request: &ChatJoinRequest) -> Result<Response, ApiError> {
     let (chat_id, user_id) = (request.chat.id, request.from.id);
     let client = state.db.get().await?;
-    let decision = join_request_decision(&**client, chat_id, user_id).await?;
+    let decision = join_request_decision(&client, chat_id, user_id).await?;
     tracing::info!(chat_id, user_id, ?decision, "chat join request decided");
-    // With a bot configured, the decision is sent through the effects outbox
-    // (retried until Telegram confirms) and the webhook answers `{}`.
-    let approve = decision == JoinDecision::Approve;
-    if crate::effects::enqueue_join_decision(
-        &state.config,
-        &**client,
-        chat_id,
-        user_id,
-        approve,
-        request.date,
-    )
-    .await?
-    {
-        return Ok(empty());
+    // With a bot configured, the decision is sent through the effects outbox (retried until
+    // Telegram confirms, which a reply cannot report) and the webhook answers `{}`. Without
+    // one, the reply is the only way to answer (API.md door 3).
+    if !telegram::outbox_enabled(&state.config) {
+        return Ok(reply(decision.reply(chat_id, user_id)));
     }
-    Ok(reply(decision.reply(chat_id, user_id)))
+    let approve = decision == JoinDecision::Approve;
+    effects::enqueue_join_decision(&**client, chat_id, user_id, approve, request.date).await?;
+    Ok(empty())
 }
 
 fn reply(call: WebhookReply) -> Response {
