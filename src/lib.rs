@@ -159,4 +159,6 @@ async fn wait_for_signal() {
 }
 
 pub mod background;
+#[cfg(test)]
+mod layers;
 pub mod shutdown;
