@@ -24,6 +24,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("../migrations/0002_telegram.sql"),
     ),
     (3, "effects", include_str!("../migrations/0003_effects.sql")),
+    (
+        5,
+        "buyer_bot",
+        include_str!("../migrations/0005_buyer_bot.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,
