@@ -266,8 +266,9 @@ async fn bench(pool: &Pool, rows: i64, naive_rows: i64, batch: usize) -> Results
     eprintln!("[bench] set-based: {:.2} s", set_based.as_secs_f64());
 
     // 3. The floor: one statement, no locks, the sweep's writes — status, events and effects
-    // (the sweep's own effects CTE, so the same columns, payloads and dedupe keys). Every row
-    // starts `active` (reset), which stands in for the status the sweep reads before deciding.
+    // (the sweep's own events and effects CTEs, so the same columns, payloads and dedupe keys).
+    // Every row starts `active` (reset), which stands in for the status the sweep reads before
+    // deciding.
     reset(pool, None).await;
     let started = Instant::now();
     let n: i64 = pool
@@ -287,13 +288,9 @@ async fn bench(pool: &Pool, rows: i64, naive_rows: i64, batch: usize) -> Results
                        AND m.expires_at <= statement_timestamp()
                      RETURNING m.id, m.subscriber_id, m.channel_id, 'active'::text AS from_status,
                                m.status, m.expires_at
-                 ), events AS (
-                     INSERT INTO membership_events
-                         (membership_id, from_status, to_status, expires_at_before,
-                          expires_at_after, cause)
-                     SELECT id, from_status, status, expires_at, expires_at, 'sweep' FROM updated
-                 ), {}
+                 ), {}, {}
                  SELECT count(*) FROM updated",
+                sweep::SWEEP_EVENTS_CTE,
                 subgate::effects::SWEEP_EFFECTS_CTE
             ),
             &[],

@@ -52,7 +52,8 @@ pub const STARS_RECONCILE: Duration = Duration::from_secs(600);
 /// [`EFFECTS_POLL`], scans for reminders every [`EFFECTS_SCAN`] and reconciles Stars every
 /// [`STARS_RECONCILE`] (all three first at start-up). Without `TELEGRAM_BOT_TOKEN` (and without dry-run) it says
 /// so once and stops: effects stay queued until a restart with a token. On shutdown, the
-/// effect being performed is finished and recorded; no new one is claimed.
+/// effect being performed is finished and recorded; no new one is claimed. An effect left
+/// claimed by a process that was killed mid-call is claimed again when its lease runs out.
 pub async fn effects_loop(state: AppState, shutdown: ShutdownSignal) {
     let worker = Worker::new(state.clone(), Options::default());
     if !worker.is_enabled() {

@@ -25,6 +25,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     ),
     (3, "effects", include_str!("../migrations/0003_effects.sql")),
     (
+        4,
+        "effect_leases",
+        include_str!("../migrations/0004_effect_leases.sql"),
+    ),
+    (
         5,
         "buyer_bot",
         include_str!("../migrations/0005_buyer_bot.sql"),

@@ -6,7 +6,9 @@
 //! - [`config`]: every environment variable, typed and documented in one place;
 //! - [`db`]: pool, embedded migrations, the retrying transaction runner, the pair lock;
 //! - [`router`]: every route; handlers by resource in [`api`], login in [`auth`];
-//! - [`memberships`]: the only writer of membership rows outside the sweep;
+//! - [`memberships`]: grants and extensions (payments, staff grants) and the events of
+//!   membership changes; the other writers of membership rows are staff corrections and
+//!   deletes (`api::memberships`), the sweep, and the cascade of a subscriber's deletion;
 //! - [`payments`]: the doors and the one `apply_payment` core;
 //! - [`idempotency`]: `Idempotency-Key` for staff writes;
 //! - [`sweep`]: the batched, lock-respecting move of overdue memberships to grace and expired.
@@ -129,17 +131,21 @@ pub async fn serve(state: AppState) -> std::io::Result<()> {
     let background = tokio::spawn(background::run(state.clone(), shutdown.clone()));
     let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
     let signal = shutdown.clone();
-    axum::serve(listener, app)
+    let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             wait_for_signal().await;
             tracing::info!("shutting down: finishing in-flight requests");
             signal.trigger();
         })
-        .await?;
+        .await;
+    // However serving ended, the background loops stop too, and are waited for.
     shutdown.trigger();
     let _ = background.await;
-    tracing::info!("stopped");
-    Ok(())
+    match &served {
+        Ok(()) => tracing::info!("stopped"),
+        Err(e) => tracing::error!(error = %e, "server failed; background loops stopped"),
+    }
+    served
 }
 
 async fn wait_for_signal() {

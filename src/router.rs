@@ -68,6 +68,7 @@ pub fn router(state: AppState) -> Router {
         // Telegram effects outbox (issue 6).
         .route("/orders/{id}/invoice-link", post(invoice_links::create))
         .route("/effects", get(effects::list))
+        .route("/effects/retry", post(effects::retry_all))
         .route("/effects/{id}", get(effects::get))
         .route("/effects/{id}/retry", post(effects::retry))
         .route("/payments", get(payments::list))

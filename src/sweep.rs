@@ -22,8 +22,8 @@
 //! - **Decide in Rust, write back set-based.** [`apply_batch`] writes every decision with one
 //!   `UPDATE … FROM unnest(…)` that is conditional on the exact status and `expires_at` the
 //!   decision was made from, and writes the `membership_events` rows (cause `sweep`) and the
-//!   Telegram effects (revoke, grace notice) for exactly the rows it updated, in the same
-//!   statement.
+//!   Telegram effects (revoke, grace notice, each keyed on its event) for exactly the rows it
+//!   updated, in the same statement.
 //!
 //! A run also purges expired idempotency keys. Every batch is idempotent and commits on its own,
 //! so stopping a run between (or even inside) batches is harmless: the next run carries on.
@@ -336,9 +336,20 @@ pub async fn decide(tx: &Transaction<'_>, locked: &[i64]) -> Result<Vec<Decision
     Ok(decisions)
 }
 
+/// The sweep's `membership_events` rows, as the data-modifying CTE after `updated` (the rows the
+/// batch's `UPDATE` changed): one `sweep` event per transition, returning `(id, membership_id)`
+/// so [`crate::effects::SWEEP_EFFECTS_CTE`] keys each effect on its event.
+pub const SWEEP_EVENTS_CTE: &str = "events AS (
+    INSERT INTO membership_events
+        (membership_id, from_status, to_status, expires_at_before, expires_at_after, cause)
+    SELECT id, from_status, status, expires_at, expires_at, 'sweep' FROM updated
+    RETURNING id, membership_id
+)";
+
 /// The batch write: the conditional `UPDATE`, then, for exactly the rows it changed, their
-/// events and their Telegram effects ([`crate::effects::SWEEP_EFFECTS_CTE`]) — one statement, so
-/// one round trip and one pass over the updated rows.
+/// events ([`SWEEP_EVENTS_CTE`]) and their Telegram effects keyed on those events
+/// ([`crate::effects::SWEEP_EFFECTS_CTE`]) — one statement, so one round trip and one pass over
+/// the updated rows.
 static APPLY_BATCH_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH updated AS (
@@ -348,12 +359,9 @@ static APPLY_BATCH_SQL: LazyLock<String> = LazyLock::new(|| {
                   AS d(id, from_status, to_status, expires_at)
              WHERE m.id = d.id AND m.status = d.from_status AND m.expires_at = d.expires_at
              RETURNING m.id, m.subscriber_id, m.channel_id, d.from_status, m.status, m.expires_at
-         ), events AS (
-             INSERT INTO membership_events
-                 (membership_id, from_status, to_status, expires_at_before, expires_at_after, cause)
-             SELECT id, from_status, status, expires_at, expires_at, 'sweep' FROM updated
-         ), {}
+         ), {}, {}
          SELECT id, subscriber_id, channel_id, from_status, status, expires_at FROM updated",
+        SWEEP_EVENTS_CTE,
         crate::effects::SWEEP_EFFECTS_CTE
     )
 });
@@ -362,8 +370,9 @@ static APPLY_BATCH_SQL: LazyLock<String> = LazyLock::new(|| {
 /// (which holds the rows' pair locks): the `UPDATE` applies a decision only if the row still has
 /// the status and `expires_at` it was made from; for each row actually updated one
 /// `membership_events` row (cause `sweep`, `expires_at_before = expires_at_after`) is inserted,
-/// and its revoke or grace notice is enqueued in the effects outbox (so the effects commit exactly
-/// when the transitions do). Returns those transitions.
+/// and its revoke or grace notice is enqueued in the effects outbox, keyed on that event (so the
+/// effects commit exactly when the transitions do, one per transition). Returns those
+/// transitions.
 pub async fn apply_batch(
     tx: &Transaction<'_>,
     decisions: &[Decision],

@@ -13,7 +13,11 @@ use tokio_postgres::Row;
 
 use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, chars, not_null, nullable};
 use crate::{
-    auth::Staff, error::ApiError, idempotency::StaffWrite, payments::currency, state::AppState,
+    auth::Staff,
+    error::ApiError,
+    idempotency::StaffWrite,
+    payments::{currency, seats},
+    state::AppState,
 };
 
 pub const COLUMNS: &str = "id, telegram_chat_id, title, price_minor, currency, billing_period_days, \
@@ -238,6 +242,11 @@ pub async fn get(
 /// `PATCH /api/channels/{id}`: any field; `seat_limit: null` makes the channel unlimited, any
 /// other `null` is a 422.
 /// Orders keep the price and currency they were created with.
+///
+/// A new `telegram_chat_id` is refused with 409 while the channel has live (active or grace)
+/// memberships — their members are in the current chat — or pending effects aimed at the current
+/// chat ([`chat_change_blocker`]); otherwise it also clears the stored `invite_link`, which
+/// belongs to the old chat (the next grant makes one for the new chat).
 pub async fn patch(
     State(state): State<AppState>,
     _: Staff,
@@ -247,38 +256,104 @@ pub async fn patch(
     let mut e = Errors::default();
     let b = patch.into_input(&mut e);
     validate(&b, false, e)?;
-    let client = state.db.get().await?;
-    let row = client
-        .query_opt(
-            &format!(
-                "UPDATE channels SET
-                     telegram_chat_id = COALESCE($2, telegram_chat_id),
-                     title = COALESCE($3, title),
-                     price_minor = COALESCE($4, price_minor),
-                     currency = COALESCE($5, currency),
-                     billing_period_days = COALESCE($6, billing_period_days),
-                     grace_period_days = COALESCE($7, grace_period_days),
-                     seat_limit = CASE WHEN $8 THEN $9 ELSE seat_limit END,
-                     active = COALESCE($10, active),
-                     updated_at = statement_timestamp()
-                 WHERE id = $1 RETURNING {COLUMNS}"
-            ),
-            &[
-                &id,
-                &b.telegram_chat_id,
-                &b.title,
-                &b.price_minor,
-                &b.currency,
-                &b.billing_period_days,
-                &b.grace_period_days,
-                &b.seat_limit.is_some(),
-                &b.seat_limit.flatten(),
-                &b.active,
-            ],
+    crate::transaction!(state.db, |tx| {
+        // A new or lower limit must bind every seat decision not yet committed: wait for those
+        // made from the old terms, hold off new ones until this commits (docs/locking.md).
+        if matches!(b.seat_limit, Some(Some(_)))
+            && !seats::lock_for_seat_limit_change(tx, id).await?
+        {
+            return Err(ApiError::NotFound("channel"));
+        }
+        if let Some(new_chat) = b.telegram_chat_id {
+            // `FOR UPDATE` (the lock a change of a unique column takes anyway), before the
+            // check: it waits for every transaction that enqueued an effect under a key-share
+            // lock of this row and holds off new ones until this commits, so the check below
+            // sees all of them.
+            let current: i64 = tx
+                .query_opt(
+                    "SELECT telegram_chat_id FROM channels WHERE id = $1 FOR UPDATE",
+                    &[&id],
+                )
+                .await?
+                .ok_or(ApiError::NotFound("channel"))?
+                .get(0);
+            if new_chat != current
+                && let Some(why) = chat_change_blocker(tx, id, current).await?
+            {
+                return Err(ApiError::Conflict(why));
+            }
+        }
+        let row = tx
+            .query_opt(
+                &format!(
+                    "UPDATE channels SET
+                         telegram_chat_id = COALESCE($2, telegram_chat_id),
+                         title = COALESCE($3, title),
+                         price_minor = COALESCE($4, price_minor),
+                         currency = COALESCE($5, currency),
+                         billing_period_days = COALESCE($6, billing_period_days),
+                         grace_period_days = COALESCE($7, grace_period_days),
+                         seat_limit = CASE WHEN $8 THEN $9 ELSE seat_limit END,
+                         active = COALESCE($10, active),
+                         invite_link = CASE WHEN $2 <> telegram_chat_id THEN NULL
+                                            ELSE invite_link END,
+                         updated_at = statement_timestamp()
+                     WHERE id = $1 RETURNING {COLUMNS}"
+                ),
+                &[
+                    &id,
+                    &b.telegram_chat_id,
+                    &b.title,
+                    &b.price_minor,
+                    &b.currency,
+                    &b.billing_period_days,
+                    &b.grace_period_days,
+                    &b.seat_limit.is_some(),
+                    &b.seat_limit.flatten(),
+                    &b.active,
+                ],
+            )
+            .await?
+            .ok_or(ApiError::NotFound("channel"))?;
+        Ok(Json(Channel::from_row(&row)))
+    })
+}
+
+/// Why the channel's chat cannot change now, if it cannot: members in the current chat (a live
+/// membership) or effects still to be performed there (a pending effect whose `chat_id` is the
+/// current chat: a revoke still to kick someone, a grant still to send its link). Either would
+/// act on, or send people to, the wrong chat after the change. The caller holds the channel
+/// row `FOR UPDATE`.
+async fn chat_change_blocker(
+    tx: &deadpool_postgres::Transaction<'_>,
+    channel_id: i32,
+    chat_id: i64,
+) -> Result<Option<String>, ApiError> {
+    let row = tx
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM memberships
+                            WHERE channel_id = $1 AND status <> 'expired'),
+                    EXISTS (SELECT 1 FROM effects
+                            WHERE status = 'pending' AND chat_id = $2)",
+            &[&channel_id, &chat_id],
         )
-        .await?
-        .ok_or(ApiError::NotFound("channel"))?;
-    Ok(Json(Channel::from_row(&row)))
+        .await?;
+    let (live, pending): (bool, bool) = (row.get(0), row.get(1));
+    Ok(if live {
+        Some(
+            "telegram_chat_id cannot change while the channel has active or grace memberships \
+             (their members are in the current chat); expire or delete them first"
+                .into(),
+        )
+    } else if pending {
+        Some(
+            "telegram_chat_id cannot change while Telegram effects for the current chat are \
+             pending (GET /api/effects?status=pending); retry once the worker has performed them"
+                .into(),
+        )
+    } else {
+        None
+    })
 }
 
 /// `DELETE /api/channels/{id}`: 204, or 409 while memberships, orders or payments refer to it.

@@ -204,7 +204,7 @@ pub async fn grant(
         }
         e.finish()?;
         let (m, created) =
-            memberships::extend(tx, subscriber_id, channel_id, None, days, Cause::Staff).await?;
+            memberships::extend(tx, subscriber_id, channel_id, days, Cause::Staff).await?;
         tracing::info!(
             membership_id = m.id,
             staff_id = write.staff.id,
@@ -279,7 +279,9 @@ pub async fn patch(
     })
 }
 
-/// `DELETE /api/memberships/{id}`: 204. Its events go with it; payments stay.
+/// `DELETE /api/memberships/{id}`: 204. Its events go with it; payments stay. A live (active or
+/// grace) membership's member is taken out of the chat: a revoke is enqueued in the same
+/// transaction ([`memberships::delete`]).
 pub async fn delete(
     State(state): State<AppState>,
     staff: Staff,
@@ -289,10 +291,7 @@ pub async fn delete(
         let (subscriber_id, channel_id) = pair_of(tx, id).await?;
         db::lock_pair(tx, subscriber_id, channel_id).await?;
         seats::lock_channel_terms(tx, channel_id).await?;
-        let deleted = tx
-            .execute("DELETE FROM memberships WHERE id = $1", &[&id])
-            .await?;
-        if deleted == 0 {
+        if !memberships::delete(tx, id).await? {
             return Err(ApiError::NotFound("membership"));
         }
         tracing::info!(

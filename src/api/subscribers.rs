@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use tokio_postgres::Row;
 
 use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, check_text, not_null, nullable};
-use crate::{auth::Staff, error::ApiError, idempotency::StaffWrite, state::AppState};
+use crate::{auth::Staff, error::ApiError, idempotency::StaffWrite, memberships, state::AppState};
 
 const COLUMNS: &str = "id, telegram_user_id, username, display_name, created_at, updated_at";
 
@@ -218,13 +218,20 @@ pub async fn patch(
 }
 
 /// `DELETE /api/subscribers/{id}`: 204, or 409 when the subscriber has payments (money records
-/// are never deleted). Orders, memberships and their events go with the subscriber.
+/// are never deleted). Orders, memberships and their events go with the subscriber; each live
+/// membership's member is taken out of its chat (a revoke per membership, in this transaction).
 pub async fn delete(
     State(state): State<AppState>,
     _: Staff,
     PathId(id): PathId<i32>,
 ) -> Result<Response, ApiError> {
     crate::transaction!(state.db, |tx| {
+        // Locked first: a new membership, order or payment of this subscriber (each takes a
+        // key-share lock through its foreign key) waits until this commits, so the memberships
+        // deleted below are all there are, and a payment in flight is seen by the check.
+        tx.query_opt("SELECT 1 FROM subscribers WHERE id = $1 FOR UPDATE", &[&id])
+            .await?
+            .ok_or(ApiError::NotFound("subscriber"))?;
         let has_payments = tx
             .query_opt(
                 "SELECT 1 FROM payments WHERE subscriber_id = $1 LIMIT 1",
@@ -237,8 +244,9 @@ pub async fn delete(
                 "the subscriber has payments; money records are never deleted".into(),
             ));
         }
-        let deleted = tx
-            .execute("DELETE FROM subscribers WHERE id = $1", &[&id])
+        // Before the subscriber: its cascade would remove them without a revoke.
+        let removed = memberships::delete_of_subscriber(tx, id).await?;
+        tx.execute("DELETE FROM subscribers WHERE id = $1", &[&id])
             .await
             .map_err(|e| match e.code() {
                 Some(c) if *c == tokio_postgres::error::SqlState::FOREIGN_KEY_VIOLATION => {
@@ -248,10 +256,11 @@ pub async fn delete(
                 }
                 _ => ApiError::Db(e),
             })?;
-        if deleted == 0 {
-            return Err(ApiError::NotFound("subscriber"));
-        }
-        tracing::info!(subscriber_id = id, "subscriber deleted");
+        tracing::info!(
+            subscriber_id = id,
+            memberships = removed,
+            "subscriber deleted"
+        );
         Ok(StatusCode::NO_CONTENT.into_response())
     })
 }

@@ -11,9 +11,32 @@
 //! membership before acting, so an effect overtaken by a later change (a revoke after a
 //! renewal, a reminder after a payment) is skipped instead of performed.
 //!
-//! `dedupe_key` (unique) makes "at most one per X" a schema invariant: one revoke and one grace
-//! notice per (membership, expiry), one reminder per (membership, expiry) — that is, per period
-//! — one refund per payment, one decision per join request.
+//! What is enqueued, and under which `dedupe_key` (unique, so "at most one per X" is a schema
+//! invariant; `docs/effects.md` has the table):
+//!
+//! - **One effect per membership transition.** A grant, renewal receipt, revoke or grace notice
+//!   is keyed on the `membership_events` row of the change that asked for it —
+//!   `{grant|receipt|revoke|grace}:{membership}:ev{event}` — whoever wrote it (a payment, staff
+//!   through [`crate::memberships::record_event`], or the sweep through
+//!   [`SWEEP_EFFECTS_CTE`]). Two transitions are two effects even when they look alike: expired
+//!   by the sweep, made active by staff with the same `expires_at`, expired by the sweep again is
+//!   two revokes (and a grant between them), so access always follows the row. One transition
+//!   is one effect: writers of one membership are serialized by its pair lock and write
+//!   conditionally, so a change is recorded once, by one of them.
+//! - **One revoke per deleted live membership** (`revoke:{membership}:deleted`): a staff
+//!   `DELETE` of an active or grace membership, or the cascade of a subscriber's `DELETE`
+//!   ([`DELETED_REVOKES_CTE`]). The effect names the chat and the user, not the membership
+//!   (which is gone), and the worker performs a revoke whose membership no longer exists.
+//! - **One reminder per (membership, expiry)** — that is, per period:
+//!   `reminder:{membership}:{expiry in µs}` ([`enqueue_due_reminders`]).
+//! - **One refund per payment** (`refund:{payment}`), **one decision per join request**
+//!   (`join:{chat}:{user}:{date}`).
+//!
+//! An effect about a chat carries the channel's `telegram_chat_id` as it was when enqueued. A
+//! membership change reads it under a key-share lock of the channel row (what a foreign key
+//! would take), and a change of the chat id is refused while the channel has live memberships
+//! or pending effects for its chat (`PATCH /api/channels/{id}`), so no effect is left aimed at
+//! a chat the channel no longer has.
 
 pub mod worker;
 
@@ -91,7 +114,7 @@ impl Kind {
 /// The columns of [`Effect::from_row`], in order.
 pub const COLUMNS: &str = "id, kind, membership_id, payment_id, order_id, chat_id, user_id, \
      payload, status, attempts, next_attempt_at, last_error, dedupe_key, created_at, updated_at, \
-     done_at";
+     done_at, lease_until, first_failed_at";
 
 /// An effect row, as the worker reads it and `GET /api/effects` shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -113,6 +136,11 @@ pub struct Effect {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub done_at: Option<DateTime<Utc>>,
+    /// While in the future, a worker is performing the effect (its claim's lease).
+    pub lease_until: Option<DateTime<Utc>>,
+    /// The first failed attempt since the effect was created or sent back by staff; transient
+    /// failures are retried until it is [`worker::RETRY_HORIZON`] old.
+    pub first_failed_at: Option<DateTime<Utc>>,
 }
 
 impl Effect {
@@ -135,6 +163,8 @@ impl Effect {
             created_at: r.get(13),
             updated_at: r.get(14),
             done_at: r.get(15),
+            lease_until: r.get(16),
+            first_failed_at: r.get(17),
         }
     }
 
@@ -186,9 +216,11 @@ pub async fn enqueue(client: &impl GenericClient, e: &NewEffect) -> Result<Optio
     Ok(row.map(|r| r.get(0)))
 }
 
-/// A dedupe key naming one term of one membership: `{what}:{membership}:{expiry in µs}`.
-fn term_key(what: &str, membership_id: i64, expires_at: DateTime<Utc>) -> String {
-    format!("{what}:{membership_id}:{}", expires_at.timestamp_micros())
+/// The dedupe key of the effect of one membership transition: `{what}:{membership}:ev{event}`,
+/// where `event` is the id of the transition's `membership_events` row. The sweep's SQL
+/// ([`SWEEP_EFFECTS_CTE`]) spells it the same way.
+fn transition_key(what: &str, membership_id: i64, event_id: i64) -> String {
+    format!("{what}:{membership_id}:ev{event_id}")
 }
 
 /// What a membership change asks Telegram to do, if anything (pure; see [`on_membership_change`]).
@@ -209,13 +241,14 @@ pub fn effect_of_change(before: Option<&Membership>, after: &Membership) -> Opti
 
 /// Hook of [`crate::memberships::record_event`], the single writer of membership changes made
 /// by payments and staff: enqueues the grant, receipt, revoke or grace notice the change asks
-/// for, in the caller's transaction. Revokes and grace notices share their dedupe keys with the
-/// sweep's, so one expiry is acted on once whoever wrote it.
+/// for, in the caller's transaction, keyed on the change's event `event_id`
+/// ([`transition_key`]): one effect per transition.
 pub async fn on_membership_change(
     client: &impl GenericClient,
     before: Option<&Membership>,
     after: &Membership,
     cause: Cause,
+    event_id: i64,
 ) -> Result<(), ApiError> {
     let Some(kind) = effect_of_change(before, after) else {
         return Ok(());
@@ -231,8 +264,14 @@ pub async fn on_membership_change(
         Kind::GraceNotice => "grace",
         _ => return Ok(()),
     };
-    let key = term_key(what, after.id, after.expires_at);
+    let key = transition_key(what, after.id, event_id);
     // One statement reads the Telegram ids and inserts, so the effect names who they are now.
+    // The channel row is key-share locked, as a foreign key would lock it: a change of its
+    // `telegram_chat_id` (which locks the row `FOR UPDATE`, then refuses while the channel has
+    // live memberships or pending effects for its chat) waits for this transaction, or this
+    // statement waits for it and reads the new chat. So a membership made live concurrently
+    // with a chat change can never be left with an effect aimed at the old chat.
+    // No `ON CONFLICT`: the key is new by construction (an event id); a clash is a bug to see.
     client
         .execute(
             "INSERT INTO effects (kind, membership_id, payment_id, chat_id, user_id, payload, dedupe_key)
@@ -241,7 +280,7 @@ pub async fn on_membership_change(
              JOIN subscribers s ON s.id = m.subscriber_id
              JOIN channels c ON c.id = m.channel_id
              WHERE m.id = $1
-             ON CONFLICT (dedupe_key) DO NOTHING",
+             FOR KEY SHARE OF c",
             &[
                 &after.id,
                 &kind.as_str(),
@@ -257,21 +296,24 @@ pub async fn on_membership_change(
 /// The sweep's effects, as the last data-modifying CTE of its batch write
 /// ([`crate::sweep::apply_batch`]): a revoke for every membership it moved to `expired` and a
 /// grace notice for every one it moved to `grace`, in the batch's statement and so in its
-/// transaction. It reads the CTE `updated(id, subscriber_id, channel_id, from_status, status,
-/// expires_at)` — the rows the `UPDATE` actually changed — so it needs no second look at
-/// `memberships`; the payload and the dedupe key are built here in SQL, the key exactly as
-/// [`term_key`] spells it (`extract(epoch …)` is exact to the microsecond), so a sweep's revoke
-/// or grace notice dedupes with the one a staff change of the same term enqueues. The Telegram
-/// ids are read in the same statement, so the effect names who they are now. Rows are inserted
-/// in membership id order, so writers of the same dedupe keys meet them in one order.
+/// transaction. It reads the CTEs `updated(id, subscriber_id, channel_id, from_status, status,
+/// expires_at)` — the rows the `UPDATE` actually changed — and `events(id, membership_id)` — the
+/// `membership_events` rows written for them ([`crate::sweep::SWEEP_EVENTS_CTE`]) — so it needs
+/// no second look at `memberships`. Each effect is keyed on its transition's event exactly as
+/// [`transition_key`] spells it (`revoke:{membership}:ev{event}`), so a membership expired again
+/// after a staff re-activation gets a second revoke instead of being deduplicated into the
+/// first. The payload and the Telegram ids are built in the same statement, so the effect names
+/// who they are now. (No channel lock here, unlike [`on_membership_change`]: the sweep only
+/// moves live memberships, which block a chat change until it commits and whose pending effects
+/// block it after.) Rows are inserted in membership id order.
 pub const SWEEP_EFFECTS_CTE: &str = "sweep_effects AS (
     INSERT INTO effects (kind, membership_id, chat_id, user_id, payload, dedupe_key)
     SELECT e.kind, u.id, c.telegram_chat_id, s.telegram_user_id,
            jsonb_build_object('expires_at',
                to_char(u.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')),
-           e.what || ':' || u.id || ':'
-               || (extract(epoch FROM u.expires_at) * 1000000)::bigint
+           e.what || ':' || u.id || ':ev' || ev.id
     FROM updated u
+    JOIN events ev ON ev.membership_id = u.id
     CROSS JOIN LATERAL (
         SELECT CASE WHEN u.status = 'expired' THEN 'revoke' ELSE 'grace_notice' END,
                CASE WHEN u.status = 'expired' THEN 'revoke' ELSE 'grace' END
@@ -281,7 +323,30 @@ pub const SWEEP_EFFECTS_CTE: &str = "sweep_effects AS (
     WHERE (u.from_status IN ('active', 'grace') AND u.status = 'expired')
        OR (u.from_status = 'active' AND u.status = 'grace')
     ORDER BY u.id
-    ON CONFLICT (dedupe_key) DO NOTHING
+)";
+
+/// The revokes of deleted memberships, as a data-modifying CTE after the `DELETE` that names
+/// them ([`crate::memberships::delete`], [`crate::memberships::delete_of_subscriber`]): it reads
+/// the CTE `gone(id, subscriber_id, channel_id, status, expires_at)` — the rows the `DELETE`
+/// actually removed, as they were when removed — and enqueues one revoke
+/// (`revoke:{membership}:deleted`) for each one that was live (active or grace), in the
+/// deletion's transaction. A deleted expired membership needs none: its expiry enqueued one.
+///
+/// The effect outlives the row: it carries the chat and the user, its `membership_id` is NULL
+/// (the row it would name is being deleted by the same statement; `ON DELETE SET NULL` would
+/// clear it anyway) and the membership id is kept in the payload. The worker performs a revoke
+/// whose membership is gone.
+pub const DELETED_REVOKES_CTE: &str = "deleted_revokes AS (
+    INSERT INTO effects (kind, chat_id, user_id, payload, dedupe_key)
+    SELECT 'revoke', c.telegram_chat_id, s.telegram_user_id,
+           jsonb_build_object('membership_id', g.id, 'deleted', true, 'expires_at',
+               to_char(g.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')),
+           'revoke:' || g.id || ':deleted'
+    FROM gone g
+    JOIN subscribers s ON s.id = g.subscriber_id
+    JOIN channels c ON c.id = g.channel_id
+    WHERE g.status IN ('active', 'grace')
+    ORDER BY g.id
 )";
 
 /// True when effects can be performed: a bot token is set, or dry-run is on.
@@ -465,8 +530,12 @@ mod tests {
     }
 
     #[test]
-    fn term_keys_name_the_membership_and_expiry() {
-        let t = DateTime::<Utc>::from_timestamp(1_700_000_000, 123_456_000).unwrap();
-        assert_eq!(term_key("revoke", 9, t), "revoke:9:1700000000123456");
+    fn transition_keys_name_the_membership_and_the_event() {
+        assert_eq!(transition_key("revoke", 9, 41), "revoke:9:ev41");
+        assert_ne!(
+            transition_key("revoke", 9, 41),
+            transition_key("revoke", 9, 44),
+            "a second expiry of one membership is a second revoke"
+        );
     }
 }

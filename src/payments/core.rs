@@ -44,7 +44,8 @@ pub struct NormalizedPayment {
     pub amount_minor: i64,
     /// Three upper-case letters.
     pub currency: String,
-    /// When the gateway says it was paid; a future time is clamped to database now.
+    /// When the gateway says it was paid; a future time is clamped to database now. Kept on
+    /// the payment and the order as reported; the term starts when the payment is applied.
     pub paid_at: DateTime<Utc>,
     /// The payer's Telegram user id, when the door knows it (Telegram Stars only).
     pub payer_telegram_id: Option<i64>,
@@ -156,12 +157,18 @@ pub fn outcome_for(gateway: &str, reason: Option<Reason>) -> &'static str {
 /// Applies one payment in one transaction (API.md "Payment ingestion" 1–4): locks in the lock
 /// order, checks against the order, stores the payment once with its outcome, and on success
 /// marks the order paid and extends the membership by the channel's billing period from
-/// `GREATEST(current expiry, paid_at)`. A repeat of a stored (gateway, external_id) changes
-/// nothing and returns the stored payment with `duplicate: true`. Deadlock victims are run again
-/// by [`crate::transaction!`]; a failure is an `ApiError` and nothing is stored.
+/// `GREATEST(current expiry, database now)`; `paid_at` is kept as reported (a future one
+/// clamped to now) on the payment and the order, but never moves the term. A repeat of a stored
+/// (gateway, external_id) changes nothing and returns the stored payment with
+/// `duplicate: true` (a repeat whose amount, currency or order reference differs is logged as a
+/// warning). Deadlock victims are run again by [`crate::transaction!`]; a failure is an
+/// `ApiError` and nothing is stored.
 pub async fn apply_payment(state: &AppState, p: NormalizedPayment) -> Result<Applied, ApiError> {
     let p = &p;
     let applied = crate::transaction!(state.db, |tx| { apply_in(tx, p).await })?;
+    if applied.duplicate {
+        warn_if_redelivery_differs(p, &applied.payment);
+    }
     tracing::info!(
         payment_id = applied.payment.id,
         gateway = %applied.payment.gateway,
@@ -174,6 +181,63 @@ pub async fn apply_payment(state: &AppState, p: NormalizedPayment) -> Result<App
         "payment ingested"
     );
     Ok(applied)
+}
+
+/// One field in which a repeat delivery differs from the stored payment: (field, stored,
+/// delivered).
+type Difference = (&'static str, String, String);
+
+/// The fields a repeat delivery of a stored payment should carry unchanged (amount, currency,
+/// order reference) and does not. Pure; an empty list for a faithful repeat.
+fn redelivery_differences(delivered: &NormalizedPayment, stored: &Payment) -> Vec<Difference> {
+    let mut differences = Vec::new();
+    if delivered.amount_minor != stored.amount_minor {
+        differences.push((
+            "amount_minor",
+            stored.amount_minor.to_string(),
+            delivered.amount_minor.to_string(),
+        ));
+    }
+    if delivered.currency != stored.currency {
+        differences.push((
+            "currency",
+            stored.currency.clone(),
+            delivered.currency.clone(),
+        ));
+    }
+    if stored.order_reference.as_deref() != Some(delivered.order_reference.as_str()) {
+        differences.push((
+            "order_reference",
+            stored.order_reference.clone().unwrap_or_default(),
+            delivered.order_reference.clone(),
+        ));
+    }
+    differences
+}
+
+/// A repeat delivery is still answered with the stored payment (the gateway's id is what
+/// identifies a payment), but one that changed its amount, currency or order reference is a
+/// gateway bug or tampering that staff should see: a warning naming both values of each
+/// differing field. None of them is a secret.
+fn warn_if_redelivery_differs(delivered: &NormalizedPayment, stored: &Payment) {
+    let differences = redelivery_differences(delivered, stored);
+    if differences.is_empty() {
+        return;
+    }
+    let text = differences
+        .iter()
+        .map(|(field, stored, delivered)| {
+            format!("{field}: stored {stored:?}, delivered {delivered:?}")
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    tracing::warn!(
+        payment_id = stored.id,
+        gateway = %stored.gateway,
+        external_id = %stored.external_id,
+        differences = %text,
+        "repeat delivery differs from the stored payment; answered with the stored payment"
+    );
 }
 
 /// The body of [`apply_payment`]'s transaction.
@@ -245,11 +309,11 @@ async fn apply_in(tx: &Transaction<'_>, p: &NormalizedPayment) -> Result<Applied
         &[&locked.order.id, &payment.paid_at],
     )
     .await?;
+    // The term starts now (or at the current expiry), not at `paid_at`: API.md step 4.
     let (membership, _) = memberships::extend(
         tx,
         subscriber_id,
         channel_id,
-        Some(payment.paid_at),
         locked.channel.billing_period_days,
         Cause::Payment(payment.id),
     )
@@ -333,4 +397,70 @@ async fn current_membership(
         )
         .await?;
     Ok(row.as_ref().map(Membership::from_row))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delivered() -> NormalizedPayment {
+        NormalizedPayment {
+            gateway: "acme".into(),
+            external_id: "pay_1".into(),
+            order_reference: "ord_a".into(),
+            amount_minor: 19900,
+            currency: "UAH".into(),
+            paid_at: Utc::now(),
+            payer_telegram_id: None,
+        }
+    }
+
+    fn stored() -> Payment {
+        Payment {
+            id: 7,
+            gateway: "acme".into(),
+            external_id: "pay_1".into(),
+            order_reference: Some("ord_a".into()),
+            order_id: Some(1),
+            subscriber_id: Some(1),
+            channel_id: Some(1),
+            amount_minor: 19900,
+            currency: "UAH".into(),
+            paid_at: Utc::now(),
+            outcome: "applied".into(),
+            reason: None,
+            created_at: Utc::now(),
+        }
+    }
+
+    #[test]
+    fn only_amount_currency_and_order_reference_are_compared() {
+        let mut p = delivered();
+        // paid_at and the payer are not compared: gateways re-stamp deliveries.
+        p.paid_at = Utc::now() - chrono::Duration::days(1);
+        p.payer_telegram_id = Some(5);
+        assert!(redelivery_differences(&p, &stored()).is_empty());
+    }
+
+    #[test]
+    fn each_differing_field_is_named_with_both_values() {
+        let mut p = delivered();
+        p.amount_minor = 1;
+        p.currency = "USD".into();
+        p.order_reference = "ord_b".into();
+        assert_eq!(
+            redelivery_differences(&p, &stored()),
+            vec![
+                ("amount_minor", "19900".to_string(), "1".to_string()),
+                ("currency", "UAH".to_string(), "USD".to_string()),
+                ("order_reference", "ord_a".to_string(), "ord_b".to_string()),
+            ]
+        );
+        let mut p = delivered();
+        p.currency = "EUR".into();
+        assert_eq!(
+            redelivery_differences(&p, &stored()),
+            vec![("currency", "UAH".to_string(), "EUR".to_string())]
+        );
+    }
 }

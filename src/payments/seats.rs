@@ -3,11 +3,13 @@
 //! `pre_checkout_query` and the payment core, so all three decide alike.
 //!
 //! The lock order (API.md "Payment ingestion" 1., `docs/locking.md`): the pair's advisory lock
-//! → the order row `FOR UPDATE` → for a seat-limited channel the channel row `FOR NO KEY UPDATE`
-//! → the membership row. [`lock_order`] and [`lock_order_by_reference`] take the first three,
-//! so no caller can get them out of order. The channel lock serializes every seat decision of
-//! one channel: two buyers racing for the last seat decide one after the other, and the second
-//! sees the first one's hold.
+//! → the order row `FOR UPDATE` → the channel row `FOR KEY SHARE`, strengthened to
+//! `FOR NO KEY UPDATE` for a seat-limited channel → the membership row. [`lock_order`] and
+//! [`lock_order_by_reference`] take the first three, so no caller can get them out of order.
+//! The channel lock serializes every seat decision of one channel: two buyers racing for the
+//! last seat decide one after the other, and the second sees the first one's hold. A staff
+//! PATCH of `seat_limit` locks the channel `FOR UPDATE` first ([`lock_for_seat_limit_change`]),
+//! so no decision is made from a limit older than the one it commits.
 //!
 //! Seats taken = live (active/grace) memberships + distinct non-member subscribers holding a
 //! pending order whose `hold_until` is still in the future. A hold is set once, never extended,
@@ -24,8 +26,7 @@ use crate::{
     error::ApiError,
 };
 
-/// What the checks need to know of an order's channel, read under the channel lock when the
-/// channel is seat-limited.
+/// What the checks need to know of an order's channel, read under the channel lock.
 #[derive(Debug, Clone)]
 pub struct ChannelTerms {
     pub active: bool,
@@ -33,7 +34,7 @@ pub struct ChannelTerms {
     pub billing_period_days: i32,
 }
 
-/// An order locked in the lock order (pair, order, channel if seat-limited), with its channel's
+/// An order locked in the lock order (pair, order, channel), with its channel's
 /// terms and its subscriber's Telegram user id (the payer every Telegram check compares with).
 #[derive(Debug, Clone)]
 pub struct LockedOrder {
@@ -138,10 +139,15 @@ async fn lock_where(
     }))
 }
 
-/// Reads the channel's terms, locking its row `FOR NO KEY UPDATE` (third in the lock order)
-/// when it is seat-limited; the terms of a limited channel are re-read under that lock so the
-/// seat limit used is current. Unlimited channels are not locked: nothing counts their seats,
-/// and locking them would serialize every payment of a popular channel. `None`: no such channel.
+/// Reads the channel's terms under a lock, third in the lock order. Every channel is read
+/// `FOR KEY SHARE`: it blocks no other payment, checkout or foreign-key check (they take the
+/// same mode), but it conflicts with the `FOR UPDATE` a staff PATCH of `seat_limit` takes first
+/// ([`lock_for_seat_limit_change`]), so such a PATCH waits for every transaction that decided
+/// from the old terms, and every later one waits for the PATCH and reads the new limit. A
+/// seat-limited channel is then locked `FOR NO KEY UPDATE` and re-read (a newer limit may have
+/// been committed meanwhile): that serializes its seat decisions. Unlimited channels are not
+/// locked further: nothing counts their seats, and a stronger lock would serialize every
+/// payment of a popular channel. `None`: no such channel.
 /// Every transaction that takes the channel lock (payments, checkout, pre-checkout, cancel,
 /// manual grant, membership PATCH/DELETE) takes it here.
 pub async fn lock_channel_terms(
@@ -156,11 +162,15 @@ pub async fn lock_channel_terms(
         seat_limit: r.get(1),
         billing_period_days: r.get(2),
     };
-    let Some(plain) = tx.query_opt(&read(""), &[&channel_id]).await?.map(terms) else {
+    let Some(shared) = tx
+        .query_opt(&read("FOR KEY SHARE"), &[&channel_id])
+        .await?
+        .map(terms)
+    else {
         return Ok(None);
     };
-    if plain.seat_limit.is_none() {
-        return Ok(Some(plain));
+    if shared.seat_limit.is_none() {
+        return Ok(Some(shared));
     }
     // A concurrent delete cannot get past the order or membership that brought us here, but a
     // manual grant has neither: a channel deleted meanwhile is simply not found.
@@ -168,6 +178,25 @@ pub async fn lock_channel_terms(
         .query_opt(&read("FOR NO KEY UPDATE"), &[&channel_id])
         .await?
         .map(terms))
+}
+
+/// Locks a channel row `FOR UPDATE` before its `seat_limit` is set or changed. That mode
+/// conflicts with the `FOR KEY SHARE` every seat decision reads the channel with
+/// ([`lock_channel_terms`]), so it waits until no transaction that read the old limit (or
+/// "no limit") is still running, and holds off new ones until the change commits: no payment,
+/// checkout or pre-checkout can decide from a limit older than the one committed. The caller
+/// takes no other lock of the lock order, before or after. `false`: no such channel.
+pub async fn lock_for_seat_limit_change(
+    tx: &Transaction<'_>,
+    channel_id: i32,
+) -> Result<bool, ApiError> {
+    Ok(tx
+        .query_opt(
+            "SELECT 1 FROM channels WHERE id = $1 FOR UPDATE",
+            &[&channel_id],
+        )
+        .await?
+        .is_some())
 }
 
 /// Seats taken in a channel: live (active/grace) memberships plus non-member subscribers with a

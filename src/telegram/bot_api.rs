@@ -11,8 +11,9 @@
 //! Every call goes through the bot's [`Pacer`], shared by all clients of one bot in the process:
 //! at most [`GLOBAL_RATE`] calls per second, at most one message per second to one chat, and a
 //! chat (or, for calls that name none, the whole bot) that Telegram answered 429 is left alone
-//! for `retry_after`. A wait longer than [`MAX_WAIT`] is not slept (the caller would hold its
-//! database row meanwhile): the call fails at once with [`BotError::Paused`], to be rescheduled.
+//! for `retry_after`. A wait longer than [`MAX_WAIT`] is not slept (the caller's lane would idle
+//! and its lease run on meanwhile): the call fails at once with [`BotError::Paused`], to be
+//! rescheduled.
 //! In dry-run mode (`TELEGRAM_DRY_RUN=true`) calls are logged and answered with a stand-in
 //! result instead of being made.
 //!

@@ -3,9 +3,17 @@
 //!
 //! Telegram waits at most 10 seconds for the answer, and a missing answer fails the payment
 //! without telling the buyer why. So the decision runs in one short transaction with a lock
-//! timeout and a statement timeout, inside an overall time budget: a database stall turns into
-//! an explicit "try again" refusal, never into a late answer — and that forced refusal is not
-//! stored, so the next query decides afresh.
+//! timeout and a statement timeout, and every step has a time bound:
+//! - the work before COMMIT (pool wait, statements, deadlock retries) has [`BUDGET`]; past it
+//!   the transaction is rolled back and the buyer is asked to try again — an unstored refusal,
+//!   so the next query decides afresh;
+//! - COMMIT itself is not cut short by that budget: the answer must match what was stored. It
+//!   has [`COMMIT_WAIT`]; a commit still running then is cancelled, and like a commit whose
+//!   connection failed its outcome is unknown, so the fate of the transaction is read back
+//!   (`pg_xact_status`, waiting up to [`READ_BACK`] for it to end): committed → the stored
+//!   decision is answered (an approval with its hold), aborted → "try again" with nothing
+//!   stored. Only if even that cannot be told is the buyer asked to try again with the outcome
+//!   unknown, which is logged as an error.
 //!
 //! The decision is stored under the query id (`pre_checkout_decisions`) in the same
 //! transaction that set the hold: a query Telegram re-sends (our answer was lost) gets the same
@@ -19,11 +27,13 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use deadpool_postgres::Transaction;
-use tokio_postgres::{Row, error::SqlState};
+use deadpool_postgres::{Object, Transaction};
+use tokio::time::{Instant, timeout, timeout_at};
+use tokio_postgres::{NoTls, Row, error::SqlState};
 
 use super::types::PreCheckoutQuery;
 use crate::{
+    db,
     error::ApiError,
     payments::seats::{self, CheckoutRefusal, LockedOrder},
     state::AppState,
@@ -36,8 +46,13 @@ pub const STARS: &str = "XTR";
 const LOCK_TIMEOUT: &str = "2s";
 /// How long one statement may take (lock waits included).
 const STATEMENT_TIMEOUT: &str = "3s";
-/// The whole decision, pool wait and retries included, stays well inside Telegram's 10 s.
-const BUDGET: Duration = Duration::from_secs(5);
+/// The decision up to COMMIT: pool wait, statements and retries.
+pub const BUDGET: Duration = Duration::from_secs(4);
+/// How long COMMIT may take before it is cancelled and its outcome read back.
+pub const COMMIT_WAIT: Duration = Duration::from_secs(2);
+/// How long reading back the outcome of an unknown commit may take. With [`BUDGET`] and
+/// [`COMMIT_WAIT`], the answer is given within 8 s, inside Telegram's 10 s.
+pub const READ_BACK: Duration = Duration::from_secs(2);
 
 /// Shown when the decision could not be made in time; not stored.
 pub const BUSY_MESSAGE: &str = "Please try again in a moment.";
@@ -126,6 +141,27 @@ struct Decision {
     hold_until: Option<DateTime<Utc>>,
 }
 
+/// What the transaction decided, before COMMIT.
+struct Decided {
+    answer: Answer,
+    /// The transaction's id (`pg_current_xact_id()` as text) when it stored a new decision;
+    /// `None` when it only read a stored one, so its commit changes nothing.
+    stored_by: Option<String>,
+}
+
+/// Why no decision can be answered; the buyer is asked to try again.
+#[derive(Debug)]
+enum Unanswered {
+    /// The work before COMMIT exceeded [`BUDGET`]; it was rolled back.
+    OverBudget,
+    /// A database failure before or at COMMIT; nothing was stored.
+    Failed(ApiError),
+    /// The commit was cancelled or lost, and read back as rolled back: nothing was stored.
+    RolledBack(String),
+    /// The commit's outcome could not be read back: a decision may be stored.
+    OutcomeUnknown(String),
+}
+
 /// The checks that need only the locked order and the query, in API.md's order; the channel
 /// and the seat are [`seats::checkout_decide`]'s. Pure, so every branch is unit-tested.
 pub fn check_order(
@@ -153,11 +189,12 @@ pub fn check_order(
 }
 
 /// Decides one `pre_checkout_query` and returns the answer for Telegram. Never fails: anything
-/// that keeps the decision from being made in time is an unstored "try again" refusal.
+/// that keeps the decision from being made in time is a "try again" refusal, never given while
+/// an approval (and its hold) is known to be stored.
 pub async fn answer(state: &AppState, q: &PreCheckoutQuery) -> Answer {
-    match tokio::time::timeout(BUDGET, decide(state, q)).await {
-        Ok(Ok(answer)) => answer,
-        Ok(Err(e)) => {
+    match decide(state, q).await {
+        Ok(answer) => answer,
+        Err(Unanswered::Failed(e)) => {
             if is_contention(&e) {
                 tracing::warn!(query_id = %q.id, sqlstate = ?e.sql_state().map(|s| s.code()),
                     "pre-checkout refused: database busy (decision not stored)");
@@ -167,10 +204,20 @@ pub async fn answer(state: &AppState, q: &PreCheckoutQuery) -> Answer {
             }
             Answer::refuse(BUSY_MESSAGE)
         }
-        Err(_) => {
-            // Dropping the future rolled the transaction back: nothing was stored or held.
+        Err(Unanswered::OverBudget) => {
             tracing::warn!(query_id = %q.id, budget_ms = BUDGET.as_millis() as u64,
                 "pre-checkout refused: decision exceeded its time budget (not stored)");
+            Answer::refuse(BUSY_MESSAGE)
+        }
+        Err(Unanswered::RolledBack(why)) => {
+            tracing::warn!(query_id = %q.id, why = %why,
+                "pre-checkout refused: its commit was rolled back (decision not stored)");
+            Answer::refuse(BUSY_MESSAGE)
+        }
+        Err(Unanswered::OutcomeUnknown(why)) => {
+            tracing::error!(query_id = %q.id, why = %why,
+                "pre-checkout refused: the outcome of its commit is unknown (a decision and a \
+                 hold may be stored)");
             Answer::refuse(BUSY_MESSAGE)
         }
     }
@@ -184,44 +231,207 @@ fn is_contention(e: &ApiError) -> bool {
             || *s == SqlState::T_R_SERIALIZATION_FAILURE)
 }
 
-async fn decide(state: &AppState, q: &PreCheckoutQuery) -> Result<Answer, ApiError> {
+/// Runs the decision's transaction: everything before COMMIT within [`BUDGET`] (deadlock
+/// victims run again, like [`crate::transaction!`]), then COMMIT (see [`commit`]).
+async fn decide(state: &AppState, q: &PreCheckoutQuery) -> Result<Answer, Unanswered> {
+    let deadline = Instant::now() + BUDGET;
     let hold_secs = state.config.hold_secs;
-    let decided = crate::transaction!(state.db, |tx| {
-        tx.batch_execute(&format!(
-            "SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'; \
-             SET LOCAL statement_timeout = '{STATEMENT_TIMEOUT}'"
-        ))
-        .await?;
-        if let Some(stored) = stored(tx, &q.id).await? {
-            return Ok(stored);
-        }
-        let Some(locked) = seats::lock_order_by_reference(tx, &q.invoice_payload).await? else {
-            let decision = Decision {
-                order_id: None,
-                refusal: Some(Refusal::UnknownOrder),
-                hold_until: None,
-            };
-            return store(tx, q, &decision).await;
+    let mut client = timeout_at(deadline, state.db.get())
+        .await
+        .map_err(|_| Unanswered::OverBudget)?
+        .map_err(|e| Unanswered::Failed(e.into()))?;
+    let mut attempt = 0;
+    let ended = loop {
+        attempt += 1;
+        let work = async {
+            let tx = client.transaction().await?;
+            let decided = decide_in(&tx, q, hold_secs).await;
+            Ok::<_, ApiError>((tx, decided))
         };
-        // A twin of this query may have decided while we waited for the pair lock.
-        if let Some(stored) = stored(tx, &q.id).await? {
-            return Ok(stored);
+        let (tx, decided) = match timeout_at(deadline, work).await {
+            Ok(Ok(started)) => started,
+            Ok(Err(e)) => return Err(Unanswered::Failed(e)),
+            Err(_) => break Ended::Detach(Err(Unanswered::OverBudget)),
+        };
+        let e = match decided {
+            Ok(decided) => {
+                break match commit(tx, decided).await {
+                    Committed::Answered(answer) => Ended::Done(Ok(answer)),
+                    Committed::AnsweredUnfinished(answer) => Ended::Detach(Ok(answer)),
+                    Committed::RolledBack(e) => Ended::Done(Err(Unanswered::Failed(e))),
+                    Committed::Unknown { xact, why } => Ended::Unknown { xact, why },
+                };
+            }
+            Err(e) => e,
+        };
+        // Dropping would roll back too; doing it here leaves the connection clean now.
+        let _ = tx.rollback().await;
+        match e {
+            ApiError::Conflict(m) if m == RACED => {
+                // Our transaction (and any hold it set) was rolled back; the twin's answer
+                // stands, committed before our insert returned.
+                let row = timeout_at(deadline, client.query_opt(STORED, &[&q.id]))
+                    .await
+                    .map_err(|_| Unanswered::OverBudget)?
+                    .map_err(|e| Unanswered::Failed(e.into()))?
+                    .ok_or_else(|| {
+                        Unanswered::Failed(ApiError::internal(
+                            "raced pre-checkout decision vanished",
+                        ))
+                    })?;
+                return Ok(answer_of(&row));
+            }
+            e if e.is_retryable() && attempt < db::MAX_ATTEMPTS => {
+                tracing::info!(query_id = %q.id, attempt,
+                    "pre-checkout aborted by contention; deciding again");
+                let jitter = rand::random::<u64>() % 20;
+                let pause = Duration::from_millis(10 * attempt as u64 + jitter);
+                if timeout_at(deadline, tokio::time::sleep(pause))
+                    .await
+                    .is_err()
+                {
+                    return Err(Unanswered::OverBudget);
+                }
+            }
+            e => return Err(Unanswered::Failed(e)),
         }
-        let decision = decide_locked(tx, q, locked, hold_secs).await?;
-        store(tx, q, &decision).await
-    });
-    match decided {
-        Err(ApiError::Conflict(m)) if m == RACED => {
-            // Our transaction (and any hold it set) was rolled back; the twin's answer stands.
-            let client = state.db.get().await?;
-            let row = client
-                .query_opt(STORED, &[&q.id])
-                .await?
-                .ok_or_else(|| ApiError::internal("raced pre-checkout decision vanished"))?;
-            Ok(answer_of(&row))
+    };
+    match ended {
+        Ended::Done(answered) => answered,
+        Ended::Detach(answered) => {
+            // A statement may still be running on this connection: keep it out of the pool.
+            // Closing it rolls back whatever is not committed.
+            drop(Object::take(client));
+            answered
         }
-        other => other,
+        Ended::Unknown { xact, why } => {
+            // The connection's state is unknown: never hand it to another request.
+            drop(Object::take(client));
+            tracing::warn!(query_id = %q.id, why = %why,
+                "pre-checkout commit outcome unknown; reading it back");
+            match read_back(state, &xact, &q.id).await {
+                Ok(Some(answer)) => Ok(answer),
+                Ok(None) => Err(Unanswered::RolledBack(why)),
+                Err(e) => Err(Unanswered::OutcomeUnknown(format!(
+                    "{why}; reading it back: {e}"
+                ))),
+            }
+        }
     }
+}
+
+/// How the decision's transaction ended, before its connection is let go.
+enum Ended {
+    /// Answered or refused; the connection is clean.
+    Done(Result<Answer, Unanswered>),
+    /// Answered or refused, but a statement may still be running on the connection (the budget
+    /// ran out mid-statement, or a commit that changes nothing did not finish).
+    Detach(Result<Answer, Unanswered>),
+    /// The commit's outcome is unknown ([`Committed::Unknown`]).
+    Unknown { xact: String, why: String },
+}
+
+/// The body of the decision's transaction.
+async fn decide_in(
+    tx: &Transaction<'_>,
+    q: &PreCheckoutQuery,
+    hold_secs: i64,
+) -> Result<Decided, ApiError> {
+    let repeat = |answer| Decided {
+        answer,
+        stored_by: None,
+    };
+    tx.batch_execute(&format!(
+        "SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'; \
+         SET LOCAL statement_timeout = '{STATEMENT_TIMEOUT}'"
+    ))
+    .await?;
+    if let Some(stored) = stored(tx, &q.id).await? {
+        return Ok(repeat(stored));
+    }
+    let Some(locked) = seats::lock_order_by_reference(tx, &q.invoice_payload).await? else {
+        let decision = Decision {
+            order_id: None,
+            refusal: Some(Refusal::UnknownOrder),
+            hold_until: None,
+        };
+        return store(tx, q, &decision).await;
+    };
+    // A twin of this query may have decided while we waited for the pair lock.
+    if let Some(stored) = stored(tx, &q.id).await? {
+        return Ok(repeat(stored));
+    }
+    let decision = decide_locked(tx, q, locked, hold_secs).await?;
+    store(tx, q, &decision).await
+}
+
+/// What became of a decision's COMMIT.
+enum Committed {
+    /// Committed: this is the answer.
+    Answered(Answer),
+    /// The transaction wrote nothing (it read a stored decision), so its answer stands, but its
+    /// commit did not finish.
+    AnsweredUnfinished(Answer),
+    /// The server refused the commit: the transaction was rolled back, nothing stored.
+    RolledBack(ApiError),
+    /// The commit was cancelled after [`COMMIT_WAIT`] or its connection failed: transaction
+    /// `xact` may or may not have committed.
+    Unknown { xact: String, why: String },
+}
+
+/// Commits the decision. A commit still running after [`COMMIT_WAIT`] is cancelled (a commit
+/// cancelled before it completes is rolled back, but it may complete first).
+async fn commit(tx: Transaction<'_>, decided: Decided) -> Committed {
+    let Some(xact) = decided.stored_by else {
+        // Nothing written: the stored answer holds whatever becomes of this commit.
+        return match timeout(COMMIT_WAIT, tx.commit()).await {
+            Ok(_) => Committed::Answered(decided.answer),
+            Err(_) => Committed::AnsweredUnfinished(decided.answer),
+        };
+    };
+    let cancel = tx.cancel_token();
+    let why = match timeout(COMMIT_WAIT, tx.commit()).await {
+        Ok(Ok(())) => return Committed::Answered(decided.answer),
+        Ok(Err(e)) if e.as_db_error().is_some() => return Committed::RolledBack(e.into()),
+        Ok(Err(e)) => format!("the commit got no answer from the server: {e}"),
+        Err(_) => {
+            let _ = timeout(READ_BACK, cancel.cancel_query(NoTls)).await;
+            format!("the commit was still running after {COMMIT_WAIT:?} and was cancelled")
+        }
+    };
+    Committed::Unknown { xact, why }
+}
+
+/// Reads back what became of transaction `xact` once it has ended (waiting up to
+/// [`READ_BACK`]): `Some(answer)` stored under the query id if it committed, `None` if it was
+/// rolled back.
+async fn read_back(state: &AppState, xact: &str, query_id: &str) -> Result<Option<Answer>, String> {
+    let work = async {
+        let client = state.db.get().await.map_err(|e| e.to_string())?;
+        loop {
+            let status: Option<String> = client
+                .query_one("SELECT pg_xact_status($1::text::xid8)", &[&xact])
+                .await
+                .map_err(|e| e.to_string())?
+                .get(0);
+            match status.as_deref() {
+                Some("in progress") => tokio::time::sleep(Duration::from_millis(20)).await,
+                Some("aborted") => return Ok(None),
+                Some("committed") => {
+                    let row = client
+                        .query_opt(STORED, &[&query_id])
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .ok_or("committed, but no decision is stored under the query id")?;
+                    return Ok(Some(answer_of(&row)));
+                }
+                other => return Err(format!("transaction status {other:?}")),
+            }
+        }
+    };
+    timeout(READ_BACK, work)
+        .await
+        .map_err(|_| format!("the transaction had not ended after {READ_BACK:?}"))?
 }
 
 async fn decide_locked(
@@ -286,18 +496,21 @@ async fn store(
     tx: &Transaction<'_>,
     q: &PreCheckoutQuery,
     d: &Decision,
-) -> Result<Answer, ApiError> {
+) -> Result<Decided, ApiError> {
     let answer = match d.refusal {
         None => Answer::approve(),
         Some(r) => Answer::refuse(r.message()),
     };
+    // The transaction id identifies this transaction should the outcome of its commit have to
+    // be read back.
     let inserted = tx
-        .execute(
+        .query_opt(
             "INSERT INTO pre_checkout_decisions
                  (query_id, order_id, order_reference, telegram_user_id, ok, error_message,
                   reason, hold_until)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-             ON CONFLICT (query_id) DO NOTHING",
+             ON CONFLICT (query_id) DO NOTHING
+             RETURNING pg_current_xact_id()::text",
             &[
                 &q.id,
                 &d.order_id,
@@ -310,9 +523,9 @@ async fn store(
             ],
         )
         .await?;
-    if inserted == 0 {
+    let Some(inserted) = inserted else {
         return Err(ApiError::Conflict(RACED.into()));
-    }
+    };
     tracing::info!(
         query_id = %q.id,
         order_id = ?d.order_id,
@@ -321,7 +534,10 @@ async fn store(
         hold_until = ?d.hold_until,
         "pre-checkout decided"
     );
-    Ok(answer)
+    Ok(Decided {
+        answer,
+        stored_by: Some(inserted.get(0)),
+    })
 }
 
 #[cfg(test)]

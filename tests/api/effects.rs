@@ -1,5 +1,6 @@
-//! Telegram effects through the outbox (issue 6), against a fake Bot API ([`FakeBot`]): a real
-//! HTTP server inside the test that records calls and can answer 429, 500, errors, or hang.
+//! Telegram effects through the outbox, against a fake Bot API ([`FakeBot`]): a real HTTP server
+//! inside the test that records calls and can answer 429, 500, errors, hang, or hold a call
+//! open until the test releases it.
 //!
 //! The worker is run directly (`effects::run_once`, or a [`Worker`] with a short call timeout);
 //! time is moved by back-dating rows with SQL (`next_attempt_at`, `expires_at`), never by
@@ -14,6 +15,7 @@ use std::{
     time::Duration,
 };
 
+use axum::http::Method;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use subgate::effects::{
@@ -584,8 +586,21 @@ async fn a_429_waits_retry_after() {
     assert!(fake.calls().is_empty());
 }
 
+/// Moves an effect's first failure `hours` into the past (time passing, without sleeping).
+async fn first_failed_hours_ago(app: &TestApp, id: i64, hours: f64) {
+    app.db()
+        .await
+        .execute(
+            "UPDATE effects SET first_failed_at = now() - make_interval(secs => $2)
+             WHERE id = $1",
+            &[&id, &(hours * 3600.0)],
+        )
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
-async fn server_errors_back_off_then_dead_letter_visible_to_staff_and_retryable() {
+async fn server_errors_back_off_for_72_hours_then_dead_letter_visible_to_staff_and_retryable() {
     let fake = FakeBot::start().await;
     let app = app_with(&fake).await;
     let (chat, user) = (-1_001_000_000_107, 5701);
@@ -594,36 +609,48 @@ async fn server_errors_back_off_then_dead_letter_visible_to_staff_and_retryable(
     grant(&app, s, c, 30).await;
     let id = effects_of(&app, "grant").await[0]["id"].as_i64().unwrap();
     fake.always("unbanChatMember", Reply::ServerError);
-    let max = Options::default().max_attempts;
     let mut last_delay = 0.0;
-    for attempt in 1..=max {
+    let mut first_failed = None;
+    for attempt in 1..=10 {
         let report = run(&app).await;
         let e = effect(&app, id).await;
         assert_eq!(e["attempts"], attempt, "{e}");
-        if attempt < max {
-            assert_eq!(report.retried, 1, "{report:?}");
-            assert_eq!(e["status"], "pending");
-            let next: DateTime<Utc> = serde_json::from_value(e["next_attempt_at"].clone()).unwrap();
-            let at: DateTime<Utc> = serde_json::from_value(e["updated_at"].clone()).unwrap();
-            let delay = (next - at).num_milliseconds() as f64 / 1000.0;
-            let full = (10.0 * 2f64.powi(attempt - 1)).min(3600.0);
-            assert!(
-                delay >= full / 2.0 - 0.01 && delay <= full + 0.01,
-                "attempt {attempt}: delay {delay} s, expected {}..{full}",
-                full / 2.0
-            );
-            assert!(attempt == 1 || delay >= last_delay / 2.0, "backoff grows");
-            last_delay = delay;
-            // Backing off: not due, not called.
-            let calls = fake.calls().len();
-            run(&app).await;
-            assert_eq!(fake.calls().len(), calls, "called during backoff");
-            make_due(&app).await;
-        } else {
-            assert_eq!(report.failed, 1, "{report:?}");
-        }
+        assert_eq!(report.retried, 1, "{report:?}");
+        assert_eq!(e["status"], "pending");
+        // The horizon counts from the first failure, which later ones leave alone.
+        assert!(e["first_failed_at"].is_string(), "{e}");
+        assert_eq!(
+            *first_failed.get_or_insert(e["first_failed_at"].clone()),
+            e["first_failed_at"]
+        );
+        let next: DateTime<Utc> = serde_json::from_value(e["next_attempt_at"].clone()).unwrap();
+        let at: DateTime<Utc> = serde_json::from_value(e["updated_at"].clone()).unwrap();
+        let delay = (next - at).num_milliseconds() as f64 / 1000.0;
+        let full = (10.0 * 2f64.powi(attempt - 1)).min(3600.0);
+        assert!(
+            delay >= full / 2.0 - 0.01 && delay <= full + 0.01,
+            "attempt {attempt}: delay {delay} s, expected {}..{full}",
+            full / 2.0
+        );
+        assert!(attempt == 1 || delay >= last_delay / 2.0, "backoff grows");
+        last_delay = delay;
+        // Backing off: not due, not called.
+        let calls = fake.calls().len();
+        run(&app).await;
+        assert_eq!(fake.calls().len(), calls, "called during backoff");
+        make_due(&app).await;
     }
-    assert_eq!(fake.calls_of("unbanChatMember").len(), max as usize);
+    // 71 hours after the first failure: still retried.
+    first_failed_hours_ago(&app, id, 71.0).await;
+    assert_eq!(run(&app).await.retried, 1);
+    assert_eq!(effect(&app, id).await["status"], "pending");
+    // 72 hours: the next failure is the last.
+    first_failed_hours_ago(&app, id, 72.01).await;
+    make_due(&app).await;
+    let report = run(&app).await;
+    assert_eq!(report.failed, 1, "{report:?}");
+    assert_eq!(effect(&app, id).await["attempts"], 12);
+    assert_eq!(fake.calls_of("unbanChatMember").len(), 12);
     let failed = app.get("/api/effects?status=failed").await.expect(200);
     let items = failed["items"].as_array().unwrap();
     assert_eq!(items.len(), 1);
@@ -634,9 +661,9 @@ async fn server_errors_back_off_then_dead_letter_visible_to_staff_and_retryable(
     // A dead letter stays put.
     make_due(&app).await;
     run(&app).await;
-    assert_eq!(fake.calls_of("unbanChatMember").len(), max as usize);
+    assert_eq!(fake.calls_of("unbanChatMember").len(), 12);
 
-    // Staff fix the cause and send it back.
+    // Staff fix the cause and send it back, with a fresh budget.
     fake.reset("unbanChatMember");
     let retried = app
         .post(&format!("/api/effects/{id}/retry"), Value::Null)
@@ -646,6 +673,7 @@ async fn server_errors_back_off_then_dead_letter_visible_to_staff_and_retryable(
         (retried["status"].as_str(), retried["attempts"].as_i64()),
         (Some("pending"), Some(0))
     );
+    assert_eq!(retried["first_failed_at"], Value::Null);
     run(&app).await;
     assert_eq!(effect(&app, id).await["status"], "done");
     assert_eq!(
@@ -1306,4 +1334,629 @@ async fn the_bot_token_never_reaches_logs_errors_or_the_api() {
 
 async fn subscriber_id(app: &TestApp, telegram_user_id: i64) -> i64 {
     subscriber(app, telegram_user_id).await
+}
+
+// ---- join requests are decided when they are answered ----
+
+#[tokio::test]
+async fn a_decline_is_decided_again_and_a_buyer_who_paid_meanwhile_is_approved() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let (chat, user) = (-1_001_000_000_602, 6411);
+    let c = channel(&app, chat, json!({})).await;
+    let s = subscriber(&app, user).await;
+    fake.open_join_request(chat, user);
+    app.post_telegram_update(join_request_update(chat, user, Utc::now().timestamp()))
+        .await
+        .expect(200);
+    let declines = effects_of(&app, "join_decline").await;
+    assert_eq!(declines.len(), 1, "not a member yet: a decline is queued");
+    // The buyer pays before the worker sends the decline.
+    let order = app.create_order(s, c).await;
+    app.pay_order(&order, "pay-join-1").await.expect(200);
+    run(&app).await;
+    assert!(
+        fake.calls_of("declineChatJoinRequest").is_empty(),
+        "a paying member was declined"
+    );
+    assert_eq!(fake.calls_of("approveChatJoinRequest").len(), 1);
+    assert!(fake.is_member(chat, user));
+    let d = effect(&app, declines[0]["id"].as_i64().unwrap()).await;
+    assert_eq!(d["status"], "done");
+    assert!(
+        d["payload"]["note"].as_str().unwrap().contains("approved"),
+        "{d}"
+    );
+}
+
+// ---- one member's effects: one at a time, in creation order ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_effects_of_one_member_run_one_at_a_time_in_creation_order() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let chat = -1_001_000_000_110;
+    let c = channel(&app, chat, json!({})).await;
+    app.db()
+        .await
+        .execute(
+            "UPDATE channels SET invite_link = 'https://t.me/+stored' WHERE id = $1",
+            &[&(c as i32)],
+        )
+        .await
+        .unwrap();
+    // Long enough to overlap the pacer's spacing of calls (25 per second).
+    fake.set_delay(Duration::from_millis(60));
+    for round in 0..12i64 {
+        // Three members with three effects each, all due at once: a grant, then a decline of a
+        // join request (decided again: a member, so approved), then its approval (already in).
+        let mut users = Vec::new();
+        for k in 0..3 {
+            let user = 7000 + round * 10 + k;
+            let s = subscriber(&app, user).await;
+            users.push((user, grant(&app, s, c, 30).await));
+        }
+        settle(&app).await;
+        fake.clear_calls();
+        for (user, m) in &users {
+            fake.open_join_request(chat, *user);
+            app.db()
+                .await
+                .execute(
+                    "INSERT INTO effects (kind, membership_id, chat_id, user_id) VALUES
+                         ('grant', $1, $2, $3), ('join_decline', NULL, $2, $3),
+                         ('join_approve', NULL, $2, $3)",
+                    &[m, &chat, user],
+                )
+                .await
+                .unwrap();
+        }
+        let barrier = Arc::new(Barrier::new(2));
+        let workers = (0..2).map(|_| {
+            let (state, barrier) = (app.state.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                Worker::new(state, Options::default())
+                    .run(false, &|| false)
+                    .await
+                    .unwrap()
+            })
+        });
+        let done: u64 = futures::future::join_all(workers)
+            .await
+            .into_iter()
+            .map(|r| r.unwrap().done)
+            .sum();
+        assert_eq!(done, 9, "round {round}");
+        assert_eq!(
+            fake.member_overlaps(),
+            0,
+            "round {round}: two effects of one member were performed at once"
+        );
+        let calls = fake.calls();
+        for (user, _) in &users {
+            let methods: Vec<&str> = calls
+                .iter()
+                .filter(|c| FakeBot::user_of(c) == Some(*user))
+                .map(|c| c.method.as_str())
+                .collect();
+            assert_eq!(
+                methods,
+                [
+                    "unbanChatMember",
+                    "sendMessage",
+                    "approveChatJoinRequest",
+                    "approveChatJoinRequest"
+                ],
+                "round {round}: user {user}'s effects out of order"
+            );
+        }
+        assert_eq!(app.count("effects WHERE status <> 'done'").await, 0);
+    }
+}
+
+#[tokio::test]
+async fn a_leased_effect_holds_back_every_other_effect_of_its_member() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let chat = -1_001_000_000_111;
+    channel(&app, chat, json!({})).await;
+    let (user, other) = (7501, 7502);
+    fake.open_join_request(chat, user);
+    fake.open_join_request(chat, other);
+    // A revoke sent back to the queue by staff (earlier) while a later decline of the same
+    // member is being performed by another worker (leased); another member's decline.
+    let ids: Vec<i64> = app
+        .db()
+        .await
+        .query(
+            "INSERT INTO effects (kind, chat_id, user_id, lease_until, lease_token) VALUES
+                 ('revoke', $1, $2, NULL, 0),
+                 ('join_decline', $1, $2, now() + interval '1 minute', 1),
+                 ('join_decline', $1, $3, NULL, 0)
+             RETURNING id",
+            &[&chat, &user, &other],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let report = run(&app).await;
+    assert_eq!(report.done, 1, "only the other member's effect: {report:?}");
+    assert_eq!(fake.methods(), ["declineChatJoinRequest"]);
+    assert_eq!(fake.calls()[0].params["user_id"], other);
+    assert_eq!(effect(&app, ids[0]).await["status"], "pending");
+
+    // The lease runs out (its worker died): the member's effects run, in id order.
+    app.db()
+        .await
+        .execute(
+            "UPDATE effects SET lease_until = now() - interval '1 second' WHERE id = $1",
+            &[&ids[1]],
+        )
+        .await
+        .unwrap();
+    fake.clear_calls();
+    assert_eq!(run(&app).await.done, 2);
+    assert_eq!(
+        fake.methods(),
+        ["banChatMember", "unbanChatMember", "declineChatJoinRequest"]
+    );
+}
+
+// ---- a Telegram outage: retried for 72 hours, not 8 attempts ----
+
+#[tokio::test]
+async fn fifteen_failures_in_a_row_leave_the_effect_pending_until_telegram_answers() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let (chat, user) = (-1_001_000_000_112, 5711);
+    let s = subscriber(&app, user).await;
+    let c = channel(&app, chat, json!({})).await;
+    grant(&app, s, c, 30).await;
+    let id = effects_of(&app, "grant").await[0]["id"].as_i64().unwrap();
+    for i in 0..15 {
+        let reply = if i % 3 == 2 {
+            Reply::Hang
+        } else {
+            Reply::ServerError
+        };
+        fake.script("unbanChatMember", reply);
+    }
+    for attempt in 1..=15 {
+        let report = worker(&app, 300).run(false, &|| false).await.unwrap();
+        assert_eq!(report.retried, 1, "attempt {attempt}: {report:?}");
+        let e = effect(&app, id).await;
+        assert_eq!(
+            (e["status"].as_str(), e["attempts"].as_i64()),
+            (Some("pending"), Some(attempt)),
+            "{e}"
+        );
+        make_due(&app).await;
+    }
+    assert_eq!(app.count("effects WHERE status = 'failed'").await, 0);
+    // Telegram is back.
+    let report = run(&app).await;
+    assert_eq!(report.done, 1, "{report:?}");
+    let e = effect(&app, id).await;
+    assert_eq!(
+        (e["status"].as_str(), e["attempts"].as_i64()),
+        (Some("done"), Some(16))
+    );
+    assert_eq!(fake.calls_of("sendMessage").len(), 1);
+}
+
+#[tokio::test]
+async fn bulk_retry_sends_back_the_dead_letters_matching_the_filters() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    // A refused refund, then two grants refused (the bot was not an admin).
+    let p = refund_pending_payment(&app, 6011, -1_001_000_000_211, "ch-bulk-1", "ch-bulk-2").await;
+    let c = channel(&app, -1_001_000_000_113, json!({})).await;
+    let mut memberships = Vec::new();
+    for user in [5721, 5722] {
+        let s = subscriber(&app, user).await;
+        memberships.push(grant(&app, s, c, 30).await);
+    }
+    fake.always(
+        "refundStarPayment",
+        Reply::Error(400, "Bad Request: BALANCE_TOO_LOW".into()),
+    );
+    fake.always(
+        "unbanChatMember",
+        Reply::Error(403, "Forbidden: not enough rights".into()),
+    );
+    assert_eq!(run(&app).await.failed, 3);
+    assert_eq!(payment_outcome(&app, p).await, "refund_failed");
+
+    // Malformed requests change nothing.
+    let anonymous = app
+        .request(Method::POST, "/api/effects/retry", &[], "")
+        .await;
+    assert_eq!(anonymous.status.as_u16(), 401);
+    app.post("/api/effects/retry?colour=red", Value::Null)
+        .await
+        .expect(400);
+    app.post("/api/effects/retry?limit=5", Value::Null)
+        .await
+        .expect(400);
+    app.post("/api/effects/retry?status=pending", Value::Null)
+        .await
+        .expect(422);
+    app.post("/api/effects/retry?kind=nope", Value::Null)
+        .await
+        .expect(422);
+    app.post("/api/effects/retry?membership_id=x", Value::Null)
+        .await
+        .expect(400);
+    assert_eq!(app.count("effects WHERE status = 'failed'").await, 3);
+
+    // Staff fix the causes, then send the dead letters back: by kind (the list's own filters,
+    // `status=failed` included, are accepted), by membership, then the rest.
+    fake.reset("refundStarPayment");
+    fake.reset("unbanChatMember");
+    let r = app
+        .post("/api/effects/retry?status=failed&kind=refund", Value::Null)
+        .await
+        .expect(200);
+    assert_eq!(r, json!({"retried": 1}));
+    assert_eq!(
+        app.get(&format!("/api/payments/{p}")).await.expect(200)["outcome"],
+        "refund_pending",
+        "the refund's payment goes back with it"
+    );
+    let r = app
+        .post(
+            &format!("/api/effects/retry?membership_id={}", memberships[0]),
+            Value::Null,
+        )
+        .await
+        .expect(200);
+    assert_eq!(r, json!({"retried": 1}));
+    assert_eq!(
+        app.post("/api/effects/retry", Value::Null)
+            .await
+            .expect(200),
+        json!({"retried": 1})
+    );
+    assert_eq!(
+        app.post("/api/effects/retry", Value::Null)
+            .await
+            .expect(200),
+        json!({"retried": 0})
+    );
+    assert_eq!(
+        app.count(
+            "effects WHERE status = 'pending' AND attempts = 0 AND first_failed_at IS NULL
+             AND next_attempt_at <= now()"
+        )
+        .await,
+        3
+    );
+
+    let report = run(&app).await;
+    assert_eq!(report.done, 3, "{report:?}");
+    assert_eq!(payment_outcome(&app, p).await, "refunded");
+    assert!(fake.was_refunded("ch-bulk-2"));
+}
+
+// ---- leases: no transaction, row lock or connection held across Bot API calls ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn telegram_is_called_with_no_transaction_or_connection_held() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let (chat, user) = (-1_001_000_000_114, 5731);
+    let s = subscriber(&app, user).await;
+    let c = channel(&app, chat, json!({"seat_limit": 5})).await;
+    let m = grant(&app, s, c, 30).await;
+    let id = effects_of(&app, "grant").await[0]["id"].as_i64().unwrap();
+    let hold = fake.hold("unbanChatMember");
+    let state = app.state.clone();
+    let running = tokio::spawn(async move {
+        let options = Options {
+            call_timeout: Duration::from_secs(120),
+            ..Options::default()
+        };
+        Worker::new(state, options)
+            .run(false, &|| false)
+            .await
+            .unwrap()
+    });
+    hold.arrived().await;
+
+    // Telegram is holding the call. The claim is committed: a lease, and nothing else is open
+    // — no transaction, no pool connection. (Looked at a few times: the worker's other lanes
+    // may be finishing their empty claims at first; a worker holding its own stays put.)
+    let mut held = (i64::MAX, usize::MAX);
+    for _ in 0..40 {
+        let open: i64 = app
+            .db()
+            .await
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        let pool = app.state.db.status();
+        held = (open, pool.size - pool.available);
+        if held == (0, 0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(
+        held,
+        (0, 0),
+        "(transactions, pool connections) held during a Bot API call"
+    );
+    let leased: bool = app
+        .db()
+        .await
+        .query_one(
+            "SELECT lease_until > now() AND lease_token = 1 FROM effects WHERE id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(leased);
+    // Staff cannot send it back while it is being performed.
+    app.post(&format!("/api/effects/{id}/retry"), Value::Null)
+        .await
+        .expect(409);
+    // Staff are not kept waiting by Telegram, on a seat-limited channel either.
+    let patched = tokio::time::timeout(
+        Duration::from_secs(5),
+        app.patch(&format!("/api/channels/{c}"), json!({"title": "Renamed"})),
+    )
+    .await
+    .expect("the channel PATCH waited for Telegram");
+    patched.expect(200);
+    let deleted = tokio::time::timeout(
+        Duration::from_secs(5),
+        app.delete(&format!("/api/memberships/{m}")),
+    )
+    .await
+    .expect("the membership DELETE waited for Telegram");
+    deleted.expect(204);
+
+    hold.release();
+    let report = running.await.unwrap();
+    assert!(report.done >= 1, "{report:?}");
+    let e = effect(&app, id).await;
+    assert_eq!(
+        (e["status"].as_str(), &e["lease_until"]),
+        (Some("done"), &Value::Null)
+    );
+}
+
+async fn lease_token(app: &TestApp, id: i64) -> i64 {
+    app.db()
+        .await
+        .query_one("SELECT lease_token FROM effects WHERE id = $1", &[&id])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_expired_lease_is_claimed_again_and_the_late_worker_records_nothing() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let (chat, user) = (-1_001_000_000_115, 5741);
+    let s = subscriber(&app, user).await;
+    let c = channel(&app, chat, json!({})).await;
+    grant(&app, s, c, 30).await;
+    let id = effects_of(&app, "grant").await[0]["id"].as_i64().unwrap();
+    // The first worker's call is held, and answers 500 when it is let go.
+    fake.script("unbanChatMember", Reply::ServerError);
+    let hold = fake.hold("unbanChatMember");
+    let state = app.state.clone();
+    // One lane, so that only the other worker can claim the effect again; a patient client,
+    // so that its call is still held when the other worker has finished.
+    let late = tokio::spawn(async move {
+        let options = Options {
+            concurrency: 1,
+            call_timeout: Duration::from_secs(120),
+            ..Options::default()
+        };
+        Worker::new(state, options)
+            .run(false, &|| false)
+            .await
+            .unwrap()
+    });
+    hold.arrived().await;
+    assert_eq!(lease_token(&app, id).await, 1);
+    // Its lease runs out (as if it had died): another worker claims the effect and does it.
+    app.db()
+        .await
+        .execute(
+            "UPDATE effects SET lease_until = now() - interval '1 second' WHERE id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap();
+    let report = run(&app).await;
+    assert_eq!(report.done, 1, "{report:?}");
+    assert_eq!(lease_token(&app, id).await, 2);
+
+    // The first worker's call comes back failed: it must not record over the newer claim.
+    hold.release();
+    let report = late.await.unwrap();
+    assert_eq!(
+        (report.superseded, report.retried, report.done),
+        (1, 0, 0),
+        "{report:?}"
+    );
+    let e = effect(&app, id).await;
+    assert_eq!(
+        (
+            e["status"].as_str(),
+            e["attempts"].as_i64(),
+            &e["last_error"]
+        ),
+        (Some("done"), Some(1), &Value::Null),
+        "{e}"
+    );
+}
+
+// ---- refunds sent back by staff, and found in long transaction lists ----
+
+#[tokio::test]
+async fn a_refused_refund_sent_back_by_staff_is_refunded() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let p = refund_pending_payment(&app, 6006, -1_001_000_000_206, "ch-rt-1", "ch-rt-2").await;
+    fake.script(
+        "refundStarPayment",
+        Reply::Error(400, "Bad Request: BALANCE_TOO_LOW".into()),
+    );
+    run(&app).await;
+    assert_eq!(payment_outcome(&app, p).await, "refund_failed");
+    let id = effects_of(&app, "refund").await[0]["id"].as_i64().unwrap();
+    assert_eq!(effect(&app, id).await["status"], "failed");
+
+    // Staff top up the balance and send the refund back.
+    let retried = app
+        .post(&format!("/api/effects/{id}/retry"), Value::Null)
+        .await
+        .expect(200);
+    assert_eq!(retried["status"], "pending");
+    assert_eq!(
+        app.get(&format!("/api/payments/{p}")).await.expect(200)["outcome"],
+        "refund_pending"
+    );
+    run(&app).await;
+    assert_eq!(fake.calls_of("refundStarPayment").len(), 2);
+    assert!(fake.was_refunded("ch-rt-2"));
+    assert_eq!(payment_outcome(&app, p).await, "refunded");
+    let e = effect(&app, id).await;
+    assert_eq!(e["status"], "done");
+    assert_eq!(
+        e["payload"]["note"],
+        Value::Null,
+        "performed, not skipped: {e}"
+    );
+}
+
+#[tokio::test]
+async fn a_lost_refund_answer_is_found_among_more_than_5000_transactions() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let p = refund_pending_payment(&app, 6007, -1_001_000_000_207, "ch-big-1", "ch-big-2").await;
+    fake.add_filler_transactions(5_200);
+    // Telegram refunds, but the answer is lost; the refund is the newest transaction.
+    fake.script("refundStarPayment", Reply::PerformThenHang);
+    let report = worker(&app, 500).run(true, &|| false).await.unwrap();
+    assert_eq!(report.retried, 1, "{report:?}");
+    assert_eq!(payment_outcome(&app, p).await, "refund_pending");
+
+    make_due(&app).await;
+    fake.clear_calls();
+    worker(&app, 500).run(false, &|| false).await.unwrap();
+    assert!(
+        fake.calls_of("refundStarPayment").is_empty(),
+        "refunded again: the first refund was not found"
+    );
+    assert_eq!(payment_outcome(&app, p).await, "refunded");
+    let pages = fake.calls_of("getStarTransactions").len();
+    assert!(pages <= 20, "{pages} pages read to find the newest refund");
+    let e = &effects_of(&app, "refund").await[0];
+    assert_eq!(e["status"], "done");
+    assert!(
+        e["payload"]["note"].as_str().unwrap().contains("confirmed"),
+        "{e}"
+    );
+}
+
+// ---- reconcile: charges refunded outside subgate ----
+
+#[tokio::test]
+async fn reconcile_keeps_a_charge_refunded_elsewhere_as_refunded_and_grants_nothing() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let c = stars_channel(&app, -1_001_000_000_302).await;
+    let (user, other) = (6111, 6112);
+    let s = subscriber(&app, user).await;
+    let order = app.create_order(s, c).await;
+    let reference = order["reference"].as_str().unwrap().to_string();
+    // Paid, then refunded in another tool; both updates missed.
+    fake.add_incoming_payment("ch-gone", user, &reference, 50);
+    fake.add_refund_transaction("ch-gone", user, 50);
+    // Another buyer's missed payment, with an outgoing transaction of its id to someone else:
+    // not its refund, so it is applied.
+    let s2 = subscriber(&app, other).await;
+    let order2 = app.create_order(s2, c).await;
+    fake.add_incoming_payment("ch-kept", other, order2["reference"].as_str().unwrap(), 50);
+    fake.add_refund_transaction("ch-kept", 9999, 50);
+
+    let r = effects::reconcile(&app.state).await.unwrap();
+    assert_eq!(
+        (r.refunded_elsewhere, r.payments_recovered),
+        (1, 1),
+        "{r:?}"
+    );
+    let row = app
+        .db()
+        .await
+        .query_one(
+            "SELECT outcome, reason, order_id, amount_minor FROM payments
+             WHERE gateway = 'telegram_stars' AND external_id = 'ch-gone'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            row.get::<_, String>(0),
+            row.get::<_, Option<String>>(1),
+            row.get::<_, Option<i64>>(2),
+            row.get::<_, i64>(3)
+        ),
+        (
+            "refunded".to_string(),
+            Some("refunded_elsewhere".to_string()),
+            order["id"].as_i64(),
+            50
+        )
+    );
+    assert_eq!(
+        app.count(&format!("memberships WHERE subscriber_id = {s}"))
+            .await,
+        0,
+        "a refunded charge granted access"
+    );
+    assert_eq!(
+        app.get(&format!("/api/orders/{}", order["id"]))
+            .await
+            .expect(200)["status"],
+        "pending"
+    );
+    assert_eq!(
+        app.count(&format!("memberships WHERE subscriber_id = {s2}"))
+            .await,
+        1
+    );
+
+    // Nothing to refund, nothing to grant for it; a second reconcile and the late update
+    // change nothing.
+    run(&app).await;
+    assert!(fake.calls_of("refundStarPayment").is_empty());
+    assert_eq!(app.count("effects WHERE kind = 'refund'").await, 0);
+    let r = effects::reconcile(&app.state).await.unwrap();
+    assert_eq!((r.refunded_elsewhere, r.payments_recovered), (0, 0));
+    app.post_telegram_update(payment_update("ch-gone", user, &reference, 50))
+        .await
+        .expect(200);
+    assert_eq!(app.count("payments WHERE external_id = 'ch-gone'").await, 1);
+    assert_eq!(
+        app.count(&format!("memberships WHERE subscriber_id = {s}"))
+            .await,
+        0
+    );
 }

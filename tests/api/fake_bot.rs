@@ -6,13 +6,18 @@
 //!
 //! It also watches for overlapping calls about the same (chat, user): each call is held open
 //! for a moment (`set_delay`), and a second call for the same pair arriving meanwhile is
-//! counted in [`FakeBot::overlaps`] — two workers performing the same effect at once.
+//! counted in [`FakeBot::overlaps`] — two workers performing the same effect at once. Calls
+//! about the same user in any chat (their private chat included) are counted in
+//! [`FakeBot::member_overlaps`] — two effects of one member performed at once. A call can be
+//! held open until the test releases it ([`FakeBot::hold`]).
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
     sync::{Arc, Mutex},
     time::Duration,
 };
+
+use tokio::sync::Notify;
 
 use axum::{
     Json, Router,
@@ -61,12 +66,34 @@ struct FakeState {
     delay: Duration,
     in_flight: HashMap<(i64, i64), usize>,
     overlaps: usize,
+    user_in_flight: HashMap<i64, usize>,
+    member_overlaps: usize,
+    holds: HashMap<String, VecDeque<Hold>>,
     banned: HashSet<(i64, i64)>,
     open_requests: HashSet<(i64, i64)>,
     members: HashSet<(i64, i64)>,
     refunded: HashSet<String>,
     transactions: Vec<Value>,
     counter: u64,
+}
+
+/// A call held open by [`FakeBot::hold`] until the test releases it.
+#[derive(Clone, Default)]
+pub struct Hold {
+    arrived: Arc<Notify>,
+    release: Arc<Notify>,
+}
+
+impl Hold {
+    /// Waits until the held call has arrived (it is recorded and open).
+    pub async fn arrived(&self) {
+        self.arrived.notified().await
+    }
+
+    /// Lets the held call answer (with the reply it was scripted).
+    pub fn release(&self) {
+        self.release.notify_one()
+    }
 }
 
 /// The running fake.
@@ -121,6 +148,19 @@ impl FakeBot {
         });
     }
 
+    /// Holds the next call of `method` open (after recording it) until the returned [`Hold`]
+    /// is released; later calls are not held unless held again.
+    pub fn hold(&self, method: &str) -> Hold {
+        let hold = Hold::default();
+        self.with(|s| {
+            s.holds
+                .entry(method.to_string())
+                .or_default()
+                .push_back(hold.clone())
+        });
+        hold
+    }
+
     /// Holds every call open this long before answering.
     pub fn set_delay(&self, delay: Duration) {
         self.with(|s| s.delay = delay);
@@ -151,6 +191,16 @@ impl FakeBot {
     /// Overlapping calls about the same (chat, user) seen so far.
     pub fn overlaps(&self) -> usize {
         self.with(|s| s.overlaps)
+    }
+
+    /// Overlapping calls about the same user (in any chat, or a message to them) seen so far.
+    pub fn member_overlaps(&self) -> usize {
+        self.with(|s| s.member_overlaps)
+    }
+
+    /// The user a call is about: its `user_id`, or the recipient of a message.
+    pub fn user_of(call: &Call) -> Option<i64> {
+        user_of(&call.method, &call.params)
     }
 
     pub fn is_banned(&self, chat: i64, user: i64) -> bool {
@@ -184,6 +234,22 @@ impl FakeBot {
                            "user": {"id": user, "is_bot": false, "first_name": "Buyer"},
                            "invoice_payload": payload}
             }))
+        });
+    }
+
+    /// Appends `n` incoming Stars payments of other buyers (history before the one a test
+    /// looks for).
+    pub fn add_filler_transactions(&self, n: usize) {
+        self.with(|s| {
+            let date = chrono::Utc::now().timestamp();
+            for i in 0..n {
+                s.transactions.push(json!({
+                    "id": format!("filler-{i}"), "amount": 10, "date": date,
+                    "source": {"type": "user", "transaction_type": "invoice_payment",
+                               "user": {"id": 900_000 + i, "is_bot": false, "first_name": "Old"},
+                               "invoice_payload": "not-an-order"}
+                }))
+            }
         });
     }
 
@@ -223,7 +289,8 @@ async fn handle(
         params["chat_id"].as_i64().unwrap_or(0),
         params["user_id"].as_i64().unwrap_or(0),
     );
-    let (reply, delay) = {
+    let user = user_of(&method, &params);
+    let (reply, delay, hold) = {
         let mut s = state.lock().unwrap();
         s.calls.push(Call {
             method: method.clone(),
@@ -234,14 +301,26 @@ async fn handle(
             s.overlaps += 1;
         }
         *s.in_flight.get_mut(&pair).unwrap() += 1;
+        if let Some(u) = user {
+            let n = s.user_in_flight.entry(u).or_default();
+            *n += 1;
+            if *n > 1 {
+                s.member_overlaps += 1;
+            }
+        }
         let reply = s
             .queued
             .get_mut(&method)
             .and_then(VecDeque::pop_front)
             .or_else(|| s.sticky.get(&method).cloned())
             .unwrap_or(Reply::Ok);
-        (reply, s.delay)
+        let hold = s.holds.get_mut(&method).and_then(VecDeque::pop_front);
+        (reply, s.delay, hold)
     };
+    if let Some(hold) = hold {
+        hold.arrived.notify_one();
+        hold.release.notified().await;
+    }
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
@@ -263,6 +342,9 @@ async fn handle(
     {
         let mut s = state.lock().unwrap();
         *s.in_flight.get_mut(&pair).unwrap() -= 1;
+        if let Some(u) = user {
+            *s.user_in_flight.get_mut(&u).unwrap() -= 1;
+        }
     }
     match response {
         Some(r) => r,
@@ -271,6 +353,15 @@ async fn handle(
             error(504, "hung", None)
         }
     }
+}
+
+/// The user a call is about: its `user_id`, or for `sendMessage` the private chat it goes to.
+fn user_of(method: &str, params: &Value) -> Option<i64> {
+    params["user_id"].as_i64().or_else(|| {
+        (method == "sendMessage")
+            .then(|| params["chat_id"].as_i64())
+            .flatten()
+    })
 }
 
 /// The normal effect and answer of `method`, as Telegram would give them.

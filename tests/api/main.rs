@@ -3,9 +3,11 @@
 mod fake_bot;
 mod helpers;
 
+mod access;
 mod auth;
 mod crud;
 mod effects;
+mod hardening_payments;
 mod ops;
 
 mod idempotency;

@@ -114,19 +114,28 @@ async fn ten_concurrent_deliveries_of_one_payment_apply_it_once() {
     }
     assert_eq!(app.count("payments").await, 20);
     assert_eq!(app.count("membership_events").await, 20);
-    // Twenty periods of 30 days, each starting from the previous expiry.
+    // Twenty periods of 30 days: the first from when it was applied, each later one from the
+    // previous expiry.
     let row = app
         .db()
         .await
         .query_one(
-            "SELECT m.expires_at, (SELECT paid_at FROM payments ORDER BY id LIMIT 1)
+            "SELECT m.expires_at,
+                    (SELECT expires_at_after FROM membership_events ORDER BY id LIMIT 1),
+                    (SELECT created_at FROM payments ORDER BY id LIMIT 1)
              FROM memberships m",
             &[],
         )
         .await
         .unwrap();
-    let (expires, first_paid): (DateTime<Utc>, DateTime<Utc>) = (row.get(0), row.get(1));
-    assert_eq!(expires, first_paid + Duration::days(600));
+    let (expires, first_term_end, first_stored): (DateTime<Utc>, DateTime<Utc>, DateTime<Utc>) =
+        (row.get(0), row.get(1), row.get(2));
+    let first_start = first_term_end - Duration::days(30);
+    assert!(
+        first_stored <= first_start && first_start - first_stored < Duration::seconds(10),
+        "the first term starts when the first payment was applied ({first_stored}), not {first_start}"
+    );
+    assert_eq!(expires, first_start + Duration::days(600));
 }
 
 /// Header name/value pairs as the helpers build them.
@@ -370,7 +379,9 @@ async fn a_payment_activates_the_membership_and_a_repeat_answers_the_stored_paym
     let paid_at = "2020-01-01T00:00:00Z";
     let mut body = payment_event("pay_a", &reference(&order), 19900, "UAH");
     body["paid_at"] = json!(paid_at);
+    let before = db_now(&app).await;
     let r = app.post_signed_webhook(&body).await.expect(200);
+    let after = db_now(&app).await;
     assert_eq!(r["duplicate"], false);
     let p = &r["payment"];
     assert_eq!(p["gateway"], "acme");
@@ -385,12 +396,21 @@ async fn a_payment_activates_the_membership_and_a_repeat_answers_the_stored_paym
     let m = &r["membership"];
     assert_eq!(m["status"], "active");
     assert_eq!(m["subscriber_id"], sub);
-    // GREATEST(no current expiry, paid_at) + 30 days: a payment long ago buys a term that has
-    // already ended, which the sweep then expires.
+    // GREATEST(no current expiry, database now) + 30 days: the term starts when the payment
+    // is applied, however long ago the gateway says it was paid.
     let expires: DateTime<Utc> = m["expires_at"].as_str().unwrap().parse().unwrap();
+    assert!(
+        before + Duration::days(30) <= expires && expires <= after + Duration::days(30),
+        "expires_at {expires} is 30 days after the payment was applied ({before}..{after})"
+    );
     assert_eq!(
-        expires,
-        "2020-01-31T00:00:00Z".parse::<DateTime<Utc>>().unwrap()
+        p["paid_at"]
+            .as_str()
+            .unwrap()
+            .parse::<DateTime<Utc>>()
+            .unwrap(),
+        paid_at.parse::<DateTime<Utc>>().unwrap(),
+        "paid_at is kept as reported"
     );
     let o = order_row(&app, id(&order)).await;
     assert_eq!(o["status"], "paid");

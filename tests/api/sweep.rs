@@ -507,12 +507,19 @@ async fn sweep_effects_carry_the_same_keys_and_payloads_as_staff_effects() {
     let app = TestApp::spawn().await;
     let (g, _, _) = membership(&app, 1, 3).await;
     let (x, _, _) = membership(&app, 2, 3).await;
-    let (g, x) = (g["id"].as_i64().unwrap(), x["id"].as_i64().unwrap());
-    // Odd microseconds, and an expiry before 1970 (negative epoch with a fraction): the SQL key
-    // must spell the instant exactly as the Rust one (`term_key`) does.
+    let (y, _, _) = membership(&app, 3, 3).await;
+    let (g, x, y) = (
+        g["id"].as_i64().unwrap(),
+        x["id"].as_i64().unwrap(),
+        y["id"].as_i64().unwrap(),
+    );
+    // Odd microseconds, and an expiry before 1970 (negative epoch with a fraction): the SQL
+    // payload must spell the instant exactly as the Rust one does.
     let eg = back_date(&app, g, chrono::Duration::microseconds(3_600_000_007)).await;
     let ex: DateTime<Utc> = "1969-12-31T23:59:59.500001Z".parse().unwrap();
     set(&app, x, json!({"expires_at": ex})).await;
+    // A staff expiry of the same kind, for comparison.
+    set(&app, y, json!({"status": "expired", "expires_at": ex})).await;
     expect_counts(&sweep_now(&app).await, 2, 1, 1, 0);
     let rows = app
         .db()
@@ -527,22 +534,39 @@ async fn sweep_effects_carry_the_same_keys_and_payloads_as_staff_effects() {
         )
         .await
         .unwrap();
-    assert_eq!(rows.len(), 2);
+    assert_eq!(rows.len(), 3);
+    // Each effect is keyed on the event of its transition, whoever wrote it.
+    let event_of = |id: i64, to: &'static str| {
+        let app = &app;
+        async move {
+            let r = app
+                .db()
+                .await
+                .query_one(
+                    "SELECT id, cause FROM membership_events
+                     WHERE membership_id = $1 AND to_status = $2",
+                    &[&id, &to],
+                )
+                .await
+                .unwrap();
+            (r.get::<_, i64>(0), r.get::<_, String>(1))
+        }
+    };
+    let (ev_g, cause_g) = event_of(g, "grace").await;
+    let (ev_x, cause_x) = event_of(x, "expired").await;
+    let (ev_y, cause_y) = event_of(y, "expired").await;
+    assert_eq!((cause_g.as_str(), cause_x.as_str()), ("sweep", "sweep"));
+    assert_eq!(cause_y, "staff");
     for (row, id, kind, key, expires_at) in [
         (
             &rows[0],
             g,
             "grace_notice",
-            format!("grace:{g}:{}", eg.timestamp_micros()),
+            format!("grace:{g}:ev{ev_g}"),
             eg,
         ),
-        (
-            &rows[1],
-            x,
-            "revoke",
-            format!("revoke:{x}:{}", ex.timestamp_micros()),
-            ex,
-        ),
+        (&rows[1], x, "revoke", format!("revoke:{x}:ev{ev_x}"), ex),
+        (&rows[2], y, "revoke", format!("revoke:{y}:ev{ev_y}"), ex),
     ] {
         assert_eq!(row.get::<_, i64>(0), id);
         assert_eq!(row.get::<_, &str>(1), kind);
@@ -553,7 +577,11 @@ async fn sweep_effects_carry_the_same_keys_and_payloads_as_staff_effects() {
         assert_eq!(row.get::<_, Option<i64>>(4), Some(row.get::<_, i64>(6)));
         assert_eq!(row.get::<_, i64>(5), row.get::<_, i64>(7));
     }
-    assert_eq!(rows[1].get::<_, String>(2), format!("revoke:{x}:-499999"));
+    assert_eq!(
+        rows[1].get::<_, Value>(3),
+        rows[2].get::<_, Value>(3),
+        "the sweep's payload is the staff one, to the microsecond"
+    );
 }
 
 /// Inserts `per_channel` overdue memberships in each of four channels (two with three days of
@@ -924,14 +952,22 @@ async fn five_renewals_racing_five_sweeps_on_one_overdue_membership() {
         }
 
         let (status, final_expires) = status_of(&app, id).await;
+        let after = db_now(&app).await;
         assert_eq!(status, "active", "round {round}");
-        // The first renewal's base is GREATEST(expires_at, paid_at) = paid_at.
+        let events = events_of(&app, id, before).await;
+        // The first renewal's base is GREATEST(expires_at, database now) = when it was applied
+        // (not the paid_at an hour ago); every later one extends from the expiry before it.
+        let first = events
+            .iter()
+            .find(|e| e.4 == "payment")
+            .expect("a payment event");
+        let base = first.3 - period;
+        assert!(now <= base && base <= after, "round {round}: base {base}");
         assert_eq!(
             final_expires,
-            paid_at + period * RENEWALS as i32,
+            base + period * RENEWALS as i32,
             "round {round}"
         );
-        let events = events_of(&app, id, before).await;
         assert_chain(
             &events,
             ("active", expires_at),
