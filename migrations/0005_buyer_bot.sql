@@ -68,7 +68,7 @@ ALTER TABLE payments
     ADD CONSTRAINT payments_reason_check CHECK (reason IN (
         'unknown_order', 'amount_mismatch', 'currency_mismatch', 'payer_mismatch',
         'order_cancelled', 'already_paid', 'hold_expired', 'no_seat', 'channel_inactive',
-        'unknown_subscription', 'subscription_cancelled'));
+        'refunded_elsewhere', 'unknown_subscription', 'subscription_cancelled'));
 DROP INDEX payments_one_applied_per_order;
 CREATE UNIQUE INDEX payments_one_applied_per_order ON payments (order_id)
     WHERE outcome = 'applied' AND NOT renewal;
