@@ -211,6 +211,16 @@ impl From<BotError> for Failure {
     }
 }
 
+impl From<super::bot::BotFailure> for Failure {
+    fn from(e: super::bot::BotFailure) -> Failure {
+        match e {
+            super::bot::BotFailure::Db(e) => Failure::Db(e),
+            super::bot::BotFailure::Bot(e) => Failure::from(e),
+            super::bot::BotFailure::Permanent(why) => Failure::Permanent(why),
+        }
+    }
+}
+
 /// Done, with an optional note (why it was skipped, which harmless error counted as done).
 type Performed = Result<Option<String>, Failure>;
 
@@ -405,6 +415,10 @@ impl Worker {
         };
         match kind {
             Kind::Refund => self.refund(client, bot, e).await,
+            Kind::BotMessage | Kind::Invoice | Kind::SubscriptionCancel => {
+                let performed = super::bot::perform(&self.state, client, bot, e, kind).await;
+                Attempt::from(performed.map_err(Failure::from))
+            }
             Kind::JoinApprove | Kind::JoinDecline => {
                 let Some(chat) = e.chat_id else {
                     return Attempt::from(Err(no_chat()));
