@@ -14,6 +14,58 @@ pub fn day(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M UTC").to_string()
 }
 
+// ---- Telegram's payment form (a refused pre-checkout; at most 100 characters) ----
+
+/// The decision could not be made in time.
+pub const PRE_CHECKOUT_BUSY: &str = "Please try again in a moment.";
+
+/// Why a pre-checkout is refused, by its reason code.
+pub fn pre_checkout_refusal(reason: &str) -> &'static str {
+    match reason {
+        "unknown_order" => "We could not find this order. Please start a new order.",
+        "order_cancelled" => "This order was cancelled. Please start a new order.",
+        "already_paid" => "This order has already been paid.",
+        "payer_mismatch" => "This invoice was issued to another Telegram account.",
+        "currency_mismatch" => "This order cannot be paid with Telegram Stars.",
+        "amount_mismatch" => {
+            "The invoice amount does not match the order. Please start a new order."
+        }
+        "channel_inactive" => "This channel is not accepting subscriptions right now.",
+        "hold_expired" => "This invoice has expired. Please start a new order.",
+        "no_seat" => "This seat has just been taken. Please choose another channel or try later.",
+        _ => PRE_CHECKOUT_BUSY,
+    }
+}
+
+// ---- access (the effects worker) ----
+
+/// A payment made the buyer a member: the channel's join link.
+pub fn grant(title: &str, until: &str, link: &str) -> String {
+    format!(
+        "Payment received, thank you! Your access to «{title}» is active until {until}.\n\n\
+         Join here: {link}\n\
+         Tap the link and send a join request: it is approved automatically for members."
+    )
+}
+
+/// A member renewed.
+pub fn renewal_receipt(title: &str, until: &str) -> String {
+    format!("Payment received, thank you! Your access to «{title}» now lasts until {until}.")
+}
+
+/// `REMINDER_DAYS` before the end of a term.
+pub fn reminder(title: &str, ends: &str) -> String {
+    format!("Your access to «{title}» ends on {ends}. Renew before then to keep it: /subscriptions")
+}
+
+/// The membership entered its grace period.
+pub fn grace_notice(title: &str, expired: &str) -> String {
+    format!(
+        "Your access to «{title}» expired on {expired}. You are in a short grace period: \
+         renew now to keep your place: /subscriptions"
+    )
+}
+
 // ---- the catalogue (/start, /help, deep links) ----
 
 /// Above the list of channels.
@@ -22,7 +74,8 @@ pub const CATALOGUE_HEADER: &str = "Here are the channels you can join:";
 pub const CATALOGUE_FOOTER: &str =
     "Tap a button to buy. /subscriptions shows the channels you have.";
 /// When no channel is on sale.
-pub const CATALOGUE_EMPTY: &str = "There are no channels for sale right now. Please check back later.";
+pub const CATALOGUE_EMPTY: &str =
+    "There are no channels for sale right now. Please check back later.";
 /// Before the list, when a deep link named a channel that is unknown or not on sale.
 pub const UNKNOWN_CHANNEL: &str = "Sorry, this channel is not available.";
 /// The button that shows the next page of channels.
@@ -63,8 +116,7 @@ pub const INVOICE_ON_ITS_WAY: &str = "Your invoice is on its way.";
 pub const INVOICE_ALREADY_SENT: &str =
     "Your invoice for this channel is in the chat above; it is still valid.";
 /// A button naming something that is not (or no longer) there, or not the presser's.
-pub const BUTTON_INVALID: &str =
-    "This button is no longer valid. Send /start to see the channels.";
+pub const BUTTON_INVALID: &str = "This button is no longer valid. Send /start to see the channels.";
 /// The channel of a buy button is gone or no longer on sale.
 pub const CHANNEL_UNAVAILABLE: &str =
     "Sorry, this channel is not available any more. Send /start to see the channels.";
