@@ -871,9 +871,15 @@ mod tests {
     #[test]
     fn the_wayforpay_domain_defaults_to_the_public_url_host() {
         let mut env = minimal();
-        env.insert("PUBLIC_URL", "https://pay.example.com:8443/base/".to_string());
+        env.insert(
+            "PUBLIC_URL",
+            "https://pay.example.com:8443/base/".to_string(),
+        );
         let c = parse(&env).unwrap();
-        assert_eq!(c.public_url.as_deref(), Some("https://pay.example.com:8443/base"));
+        assert_eq!(
+            c.public_url.as_deref(),
+            Some("https://pay.example.com:8443/base")
+        );
         assert_eq!(c.wayforpay_domain.as_deref(), Some("pay.example.com"));
     }
 

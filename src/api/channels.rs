@@ -216,7 +216,9 @@ fn validate(b: &ChannelInput, create: bool, mut e: Errors) -> Result<(), ApiErro
     // the schema against the stored other side (`channels_recurring_check`, see `patch`).
     if b.recurring == Some(true) {
         let currency_ok = b.currency.as_deref().is_none_or(|c| c == "XTR");
-        let period_ok = b.billing_period_days.is_none_or(|d| d == RECURRING_PERIOD_DAYS);
+        let period_ok = b
+            .billing_period_days
+            .is_none_or(|d| d == RECURRING_PERIOD_DAYS);
         let complete = !create || (b.currency.is_some() && b.billing_period_days.is_some());
         if complete && !(currency_ok && period_ok) {
             e.add("recurring", RECURRING_RULE);

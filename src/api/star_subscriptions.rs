@@ -99,7 +99,11 @@ pub async fn cancel(
             }
             Some(Ok(s)) => s,
         };
-        tracing::info!(subscription_id = id, staff_id = write.staff.id, "star subscription cancelled by staff");
+        tracing::info!(
+            subscription_id = id,
+            staff_id = write.staff.id,
+            "star subscription cancelled by staff"
+        );
         Ok((
             StatusCode::OK,
             serde_json::to_value(s).map_err(ApiError::internal)?,

@@ -77,7 +77,10 @@ pub(super) async fn buy(
     if c.recurring
         && let Some(renews_at) = live_subscription(tx, subscriber_id, c.id).await?
     {
-        return Ok(alert(texts::already_subscribed(&name, &texts::day(renews_at))));
+        return Ok(alert(texts::already_subscribed(
+            &name,
+            &texts::day(renews_at),
+        )));
     }
     if let Some(order_id) = reusable_order(tx, subscriber_id, &c).await? {
         let sent = enqueue_invoice(tx, order_id, from.id).await?;
@@ -117,7 +120,13 @@ pub(super) async fn buy(
         }
     }
     enqueue_invoice(tx, order_id, from.id).await?;
-    tracing::info!(order_id, subscriber_id, channel_id = c.id, ?gateway, "bot order made");
+    tracing::info!(
+        order_id,
+        subscriber_id,
+        channel_id = c.id,
+        ?gateway,
+        "bot order made"
+    );
     Ok(note(texts::INVOICE_ON_ITS_WAY))
 }
 
@@ -227,7 +236,12 @@ async fn cancel_stale_orders(
         )
         .await?;
     if n > 0 {
-        tracing::info!(subscriber_id, channel_id, cancelled = n, "stale bot orders cancelled");
+        tracing::info!(
+            subscriber_id,
+            channel_id,
+            cancelled = n,
+            "stale bot orders cancelled"
+        );
     }
     Ok(())
 }
@@ -256,7 +270,11 @@ async fn create_order(
 
 /// Enqueues the order's invoice for Telegram user `user_id`, once per order; `false` when it
 /// was enqueued before.
-async fn enqueue_invoice(tx: &Transaction<'_>, order_id: i64, user_id: i64) -> Result<bool, ApiError> {
+async fn enqueue_invoice(
+    tx: &Transaction<'_>,
+    order_id: i64,
+    user_id: i64,
+) -> Result<bool, ApiError> {
     let id = effects::enqueue(
         &**tx,
         &NewEffect {

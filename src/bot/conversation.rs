@@ -91,12 +91,20 @@ async fn button(
     let callback = data.and_then(Callback::parse);
     tracing::info!(user_id = from.id, ?callback, "bot button pressed");
     let Some(callback) = callback else {
-        return Ok(render::answer_callback(query_id, texts::BUTTON_INVALID, true));
+        return Ok(render::answer_callback(
+            query_id,
+            texts::BUTTON_INVALID,
+            true,
+        ));
     };
     match callback {
         Callback::Buy(channel_id) => {
             let answer = buy::buy(tx, config, from, channel_id).await?;
-            Ok(render::answer_callback(query_id, &answer.text, answer.alert))
+            Ok(render::answer_callback(
+                query_id,
+                &answer.text,
+                answer.alert,
+            ))
         }
         Callback::More(after) => {
             // The page is a second message: the reply answers the button, the outbox sends it.

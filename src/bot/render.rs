@@ -267,7 +267,12 @@ pub fn url_button(text: &str, url: &str) -> Value {
 fn entry(o: &OfferView, description_max: usize) -> String {
     let name = clip(&title(&o.title, o.id), TITLE_IN_LIST_MAX);
     let mut lines = vec![name];
-    if let Some(d) = o.description.as_deref().map(str::trim).filter(|d| !d.is_empty()) {
+    if let Some(d) = o
+        .description
+        .as_deref()
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+    {
         lines.push(clip(d, description_max));
     }
     lines.push(texts::price_line(
@@ -344,7 +349,11 @@ pub fn catalogue(intro: Option<&str>, offers: &[OfferView], more: bool) -> (Rend
 
 /// One channel's offer (a deep link): its whole description and its buy button.
 pub fn offer(o: &OfferView) -> Rendered {
-    let text = format!("{}\n\n{}", entry(o, DESCRIPTION_IN_OFFER_MAX), texts::CATALOGUE_FOOTER);
+    let text = format!(
+        "{}\n\n{}",
+        entry(o, DESCRIPTION_IN_OFFER_MAX),
+        texts::CATALOGUE_FOOTER
+    );
     Rendered {
         text: clip(&text, MESSAGE_MAX),
         rows: buy_button(o).into_iter().collect(),
@@ -402,7 +411,9 @@ pub fn subscriptions(memberships: &[MembershipView]) -> Rendered {
                 piece.push('\n');
                 piece.push_str(&texts::renews_automatically(at));
             }
-            Some(SubscriptionView { renews_at: None, .. }) if live => {
+            Some(SubscriptionView {
+                renews_at: None, ..
+            }) if live => {
                 piece.push('\n');
                 piece.push_str(texts::RENEWAL_OFF);
             }
@@ -413,7 +424,10 @@ pub fn subscriptions(memberships: &[MembershipView]) -> Rendered {
             break;
         }
         text.push_str(&piece);
-        let renewing = live && m.subscription.as_ref().is_some_and(|s| s.renews_at.is_some());
+        let renewing = live
+            && m.subscription
+                .as_ref()
+                .is_some_and(|s| s.renews_at.is_some());
         if m.can_renew && !renewing {
             rows.push(vec![button(
                 &texts::renew_button(&name),
@@ -473,10 +487,9 @@ pub fn invoice_description(
 ) -> String {
     let text = match description.map(str::trim).filter(|d| !d.is_empty()) {
         Some(d) => d.to_string(),
-        None => texts::invoice_description(
-            &clip(&title(channel_title, channel_id), 200),
-            &period(days),
-        ),
+        None => {
+            texts::invoice_description(&clip(&title(channel_title, channel_id), 200), &period(days))
+        }
     };
     clip(&text, INVOICE_DESCRIPTION_MAX)
 }
@@ -539,13 +552,14 @@ mod tests {
     fn invoice_descriptions_are_never_empty_and_fit() {
         let d = invoice_description(None, "Title", 1, 30);
         assert_eq!(d, "30 days of access to «Title».");
-        assert_eq!(invoice_description(Some("  "), "T", 1, 1), "1 day of access to «T».");
+        assert_eq!(
+            invoice_description(Some("  "), "T", 1, 1),
+            "1 day of access to «T»."
+        );
         let long = "é".repeat(1000);
         assert!(units(&invoice_description(Some(&long), "T", 1, 30)) <= INVOICE_DESCRIPTION_MAX);
         let long_title = "🔥".repeat(255);
-        assert!(
-            units(&invoice_description(None, &long_title, 1, 30)) <= INVOICE_DESCRIPTION_MAX
-        );
+        assert!(units(&invoice_description(None, &long_title, 1, 30)) <= INVOICE_DESCRIPTION_MAX);
     }
 
     #[test]
@@ -570,8 +584,21 @@ mod tests {
             assert_eq!(Callback::parse(&c.data()), Some(c));
         }
         for forged in [
-            "", "b", "b:", "b:0", "b:-1", "b:+1", "b:1.0", "b: 1", "b:99999999999",
-            "x:99999999999999999999", "z:1", "B:1", "b:1:2", "buy:1", "b:١",
+            "",
+            "b",
+            "b:",
+            "b:0",
+            "b:-1",
+            "b:+1",
+            "b:1.0",
+            "b: 1",
+            "b:99999999999",
+            "x:99999999999999999999",
+            "z:1",
+            "B:1",
+            "b:1:2",
+            "buy:1",
+            "b:١",
         ] {
             assert_eq!(Callback::parse(forged), None, "{forged:?}");
         }
@@ -580,8 +607,14 @@ mod tests {
     #[test]
     fn commands_and_deep_links() {
         assert_eq!(parse_command("/start"), Command::Start(None));
-        assert_eq!(parse_command(" /start c12 "), Command::Start(Some("c12".into())));
-        assert_eq!(parse_command("/start@SubGate_bot c12"), Command::Start(Some("c12".into())));
+        assert_eq!(
+            parse_command(" /start c12 "),
+            Command::Start(Some("c12".into()))
+        );
+        assert_eq!(
+            parse_command("/start@SubGate_bot c12"),
+            Command::Start(Some("c12".into()))
+        );
         assert_eq!(parse_command("/help"), Command::Help);
         assert_eq!(parse_command("/subscriptions"), Command::Subscriptions);
         assert_eq!(parse_command("/startx"), Command::Other);
@@ -647,7 +680,10 @@ mod tests {
         let reply = send_message(42, &r);
         assert_eq!(reply["method"], "sendMessage");
         assert_eq!(reply["chat_id"], 42);
-        assert_eq!(reply["reply_markup"]["inline_keyboard"][0][0]["callback_data"], "b:4");
+        assert_eq!(
+            reply["reply_markup"]["inline_keyboard"][0][0]["callback_data"],
+            "b:4"
+        );
     }
 
     #[test]
@@ -670,10 +706,20 @@ mod tests {
                     renews_at: Some("2030-01-01 00:00 UTC".into()),
                 }),
             ),
-            m(3, "grace", Some(SubscriptionView { id: 8, renews_at: None })),
+            m(
+                3,
+                "grace",
+                Some(SubscriptionView {
+                    id: 8,
+                    renews_at: None,
+                }),
+            ),
             m(4, "expired", None),
         ]);
-        assert!(r.text.contains("Renews automatically on 2030-01-01 00:00 UTC."));
+        assert!(
+            r.text
+                .contains("Renews automatically on 2030-01-01 00:00 UTC.")
+        );
         assert!(r.text.contains(texts::RENEWAL_OFF));
         let data: Vec<&str> = r
             .rows

@@ -162,7 +162,10 @@ async fn message(bot: &BotApi, e: &Effect) -> BotPerformed {
         .and_then(Value::as_str)
         .ok_or_else(|| BotFailure::Permanent("the message has no text".into()))?;
     match e.payload.get("reply_markup").filter(|m| !m.is_null()) {
-        Some(markup) => bot.send_message_with_markup(e.user_id, text, markup).await?,
+        Some(markup) => {
+            bot.send_message_with_markup(e.user_id, text, markup)
+                .await?
+        }
         None => bot.send_message(e.user_id, text).await?,
     };
     Ok(None)
@@ -309,9 +312,8 @@ fn card_link(config: &Config, f: &InvoiceFacts, name: &str) -> Result<String, Bo
         return_url: return_url.as_deref(),
         order_timeout_secs: Some(f.open_secs),
     };
-    wayforpay_purchase::url(wfp.secret_key.expose().as_bytes(), &purchase).ok_or_else(|| {
-        BotFailure::Permanent(format!("{} has no known minor unit", f.currency))
-    })
+    wayforpay_purchase::url(wfp.secret_key.expose().as_bytes(), &purchase)
+        .ok_or_else(|| BotFailure::Permanent(format!("{} has no known minor unit", f.currency)))
 }
 
 /// Stores a new subscription link on the order (the first stored wins, so a repeat of the
@@ -351,7 +353,9 @@ async fn subscription_cancel(
     e: &Effect,
 ) -> BotPerformed {
     let Some(id) = e.payload.get("subscription_id").and_then(Value::as_i64) else {
-        return Err(BotFailure::Permanent("the effect names no subscription".into()));
+        return Err(BotFailure::Permanent(
+            "the effect names no subscription".into(),
+        ));
     };
     let row = client
         .query_opt(

@@ -141,7 +141,11 @@ pub async fn start(
         )
         .await?;
     let s = StarSubscription::from_row(&row);
-    tracing::info!(subscription_id = s.id, order_id, "Stars subscription started");
+    tracing::info!(
+        subscription_id = s.id,
+        order_id,
+        "Stars subscription started"
+    );
     Ok(s)
 }
 
@@ -211,11 +215,18 @@ pub async fn cancel(
         },
     )
     .await?;
-    tracing::info!(subscription_id = s.id, by = by.as_str(), "Stars subscription cancelled");
+    tracing::info!(
+        subscription_id = s.id,
+        by = by.as_str(),
+        "Stars subscription cancelled"
+    );
     Ok(Some(Ok(s)))
 }
 
-async fn telegram_user_of(client: &impl GenericClient, subscriber_id: i32) -> Result<i64, ApiError> {
+async fn telegram_user_of(
+    client: &impl GenericClient,
+    subscriber_id: i32,
+) -> Result<i64, ApiError> {
     Ok(client
         .query_one(
             "SELECT telegram_user_id FROM subscribers WHERE id = $1",

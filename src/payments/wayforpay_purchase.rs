@@ -129,7 +129,12 @@ mod tests {
         let link = url(SECRET, &purchase()).unwrap();
         let parsed = url::Url::parse(&link).unwrap();
         assert_eq!(
-            format!("{}://{}{}", parsed.scheme(), parsed.host_str().unwrap(), parsed.path()),
+            format!(
+                "{}://{}{}",
+                parsed.scheme(),
+                parsed.host_str().unwrap(),
+                parsed.path()
+            ),
             PAY_URL
         );
         let q: std::collections::HashMap<String, String> =
@@ -141,7 +146,10 @@ mod tests {
         assert_eq!(q["productName[]"], "Private «Channel» 🔥");
         assert_eq!(q["orderDate"], "1700000000");
         assert_eq!(q["merchantDomainName"], "shop.example.com");
-        assert_eq!(q["serviceUrl"], "https://pay.example.com/api/webhook/wayforpay");
+        assert_eq!(
+            q["serviceUrl"],
+            "https://pay.example.com/api/webhook/wayforpay"
+        );
         assert_eq!(q["returnUrl"], "https://t.me/subgate_bot");
         assert_eq!(q["orderTimeout"], "3600");
     }

@@ -181,7 +181,11 @@ fn assert_answer(reply: &Value, text: &str) {
     assert_eq!(reply["text"], text, "{reply}");
 }
 
-async fn one_i64(app: &TestApp, sql: &str, params: &[&(dyn tokio_postgres::types::ToSql + Sync)]) -> i64 {
+async fn one_i64(
+    app: &TestApp,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> i64 {
     app.db().await.query_one(sql, params).await.unwrap().get(0)
 }
 
@@ -203,11 +207,7 @@ async fn orders_of(app: &TestApp, user: i64, channel: i64) -> Vec<(i64, String, 
 }
 
 /// `(status, expires_at)` of Telegram user `user`'s membership of `channel`.
-async fn membership_of(
-    app: &TestApp,
-    user: i64,
-    channel: i64,
-) -> Option<(String, DateTime<Utc>)> {
+async fn membership_of(app: &TestApp, user: i64, channel: i64) -> Option<(String, DateTime<Utc>)> {
     app.db()
         .await
         .query_opt(
@@ -316,13 +316,25 @@ async fn a_buyer_starts_buys_pays_gets_in_and_sees_the_subscription() {
     // Telegram's pre-checkout and the payment: through door 3 and the core, as ever.
     let answer = send(&app, &pre_checkout_update("q-7001", 7001, &reference, 250)).await;
     assert_eq!(answer["ok"], true, "{answer}");
-    let paid = send(&app, &payment_update("ch-7001", 7001, &reference, 250, None)).await;
+    let paid = send(
+        &app,
+        &payment_update("ch-7001", 7001, &reference, 250, None),
+    )
+    .await;
     assert_eq!(paid, json!({}));
-    assert_eq!(payment(&app, "ch-7001").await, ("applied".into(), None, false));
+    assert_eq!(
+        payment(&app, "ch-7001").await,
+        ("applied".into(), None, false)
+    );
     let (status, _) = membership_of(&app, 7001, c).await.unwrap();
     assert_eq!(status, "active");
     assert_eq!(
-        one_i64(&app, "SELECT count(*) FROM orders WHERE id = $1 AND status = 'paid'", &[&order_id]).await,
+        one_i64(
+            &app,
+            "SELECT count(*) FROM orders WHERE id = $1 AND status = 'paid'",
+            &[&order_id]
+        )
+        .await,
         1
     );
 
@@ -342,7 +354,10 @@ async fn a_buyer_starts_buys_pays_gets_in_and_sees_the_subscription() {
     // /subscriptions: the membership, its expiry and a renew button.
     let reply = send(&app, &text_update(&buyer, "/subscriptions")).await;
     let text = reply["text"].as_str().unwrap();
-    assert!(text.contains("Rust Weekly") && text.contains("Active until"), "{text}");
+    assert!(
+        text.contains("Rust Weekly") && text.contains("Active until"),
+        "{text}"
+    );
     assert_eq!(
         buttons(&reply),
         [("Renew: Rust Weekly".to_string(), format!("b:{c}"))]
@@ -399,8 +414,14 @@ async fn pressing_buy_again_never_makes_a_second_order_or_invoice() {
 
     // One after the other: the second press is told the invoice is above.
     let buyer = person(7003);
-    assert_answer(&send(&app, &button_update(&buyer, &format!("b:{c}"))).await, ON_ITS_WAY);
-    assert_answer(&send(&app, &button_update(&buyer, &format!("b:{c}"))).await, ALREADY_SENT);
+    assert_answer(
+        &send(&app, &button_update(&buyer, &format!("b:{c}"))).await,
+        ON_ITS_WAY,
+    );
+    assert_answer(
+        &send(&app, &button_update(&buyer, &format!("b:{c}"))).await,
+        ALREADY_SENT,
+    );
     assert_eq!(orders_of(&app, 7003, c).await.len(), 1);
 
     // Presses from several devices at once, for many buyers.
@@ -462,11 +483,21 @@ async fn a_stale_order_is_replaced_and_its_old_invoice_refused() {
         )
         .await
         .unwrap();
-    assert_answer(&send(&app, &button_update(&buyer, &format!("b:{c}"))).await, ON_ITS_WAY);
+    assert_answer(
+        &send(&app, &button_update(&buyer, &format!("b:{c}"))).await,
+        ON_ITS_WAY,
+    );
     let orders = orders_of(&app, 7004, c).await;
     assert_eq!(orders.len(), 2);
-    assert_eq!((orders[0].2.as_str(), orders[1].2.as_str()), ("cancelled", "pending"));
-    let refused = send(&app, &pre_checkout_update("q-old", 7004, &old_reference, 250)).await;
+    assert_eq!(
+        (orders[0].2.as_str(), orders[1].2.as_str()),
+        ("cancelled", "pending")
+    );
+    let refused = send(
+        &app,
+        &pre_checkout_update("q-old", 7004, &old_reference, 250),
+    )
+    .await;
     assert_eq!(refused["ok"], false, "{refused}");
     let ok = send(&app, &pre_checkout_update("q-new", 7004, &orders[1].1, 250)).await;
     assert_eq!(ok["ok"], true, "{ok}");
@@ -488,7 +519,10 @@ async fn a_stars_subscription_renews_twice_then_is_cancelled() {
 
     let reply = send(&app, &text_update(&buyer, "/start")).await;
     assert!(
-        reply["text"].as_str().unwrap().contains("250 ⭐ every 30 days, renews automatically"),
+        reply["text"]
+            .as_str()
+            .unwrap()
+            .contains("250 ⭐ every 30 days, renews automatically"),
         "{reply}"
     );
     assert_eq!(buttons(&reply)[0].0, "Subscribe: Daily · 250 ⭐");
@@ -508,7 +542,10 @@ async fn a_stars_subscription_renews_twice_then_is_cancelled() {
     let stored: Option<String> = app
         .db()
         .await
-        .query_one("SELECT invoice_link FROM orders WHERE id = $1", &[&order_id])
+        .query_one(
+            "SELECT invoice_link FROM orders WHERE id = $1",
+            &[&order_id],
+        )
         .await
         .unwrap()
         .get(0);
@@ -522,14 +559,30 @@ async fn a_stars_subscription_renews_twice_then_is_cancelled() {
     let now = Utc::now();
     send(
         &app,
-        &payment_update("sub-1", 7005, &reference, 250, Some((true, now + Duration::days(30)))),
+        &payment_update(
+            "sub-1",
+            7005,
+            &reference,
+            250,
+            Some((true, now + Duration::days(30))),
+        ),
     )
     .await;
-    assert_eq!(payment(&app, "sub-1").await, ("applied".into(), None, false));
+    assert_eq!(
+        payment(&app, "sub-1").await,
+        ("applied".into(), None, false)
+    );
     let (_, first_expiry) = membership_of(&app, 7005, c).await.unwrap();
     let sub = app
-        .get(&format!("/api/star-subscriptions?subscriber_id={}",
-            one_i64(&app, "SELECT id::bigint FROM subscribers WHERE telegram_user_id = 7005", &[]).await))
+        .get(&format!(
+            "/api/star-subscriptions?subscriber_id={}",
+            one_i64(
+                &app,
+                "SELECT id::bigint FROM subscribers WHERE telegram_user_id = 7005",
+                &[]
+            )
+            .await
+        ))
         .await
         .expect(200)["items"][0]
         .clone();
@@ -541,12 +594,24 @@ async fn a_stars_subscription_renews_twice_then_is_cancelled() {
     let mut expiry = first_expiry;
     for (n, charge) in ["sub-2", "sub-3"].iter().enumerate() {
         let renews_at = now + Duration::days(30 * (n as i64 + 2));
-        let r = send(&app, &payment_update(charge, 7005, &reference, 250, Some((false, renews_at)))).await;
+        let r = send(
+            &app,
+            &payment_update(charge, 7005, &reference, 250, Some((false, renews_at))),
+        )
+        .await;
         assert_eq!(r, json!({}));
-        assert_eq!(payment(&app, charge).await, ("applied".into(), None, true), "{charge}");
+        assert_eq!(
+            payment(&app, charge).await,
+            ("applied".into(), None, true),
+            "{charge}"
+        );
         let (status, after) = membership_of(&app, 7005, c).await.unwrap();
         assert_eq!(status, "active");
-        assert_eq!(after, expiry + Duration::days(30), "{charge} extends by one period");
+        assert_eq!(
+            after,
+            expiry + Duration::days(30),
+            "{charge} extends by one period"
+        );
         expiry = after;
         let kept: DateTime<Utc> = app
             .db()
@@ -571,7 +636,11 @@ async fn a_stars_subscription_renews_twice_then_is_cancelled() {
         (now + Duration::days(90)).timestamp()
     );
     // A redelivered renewal is one payment.
-    send(&app, &payment_update("sub-3", 7005, &reference, 250, Some((false, now)))).await;
+    send(
+        &app,
+        &payment_update("sub-3", 7005, &reference, 250, Some((false, now))),
+    )
+    .await;
     assert_eq!(membership_of(&app, 7005, c).await.unwrap().1, expiry);
 
     // /subscriptions: renews automatically, with a cancel-renewal button and no renew button.
@@ -580,16 +649,28 @@ async fn a_stars_subscription_renews_twice_then_is_cancelled() {
     assert!(text.contains("Renews automatically on"), "{text}");
     assert_eq!(
         buttons(&reply),
-        [("Cancel renewal: Daily".to_string(), format!("x:{}", sub["id"]))]
+        [(
+            "Cancel renewal: Daily".to_string(),
+            format!("x:{}", sub["id"])
+        )]
     );
     // Buying again while subscribed is refused kindly.
     let again = send(&app, &button_update(&buyer, &format!("b:{c}"))).await;
-    assert!(again["text"].as_str().unwrap().starts_with("You are subscribed to «Daily»"), "{again}");
+    assert!(
+        again["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("You are subscribed to «Daily»"),
+        "{again}"
+    );
 
     // The buyer cancels: Telegram is told through the outbox, access stays until expiry.
     fake.clear_calls();
     let reply = send(&app, &button_update(&buyer, &format!("x:{}", sub["id"]))).await;
-    assert_answer(&reply, "Renewal cancelled. Your access stays until it expires.");
+    assert_answer(
+        &reply,
+        "Renewal cancelled. Your access stays until it expires.",
+    );
     let again = send(&app, &button_update(&buyer, &format!("x:{}", sub["id"]))).await;
     assert_answer(&again, "This subscription's renewal is already cancelled.");
     run(&app).await;
@@ -602,22 +683,38 @@ async fn a_stars_subscription_renews_twice_then_is_cancelled() {
     assert!(fake.subscription_cancelled(7005, "sub-1"));
     run(&app).await;
     assert!(
-        messages_to(&fake, 7005).iter().any(|m| m.contains("will not renew")),
+        messages_to(&fake, 7005)
+            .iter()
+            .any(|m| m.contains("will not renew")),
         "{:?}",
         messages_to(&fake, 7005)
     );
-    assert_eq!(membership_of(&app, 7005, c).await.unwrap(), ("active".into(), expiry));
+    assert_eq!(
+        membership_of(&app, 7005, c).await.unwrap(),
+        ("active".into(), expiry)
+    );
     let sub_row = app
         .get(&format!("/api/star-subscriptions/{}", sub["id"]))
         .await
         .expect(200);
-    assert_eq!((sub_row["status"].as_str(), sub_row["cancelled_by"].as_str()), (Some("cancelled"), Some("buyer")));
+    assert_eq!(
+        (sub_row["status"].as_str(), sub_row["cancelled_by"].as_str()),
+        (Some("cancelled"), Some("buyer"))
+    );
 
     // A renewal charge after the cancellation is reviewed, never applied or refunded.
-    send(&app, &payment_update("sub-4", 7005, &reference, 250, Some((false, now)))).await;
+    send(
+        &app,
+        &payment_update("sub-4", 7005, &reference, 250, Some((false, now))),
+    )
+    .await;
     assert_eq!(
         payment(&app, "sub-4").await,
-        ("needs_review".into(), Some("subscription_cancelled".into()), true)
+        (
+            "needs_review".into(),
+            Some("subscription_cancelled".into()),
+            true
+        )
     );
     assert_eq!(membership_of(&app, 7005, c).await.unwrap().1, expiry);
     // … and the buyer is told, once.
@@ -640,13 +737,25 @@ async fn renewals_of_unknown_subscriptions_are_reviewed_and_staff_can_cancel() {
     send(&app, &payment_update("one-1", 7006, &reference, 250, None)).await;
     let before = membership_of(&app, 7006, c).await.unwrap();
     let in_a_month = Utc::now() + Duration::days(30);
-    send(&app, &payment_update("one-2", 7006, &reference, 250, Some((false, in_a_month)))).await;
+    send(
+        &app,
+        &payment_update("one-2", 7006, &reference, 250, Some((false, in_a_month))),
+    )
+    .await;
     assert_eq!(
         payment(&app, "one-2").await,
-        ("needs_review".into(), Some("unknown_subscription".into()), true)
+        (
+            "needs_review".into(),
+            Some("unknown_subscription".into()),
+            true
+        )
     );
     // An unknown payload is reviewed too.
-    send(&app, &payment_update("one-3", 7006, "ord_nope", 250, Some((false, in_a_month)))).await;
+    send(
+        &app,
+        &payment_update("one-3", 7006, "ord_nope", 250, Some((false, in_a_month))),
+    )
+    .await;
     assert_eq!(payment(&app, "one-3").await.0, "needs_review");
     assert_eq!(membership_of(&app, 7006, c).await.unwrap(), before);
 
@@ -654,20 +763,42 @@ async fn renewals_of_unknown_subscriptions_are_reviewed_and_staff_can_cancel() {
     let r = stars_channel(&app, -100_200_007, json!({"recurring": true})).await;
     send(&app, &button_update(&buyer, &format!("b:{r}"))).await;
     let (_, reference, _) = orders_of(&app, 7006, r).await[0].clone();
-    send(&app, &payment_update("rec-1", 7006, &reference, 250, Some((true, in_a_month)))).await;
-    let sub = app.get(&format!("/api/star-subscriptions?channel_id={r}")).await.expect(200)["items"][0].clone();
+    send(
+        &app,
+        &payment_update("rec-1", 7006, &reference, 250, Some((true, in_a_month))),
+    )
+    .await;
+    let sub = app
+        .get(&format!("/api/star-subscriptions?channel_id={r}"))
+        .await
+        .expect(200)["items"][0]
+        .clone();
     let cancelled = app
-        .post(&format!("/api/star-subscriptions/{}/cancel", sub["id"]), Value::Null)
+        .post(
+            &format!("/api/star-subscriptions/{}/cancel", sub["id"]),
+            Value::Null,
+        )
         .await
         .expect(200);
-    assert_eq!((cancelled["status"].as_str(), cancelled["cancelled_by"].as_str()), (Some("cancelled"), Some("staff")));
-    app.post(&format!("/api/star-subscriptions/{}/cancel", sub["id"]), Value::Null)
-        .await
-        .expect(409);
+    assert_eq!(
+        (
+            cancelled["status"].as_str(),
+            cancelled["cancelled_by"].as_str()
+        ),
+        (Some("cancelled"), Some("staff"))
+    );
+    app.post(
+        &format!("/api/star-subscriptions/{}/cancel", sub["id"]),
+        Value::Null,
+    )
+    .await
+    .expect(409);
     app.post("/api/star-subscriptions/999999/cancel", Value::Null)
         .await
         .expect(404);
-    app.get("/api/star-subscriptions?status=nope").await.expect(422);
+    app.get("/api/star-subscriptions?status=nope")
+        .await
+        .expect(422);
     assert_eq!(pending(&app, "subscription_cancel").await, 1);
     run(&app).await;
     assert!(fake.subscription_cancelled(7006, "rec-1"));
@@ -684,13 +815,25 @@ async fn a_card_purchase_link_is_signed_as_wayforpay_checks_and_its_callback_app
     let c = channel(&app, -100_200_008, json!({"title": "Card «Club» 🔥"})).await;
     let buyer = person(7008);
     let reply = send(&app, &text_update(&buyer, "/start")).await;
-    assert!(reply["text"].as_str().unwrap().contains("199.00 UAH for 30 days"), "{reply}");
-    assert_answer(&send(&app, &button_update(&buyer, &format!("b:{c}"))).await, ON_ITS_WAY);
+    assert!(
+        reply["text"]
+            .as_str()
+            .unwrap()
+            .contains("199.00 UAH for 30 days"),
+        "{reply}"
+    );
+    assert_answer(
+        &send(&app, &button_update(&buyer, &format!("b:{c}"))).await,
+        ON_ITS_WAY,
+    );
     let (_, reference, _) = orders_of(&app, 7008, c).await[0].clone();
     run(&app).await;
     let message = &fake.calls_of("sendMessage")[0].params;
     assert_eq!(message["chat_id"], 7008);
-    assert!(message["text"].as_str().unwrap().contains("199.00 UAH"), "{message}");
+    assert!(
+        message["text"].as_str().unwrap().contains("199.00 UAH"),
+        "{message}"
+    );
     let (label, link) = buttons(message)[0].clone();
     assert_eq!(label, "Pay 199.00 UAH by card");
 
@@ -701,12 +844,18 @@ async fn a_card_purchase_link_is_signed_as_wayforpay_checks_and_its_callback_app
     );
     let q: HashMap<String, String> = url.query_pairs().into_owned().collect();
     assert_eq!(q["merchantAccount"], WAYFORPAY_ACCOUNT);
-    assert_eq!(q["merchantDomainName"], "pay.example.com", "defaults to PUBLIC_URL's host");
+    assert_eq!(
+        q["merchantDomainName"], "pay.example.com",
+        "defaults to PUBLIC_URL's host"
+    );
     assert_eq!(q["orderReference"], reference);
     assert_eq!(q["amount"], "199.00");
     assert_eq!(q["currency"], "UAH");
     assert_eq!(q["productName[]"], "Card «Club» 🔥");
-    assert_eq!(q["serviceUrl"], format!("{PUBLIC_URL}/api/webhook/wayforpay"));
+    assert_eq!(
+        q["serviceUrl"],
+        format!("{PUBLIC_URL}/api/webhook/wayforpay")
+    );
     assert_eq!(q["returnUrl"], format!("https://t.me/{BOT}"));
     // WayForPay's algorithm, computed here: HMAC-MD5 over the ;-joined signed fields.
     let expected = wayforpay_hmac(
@@ -729,7 +878,10 @@ async fn a_card_purchase_link_is_signed_as_wayforpay_checks_and_its_callback_app
     let body = wayforpay_callback(&reference, &q["amount"], "UAH", "Approved");
     let r = app.post_wayforpay(&body).await;
     assert_wayforpay_accept(&r.expect(200), &reference);
-    assert_eq!(payment(&app, &reference).await, ("applied".into(), None, false));
+    assert_eq!(
+        payment(&app, &reference).await,
+        ("applied".into(), None, false)
+    );
     assert_eq!(membership_of(&app, 7008, c).await.unwrap().0, "active");
 }
 
@@ -743,10 +895,19 @@ async fn a_card_channel_without_wayforpay_cannot_be_bought() {
     let c = channel(&app, -100_200_009, json!({"title": "Cards only"})).await;
     let buyer = person(7009);
     let reply = send(&app, &text_update(&buyer, "/start")).await;
-    assert!(reply["text"].as_str().unwrap().contains("Not on sale right now."), "{reply}");
+    assert!(
+        reply["text"]
+            .as_str()
+            .unwrap()
+            .contains("Not on sale right now."),
+        "{reply}"
+    );
     assert!(buttons(&reply).is_empty());
     let reply = send(&app, &button_update(&buyer, &format!("b:{c}"))).await;
-    assert_answer(&reply, "Sorry, «Cards only» cannot be paid for right now. Please try again later.");
+    assert_answer(
+        &reply,
+        "Sorry, «Cards only» cannot be paid for right now. Please try again later.",
+    );
     assert_eq!(reply["show_alert"], true);
     assert_eq!(app.count("orders").await, 0);
 }
@@ -783,12 +944,19 @@ async fn two_buyers_racing_for_the_last_card_seat_one_gets_the_link() {
         }
         let (won, lost): (Vec<_>, Vec<_>) =
             answers.iter().partition(|(_, a)| a["text"] == ON_ITS_WAY);
-        assert_eq!((won.len(), lost.len()), (1, 1), "round {round}: {answers:?}");
+        assert_eq!(
+            (won.len(), lost.len()),
+            (1, 1),
+            "round {round}: {answers:?}"
+        );
         assert_eq!(
             lost[0].1["text"],
             format!("Sorry, «Seat {round}» is full right now. Please try again later.")
         );
-        assert!(orders_of(&app, lost[0].0, c).await.is_empty(), "round {round}: no order for the loser");
+        assert!(
+            orders_of(&app, lost[0].0, c).await.is_empty(),
+            "round {round}: no order for the loser"
+        );
         let held = one_i64(
             &app,
             "SELECT count(*) FROM orders WHERE channel_id = $1 AND status = 'pending'
@@ -831,7 +999,11 @@ async fn two_stars_buyers_racing_for_the_last_seat_one_pays() {
         let approved: Vec<_> = answers.iter().filter(|(_, _, a)| a["ok"] == true).collect();
         assert_eq!(approved.len(), 1, "round {round}: {answers:?}");
         let (winner, reference, _) = approved[0];
-        send(&app, &payment_update(&format!("race-ch-{winner}"), *winner, reference, 250, None)).await;
+        send(
+            &app,
+            &payment_update(&format!("race-ch-{winner}"), *winner, reference, 250, None),
+        )
+        .await;
         let members = one_i64(
             &app,
             "SELECT count(*) FROM memberships WHERE channel_id = $1 AND status = 'active'",
@@ -842,7 +1014,10 @@ async fn two_stars_buyers_racing_for_the_last_seat_one_pays() {
         // The channel is full now: the catalogue says so to the other buyer.
         let loser = users.iter().find(|u| *u != winner).unwrap();
         let reply = send(&app, &text_update(&person(*loser), &format!("/start c{c}"))).await;
-        assert!(reply["text"].as_str().unwrap().contains("Full right now"), "{reply}");
+        assert!(
+            reply["text"].as_str().unwrap().contains("Full right now"),
+            "{reply}"
+        );
         assert!(buttons(&reply).is_empty());
     }
 }
@@ -868,7 +1043,10 @@ async fn a_refused_payment_is_explained_to_the_buyer_once() {
         .filter(|m| m.contains("refunded"))
         .collect();
     assert_eq!(told.len(), 1, "{told:?}");
-    assert!(told[0].contains("«Twice»") && told[0].contains("250 ⭐"), "{told:?}");
+    assert!(
+        told[0].contains("«Twice»") && told[0].contains("250 ⭐"),
+        "{told:?}"
+    );
     assert!(fake.was_refunded("tw-2"));
 }
 
@@ -886,7 +1064,10 @@ async fn more_channels_come_on_a_second_page() {
     let first = send(&app, &text_update(&buyer, "/help")).await;
     let b = buttons(&first);
     assert_eq!(b.len(), 11, "{b:?}");
-    assert_eq!(b[10], ("More channels ›".to_string(), format!("l:{}", ids[9])));
+    assert_eq!(
+        b[10],
+        ("More channels ›".to_string(), format!("l:{}", ids[9]))
+    );
     let reply = send(&app, &button_update(&buyer, &format!("l:{}", ids[9]))).await;
     assert_eq!(reply["method"], "answerCallbackQuery");
     run(&app).await;
@@ -923,7 +1104,10 @@ async fn bad_input_gets_a_sensible_reply_or_is_ignored_never_a_5xx() {
         assert_answer(&reply, INVALID);
     }
     let mut no_data = button_update(&buyer, "b:1");
-    no_data["callback_query"].as_object_mut().unwrap().remove("data");
+    no_data["callback_query"]
+        .as_object_mut()
+        .unwrap()
+        .remove("data");
     assert_answer(&send(&app, &no_data).await, INVALID);
     let inactive = send(&app, &button_update(&buyer, &format!("b:{closed}"))).await;
     assert_answer(
@@ -932,20 +1116,37 @@ async fn bad_input_gets_a_sensible_reply_or_is_ignored_never_a_5xx() {
     );
 
     // Deep links to an unknown or inactive channel: a polite refusal and the list.
-    for payload in ["c99999".to_string(), format!("c{closed}"), "nonsense".to_string()] {
+    for payload in [
+        "c99999".to_string(),
+        format!("c{closed}"),
+        "nonsense".to_string(),
+    ] {
         let reply = send(&app, &text_update(&buyer, &format!("/start {payload}"))).await;
         let text = reply["text"].as_str().unwrap();
-        assert_eq!(text.starts_with(UNKNOWN_CHANNEL), payload != "nonsense", "{text}");
-        assert_eq!(buttons(&reply), [("Buy: 🔥🔥🔥 · 250 ⭐".to_string(), format!("b:{open}"))]);
+        assert_eq!(
+            text.starts_with(UNKNOWN_CHANNEL),
+            payload != "nonsense",
+            "{text}"
+        );
+        assert_eq!(
+            buttons(&reply),
+            [("Buy: 🔥🔥🔥 · 250 ⭐".to_string(), format!("b:{open}"))]
+        );
     }
     // Any other text gets the help.
     let reply = send(&app, &text_update(&buyer, "hello?")).await;
-    assert!(reply["text"].as_str().unwrap().contains("/subscriptions"), "{reply}");
+    assert!(
+        reply["text"].as_str().unwrap().contains("/subscriptions"),
+        "{reply}"
+    );
 
     // A bot, a channel post, a group message, a message on behalf of a channel: ignored.
     let bot = json!({"id": 7099, "is_bot": true, "first_name": "Bot"});
     assert_eq!(send(&app, &text_update(&bot, "/start")).await, json!({}));
-    assert_eq!(send(&app, &button_update(&bot, &format!("b:{open}"))).await, json!({}));
+    assert_eq!(
+        send(&app, &button_update(&bot, &format!("b:{open}"))).await,
+        json!({})
+    );
     let post = json!({"update_id": next_id(), "channel_post": {"message_id": 1, "date": 0,
         "chat": {"id": -100_200_012, "type": "channel"}, "text": "/start"}});
     assert_eq!(send(&app, &post).await, json!({}));
@@ -954,7 +1155,7 @@ async fn bad_input_gets_a_sensible_reply_or_is_ignored_never_a_5xx() {
     assert_eq!(send(&app, &group).await, json!({}));
     let mut anonymous = text_update(&buyer, "/start");
     anonymous["message"].as_object_mut().unwrap().remove("from");
-    anonymous["message"]["sender_chat"] = json!({"id": -100_1, "type": "channel"});
+    anonymous["message"]["sender_chat"] = json!({"id": -1_001, "type": "channel"});
     assert_eq!(send(&app, &anonymous).await, json!({}));
     let mut forged_id = text_update(&json!({"id": -5, "first_name": "X"}), "/start");
     forged_id["message"]["chat"]["id"] = json!(-5);
@@ -963,7 +1164,10 @@ async fn bad_input_gets_a_sensible_reply_or_is_ignored_never_a_5xx() {
 
     // A user without a username (or last name) buys like anyone; an emoji-only title fits.
     let plain = json!({"id": 7013, "is_bot": false, "first_name": "Bo"});
-    assert_answer(&send(&app, &button_update(&plain, &format!("b:{open}"))).await, ON_ITS_WAY);
+    assert_answer(
+        &send(&app, &button_update(&plain, &format!("b:{open}"))).await,
+        ON_ITS_WAY,
+    );
     let row = app
         .db()
         .await
@@ -974,7 +1178,10 @@ async fn bad_input_gets_a_sensible_reply_or_is_ignored_never_a_5xx() {
         .await
         .unwrap();
     assert_eq!(
-        (row.get::<_, Option<String>>(0), row.get::<_, Option<String>>(1)),
+        (
+            row.get::<_, Option<String>>(0),
+            row.get::<_, Option<String>>(1)
+        ),
         (None, Some("Bo".to_string()))
     );
     run(&app).await;
@@ -1013,8 +1220,14 @@ async fn the_longest_titles_and_descriptions_respect_telegrams_limits() {
     send(&app, &button_update(&buyer, &format!("b:{}", ids[0]))).await;
     run(&app).await;
     let invoice = &fake.calls_of("sendInvoice")[0].params;
-    let (t, d) = (invoice["title"].as_str().unwrap(), invoice["description"].as_str().unwrap());
-    assert!(!t.is_empty() && utf16(t) <= 32 && !t.contains("\u{200D}…"), "{t}");
+    let (t, d) = (
+        invoice["title"].as_str().unwrap(),
+        invoice["description"].as_str().unwrap(),
+    );
+    assert!(
+        !t.is_empty() && utf16(t) <= 32 && !t.contains("\u{200D}…"),
+        "{t}"
+    );
     assert!(!d.is_empty() && utf16(d) <= 255, "{d}");
     let label = invoice["prices"][0]["label"].as_str().unwrap();
     assert!(utf16(label) <= 32);
@@ -1041,22 +1254,40 @@ async fn channels_carry_description_recurring_and_buy_link() {
 
     // Recurring is for XTR and 30 days only, however it is reached.
     let refused = app
-        .post("/api/channels", json!({"telegram_chat_id": -100_200_016, "title": "T",
-            "price_minor": 5, "currency": "UAH", "billing_period_days": 30, "recurring": true}))
+        .post(
+            "/api/channels",
+            json!({"telegram_chat_id": -100_200_016, "title": "T",
+            "price_minor": 5, "currency": "UAH", "billing_period_days": 30, "recurring": true}),
+        )
         .await
         .expect(422);
     assert!(refused["errors"]["recurring"].is_string(), "{refused}");
-    for patch in [json!({"currency": "UAH"}), json!({"billing_period_days": 7})] {
-        let r = app.patch(&format!("/api/channels/{id}"), patch).await.expect(422);
+    for patch in [
+        json!({"currency": "UAH"}),
+        json!({"billing_period_days": 7}),
+    ] {
+        let r = app
+            .patch(&format!("/api/channels/{id}"), patch)
+            .await
+            .expect(422);
         assert!(r["errors"]["recurring"].is_string(), "{r}");
     }
     let cleared = app
-        .patch(&format!("/api/channels/{id}"), json!({"description": null, "recurring": false}))
+        .patch(
+            &format!("/api/channels/{id}"),
+            json!({"description": null, "recurring": false}),
+        )
         .await
         .expect(200);
-    assert_eq!((cleared["description"].clone(), cleared["recurring"].clone()), (Value::Null, json!(false)));
+    assert_eq!(
+        (cleared["description"].clone(), cleared["recurring"].clone()),
+        (Value::Null, json!(false))
+    );
     let r = app
-        .patch(&format!("/api/channels/{id}"), json!({"description": "x".repeat(1001)}))
+        .patch(
+            &format!("/api/channels/{id}"),
+            json!({"description": "x".repeat(1001)}),
+        )
         .await
         .expect(422);
     assert!(r["errors"]["description"].is_string());
