@@ -464,6 +464,24 @@ async fn pressing_buy_again_never_makes_a_second_order_or_invoice() {
     }
     run(&app).await;
     assert_eq!(fake.calls_of("sendInvoice").len() as i64, 1 + ROUNDS);
+
+    // The schema refuses a second pending bot order for the same buyer and channel.
+    let err = app
+        .db()
+        .await
+        .execute(
+            "INSERT INTO orders (reference, subscriber_id, channel_id, amount_minor, currency,
+                                 via_bot)
+             SELECT 'ord_second', subscriber_id, channel_id, amount_minor, currency, true
+             FROM orders WHERE status = 'pending' AND via_bot LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.as_db_error().and_then(|e| e.constraint()),
+        Some("orders_one_pending_bot_order")
+    );
 }
 
 #[tokio::test]
