@@ -7,7 +7,7 @@ SHELL := /bin/bash
 ARGS ?=
 IMAGE ?= subgate
 
-.PHONY: help run test docs-test bench fmt lint clean-db docker-build
+.PHONY: help run test docs-test bench fmt lint clean-db docker-build docker-smoke
 
 help:
 	@echo "make run           build and run the server locally (PostgreSQL and dev secrets set up for you)"
@@ -18,6 +18,7 @@ help:
 	@echo "make lint          cargo clippy --all-targets -- -D warnings"
 	@echo "make clean-db      stop the private PostgreSQL cluster in target/pgdata"
 	@echo "make docker-build  docker build -t $(IMAGE) ."
+	@echo "make docker-smoke  build the image, run docker-compose.yml on throwaway secrets, check health, /readyz and a staff login, tear down"
 
 run:
 	scripts/run-dev.sh
@@ -42,3 +43,6 @@ clean-db:
 
 docker-build:
 	docker build -t $(IMAGE) .
+
+docker-smoke:
+	scripts/docker-smoke.sh

@@ -194,12 +194,18 @@ async fn migrate(pool: &deadpool_postgres::Pool) -> Result<(), String> {
 }
 
 /// Reads only `BIND_ADDR` (through `config`), so it works without the rest of the configuration.
+/// Proxy variables are ignored: they are meant for outbound calls (Docker hands its configured
+/// proxies to every container), and no proxy can reach this container's loopback.
 async fn healthcheck() -> Result<(), String> {
     let port = subgate::config::bind_addr_from_env()
         .map_err(|e| e.to_string())?
         .port();
     let url = format!("http://127.0.0.1:{port}/readyz");
-    let response = reqwest::Client::new()
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let response = client
         .get(&url)
         .timeout(std::time::Duration::from_secs(3))
         .send()

@@ -435,7 +435,15 @@ impl Worker {
                 }
             }
             _ => {
-                let m = live(&**client, e.membership_id).await;
+                // A revoke of a deleted membership names no membership: what counts then is
+                // whether the member has a live membership of that chat again (a new grant
+                // after the delete), which must not be undone.
+                let m = match (kind, e.membership_id, e.chat_id) {
+                    (Kind::Revoke, None, Some(chat)) => {
+                        live_in_chat(&**client, chat, e.user_id).await
+                    }
+                    _ => live(&**client, e.membership_id).await,
+                };
                 drop(client);
                 let m = match m {
                     Ok(m) => m,
@@ -489,21 +497,25 @@ impl Worker {
             return Ok(link.invite_link);
         }
         let client = self.state.db.get().await.map_err(ApiError::from)?;
+        // Stored only while the channel is still in that chat: a link must never outlive a
+        // change of the channel's chat.
         let row = client
-            .query_one(
+            .query_opt(
                 "WITH stored AS (
                      UPDATE channels SET invite_link = $2
-                     WHERE id = $1 AND invite_link IS NULL
+                     WHERE id = $1 AND invite_link IS NULL AND telegram_chat_id = $3
                      RETURNING invite_link
                  )
                  SELECT invite_link FROM stored
                  UNION ALL
-                 SELECT invite_link FROM channels WHERE id = $1
+                 SELECT invite_link FROM channels WHERE id = $1 AND telegram_chat_id = $3
                  LIMIT 1",
-                &[&channel_id, &link.invite_link],
+                &[&channel_id, &link.invite_link, &chat],
             )
             .await?;
-        Ok(row.get::<_, Option<String>>(0).unwrap_or(link.invite_link))
+        Ok(row
+            .and_then(|r| r.get::<_, Option<String>>(0))
+            .unwrap_or(link.invite_link))
     }
 
     async fn receipt(&self, bot: &BotApi, e: &Effect, m: Option<Live>) -> Performed {
@@ -1129,6 +1141,32 @@ async fn live(
              FROM memberships m JOIN channels c ON c.id = m.channel_id
              WHERE m.id = $1",
             &[&id],
+        )
+        .await?;
+    Ok(row.map(|r| Live {
+        status: r.get(0),
+        expires_at: r.get(1),
+        channel_id: r.get(2),
+        title: r.get(3),
+        invite_link: r.get(4),
+    }))
+}
+
+/// The membership of Telegram user `user_id` in the channel of chat `chat_id`, if any, as
+/// [`live`] reads it.
+async fn live_in_chat(
+    client: &impl GenericClient,
+    chat_id: i64,
+    user_id: i64,
+) -> Result<Option<Live>, ApiError> {
+    let row = client
+        .query_opt(
+            "SELECT m.status, m.expires_at, c.id, c.title, c.invite_link
+             FROM memberships m
+             JOIN channels c ON c.id = m.channel_id
+             JOIN subscribers s ON s.id = m.subscriber_id
+             WHERE c.telegram_chat_id = $1 AND s.telegram_user_id = $2",
+            &[&chat_id, &user_id],
         )
         .await?;
     Ok(row.map(|r| Live {

@@ -647,3 +647,42 @@ async fn a_chat_change_racing_a_reactivation_never_leaves_a_grant_for_the_old_ch
     }
     eprintln!("chat changes: {changed} went first, {refused} refused");
 }
+
+/// A revoke left by a deletion must not undo a grant made after it: the member who is live
+/// again stays in the chat, and the revoke is recorded as skipped.
+#[tokio::test]
+async fn a_revoke_left_by_a_deletion_spares_a_member_granted_again() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let (chat, user) = (-1_001_000_070_101, 7101);
+    let s = subscriber(&app, user).await;
+    let c = channel(&app, chat, json!({})).await;
+    let m = grant(&app, s, c, 30).await;
+    run(&app).await;
+    fake.add_member(chat, user);
+
+    app.delete(&format!("/api/memberships/{m}"))
+        .await
+        .expect(204);
+    // Granted again before the worker ran the revoke.
+    grant(&app, s, c, 30).await;
+    fake.clear_calls();
+    let report = run(&app).await;
+    assert_eq!((report.done, report.failed), (2, 0), "{report:?}");
+    assert!(
+        fake.calls_of("banChatMember").is_empty(),
+        "no ban: {:?}",
+        fake.methods()
+    );
+    assert!(fake.is_member(chat, user), "still in the channel");
+    let revokes = effects_of(&app, "revoke").await;
+    assert_eq!(revokes.len(), 1, "{revokes:?}");
+    assert_eq!(revokes[0]["status"], "done");
+    assert!(
+        revokes[0]["payload"]["note"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("skipped")),
+        "{:?}",
+        revokes[0]["payload"]
+    );
+}

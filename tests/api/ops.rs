@@ -818,6 +818,27 @@ async fn serve_answers_and_exits_cleanly_on_sigterm() {
         "{}",
         text(&healthcheck.stderr)
     );
+    // Proxy variables meant for outbound calls (Docker passes its configured proxies into
+    // containers) must not send the loopback health check to a proxy.
+    let dead_proxy = format!("http://127.0.0.1:{}", free_port());
+    let healthcheck = run(
+        subgate(
+            &["healthcheck"],
+            &[
+                ("BIND_ADDR", bind.as_str()),
+                ("HTTP_PROXY", dead_proxy.as_str()),
+                ("http_proxy", dead_proxy.as_str()),
+                ("ALL_PROXY", dead_proxy.as_str()),
+            ],
+        ),
+        None,
+    )
+    .await;
+    assert!(
+        healthcheck.status.success(),
+        "healthcheck with proxy variables set: {}",
+        text(&healthcheck.stderr)
+    );
 
     let killed = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
