@@ -824,6 +824,55 @@ async fn renewals_of_unknown_subscriptions_are_reviewed_and_staff_can_cancel() {
     assert_eq!(membership_of(&app, 7006, r).await.unwrap().0, "active");
 }
 
+#[tokio::test]
+async fn charges_found_only_by_the_reconcile_start_and_renew_subscriptions() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let c = stars_channel(&app, -100_200_019, json!({"recurring": true})).await;
+    let in_a_month = Utc::now() + Duration::days(30);
+
+    // Buyer A's first charge came by webhook; a renewal's update never arrived.
+    send(&app, &button_update(&person(7019), &format!("b:{c}"))).await;
+    let (_, ref_a, _) = orders_of(&app, 7019, c).await[0].clone();
+    send(
+        &app,
+        &payment_update("rc-a1", 7019, &ref_a, 250, Some((true, in_a_month))),
+    )
+    .await;
+    let (_, before) = membership_of(&app, 7019, c).await.unwrap();
+    fake.add_incoming_payment("rc-a2", 7019, &ref_a, 250);
+
+    // Buyer B's first charge is known only from the transaction list.
+    send(&app, &button_update(&person(7020), &format!("b:{c}"))).await;
+    let (_, ref_b, _) = orders_of(&app, 7020, c).await[0].clone();
+    fake.add_incoming_payment("rc-b1", 7020, &ref_b, 250);
+
+    let report = effects::reconcile(&app.state).await.unwrap();
+    assert_eq!(report.payments_recovered, 2, "{report:?}");
+    // A renewal, never a refund of an "already paid" order.
+    assert_eq!(payment(&app, "rc-a2").await, ("applied".into(), None, true));
+    assert_eq!(
+        membership_of(&app, 7019, c).await.unwrap().1,
+        before + Duration::days(30)
+    );
+    // B's payment started a subscription, so B's renewals will be recognized too.
+    assert_eq!(
+        payment(&app, "rc-b1").await,
+        ("applied".into(), None, false)
+    );
+    let subs = app
+        .get(&format!("/api/star-subscriptions?channel_id={c}"))
+        .await
+        .expect(200);
+    let charges: Vec<&str> = subs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["charge_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(charges, ["rc-a1", "rc-b1"]);
+}
+
 // ---- cards ----
 
 #[tokio::test]
