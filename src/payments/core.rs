@@ -483,16 +483,8 @@ async fn check_renewal(
     if !s.is_active() {
         return Ok(Some(Reason::SubscriptionCancelled));
     }
-    if p.currency != o.currency {
-        return Ok(Some(Reason::CurrencyMismatch));
-    }
-    if p.amount_minor != o.amount_minor {
-        return Ok(Some(Reason::AmountMismatch));
-    }
-    if let Some(payer) = p.payer_telegram_id
-        && payer != l.subscriber_telegram_id
-    {
-        return Ok(Some(Reason::PayerMismatch));
+    if let Some(reason) = mismatch(p, l) {
+        return Ok(Some(reason));
     }
     if !l.channel.active {
         return Ok(Some(Reason::ChannelInactive));
@@ -510,6 +502,23 @@ async fn check_renewal(
     Ok(Some(Reason::NoSeat))
 }
 
+/// The payment against its order, in API.md's order: currency, amount, payer (when the door
+/// knows it).
+fn mismatch(p: &NormalizedPayment, l: &LockedOrder) -> Option<Reason> {
+    if p.currency != l.order.currency {
+        return Some(Reason::CurrencyMismatch);
+    }
+    if p.amount_minor != l.order.amount_minor {
+        return Some(Reason::AmountMismatch);
+    }
+    if p.payer_telegram_id
+        .is_some_and(|payer| payer != l.subscriber_telegram_id)
+    {
+        return Some(Reason::PayerMismatch);
+    }
+    None
+}
+
 /// The checks of API.md step 3 against a locked order, in order; the first failure wins.
 async fn check(
     tx: &Transaction<'_>,
@@ -520,16 +529,8 @@ async fn check(
     if o.status == "cancelled" {
         return Ok(Some(Reason::OrderCancelled));
     }
-    if p.currency != o.currency {
-        return Ok(Some(Reason::CurrencyMismatch));
-    }
-    if p.amount_minor != o.amount_minor {
-        return Ok(Some(Reason::AmountMismatch));
-    }
-    if let Some(payer) = p.payer_telegram_id
-        && payer != l.subscriber_telegram_id
-    {
-        return Ok(Some(Reason::PayerMismatch));
+    if let Some(reason) = mismatch(p, l) {
+        return Ok(Some(reason));
     }
     // Duplicates of the payment that paid it never get here (they conflict on insert), so a
     // paid order means another payment paid it.
