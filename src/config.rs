@@ -248,7 +248,7 @@ struct Database {
 impl Database {
     fn read<F: Fn(&str) -> Option<String>>(vars: &Vars<F>) -> Result<Self, ConfigError> {
         let url = vars.required("DATABASE_URL")?;
-        // The file named by DATABASE_CA_CERT is read when the pool is built, at start-up too.
+        // DATABASE_CA_CERT is only a path here: the pool reads the file when it is built.
         crate::db::tls::parse_url(&url).map_err(|e| err(e.to_string()))?;
         Ok(Database {
             url: Secret(url),
