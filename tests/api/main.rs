@@ -17,4 +17,5 @@ mod payments;
 mod smoke;
 mod sweep;
 mod telegram;
+mod tls;
 mod wayforpay;
