@@ -12,6 +12,7 @@
 //! - [`memberships`]: every read and write of membership rows (the sweep's batch write aside)
 //!   and the events and effects of their changes;
 //! - [`sweep`]: the batched, lock-respecting move of overdue memberships to grace and expired;
+//! - [`bot`]: the buyer side of the bot (catalogue, buy button, invoices, `/subscriptions`);
 //! - [`effects`]: the outbox of Telegram effects; [`worker`]: the effects worker that performs
 //!   them;
 //! - [`telegram`]: the Telegram decisions (pre-checkout, join requests), the Stars reconcile
@@ -22,7 +23,9 @@
 
 pub mod api;
 pub mod auth;
+pub mod bot;
 pub mod config;
+pub mod currency;
 pub mod db;
 pub mod effects;
 pub mod error;
@@ -30,6 +33,7 @@ pub mod idempotency;
 pub mod memberships;
 pub mod orders;
 pub mod payments;
+pub mod present;
 pub mod state;
 pub mod sweep;
 pub mod telegram;

@@ -20,6 +20,7 @@ pub mod memberships;
 pub mod orders;
 pub mod payments;
 pub mod router;
+pub mod star_subscriptions;
 pub mod subscribers;
 pub mod sweep;
 pub mod webhooks;

@@ -21,7 +21,7 @@ use tower_http::{
 use super::{
     auth, channels, effects,
     error::problem,
-    invoice_links, memberships, orders, payments, subscribers, sweep,
+    invoice_links, memberships, orders, payments, star_subscriptions, subscribers, sweep,
     webhooks::{standard, telegram, wayforpay},
 };
 use crate::{error::ApiError, state::AppState};
@@ -71,6 +71,12 @@ pub fn router(state: AppState) -> Router {
         .route("/effects/retry", post(effects::retry_all))
         .route("/effects/{id}", get(effects::get))
         .route("/effects/{id}/retry", post(effects::retry))
+        .route("/star-subscriptions", get(star_subscriptions::list))
+        .route("/star-subscriptions/{id}", get(star_subscriptions::get))
+        .route(
+            "/star-subscriptions/{id}/cancel",
+            post(star_subscriptions::cancel),
+        )
         .route("/payments", get(payments::list))
         .route("/payments/{id}", get(payments::get))
         .route("/webhook/payment", post(standard::receive))

@@ -73,6 +73,13 @@ crate::text_enum! {
         JoinApprove => "join_approve",
         /// Any other join request: `declineChatJoinRequest`.
         JoinDecline => "join_decline",
+        /// A message of the bot to a buyer (`payload.text`, optional `payload.reply_markup`).
+        BotMessage => "bot_message",
+        /// An order's invoice for the buyer: `sendInvoice` (Stars), a subscription link
+        /// (recurring Stars) or a card payment link, while the order is pending.
+        Invoice => "invoice",
+        /// Staff or the buyer cancelled a Stars subscription: `editUserStarSubscription`.
+        SubscriptionCancel => "subscription_cancel",
     }
 }
 
@@ -559,6 +566,15 @@ mod tests {
             Some("receipt:9:ev41")
         );
         assert_eq!(transition_key(Kind::Refund, 9, 41), None);
+    }
+
+    #[test]
+    fn the_schema_accepts_every_kind() {
+        let schema = include_str!("../../migrations/0005_buyer_bot.sql");
+        let check = &schema[schema.find("effects_kind_check CHECK").unwrap()..];
+        for k in Kind::ALL {
+            assert!(check.contains(&format!("'{}'", k.as_str())), "{k:?}");
+        }
     }
 
     #[test]

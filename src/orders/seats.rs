@@ -226,6 +226,16 @@ pub async fn seats_taken(tx: &Transaction<'_>, channel_id: i32) -> Result<i64, A
         .try_get(0)?)
 }
 
+/// True when the subscriber is a live member of the channel ([`memberships::is_live`], the one
+/// definition): such a buyer needs no seat. The caller holds the pair lock.
+pub async fn is_live_member(
+    tx: &Transaction<'_>,
+    subscriber_id: i32,
+    channel_id: i32,
+) -> Result<bool, ApiError> {
+    memberships::is_live(tx, subscriber_id, channel_id).await
+}
+
 /// Applies the seat rule of API.md "Seats" to a locked order, reading database time after the
 /// locks. Writes nothing.
 pub async fn seat_check(tx: &Transaction<'_>, locked: &LockedOrder) -> Result<SeatCheck, ApiError> {
@@ -233,7 +243,7 @@ pub async fn seat_check(tx: &Transaction<'_>, locked: &LockedOrder) -> Result<Se
         return Ok(SeatCheck::NotNeeded);
     };
     let order = &locked.order;
-    if memberships::is_live(tx, order.subscriber_id, order.channel_id).await? {
+    if is_live_member(tx, order.subscriber_id, order.channel_id).await? {
         return Ok(SeatCheck::NotNeeded);
     }
     if let Some(hold_until) = order.hold_until {

@@ -60,7 +60,7 @@ pub const COMMIT_WAIT: Duration = Duration::from_secs(2);
 pub const READ_BACK: Duration = Duration::from_secs(2);
 
 /// Shown when the decision could not be made in time; not stored.
-pub const BUSY_MESSAGE: &str = "Please try again in a moment.";
+pub const BUSY_MESSAGE: &str = crate::present::texts::PRE_CHECKOUT_BUSY;
 
 /// Why a decision's transaction did not produce an answer of its own.
 #[derive(Debug)]
@@ -584,14 +584,20 @@ mod tests {
 
     #[test]
     fn refusal_messages_are_short_and_reasons_match_the_schema() {
-        let schema = include_str!("../../migrations/0002_telegram.sql");
+        let pre_checkout = include_str!("../../migrations/0002_telegram.sql");
+        let payments = include_str!("../../migrations/0005_buyer_bot.sql");
+        let payments = &payments[payments.find("payments_reason_check CHECK").unwrap()..];
         for r in Reason::ALL {
-            assert!(r.buyer_message().len() <= 100, "{r:?} message too long");
-            if r != Reason::RefundedElsewhere {
-                assert!(schema.contains(&format!("'{}'", r.as_str())), "{r:?}");
+            let code = format!("'{}'", r.as_str());
+            assert!(payments.contains(&code), "{r:?} is a payment reason");
+            if r.is_pre_checkout_refusal() {
+                assert!(
+                    pre_checkout.contains(&code),
+                    "{r:?} is a pre-checkout reason"
+                );
+                assert!(r.buyer_message().len() <= 100, "{r:?} message too long");
+                assert_ne!(r.buyer_message(), BUSY_MESSAGE, "{r:?} has its own text");
             }
         }
-        let payments = include_str!("../../migrations/0004_effect_leases.sql");
-        assert!(payments.contains(&format!("'{}'", Reason::RefundedElsewhere)));
     }
 }

@@ -39,6 +39,7 @@
 //! module both enqueues and performs. The Stars reconcile is payment recovery, not an effect:
 //! [`crate::telegram::recovery`].
 
+mod bot;
 mod perform;
 
 use std::{

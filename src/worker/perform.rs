@@ -5,7 +5,6 @@
 //! access again is skipped, a join request is decided again by the door's rule
 //! ([`join_request_decision`]), a refund is made only while its payment is `refund_pending`.
 
-use chrono::{DateTime, Utc};
 use deadpool_postgres::Object;
 
 use super::Worker;
@@ -17,6 +16,7 @@ use crate::{
         core::Outcome,
         refunds::{self, RefundFacts},
     },
+    present::texts,
     telegram::{
         JoinDecision,
         bot_api::{BotApi, BotError},
@@ -71,6 +71,16 @@ impl From<BotError> for Failure {
     }
 }
 
+impl From<super::bot::BotFailure> for Failure {
+    fn from(e: super::bot::BotFailure) -> Failure {
+        match e {
+            super::bot::BotFailure::Db(e) => Failure::Db(e),
+            super::bot::BotFailure::Bot(e) => Failure::from(e),
+            super::bot::BotFailure::Permanent(why) => Failure::Permanent(why),
+        }
+    }
+}
+
 /// Done, with an optional note (why it was skipped, which harmless error counted as done).
 pub(super) type Performed = Result<Option<String>, Failure>;
 
@@ -100,6 +110,10 @@ impl Worker {
         let kind = e.kind;
         match kind {
             Kind::Refund => self.refund(client, bot, e).await,
+            Kind::BotMessage | Kind::Invoice | Kind::SubscriptionCancel => {
+                let performed = super::bot::perform(&self.state, client, bot, e, kind).await;
+                Attempt::from(performed.map_err(Failure::from))
+            }
             Kind::JoinApprove | Kind::JoinDecline => {
                 let Some(chat) = e.chat_id else {
                     return Attempt::from(Err(no_chat()));
@@ -155,13 +169,7 @@ impl Worker {
             Some(link) => link,
             None => self.channel_link(bot, m.channel_id, chat).await?,
         };
-        let text = format!(
-            "Payment received, thank you! Your access to «{}» is active until {}.\n\n\
-             Join here: {link}\n\
-             Tap the link and send a join request: it is approved automatically for members.",
-            m.title,
-            day(m.expires_at)
-        );
+        let text = texts::grant(&m.title, &texts::day(m.expires_at), &link);
         bot.send_message(e.user_id, &text).await?;
         Ok(None)
     }
@@ -211,11 +219,7 @@ impl Worker {
         if !m.status.holds_access() {
             return Ok(Some(format!("skipped: the membership is {} now", m.status)));
         }
-        let text = format!(
-            "Payment received, thank you! Your access to «{}» now lasts until {}.",
-            m.title,
-            day(m.expires_at)
-        );
+        let text = texts::renewal_receipt(&m.title, &texts::day(m.expires_at));
         bot.send_message(e.user_id, &text).await?;
         Ok(None)
     }
@@ -264,17 +268,9 @@ impl Worker {
             ));
         }
         let text = if status == Status::Active {
-            format!(
-                "Your access to «{}» ends on {}. Renew before then to keep it.",
-                m.title,
-                day(m.expires_at)
-            )
+            texts::reminder(&m.title, &texts::day(m.expires_at))
         } else {
-            format!(
-                "Your access to «{}» expired on {}. You are in a short grace period: renew now to keep your place.",
-                m.title,
-                day(m.expires_at)
-            )
+            texts::grace_notice(&m.title, &texts::day(m.expires_at))
         };
         bot.send_message(e.user_id, &text).await?;
         Ok(None)
@@ -405,11 +401,6 @@ impl Worker {
 
 fn no_chat() -> Failure {
     Failure::Permanent("the effect names no chat".into())
-}
-
-/// A time as members read it.
-fn day(t: DateTime<Utc>) -> String {
-    t.format("%Y-%m-%d %H:%M UTC").to_string()
 }
 
 #[cfg(test)]

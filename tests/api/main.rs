@@ -5,6 +5,7 @@ mod helpers;
 
 mod access;
 mod auth;
+mod bot;
 mod crud;
 mod effects;
 mod hardening_payments;
@@ -17,4 +18,5 @@ mod payments;
 mod smoke;
 mod sweep;
 mod telegram;
+mod tls;
 mod wayforpay;
