@@ -18,11 +18,60 @@ use super::{
 };
 use super::{auth::Staff, idempotency::StaffWrite};
 use crate::{
-    config::Config, currency, effects, error::ApiError, memberships, orders::seats, state::AppState,
+    config::Config, currency, db::FromRow, effects, error::ApiError, memberships, orders::seats,
+    state::AppState,
 };
 
-pub const COLUMNS: &str = "id, telegram_chat_id, title, price_minor, currency, billing_period_days, \
-     grace_period_days, seat_limit, active, created_at, updated_at, description, recurring";
+/// The select list of the rows here (a macro, so SQL constants can splice it with `concat!`).
+macro_rules! channel_columns {
+    () => {
+        "id, telegram_chat_id, title, price_minor, currency, billing_period_days, \
+         grace_period_days, seat_limit, active, created_at, updated_at, description, recurring"
+    };
+}
+
+/// The columns read by name into the row type.
+pub const COLUMNS: &str = channel_columns!();
+
+const INSERT_SQL: &str = concat!(
+    "INSERT INTO channels (telegram_chat_id, title, price_minor, currency,
+                             billing_period_days, grace_period_days, seat_limit, active,
+                             description, recurring)
+                         VALUES ($1, $2, $3, $4, $5, COALESCE($6, 0), $7, COALESCE($8, true),
+                                 $9, COALESCE($10, false))
+                         RETURNING ",
+    channel_columns!()
+);
+const LIST_SQL: &str = concat!(
+    "SELECT ",
+    channel_columns!(),
+    " FROM channels
+                 WHERE id > $1::bigint AND ($2::boolean IS NULL OR active = $2)
+                 ORDER BY id LIMIT $3"
+);
+const GET_SQL: &str = concat!(
+    "SELECT ",
+    channel_columns!(),
+    " FROM channels WHERE id = $1"
+);
+const PATCH_SQL: &str = concat!(
+    "UPDATE channels SET
+                         telegram_chat_id = COALESCE($2, telegram_chat_id),
+                         title = COALESCE($3, title),
+                         price_minor = COALESCE($4, price_minor),
+                         currency = COALESCE($5, currency),
+                         billing_period_days = COALESCE($6, billing_period_days),
+                         grace_period_days = COALESCE($7, grace_period_days),
+                         seat_limit = CASE WHEN $8 THEN $9 ELSE seat_limit END,
+                         active = COALESCE($10, active),
+                         invite_link = CASE WHEN $2 <> telegram_chat_id THEN NULL
+                                            ELSE invite_link END,
+                         description = CASE WHEN $11 THEN $12 ELSE description END,
+                         recurring = COALESCE($13, recurring),
+                         updated_at = statement_timestamp()
+                     WHERE id = $1 RETURNING ",
+    channel_columns!()
+);
 
 /// The longest `description`, in characters.
 const DESCRIPTION_MAX: usize = 1000;
@@ -49,26 +98,30 @@ pub struct Channel {
     pub buy_link: Option<String>,
 }
 
-impl Channel {
-    pub fn from_row(r: &Row) -> Channel {
-        Channel {
-            id: r.get(0),
-            telegram_chat_id: r.get(1),
-            title: r.get(2),
-            price_minor: r.get(3),
-            currency: r.get(4),
-            billing_period_days: r.get(5),
-            grace_period_days: r.get(6),
-            seat_limit: r.get(7),
-            active: r.get(8),
-            created_at: r.get(9),
-            updated_at: r.get(10),
-            description: r.get(11),
-            recurring: r.get(12),
-            buy_link: None,
-        }
-    }
+impl FromRow for Channel {
+    const COLUMNS: &'static str = channel_columns!();
 
+    fn from_row(r: &Row) -> Result<Channel, tokio_postgres::Error> {
+        Ok(Channel {
+            id: r.try_get("id")?,
+            telegram_chat_id: r.try_get("telegram_chat_id")?,
+            title: r.try_get("title")?,
+            price_minor: r.try_get("price_minor")?,
+            currency: r.try_get("currency")?,
+            billing_period_days: r.try_get("billing_period_days")?,
+            grace_period_days: r.try_get("grace_period_days")?,
+            seat_limit: r.try_get("seat_limit")?,
+            active: r.try_get("active")?,
+            created_at: r.try_get("created_at")?,
+            updated_at: r.try_get("updated_at")?,
+            description: r.try_get("description")?,
+            recurring: r.try_get("recurring")?,
+            buy_link: None,
+        })
+    }
+}
+
+impl Channel {
     /// Fills the read-only `buy_link` from the configured bot username.
     pub fn with_buy_link(mut self, config: &Config) -> Channel {
         self.buy_link = buy_link(config, self.id);
@@ -85,8 +138,8 @@ pub fn buy_link(config: &Config, id: i32) -> Option<String> {
 }
 
 /// Reads a row selected with [`COLUMNS`], with its `buy_link`.
-fn channel(r: &Row, config: &Config) -> Channel {
-    Channel::from_row(r).with_buy_link(config)
+fn channel(r: &Row, config: &Config) -> Result<Channel, tokio_postgres::Error> {
+    Ok(Channel::from_row(r)?.with_buy_link(config))
 }
 
 #[derive(Deserialize)]
@@ -252,14 +305,7 @@ pub async fn create(
     crate::idempotent!(state, write, |tx| {
         let row = tx
             .query_one(
-                &format!(
-                    "INSERT INTO channels (telegram_chat_id, title, price_minor, currency,
-                             billing_period_days, grace_period_days, seat_limit, active,
-                             description, recurring)
-                         VALUES ($1, $2, $3, $4, $5, COALESCE($6, 0), $7, COALESCE($8, true),
-                                 $9, COALESCE($10, false))
-                         RETURNING {COLUMNS}"
-                ),
+                INSERT_SQL,
                 &[
                     &b.telegram_chat_id,
                     &b.title,
@@ -275,7 +321,7 @@ pub async fn create(
             )
             .await
             .map_err(recurring_refused)?;
-        let c = channel(&row, &state.config);
+        let c = channel(&row, &state.config)?;
         tracing::info!(channel_id = c.id, "channel created");
         Ok((
             StatusCode::CREATED,
@@ -293,16 +339,12 @@ pub async fn list(
     let paging = Paging::new(q.limit, q.after)?;
     let client = state.db.get().await?;
     let rows = client
-        .query(
-            &format!(
-                "SELECT {COLUMNS} FROM channels
-                 WHERE id > $1::bigint AND ($2::boolean IS NULL OR active = $2)
-                 ORDER BY id LIMIT $3"
-            ),
-            &[&paging.after, &q.active, &paging.fetch()],
-        )
+        .query(LIST_SQL, &[&paging.after, &q.active, &paging.fetch()])
         .await?;
-    let items = rows.iter().map(|r| channel(r, &state.config)).collect();
+    let items = rows
+        .iter()
+        .map(|r| channel(r, &state.config))
+        .collect::<Result<_, _>>()?;
     Ok(Json(paging.page(items, |c| c.id as i64)))
 }
 
@@ -314,13 +356,10 @@ pub async fn get(
 ) -> Result<Json<Channel>, ApiError> {
     let client = state.db.get().await?;
     let row = client
-        .query_opt(
-            &format!("SELECT {COLUMNS} FROM channels WHERE id = $1"),
-            &[&id],
-        )
+        .query_opt(GET_SQL, &[&id])
         .await?
         .ok_or(ApiError::NotFound("channel"))?;
-    Ok(Json(channel(&row, &state.config)))
+    Ok(Json(channel(&row, &state.config)?))
 }
 
 /// `PATCH /api/channels/{id}`: any field; `seat_limit: null` makes the channel unlimited and
@@ -369,23 +408,7 @@ pub async fn patch(
         }
         let row = tx
             .query_opt(
-                &format!(
-                    "UPDATE channels SET
-                         telegram_chat_id = COALESCE($2, telegram_chat_id),
-                         title = COALESCE($3, title),
-                         price_minor = COALESCE($4, price_minor),
-                         currency = COALESCE($5, currency),
-                         billing_period_days = COALESCE($6, billing_period_days),
-                         grace_period_days = COALESCE($7, grace_period_days),
-                         seat_limit = CASE WHEN $8 THEN $9 ELSE seat_limit END,
-                         active = COALESCE($10, active),
-                         invite_link = CASE WHEN $2 <> telegram_chat_id THEN NULL
-                                            ELSE invite_link END,
-                         description = CASE WHEN $11 THEN $12 ELSE description END,
-                         recurring = COALESCE($13, recurring),
-                         updated_at = statement_timestamp()
-                     WHERE id = $1 RETURNING {COLUMNS}"
-                ),
+                PATCH_SQL,
                 &[
                     &id,
                     &b.telegram_chat_id,
@@ -405,7 +428,7 @@ pub async fn patch(
             .await
             .map_err(recurring_refused)?
             .ok_or(ApiError::NotFound("channel"))?;
-        Ok(Json(channel(&row, &state.config)))
+        Ok(Json(channel(&row, &state.config)?))
     })
 }
 

@@ -30,9 +30,24 @@ use crate::{
 /// The only period Telegram accepts for a Stars subscription, in seconds (30 days).
 pub const PERIOD_SECS: i64 = 30 * 86_400;
 
+/// The columns of [`StarSubscription::from_row`], in order (a macro, so SQL constants can
+/// splice them with `concat!`).
+macro_rules! subscription_columns {
+    () => {
+        "id, order_id, subscriber_id, channel_id, charge_id, expires_at, status, cancelled_by, \
+         cancelled_at, created_at, updated_at"
+    };
+}
+
 /// The columns of [`StarSubscription::from_row`], in order.
-pub const COLUMNS: &str = "id, order_id, subscriber_id, channel_id, charge_id, expires_at, status, \
-     cancelled_by, cancelled_at, created_at, updated_at";
+pub const COLUMNS: &str = subscription_columns!();
+
+/// On every payment of a known order (the payment core's lock order): prepared once.
+const LOCK_OF_ORDER_SQL: &str = concat!(
+    "SELECT ",
+    subscription_columns!(),
+    " FROM star_subscriptions WHERE order_id = $1 FOR UPDATE"
+);
 
 /// A Stars subscription as staff see it.
 #[derive(Debug, Clone, Serialize)]
@@ -109,12 +124,7 @@ pub async fn lock_of_order(
     tx: &Transaction<'_>,
     order_id: i64,
 ) -> Result<Option<StarSubscription>, ApiError> {
-    let row = tx
-        .query_opt(
-            &format!("SELECT {COLUMNS} FROM star_subscriptions WHERE order_id = $1 FOR UPDATE"),
-            &[&order_id],
-        )
-        .await?;
+    let row = crate::db::row_opt(tx, LOCK_OF_ORDER_SQL, &[&order_id]).await?;
     Ok(row.as_ref().map(StarSubscription::from_row))
 }
 
