@@ -14,6 +14,7 @@
 //! - [`sweep`]: the batched, lock-respecting move of overdue memberships to grace and expired.
 //! - [`telegram`]: door 3, the bot webhook (Stars pre-checkout and payments, join requests).
 //! - [`effects`]: the outbox of Telegram effects (grant, revoke, remind, refund, reconcile).
+//! - [`metrics`]: Prometheus metrics on their own listener (`METRICS_ADDR`).
 
 pub mod api;
 pub mod auth;
@@ -23,6 +24,7 @@ pub mod effects;
 pub mod error;
 pub mod idempotency;
 pub mod memberships;
+pub mod metrics;
 pub mod payments;
 pub mod router;
 pub mod state;
@@ -51,7 +53,9 @@ pub fn init_tracing_stderr(format: config::LogFormat) {
 }
 
 /// Pretty logs are coloured only when `writer` is a terminal: logs redirected to a file or a
-/// pipe stay plain text.
+/// pipe stay plain text. JSON logs are one object per line: the event's fields at the top, the
+/// request's (request id, route, …) under `span` (the innermost span; no `spans` list, which
+/// would repeat them).
 fn init_tracing_to<W>(format: config::LogFormat, writer: fn() -> W)
 where
     W: std::io::Write + std::io::IsTerminal + 'static,
@@ -64,7 +68,11 @@ where
         .with_ansi(writer().is_terminal())
         .with_writer(writer);
     let _ = match format {
-        config::LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        config::LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_span_list(false)
+            .try_init(),
         config::LogFormat::Pretty => builder.try_init(),
     };
 }
@@ -128,6 +136,12 @@ pub async fn serve(state: AppState) -> std::io::Result<()> {
     let listener = TcpListener::bind(addr).await?;
     tracing::info!(%addr, "listening");
     let shutdown = ShutdownSignal::new();
+    let metrics = metrics::listen(
+        state.config.metrics_addr,
+        state.db.clone(),
+        shutdown.clone(),
+    )
+    .await?;
     let background = tokio::spawn(background::run(state.clone(), shutdown.clone()));
     let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
     let signal = shutdown.clone();
@@ -141,6 +155,9 @@ pub async fn serve(state: AppState) -> std::io::Result<()> {
     // However serving ended, the background loops stop too, and are waited for.
     shutdown.trigger();
     let _ = background.await;
+    if let Some(metrics) = metrics {
+        let _ = metrics.await;
+    }
     match &served {
         Ok(()) => tracing::info!("stopped"),
         Err(e) => tracing::error!(error = %e, "server failed; background loops stopped"),

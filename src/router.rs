@@ -117,6 +117,7 @@ pub fn router(state: AppState) -> Router {
                     timeout,
                 )),
         )
+        .layer(axum::middleware::from_fn(crate::metrics::track_http))
         .with_state(state)
 }
 

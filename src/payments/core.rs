@@ -180,6 +180,7 @@ pub async fn apply_payment(state: &AppState, p: NormalizedPayment) -> Result<App
         duplicate = applied.duplicate,
         "payment ingested"
     );
+    crate::metrics::payment(&applied);
     Ok(applied)
 }
 

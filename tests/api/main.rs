@@ -12,6 +12,7 @@ mod ops;
 
 mod idempotency;
 mod logs;
+mod metrics;
 mod orders;
 mod payments;
 mod smoke;
