@@ -192,7 +192,7 @@ async fn json_logs_have_request_fields_and_no_secrets() {
         .unwrap()
         .port();
     let base = format!("http://127.0.0.1:{port}");
-    let mut child = tokio::process::Command::new(BIN)
+    let child = tokio::process::Command::new(BIN)
         .arg("serve")
         .env_clear()
         .env("DATABASE_URL", url_for(&app.db_name))

@@ -126,7 +126,7 @@ async fn scrape(app: &TestApp) -> Metrics {
         "text/plain; version=0.0.4"
     );
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    Metrics::parse(&String::from_utf8(bytes.to_vec()).unwrap())
+    Metrics::parse(std::str::from_utf8(&bytes).unwrap())
 }
 
 /// Asserts `name{labels}` grew by at least `by` from `before` to `after`.
