@@ -491,6 +491,7 @@ async fn a_5xx_is_logged_once_with_its_cause() {
         ))
         .await
         .unwrap();
+    tracing::callsite::rebuild_interest_cache();
     let slow = app
         .patch(
             &format!("/api/subscribers/{s}"),
