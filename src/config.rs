@@ -4,7 +4,8 @@
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
-//! | `DATABASE_URL` | PostgreSQL connection URL (required) | — |
+//! | `DATABASE_URL` | PostgreSQL connection URL (required); its `sslmode` is `disable`, `prefer`, `require`, `verify-ca` or `verify-full` ([`db::tls`](crate::db::tls)) | — (`sslmode`: `prefer`) |
+//! | `DATABASE_CA_CERT` | PEM file of the roots the PostgreSQL server's certificate must chain to; with it, `prefer` and `require` check the chain too | unset: system roots for `verify-*`, no check for `prefer`/`require` |
 //! | `BIND_ADDR` | address the HTTP server listens on | `127.0.0.1:8080` |
 //! | `METRICS_ADDR` | address of a second listener serving Prometheus `GET /metrics` (not `BIND_ADDR`) | unset: no metrics |
 //! | `LOG_FORMAT` | `pretty` or `json` | `pretty` |
@@ -40,7 +41,7 @@
 //! helpers that refuse every variable of one shape (integer range, flag, minimum length) with
 //! the same words.
 
-use std::{fmt, net::SocketAddr, time::Duration};
+use std::{fmt, net::SocketAddr, path::PathBuf, time::Duration};
 
 use crate::payments::standard_webhooks::{self, WebhookKey};
 
@@ -93,6 +94,8 @@ pub struct WayForPayConfig {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub database_url: Secret,
+    /// `DATABASE_CA_CERT`: the roots for TLS to PostgreSQL, read when the pool is built.
+    pub database_ca_cert: Option<PathBuf>,
     pub bind_addr: SocketAddr,
     /// Where `GET /metrics` is served; `None`: metrics are off.
     pub metrics_addr: Option<SocketAddr>,
@@ -148,6 +151,7 @@ impl Config {
         let jobs = Jobs::read(&vars)?;
         Ok(Config {
             database_url: database.url,
+            database_ca_cert: database.ca_cert,
             db_pool_size: database.pool_size,
             bind_addr: http.bind_addr,
             metrics_addr: http.metrics_addr,
@@ -238,19 +242,21 @@ impl<F: Fn(&str) -> Option<String>> Vars<F> {
     }
 }
 
-/// `DATABASE_URL`, `DB_POOL_SIZE`.
+/// `DATABASE_URL`, `DATABASE_CA_CERT`, `DB_POOL_SIZE`.
 struct Database {
     url: Secret,
+    ca_cert: Option<PathBuf>,
     pool_size: usize,
 }
 
 impl Database {
     fn read<F: Fn(&str) -> Option<String>>(vars: &Vars<F>) -> Result<Self, ConfigError> {
         let url = vars.required("DATABASE_URL")?;
-        url.parse::<tokio_postgres::Config>()
-            .map_err(|_| err("DATABASE_URL is not a valid PostgreSQL connection URL"))?;
+        // DATABASE_CA_CERT is only a path here: the pool reads the file when it is built.
+        crate::db::tls::parse_url(&url).map_err(|e| err(e.to_string()))?;
         Ok(Database {
             url: Secret(url),
+            ca_cert: vars.get("DATABASE_CA_CERT").map(PathBuf::from),
             pool_size: vars.int("DB_POOL_SIZE", 16, 1, 1000)? as usize,
         })
     }
@@ -515,6 +521,7 @@ mod tests {
     fn defaults_fill_everything_but_the_required_variables() {
         let c = parse(&minimal()).unwrap();
         assert_eq!(c.database_url.expose(), "postgres://u@127.0.0.1:5432/db");
+        assert_eq!(c.database_ca_cert, None);
         assert_eq!(c.bind_addr, SocketAddr::from(([127, 0, 0, 1], 8080)));
         assert_eq!(c.metrics_addr, None);
         assert_eq!(c.log_format, LogFormat::Pretty);
@@ -544,6 +551,11 @@ mod tests {
     fn every_variable_reaches_its_field() {
         let mut env = minimal();
         for (k, v) in [
+            (
+                "DATABASE_URL",
+                "postgres://u:pw@db.example.com/db?sslmode=verify-full",
+            ),
+            ("DATABASE_CA_CERT", "/etc/subgate/db-ca.pem"),
             ("BIND_ADDR", "0.0.0.0:9000"),
             ("METRICS_ADDR", " 127.0.0.1:9090 "),
             ("LOG_FORMAT", "json"),
@@ -575,6 +587,14 @@ mod tests {
             env.insert(k, v.to_string());
         }
         let c = parse(&env).unwrap();
+        assert_eq!(
+            c.database_url.expose(),
+            "postgres://u:pw@db.example.com/db?sslmode=verify-full"
+        );
+        assert_eq!(
+            c.database_ca_cert.as_deref(),
+            Some(std::path::Path::new("/etc/subgate/db-ca.pem"))
+        );
         assert_eq!(c.bind_addr, SocketAddr::from(([0, 0, 0, 0], 9000)));
         assert_eq!(
             c.metrics_addr,
@@ -625,6 +645,11 @@ mod tests {
             (
                 vec![("DATABASE_URL", "postgres://u:pw@h:notaport/db")],
                 "DATABASE_URL is not a valid PostgreSQL connection URL".into(),
+            ),
+            (
+                vec![("DATABASE_URL", "postgres://u:pw@h/db?sslmode=allow")],
+                "DATABASE_URL sslmode must be disable, prefer, require, verify-ca or verify-full"
+                    .into(),
             ),
             (
                 vec![("BIND_ADDR", "localhost")],

@@ -7,11 +7,15 @@
 //! [`transaction!`](crate::transaction) runs a block in one transaction and runs it again (a bounded number of
 //! times) when PostgreSQL aborts it as a deadlock victim or a serialization failure: the
 //! block's effects were rolled back, so running it again is safe.
+//!
+//! Connections use TLS as the `sslmode` of `DATABASE_URL` says, `disable` to `verify-full`
+//! ([`tls`]).
 
-use std::time::Duration;
+pub mod tls;
+
+use std::{path::Path, time::Duration};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Transaction};
-use tokio_postgres::NoTls;
 
 use crate::error::ApiError;
 
@@ -35,12 +39,25 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
 /// distinct from the two-int4 keys the payment path uses).
 const MIGRATION_LOCK: i64 = 0x5375_6267_6174_6501;
 
-/// Builds the pool. Connections are made lazily, so a database that is down at start-up or
-/// later only makes requests fail with 503 until it returns.
+/// Builds the pool, with no `DATABASE_CA_CERT`; see [`pool_with_ca_cert`].
 pub fn pool(database_url: &str, max_size: usize) -> Result<Pool, ApiError> {
-    let mut pg: tokio_postgres::Config = database_url
-        .parse()
-        .map_err(|_| ApiError::internal("DATABASE_URL is not a valid connection URL"))?;
+    pool_with_ca_cert(database_url, max_size, None)
+}
+
+/// Builds the pool. Connections are made lazily, so a database that is down at start-up or
+/// later only makes requests fail with 503 until it returns. TLS follows the URL's `sslmode`,
+/// with the roots of the PEM file `ca_cert` (`DATABASE_CA_CERT`) when given ([`tls`]); that
+/// file is read here, so a missing or unusable one is an error now, not at the first request.
+pub fn pool_with_ca_cert(
+    database_url: &str,
+    max_size: usize,
+    ca_cert: Option<&Path>,
+) -> Result<Pool, ApiError> {
+    let tls::Target {
+        config: mut pg,
+        ssl_mode,
+    } = tls::parse_url(database_url).map_err(ApiError::internal)?;
+    let connector = tls::connector(ssl_mode, ca_cert).map_err(ApiError::internal)?;
     if pg.get_connect_timeout().is_none() {
         pg.connect_timeout(Duration::from_secs(5));
     }
@@ -49,7 +66,7 @@ pub fn pool(database_url: &str, max_size: usize) -> Result<Pool, ApiError> {
     }
     let manager = Manager::from_config(
         pg,
-        NoTls,
+        connector,
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },

@@ -94,8 +94,12 @@ async fn run(cli: Cli) -> Result<(), String> {
     } else {
         subgate::init_tracing(config.log_format);
     }
-    let pool =
-        db::pool(config.database_url.expose(), config.db_pool_size).map_err(|e| e.to_string())?;
+    let pool = db::pool_with_ca_cert(
+        config.database_url.expose(),
+        config.db_pool_size,
+        config.database_ca_cert.as_deref(),
+    )
+    .map_err(|e| e.to_string())?;
     match cli.command {
         Command::Serve { no_migrate } => {
             if !no_migrate {

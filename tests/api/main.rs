@@ -18,4 +18,5 @@ mod payments;
 mod smoke;
 mod sweep;
 mod telegram;
+mod tls;
 mod wayforpay;
