@@ -12,14 +12,17 @@
 //! | `JWT_SECRET` | HS256 key for staff tokens, at least 32 bytes (required) | — |
 //! | `JWT_TTL_SECS` | staff token lifetime, 60..=86400 | `3600` |
 //! | `TRUST_PROXY` | `true`: the login throttle keys on the right-most `X-Forwarded-For` address | `false` |
+//! | `PUBLIC_URL` | the service's public base URL (`https://…`), for gateway callbacks such as WayForPay's `serviceUrl` | unset: the bot sells no card channel |
 //! | `WEBHOOK_SECRET` | Standard Webhooks key `whsec_<base64>` (at least 24 bytes) for door 1 | unset: door answers 503 |
 //! | `WEBHOOK_SECRETS` | several such keys (rotation), separated by spaces or commas | unset |
 //! | `WAYFORPAY_MERCHANT_ACCOUNT` | our WayForPay merchant account | unset: door answers 503 |
 //! | `WAYFORPAY_SECRET_KEY` | WayForPay merchant secret key, at least 16 bytes (set both or neither) | unset: door answers 503 |
+//! | `WAYFORPAY_DOMAIN` | merchant domain name signed into the bot's WayForPay purchase links | the host of `PUBLIC_URL` |
 //! | `TELEGRAM_WEBHOOK_SECRET` | `secret_token` given to `setWebhook`, 16..=256 of `A-Za-z0-9_-` | unset: door answers 503 |
 //! | `TELEGRAM_BOT_TOKEN` | bot token for Bot API calls, `<bot id>:<secret>` from @BotFather | unset: effects stay queued |
 //! | `TELEGRAM_API_URL` | Bot API base URL | `https://api.telegram.org` |
 //! | `TELEGRAM_DRY_RUN` | `true`: log Bot API calls instead of making them | `false` |
+//! | `TELEGRAM_BOT_USERNAME` | the bot's username (without `@`), for deep links and channels' `buy_link` | unset: `buy_link` is null |
 //! | `REMINDER_DAYS` | days before expiry to remind a member, 0..=365 (0: off) | `3` |
 //! | `SWEEP_TOKEN` | bearer token cron may use for `POST /api/sweep`, at least 32 bytes | unset |
 //! | `SWEEP_INTERVAL_SECS` | run the sweep inside the server every N seconds (0: never) | `0` |
@@ -103,13 +106,20 @@ pub struct Config {
     pub jwt_secret: Secret,
     pub jwt_ttl: Duration,
     pub trust_proxy: bool,
+    /// The service's public base URL, without a trailing slash.
+    pub public_url: Option<String>,
     /// Keys of door 1; empty means the door is closed (503).
     pub webhook_keys: Vec<WebhookKey>,
     pub wayforpay: Option<WayForPayConfig>,
+    /// The merchant domain of WayForPay purchase links (`WAYFORPAY_DOMAIN`, else `PUBLIC_URL`'s
+    /// host).
+    pub wayforpay_domain: Option<String>,
     pub telegram_webhook_secret: Option<Secret>,
     pub telegram_bot_token: Option<Secret>,
     pub telegram_api_url: String,
     pub telegram_dry_run: bool,
+    /// The bot's username, without `@`.
+    pub telegram_bot_username: Option<String>,
     pub reminder_days: u32,
     pub sweep_token: Option<Secret>,
     pub sweep_interval: Option<Duration>,
@@ -158,6 +168,10 @@ impl Config {
             log_format: http.log_format,
             request_timeout: http.request_timeout,
             trust_proxy: http.trust_proxy,
+            wayforpay_domain: doors
+                .wayforpay_domain
+                .or_else(|| http.public_url.as_deref().and_then(host_of)),
+            public_url: http.public_url,
             jwt_secret: auth.jwt_secret,
             jwt_ttl: auth.jwt_ttl,
             admin_email: auth.admin_email,
@@ -171,6 +185,7 @@ impl Config {
             telegram_bot_token: telegram.bot_token,
             telegram_api_url: telegram.api_url,
             telegram_dry_run: telegram.dry_run,
+            telegram_bot_username: telegram.bot_username,
             reminder_days: jobs.reminder_days,
             sweep_token: jobs.sweep_token,
             sweep_interval: jobs.sweep_interval,
@@ -262,13 +277,15 @@ impl Database {
     }
 }
 
-/// `BIND_ADDR`, `METRICS_ADDR`, `LOG_FORMAT`, `REQUEST_TIMEOUT_SECS`, `TRUST_PROXY`.
+/// `BIND_ADDR`, `METRICS_ADDR`, `LOG_FORMAT`, `REQUEST_TIMEOUT_SECS`, `TRUST_PROXY`,
+/// `PUBLIC_URL`.
 struct Http {
     bind_addr: SocketAddr,
     metrics_addr: Option<SocketAddr>,
     log_format: LogFormat,
     request_timeout: Duration,
     trust_proxy: bool,
+    public_url: Option<String>,
 }
 
 impl Http {
@@ -297,6 +314,13 @@ impl Http {
             log_format,
             request_timeout: vars.secs("REQUEST_TIMEOUT_SECS", 30, 1, 600)?,
             trust_proxy: vars.flag("TRUST_PROXY")?,
+            public_url: vars
+                .checked(
+                    "PUBLIC_URL",
+                    |v| host_of(v.trim()).is_some(),
+                    "PUBLIC_URL must be an absolute http(s) URL, e.g. https://pay.example.com",
+                )?
+                .map(|v| v.trim().trim_end_matches('/').to_string()),
         })
     }
 
@@ -354,10 +378,12 @@ impl StaffAuth {
 }
 
 /// `WEBHOOK_SECRET`, `WEBHOOK_SECRETS` (door 1); `WAYFORPAY_MERCHANT_ACCOUNT`,
-/// `WAYFORPAY_SECRET_KEY` (door 2). A door without its secret stays closed.
+/// `WAYFORPAY_SECRET_KEY` (door 2), `WAYFORPAY_DOMAIN` (the bot's purchase links). A door
+/// without its secret stays closed.
 struct PaymentDoors {
     webhook_keys: Vec<WebhookKey>,
     wayforpay: Option<WayForPayConfig>,
+    wayforpay_domain: Option<String>,
 }
 
 impl PaymentDoors {
@@ -401,20 +427,34 @@ impl PaymentDoors {
             (Some(_), None) => return Err(err("WAYFORPAY_SECRET_KEY is not set")),
             (None, Some(_)) => return Err(err("WAYFORPAY_MERCHANT_ACCOUNT is not set")),
         };
+        let wayforpay_domain = vars
+            .checked(
+                "WAYFORPAY_DOMAIN",
+                |d| {
+                    let d = d.trim();
+                    (1..=253).contains(&d.len())
+                        && d.bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+                },
+                "WAYFORPAY_DOMAIN must be a domain name, e.g. pay.example.com",
+            )?
+            .map(|d| d.trim().to_ascii_lowercase());
         Ok(PaymentDoors {
             webhook_keys,
             wayforpay,
+            wayforpay_domain,
         })
     }
 }
 
 /// `TELEGRAM_WEBHOOK_SECRET` (door 3), `TELEGRAM_BOT_TOKEN`, `TELEGRAM_API_URL`,
-/// `TELEGRAM_DRY_RUN` (the effects worker).
+/// `TELEGRAM_DRY_RUN` (the effects worker), `TELEGRAM_BOT_USERNAME` (deep links).
 struct Telegram {
     webhook_secret: Option<Secret>,
     bot_token: Option<Secret>,
     api_url: String,
     dry_run: bool,
+    bot_username: Option<String>,
 }
 
 impl Telegram {
@@ -445,11 +485,25 @@ impl Telegram {
         if url::Url::parse(&api_url).is_err() {
             return Err(err("TELEGRAM_API_URL must be an absolute URL"));
         }
+        // Telegram usernames are 5 to 32 characters of letters, digits and underscores; the
+        // `@` people write in front is not part of it.
+        let bot_username = vars
+            .checked(
+                "TELEGRAM_BOT_USERNAME",
+                |u| {
+                    let u = u.trim().trim_start_matches('@');
+                    (5..=32).contains(&u.len())
+                        && u.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                },
+                "TELEGRAM_BOT_USERNAME must be the bot's username: 5..32 characters of A-Z a-z 0-9 _",
+            )?
+            .map(|u| u.trim().trim_start_matches('@').to_string());
         Ok(Telegram {
             webhook_secret: webhook_secret.map(Secret),
             bot_token: bot_token.map(Secret),
             api_url,
             dry_run: vars.flag("TELEGRAM_DRY_RUN")?,
+            bot_username,
         })
     }
 }
@@ -486,6 +540,15 @@ fn long_enough(name: &str, value: String, min_bytes: usize) -> Result<Secret, Co
         return Err(err(format!("{name} must be at least {min_bytes} bytes")));
     }
     Ok(Secret(value))
+}
+
+/// The host of an absolute `http` or `https` URL.
+fn host_of(url: &str) -> Option<String> {
+    let parsed = url::Url::parse(url).ok()?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return None;
+    }
+    parsed.host_str().map(str::to_string)
 }
 
 /// Standard Webhooks secrets are 24 to 64 random bytes; a shorter key is too weak to accept.
@@ -534,6 +597,9 @@ mod tests {
         assert!(c.telegram_bot_token.is_none());
         assert_eq!(c.telegram_api_url, "https://api.telegram.org");
         assert!(!c.telegram_dry_run);
+        assert_eq!(c.telegram_bot_username, None);
+        assert_eq!(c.public_url, None);
+        assert_eq!(c.wayforpay_domain, None);
         assert_eq!(c.reminder_days, 3);
         assert!(c.sweep_token.is_none());
         assert_eq!(c.sweep_interval, None);
@@ -572,6 +638,9 @@ mod tests {
             ("TELEGRAM_BOT_TOKEN", "123456:AAbbCCddEEffGGhhIIjjKK"),
             ("TELEGRAM_API_URL", "http://127.0.0.1:9999/"),
             ("TELEGRAM_DRY_RUN", "1"),
+            ("TELEGRAM_BOT_USERNAME", "@SubGate_bot"),
+            ("PUBLIC_URL", "https://pay.example.com/"),
+            ("WAYFORPAY_DOMAIN", "Shop.Example.com"),
             ("REMINDER_DAYS", "0"),
             ("SWEEP_TOKEN", "sweep-token-0123456789abcdef0123456789"),
             ("SWEEP_INTERVAL_SECS", "300"),
@@ -617,6 +686,9 @@ mod tests {
         );
         assert_eq!(c.telegram_api_url, "http://127.0.0.1:9999");
         assert!(c.telegram_dry_run);
+        assert_eq!(c.telegram_bot_username.as_deref(), Some("SubGate_bot"));
+        assert_eq!(c.public_url.as_deref(), Some("https://pay.example.com"));
+        assert_eq!(c.wayforpay_domain.as_deref(), Some("shop.example.com"));
         assert_eq!(c.reminder_days, 0);
         assert_eq!(
             c.sweep_token.unwrap().expose(),
@@ -743,6 +815,28 @@ mod tests {
                 vec![("TELEGRAM_DRY_RUN", "sometimes")],
                 "TELEGRAM_DRY_RUN must be true or false".into(),
             ),
+            (
+                vec![("TELEGRAM_BOT_USERNAME", "bot")],
+                "TELEGRAM_BOT_USERNAME must be the bot's username: 5..32 characters of A-Z a-z 0-9 _"
+                    .into(),
+            ),
+            (
+                vec![("TELEGRAM_BOT_USERNAME", "https://t.me/some_bot")],
+                "TELEGRAM_BOT_USERNAME must be the bot's username: 5..32 characters of A-Z a-z 0-9 _"
+                    .into(),
+            ),
+            (
+                vec![("PUBLIC_URL", "pay.example.com")],
+                "PUBLIC_URL must be an absolute http(s) URL, e.g. https://pay.example.com".into(),
+            ),
+            (
+                vec![("PUBLIC_URL", "ftp://pay.example.com")],
+                "PUBLIC_URL must be an absolute http(s) URL, e.g. https://pay.example.com".into(),
+            ),
+            (
+                vec![("WAYFORPAY_DOMAIN", "https://shop.example.com")],
+                "WAYFORPAY_DOMAIN must be a domain name, e.g. pay.example.com".into(),
+            ),
             (vec![("REMINDER_DAYS", "366")], int("REMINDER_DAYS", 0, 365)),
             (
                 vec![("SWEEP_TOKEN", "31-bytes-0123456789abcdef012345")],
@@ -830,6 +924,21 @@ mod tests {
         })
         .unwrap();
         assert_eq!(read.into_inner(), documented);
+    }
+
+    #[test]
+    fn the_wayforpay_domain_defaults_to_the_public_url_host() {
+        let mut env = minimal();
+        env.insert(
+            "PUBLIC_URL",
+            "https://pay.example.com:8443/base/".to_string(),
+        );
+        let c = parse(&env).unwrap();
+        assert_eq!(
+            c.public_url.as_deref(),
+            Some("https://pay.example.com:8443/base")
+        );
+        assert_eq!(c.wayforpay_domain.as_deref(), Some("pay.example.com"));
     }
 
     #[test]

@@ -33,6 +33,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "effect_leases",
         include_str!("../migrations/0004_effect_leases.sql"),
     ),
+    (
+        5,
+        "buyer_bot",
+        include_str!("../migrations/0005_buyer_bot.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,

@@ -13,11 +13,13 @@
 //! - [`idempotency`]: `Idempotency-Key` for staff writes;
 //! - [`sweep`]: the batched, lock-respecting move of overdue memberships to grace and expired.
 //! - [`telegram`]: door 3, the bot webhook (Stars pre-checkout and payments, join requests).
+//! - [`bot`]: the buyer side of the bot (catalogue, buy button, invoices, `/subscriptions`).
 //! - [`effects`]: the outbox of Telegram effects (grant, revoke, remind, refund, reconcile).
 //! - [`metrics`]: Prometheus metrics on their own listener (`METRICS_ADDR`).
 
 pub mod api;
 pub mod auth;
+pub mod bot;
 pub mod config;
 pub mod db;
 pub mod effects;

@@ -20,7 +20,10 @@ use tower_http::{
 };
 
 use crate::{
-    api::{channels, effects, invoice_links, memberships, orders, payments, subscribers, sweep},
+    api::{
+        channels, effects, invoice_links, memberships, orders, payments, star_subscriptions,
+        subscribers, sweep,
+    },
     auth,
     error::{ApiError, problem},
     payments::{wayforpay_door, webhook_door},
@@ -73,6 +76,12 @@ pub fn router(state: AppState) -> Router {
         .route("/effects/retry", post(effects::retry_all))
         .route("/effects/{id}", get(effects::get))
         .route("/effects/{id}/retry", post(effects::retry))
+        .route("/star-subscriptions", get(star_subscriptions::list))
+        .route("/star-subscriptions/{id}", get(star_subscriptions::get))
+        .route(
+            "/star-subscriptions/{id}/cancel",
+            post(star_subscriptions::cancel),
+        )
         .route("/payments", get(payments::list))
         .route("/payments/{id}", get(payments::get))
         .route("/webhook/payment", post(webhook_door::receive))

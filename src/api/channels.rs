@@ -1,5 +1,7 @@
 //! `/api/channels`: the private Telegram channels we sell access to, with their price, billing
-//! period, grace period and optional seat limit.
+//! period, grace period and optional seat limit, what buyers read about them (`description`),
+//! whether the bot sells them as a Telegram Stars subscription (`recurring`), and the deep link
+//! that opens their offer in the bot (`buy_link`, read-only).
 
 use axum::{
     Json,
@@ -11,9 +13,12 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio_postgres::Row;
 
-use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, chars, not_null, nullable};
+use super::{
+    ApiJson, ApiQuery, Errors, Page, Paging, PathId, chars, check_text, not_null, nullable,
+};
 use crate::{
     auth::Staff,
+    config::Config,
     error::ApiError,
     idempotency::StaffWrite,
     payments::{currency, seats},
@@ -21,7 +26,10 @@ use crate::{
 };
 
 pub const COLUMNS: &str = "id, telegram_chat_id, title, price_minor, currency, billing_period_days, \
-     grace_period_days, seat_limit, active, created_at, updated_at";
+     grace_period_days, seat_limit, active, created_at, updated_at, description, recurring";
+
+/// The longest `description`, in characters.
+const DESCRIPTION_MAX: usize = 1000;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Channel {
@@ -36,6 +44,13 @@ pub struct Channel {
     pub active: bool,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// Shown to buyers in the bot.
+    pub description: Option<String>,
+    /// Sold as a Telegram Stars subscription renewing every 30 days (`XTR`, 30 days only).
+    pub recurring: bool,
+    /// `https://t.me/<bot>?start=c<id>`: opens this channel's offer in the bot; null without
+    /// `TELEGRAM_BOT_USERNAME`.
+    pub buy_link: Option<String>,
 }
 
 impl Channel {
@@ -52,8 +67,30 @@ impl Channel {
             active: r.get(8),
             created_at: r.get(9),
             updated_at: r.get(10),
+            description: r.get(11),
+            recurring: r.get(12),
+            buy_link: None,
         }
     }
+
+    /// Fills the read-only `buy_link` from the configured bot username.
+    pub fn with_buy_link(mut self, config: &Config) -> Channel {
+        self.buy_link = buy_link(config, self.id);
+        self
+    }
+}
+
+/// The deep link that opens channel `id`'s offer in the bot, when the bot's username is known.
+pub fn buy_link(config: &Config, id: i32) -> Option<String> {
+    config
+        .telegram_bot_username
+        .as_ref()
+        .map(|bot| format!("https://t.me/{bot}?start=c{id}"))
+}
+
+/// Reads a row selected with [`COLUMNS`], with its `buy_link`.
+fn channel(r: &Row, config: &Config) -> Channel {
+    Channel::from_row(r).with_buy_link(config)
 }
 
 #[derive(Deserialize)]
@@ -68,6 +105,9 @@ pub struct ChannelInput {
     #[serde(default, deserialize_with = "nullable")]
     seat_limit: Option<Option<i32>>,
     active: Option<bool>,
+    #[serde(default, deserialize_with = "nullable")]
+    description: Option<Option<String>>,
+    recurring: Option<bool>,
 }
 
 /// A PATCH body: like [`ChannelInput`], but an explicit `null` is seen (and refused for every
@@ -91,6 +131,10 @@ pub struct ChannelPatch {
     seat_limit: Option<Option<i32>>,
     #[serde(default, deserialize_with = "nullable")]
     active: Option<Option<bool>>,
+    #[serde(default, deserialize_with = "nullable")]
+    description: Option<Option<String>>,
+    #[serde(default, deserialize_with = "nullable")]
+    recurring: Option<Option<bool>>,
 }
 
 impl ChannelPatch {
@@ -104,6 +148,8 @@ impl ChannelPatch {
             grace_period_days: not_null(e, "grace_period_days", self.grace_period_days),
             seat_limit: self.seat_limit,
             active: not_null(e, "active", self.active),
+            description: self.description,
+            recurring: not_null(e, "recurring", self.recurring),
         }
     }
 }
@@ -160,7 +206,44 @@ fn validate(b: &ChannelInput, create: bool, mut e: Errors) -> Result<(), ApiErro
     {
         e.add("seat_limit", "must be null (unlimited) or at least 1");
     }
+    check_text(
+        &mut e,
+        "description",
+        b.description.as_ref().and_then(|d| d.as_deref()),
+        DESCRIPTION_MAX,
+    );
+    // Checked here when the body says enough; a PATCH that changes only one side is checked by
+    // the schema against the stored other side (`channels_recurring_check`, see `patch`).
+    if b.recurring == Some(true) {
+        let currency_ok = b.currency.as_deref().is_none_or(|c| c == "XTR");
+        let period_ok = b
+            .billing_period_days
+            .is_none_or(|d| d == RECURRING_PERIOD_DAYS);
+        let complete = !create || (b.currency.is_some() && b.billing_period_days.is_some());
+        if complete && !(currency_ok && period_ok) {
+            e.add("recurring", RECURRING_RULE);
+        }
+    }
     e.finish()
+}
+
+/// Telegram sells Stars subscriptions with a 30-day period only.
+const RECURRING_PERIOD_DAYS: i32 = 30;
+const RECURRING_RULE: &str =
+    "is allowed only for XTR (Telegram Stars) channels with billing_period_days 30";
+
+/// The schema's refusal of a recurring channel that is not `XTR` for 30 days, as the same
+/// per-field 422 `validate` gives.
+fn recurring_refused(e: tokio_postgres::Error) -> ApiError {
+    let is_rule = e
+        .as_db_error()
+        .and_then(|d| d.constraint())
+        .is_some_and(|c| c == "channels_recurring_check");
+    if is_rule {
+        ApiError::field("recurring", RECURRING_RULE)
+    } else {
+        ApiError::Db(e)
+    }
 }
 
 /// `POST /api/channels`.
@@ -175,8 +258,10 @@ pub async fn create(
             .query_one(
                 &format!(
                     "INSERT INTO channels (telegram_chat_id, title, price_minor, currency,
-                             billing_period_days, grace_period_days, seat_limit, active)
-                         VALUES ($1, $2, $3, $4, $5, COALESCE($6, 0), $7, COALESCE($8, true))
+                             billing_period_days, grace_period_days, seat_limit, active,
+                             description, recurring)
+                         VALUES ($1, $2, $3, $4, $5, COALESCE($6, 0), $7, COALESCE($8, true),
+                                 $9, COALESCE($10, false))
                          RETURNING {COLUMNS}"
                 ),
                 &[
@@ -188,10 +273,13 @@ pub async fn create(
                     &b.grace_period_days,
                     &b.seat_limit.flatten(),
                     &b.active,
+                    &b.description.clone().flatten(),
+                    &b.recurring,
                 ],
             )
-            .await?;
-        let c = Channel::from_row(&row);
+            .await
+            .map_err(recurring_refused)?;
+        let c = channel(&row, &state.config);
         tracing::info!(channel_id = c.id, "channel created");
         Ok((
             StatusCode::CREATED,
@@ -218,7 +306,7 @@ pub async fn list(
             &[&paging.after, &q.active, &paging.fetch()],
         )
         .await?;
-    let items = rows.iter().map(Channel::from_row).collect();
+    let items = rows.iter().map(|r| channel(r, &state.config)).collect();
     Ok(Json(paging.page(items, |c| c.id as i64)))
 }
 
@@ -236,11 +324,11 @@ pub async fn get(
         )
         .await?
         .ok_or(ApiError::NotFound("channel"))?;
-    Ok(Json(Channel::from_row(&row)))
+    Ok(Json(channel(&row, &state.config)))
 }
 
-/// `PATCH /api/channels/{id}`: any field; `seat_limit: null` makes the channel unlimited, any
-/// other `null` is a 422.
+/// `PATCH /api/channels/{id}`: any field; `seat_limit: null` makes the channel unlimited and
+/// `description: null` removes the description, any other `null` is a 422.
 /// Orders keep the price and currency they were created with.
 ///
 /// A new `telegram_chat_id` is refused with 409 while the channel has live (active or grace)
@@ -297,6 +385,8 @@ pub async fn patch(
                          active = COALESCE($10, active),
                          invite_link = CASE WHEN $2 <> telegram_chat_id THEN NULL
                                             ELSE invite_link END,
+                         description = CASE WHEN $11 THEN $12 ELSE description END,
+                         recurring = COALESCE($13, recurring),
                          updated_at = statement_timestamp()
                      WHERE id = $1 RETURNING {COLUMNS}"
                 ),
@@ -311,11 +401,15 @@ pub async fn patch(
                     &b.seat_limit.is_some(),
                     &b.seat_limit.flatten(),
                     &b.active,
+                    &b.description.is_some(),
+                    &b.description.clone().flatten(),
+                    &b.recurring,
                 ],
             )
-            .await?
+            .await
+            .map_err(recurring_refused)?
             .ok_or(ApiError::NotFound("channel"))?;
-        Ok(Json(Channel::from_row(&row)))
+        Ok(Json(channel(&row, &state.config)))
     })
 }
 

@@ -11,6 +11,7 @@ pub mod invoice_links;
 pub mod memberships;
 pub mod orders;
 pub mod payments;
+pub mod star_subscriptions;
 pub mod subscribers;
 pub mod sweep;
 

@@ -38,6 +38,7 @@
 //! or pending effects for its chat (`PATCH /api/channels/{id}`), so no effect is left aimed at
 //! a chat the channel no longer has.
 
+pub mod bot;
 pub mod worker;
 
 use chrono::{DateTime, Utc};
@@ -76,11 +77,18 @@ pub enum Kind {
     JoinApprove,
     /// Any other join request: `declineChatJoinRequest`.
     JoinDecline,
+    /// A message of the bot to a buyer (`payload.text`, optional `payload.reply_markup`).
+    BotMessage,
+    /// An order's invoice for the buyer: `sendInvoice` (Stars), a subscription link (recurring
+    /// Stars) or a card payment link, while the order is pending.
+    Invoice,
+    /// Staff or the buyer cancelled a Stars subscription: `editUserStarSubscription`.
+    SubscriptionCancel,
 }
 
 impl Kind {
     /// Every kind (the schema's CHECK lists the same).
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 11] = [
         Kind::Grant,
         Kind::RenewalReceipt,
         Kind::Revoke,
@@ -89,6 +97,9 @@ impl Kind {
         Kind::Refund,
         Kind::JoinApprove,
         Kind::JoinDecline,
+        Kind::BotMessage,
+        Kind::Invoice,
+        Kind::SubscriptionCancel,
     ];
 
     /// The schema's spelling.
@@ -102,6 +113,9 @@ impl Kind {
             Kind::Refund => "refund",
             Kind::JoinApprove => "join_approve",
             Kind::JoinDecline => "join_decline",
+            Kind::BotMessage => "bot_message",
+            Kind::Invoice => "invoice",
+            Kind::SubscriptionCancel => "subscription_cancel",
         }
     }
 

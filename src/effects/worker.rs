@@ -49,6 +49,7 @@ use tokio_postgres::GenericClient;
 
 use super::{COLUMNS, Effect, Kind};
 use crate::{
+    bot::texts,
     error::ApiError,
     payments::{
         core::{NormalizedPayment, TELEGRAM_STARS, apply_payment},
@@ -207,6 +208,16 @@ impl From<BotError> for Failure {
             }
             BotError::Api { .. } => Failure::Permanent(e.to_string()),
             _ => Failure::Retry(e.to_string()),
+        }
+    }
+}
+
+impl From<super::bot::BotFailure> for Failure {
+    fn from(e: super::bot::BotFailure) -> Failure {
+        match e {
+            super::bot::BotFailure::Db(e) => Failure::Db(e),
+            super::bot::BotFailure::Bot(e) => Failure::from(e),
+            super::bot::BotFailure::Permanent(why) => Failure::Permanent(why),
         }
     }
 }
@@ -405,6 +416,10 @@ impl Worker {
         };
         match kind {
             Kind::Refund => self.refund(client, bot, e).await,
+            Kind::BotMessage | Kind::Invoice | Kind::SubscriptionCancel => {
+                let performed = super::bot::perform(&self.state, client, bot, e, kind).await;
+                Attempt::from(performed.map_err(Failure::from))
+            }
             Kind::JoinApprove | Kind::JoinDecline => {
                 let Some(chat) = e.chat_id else {
                     return Attempt::from(Err(no_chat()));
@@ -460,13 +475,7 @@ impl Worker {
             Some(link) => link,
             None => self.channel_link(bot, m.channel_id, chat).await?,
         };
-        let text = format!(
-            "Payment received, thank you! Your access to «{}» is active until {}.\n\n\
-             Join here: {link}\n\
-             Tap the link and send a join request: it is approved automatically for members.",
-            m.title,
-            day(m.expires_at)
-        );
+        let text = texts::grant(&m.title, &texts::day(m.expires_at), &link);
         bot.send_message(e.user_id, &text).await?;
         Ok(None)
     }
@@ -516,11 +525,7 @@ impl Worker {
         if !m.is_member() {
             return Ok(Some(format!("skipped: the membership is {} now", m.status)));
         }
-        let text = format!(
-            "Payment received, thank you! Your access to «{}» now lasts until {}.",
-            m.title,
-            day(m.expires_at)
-        );
+        let text = texts::renewal_receipt(&m.title, &texts::day(m.expires_at));
         bot.send_message(e.user_id, &text).await?;
         Ok(None)
     }
@@ -563,17 +568,9 @@ impl Worker {
             ));
         }
         let text = if status == "active" {
-            format!(
-                "Your access to «{}» ends on {}. Renew before then to keep it.",
-                m.title,
-                day(m.expires_at)
-            )
+            texts::reminder(&m.title, &texts::day(m.expires_at))
         } else {
-            format!(
-                "Your access to «{}» expired on {}. You are in a short grace period: renew now to keep your place.",
-                m.title,
-                day(m.expires_at)
-            )
+            texts::grace_notice(&m.title, &texts::day(m.expires_at))
         };
         bot.send_message(e.user_id, &text).await?;
         Ok(None)
@@ -1374,11 +1371,6 @@ async fn find_refund(bot: &BotApi, s: &RefundSearch<'_>) -> Result<bool, BotErro
         upper = offset;
     }
     Ok(false)
-}
-
-/// A time as members read it.
-fn day(t: DateTime<Utc>) -> String {
-    t.format("%Y-%m-%d %H:%M UTC").to_string()
 }
 
 #[cfg(test)]

@@ -14,7 +14,14 @@
 //! The checks (API.md order: unknown order, cancelled, currency, amount, payer, already paid,
 //! channel inactive, seat) are reads under those locks, so they are decided first and the
 //! payment row is inserted once, with its final outcome. A payment that fails a check is still
-//! kept (money is never lost) and grants nothing.
+//! kept (money is never lost), grants nothing, and its buyer is told in one message (an outbox
+//! effect in the same transaction).
+//!
+//! A renewal charge of a Telegram Stars subscription ([`star_subscriptions`]) is one more
+//! payment of an order that is already paid: it is checked against the subscription instead
+//! (known, not cancelled, same amount, currency and payer, channel active, a seat) and extends
+//! the membership by one period. It is never `already_paid` and never refunded: a renewal that
+//! fails a check is `needs_review`.
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
@@ -24,7 +31,10 @@ use tokio_postgres::Row;
 use crate::{
     error::ApiError,
     memberships::{self, Cause, Membership},
-    payments::seats::{self, LockedOrder, SeatCheck},
+    payments::{
+        seats::{self, LockedOrder, SeatCheck},
+        star_subscriptions::{self, StarSubscription},
+    },
     state::AppState,
 };
 
@@ -122,6 +132,10 @@ pub enum Reason {
     ChannelInactive,
     HoldExpired,
     NoSeat,
+    /// A renewal charge of an order that started no subscription (or is not paid).
+    UnknownSubscription,
+    /// A renewal charge of a subscription staff or the buyer cancelled.
+    SubscriptionCancelled,
 }
 
 impl Reason {
@@ -136,6 +150,35 @@ impl Reason {
             Reason::ChannelInactive => "channel_inactive",
             Reason::HoldExpired => "hold_expired",
             Reason::NoSeat => "no_seat",
+            Reason::UnknownSubscription => "unknown_subscription",
+            Reason::SubscriptionCancelled => "subscription_cancelled",
+        }
+    }
+}
+
+/// What door 3 knows of a Telegram Stars charge's place in a subscription
+/// (`successful_payment.is_recurring`, `is_first_recurring`, `subscription_expiration_date`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Recurrence {
+    /// Not known (doors 1 and 2, the Stars reconcile): a Stars charge of a paid order whose
+    /// subscription it did not start is taken as a renewal, and a Stars payment of a pending
+    /// order of a `recurring` channel starts a subscription.
+    #[default]
+    Unknown,
+    /// A one-off payment.
+    OneOff,
+    /// The first charge of a subscription, renewing at the given time.
+    First(Option<DateTime<Utc>>),
+    /// A renewal charge, renewing again at the given time.
+    Renewal(Option<DateTime<Utc>>),
+}
+
+impl Recurrence {
+    /// Telegram's `subscription_expiration_date`, when the door had one.
+    fn expires_at(self) -> Option<DateTime<Utc>> {
+        match self {
+            Recurrence::First(t) | Recurrence::Renewal(t) => t,
+            Recurrence::Unknown | Recurrence::OneOff => None,
         }
     }
 }
@@ -164,8 +207,17 @@ pub fn outcome_for(gateway: &str, reason: Option<Reason>) -> &'static str {
 /// warning). Deadlock victims are run again by [`crate::transaction!`]; a failure is an
 /// `ApiError` and nothing is stored.
 pub async fn apply_payment(state: &AppState, p: NormalizedPayment) -> Result<Applied, ApiError> {
+    apply_payment_as(state, p, Recurrence::Unknown).await
+}
+
+/// [`apply_payment`] of a charge whose place in a Stars subscription the door knows (door 3).
+pub async fn apply_payment_as(
+    state: &AppState,
+    p: NormalizedPayment,
+    recurrence: Recurrence,
+) -> Result<Applied, ApiError> {
     let p = &p;
-    let applied = crate::transaction!(state.db, |tx| { apply_in(tx, p).await })?;
+    let applied = crate::transaction!(state.db, |tx| { apply_in(tx, p, recurrence).await })?;
     if applied.duplicate {
         warn_if_redelivery_differs(p, &applied.payment);
     }
@@ -241,17 +293,51 @@ fn warn_if_redelivery_differs(delivered: &NormalizedPayment, stored: &Payment) {
     );
 }
 
+/// Whether a charge is a subscription's renewal: the door says so, or (door unknown) it is a
+/// Stars charge of a paid order whose subscription another charge started.
+fn is_renewal(
+    p: &NormalizedPayment,
+    recurrence: Recurrence,
+    locked: Option<&LockedOrder>,
+    subscription: Option<&StarSubscription>,
+) -> bool {
+    match recurrence {
+        Recurrence::Renewal(_) => true,
+        Recurrence::First(_) | Recurrence::OneOff => false,
+        Recurrence::Unknown => {
+            p.gateway == TELEGRAM_STARS
+                && locked.is_some_and(|l| l.order.status == "paid")
+                && subscription.is_some_and(|s| s.charge_id != p.external_id)
+        }
+    }
+}
+
 /// The body of [`apply_payment`]'s transaction.
-async fn apply_in(tx: &Transaction<'_>, p: &NormalizedPayment) -> Result<Applied, ApiError> {
-    // 1. Locks: pair → order → channel (if seat-limited). An unknown reference needs none.
+async fn apply_in(
+    tx: &Transaction<'_>,
+    p: &NormalizedPayment,
+    recurrence: Recurrence,
+) -> Result<Applied, ApiError> {
+    // 1. Locks: pair → order → channel (if seat-limited) → the order's subscription, if any.
+    // An unknown reference needs none.
     let locked = seats::lock_order_by_reference(tx, &p.order_reference).await?;
+    let subscription = match &locked {
+        Some(l) => star_subscriptions::lock_of_order(tx, l.order.id).await?,
+        None => None,
+    };
+    let renewal = is_renewal(p, recurrence, locked.as_ref(), subscription.as_ref());
 
     // 3. (decided before 2., as reads under the locks, so the row is inserted once, final.)
     let reason = match &locked {
         None => Some(Reason::UnknownOrder),
+        Some(l) if renewal => check_renewal(tx, p, l, subscription.as_ref()).await?,
         Some(l) => check(tx, p, l).await?,
     };
-    let outcome = outcome_for(&p.gateway, reason);
+    // A renewal is never refunded by us: Telegram charged a subscription the buyer keeps.
+    let outcome = match reason {
+        Some(_) if renewal => "needs_review",
+        _ => outcome_for(&p.gateway, reason),
+    };
 
     // 2. Dedupe: of all deliveries of this payment, exactly one inserts.
     let order = locked.as_ref().map(|l| &l.order);
@@ -260,9 +346,9 @@ async fn apply_in(tx: &Transaction<'_>, p: &NormalizedPayment) -> Result<Applied
             &format!(
                 "INSERT INTO payments (gateway, external_id, order_reference, order_id,
                      subscriber_id, channel_id, payer, amount_minor, currency, paid_at,
-                     outcome, reason)
+                     outcome, reason, renewal, subscription_expires_at)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
-                         LEAST($10::timestamptz, statement_timestamp()), $11, $12)
+                         LEAST($10::timestamptz, statement_timestamp()), $11, $12, $13, $14)
                  ON CONFLICT (gateway, external_id) DO NOTHING
                  RETURNING {COLUMNS}"
             ),
@@ -279,6 +365,8 @@ async fn apply_in(tx: &Transaction<'_>, p: &NormalizedPayment) -> Result<Applied
                 &p.paid_at,
                 &outcome,
                 &reason.map(Reason::as_str),
+                &renewal,
+                &recurrence.expires_at(),
             ],
         )
         .await?;
@@ -286,6 +374,13 @@ async fn apply_in(tx: &Transaction<'_>, p: &NormalizedPayment) -> Result<Applied
         return duplicate(tx, p).await;
     };
     let payment = Payment::from_row(&row);
+    if reason.is_some() {
+        // The payer, when the door knows them; else the order's buyer.
+        let user = p
+            .payer_telegram_id
+            .or(locked.as_ref().map(|l| l.subscriber_telegram_id));
+        crate::effects::bot::enqueue_payment_notice(&**tx, &payment, user).await?;
+    }
 
     let Some(locked) = locked else {
         return Ok(Applied {
@@ -304,6 +399,26 @@ async fn apply_in(tx: &Transaction<'_>, p: &NormalizedPayment) -> Result<Applied
         });
     }
 
+    if renewal {
+        // 4'. A renewal: the order stays paid, the membership is extended by one more period.
+        let (membership, _) = memberships::extend(
+            tx,
+            subscriber_id,
+            channel_id,
+            locked.channel.billing_period_days,
+            Cause::Payment(payment.id),
+        )
+        .await?;
+        if let Some(s) = &subscription {
+            star_subscriptions::renewed(tx, s.id, recurrence.expires_at()).await?;
+        }
+        return Ok(Applied {
+            duplicate: false,
+            payment,
+            membership: Some(membership),
+        });
+    }
+
     // 4. Success: the order is paid (its hold stops counting), the membership extended.
     tx.execute(
         "UPDATE orders SET status = 'paid', paid_at = $2 WHERE id = $1",
@@ -319,11 +434,90 @@ async fn apply_in(tx: &Transaction<'_>, p: &NormalizedPayment) -> Result<Applied
         Cause::Payment(payment.id),
     )
     .await?;
+    if starts_subscription(tx, p, recurrence, &locked).await? && subscription.is_none() {
+        star_subscriptions::start(tx, locked.order.id, &p.external_id, recurrence.expires_at())
+            .await?;
+    }
     Ok(Applied {
         duplicate: false,
         payment,
         membership: Some(membership),
     })
+}
+
+/// Whether an applied first payment starts a Stars subscription: the door says so, or (door
+/// unknown, e.g. the reconcile of a missed update) it is a Stars payment of a `recurring`
+/// channel, whose invoices are subscription links.
+async fn starts_subscription(
+    tx: &Transaction<'_>,
+    p: &NormalizedPayment,
+    recurrence: Recurrence,
+    locked: &LockedOrder,
+) -> Result<bool, ApiError> {
+    Ok(match recurrence {
+        Recurrence::First(_) => true,
+        Recurrence::OneOff | Recurrence::Renewal(_) => false,
+        Recurrence::Unknown if p.gateway != TELEGRAM_STARS => false,
+        Recurrence::Unknown => tx
+            .query_one(
+                "SELECT recurring FROM channels WHERE id = $1",
+                &[&locked.order.channel_id],
+            )
+            .await?
+            .get(0),
+    })
+}
+
+/// The checks of a renewal charge, in order; the first failure wins: the order started a
+/// subscription (and is paid), which is not cancelled; currency, amount and payer match; the
+/// channel is active; the buyer is still a member or a seat is free.
+async fn check_renewal(
+    tx: &Transaction<'_>,
+    p: &NormalizedPayment,
+    l: &LockedOrder,
+    subscription: Option<&StarSubscription>,
+) -> Result<Option<Reason>, ApiError> {
+    let o = &l.order;
+    let Some(s) = subscription.filter(|_| o.status == "paid") else {
+        return Ok(Some(Reason::UnknownSubscription));
+    };
+    if !s.is_active() {
+        return Ok(Some(Reason::SubscriptionCancelled));
+    }
+    if let Some(reason) = mismatch(p, l) {
+        return Ok(Some(reason));
+    }
+    if !l.channel.active {
+        return Ok(Some(Reason::ChannelInactive));
+    }
+    // No hold: the order's hold (if any) belonged to its first payment. A member renews
+    // without a seat; someone whose membership already ended needs a free one.
+    let Some(limit) = l.channel.seat_limit else {
+        return Ok(None);
+    };
+    if seats::is_live_member(tx, o.subscriber_id, o.channel_id).await?
+        || seats::seats_taken(tx, o.channel_id).await? < i64::from(limit)
+    {
+        return Ok(None);
+    }
+    Ok(Some(Reason::NoSeat))
+}
+
+/// The payment against its order, in API.md's order: currency, amount, payer (when the door
+/// knows it).
+fn mismatch(p: &NormalizedPayment, l: &LockedOrder) -> Option<Reason> {
+    if p.currency != l.order.currency {
+        return Some(Reason::CurrencyMismatch);
+    }
+    if p.amount_minor != l.order.amount_minor {
+        return Some(Reason::AmountMismatch);
+    }
+    if p.payer_telegram_id
+        .is_some_and(|payer| payer != l.subscriber_telegram_id)
+    {
+        return Some(Reason::PayerMismatch);
+    }
+    None
 }
 
 /// The checks of API.md step 3 against a locked order, in order; the first failure wins.
@@ -336,16 +530,8 @@ async fn check(
     if o.status == "cancelled" {
         return Ok(Some(Reason::OrderCancelled));
     }
-    if p.currency != o.currency {
-        return Ok(Some(Reason::CurrencyMismatch));
-    }
-    if p.amount_minor != o.amount_minor {
-        return Ok(Some(Reason::AmountMismatch));
-    }
-    if let Some(payer) = p.payer_telegram_id
-        && payer != l.subscriber_telegram_id
-    {
-        return Ok(Some(Reason::PayerMismatch));
+    if let Some(reason) = mismatch(p, l) {
+        return Ok(Some(reason));
     }
     // Duplicates of the payment that paid it never get here (they conflict on insert), so a
     // paid order means another payment paid it.

@@ -6,6 +6,8 @@ pub mod core;
 pub mod currency;
 pub mod seats;
 pub mod standard_webhooks;
+pub mod star_subscriptions;
 pub mod wayforpay;
 pub mod wayforpay_door;
+pub mod wayforpay_purchase;
 pub mod webhook_door;

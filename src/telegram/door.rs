@@ -62,14 +62,29 @@ pub async fn webhook(
         && let Some(paid) = &message.successful_payment
     {
         let payment = normalize(message, paid)?;
-        core::apply_payment(&state, payment).await?;
+        core::apply_payment_as(&state, payment, recurrence(paid)).await?;
         return Ok(empty());
     }
     if let Some(request) = &update.chat_join_request {
         return join_request(&state, request).await;
     }
-    tracing::debug!(update_id = update.update_id, "Telegram update ignored");
-    Ok(empty())
+    // Buyers talking to the bot (commands, buttons); everything else is ignored there.
+    match crate::bot::handle(&state, &body).await? {
+        Some(call) => Ok(Json(call).into_response()),
+        None => Ok(empty()),
+    }
+}
+
+/// Where a Stars charge stands in a subscription, as `successful_payment` says.
+fn recurrence(paid: &SuccessfulPayment) -> core::Recurrence {
+    let expires_at = paid
+        .subscription_expiration_date
+        .and_then(|t| DateTime::from_timestamp(t, 0));
+    match (paid.is_recurring, paid.is_first_recurring) {
+        (false, _) => core::Recurrence::OneOff,
+        (true, true) => core::Recurrence::First(expires_at),
+        (true, false) => core::Recurrence::Renewal(expires_at),
+    }
 }
 
 /// Checks the secret token in constant time. Unset secret → 503; missing or wrong → 401.

@@ -55,7 +55,7 @@ pub const COMMIT_WAIT: Duration = Duration::from_secs(2);
 pub const READ_BACK: Duration = Duration::from_secs(2);
 
 /// Shown when the decision could not be made in time; not stored.
-pub const BUSY_MESSAGE: &str = "Please try again in a moment.";
+pub const BUSY_MESSAGE: &str = crate::bot::texts::PRE_CHECKOUT_BUSY;
 
 /// The marker of a decision that lost the insert race to a concurrent twin.
 const RACED: &str = "a concurrent pre-checkout stored its decision first";
@@ -91,23 +91,10 @@ impl Refusal {
         }
     }
 
-    /// What the buyer reads in Telegram's payment form: short, human, and saying what to do.
+    /// What the buyer reads in Telegram's payment form: short, human, and saying what to do
+    /// (the texts live with the bot's other texts, [`crate::bot::texts`]).
     pub fn message(self) -> &'static str {
-        match self {
-            Refusal::UnknownOrder => "We could not find this order. Please start a new order.",
-            Refusal::OrderCancelled => "This order was cancelled. Please start a new order.",
-            Refusal::AlreadyPaid => "This order has already been paid.",
-            Refusal::PayerMismatch => "This invoice was issued to another Telegram account.",
-            Refusal::CurrencyMismatch => "This order cannot be paid with Telegram Stars.",
-            Refusal::AmountMismatch => {
-                "The invoice amount does not match the order. Please start a new order."
-            }
-            Refusal::ChannelInactive => "This channel is not accepting subscriptions right now.",
-            Refusal::HoldExpired => "This invoice has expired. Please start a new order.",
-            Refusal::NoSeat => {
-                "This seat has just been taken. Please choose another channel or try later."
-            }
-        }
+        crate::bot::texts::pre_checkout_refusal(self.reason())
     }
 }
 

@@ -5,6 +5,7 @@ mod helpers;
 
 mod access;
 mod auth;
+mod bot;
 mod crud;
 mod effects;
 mod hardening_payments;
