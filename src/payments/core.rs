@@ -323,6 +323,12 @@ pub async fn apply_payment_as(
         duplicate = applied.duplicate,
         "payment ingested"
     );
+    crate::metrics::payment(
+        &applied.payment.gateway,
+        applied.duplicate,
+        applied.payment.outcome.as_str(),
+        applied.payment.reason.map(Reason::as_str),
+    );
     Ok(applied)
 }
 

@@ -178,6 +178,18 @@ impl BotError {
         })
     }
 
+    /// The label of this failure in the Bot API call metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            BotError::Api { code: 429, .. } => "rate_limited",
+            BotError::Api { .. } => "refused",
+            BotError::Timeout { .. } => "timeout",
+            BotError::Transport { .. } => "transport",
+            BotError::BadResponse { .. } => "bad_response",
+            BotError::Paused { .. } => "paused",
+        }
+    }
+
     /// Seconds to wait before calling again, for a 429 or a pacing refusal.
     pub fn retry_after(&self) -> Option<u64> {
         match self {
@@ -398,6 +410,11 @@ impl BotApi {
             });
         }
         let result = self.send(method, params).await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(e) => e.metric_label(),
+        };
+        crate::metrics::bot_api_call(method, outcome);
         if let Err(e) = &result
             && let Some(secs) = e.retry_after()
         {

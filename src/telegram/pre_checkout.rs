@@ -91,6 +91,16 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// The answer's label in the pre-checkout metrics: `approved`, `busy` (asked to try
+    /// again) or `refused`.
+    pub fn metric_label(&self) -> &'static str {
+        match (self.ok, self.error_message.as_deref()) {
+            (true, _) => "approved",
+            (false, Some(BUSY_MESSAGE)) => "busy",
+            (false, _) => "refused",
+        }
+    }
+
     fn approve() -> Answer {
         Answer {
             ok: true,

@@ -13,6 +13,7 @@ mod ops;
 
 mod idempotency;
 mod logs;
+mod metrics;
 mod orders;
 mod payments;
 mod smoke;

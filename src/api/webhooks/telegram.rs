@@ -52,7 +52,11 @@ pub async fn webhook(
     })?;
 
     if let Some(q) = &update.pre_checkout_query {
-        let answer = pre_checkout::answer(&state.db, state.config.hold_secs, q).await;
+        let answer = crate::metrics::pre_checkout(
+            pre_checkout::answer(&state.db, state.config.hold_secs, q),
+            pre_checkout::Answer::metric_label,
+        )
+        .await;
         return Ok(reply(WebhookReply::AnswerPreCheckoutQuery {
             pre_checkout_query_id: q.id.clone(),
             ok: answer.ok,
