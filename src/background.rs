@@ -7,9 +7,9 @@ use tokio::time::MissedTickBehavior;
 
 use crate::{
     AppState,
-    effects::worker::{Options, Worker},
     shutdown::ShutdownSignal,
-    sweep,
+    sweep, telegram,
+    worker::{Options, Worker},
 };
 
 /// Runs every configured loop until shutdown.
@@ -19,6 +19,10 @@ pub async fn run(state: AppState, shutdown: ShutdownSignal) {
         loops.spawn(sweep_loop(state.clone(), shutdown.clone(), every));
     }
     loops.spawn(effects_loop(state.clone(), shutdown.clone()));
+    loops.spawn(crate::metrics::sample_loop(
+        state.db.clone(),
+        shutdown.clone(),
+    ));
     shutdown.wait().await;
     while loops.join_next().await.is_some() {}
 }
@@ -88,7 +92,7 @@ pub async fn effects_loop(state: AppState, shutdown: ShutdownSignal) {
         }
         if due(last_reconcile, STARS_RECONCILE) && !shutdown.is_triggered() {
             last_reconcile = Some(tokio::time::Instant::now());
-            if let Err(e) = worker.reconcile().await {
+            if let Err(e) = telegram::recovery::reconcile(&state.db, &state.config).await {
                 tracing::error!(error = %e, "Stars reconcile failed; trying again later");
             }
         }

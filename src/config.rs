@@ -4,20 +4,25 @@
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
-//! | `DATABASE_URL` | PostgreSQL connection URL (required) | — |
+//! | `DATABASE_URL` | PostgreSQL connection URL (required); its `sslmode` is `disable`, `prefer`, `require`, `verify-ca` or `verify-full` ([`db::tls`](crate::db::tls)) | — (`sslmode`: `prefer`) |
+//! | `DATABASE_CA_CERT` | PEM file of the roots the PostgreSQL server's certificate must chain to; with it, `prefer` and `require` check the chain too | unset: system roots for `verify-*`, no check for `prefer`/`require` |
 //! | `BIND_ADDR` | address the HTTP server listens on | `127.0.0.1:8080` |
+//! | `METRICS_ADDR` | address of a second listener serving Prometheus `GET /metrics` (not `BIND_ADDR`) | unset: no metrics |
 //! | `LOG_FORMAT` | `pretty` or `json` | `pretty` |
 //! | `JWT_SECRET` | HS256 key for staff tokens, at least 32 bytes (required) | — |
 //! | `JWT_TTL_SECS` | staff token lifetime, 60..=86400 | `3600` |
 //! | `TRUST_PROXY` | `true`: the login throttle keys on the right-most `X-Forwarded-For` address | `false` |
+//! | `PUBLIC_URL` | the service's public base URL (`https://…`), for gateway callbacks such as WayForPay's `serviceUrl` | unset: the bot sells no card channel |
 //! | `WEBHOOK_SECRET` | Standard Webhooks key `whsec_<base64>` (at least 24 bytes) for door 1 | unset: door answers 503 |
 //! | `WEBHOOK_SECRETS` | several such keys (rotation), separated by spaces or commas | unset |
 //! | `WAYFORPAY_MERCHANT_ACCOUNT` | our WayForPay merchant account | unset: door answers 503 |
 //! | `WAYFORPAY_SECRET_KEY` | WayForPay merchant secret key, at least 16 bytes (set both or neither) | unset: door answers 503 |
+//! | `WAYFORPAY_DOMAIN` | merchant domain name signed into the bot's WayForPay purchase links | the host of `PUBLIC_URL` |
 //! | `TELEGRAM_WEBHOOK_SECRET` | `secret_token` given to `setWebhook`, 16..=256 of `A-Za-z0-9_-` | unset: door answers 503 |
 //! | `TELEGRAM_BOT_TOKEN` | bot token for Bot API calls, `<bot id>:<secret>` from @BotFather | unset: effects stay queued |
 //! | `TELEGRAM_API_URL` | Bot API base URL | `https://api.telegram.org` |
 //! | `TELEGRAM_DRY_RUN` | `true`: log Bot API calls instead of making them | `false` |
+//! | `TELEGRAM_BOT_USERNAME` | the bot's username (without `@`), for deep links and channels' `buy_link` | unset: `buy_link` is null |
 //! | `REMINDER_DAYS` | days before expiry to remind a member, 0..=365 (0: off) | `3` |
 //! | `SWEEP_TOKEN` | bearer token cron may use for `POST /api/sweep`, at least 32 bytes | unset |
 //! | `SWEEP_INTERVAL_SECS` | run the sweep inside the server every N seconds (0: never) | `0` |
@@ -39,7 +44,7 @@
 //! helpers that refuse every variable of one shape (integer range, flag, minimum length) with
 //! the same words.
 
-use std::{fmt, net::SocketAddr, time::Duration};
+use std::{fmt, net::SocketAddr, path::PathBuf, time::Duration};
 
 use crate::payments::standard_webhooks::{self, WebhookKey};
 
@@ -92,18 +97,29 @@ pub struct WayForPayConfig {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub database_url: Secret,
+    /// `DATABASE_CA_CERT`: the roots for TLS to PostgreSQL, read when the pool is built.
+    pub database_ca_cert: Option<PathBuf>,
     pub bind_addr: SocketAddr,
+    /// Where `GET /metrics` is served; `None`: metrics are off.
+    pub metrics_addr: Option<SocketAddr>,
     pub log_format: LogFormat,
     pub jwt_secret: Secret,
     pub jwt_ttl: Duration,
     pub trust_proxy: bool,
+    /// The service's public base URL, without a trailing slash.
+    pub public_url: Option<String>,
     /// Keys of door 1; empty means the door is closed (503).
     pub webhook_keys: Vec<WebhookKey>,
     pub wayforpay: Option<WayForPayConfig>,
+    /// The merchant domain of WayForPay purchase links (`WAYFORPAY_DOMAIN`, else `PUBLIC_URL`'s
+    /// host).
+    pub wayforpay_domain: Option<String>,
     pub telegram_webhook_secret: Option<Secret>,
     pub telegram_bot_token: Option<Secret>,
     pub telegram_api_url: String,
     pub telegram_dry_run: bool,
+    /// The bot's username, without `@`.
+    pub telegram_bot_username: Option<String>,
     pub reminder_days: u32,
     pub sweep_token: Option<Secret>,
     pub sweep_interval: Option<Duration>,
@@ -145,11 +161,17 @@ impl Config {
         let jobs = Jobs::read(&vars)?;
         Ok(Config {
             database_url: database.url,
+            database_ca_cert: database.ca_cert,
             db_pool_size: database.pool_size,
             bind_addr: http.bind_addr,
+            metrics_addr: http.metrics_addr,
             log_format: http.log_format,
             request_timeout: http.request_timeout,
             trust_proxy: http.trust_proxy,
+            wayforpay_domain: doors
+                .wayforpay_domain
+                .or_else(|| http.public_url.as_deref().and_then(host_of)),
+            public_url: http.public_url,
             jwt_secret: auth.jwt_secret,
             jwt_ttl: auth.jwt_ttl,
             admin_email: auth.admin_email,
@@ -163,6 +185,7 @@ impl Config {
             telegram_bot_token: telegram.bot_token,
             telegram_api_url: telegram.api_url,
             telegram_dry_run: telegram.dry_run,
+            telegram_bot_username: telegram.bot_username,
             reminder_days: jobs.reminder_days,
             sweep_token: jobs.sweep_token,
             sweep_interval: jobs.sweep_interval,
@@ -234,35 +257,52 @@ impl<F: Fn(&str) -> Option<String>> Vars<F> {
     }
 }
 
-/// `DATABASE_URL`, `DB_POOL_SIZE`.
+/// `DATABASE_URL`, `DATABASE_CA_CERT`, `DB_POOL_SIZE`.
 struct Database {
     url: Secret,
+    ca_cert: Option<PathBuf>,
     pool_size: usize,
 }
 
 impl Database {
     fn read<F: Fn(&str) -> Option<String>>(vars: &Vars<F>) -> Result<Self, ConfigError> {
         let url = vars.required("DATABASE_URL")?;
-        url.parse::<tokio_postgres::Config>()
-            .map_err(|_| err("DATABASE_URL is not a valid PostgreSQL connection URL"))?;
+        // DATABASE_CA_CERT is only a path here: the pool reads the file when it is built.
+        crate::db::tls::parse_url(&url).map_err(|e| err(e.to_string()))?;
         Ok(Database {
             url: Secret(url),
+            ca_cert: vars.get("DATABASE_CA_CERT").map(PathBuf::from),
             pool_size: vars.int("DB_POOL_SIZE", 16, 1, 1000)? as usize,
         })
     }
 }
 
-/// `BIND_ADDR`, `LOG_FORMAT`, `REQUEST_TIMEOUT_SECS`, `TRUST_PROXY`.
+/// `BIND_ADDR`, `METRICS_ADDR`, `LOG_FORMAT`, `REQUEST_TIMEOUT_SECS`, `TRUST_PROXY`,
+/// `PUBLIC_URL`.
 struct Http {
     bind_addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
     log_format: LogFormat,
     request_timeout: Duration,
     trust_proxy: bool,
+    public_url: Option<String>,
 }
 
 impl Http {
     fn read<F: Fn(&str) -> Option<String>>(vars: &Vars<F>) -> Result<Self, ConfigError> {
         let bind_addr = Http::bind_addr(vars)?;
+        let metrics_addr = match vars.get("METRICS_ADDR") {
+            None => None,
+            Some(v) => match v.trim().parse::<SocketAddr>() {
+                Ok(a) if a == bind_addr => {
+                    return Err(err("METRICS_ADDR must differ from BIND_ADDR"));
+                }
+                Ok(a) => Some(a),
+                Err(_) => {
+                    return Err(err("METRICS_ADDR must be host:port, e.g. 127.0.0.1:9090"));
+                }
+            },
+        };
         let log_format = match vars.get("LOG_FORMAT").as_deref() {
             None | Some("pretty") => LogFormat::Pretty,
             Some("json") => LogFormat::Json,
@@ -270,9 +310,17 @@ impl Http {
         };
         Ok(Http {
             bind_addr,
+            metrics_addr,
             log_format,
             request_timeout: vars.secs("REQUEST_TIMEOUT_SECS", 30, 1, 600)?,
             trust_proxy: vars.flag("TRUST_PROXY")?,
+            public_url: vars
+                .checked(
+                    "PUBLIC_URL",
+                    |v| host_of(v.trim()).is_some(),
+                    "PUBLIC_URL must be an absolute http(s) URL, e.g. https://pay.example.com",
+                )?
+                .map(|v| v.trim().trim_end_matches('/').to_string()),
         })
     }
 
@@ -330,10 +378,12 @@ impl StaffAuth {
 }
 
 /// `WEBHOOK_SECRET`, `WEBHOOK_SECRETS` (door 1); `WAYFORPAY_MERCHANT_ACCOUNT`,
-/// `WAYFORPAY_SECRET_KEY` (door 2). A door without its secret stays closed.
+/// `WAYFORPAY_SECRET_KEY` (door 2), `WAYFORPAY_DOMAIN` (the bot's purchase links). A door
+/// without its secret stays closed.
 struct PaymentDoors {
     webhook_keys: Vec<WebhookKey>,
     wayforpay: Option<WayForPayConfig>,
+    wayforpay_domain: Option<String>,
 }
 
 impl PaymentDoors {
@@ -377,20 +427,34 @@ impl PaymentDoors {
             (Some(_), None) => return Err(err("WAYFORPAY_SECRET_KEY is not set")),
             (None, Some(_)) => return Err(err("WAYFORPAY_MERCHANT_ACCOUNT is not set")),
         };
+        let wayforpay_domain = vars
+            .checked(
+                "WAYFORPAY_DOMAIN",
+                |d| {
+                    let d = d.trim();
+                    (1..=253).contains(&d.len())
+                        && d.bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+                },
+                "WAYFORPAY_DOMAIN must be a domain name, e.g. pay.example.com",
+            )?
+            .map(|d| d.trim().to_ascii_lowercase());
         Ok(PaymentDoors {
             webhook_keys,
             wayforpay,
+            wayforpay_domain,
         })
     }
 }
 
 /// `TELEGRAM_WEBHOOK_SECRET` (door 3), `TELEGRAM_BOT_TOKEN`, `TELEGRAM_API_URL`,
-/// `TELEGRAM_DRY_RUN` (the effects worker).
+/// `TELEGRAM_DRY_RUN` (the effects worker), `TELEGRAM_BOT_USERNAME` (deep links).
 struct Telegram {
     webhook_secret: Option<Secret>,
     bot_token: Option<Secret>,
     api_url: String,
     dry_run: bool,
+    bot_username: Option<String>,
 }
 
 impl Telegram {
@@ -421,11 +485,25 @@ impl Telegram {
         if url::Url::parse(&api_url).is_err() {
             return Err(err("TELEGRAM_API_URL must be an absolute URL"));
         }
+        // Telegram usernames are 5 to 32 characters of letters, digits and underscores; the
+        // `@` people write in front is not part of it.
+        let bot_username = vars
+            .checked(
+                "TELEGRAM_BOT_USERNAME",
+                |u| {
+                    let u = u.trim().trim_start_matches('@');
+                    (5..=32).contains(&u.len())
+                        && u.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                },
+                "TELEGRAM_BOT_USERNAME must be the bot's username: 5..32 characters of A-Z a-z 0-9 _",
+            )?
+            .map(|u| u.trim().trim_start_matches('@').to_string());
         Ok(Telegram {
             webhook_secret: webhook_secret.map(Secret),
             bot_token: bot_token.map(Secret),
             api_url,
             dry_run: vars.flag("TELEGRAM_DRY_RUN")?,
+            bot_username,
         })
     }
 }
@@ -464,6 +542,15 @@ fn long_enough(name: &str, value: String, min_bytes: usize) -> Result<Secret, Co
     Ok(Secret(value))
 }
 
+/// The host of an absolute `http` or `https` URL.
+fn host_of(url: &str) -> Option<String> {
+    let parsed = url::Url::parse(url).ok()?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return None;
+    }
+    parsed.host_str().map(str::to_string)
+}
+
 /// Standard Webhooks secrets are 24 to 64 random bytes; a shorter key is too weak to accept.
 fn strong_webhook_key(secret: &str) -> bool {
     use base64::{Engine, engine::general_purpose::STANDARD};
@@ -497,7 +584,9 @@ mod tests {
     fn defaults_fill_everything_but_the_required_variables() {
         let c = parse(&minimal()).unwrap();
         assert_eq!(c.database_url.expose(), "postgres://u@127.0.0.1:5432/db");
+        assert_eq!(c.database_ca_cert, None);
         assert_eq!(c.bind_addr, SocketAddr::from(([127, 0, 0, 1], 8080)));
+        assert_eq!(c.metrics_addr, None);
         assert_eq!(c.log_format, LogFormat::Pretty);
         assert_eq!(c.jwt_secret.expose(), JWT);
         assert_eq!(c.jwt_ttl, Duration::from_secs(3600));
@@ -508,6 +597,9 @@ mod tests {
         assert!(c.telegram_bot_token.is_none());
         assert_eq!(c.telegram_api_url, "https://api.telegram.org");
         assert!(!c.telegram_dry_run);
+        assert_eq!(c.telegram_bot_username, None);
+        assert_eq!(c.public_url, None);
+        assert_eq!(c.wayforpay_domain, None);
         assert_eq!(c.reminder_days, 3);
         assert!(c.sweep_token.is_none());
         assert_eq!(c.sweep_interval, None);
@@ -525,7 +617,13 @@ mod tests {
     fn every_variable_reaches_its_field() {
         let mut env = minimal();
         for (k, v) in [
+            (
+                "DATABASE_URL",
+                "postgres://u:pw@db.example.com/db?sslmode=verify-full",
+            ),
+            ("DATABASE_CA_CERT", "/etc/subgate/db-ca.pem"),
             ("BIND_ADDR", "0.0.0.0:9000"),
+            ("METRICS_ADDR", " 127.0.0.1:9090 "),
             ("LOG_FORMAT", "json"),
             ("JWT_TTL_SECS", "60"),
             ("TRUST_PROXY", " Yes "),
@@ -540,6 +638,9 @@ mod tests {
             ("TELEGRAM_BOT_TOKEN", "123456:AAbbCCddEEffGGhhIIjjKK"),
             ("TELEGRAM_API_URL", "http://127.0.0.1:9999/"),
             ("TELEGRAM_DRY_RUN", "1"),
+            ("TELEGRAM_BOT_USERNAME", "@SubGate_bot"),
+            ("PUBLIC_URL", "https://pay.example.com/"),
+            ("WAYFORPAY_DOMAIN", "Shop.Example.com"),
             ("REMINDER_DAYS", "0"),
             ("SWEEP_TOKEN", "sweep-token-0123456789abcdef0123456789"),
             ("SWEEP_INTERVAL_SECS", "300"),
@@ -555,7 +656,19 @@ mod tests {
             env.insert(k, v.to_string());
         }
         let c = parse(&env).unwrap();
+        assert_eq!(
+            c.database_url.expose(),
+            "postgres://u:pw@db.example.com/db?sslmode=verify-full"
+        );
+        assert_eq!(
+            c.database_ca_cert.as_deref(),
+            Some(std::path::Path::new("/etc/subgate/db-ca.pem"))
+        );
         assert_eq!(c.bind_addr, SocketAddr::from(([0, 0, 0, 0], 9000)));
+        assert_eq!(
+            c.metrics_addr,
+            Some(SocketAddr::from(([127, 0, 0, 1], 9090)))
+        );
         assert_eq!(c.log_format, LogFormat::Json);
         assert_eq!(c.jwt_ttl, Duration::from_secs(60));
         assert!(c.trust_proxy);
@@ -573,6 +686,9 @@ mod tests {
         );
         assert_eq!(c.telegram_api_url, "http://127.0.0.1:9999");
         assert!(c.telegram_dry_run);
+        assert_eq!(c.telegram_bot_username.as_deref(), Some("SubGate_bot"));
+        assert_eq!(c.public_url.as_deref(), Some("https://pay.example.com"));
+        assert_eq!(c.wayforpay_domain.as_deref(), Some("shop.example.com"));
         assert_eq!(c.reminder_days, 0);
         assert_eq!(
             c.sweep_token.unwrap().expose(),
@@ -603,8 +719,21 @@ mod tests {
                 "DATABASE_URL is not a valid PostgreSQL connection URL".into(),
             ),
             (
+                vec![("DATABASE_URL", "postgres://u:pw@h/db?sslmode=allow")],
+                "DATABASE_URL sslmode must be disable, prefer, require, verify-ca or verify-full"
+                    .into(),
+            ),
+            (
                 vec![("BIND_ADDR", "localhost")],
                 "BIND_ADDR must be host:port, e.g. 127.0.0.1:8080".into(),
+            ),
+            (
+                vec![("METRICS_ADDR", ":9090")],
+                "METRICS_ADDR must be host:port, e.g. 127.0.0.1:9090".into(),
+            ),
+            (
+                vec![("METRICS_ADDR", "127.0.0.1:8080")],
+                "METRICS_ADDR must differ from BIND_ADDR".into(),
             ),
             (
                 vec![("LOG_FORMAT", "xml")],
@@ -685,6 +814,28 @@ mod tests {
             (
                 vec![("TELEGRAM_DRY_RUN", "sometimes")],
                 "TELEGRAM_DRY_RUN must be true or false".into(),
+            ),
+            (
+                vec![("TELEGRAM_BOT_USERNAME", "bot")],
+                "TELEGRAM_BOT_USERNAME must be the bot's username: 5..32 characters of A-Z a-z 0-9 _"
+                    .into(),
+            ),
+            (
+                vec![("TELEGRAM_BOT_USERNAME", "https://t.me/some_bot")],
+                "TELEGRAM_BOT_USERNAME must be the bot's username: 5..32 characters of A-Z a-z 0-9 _"
+                    .into(),
+            ),
+            (
+                vec![("PUBLIC_URL", "pay.example.com")],
+                "PUBLIC_URL must be an absolute http(s) URL, e.g. https://pay.example.com".into(),
+            ),
+            (
+                vec![("PUBLIC_URL", "ftp://pay.example.com")],
+                "PUBLIC_URL must be an absolute http(s) URL, e.g. https://pay.example.com".into(),
+            ),
+            (
+                vec![("WAYFORPAY_DOMAIN", "https://shop.example.com")],
+                "WAYFORPAY_DOMAIN must be a domain name, e.g. pay.example.com".into(),
             ),
             (vec![("REMINDER_DAYS", "366")], int("REMINDER_DAYS", 0, 365)),
             (
@@ -773,6 +924,21 @@ mod tests {
         })
         .unwrap();
         assert_eq!(read.into_inner(), documented);
+    }
+
+    #[test]
+    fn the_wayforpay_domain_defaults_to_the_public_url_host() {
+        let mut env = minimal();
+        env.insert(
+            "PUBLIC_URL",
+            "https://pay.example.com:8443/base/".to_string(),
+        );
+        let c = parse(&env).unwrap();
+        assert_eq!(
+            c.public_url.as_deref(),
+            Some("https://pay.example.com:8443/base")
+        );
+        assert_eq!(c.wayforpay_domain.as_deref(), Some("pay.example.com"));
     }
 
     #[test]

@@ -7,11 +7,18 @@
 //! [`transaction!`](crate::transaction) runs a block in one transaction and runs it again (a bounded number of
 //! times) when PostgreSQL aborts it as a deadlock victim or a serialization failure: the
 //! block's effects were rolled back, so running it again is safe.
+//!
+//! Connections use TLS as the `sslmode` of `DATABASE_URL` says, `disable` to `verify-full`
+//! ([`tls`]).
 
-use std::time::Duration;
+pub mod tls;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Transaction};
-use tokio_postgres::NoTls;
+use std::{path::Path, time::Duration};
+
+use deadpool_postgres::{
+    GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Transaction,
+};
+use tokio_postgres::{Row, types::ToSql};
 
 use crate::error::ApiError;
 
@@ -29,18 +36,36 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "effect_leases",
         include_str!("../migrations/0004_effect_leases.sql"),
     ),
+    (
+        5,
+        "buyer_bot",
+        include_str!("../migrations/0005_buyer_bot.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,
 /// distinct from the two-int4 keys the payment path uses).
 const MIGRATION_LOCK: i64 = 0x5375_6267_6174_6501;
 
-/// Builds the pool. Connections are made lazily, so a database that is down at start-up or
-/// later only makes requests fail with 503 until it returns.
+/// Builds the pool, with no `DATABASE_CA_CERT`; see [`pool_with_ca_cert`].
 pub fn pool(database_url: &str, max_size: usize) -> Result<Pool, ApiError> {
-    let mut pg: tokio_postgres::Config = database_url
-        .parse()
-        .map_err(|_| ApiError::internal("DATABASE_URL is not a valid connection URL"))?;
+    pool_with_ca_cert(database_url, max_size, None)
+}
+
+/// Builds the pool. Connections are made lazily, so a database that is down at start-up or
+/// later only makes requests fail with 503 until it returns. TLS follows the URL's `sslmode`,
+/// with the roots of the PEM file `ca_cert` (`DATABASE_CA_CERT`) when given ([`tls`]); that
+/// file is read here, so a missing or unusable one is an error now, not at the first request.
+pub fn pool_with_ca_cert(
+    database_url: &str,
+    max_size: usize,
+    ca_cert: Option<&Path>,
+) -> Result<Pool, ApiError> {
+    let tls::Target {
+        config: mut pg,
+        ssl_mode,
+    } = tls::parse_url(database_url).map_err(ApiError::internal)?;
+    let connector = tls::connector(ssl_mode, ca_cert).map_err(ApiError::internal)?;
     if pg.get_connect_timeout().is_none() {
         pg.connect_timeout(Duration::from_secs(5));
     }
@@ -49,7 +74,7 @@ pub fn pool(database_url: &str, max_size: usize) -> Result<Pool, ApiError> {
     }
     let manager = Manager::from_config(
         pg,
-        NoTls,
+        connector,
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
@@ -233,6 +258,93 @@ pub async fn lock_pair(
     )
     .await?;
     Ok(())
+}
+
+/// A type read from a row by column name (never by position), so a query may select its
+/// [`FromRow::COLUMNS`] in any order and among other columns.
+pub trait FromRow: Sized {
+    /// The columns [`FromRow::from_row`] reads, as a select list.
+    const COLUMNS: &'static str;
+
+    /// Reads the columns by name; a missing column or a wrong type is an error, not a panic.
+    fn from_row(row: &Row) -> Result<Self, tokio_postgres::Error>;
+}
+
+/// Parameters of a statement.
+pub type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
+
+/// Runs `sql` as a statement prepared once per connection (`prepare_cached`) and reads every
+/// row as a `T`.
+pub async fn all<T: FromRow>(
+    client: &impl GenericClient,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Vec<T>, ApiError> {
+    let rows = rows(client, sql, params).await?;
+    rows.iter()
+        .map(|r| T::from_row(r).map_err(ApiError::from))
+        .collect()
+}
+
+/// Like [`all`], for at most one row.
+pub async fn opt<T: FromRow>(
+    client: &impl GenericClient,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Option<T>, ApiError> {
+    match row_opt(client, sql, params).await? {
+        Some(r) => Ok(Some(T::from_row(&r)?)),
+        None => Ok(None),
+    }
+}
+
+/// Like [`all`], for exactly one row.
+pub async fn one<T: FromRow>(
+    client: &impl GenericClient,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<T, ApiError> {
+    Ok(T::from_row(&row_one(client, sql, params).await?)?)
+}
+
+/// Runs a prepared-once statement and returns its rows.
+pub async fn rows(
+    client: &impl GenericClient,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Vec<Row>, ApiError> {
+    let stmt = client.prepare_cached(sql).await?;
+    Ok(client.query(&stmt, params).await?)
+}
+
+/// Runs a prepared-once statement that returns at most one row.
+pub async fn row_opt(
+    client: &impl GenericClient,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Option<Row>, ApiError> {
+    let stmt = client.prepare_cached(sql).await?;
+    Ok(client.query_opt(&stmt, params).await?)
+}
+
+/// Runs a prepared-once statement that returns exactly one row.
+pub async fn row_one(
+    client: &impl GenericClient,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Row, ApiError> {
+    let stmt = client.prepare_cached(sql).await?;
+    Ok(client.query_one(&stmt, params).await?)
+}
+
+/// Runs a prepared-once statement; returns how many rows it changed.
+pub async fn execute(
+    client: &impl GenericClient,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<u64, ApiError> {
+    let stmt = client.prepare_cached(sql).await?;
+    Ok(client.execute(&stmt, params).await?)
 }
 
 /// Whether a column or parameter of type `ty` holds text: the state enums of [`text_enum!`]

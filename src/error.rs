@@ -46,12 +46,27 @@ pub enum ApiError {
     /// A database error; mapped by SQLSTATE when rendered (`api::error`).
     #[error("database error: {0}")]
     Db(#[from] tokio_postgres::Error),
-    /// No connection could be had from the pool.
-    #[error("database pool: {0}")]
+    /// No connection could be had from the pool. The text carries the causes (a refused
+    /// certificate, a failed login), which tokio-postgres keeps out of its own message.
+    #[error("database pool: {}", with_causes(.0))]
     Pool(#[from] deadpool_postgres::PoolError),
     /// 500: a bug or an unexpected failure. The message goes to the log only.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// An error's message followed by those of its sources, each once.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text = format!("{text}: {cause_text}");
+        }
+        source = cause.source();
+    }
+    text
 }
 
 impl ApiError {

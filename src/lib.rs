@@ -12,25 +12,34 @@
 //! - [`memberships`]: every read and write of membership rows (the sweep's batch write aside)
 //!   and the events and effects of their changes;
 //! - [`sweep`]: the batched, lock-respecting move of overdue memberships to grace and expired;
-//! - [`effects`]: the outbox of Telegram effects and its worker;
-//! - [`telegram`]: the Telegram decisions (pre-checkout, join requests) and the Bot API client;
+//! - [`bot`]: the buyer side of the bot (catalogue, buy button, invoices, `/subscriptions`);
+//! - [`effects`]: the outbox of Telegram effects; [`worker`]: the effects worker that performs
+//!   them;
+//! - [`telegram`]: the Telegram decisions (pre-checkout, join requests), the Stars reconcile
+//!   (payment recovery) and the Bot API client;
+//! - [`metrics`]: Prometheus metrics on their own listener (`METRICS_ADDR`);
 //! - [`auth`], [`idempotency`]: staff accounts and tokens, idempotency keys, without HTTP;
 //! - [`config`], [`state`], [`db`], [`error`]: configuration, shared state, the database, the
 //!   one error type.
 
 pub mod api;
 pub mod auth;
+pub mod bot;
 pub mod config;
+pub mod currency;
 pub mod db;
 pub mod effects;
 pub mod error;
 pub mod idempotency;
 pub mod memberships;
+pub mod metrics;
 pub mod orders;
 pub mod payments;
+pub mod present;
 pub mod state;
 pub mod sweep;
 pub mod telegram;
+pub mod worker;
 
 use std::net::SocketAddr;
 
@@ -54,7 +63,9 @@ pub fn init_tracing_stderr(format: config::LogFormat) {
 }
 
 /// Pretty logs are coloured only when `writer` is a terminal: logs redirected to a file or a
-/// pipe stay plain text.
+/// pipe stay plain text. JSON logs are one object per line: the event's fields at the top, the
+/// request's (request id, route, …) under `span` (the innermost span; no `spans` list, which
+/// would repeat them).
 fn init_tracing_to<W>(format: config::LogFormat, writer: fn() -> W)
 where
     W: std::io::Write + std::io::IsTerminal + 'static,
@@ -67,7 +78,11 @@ where
         .with_ansi(writer().is_terminal())
         .with_writer(writer);
     let _ = match format {
-        config::LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        config::LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_span_list(false)
+            .try_init(),
         config::LogFormat::Pretty => builder.try_init(),
     };
 }
@@ -117,6 +132,12 @@ pub async fn serve(state: AppState) -> std::io::Result<()> {
     let listener = TcpListener::bind(addr).await?;
     tracing::info!(%addr, "listening");
     let shutdown = ShutdownSignal::new();
+    let metrics = metrics::listen(
+        state.config.metrics_addr,
+        state.db.clone(),
+        shutdown.clone(),
+    )
+    .await?;
     let background = tokio::spawn(background::run(state.clone(), shutdown.clone()));
     let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
     let signal = shutdown.clone();
@@ -130,6 +151,9 @@ pub async fn serve(state: AppState) -> std::io::Result<()> {
     // However serving ended, the background loops stop too, and are waited for.
     shutdown.trigger();
     let _ = background.await;
+    if let Some(metrics) = metrics {
+        let _ = metrics.await;
+    }
     match &served {
         Ok(()) => tracing::info!("stopped"),
         Err(e) => tracing::error!(error = %e, "server failed; background loops stopped"),
@@ -156,4 +180,6 @@ async fn wait_for_signal() {
 }
 
 pub mod background;
+#[cfg(test)]
+mod layers;
 pub mod shutdown;

@@ -94,8 +94,12 @@ async fn run(cli: Cli) -> Result<(), String> {
     } else {
         subgate::init_tracing(config.log_format);
     }
-    let pool =
-        db::pool(config.database_url.expose(), config.db_pool_size).map_err(|e| e.to_string())?;
+    let pool = db::pool_with_ca_cert(
+        config.database_url.expose(),
+        config.db_pool_size,
+        config.database_ca_cert.as_deref(),
+    )
+    .map_err(|e| e.to_string())?;
     match cli.command {
         Command::Serve { no_migrate } => {
             if !no_migrate {
@@ -157,10 +161,11 @@ async fn effects(
     pool: deadpool_postgres::Pool,
     command: EffectsCommand,
 ) -> Result<(), String> {
-    use subgate::effects::worker::{Options, Worker};
+    use subgate::worker::{Options, Worker};
     let state = AppState::new(config, pool)
         .await
         .map_err(|e| e.to_string())?;
+    let worker_state = state.clone();
     let worker = Worker::new(state, Options::default());
     if !worker.is_enabled() {
         return Err(
@@ -173,7 +178,11 @@ async fn effects(
             .run(true, &|| false)
             .await
             .map(|r| serde_json::to_string(&r)),
-        EffectsCommand::Reconcile => worker.reconcile().await.map(|r| serde_json::to_string(&r)),
+        EffectsCommand::Reconcile => {
+            subgate::telegram::recovery::reconcile(&worker_state.db, &worker_state.config)
+                .await
+                .map(|r| serde_json::to_string(&r))
+        }
     }
     .map_err(|e| format!("effects: {e}"))?
     .map_err(|e| e.to_string())?;

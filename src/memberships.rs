@@ -1,28 +1,45 @@
-//! Memberships: the row that says who may be in which channel until when. This module grants
-//! and extends it (payments and staff grants, [`extend`]) and records a change's event
-//! ([`record_event`], which staff corrections use too). The other writers of membership rows
-//! are staff corrections and deletes (`api::memberships`, under the same locks), the sweep (one
-//! batched statement that writes its own events) and the cascade of a subscriber's deletion.
+//! Memberships: the row that says who may be in which channel until when. This module is the
+//! one home of membership reads and writes — grants and extensions (payments and staff grants,
+//! [`extend`]), staff corrections ([`write_correction`]), deletions ([`delete`]), the reads of
+//! the staff API, the payment core, the seat rule, join requests and the effects worker — and of
+//! the events and Telegram effects of every change ([`record_event`]). The one exception is the
+//! sweep's batch write, a single statement that writes its transitions, their events and their
+//! effects together (`crate::sweep::apply_batch`); it selects its rows with
+//! [`holds_access_sql!`] like everything here.
+//!
+//! **Live.** A membership is *live* when its status is `active` or `grace` and database time is
+//! before `expires_at` plus the channel's grace period ([`live_sql!`], [`Membership::is_live_at`]).
+//! It is the one test of "may this person be in the channel now", used by the seat rule (seats
+//! taken, and whether a buyer is already a member) and by join-request approval (the door and
+//! the worker): the sweep runs only now and then, and a membership it has not yet expired must
+//! neither let a former member back in nor keep a seat. The status half alone
+//! ([`Status::holds_access`], [`holds_access_sql!`]) says something else: the record has not been
+//! ended yet, so its member was let in and no revoke has been decided. Whatever must not lose a
+//! revoke uses it — the sweep's candidates, the revoke of a deleted membership, the refusal to
+//! change a subscriber's `telegram_user_id` or a channel's chat while such a membership exists,
+//! the effect a change asks for, the worker's "skip this revoke, the member is back" check.
 //!
 //! Every change happens inside a transaction that already holds
 //! `pg_advisory_xact_lock(subscriber_id, channel_id)` ([`crate::db::lock_pair`]) — and, on the
 //! payment path, the order and channel locks after it — so this module takes only the last lock
 //! of the order: the membership row itself. Each change writes one `membership_events` row in
 //! the same transaction ([`record_event`]), the audit trail staff read and the one place later
-//! side effects hang off: the Telegram effect of a change is keyed on its event. A deletion
-//! leaves no event (events go with the row), so [`delete`] enqueues the revoke of a live
-//! membership itself.
+//! side effects hang off: the Telegram effect of a change is decided here
+//! ([`effect_of_change`]) and enqueued in the outbox ([`crate::effects`]) keyed on its event. A
+//! deletion leaves no event (events go with the row), so [`delete`] enqueues the revoke of a
+//! membership that still held access itself.
 
-use chrono::{DateTime, Utc};
-use deadpool_postgres::Transaction;
+use chrono::{DateTime, Duration, Utc};
+use deadpool_postgres::{GenericClient, Transaction};
 use serde::Serialize;
+use serde_json::json;
 use tokio_postgres::Row;
 
-use crate::error::ApiError;
-
-/// The columns of [`Membership::from_row`], in order.
-pub const COLUMNS: &str =
-    "id, subscriber_id, channel_id, status, expires_at, created_at, updated_at";
+use crate::{
+    db::{self, FromRow},
+    effects::{self, Kind},
+    error::ApiError,
+};
 
 crate::text_enum! {
     /// A membership's status (API.md "Membership lifecycle"): `active` until `expires_at`,
@@ -36,11 +53,48 @@ crate::text_enum! {
 }
 
 impl Status {
-    /// Whether a membership with this status has not been ended (by the sweep or by staff):
-    /// its member was let in and has not been revoked.
-    pub fn is_live(self) -> bool {
+    /// Whether a membership with this status still holds access as far as its record says: it
+    /// has not been ended (by the sweep or staff), so its member was let in and no revoke has
+    /// been decided. The status half of "live" (see the module doc).
+    pub fn holds_access(self) -> bool {
         matches!(self, Status::Active | Status::Grace)
     }
+}
+
+/// SQL: membership `$m` still holds access by its status (see [`Status::holds_access`]).
+/// `holds_access_sql!("m")`, for a membership row aliased `m`. Spelled `<> 'expired'` — the
+/// same rows as `IN ('active', 'grace')` under the column's CHECK — because that is the
+/// predicate of the partial indexes the sweep and the seat count use
+/// (`memberships_sweep_idx`, `memberships_channel_live_idx`).
+macro_rules! holds_access_sql {
+    ($m:literal) => {
+        concat!($m, ".status <> 'expired'")
+    };
+}
+pub(crate) use holds_access_sql;
+
+/// SQL: membership `$m` is live — it holds access by its status and database time is before
+/// its `expires_at` plus the grace period of its channel `$c` (joined by the caller). The one
+/// definition of a live member (see the module doc). `live_sql!("m", "c")`.
+macro_rules! live_sql {
+    ($m:literal, $c:literal) => {
+        concat!(
+            $crate::memberships::holds_access_sql!($m),
+            " AND statement_timestamp() < ",
+            $m,
+            ".expires_at + make_interval(days => ",
+            $c,
+            ".grace_period_days)"
+        )
+    };
+}
+pub(crate) use live_sql;
+
+/// The select list of [`Membership`] (a macro, so SQL constants can splice it).
+macro_rules! membership_columns {
+    () => {
+        "id, subscriber_id, channel_id, status, expires_at, created_at, updated_at"
+    };
 }
 
 /// A membership as the API shows it.
@@ -58,17 +112,32 @@ pub struct Membership {
     pub updated_at: DateTime<Utc>,
 }
 
+impl FromRow for Membership {
+    const COLUMNS: &'static str = membership_columns!();
+
+    fn from_row(r: &Row) -> Result<Membership, tokio_postgres::Error> {
+        Ok(Membership {
+            id: r.try_get("id")?,
+            subscriber_id: r.try_get("subscriber_id")?,
+            channel_id: r.try_get("channel_id")?,
+            status: r.try_get("status")?,
+            expires_at: r.try_get("expires_at")?,
+            created_at: r.try_get("created_at")?,
+            updated_at: r.try_get("updated_at")?,
+        })
+    }
+}
+
 impl Membership {
-    pub fn from_row(row: &Row) -> Membership {
-        Membership {
-            id: row.get(0),
-            subscriber_id: row.get(1),
-            channel_id: row.get(2),
-            status: row.get(3),
-            expires_at: row.get(4),
-            created_at: row.get(5),
-            updated_at: row.get(6),
-        }
+    /// Whether the membership is live at `now` in a channel with `grace_period_days` (the Rust
+    /// twin of [`live_sql!`]; a negative grace counts as zero).
+    pub fn is_live_at(&self, now: DateTime<Utc>, grace_period_days: i32) -> bool {
+        let grace = Duration::days(i64::from(grace_period_days.max(0)));
+        self.status.holds_access()
+            && self
+                .expires_at
+                .checked_add_signed(grace)
+                .is_none_or(|end| now < end)
     }
 }
 
@@ -97,6 +166,137 @@ impl Cause {
     }
 }
 
+/// One change of a membership, as staff read its history.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[schema(as = MembershipEvent)]
+pub struct Event {
+    pub id: i64,
+    pub membership_id: i64,
+    pub from_status: Option<Status>,
+    pub to_status: Status,
+    pub expires_at_before: Option<DateTime<Utc>>,
+    pub expires_at_after: DateTime<Utc>,
+    pub cause: EventCause,
+    pub payment_id: Option<i64>,
+    pub at: DateTime<Utc>,
+}
+
+impl FromRow for Event {
+    const COLUMNS: &'static str = "id, membership_id, from_status, to_status, \
+         expires_at_before, expires_at_after, cause, payment_id, at";
+
+    fn from_row(r: &Row) -> Result<Event, tokio_postgres::Error> {
+        Ok(Event {
+            id: r.try_get("id")?,
+            membership_id: r.try_get("membership_id")?,
+            from_status: r.try_get("from_status")?,
+            to_status: r.try_get("to_status")?,
+            expires_at_before: r.try_get("expires_at_before")?,
+            expires_at_after: r.try_get("expires_at_after")?,
+            cause: r.try_get("cause")?,
+            payment_id: r.try_get("payment_id")?,
+            at: r.try_get("at")?,
+        })
+    }
+}
+
+// ---- reads ----
+
+const GET_SQL: &str = concat!(
+    "SELECT ",
+    membership_columns!(),
+    " FROM memberships WHERE id = $1"
+);
+const LIST_SQL: &str = concat!(
+    "SELECT ",
+    membership_columns!(),
+    " FROM memberships
+     WHERE id > $1
+       AND ($2::integer IS NULL OR subscriber_id = $2)
+       AND ($3::integer IS NULL OR channel_id = $3)
+       AND ($4::text IS NULL OR status = $4::text)
+     ORDER BY id LIMIT $5"
+);
+const OF_PAIR_SQL: &str = concat!(
+    "SELECT ",
+    membership_columns!(),
+    " FROM memberships WHERE subscriber_id = $1 AND channel_id = $2"
+);
+const LOCK_SQL: &str = concat!(
+    "SELECT ",
+    membership_columns!(),
+    " FROM memberships WHERE subscriber_id = $1 AND channel_id = $2 FOR UPDATE"
+);
+const PAIR_SQL: &str = "SELECT subscriber_id, channel_id FROM memberships WHERE id = $1";
+const EVENTS_SQL: &str = "SELECT id, membership_id, from_status, to_status, expires_at_before,
+            expires_at_after, cause, payment_id, at
+     FROM membership_events WHERE membership_id = $1 AND id > $2
+     ORDER BY id LIMIT $3";
+
+/// The membership with this id, if any.
+pub async fn get(client: &impl GenericClient, id: i64) -> Result<Option<Membership>, ApiError> {
+    db::opt(client, GET_SQL, &[&id]).await
+}
+
+/// The filters of [`list`]; `None` matches everything.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub subscriber_id: Option<i32>,
+    pub channel_id: Option<i32>,
+    pub status: Option<Status>,
+}
+
+/// Up to `limit` memberships with an id above `after`, by id, matching `filter`.
+pub async fn list(
+    client: &impl GenericClient,
+    filter: &Filter,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<Membership>, ApiError> {
+    db::all(
+        client,
+        LIST_SQL,
+        &[
+            &after,
+            &filter.subscriber_id,
+            &filter.channel_id,
+            &filter.status,
+            &limit,
+        ],
+    )
+    .await
+}
+
+/// Up to `limit` events of membership `id` with an id above `after`, oldest first.
+pub async fn events(
+    client: &impl GenericClient,
+    id: i64,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<Event>, ApiError> {
+    db::all(client, EVENTS_SQL, &[&id, &after, &limit]).await
+}
+
+/// The membership of (subscriber, channel) as it stands, without a lock (the payment core's
+/// answer for a payment that changed nothing).
+pub async fn of_pair(
+    client: &impl GenericClient,
+    subscriber_id: i32,
+    channel_id: i32,
+) -> Result<Option<Membership>, ApiError> {
+    db::opt(client, OF_PAIR_SQL, &[&subscriber_id, &channel_id]).await
+}
+
+/// The (subscriber, channel) pair of membership `id`, read without a lock so the pair lock can
+/// be taken first (a pair never changes; only a deletion can intervene). `None`: no such row.
+pub async fn pair_of(tx: &Transaction<'_>, id: i64) -> Result<Option<(i32, i32)>, ApiError> {
+    let row = db::row_opt(tx, PAIR_SQL, &[&id]).await?;
+    Ok(match row {
+        Some(r) => Some((r.try_get(0)?, r.try_get(1)?)),
+        None => None,
+    })
+}
+
 /// Locks and reads the membership of (subscriber, channel), if there is one.
 /// The caller must already hold the pair's advisory lock.
 pub async fn lock(
@@ -104,17 +304,152 @@ pub async fn lock(
     subscriber_id: i32,
     channel_id: i32,
 ) -> Result<Option<Membership>, ApiError> {
-    let row = tx
-        .query_opt(
-            &format!(
-                "SELECT {COLUMNS} FROM memberships
-                 WHERE subscriber_id = $1 AND channel_id = $2 FOR UPDATE"
-            ),
-            &[&subscriber_id, &channel_id],
-        )
-        .await?;
-    Ok(row.as_ref().map(Membership::from_row))
+    db::opt(tx, LOCK_SQL, &[&subscriber_id, &channel_id]).await
 }
+
+const IS_LIVE_SQL: &str = concat!(
+    "SELECT EXISTS (SELECT 1 FROM memberships m JOIN channels c ON c.id = m.channel_id
+                    WHERE m.subscriber_id = $1 AND m.channel_id = $2 AND ",
+    live_sql!("m", "c"),
+    ")"
+);
+
+/// True when the subscriber is a live member of the channel (see the module doc). The seat
+/// rule calls it holding the pair lock, so the answer holds for the rest of the transaction.
+pub async fn is_live(
+    tx: &Transaction<'_>,
+    subscriber_id: i32,
+    channel_id: i32,
+) -> Result<bool, ApiError> {
+    Ok(db::row_one(tx, IS_LIVE_SQL, &[&subscriber_id, &channel_id])
+        .await?
+        .try_get(0)?)
+}
+
+const IS_LIVE_IN_CHAT_SQL: &str = concat!(
+    "SELECT EXISTS (
+         SELECT 1 FROM memberships m
+         JOIN subscribers s ON s.id = m.subscriber_id
+         JOIN channels c ON c.id = m.channel_id
+         WHERE s.telegram_user_id = $1 AND c.telegram_chat_id = $2 AND ",
+    live_sql!("m", "c"),
+    ")"
+);
+
+/// True when Telegram user `user_id` (a subscriber by `telegram_user_id`) is a live member of
+/// the channel of chat `chat_id`: whom a join request lets in. Reads without locks.
+pub async fn is_live_in_chat(
+    client: &impl GenericClient,
+    chat_id: i64,
+    user_id: i64,
+) -> Result<bool, ApiError> {
+    Ok(
+        db::row_one(client, IS_LIVE_IN_CHAT_SQL, &[&user_id, &chat_id])
+            .await?
+            .try_get(0)?,
+    )
+}
+
+const SUBSCRIBER_HOLDS_ACCESS_SQL: &str = concat!(
+    "SELECT EXISTS (SELECT 1 FROM memberships m WHERE m.subscriber_id = $1 AND ",
+    holds_access_sql!("m"),
+    ")"
+);
+
+/// True when some membership of the subscriber still holds access (active or grace): its
+/// member is in a chat under the subscriber's current Telegram account, and a revoke may still
+/// be owed to that account.
+pub async fn subscriber_holds_access(
+    tx: &Transaction<'_>,
+    subscriber_id: i32,
+) -> Result<bool, ApiError> {
+    Ok(
+        db::row_one(tx, SUBSCRIBER_HOLDS_ACCESS_SQL, &[&subscriber_id])
+            .await?
+            .try_get(0)?,
+    )
+}
+
+const CHANNEL_HOLDS_ACCESS_SQL: &str = concat!(
+    "SELECT EXISTS (SELECT 1 FROM memberships m WHERE m.channel_id = $1 AND ",
+    holds_access_sql!("m"),
+    ")"
+);
+
+/// True when some membership of the channel still holds access (active or grace): its member
+/// is in the channel's current chat, and a revoke may still be owed there.
+pub async fn channel_holds_access(tx: &Transaction<'_>, channel_id: i32) -> Result<bool, ApiError> {
+    Ok(db::row_one(tx, CHANNEL_HOLDS_ACCESS_SQL, &[&channel_id])
+        .await?
+        .try_get(0)?)
+}
+
+/// A membership as the effects worker needs it before acting: as it is now, with its
+/// channel's title and join link.
+#[derive(Debug, Clone)]
+pub struct EffectView {
+    pub status: Status,
+    pub expires_at: DateTime<Utc>,
+    pub channel_id: i32,
+    pub title: String,
+    pub invite_link: Option<String>,
+}
+
+impl FromRow for EffectView {
+    const COLUMNS: &'static str = "status, expires_at, channel_id, title, invite_link";
+
+    fn from_row(r: &Row) -> Result<EffectView, tokio_postgres::Error> {
+        Ok(EffectView {
+            status: r.try_get("status")?,
+            expires_at: r.try_get("expires_at")?,
+            channel_id: r.try_get("channel_id")?,
+            title: r.try_get("title")?,
+            invite_link: r.try_get("invite_link")?,
+        })
+    }
+}
+
+const VIEW_SQL: &str = "SELECT m.status, m.expires_at, c.id AS channel_id, c.title, c.invite_link
+     FROM memberships m JOIN channels c ON c.id = m.channel_id
+     WHERE m.id = $1";
+const VIEW_IN_CHAT_SQL: &str =
+    "SELECT m.status, m.expires_at, c.id AS channel_id, c.title, c.invite_link
+     FROM memberships m
+     JOIN channels c ON c.id = m.channel_id
+     JOIN subscribers s ON s.id = m.subscriber_id
+     WHERE c.telegram_chat_id = $1 AND s.telegram_user_id = $2";
+
+/// Membership `id` as the worker needs it; `None` when it was deleted.
+pub async fn effect_view(
+    client: &impl GenericClient,
+    id: i64,
+) -> Result<Option<EffectView>, ApiError> {
+    db::opt(client, VIEW_SQL, &[&id]).await
+}
+
+/// The membership of Telegram user `user_id` in the channel of chat `chat_id`, if any, as
+/// [`effect_view`] reads it.
+pub async fn effect_view_in_chat(
+    client: &impl GenericClient,
+    chat_id: i64,
+    user_id: i64,
+) -> Result<Option<EffectView>, ApiError> {
+    db::opt(client, VIEW_IN_CHAT_SQL, &[&chat_id, &user_id]).await
+}
+
+// ---- writes ----
+
+const EXTEND_SQL: &str = concat!(
+    "INSERT INTO memberships (subscriber_id, channel_id, status, expires_at)
+     VALUES ($1, $2, $4, statement_timestamp() + make_interval(days => $3))
+     ON CONFLICT (subscriber_id, channel_id) DO UPDATE
+     SET status = $4,
+         expires_at = GREATEST(memberships.expires_at, statement_timestamp())
+                      + make_interval(days => $3),
+         updated_at = statement_timestamp()
+     RETURNING ",
+    membership_columns!()
+);
 
 /// Grants or extends: `expires_at = GREATEST(current, database now) + days`, `status = active`.
 /// The term starts when the change is applied, never at a time the caller was told about (a
@@ -130,29 +465,46 @@ pub async fn extend(
 ) -> Result<(Membership, bool), ApiError> {
     let before = lock(tx, subscriber_id, channel_id).await?;
     // One statement after the locks reads database time and writes the new term.
-    let row = tx
-        .query_one(
-            &format!(
-                "INSERT INTO memberships (subscriber_id, channel_id, status, expires_at)
-                 VALUES ($1, $2, 'active', statement_timestamp() + make_interval(days => $3))
-                 ON CONFLICT (subscriber_id, channel_id) DO UPDATE
-                 SET status = 'active',
-                     expires_at = GREATEST(memberships.expires_at, statement_timestamp())
-                                  + make_interval(days => $3),
-                     updated_at = statement_timestamp()
-                 RETURNING {COLUMNS}"
-            ),
-            &[&subscriber_id, &channel_id, &days],
-        )
-        .await?;
-    let after = Membership::from_row(&row);
+    let after: Membership = db::one(
+        tx,
+        EXTEND_SQL,
+        &[&subscriber_id, &channel_id, &days, &Status::Active],
+    )
+    .await?;
     record_event(tx, before.as_ref(), &after, cause).await?;
     Ok((after, before.is_none()))
 }
 
+const CORRECT_SQL: &str = concat!(
+    "UPDATE memberships SET expires_at = COALESCE($2, expires_at),
+         status = COALESCE($3, status), updated_at = statement_timestamp()
+     WHERE id = $1 RETURNING ",
+    membership_columns!()
+);
+
+/// A staff correction of the locked membership `before`: writes exactly the given
+/// `expires_at` and/or `status` (no seat check, no extension) and records it as one `staff`
+/// event. The caller holds the lock order up to the membership row ([`lock`]).
+pub async fn write_correction(
+    tx: &Transaction<'_>,
+    before: &Membership,
+    expires_at: Option<DateTime<Utc>>,
+    status: Option<Status>,
+) -> Result<Membership, ApiError> {
+    let after: Membership = db::one(tx, CORRECT_SQL, &[&before.id, &expires_at, &status]).await?;
+    record_event(tx, Some(before), &after, Cause::Staff).await?;
+    Ok(after)
+}
+
+const EVENT_SQL: &str = "INSERT INTO membership_events
+         (membership_id, from_status, to_status, expires_at_before, expires_at_after, cause,
+          payment_id)
+     VALUES ($1, $2, $3, $4, $5, $6, $7)
+     RETURNING id";
+
 /// Records one change of a membership (`before` is `None` on creation): its `membership_events`
-/// row first, then the Telegram effect the change asks for, keyed on that event's id, in the
-/// same transaction ([`crate::effects::on_membership_change`]). Returns the event's id.
+/// row first, then the Telegram effect the change asks for ([`effect_of_change`]), keyed on
+/// that event's id, in the same transaction. Returns the event's id.
 pub async fn record_event(
     tx: &Transaction<'_>,
     before: Option<&Membership>,
@@ -160,66 +512,257 @@ pub async fn record_event(
     cause: Cause,
 ) -> Result<i64, ApiError> {
     let (cause_name, payment_id) = cause.parts();
-    let event_id: i64 = tx
-        .query_one(
-            "INSERT INTO membership_events
-                 (membership_id, from_status, to_status, expires_at_before, expires_at_after, cause, payment_id)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)
-             RETURNING id",
-            &[
-                &after.id,
-                &before.map(|b| b.status),
-                &after.status,
-                &before.map(|b| b.expires_at),
-                &after.expires_at,
-                &cause_name,
-                &payment_id,
-            ],
-        )
-        .await?
-        .get(0);
-    crate::effects::on_membership_change(&**tx, before, after, cause, event_id).await?;
+    let event_id: i64 = db::row_one(
+        tx,
+        EVENT_SQL,
+        &[
+            &after.id,
+            &before.map(|b| b.status),
+            &after.status,
+            &before.map(|b| b.expires_at),
+            &after.expires_at,
+            &cause_name,
+            &payment_id,
+        ],
+    )
+    .await?
+    .try_get(0)?;
+    if let Some(kind) = effect_of_change(before, after) {
+        enqueue_effect(tx, kind, after, payment_id, event_id).await?;
+    }
     Ok(event_id)
 }
 
-/// Deletes membership `id` (its events go with it) and, if it was live, enqueues the revoke that
-/// takes the member out of the chat ([`crate::effects::DELETED_REVOKES_CTE`]), in one statement.
-/// Returns whether it existed. The caller holds the pair's advisory lock (and the channel lock
-/// of a seat-limited channel).
-pub async fn delete(tx: &Transaction<'_>, id: i64) -> Result<bool, ApiError> {
-    Ok(delete_where(tx, "id = $1", &id).await? > 0)
+/// What a membership change asks Telegram to do, if anything (pure): a grant when it starts
+/// holding access, a receipt when a member's term is extended, a revoke when it stops holding
+/// access, a grace notice when it enters grace.
+pub fn effect_of_change(before: Option<&Membership>, after: &Membership) -> Option<Kind> {
+    use Status::*;
+    let was = before.map(|b| b.status);
+    match (was, after.status) {
+        (None | Some(Expired), Active) => Some(Kind::Grant),
+        (Some(Active | Grace), Active)
+            if before.is_some_and(|b| after.expires_at > b.expires_at) =>
+        {
+            Some(Kind::RenewalReceipt)
+        }
+        (Some(Active | Grace), Expired) => Some(Kind::Revoke),
+        (Some(Active), Grace) => Some(Kind::GraceNotice),
+        _ => None,
+    }
 }
 
-/// Deletes every membership of a subscriber, with a revoke for each live one, like [`delete`];
-/// the subscriber's `DELETE` calls it first, since its cascade would remove them without a word
-/// to Telegram. The caller holds the subscriber row `FOR UPDATE`, so no membership of it can be
-/// created meanwhile. Returns how many were deleted.
+const CHANGE_EFFECT_SQL: &str = "INSERT INTO effects
+         (kind, membership_id, payment_id, chat_id, user_id, payload, dedupe_key)
+     SELECT $2, m.id, $3, c.telegram_chat_id, s.telegram_user_id, $4, $5
+     FROM memberships m
+     JOIN subscribers s ON s.id = m.subscriber_id
+     JOIN channels c ON c.id = m.channel_id
+     WHERE m.id = $1
+     FOR KEY SHARE OF c";
+
+/// Enqueues the effect `kind` of a change of `after`, keyed on the change's event
+/// ([`effects::transition_key`]): one effect per transition.
+async fn enqueue_effect(
+    tx: &Transaction<'_>,
+    kind: Kind,
+    after: &Membership,
+    payment_id: Option<i64>,
+    event_id: i64,
+) -> Result<(), ApiError> {
+    let Some(key) = effects::transition_key(kind, after.id, event_id) else {
+        return Ok(());
+    };
+    // One statement reads the Telegram ids and inserts, so the effect names who they are now.
+    // The channel row is key-share locked, as a foreign key would lock it: a change of its
+    // `telegram_chat_id` (which locks the row `FOR UPDATE`, then refuses while the channel has
+    // memberships holding access or pending effects for its chat) waits for this transaction,
+    // or this statement waits for it and reads the new chat. So a membership made live
+    // concurrently with a chat change can never be left with an effect aimed at the old chat.
+    // No `ON CONFLICT`: the key is new by construction (an event id); a clash is a bug to see.
+    db::execute(
+        tx,
+        CHANGE_EFFECT_SQL,
+        &[
+            &after.id,
+            &kind,
+            &payment_id,
+            &json!({"expires_at": after.expires_at}),
+            &key,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+const DELETE_SQL: &str = concat!(
+    "WITH gone AS (
+         DELETE FROM memberships WHERE id = $1
+         RETURNING id, subscriber_id, channel_id, status, expires_at
+     ), ",
+    crate::effects::deleted_revokes_cte!(),
+    " SELECT count(*) FROM gone"
+);
+const DELETE_OF_SUBSCRIBER_SQL: &str = concat!(
+    "WITH gone AS (
+         DELETE FROM memberships WHERE subscriber_id = $1
+         RETURNING id, subscriber_id, channel_id, status, expires_at
+     ), ",
+    crate::effects::deleted_revokes_cte!(),
+    " SELECT count(*) FROM gone"
+);
+
+/// Deletes membership `id` (its events go with it) and, if it still held access, enqueues the
+/// revoke that takes the member out of the chat (the outbox's `deleted_revokes_cte!`), in one
+/// statement. Returns whether it existed. The caller holds the pair's advisory lock (and the
+/// channel lock of a seat-limited channel).
+///
+/// The `DELETE … RETURNING` sees each row as it is when removed (after waiting for a writer
+/// that holds it), so the revoke is decided on the final status, not on an earlier read.
+pub async fn delete(tx: &Transaction<'_>, id: i64) -> Result<bool, ApiError> {
+    let gone: i64 = db::row_one(tx, DELETE_SQL, &[&id]).await?.try_get(0)?;
+    Ok(gone > 0)
+}
+
+/// Deletes every membership of a subscriber, with a revoke for each one that held access, like
+/// [`delete`]; the subscriber's `DELETE` calls it first, since its cascade would remove them
+/// without a word to Telegram. The caller holds the subscriber row `FOR UPDATE`, so no
+/// membership of it can be created meanwhile. Returns how many were deleted.
 pub async fn delete_of_subscriber(
     tx: &Transaction<'_>,
     subscriber_id: i32,
 ) -> Result<u64, ApiError> {
-    delete_where(tx, "subscriber_id = $1", &subscriber_id).await
+    let gone: i64 = db::row_one(tx, DELETE_OF_SUBSCRIBER_SQL, &[&subscriber_id])
+        .await?
+        .try_get(0)?;
+    Ok(gone as u64)
 }
 
-/// The `DELETE … RETURNING` sees each row as it is when removed (after waiting for a writer that
-/// holds it), so the revoke is decided on the final status, not on an earlier read.
-async fn delete_where(
-    tx: &Transaction<'_>,
-    condition: &'static str,
-    key: &(dyn tokio_postgres::types::ToSql + Sync),
+// ---- scans ----
+
+const DUE_REMINDERS_SQL: &str = "INSERT INTO effects
+         (kind, membership_id, chat_id, user_id, payload, dedupe_key)
+     SELECT 'reminder', d.id, d.telegram_chat_id, d.telegram_user_id,
+            jsonb_build_object('expires_at', d.expires_at), d.key
+     FROM (
+         SELECT m.id, c.telegram_chat_id, s.telegram_user_id, m.expires_at,
+                'reminder:' || m.id || ':'
+                  || (extract(epoch FROM m.expires_at) * 1000000)::bigint AS key
+         FROM memberships m
+         JOIN subscribers s ON s.id = m.subscriber_id
+         JOIN channels c ON c.id = m.channel_id
+         WHERE m.status = 'active' AND c.active
+           AND m.expires_at > statement_timestamp()
+           AND m.expires_at <= statement_timestamp() + make_interval(days => $1)
+     ) AS d
+     WHERE NOT EXISTS (SELECT 1 FROM effects e WHERE e.dedupe_key = d.key)
+     LIMIT $2
+     ON CONFLICT (dedupe_key) DO NOTHING";
+
+/// Enqueues a reminder for every active membership of an active channel whose `expires_at`
+/// is within `reminder_days` from now, once per (membership, expiry) — so once per period: a
+/// renewal moves `expires_at` and the next period gets its own reminder. Returns how many.
+pub async fn enqueue_due_reminders(
+    client: &impl GenericClient,
+    reminder_days: u32,
 ) -> Result<u64, ApiError> {
-    let row = tx
-        .query_one(
-            &format!(
-                "WITH gone AS (
-                     DELETE FROM memberships WHERE {condition}
-                     RETURNING id, subscriber_id, channel_id, status, expires_at
-                 ), {}
-                 SELECT count(*) FROM gone",
-                crate::effects::DELETED_REVOKES_CTE
-            ),
-            &[key],
-        )
-        .await?;
-    Ok(row.get::<_, i64>(0) as u64)
+    if reminder_days == 0 {
+        return Ok(0);
+    }
+    let days = reminder_days as i32;
+    effects::insert_in_batches(client, DUE_REMINDERS_SQL, &[&days, &effects::SCAN_BATCH]).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(status: &str, expires_in_days: i64) -> Membership {
+        let t0 = DateTime::<Utc>::from_timestamp(1_700_000_000, 0).unwrap();
+        Membership {
+            id: 1,
+            subscriber_id: 1,
+            channel_id: 1,
+            status: Status::parse(status).unwrap(),
+            expires_at: t0 + Duration::days(expires_in_days),
+            created_at: t0,
+            updated_at: t0,
+        }
+    }
+
+    #[test]
+    fn changes_map_to_effects() {
+        use Kind::*;
+        let cases: &[(Option<Membership>, Membership, Option<Kind>)] = &[
+            (None, m("active", 30), Some(Grant)),
+            (Some(m("expired", 0)), m("active", 30), Some(Grant)),
+            (Some(m("active", 5)), m("active", 35), Some(RenewalReceipt)),
+            (Some(m("grace", -1)), m("active", 29), Some(RenewalReceipt)),
+            // A staff back-dating (or a no-op) is not a renewal.
+            (Some(m("active", 30)), m("active", 1), None),
+            (Some(m("active", 30)), m("active", 30), None),
+            (Some(m("active", 30)), m("expired", 30), Some(Revoke)),
+            (Some(m("grace", 0)), m("expired", 0), Some(Revoke)),
+            (Some(m("active", 0)), m("grace", 0), Some(GraceNotice)),
+            (Some(m("expired", 0)), m("expired", 5), None),
+            (Some(m("expired", 0)), m("grace", 5), None),
+            (None, m("expired", 0), None),
+        ];
+        for (before, after, want) in cases {
+            assert_eq!(
+                effect_of_change(before.as_ref(), after),
+                *want,
+                "{:?} → {}",
+                before.as_ref().map(|b| b.status),
+                after.status
+            );
+        }
+    }
+
+    #[test]
+    fn live_needs_a_live_status_and_time_inside_term_plus_grace() {
+        let t0 = DateTime::<Utc>::from_timestamp(1_700_000_000, 0).unwrap();
+        let day = Duration::days(1);
+        let active = m("active", 0); // expires at t0
+        assert!(active.is_live_at(t0 - day, 0));
+        assert!(!active.is_live_at(t0, 0), "no grace: over at expires_at");
+        assert!(active.is_live_at(t0 + day, 2));
+        assert!(
+            !active.is_live_at(t0 + day * 2, 2),
+            "over at expires_at + grace"
+        );
+        assert!(
+            !active.is_live_at(t0 + day, -3),
+            "a negative grace counts as zero"
+        );
+        let grace = m("grace", 0);
+        assert!(grace.is_live_at(t0 + day, 2));
+        assert!(
+            !grace.is_live_at(t0 + day * 3, 2),
+            "an unswept grace row past its window is not live"
+        );
+        let expired = m("expired", 30);
+        assert!(!expired.is_live_at(t0, 0), "expired is never live");
+        for s in Status::ALL {
+            assert_eq!(s.holds_access(), s != Status::Expired);
+        }
+    }
+
+    #[test]
+    fn the_live_fragment_is_the_status_half_and_the_time_half() {
+        assert_eq!(holds_access_sql!("m"), "m.status <> 'expired'");
+        assert_eq!(
+            live_sql!("m", "c"),
+            "m.status <> 'expired' AND statement_timestamp() < \
+             m.expires_at + make_interval(days => c.grace_period_days)"
+        );
+        // The SQL names the one status that does not hold access.
+        let ended: Vec<&str> = Status::ALL
+            .iter()
+            .filter(|s| !s.holds_access())
+            .map(|s| s.as_str())
+            .collect();
+        assert_eq!(ended, ["expired"]);
+        assert_eq!(Membership::COLUMNS, membership_columns!());
+    }
 }

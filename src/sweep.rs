@@ -3,8 +3,9 @@
 //! The decision is the pure [`next_sweep_status`]; everything else here exists to apply it to a
 //! million overdue rows without ever fighting a payment:
 //!
-//! - **Small batches, one transaction each.** Candidates (`status <> 'expired' AND expires_at <=`
-//!   the run's start) are walked by keyset on `(expires_at, id)` — the partial index
+//! - **Small batches, one transaction each.** Candidates (memberships that still hold access by
+//!   their status — [`crate::memberships::holds_access_sql!`] — and `expires_at <=` the run's
+//!   start) are walked by keyset on `(expires_at, id)` — the partial index
 //!   `memberships_sweep_idx` — a few hundred at a time. One transaction for the whole run would
 //!   hold one advisory lock per row and exhaust the shared lock table (~12,500 rows), and one
 //!   transaction per row costs a round trip and a commit per row (~190 s per million). A renewal
@@ -23,12 +24,14 @@
 //!   `UPDATE … FROM unnest(…)` that is conditional on the exact status and `expires_at` the
 //!   decision was made from, and writes the `membership_events` rows (cause `sweep`) and the
 //!   Telegram effects (revoke, grace notice, each keyed on its event) for exactly the rows it
-//!   updated, in the same statement.
+//!   updated, in the same statement. This batch write is the one membership write outside
+//!   [`crate::memberships`]: moving it there would split one statement (and one round trip per
+//!   batch) across modules; it uses the same status vocabulary and predicate.
 //!
 //! A run also purges expired idempotency keys. Every batch is idempotent and commits on its own,
 //! so stopping a run between (or even inside) batches is harmless: the next run carries on.
 
-use std::{sync::LazyLock, time::Instant};
+use std::time::Instant;
 
 use chrono::{DateTime, Duration, Utc};
 use deadpool_postgres::{Pool, Transaction};
@@ -119,6 +122,7 @@ pub async fn sweep_until(
     stop: impl Fn() -> bool,
 ) -> Result<SweepReport, ApiError> {
     let started = Instant::now();
+    let run = crate::metrics::SweepRun::start();
     let batch_size = batch_size.clamp(1, MAX_BATCH_SIZE);
     // The run's horizon is fixed at its start, so a run always ends even while time moves on;
     // rows that fall due during the run are the next run's.
@@ -156,6 +160,12 @@ pub async fn sweep_until(
         }
     }
     report.duration_ms = started.elapsed().as_millis() as u64;
+    run.finished(
+        report.duration_ms,
+        report.to_grace,
+        report.to_expired,
+        report.skipped,
+    );
     tracing::info!(
         examined = report.examined,
         to_grace = report.to_grace,
@@ -232,21 +242,7 @@ pub async fn lock_candidates(
         Some((e, id)) => (Some(e), id),
         None => (None, 0),
     };
-    let stmt = tx
-        .prepare_cached(
-            "SELECT c.id, c.expires_at, pg_try_advisory_xact_lock(c.subscriber_id, c.channel_id)
-             FROM (
-                 SELECT id, subscriber_id, channel_id, expires_at
-                 FROM memberships
-                 WHERE status <> 'expired'
-                   AND expires_at <= $1
-                   AND (expires_at, id) > (COALESCE($2::timestamptz, '-infinity'), $3::bigint)
-                 ORDER BY expires_at, id
-                 LIMIT $4
-             ) AS c
-             ORDER BY c.expires_at, c.id",
-        )
-        .await?;
+    let stmt = tx.prepare_cached(CANDIDATES_SQL).await?;
     let rows = tx
         .query(
             &stmt,
@@ -263,6 +259,22 @@ pub async fn lock_candidates(
         .collect())
 }
 
+const CANDIDATES_SQL: &str = concat!(
+    "SELECT c.id, c.expires_at, pg_try_advisory_xact_lock(c.subscriber_id, c.channel_id)
+     FROM (
+         SELECT m.id, m.subscriber_id, m.channel_id, m.expires_at
+         FROM memberships m
+         WHERE ",
+    crate::memberships::holds_access_sql!("m"),
+    "
+           AND m.expires_at <= $1
+           AND (m.expires_at, m.id) > (COALESCE($2::timestamptz, '-infinity'), $3::bigint)
+         ORDER BY m.expires_at, m.id
+         LIMIT $4
+     ) AS c
+     ORDER BY c.expires_at, c.id"
+);
+
 /// Step two of a batch: re-reads the locked rows in a new statement (so renewals that committed
 /// before the locks are seen), with their channel's grace and database time after the locks;
 /// returns the changes [`next_sweep_status`] asks for, by id (so the write locks rows in one
@@ -271,25 +283,21 @@ pub async fn decide(tx: &Transaction<'_>, locked: &[i64]) -> Result<Vec<Decision
     if locked.is_empty() {
         return Ok(Vec::new());
     }
-    let stmt = tx
-        .prepare_cached(
-            "SELECT m.id, m.status, m.expires_at, ch.grace_period_days, statement_timestamp()
-             FROM memberships m JOIN channels ch ON ch.id = m.channel_id
-             WHERE m.id = ANY($1)
-             ORDER BY m.id",
-        )
-        .await?;
+    let stmt = tx.prepare_cached(DECIDE_SQL).await?;
     let rows = tx.query(&stmt, &[&locked]).await?;
     let mut decisions = Vec::with_capacity(rows.len());
     for r in &rows {
-        let raw: &str = r.get(1);
-        let from = Status::parse(raw)
-            .ok_or_else(|| ApiError::internal(format!("unknown membership status {raw:?}")))?;
-        let expires_at: DateTime<Utc> = r.get(2);
-        let to = next_sweep_status(from, expires_at, r.get(4), r.get(3));
+        let from: Status = r.try_get("status")?;
+        let expires_at: DateTime<Utc> = r.try_get("expires_at")?;
+        let to = next_sweep_status(
+            from,
+            expires_at,
+            r.try_get("now")?,
+            r.try_get("grace_period_days")?,
+        );
         if to != from {
             decisions.push(Decision {
-                id: r.get(0),
+                id: r.try_get("id")?,
                 from,
                 to,
                 expires_at,
@@ -302,32 +310,45 @@ pub async fn decide(tx: &Transaction<'_>, locked: &[i64]) -> Result<Vec<Decision
 /// The sweep's `membership_events` rows, as the data-modifying CTE after `updated` (the rows the
 /// batch's `UPDATE` changed): one `sweep` event per transition, returning `(id, membership_id)`
 /// so [`crate::effects::SWEEP_EFFECTS_CTE`] keys each effect on its event.
-pub const SWEEP_EVENTS_CTE: &str = "events AS (
+macro_rules! sweep_events_cte {
+    () => {
+        "events AS (
     INSERT INTO membership_events
         (membership_id, from_status, to_status, expires_at_before, expires_at_after, cause)
     SELECT id, from_status, status, expires_at, expires_at, 'sweep' FROM updated
     RETURNING id, membership_id
-)";
+)"
+    };
+}
+
+/// See [`sweep_events_cte!`]: the sweep's events CTE as a string.
+pub const SWEEP_EVENTS_CTE: &str = sweep_events_cte!();
 
 /// The batch write: the conditional `UPDATE`, then, for exactly the rows it changed, their
 /// events ([`SWEEP_EVENTS_CTE`]) and their Telegram effects keyed on those events
 /// ([`crate::effects::SWEEP_EFFECTS_CTE`]) — one statement, so one round trip and one pass over
 /// the updated rows.
-static APPLY_BATCH_SQL: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "WITH updated AS (
-             UPDATE memberships m
-             SET status = d.to_status, updated_at = statement_timestamp()
-             FROM unnest($1::bigint[], $2::text[], $3::text[], $4::timestamptz[])
-                  AS d(id, from_status, to_status, expires_at)
-             WHERE m.id = d.id AND m.status = d.from_status AND m.expires_at = d.expires_at
-             RETURNING m.id, m.subscriber_id, m.channel_id, d.from_status, m.status, m.expires_at
-         ), {}, {}
-         SELECT id, subscriber_id, channel_id, from_status, status, expires_at FROM updated",
-        SWEEP_EVENTS_CTE,
-        crate::effects::SWEEP_EFFECTS_CTE
-    )
-});
+const APPLY_BATCH_SQL: &str = concat!(
+    "WITH updated AS (
+         UPDATE memberships m
+         SET status = d.to_status, updated_at = statement_timestamp()
+         FROM unnest($1::bigint[], $2::text[], $3::text[], $4::timestamptz[])
+              AS d(id, from_status, to_status, expires_at)
+         WHERE m.id = d.id AND m.status = d.from_status AND m.expires_at = d.expires_at
+         RETURNING m.id, m.subscriber_id, m.channel_id, d.from_status, m.status, m.expires_at
+     ), ",
+    sweep_events_cte!(),
+    ", ",
+    crate::effects::sweep_effects_cte!(),
+    "
+     SELECT id, subscriber_id, channel_id, from_status, status, expires_at FROM updated"
+);
+
+const DECIDE_SQL: &str = "SELECT m.id, m.status, m.expires_at, ch.grace_period_days,
+        statement_timestamp() AS now
+     FROM memberships m JOIN channels ch ON ch.id = m.channel_id
+     WHERE m.id = ANY($1)
+     ORDER BY m.id";
 
 /// Step three of a batch: writes its decisions in one statement, inside the batch transaction
 /// (which holds the rows' pair locks): the `UPDATE` applies a decision only if the row still has
@@ -344,23 +365,20 @@ pub async fn apply_batch(
         return Ok(Vec::new());
     }
     let ids: Vec<i64> = decisions.iter().map(|d| d.id).collect();
-    let from: Vec<&str> = decisions.iter().map(|d| d.from.as_str()).collect();
-    let to: Vec<&str> = decisions.iter().map(|d| d.to.as_str()).collect();
+    let from: Vec<Status> = decisions.iter().map(|d| d.from).collect();
+    let to: Vec<Status> = decisions.iter().map(|d| d.to).collect();
     let expires: Vec<DateTime<Utc>> = decisions.iter().map(|d| d.expires_at).collect();
-    let stmt = tx.prepare_cached(&APPLY_BATCH_SQL).await?;
+    let stmt = tx.prepare_cached(APPLY_BATCH_SQL).await?;
     let rows = tx.query(&stmt, &[&ids, &from, &to, &expires]).await?;
-    let status = |raw: &str| {
-        Status::parse(raw).ok_or_else(|| ApiError::internal(format!("unknown status {raw:?}")))
-    };
     rows.iter()
         .map(|r| {
             Ok(Transition {
-                membership_id: r.get(0),
-                subscriber_id: r.get(1),
-                channel_id: r.get(2),
-                from: status(r.get(3))?,
-                to: status(r.get(4))?,
-                expires_at: r.get(5),
+                membership_id: r.try_get("id")?,
+                subscriber_id: r.try_get("subscriber_id")?,
+                channel_id: r.try_get("channel_id")?,
+                from: r.try_get("from_status")?,
+                to: r.try_get("status")?,
+                expires_at: r.try_get("expires_at")?,
             })
         })
         .collect()

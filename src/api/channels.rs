@@ -1,5 +1,7 @@
 //! `/api/channels`: the private Telegram channels we sell access to, with their price, billing
-//! period, grace period and optional seat limit.
+//! period, grace period and optional seat limit, what buyers read about them (`description`),
+//! whether the bot sells them as a Telegram Stars subscription (`recurring`), and the deep link
+//! that opens their offer in the bot (`buy_link`, read-only).
 
 use axum::{
     Json,
@@ -11,12 +13,68 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio_postgres::Row;
 
-use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, chars, not_null, nullable};
+use super::{
+    ApiJson, ApiQuery, Errors, Page, Paging, PathId, chars, check_text, not_null, nullable,
+};
 use super::{auth::Staff, idempotency::StaffWrite, openapi::Problem};
-use crate::{error::ApiError, orders::seats, payments::currency, state::AppState};
+use crate::{
+    config::Config, currency, db::FromRow, effects, error::ApiError, memberships, orders::seats,
+    state::AppState,
+};
 
-pub const COLUMNS: &str = "id, telegram_chat_id, title, price_minor, currency, billing_period_days, \
-     grace_period_days, seat_limit, active, created_at, updated_at";
+/// The select list of the rows here (a macro, so SQL constants can splice it with `concat!`).
+macro_rules! channel_columns {
+    () => {
+        "id, telegram_chat_id, title, price_minor, currency, billing_period_days, \
+         grace_period_days, seat_limit, active, created_at, updated_at, description, recurring"
+    };
+}
+
+/// The columns read by name into the row type.
+pub const COLUMNS: &str = channel_columns!();
+
+const INSERT_SQL: &str = concat!(
+    "INSERT INTO channels (telegram_chat_id, title, price_minor, currency,
+                             billing_period_days, grace_period_days, seat_limit, active,
+                             description, recurring)
+                         VALUES ($1, $2, $3, $4, $5, COALESCE($6, 0), $7, COALESCE($8, true),
+                                 $9, COALESCE($10, false))
+                         RETURNING ",
+    channel_columns!()
+);
+const LIST_SQL: &str = concat!(
+    "SELECT ",
+    channel_columns!(),
+    " FROM channels
+                 WHERE id > $1::bigint AND ($2::boolean IS NULL OR active = $2)
+                 ORDER BY id LIMIT $3"
+);
+const GET_SQL: &str = concat!(
+    "SELECT ",
+    channel_columns!(),
+    " FROM channels WHERE id = $1"
+);
+const PATCH_SQL: &str = concat!(
+    "UPDATE channels SET
+                         telegram_chat_id = COALESCE($2, telegram_chat_id),
+                         title = COALESCE($3, title),
+                         price_minor = COALESCE($4, price_minor),
+                         currency = COALESCE($5, currency),
+                         billing_period_days = COALESCE($6, billing_period_days),
+                         grace_period_days = COALESCE($7, grace_period_days),
+                         seat_limit = CASE WHEN $8 THEN $9 ELSE seat_limit END,
+                         active = COALESCE($10, active),
+                         invite_link = CASE WHEN $2 <> telegram_chat_id THEN NULL
+                                            ELSE invite_link END,
+                         description = CASE WHEN $11 THEN $12 ELSE description END,
+                         recurring = COALESCE($13, recurring),
+                         updated_at = statement_timestamp()
+                     WHERE id = $1 RETURNING ",
+    channel_columns!()
+);
+
+/// The longest `description`, in characters.
+const DESCRIPTION_MAX: usize = 1000;
 
 /// A private Telegram channel for sale.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -36,24 +94,57 @@ pub struct Channel {
     pub active: bool,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// Shown to buyers in the bot.
+    pub description: Option<String>,
+    /// Sold as a Telegram Stars subscription renewing every 30 days (`XTR`, 30 days only).
+    pub recurring: bool,
+    /// `https://t.me/<bot>?start=c<id>`: opens this channel's offer in the bot; null without
+    /// `TELEGRAM_BOT_USERNAME`.
+    pub buy_link: Option<String>,
+}
+
+impl FromRow for Channel {
+    const COLUMNS: &'static str = channel_columns!();
+
+    fn from_row(r: &Row) -> Result<Channel, tokio_postgres::Error> {
+        Ok(Channel {
+            id: r.try_get("id")?,
+            telegram_chat_id: r.try_get("telegram_chat_id")?,
+            title: r.try_get("title")?,
+            price_minor: r.try_get("price_minor")?,
+            currency: r.try_get("currency")?,
+            billing_period_days: r.try_get("billing_period_days")?,
+            grace_period_days: r.try_get("grace_period_days")?,
+            seat_limit: r.try_get("seat_limit")?,
+            active: r.try_get("active")?,
+            created_at: r.try_get("created_at")?,
+            updated_at: r.try_get("updated_at")?,
+            description: r.try_get("description")?,
+            recurring: r.try_get("recurring")?,
+            buy_link: None,
+        })
+    }
 }
 
 impl Channel {
-    pub fn from_row(r: &Row) -> Channel {
-        Channel {
-            id: r.get(0),
-            telegram_chat_id: r.get(1),
-            title: r.get(2),
-            price_minor: r.get(3),
-            currency: r.get(4),
-            billing_period_days: r.get(5),
-            grace_period_days: r.get(6),
-            seat_limit: r.get(7),
-            active: r.get(8),
-            created_at: r.get(9),
-            updated_at: r.get(10),
-        }
+    /// Fills the read-only `buy_link` from the configured bot username.
+    pub fn with_buy_link(mut self, config: &Config) -> Channel {
+        self.buy_link = buy_link(config, self.id);
+        self
     }
+}
+
+/// The deep link that opens channel `id`'s offer in the bot, when the bot's username is known.
+pub fn buy_link(config: &Config, id: i32) -> Option<String> {
+    config
+        .telegram_bot_username
+        .as_ref()
+        .map(|bot| format!("https://t.me/{bot}?start=c{id}"))
+}
+
+/// Reads a row selected with [`COLUMNS`], with its `buy_link`.
+fn channel(r: &Row, config: &Config) -> Result<Channel, tokio_postgres::Error> {
+    Ok(Channel::from_row(r)?.with_buy_link(config))
 }
 
 /// A new channel.
@@ -90,6 +181,13 @@ pub struct ChannelInput {
     /// Default true.
     #[schema(nullable = false)]
     active: Option<bool>,
+    /// Shown to buyers in the bot.
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<String>, max_length = 1000)]
+    description: Option<Option<String>>,
+    /// A Telegram Stars subscription that renews itself (`XTR` and 30 days only). Default false.
+    #[schema(nullable = false)]
+    recurring: Option<bool>,
 }
 
 /// A PATCH body: like [`ChannelInput`], but an explicit `null` is seen (and refused for every
@@ -124,6 +222,13 @@ pub struct ChannelPatch {
     #[serde(default, deserialize_with = "nullable")]
     #[schema(value_type = bool)]
     active: Option<Option<bool>>,
+    /// `null` clears it.
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<String>, max_length = 1000)]
+    description: Option<Option<String>>,
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = bool)]
+    recurring: Option<Option<bool>>,
 }
 
 impl ChannelPatch {
@@ -137,6 +242,8 @@ impl ChannelPatch {
             grace_period_days: not_null(e, "grace_period_days", self.grace_period_days),
             seat_limit: self.seat_limit,
             active: not_null(e, "active", self.active),
+            description: self.description,
+            recurring: not_null(e, "recurring", self.recurring),
         }
     }
 }
@@ -197,7 +304,44 @@ fn validate(b: &ChannelInput, create: bool, mut e: Errors) -> Result<(), ApiErro
     {
         e.add("seat_limit", "must be null (unlimited) or at least 1");
     }
+    check_text(
+        &mut e,
+        "description",
+        b.description.as_ref().and_then(|d| d.as_deref()),
+        DESCRIPTION_MAX,
+    );
+    // Checked here when the body says enough; a PATCH that changes only one side is checked by
+    // the schema against the stored other side (`channels_recurring_check`, see `patch`).
+    if b.recurring == Some(true) {
+        let currency_ok = b.currency.as_deref().is_none_or(|c| c == "XTR");
+        let period_ok = b
+            .billing_period_days
+            .is_none_or(|d| d == RECURRING_PERIOD_DAYS);
+        let complete = !create || (b.currency.is_some() && b.billing_period_days.is_some());
+        if complete && !(currency_ok && period_ok) {
+            e.add("recurring", RECURRING_RULE);
+        }
+    }
     e.finish()
+}
+
+/// Telegram sells Stars subscriptions with a 30-day period only.
+const RECURRING_PERIOD_DAYS: i32 = 30;
+const RECURRING_RULE: &str =
+    "is allowed only for XTR (Telegram Stars) channels with billing_period_days 30";
+
+/// The schema's refusal of a recurring channel that is not `XTR` for 30 days, as the same
+/// per-field 422 `validate` gives.
+fn recurring_refused(e: tokio_postgres::Error) -> ApiError {
+    let is_rule = e
+        .as_db_error()
+        .and_then(|d| d.constraint())
+        .is_some_and(|c| c == "channels_recurring_check");
+    if is_rule {
+        ApiError::field("recurring", RECURRING_RULE)
+    } else {
+        ApiError::Db(e)
+    }
 }
 
 /// `POST /api/channels`.
@@ -222,12 +366,7 @@ pub async fn create(
     crate::idempotent!(state, write, |tx| {
         let row = tx
             .query_one(
-                &format!(
-                    "INSERT INTO channels (telegram_chat_id, title, price_minor, currency,
-                             billing_period_days, grace_period_days, seat_limit, active)
-                         VALUES ($1, $2, $3, $4, $5, COALESCE($6, 0), $7, COALESCE($8, true))
-                         RETURNING {COLUMNS}"
-                ),
+                INSERT_SQL,
                 &[
                     &b.telegram_chat_id,
                     &b.title,
@@ -237,10 +376,13 @@ pub async fn create(
                     &b.grace_period_days,
                     &b.seat_limit.flatten(),
                     &b.active,
+                    &b.description.clone().flatten(),
+                    &b.recurring,
                 ],
             )
-            .await?;
-        let c = Channel::from_row(&row);
+            .await
+            .map_err(recurring_refused)?;
+        let c = channel(&row, &state.config)?;
         tracing::info!(channel_id = c.id, "channel created");
         Ok((
             StatusCode::CREATED,
@@ -266,16 +408,12 @@ pub async fn list(
     let paging = Paging::new(q.limit, q.after)?;
     let client = state.db.get().await?;
     let rows = client
-        .query(
-            &format!(
-                "SELECT {COLUMNS} FROM channels
-                 WHERE id > $1::bigint AND ($2::boolean IS NULL OR active = $2)
-                 ORDER BY id LIMIT $3"
-            ),
-            &[&paging.after, &q.active, &paging.fetch()],
-        )
+        .query(LIST_SQL, &[&paging.after, &q.active, &paging.fetch()])
         .await?;
-    let items = rows.iter().map(Channel::from_row).collect();
+    let items = rows
+        .iter()
+        .map(|r| channel(r, &state.config))
+        .collect::<Result<_, _>>()?;
     Ok(Json(paging.page(items, |c| c.id as i64)))
 }
 
@@ -292,17 +430,14 @@ pub async fn get(
 ) -> Result<Json<Channel>, ApiError> {
     let client = state.db.get().await?;
     let row = client
-        .query_opt(
-            &format!("SELECT {COLUMNS} FROM channels WHERE id = $1"),
-            &[&id],
-        )
+        .query_opt(GET_SQL, &[&id])
         .await?
         .ok_or(ApiError::NotFound("channel"))?;
-    Ok(Json(Channel::from_row(&row)))
+    Ok(Json(channel(&row, &state.config)?))
 }
 
-/// `PATCH /api/channels/{id}`: any field; `seat_limit: null` makes the channel unlimited, any
-/// other `null` is a 422.
+/// `PATCH /api/channels/{id}`: any field; `seat_limit: null` makes the channel unlimited and
+/// `description: null` removes the description, any other `null` is a 422.
 /// Orders keep the price and currency they were created with.
 ///
 /// A new `telegram_chat_id` is refused with 409 while the channel has live (active or grace)
@@ -359,21 +494,7 @@ pub async fn patch(
         }
         let row = tx
             .query_opt(
-                &format!(
-                    "UPDATE channels SET
-                         telegram_chat_id = COALESCE($2, telegram_chat_id),
-                         title = COALESCE($3, title),
-                         price_minor = COALESCE($4, price_minor),
-                         currency = COALESCE($5, currency),
-                         billing_period_days = COALESCE($6, billing_period_days),
-                         grace_period_days = COALESCE($7, grace_period_days),
-                         seat_limit = CASE WHEN $8 THEN $9 ELSE seat_limit END,
-                         active = COALESCE($10, active),
-                         invite_link = CASE WHEN $2 <> telegram_chat_id THEN NULL
-                                            ELSE invite_link END,
-                         updated_at = statement_timestamp()
-                     WHERE id = $1 RETURNING {COLUMNS}"
-                ),
+                PATCH_SQL,
                 &[
                     &id,
                     &b.telegram_chat_id,
@@ -385,11 +506,15 @@ pub async fn patch(
                     &b.seat_limit.is_some(),
                     &b.seat_limit.flatten(),
                     &b.active,
+                    &b.description.is_some(),
+                    &b.description.clone().flatten(),
+                    &b.recurring,
                 ],
             )
-            .await?
+            .await
+            .map_err(recurring_refused)?
             .ok_or(ApiError::NotFound("channel"))?;
-        Ok(Json(Channel::from_row(&row)))
+        Ok(Json(channel(&row, &state.config)?))
     })
 }
 
@@ -403,16 +528,8 @@ async fn chat_change_blocker(
     channel_id: i32,
     chat_id: i64,
 ) -> Result<Option<String>, ApiError> {
-    let row = tx
-        .query_one(
-            "SELECT EXISTS (SELECT 1 FROM memberships
-                            WHERE channel_id = $1 AND status <> 'expired'),
-                    EXISTS (SELECT 1 FROM effects
-                            WHERE status = 'pending' AND chat_id = $2)",
-            &[&channel_id, &chat_id],
-        )
-        .await?;
-    let (live, pending): (bool, bool) = (row.get(0), row.get(1));
+    let live = memberships::channel_holds_access(tx, channel_id).await?;
+    let pending = effects::pending_in_chat(tx, chat_id).await?;
     Ok(if live {
         Some(
             "telegram_chat_id cannot change while the channel has active or grace memberships \

@@ -95,7 +95,7 @@ pub async fn create(
         .map_err(|e| ApiError::Unavailable(format!("Telegram made no invoice link: {e}")))?;
 
     let client = state.db.get().await?;
-    let order = orders::set_invoice_link(&**client, id, &link)
+    let order = orders::set_invoice_link(&client, id, &link)
         .await?
         .ok_or(ApiError::NotFound("order"))?;
     tracing::info!(
@@ -107,7 +107,7 @@ pub async fn create(
 }
 
 async fn read_order(client: &deadpool_postgres::Object, id: i64) -> Result<Order, ApiError> {
-    orders::get(&***client, id)
+    orders::get(client, id)
         .await?
         .ok_or(ApiError::NotFound("order"))
 }

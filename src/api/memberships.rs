@@ -1,4 +1,5 @@
-//! `/api/memberships`: read, manual grant, staff corrections, delete, and the event history.
+//! `/api/memberships`: read, manual grant, staff corrections, delete, and the event history
+//! ([`crate::memberships`] owns the rows).
 //!
 //! Grant, PATCH and DELETE go through the same lock order as a payment (advisory pair lock →
 //! channel row for a seat-limited channel → membership row), so staff work can never interleave
@@ -11,15 +12,17 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
-use tokio_postgres::Row;
+use deadpool_postgres::Transaction;
+use serde::Deserialize;
 
-use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, not_null, nullable, state_filter};
-use super::{auth::Staff, idempotency::StaffWrite, openapi::Problem};
+use super::{
+    ApiJson, ApiQuery, Errors, Page, Paging, PathId, auth::Staff, idempotency::StaffWrite,
+    not_null, nullable, openapi::Problem, state_filter,
+};
 use crate::{
     db,
     error::ApiError,
-    memberships::{self, COLUMNS, Cause, EventCause, Membership, Status},
+    memberships::{self, Cause, Event, Membership, Status},
     orders::seats,
     state::AppState,
 };
@@ -76,37 +79,6 @@ pub struct PatchMembership {
     status: Option<Option<String>>,
 }
 
-/// One change of a membership, as recorded.
-#[derive(Serialize, utoipa::ToSchema)]
-#[schema(as = MembershipEvent)]
-pub struct Event {
-    id: i64,
-    membership_id: i64,
-    from_status: Option<Status>,
-    to_status: Status,
-    expires_at_before: Option<DateTime<Utc>>,
-    expires_at_after: DateTime<Utc>,
-    cause: EventCause,
-    payment_id: Option<i64>,
-    at: DateTime<Utc>,
-}
-
-impl Event {
-    fn from_row(r: &Row) -> Event {
-        Event {
-            id: r.get(0),
-            membership_id: r.get(1),
-            from_status: r.get(2),
-            to_status: r.get(3),
-            expires_at_before: r.get(4),
-            expires_at_after: r.get(5),
-            cause: r.get(6),
-            payment_id: r.get(7),
-            at: r.get(8),
-        }
-    }
-}
-
 /// `GET /api/memberships`.
 #[utoipa::path(get, path = "/api/memberships", operation_id = "listMemberships", tag = "memberships",
     params(ListMemberships),
@@ -122,28 +94,13 @@ pub async fn list(
     ApiQuery(q): ApiQuery<ListMemberships>,
 ) -> Result<Json<Page<Membership>>, ApiError> {
     let paging = Paging::new(q.limit, q.after)?;
-    let status = state_filter::<Status>("status", q.status.as_deref())?;
+    let filter = memberships::Filter {
+        subscriber_id: q.subscriber_id,
+        channel_id: q.channel_id,
+        status: state_filter::<Status>("status", q.status.as_deref())?,
+    };
     let client = state.db.get().await?;
-    let rows = client
-        .query(
-            &format!(
-                "SELECT {COLUMNS} FROM memberships
-                 WHERE id > $1
-                   AND ($2::integer IS NULL OR subscriber_id = $2)
-                   AND ($3::integer IS NULL OR channel_id = $3)
-                   AND ($4::text IS NULL OR status = $4)
-                 ORDER BY id LIMIT $5"
-            ),
-            &[
-                &paging.after,
-                &q.subscriber_id,
-                &q.channel_id,
-                &status,
-                &paging.fetch(),
-            ],
-        )
-        .await?;
-    let items = rows.iter().map(Membership::from_row).collect();
+    let items = memberships::list(&client, &filter, paging.after, paging.fetch()).await?;
     Ok(Json(paging.page(items, |m| m.id)))
 }
 
@@ -159,14 +116,10 @@ pub async fn get(
     PathId(id): PathId<i64>,
 ) -> Result<Json<Membership>, ApiError> {
     let client = state.db.get().await?;
-    let row = client
-        .query_opt(
-            &format!("SELECT {COLUMNS} FROM memberships WHERE id = $1"),
-            &[&id],
-        )
+    let m = memberships::get(&client, id)
         .await?
         .ok_or(ApiError::NotFound("membership"))?;
-    Ok(Json(Membership::from_row(&row)))
+    Ok(Json(m))
 }
 
 /// `GET /api/memberships/{id}/events`.
@@ -188,22 +141,14 @@ pub async fn events(
 ) -> Result<Json<Page<Event>>, ApiError> {
     let paging = Paging::new(q.limit, q.after)?;
     let client = state.db.get().await?;
-    client
-        .query_opt("SELECT 1 FROM memberships WHERE id = $1", &[&id])
+    memberships::get(&client, id)
         .await?
         .ok_or(ApiError::NotFound("membership"))?;
-    let rows = client
-        .query(
-            "SELECT id, membership_id, from_status, to_status, expires_at_before,
-                    expires_at_after, cause, payment_id, at
-             FROM membership_events WHERE membership_id = $1 AND id > $2
-             ORDER BY id LIMIT $3",
-            &[&id, &paging.after, &paging.fetch()],
-        )
-        .await?;
-    let items = rows.iter().map(Event::from_row).collect();
+    let items = memberships::events(&client, id, paging.after, paging.fetch()).await?;
     Ok(Json(paging.page(items, |e| e.id)))
 }
+
+const SUBSCRIBER_EXISTS_SQL: &str = "SELECT 1 FROM subscribers WHERE id = $1";
 
 /// `POST /api/memberships`: grant or extend by hand (cause `staff`):
 /// `expires_at = GREATEST(current, now) + days`, `status = active`. 201 when created, 200 when
@@ -238,9 +183,7 @@ pub async fn grant(
         (subscriber_id.unwrap(), channel_id.unwrap(), b.days.unwrap());
     crate::idempotent!(state, write, |tx| {
         db::lock_pair(tx, subscriber_id, channel_id).await?;
-        let subscriber = tx
-            .query_opt("SELECT 1 FROM subscribers WHERE id = $1", &[&subscriber_id])
-            .await?;
+        let subscriber = db::row_opt(tx, SUBSCRIBER_EXISTS_SQL, &[&subscriber_id]).await?;
         let channel = seats::lock_channel_terms(tx, channel_id).await?.is_some();
         let mut e = Errors::default();
         if subscriber.is_none() {
@@ -267,16 +210,16 @@ pub async fn grant(
     })
 }
 
-/// Reads a membership's pair without locking, so the pair lock can be taken first.
-async fn pair_of(tx: &deadpool_postgres::Transaction<'_>, id: i64) -> Result<(i32, i32), ApiError> {
-    let row = tx
-        .query_opt(
-            "SELECT subscriber_id, channel_id FROM memberships WHERE id = $1",
-            &[&id],
-        )
+/// Takes the lock order down to membership `id`'s channel: its pair (read without a lock
+/// first: a pair never changes), the pair's advisory lock, the channel's terms. 404 when there
+/// is no such membership.
+async fn lock_to_channel(tx: &Transaction<'_>, id: i64) -> Result<(i32, i32), ApiError> {
+    let (subscriber_id, channel_id) = memberships::pair_of(tx, id)
         .await?
         .ok_or(ApiError::NotFound("membership"))?;
-    Ok((row.get(0), row.get(1)))
+    db::lock_pair(tx, subscriber_id, channel_id).await?;
+    seats::lock_channel_terms(tx, channel_id).await?;
+    Ok((subscriber_id, channel_id))
 }
 
 /// `PATCH /api/memberships/{id}`: staff corrections of `expires_at` and/or `status`, written
@@ -308,34 +251,21 @@ pub async fn patch(
         ));
     }
     crate::transaction!(state.db, |tx| {
-        let (subscriber_id, channel_id) = pair_of(tx, id).await?;
-        db::lock_pair(tx, subscriber_id, channel_id).await?;
-        seats::lock_channel_terms(tx, channel_id).await?;
+        let (subscriber_id, channel_id) = lock_to_channel(tx, id).await?;
         // The pair cannot change, but the row may have been deleted while we waited.
         let before = memberships::lock(tx, subscriber_id, channel_id)
             .await?
             .filter(|m| m.id == id)
             .ok_or(ApiError::NotFound("membership"))?;
-        let row = tx
-            .query_one(
-                &format!(
-                    "UPDATE memberships SET expires_at = COALESCE($2, expires_at),
-                         status = COALESCE($3, status), updated_at = statement_timestamp()
-                     WHERE id = $1 RETURNING {COLUMNS}"
-                ),
-                &[&id, &expires_at, &status],
-            )
-            .await?;
-        let after = Membership::from_row(&row);
-        memberships::record_event(tx, Some(&before), &after, Cause::Staff).await?;
+        let after = memberships::write_correction(tx, &before, expires_at, status).await?;
         tracing::info!(membership_id = id, staff_id = staff.id, status = %after.status, "membership corrected by staff");
         Ok(Json(after))
     })
 }
 
-/// `DELETE /api/memberships/{id}`: 204. Its events go with it; payments stay. A live (active or
-/// grace) membership's member is taken out of the chat: a revoke is enqueued in the same
-/// transaction ([`memberships::delete`]).
+/// `DELETE /api/memberships/{id}`: 204. Its events go with it; payments stay. A member who
+/// still held access (active or grace) is taken out of the chat: a revoke is enqueued in the
+/// same transaction ([`memberships::delete`]).
 #[utoipa::path(delete, path = "/api/memberships/{id}", operation_id = "deleteMembership", tag = "memberships",
     params(("id" = i64, Path, description = "Membership id.")),
     security(("staff_jwt" = [])),
@@ -347,9 +277,7 @@ pub async fn delete(
     PathId(id): PathId<i64>,
 ) -> Result<Response, ApiError> {
     crate::transaction!(state.db, |tx| {
-        let (subscriber_id, channel_id) = pair_of(tx, id).await?;
-        db::lock_pair(tx, subscriber_id, channel_id).await?;
-        seats::lock_channel_terms(tx, channel_id).await?;
+        lock_to_channel(tx, id).await?;
         if !memberships::delete(tx, id).await? {
             return Err(ApiError::NotFound("membership"));
         }

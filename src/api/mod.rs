@@ -21,6 +21,7 @@ pub mod openapi;
 pub mod orders;
 pub mod payments;
 pub mod router;
+pub mod star_subscriptions;
 pub mod subscribers;
 pub mod sweep;
 pub mod webhooks;
@@ -175,6 +176,17 @@ impl Errors {
             self.add(field, "is required");
         }
         value
+    }
+
+    /// An optional state filter or field: records "must be a, b or c" when the value is not a
+    /// spelling of `T`.
+    pub fn state<T: crate::db::TextEnum>(&mut self, field: &str, value: Option<&str>) -> Option<T> {
+        let v = value?;
+        let parsed = T::parse_text(v);
+        if parsed.is_none() {
+            self.add(field, format!("must be {}", T::spellings_text()));
+        }
+        parsed
     }
 
     pub fn finish(self) -> Result<(), ApiError> {

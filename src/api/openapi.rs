@@ -38,7 +38,8 @@ use utoipa::{
 };
 
 use super::{
-    auth, channels, effects, invoice_links, memberships, orders, payments, subscribers, sweep,
+    auth, channels, effects, invoice_links, memberships, orders, payments, star_subscriptions,
+    subscribers, sweep,
     webhooks::{standard, telegram, wayforpay},
 };
 use crate::{memberships as membership_domain, orders as order_domain, payments::core};
@@ -76,6 +77,7 @@ pub const WEBHOOK_SIGNATURE: &str = "webhook_signature";
         orders::create, orders::list, orders::get, orders::cancel, orders::checkout,
         invoice_links::create,
         effects::list, effects::retry_all, effects::get, effects::retry,
+        star_subscriptions::list, star_subscriptions::get, star_subscriptions::cancel,
         payments::list, payments::get,
         standard::receive, wayforpay::receive, telegram::webhook,
         sweep::run,
@@ -91,6 +93,7 @@ pub const WEBHOOK_SIGNATURE: &str = "webhook_signature";
         (name = "orders", description = "One intent to buy one period of one channel; what every payment names."),
         (name = "payments", description = "Every payment any door stored (read-only)."),
         (name = "effects", description = "The outbox of Telegram effects and its dead letters."),
+        (name = "star subscriptions", description = "Telegram Stars subscriptions started in the bot."),
         (name = "payment doors", description = "Where gateways and Telegram report payments."),
         (name = "operations", description = "Sweep, health, readiness and this document."),
     ),
@@ -288,6 +291,9 @@ text_enum_schemas! {
     core::Outcome => "PaymentOutcome": "What became of a stored payment.",
     core::Reason => "PaymentReason":
         "Why a payment was not applied (or a Telegram pre-checkout refused).",
+    crate::effects::Kind => "EffectKind": "What an effect does on Telegram.",
+    crate::effects::Status => "EffectStatus":
+        "`pending` (queued or being retried), `done`, or `failed` (a dead letter).",
 }
 
 /// The security schemes.

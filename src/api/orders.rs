@@ -126,7 +126,7 @@ pub async fn list(
         status,
     };
     let client = state.db.get().await?;
-    let items = orders::list(&**client, &filter, paging.after, paging.fetch()).await?;
+    let items = orders::list(&client, &filter, paging.after, paging.fetch()).await?;
     Ok(Json(paging.page(items, |o| o.id)))
 }
 
@@ -142,7 +142,7 @@ pub async fn get(
     PathId(id): PathId<i64>,
 ) -> Result<Json<Order>, ApiError> {
     let client = state.db.get().await?;
-    let order = orders::get(&**client, id)
+    let order = orders::get(&client, id)
         .await?
         .ok_or(ApiError::NotFound("order"))?;
     Ok(Json(order))

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use super::{ApiQuery, Page, Paging, PathId, auth::Staff, openapi::Problem, state_filter};
 use crate::{
     error::ApiError,
-    payments::core::{COLUMNS, Outcome, Payment},
+    payments::core::{self, Outcome, Payment},
     state::AppState,
 };
 
@@ -43,27 +43,13 @@ pub async fn list(
 ) -> Result<Json<Page<Payment>>, ApiError> {
     let paging = Paging::new(q.limit, q.after)?;
     let outcome = state_filter::<Outcome>("outcome", q.outcome.as_deref())?;
+    let filter = core::Filter {
+        outcome,
+        order_id: q.order_id,
+        subscriber_id: q.subscriber_id,
+    };
     let client = state.db.get().await?;
-    let rows = client
-        .query(
-            &format!(
-                "SELECT {COLUMNS} FROM payments
-                 WHERE id > $1
-                   AND ($2::text IS NULL OR outcome = $2)
-                   AND ($3::bigint IS NULL OR order_id = $3)
-                   AND ($4::integer IS NULL OR subscriber_id = $4)
-                 ORDER BY id LIMIT $5"
-            ),
-            &[
-                &paging.after,
-                &outcome,
-                &q.order_id,
-                &q.subscriber_id,
-                &paging.fetch(),
-            ],
-        )
-        .await?;
-    let items = rows.iter().map(Payment::from_row).collect();
+    let items = core::list(&client, &filter, paging.after, paging.fetch()).await?;
     Ok(Json(paging.page(items, |p| p.id)))
 }
 
@@ -79,12 +65,8 @@ pub async fn get(
     PathId(id): PathId<i64>,
 ) -> Result<Json<Payment>, ApiError> {
     let client = state.db.get().await?;
-    let row = client
-        .query_opt(
-            &format!("SELECT {COLUMNS} FROM payments WHERE id = $1"),
-            &[&id],
-        )
+    let payment = core::get(&client, id)
         .await?
         .ok_or(ApiError::NotFound("payment"))?;
-    Ok(Json(Payment::from_row(&row)))
+    Ok(Json(payment))
 }

@@ -12,9 +12,46 @@ use tokio_postgres::Row;
 
 use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, check_text, not_null, nullable};
 use super::{auth::Staff, idempotency::StaffWrite, openapi::Problem};
-use crate::{error::ApiError, memberships, state::AppState};
+use crate::{
+    db::{self, FromRow},
+    error::ApiError,
+    memberships,
+    state::AppState,
+};
 
-const COLUMNS: &str = "id, telegram_user_id, username, display_name, created_at, updated_at";
+/// The select list of the rows here (a macro, so SQL constants can splice it with `concat!`).
+macro_rules! subscriber_columns {
+    () => {
+        "id, telegram_user_id, username, display_name, created_at, updated_at"
+    };
+}
+
+const INSERT_SQL: &str = concat!(
+    "INSERT INTO subscribers (telegram_user_id, username, display_name)
+                         VALUES ($1, $2, $3) RETURNING ",
+    subscriber_columns!()
+);
+const LIST_SQL: &str = concat!(
+    "SELECT ",
+    subscriber_columns!(),
+    " FROM subscribers
+                 WHERE id > $1::bigint AND ($2::bigint IS NULL OR telegram_user_id = $2)
+                 ORDER BY id LIMIT $3"
+);
+const GET_SQL: &str = concat!(
+    "SELECT ",
+    subscriber_columns!(),
+    " FROM subscribers WHERE id = $1"
+);
+const PATCH_SQL: &str = concat!(
+    "UPDATE subscribers SET
+                         telegram_user_id = COALESCE($2, telegram_user_id),
+                         username = CASE WHEN $3 THEN $4 ELSE username END,
+                         display_name = CASE WHEN $5 THEN $6 ELSE display_name END,
+                         updated_at = statement_timestamp()
+                     WHERE id = $1 RETURNING ",
+    subscriber_columns!()
+);
 
 /// A buyer, identified by their Telegram user id.
 #[derive(Serialize, utoipa::ToSchema)]
@@ -29,16 +66,18 @@ pub struct Subscriber {
     pub updated_at: DateTime<Utc>,
 }
 
-impl Subscriber {
-    fn from_row(r: &Row) -> Subscriber {
-        Subscriber {
-            id: r.get(0),
-            telegram_user_id: r.get(1),
-            username: r.get(2),
-            display_name: r.get(3),
-            created_at: r.get(4),
-            updated_at: r.get(5),
-        }
+impl FromRow for Subscriber {
+    const COLUMNS: &'static str = subscriber_columns!();
+
+    fn from_row(r: &Row) -> Result<Subscriber, tokio_postgres::Error> {
+        Ok(Subscriber {
+            id: r.try_get("id")?,
+            telegram_user_id: r.try_get("telegram_user_id")?,
+            username: r.try_get("username")?,
+            display_name: r.try_get("display_name")?,
+            created_at: r.try_get("created_at")?,
+            updated_at: r.try_get("updated_at")?,
+        })
     }
 }
 
@@ -117,14 +156,11 @@ pub async fn create(
     crate::idempotent!(state, write, |tx| {
         let row = tx
             .query_one(
-                &format!(
-                    "INSERT INTO subscribers (telegram_user_id, username, display_name)
-                         VALUES ($1, $2, $3) RETURNING {COLUMNS}"
-                ),
+                INSERT_SQL,
                 &[&b.telegram_user_id, &b.username, &b.display_name],
             )
             .await?;
-        let s = Subscriber::from_row(&row);
+        let s = Subscriber::from_row(&row)?;
         tracing::info!(subscriber_id = s.id, "subscriber created");
         Ok((
             StatusCode::CREATED,
@@ -149,17 +185,12 @@ pub async fn list(
 ) -> Result<Json<Page<Subscriber>>, ApiError> {
     let paging = Paging::new(q.limit, q.after)?;
     let client = state.db.get().await?;
-    let rows = client
-        .query(
-            &format!(
-                "SELECT {COLUMNS} FROM subscribers
-                 WHERE id > $1::bigint AND ($2::bigint IS NULL OR telegram_user_id = $2)
-                 ORDER BY id LIMIT $3"
-            ),
-            &[&paging.after, &q.telegram_user_id, &paging.fetch()],
-        )
-        .await?;
-    let items = rows.iter().map(Subscriber::from_row).collect();
+    let items: Vec<Subscriber> = db::all(
+        &client,
+        LIST_SQL,
+        &[&paging.after, &q.telegram_user_id, &paging.fetch()],
+    )
+    .await?;
     Ok(Json(paging.page(items, |s| s.id as i64)))
 }
 
@@ -175,14 +206,10 @@ pub async fn get(
     PathId(id): PathId<i32>,
 ) -> Result<Json<Subscriber>, ApiError> {
     let client = state.db.get().await?;
-    let row = client
-        .query_opt(
-            &format!("SELECT {COLUMNS} FROM subscribers WHERE id = $1"),
-            &[&id],
-        )
+    let s = db::opt(&client, GET_SQL, &[&id])
         .await?
         .ok_or(ApiError::NotFound("subscriber"))?;
-    Ok(Json(Subscriber::from_row(&row)))
+    Ok(Json(s))
 }
 
 /// `PATCH /api/subscribers/{id}`. Changing `telegram_user_id` is refused while the subscriber
@@ -236,13 +263,7 @@ pub async fn patch(
         {
             // Memberships are only created under the subscriber row's key-share lock (their
             // foreign key), so this check cannot race a new membership.
-            let live = tx
-                .query_opt(
-                    "SELECT 1 FROM memberships WHERE subscriber_id = $1 AND status <> 'expired' LIMIT 1",
-                    &[&id],
-                )
-                .await?;
-            if live.is_some() {
+            if memberships::subscriber_holds_access(tx, id).await? {
                 return Err(ApiError::Conflict(
                     "telegram_user_id cannot change while the subscriber has an active or grace membership".into(),
                 ));
@@ -250,14 +271,7 @@ pub async fn patch(
         }
         let row = tx
             .query_one(
-                &format!(
-                    "UPDATE subscribers SET
-                         telegram_user_id = COALESCE($2, telegram_user_id),
-                         username = CASE WHEN $3 THEN $4 ELSE username END,
-                         display_name = CASE WHEN $5 THEN $6 ELSE display_name END,
-                         updated_at = statement_timestamp()
-                     WHERE id = $1 RETURNING {COLUMNS}"
-                ),
+                PATCH_SQL,
                 &[
                     &id,
                     &telegram_user_id,
@@ -268,7 +282,7 @@ pub async fn patch(
                 ],
             )
             .await?;
-        Ok(Json(Subscriber::from_row(&row)))
+        Ok(Json(Subscriber::from_row(&row)?))
     })
 }
 

@@ -2,9 +2,12 @@
 //! let a buyer in, kick an expired member out, remind, refund Stars, answer a join request —
 //! kept in a transactional outbox (the `effects` table).
 //!
-//! The change and the intent to act commit together: the code that changes a membership (or
-//! the sweep, or the webhook door) inserts the effect row in its own transaction through the
-//! functions here, so neither can exist without the other. The [`worker`] performs effects
+//! This module is the outbox itself — the effect types, the inserts, the staff's view and
+//! retries — and knows nothing of memberships: the change and the intent to act commit
+//! together because the code that changes a membership ([`crate::memberships`], which decides
+//! the effect of a change), the sweep, or the webhook door inserts the effect row in its own
+//! transaction through the functions here, so neither can exist without the other. The effects
+//! worker ([`crate::worker`], a separate module because it reads memberships) performs effects
 //! after commit, at least once, retrying until done; therefore every effect is designed to be
 //! harmless when repeated (unban with `only_if_banned`, ban + unban, approve/decline that accept
 //! "already done" answers, messages whose rare duplicate is acceptable) and re-checks the
@@ -16,8 +19,8 @@
 //!
 //! - **One effect per membership transition.** A grant, renewal receipt, revoke or grace notice
 //!   is keyed on the `membership_events` row of the change that asked for it —
-//!   `{grant|receipt|revoke|grace}:{membership}:ev{event}` — whoever wrote it (a payment, staff
-//!   through [`crate::memberships::record_event`], or the sweep through
+//!   `{grant|receipt|revoke|grace}:{membership}:ev{event}` ([`transition_key`]) — whoever wrote
+//!   it (a payment, staff through [`crate::memberships::record_event`], or the sweep through
 //!   [`SWEEP_EFFECTS_CTE`]). Two transitions are two effects even when they look alike: expired
 //!   by the sweep, made active by staff with the same `expires_at`, expired by the sweep again is
 //!   two revokes (and a grant between them), so access always follows the row. One transition
@@ -28,7 +31,7 @@
 //!   ([`DELETED_REVOKES_CTE`]). The effect names the chat and the user, not the membership
 //!   (which is gone), and the worker performs a revoke whose membership no longer exists.
 //! - **One reminder per (membership, expiry)** — that is, per period:
-//!   `reminder:{membership}:{expiry in µs}` ([`enqueue_due_reminders`]).
+//!   `reminder:{membership}:{expiry in µs}` ([`crate::memberships::enqueue_due_reminders`]).
 //! - **One refund per payment** (`refund:{payment}`), **one decision per join request**
 //!   (`join:{chat}:{user}:{date}`).
 //!
@@ -38,103 +41,90 @@
 //! or pending effects for its chat (`PATCH /api/channels/{id}`), so no effect is left aimed at
 //! a chat the channel no longer has.
 
-pub mod worker;
-
 use chrono::{DateTime, Utc};
+use deadpool_postgres::Transaction;
 use serde::Serialize;
 use serde_json::{Value, json};
-use tokio_postgres::GenericClient;
-use tokio_postgres::Row;
+use tokio_postgres::{GenericClient, Row};
 
 use crate::{
-    config::Config,
+    db::{self, FromRow, Params},
     error::ApiError,
-    memberships::{Cause, Membership},
 };
 
-pub use worker::{RunReport, Worker, reconcile, run_once};
-
-/// What an effect does on Telegram.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-#[schema(as = EffectKind)]
-pub enum Kind {
-    /// A membership became active from none or expired: unban (only if banned), then send
-    /// the buyer the channel's join-request link.
-    Grant,
-    /// An active or grace member renewed: a short receipt.
-    RenewalReceipt,
-    /// A membership expired: ban, then unban (only if banned) — out now, free to come back
-    /// after paying.
-    Revoke,
-    /// `REMINDER_DAYS` before `expires_at`, once per period.
-    Reminder,
-    /// The membership entered its grace period.
-    GraceNotice,
-    /// A `refund_pending` Stars payment: `refundStarPayment`.
-    Refund,
-    /// A join request of a paying member: `approveChatJoinRequest`.
-    JoinApprove,
-    /// Any other join request: `declineChatJoinRequest`.
-    JoinDecline,
-}
-
-impl Kind {
-    /// Every kind (the schema's CHECK lists the same).
-    pub const ALL: [Kind; 8] = [
-        Kind::Grant,
-        Kind::RenewalReceipt,
-        Kind::Revoke,
-        Kind::Reminder,
-        Kind::GraceNotice,
-        Kind::Refund,
-        Kind::JoinApprove,
-        Kind::JoinDecline,
-    ];
-
-    /// The schema's spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Grant => "grant",
-            Kind::RenewalReceipt => "renewal_receipt",
-            Kind::Revoke => "revoke",
-            Kind::Reminder => "reminder",
-            Kind::GraceNotice => "grace_notice",
-            Kind::Refund => "refund",
-            Kind::JoinApprove => "join_approve",
-            Kind::JoinDecline => "join_decline",
-        }
-    }
-
-    /// Parses the schema's spelling.
-    pub fn parse(s: &str) -> Option<Kind> {
-        Kind::ALL.into_iter().find(|k| k.as_str() == s)
+crate::text_enum! {
+    /// What an effect does on Telegram.
+    pub enum Kind {
+        /// A membership became active from none or expired: unban (only if banned), then send
+        /// the buyer the channel's join-request link.
+        Grant => "grant",
+        /// An active or grace member renewed: a short receipt.
+        RenewalReceipt => "renewal_receipt",
+        /// A membership expired: ban, then unban (only if banned) — out now, free to come back
+        /// after paying.
+        Revoke => "revoke",
+        /// `REMINDER_DAYS` before `expires_at`, once per period.
+        Reminder => "reminder",
+        /// The membership entered its grace period.
+        GraceNotice => "grace_notice",
+        /// A `refund_pending` Stars payment: `refundStarPayment`.
+        Refund => "refund",
+        /// A join request of a paying member: `approveChatJoinRequest`.
+        JoinApprove => "join_approve",
+        /// Any other join request: `declineChatJoinRequest`.
+        JoinDecline => "join_decline",
+        /// A message of the bot to a buyer (`payload.text`, optional `payload.reply_markup`).
+        BotMessage => "bot_message",
+        /// An order's invoice for the buyer: `sendInvoice` (Stars), a subscription link
+        /// (recurring Stars) or a card payment link, while the order is pending.
+        Invoice => "invoice",
+        /// Staff or the buyer cancelled a Stars subscription: `editUserStarSubscription`.
+        SubscriptionCancel => "subscription_cancel",
     }
 }
 
-/// The columns of [`Effect::from_row`], in order.
-pub const COLUMNS: &str = "id, kind, membership_id, payment_id, order_id, chat_id, user_id, \
-     payload, status, attempts, next_attempt_at, last_error, dedupe_key, created_at, updated_at, \
-     done_at, lease_until, first_failed_at";
-
-/// An effect's `status`, as the API shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum EffectStatus {
-    /// Queued, or being retried.
-    Pending,
-    /// Telegram confirmed it.
-    Done,
-    /// A dead letter: given up on; staff can send it back (`POST /api/effects/{id}/retry`).
-    Failed,
+crate::text_enum! {
+    /// Where an effect stands.
+    pub enum Status {
+        /// Queued or being retried.
+        Pending => "pending",
+        /// Performed (or skipped as no longer needed).
+        Done => "done",
+        /// The dead letter: refused for good, or failing past the retry horizon.
+        Failed => "failed",
+    }
 }
+
+/// The dedupe key of the effect of one membership transition: `{what}:{membership}:ev{event}`,
+/// where `event` is the id of the transition's `membership_events` row and `what` names the
+/// kind (`grant`, `receipt`, `revoke`, `grace`). The sweep's SQL ([`SWEEP_EFFECTS_CTE`]) spells
+/// it the same way. `None` for a kind no transition asks for.
+pub fn transition_key(kind: Kind, membership_id: i64, event_id: i64) -> Option<String> {
+    let what = match kind {
+        Kind::Grant => "grant",
+        Kind::RenewalReceipt => "receipt",
+        Kind::Revoke => "revoke",
+        Kind::GraceNotice => "grace",
+        _ => return None,
+    };
+    Some(format!("{what}:{membership_id}:ev{event_id}"))
+}
+
+/// The select list of [`Effect`] (a macro, so SQL constants can splice it with `concat!`).
+macro_rules! effect_columns {
+    () => {
+        "id, kind, membership_id, payment_id, order_id, chat_id, user_id, payload, status, \
+         attempts, next_attempt_at, last_error, dedupe_key, created_at, updated_at, done_at, \
+         lease_until, first_failed_at"
+    };
+}
+pub(crate) use effect_columns;
 
 /// An effect row, as the worker reads it and `GET /api/effects` shows it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Effect {
     pub id: i64,
-    #[schema(value_type = Kind)]
-    pub kind: String,
+    pub kind: Kind,
     pub membership_id: Option<i64>,
     pub payment_id: Option<i64>,
     pub order_id: Option<i64>,
@@ -143,9 +133,7 @@ pub struct Effect {
     /// What the effect needs to be performed (kind-specific).
     #[schema(value_type = Object)]
     pub payload: Value,
-    /// `pending`, `done` or `failed` (the dead letter).
-    #[schema(value_type = EffectStatus)]
-    pub status: String,
+    pub status: Status,
     pub attempts: i32,
     pub next_attempt_at: DateTime<Utc>,
     pub last_error: Option<String>,
@@ -156,35 +144,38 @@ pub struct Effect {
     /// While in the future, a worker is performing the effect (its claim's lease).
     pub lease_until: Option<DateTime<Utc>>,
     /// The first failed attempt since the effect was created or sent back by staff; transient
-    /// failures are retried until it is [`worker::RETRY_HORIZON`] old.
+    /// failures are retried until it is [`crate::worker::RETRY_HORIZON`] old.
     pub first_failed_at: Option<DateTime<Utc>>,
 }
 
-impl Effect {
-    /// Reads a row selected with [`COLUMNS`].
-    pub fn from_row(r: &Row) -> Effect {
-        Effect {
-            id: r.get(0),
-            kind: r.get(1),
-            membership_id: r.get(2),
-            payment_id: r.get(3),
-            order_id: r.get(4),
-            chat_id: r.get(5),
-            user_id: r.get(6),
-            payload: r.get(7),
-            status: r.get(8),
-            attempts: r.get(9),
-            next_attempt_at: r.get(10),
-            last_error: r.get(11),
-            dedupe_key: r.get(12),
-            created_at: r.get(13),
-            updated_at: r.get(14),
-            done_at: r.get(15),
-            lease_until: r.get(16),
-            first_failed_at: r.get(17),
-        }
-    }
+impl FromRow for Effect {
+    const COLUMNS: &'static str = effect_columns!();
 
+    fn from_row(r: &Row) -> Result<Effect, tokio_postgres::Error> {
+        Ok(Effect {
+            id: r.try_get("id")?,
+            kind: r.try_get("kind")?,
+            membership_id: r.try_get("membership_id")?,
+            payment_id: r.try_get("payment_id")?,
+            order_id: r.try_get("order_id")?,
+            chat_id: r.try_get("chat_id")?,
+            user_id: r.try_get("user_id")?,
+            payload: r.try_get("payload")?,
+            status: r.try_get("status")?,
+            attempts: r.try_get("attempts")?,
+            next_attempt_at: r.try_get("next_attempt_at")?,
+            last_error: r.try_get("last_error")?,
+            dedupe_key: r.try_get("dedupe_key")?,
+            created_at: r.try_get("created_at")?,
+            updated_at: r.try_get("updated_at")?,
+            done_at: r.try_get("done_at")?,
+            lease_until: r.try_get("lease_until")?,
+            first_failed_at: r.try_get("first_failed_at")?,
+        })
+    }
+}
+
+impl Effect {
     /// The `expires_at` the effect was enqueued for (payload), if any.
     pub fn payload_expires_at(&self) -> Option<DateTime<Utc>> {
         self.payload
@@ -207,19 +198,21 @@ pub struct NewEffect {
     pub dedupe_key: Option<String>,
 }
 
+const ENQUEUE_SQL: &str = "INSERT INTO effects
+         (kind, membership_id, payment_id, order_id, chat_id, user_id, payload, dedupe_key)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+     ON CONFLICT (dedupe_key) DO NOTHING
+     RETURNING id";
+
 /// Inserts one effect, due now. Returns its id, or `None` when an effect with the same
 /// `dedupe_key` already exists (nothing inserted). Call it inside the transaction of the change
 /// that needs it.
 pub async fn enqueue(client: &impl GenericClient, e: &NewEffect) -> Result<Option<i64>, ApiError> {
     let row = client
         .query_opt(
-            "INSERT INTO effects
-                 (kind, membership_id, payment_id, order_id, chat_id, user_id, payload, dedupe_key)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-             ON CONFLICT (dedupe_key) DO NOTHING
-             RETURNING id",
+            ENQUEUE_SQL,
             &[
-                &e.kind.as_str(),
+                &e.kind,
                 &e.membership_id,
                 &e.payment_id,
                 &e.order_id,
@@ -233,83 +226,6 @@ pub async fn enqueue(client: &impl GenericClient, e: &NewEffect) -> Result<Optio
     Ok(row.map(|r| r.get(0)))
 }
 
-/// The dedupe key of the effect of one membership transition: `{what}:{membership}:ev{event}`,
-/// where `event` is the id of the transition's `membership_events` row. The sweep's SQL
-/// ([`SWEEP_EFFECTS_CTE`]) spells it the same way.
-fn transition_key(what: &str, membership_id: i64, event_id: i64) -> String {
-    format!("{what}:{membership_id}:ev{event_id}")
-}
-
-/// What a membership change asks Telegram to do, if anything (pure; see [`on_membership_change`]).
-pub fn effect_of_change(before: Option<&Membership>, after: &Membership) -> Option<Kind> {
-    let was = before.map(|b| b.status.as_str());
-    match (was, after.status.as_str()) {
-        (None | Some("expired"), "active") => Some(Kind::Grant),
-        (Some("active" | "grace"), "active")
-            if before.is_some_and(|b| after.expires_at > b.expires_at) =>
-        {
-            Some(Kind::RenewalReceipt)
-        }
-        (Some("active" | "grace"), "expired") => Some(Kind::Revoke),
-        (Some("active"), "grace") => Some(Kind::GraceNotice),
-        _ => None,
-    }
-}
-
-/// Hook of [`crate::memberships::record_event`], the single writer of membership changes made
-/// by payments and staff: enqueues the grant, receipt, revoke or grace notice the change asks
-/// for, in the caller's transaction, keyed on the change's event `event_id`
-/// ([`transition_key`]): one effect per transition.
-pub async fn on_membership_change(
-    client: &impl GenericClient,
-    before: Option<&Membership>,
-    after: &Membership,
-    cause: Cause,
-    event_id: i64,
-) -> Result<(), ApiError> {
-    let Some(kind) = effect_of_change(before, after) else {
-        return Ok(());
-    };
-    let payment_id = match cause {
-        Cause::Payment(id) => Some(id),
-        Cause::Staff => None,
-    };
-    let what = match kind {
-        Kind::Grant => "grant",
-        Kind::RenewalReceipt => "receipt",
-        Kind::Revoke => "revoke",
-        Kind::GraceNotice => "grace",
-        _ => return Ok(()),
-    };
-    let key = transition_key(what, after.id, event_id);
-    // One statement reads the Telegram ids and inserts, so the effect names who they are now.
-    // The channel row is key-share locked, as a foreign key would lock it: a change of its
-    // `telegram_chat_id` (which locks the row `FOR UPDATE`, then refuses while the channel has
-    // live memberships or pending effects for its chat) waits for this transaction, or this
-    // statement waits for it and reads the new chat. So a membership made live concurrently
-    // with a chat change can never be left with an effect aimed at the old chat.
-    // No `ON CONFLICT`: the key is new by construction (an event id); a clash is a bug to see.
-    client
-        .execute(
-            "INSERT INTO effects (kind, membership_id, payment_id, chat_id, user_id, payload, dedupe_key)
-             SELECT $2, m.id, $3, c.telegram_chat_id, s.telegram_user_id, $4, $5
-             FROM memberships m
-             JOIN subscribers s ON s.id = m.subscriber_id
-             JOIN channels c ON c.id = m.channel_id
-             WHERE m.id = $1
-             FOR KEY SHARE OF c",
-            &[
-                &after.id,
-                &kind.as_str(),
-                &payment_id,
-                &json!({"expires_at": after.expires_at}),
-                &key,
-            ],
-        )
-        .await?;
-    Ok(())
-}
-
 /// The sweep's effects, as the last data-modifying CTE of its batch write
 /// ([`crate::sweep::apply_batch`]): a revoke for every membership it moved to `expired` and a
 /// grace notice for every one it moved to `grace`, in the batch's statement and so in its
@@ -320,10 +236,13 @@ pub async fn on_membership_change(
 /// [`transition_key`] spells it (`revoke:{membership}:ev{event}`), so a membership expired again
 /// after a staff re-activation gets a second revoke instead of being deduplicated into the
 /// first. The payload and the Telegram ids are built in the same statement, so the effect names
-/// who they are now. (No channel lock here, unlike [`on_membership_change`]: the sweep only
-/// moves live memberships, which block a chat change until it commits and whose pending effects
-/// block it after.) Rows are inserted in membership id order.
-pub const SWEEP_EFFECTS_CTE: &str = "sweep_effects AS (
+/// who they are now. (No channel lock here, unlike a change recorded by
+/// [`crate::memberships::record_event`]: the sweep only moves live memberships, which block a
+/// chat change until it commits and whose pending effects block it after.) Rows are inserted in
+/// membership id order.
+macro_rules! sweep_effects_cte {
+    () => {
+        "sweep_effects AS (
     INSERT INTO effects (kind, membership_id, chat_id, user_id, payload, dedupe_key)
     SELECT e.kind, u.id, c.telegram_chat_id, s.telegram_user_id,
            jsonb_build_object('expires_at',
@@ -340,20 +259,29 @@ pub const SWEEP_EFFECTS_CTE: &str = "sweep_effects AS (
     WHERE (u.from_status IN ('active', 'grace') AND u.status = 'expired')
        OR (u.from_status = 'active' AND u.status = 'grace')
     ORDER BY u.id
-)";
+)"
+    };
+}
+pub(crate) use sweep_effects_cte;
+
+/// See [`sweep_effects_cte!`]: the sweep's effects CTE as a string.
+pub const SWEEP_EFFECTS_CTE: &str = sweep_effects_cte!();
 
 /// The revokes of deleted memberships, as a data-modifying CTE after the `DELETE` that names
 /// them ([`crate::memberships::delete`], [`crate::memberships::delete_of_subscriber`]): it reads
 /// the CTE `gone(id, subscriber_id, channel_id, status, expires_at)` — the rows the `DELETE`
 /// actually removed, as they were when removed — and enqueues one revoke
-/// (`revoke:{membership}:deleted`) for each one that was live (active or grace), in the
-/// deletion's transaction. A deleted expired membership needs none: its expiry enqueued one.
+/// (`revoke:{membership}:deleted`) for each one whose member still held access (active or
+/// grace), in the deletion's transaction. A deleted expired membership needs none: its expiry
+/// enqueued one.
 ///
 /// The effect outlives the row: it carries the chat and the user, its `membership_id` is NULL
 /// (the row it would name is being deleted by the same statement; `ON DELETE SET NULL` would
 /// clear it anyway) and the membership id is kept in the payload. The worker performs a revoke
 /// whose membership is gone.
-pub const DELETED_REVOKES_CTE: &str = "deleted_revokes AS (
+macro_rules! deleted_revokes_cte {
+    () => {
+        "deleted_revokes AS (
     INSERT INTO effects (kind, chat_id, user_id, payload, dedupe_key)
     SELECT 'revoke', c.telegram_chat_id, s.telegram_user_id,
            jsonb_build_object('membership_id', g.id, 'deleted', true, 'expires_at',
@@ -364,30 +292,23 @@ pub const DELETED_REVOKES_CTE: &str = "deleted_revokes AS (
     JOIN channels c ON c.id = g.channel_id
     WHERE g.status IN ('active', 'grace')
     ORDER BY g.id
-)";
-
-/// True when effects can be performed: a bot token is set, or dry-run is on.
-pub fn outbox_enabled(config: &Config) -> bool {
-    config.telegram_bot_token.is_some() || config.telegram_dry_run
+)"
+    };
 }
+pub(crate) use deleted_revokes_cte;
 
-/// Hook of the Telegram door for a `chat_join_request`. With a bot configured
-/// ([`outbox_enabled`]) the decision goes through the outbox — approve or decline, retried until
-/// Telegram confirms, which a webhook reply cannot report — and this returns `true`: the door
-/// answers `{}`. Without one, nothing is enqueued and this returns `false`: the webhook reply is
-/// then the only way to answer, so the door keeps answering in its body (API.md door 3).
-/// Telegram's redelivery of the same request (same chat, user and `date`) enqueues nothing new.
+/// Enqueues the decision on a `chat_join_request` (approve or decline, retried until Telegram
+/// confirms, which a webhook reply cannot report). The door calls it only with a bot
+/// configured ([`crate::telegram::outbox_enabled`]); without one, its webhook reply is the only
+/// way to answer. Telegram's redelivery of the same request (same chat, user and `date`)
+/// enqueues nothing new.
 pub async fn enqueue_join_decision(
-    config: &Config,
     client: &impl GenericClient,
     chat_id: i64,
     user_id: i64,
     approve: bool,
     request_date: Option<i64>,
-) -> Result<bool, ApiError> {
-    if !outbox_enabled(config) {
-        return Ok(false);
-    }
+) -> Result<(), ApiError> {
     let kind = if approve {
         Kind::JoinApprove
     } else {
@@ -407,82 +328,47 @@ pub async fn enqueue_join_decision(
         },
     )
     .await?;
-    Ok(true)
+    Ok(())
 }
 
 /// Rows one scan statement enqueues at most; a scan repeats until a statement finds fewer.
-const SCAN_BATCH: i64 = 1000;
+pub const SCAN_BATCH: i64 = 1000;
 
-/// Enqueues a reminder for every active membership of an active channel whose `expires_at`
-/// is within `reminder_days` from now, once per (membership, expiry) — so once per period: a
-/// renewal moves `expires_at` and the next period gets its own reminder. Returns how many.
-pub async fn enqueue_due_reminders(
-    client: &impl GenericClient,
-    reminder_days: u32,
-) -> Result<u64, ApiError> {
-    if reminder_days == 0 {
-        return Ok(0);
-    }
-    let days = reminder_days as i32;
-    insert_in_batches(
-        client,
-        "INSERT INTO effects (kind, membership_id, chat_id, user_id, payload, dedupe_key)
-                 SELECT 'reminder', d.id, d.telegram_chat_id, d.telegram_user_id,
-                        jsonb_build_object('expires_at', d.expires_at), d.key
-                 FROM (
-                     SELECT m.id, c.telegram_chat_id, s.telegram_user_id, m.expires_at,
-                            'reminder:' || m.id || ':'
-                              || (extract(epoch FROM m.expires_at) * 1000000)::bigint AS key
-                     FROM memberships m
-                     JOIN subscribers s ON s.id = m.subscriber_id
-                     JOIN channels c ON c.id = m.channel_id
-                     WHERE m.status = 'active' AND c.active
-                       AND m.expires_at > statement_timestamp()
-                       AND m.expires_at <= statement_timestamp() + make_interval(days => $1)
-                 ) AS d
-                 WHERE NOT EXISTS (SELECT 1 FROM effects e WHERE e.dedupe_key = d.key)
-                 LIMIT $2
-                 ON CONFLICT (dedupe_key) DO NOTHING",
-        &[&days, &SCAN_BATCH],
-    )
-    .await
-}
+const PENDING_REFUNDS_SQL: &str = "INSERT INTO effects
+         (kind, payment_id, order_id, user_id, payload, dedupe_key)
+     SELECT 'refund', d.id, d.order_id, d.user_id,
+            jsonb_build_object('charge_id', d.external_id), d.key
+     FROM (
+         SELECT p.id, p.order_id, p.external_id, 'refund:' || p.id AS key,
+                COALESCE(CASE WHEN p.payer ~ '^[0-9]{1,18}$' THEN p.payer::bigint END,
+                         s.telegram_user_id) AS user_id
+         FROM payments p LEFT JOIN subscribers s ON s.id = p.subscriber_id
+         WHERE p.outcome = 'refund_pending' AND p.gateway = 'telegram_stars'
+     ) AS d
+     WHERE d.user_id IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.dedupe_key = d.key)
+     LIMIT $1
+     ON CONFLICT (dedupe_key) DO NOTHING";
 
 /// Enqueues one refund for every `refund_pending` Telegram Stars payment that has none yet
 /// (the payment row itself is the durable intent: the payment core marks it in its own
 /// transaction). The refund goes to the payer the door recorded. Returns how many.
-pub async fn enqueue_pending_refunds(client: &impl GenericClient) -> Result<u64, ApiError> {
-    insert_in_batches(
-        client,
-        "INSERT INTO effects (kind, payment_id, order_id, user_id, payload, dedupe_key)
-                 SELECT 'refund', d.id, d.order_id, d.user_id,
-                        jsonb_build_object('charge_id', d.external_id), d.key
-                 FROM (
-                     SELECT p.id, p.order_id, p.external_id, 'refund:' || p.id AS key,
-                            COALESCE(CASE WHEN p.payer ~ '^[0-9]{1,18}$' THEN p.payer::bigint END,
-                                     s.telegram_user_id) AS user_id
-                     FROM payments p LEFT JOIN subscribers s ON s.id = p.subscriber_id
-                     WHERE p.outcome = 'refund_pending' AND p.gateway = 'telegram_stars'
-                 ) AS d
-                 WHERE d.user_id IS NOT NULL
-                   AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.dedupe_key = d.key)
-                 LIMIT $1
-                 ON CONFLICT (dedupe_key) DO NOTHING",
-        &[&SCAN_BATCH],
-    )
-    .await
+pub async fn enqueue_pending_refunds(
+    client: &impl deadpool_postgres::GenericClient,
+) -> Result<u64, ApiError> {
+    insert_in_batches(client, PENDING_REFUNDS_SQL, &[&SCAN_BATCH]).await
 }
 
 /// Runs an `INSERT … SELECT … LIMIT` scan whose limit parameter is [`SCAN_BATCH`] again until a
 /// round inserts fewer than that, so no single statement enqueues an unbounded number of rows.
-async fn insert_in_batches(
-    client: &impl GenericClient,
+pub async fn insert_in_batches(
+    client: &impl deadpool_postgres::GenericClient,
     sql: &str,
-    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    params: Params<'_>,
 ) -> Result<u64, ApiError> {
     let mut total = 0;
     loop {
-        let n = client.execute(sql, params).await?;
+        let n = db::execute(client, sql, params).await?;
         total += n;
         if (n as i64) < SCAN_BATCH {
             return Ok(total);
@@ -490,52 +376,168 @@ async fn insert_in_batches(
     }
 }
 
+/// The filters of [`list`]; `None` matches everything.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub status: Option<Status>,
+    pub kind: Option<Kind>,
+    pub membership_id: Option<i64>,
+    pub payment_id: Option<i64>,
+}
+
+const LIST_SQL: &str = concat!(
+    "SELECT ",
+    effect_columns!(),
+    " FROM effects
+     WHERE id > $1
+       AND ($2::text IS NULL OR status = $2::text)
+       AND ($3::text IS NULL OR kind = $3::text)
+       AND ($4::bigint IS NULL OR membership_id = $4)
+       AND ($5::bigint IS NULL OR payment_id = $5)
+     ORDER BY id LIMIT $6"
+);
+
+/// Up to `limit` effects with an id above `after`, by id, matching `filter`.
+pub async fn list(
+    client: &impl deadpool_postgres::GenericClient,
+    filter: &Filter,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<Effect>, ApiError> {
+    db::all(
+        client,
+        LIST_SQL,
+        &[
+            &after,
+            &filter.status,
+            &filter.kind,
+            &filter.membership_id,
+            &filter.payment_id,
+            &limit,
+        ],
+    )
+    .await
+}
+
+const GET_SQL: &str = concat!("SELECT ", effect_columns!(), " FROM effects WHERE id = $1");
+
+/// The effect with this id, if any.
+pub async fn get(
+    client: &impl deadpool_postgres::GenericClient,
+    id: i64,
+) -> Result<Option<Effect>, ApiError> {
+    db::opt(client, GET_SQL, &[&id]).await
+}
+
+const PENDING_IN_CHAT_SQL: &str =
+    "SELECT EXISTS (SELECT 1 FROM effects WHERE status = 'pending' AND chat_id = $1)";
+
+/// Whether effects are still to be performed in chat `chat_id` (a revoke still to kick
+/// someone, a grant still to send its link).
+pub async fn pending_in_chat(
+    client: &impl deadpool_postgres::GenericClient,
+    chat_id: i64,
+) -> Result<bool, ApiError> {
+    Ok(db::row_one(client, PENDING_IN_CHAT_SQL, &[&chat_id])
+        .await?
+        .try_get(0)?)
+}
+
+/// Sends the effects matching `filter` (SQL over `effects`) back to the queue: `pending`, due
+/// now, and for a dead letter a fresh budget — no attempts, no first failure. The payments of
+/// refunds among them go from `refund_failed` back to `refund_pending`, in the same statement,
+/// so the worker refunds them instead of skipping them. The rows `sent` are what `select`
+/// (a query over them) answers.
+macro_rules! send_back_sql {
+    ($filter:expr; $($select:expr),+) => {
+        concat!(
+            "WITH sent AS (
+                 UPDATE effects SET status = 'pending',
+                     attempts = CASE WHEN status = 'failed' THEN 0 ELSE attempts END,
+                     first_failed_at = CASE WHEN status = 'failed' THEN NULL
+                                            ELSE first_failed_at END,
+                     next_attempt_at = statement_timestamp(),
+                     updated_at = statement_timestamp()
+                 WHERE ",
+            $filter,
+            "
+                 RETURNING ",
+            effect_columns!(),
+            "
+             ), payments_back AS (
+                 UPDATE payments p SET outcome = 'refund_pending',
+                     updated_at = statement_timestamp()
+                 FROM sent
+                 WHERE sent.kind = 'refund' AND p.id = sent.payment_id
+                   AND p.outcome = 'refund_failed'
+             ) ",
+            $($select),+
+        )
+    };
+}
+
+const RETRY_LOCK_SQL: &str = "SELECT status, COALESCE(lease_until > statement_timestamp(), false)
+     FROM effects WHERE id = $1 FOR UPDATE NOWAIT";
+const RETRY_ONE_SQL: &str = send_back_sql!("id = $1"; "SELECT ", effect_columns!(), " FROM sent");
+const RETRY_ALL_SQL: &str = send_back_sql!(
+    "status = 'failed'
+       AND ($1::text IS NULL OR kind = $1::text)
+       AND ($2::bigint IS NULL OR membership_id = $2)
+       AND ($3::bigint IS NULL OR payment_id = $3)";
+    "SELECT count(*) FROM sent"
+);
+
+/// Why staff cannot send an effect back to the queue now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryRefusal {
+    /// It is done: there is nothing to retry.
+    Done,
+    /// A worker is performing it at this moment (leased, or recording under its row lock).
+    InFlight,
+}
+
+/// Sends effect `id` back to the queue (a dead letter with a fresh budget; a pending one due
+/// now); `Ok(None)` when there is no such effect. Never waits for a worker recording it.
+pub async fn retry(
+    tx: &Transaction<'_>,
+    id: i64,
+) -> Result<Option<Result<Effect, RetryRefusal>>, ApiError> {
+    let stmt = tx.prepare_cached(RETRY_LOCK_SQL).await?;
+    let row = match tx.query_opt(&stmt, &[&id]).await {
+        Ok(row) => row,
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
+            return Ok(Some(Err(RetryRefusal::InFlight)));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let (status, leased): (Status, bool) = (row.try_get(0)?, row.try_get(1)?);
+    if status == Status::Done {
+        return Ok(Some(Err(RetryRefusal::Done)));
+    }
+    if leased {
+        return Ok(Some(Err(RetryRefusal::InFlight)));
+    }
+    Ok(db::opt(tx, RETRY_ONE_SQL, &[&id]).await?.map(Ok))
+}
+
+/// Sends every dead letter matching `filter` (its `status` is ignored: only `failed` ones are
+/// retried) back to the queue, as [`retry`] does; returns how many.
+pub async fn retry_all(tx: &Transaction<'_>, filter: &Filter) -> Result<i64, ApiError> {
+    let row = db::row_one(
+        tx,
+        RETRY_ALL_SQL,
+        &[&filter.kind, &filter.membership_id, &filter.payment_id],
+    )
+    .await?;
+    Ok(row.try_get(0)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::Duration;
-
-    fn m(status: &str, expires_in_days: i64) -> Membership {
-        let t0 = DateTime::<Utc>::from_timestamp(1_700_000_000, 0).unwrap();
-        Membership {
-            id: 1,
-            subscriber_id: 1,
-            channel_id: 1,
-            status: crate::memberships::Status::parse(status).unwrap(),
-            expires_at: t0 + Duration::days(expires_in_days),
-            created_at: t0,
-            updated_at: t0,
-        }
-    }
-
-    #[test]
-    fn changes_map_to_effects() {
-        use Kind::*;
-        let cases: &[(Option<Membership>, Membership, Option<Kind>)] = &[
-            (None, m("active", 30), Some(Grant)),
-            (Some(m("expired", 0)), m("active", 30), Some(Grant)),
-            (Some(m("active", 5)), m("active", 35), Some(RenewalReceipt)),
-            (Some(m("grace", -1)), m("active", 29), Some(RenewalReceipt)),
-            // A staff back-dating (or a no-op) is not a renewal.
-            (Some(m("active", 30)), m("active", 1), None),
-            (Some(m("active", 30)), m("active", 30), None),
-            (Some(m("active", 30)), m("expired", 30), Some(Revoke)),
-            (Some(m("grace", 0)), m("expired", 0), Some(Revoke)),
-            (Some(m("active", 0)), m("grace", 0), Some(GraceNotice)),
-            (Some(m("expired", 0)), m("expired", 5), None),
-            (Some(m("expired", 0)), m("grace", 5), None),
-            (None, m("expired", 0), None),
-        ];
-        for (before, after, want) in cases {
-            assert_eq!(
-                effect_of_change(before.as_ref(), after),
-                *want,
-                "{:?} → {}",
-                before.as_ref().map(|b| &b.status),
-                after.status
-            );
-        }
-    }
 
     #[test]
     fn kinds_round_trip() {
@@ -548,11 +550,38 @@ mod tests {
 
     #[test]
     fn transition_keys_name_the_membership_and_the_event() {
-        assert_eq!(transition_key("revoke", 9, 41), "revoke:9:ev41");
+        assert_eq!(
+            transition_key(Kind::Revoke, 9, 41).as_deref(),
+            Some("revoke:9:ev41")
+        );
         assert_ne!(
-            transition_key("revoke", 9, 41),
-            transition_key("revoke", 9, 44),
+            transition_key(Kind::Revoke, 9, 41),
+            transition_key(Kind::Revoke, 9, 44),
             "a second expiry of one membership is a second revoke"
         );
+        assert_eq!(
+            transition_key(Kind::GraceNotice, 9, 41).as_deref(),
+            Some("grace:9:ev41")
+        );
+        assert_eq!(
+            transition_key(Kind::RenewalReceipt, 9, 41).as_deref(),
+            Some("receipt:9:ev41")
+        );
+        assert_eq!(transition_key(Kind::Refund, 9, 41), None);
+    }
+
+    #[test]
+    fn the_schema_accepts_every_kind() {
+        let schema = include_str!("../../migrations/0005_buyer_bot.sql");
+        let check = &schema[schema.find("effects_kind_check CHECK").unwrap()..];
+        for k in Kind::ALL {
+            assert!(check.contains(&format!("'{}'", k.as_str())), "{k:?}");
+        }
+    }
+
+    #[test]
+    fn the_effect_columns_are_the_row_type_s() {
+        assert_eq!(Effect::COLUMNS, effect_columns!());
+        assert!(RETRY_ONE_SQL.contains(effect_columns!()));
     }
 }

@@ -9,12 +9,15 @@
 pub mod seats;
 
 use chrono::{DateTime, Utc};
-use deadpool_postgres::Transaction;
+use deadpool_postgres::{GenericClient, Transaction};
 use rand::RngCore;
 use serde::Serialize;
-use tokio_postgres::{GenericClient, Row};
+use tokio_postgres::Row;
 
-use crate::error::ApiError;
+use crate::{
+    db::{self, FromRow},
+    error::ApiError,
+};
 
 crate::text_enum! {
     /// An order's status: `pending` until a payment pays it or staff cancel it.
@@ -25,9 +28,17 @@ crate::text_enum! {
     }
 }
 
-/// The columns of [`Order::from_row`], in order.
-pub const COLUMNS: &str = "id, reference, subscriber_id, channel_id, amount_minor, currency, \
-     status, hold_until, invoice_link, created_at, paid_at";
+/// The select list of [`Order`] (a macro, so SQL constants can splice it with `concat!`).
+macro_rules! order_columns {
+    () => {
+        "id, reference, subscriber_id, channel_id, amount_minor, currency, status, hold_until, \
+         invoice_link, created_at, paid_at"
+    };
+}
+pub(crate) use order_columns;
+
+/// The columns of [`Order`], for queries elsewhere that read orders.
+pub const COLUMNS: &str = order_columns!();
 
 /// An order as the API shows it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -52,22 +63,23 @@ pub struct Order {
     pub paid_at: Option<DateTime<Utc>>,
 }
 
-impl Order {
-    /// Reads a row selected with [`COLUMNS`].
-    pub fn from_row(r: &Row) -> Order {
-        Order {
-            id: r.get(0),
-            reference: r.get(1),
-            subscriber_id: r.get(2),
-            channel_id: r.get(3),
-            amount_minor: r.get(4),
-            currency: r.get(5),
-            status: r.get(6),
-            hold_until: r.get(7),
-            invoice_link: r.get(8),
-            created_at: r.get(9),
-            paid_at: r.get(10),
-        }
+impl FromRow for Order {
+    const COLUMNS: &'static str = order_columns!();
+
+    fn from_row(r: &Row) -> Result<Order, tokio_postgres::Error> {
+        Ok(Order {
+            id: r.try_get("id")?,
+            reference: r.try_get("reference")?,
+            subscriber_id: r.try_get("subscriber_id")?,
+            channel_id: r.try_get("channel_id")?,
+            amount_minor: r.try_get("amount_minor")?,
+            currency: r.try_get("currency")?,
+            status: r.try_get("status")?,
+            hold_until: r.try_get("hold_until")?,
+            invoice_link: r.try_get("invoice_link")?,
+            created_at: r.try_get("created_at")?,
+            paid_at: r.try_get("paid_at")?,
+        })
     }
 }
 
@@ -80,6 +92,32 @@ pub fn new_reference() -> String {
     format!("ord_{}", hex::encode(bytes))
 }
 
+const SUBSCRIBER_EXISTS_SQL: &str = "SELECT 1 FROM subscribers WHERE id = $1";
+const PRICE_SQL: &str = "SELECT price_minor, currency, active FROM channels WHERE id = $1";
+const INSERT_SQL: &str = concat!(
+    "INSERT INTO orders (reference, subscriber_id, channel_id, amount_minor, currency)
+     VALUES ($1, $2, $3, $4, $5) RETURNING ",
+    order_columns!()
+);
+const LIST_SQL: &str = concat!(
+    "SELECT ",
+    order_columns!(),
+    " FROM orders
+     WHERE id > $1
+       AND ($2::integer IS NULL OR subscriber_id = $2)
+       AND ($3::integer IS NULL OR channel_id = $3)
+       AND ($4::text IS NULL OR status = $4::text)
+     ORDER BY id LIMIT $5"
+);
+const GET_SQL: &str = concat!("SELECT ", order_columns!(), " FROM orders WHERE id = $1");
+const CANCEL_SQL: &str = concat!(
+    "UPDATE orders SET status = $2, hold_until = NULL WHERE id = $1 RETURNING ",
+    order_columns!()
+);
+const SET_INVOICE_LINK_SQL: &str =
+    "UPDATE orders SET invoice_link = $2 WHERE id = $1 AND invoice_link IS NULL";
+const MARK_PAID_SQL: &str = "UPDATE orders SET status = $3, paid_at = $2 WHERE id = $1";
+
 /// Creates an order of `subscriber_id` for `channel_id` at the channel's price now (amount and
 /// currency are copied, so a later price change does not touch it). 422 naming the field when
 /// the subscriber or the channel does not exist or the channel is inactive.
@@ -88,15 +126,8 @@ pub async fn create(
     subscriber_id: i32,
     channel_id: i32,
 ) -> Result<Order, ApiError> {
-    let subscriber = tx
-        .query_opt("SELECT 1 FROM subscribers WHERE id = $1", &[&subscriber_id])
-        .await?;
-    let channel = tx
-        .query_opt(
-            "SELECT price_minor, currency, active FROM channels WHERE id = $1",
-            &[&channel_id],
-        )
-        .await?;
+    let subscriber = db::row_opt(tx, SUBSCRIBER_EXISTS_SQL, &[&subscriber_id]).await?;
+    let channel = db::row_opt(tx, PRICE_SQL, &[&channel_id]).await?;
     let mut errors = std::collections::BTreeMap::new();
     if subscriber.is_none() {
         errors.insert(
@@ -120,22 +151,18 @@ pub async fn create(
         return Err(ApiError::Validation(errors));
     };
     let (price, currency): (i64, String) = (channel.get(0), channel.get(1));
-    let row = tx
-        .query_one(
-            &format!(
-                "INSERT INTO orders (reference, subscriber_id, channel_id, amount_minor, currency)
-                 VALUES ($1, $2, $3, $4, $5) RETURNING {COLUMNS}"
-            ),
-            &[
-                &new_reference(),
-                &subscriber_id,
-                &channel_id,
-                &price,
-                &currency,
-            ],
-        )
-        .await?;
-    Ok(Order::from_row(&row))
+    db::one(
+        tx,
+        INSERT_SQL,
+        &[
+            &new_reference(),
+            &subscriber_id,
+            &channel_id,
+            &price,
+            &currency,
+        ],
+    )
+    .await
 }
 
 /// The filters of [`list`]; `None` matches everything.
@@ -153,37 +180,23 @@ pub async fn list(
     after: i64,
     limit: i64,
 ) -> Result<Vec<Order>, ApiError> {
-    let rows = client
-        .query(
-            &format!(
-                "SELECT {COLUMNS} FROM orders
-                 WHERE id > $1
-                   AND ($2::integer IS NULL OR subscriber_id = $2)
-                   AND ($3::integer IS NULL OR channel_id = $3)
-                   AND ($4::text IS NULL OR status = $4::text)
-                 ORDER BY id LIMIT $5"
-            ),
-            &[
-                &after,
-                &filter.subscriber_id,
-                &filter.channel_id,
-                &filter.status,
-                &limit,
-            ],
-        )
-        .await?;
-    Ok(rows.iter().map(Order::from_row).collect())
+    db::all(
+        client,
+        LIST_SQL,
+        &[
+            &after,
+            &filter.subscriber_id,
+            &filter.channel_id,
+            &filter.status,
+            &limit,
+        ],
+    )
+    .await
 }
 
 /// The order with this id, if any.
 pub async fn get(client: &impl GenericClient, id: i64) -> Result<Option<Order>, ApiError> {
-    let row = client
-        .query_opt(
-            &format!("SELECT {COLUMNS} FROM orders WHERE id = $1"),
-            &[&id],
-        )
-        .await?;
-    Ok(row.as_ref().map(Order::from_row))
+    db::opt(client, GET_SQL, &[&id]).await
 }
 
 /// Cancels a pending order and clears its hold, so its seat is free at once; 404 for no such
@@ -198,16 +211,7 @@ pub async fn cancel(tx: &Transaction<'_>, id: i64) -> Result<Order, ApiError> {
             locked.order.status
         )));
     }
-    let row = tx
-        .query_one(
-            &format!(
-                "UPDATE orders SET status = $2, hold_until = NULL
-                 WHERE id = $1 RETURNING {COLUMNS}"
-            ),
-            &[&id, &Status::Cancelled],
-        )
-        .await?;
-    Ok(Order::from_row(&row))
+    db::one(tx, CANCEL_SQL, &[&id, &Status::Cancelled]).await
 }
 
 /// Stores a Stars invoice link on the order unless one is stored already (the first stored
@@ -217,12 +221,7 @@ pub async fn set_invoice_link(
     id: i64,
     link: &str,
 ) -> Result<Option<Order>, ApiError> {
-    client
-        .execute(
-            "UPDATE orders SET invoice_link = $2 WHERE id = $1 AND invoice_link IS NULL",
-            &[&id, &link],
-        )
-        .await?;
+    db::execute(client, SET_INVOICE_LINK_SQL, &[&id, &link]).await?;
     get(client, id).await
 }
 
@@ -233,10 +232,6 @@ pub async fn mark_paid(
     id: i64,
     paid_at: DateTime<Utc>,
 ) -> Result<(), ApiError> {
-    tx.execute(
-        "UPDATE orders SET status = $3, paid_at = $2 WHERE id = $1",
-        &[&id, &paid_at, &Status::Paid],
-    )
-    .await?;
+    db::execute(tx, MARK_PAID_SQL, &[&id, &paid_at, &Status::Paid]).await?;
     Ok(())
 }

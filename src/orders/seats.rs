@@ -11,8 +11,9 @@
 //! PATCH of `seat_limit` locks the channel `FOR UPDATE` first ([`lock_for_seat_limit_change`]),
 //! so no decision is made from a limit older than the one it commits.
 //!
-//! Seats taken = live (active/grace) memberships + distinct non-member subscribers holding a
-//! pending order whose `hold_until` is still in the future. A hold is set once, never extended,
+//! Seats taken = live memberships ([`crate::memberships::live_sql!`]: active or grace and
+//! inside its term plus grace by database time) + distinct subscribers who are not live members
+//! holding a pending order whose `hold_until` is still in the future. A hold is set once, never extended,
 //! and an expired hold is never renewed (the buyer needs a new order), so a late payment of an
 //! old invoice cannot take a seat a newer buyer holds.
 
@@ -20,8 +21,12 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use tokio_postgres::types::ToSql;
 
-use super::{COLUMNS, Order, Status};
-use crate::{db, error::ApiError};
+use super::{Order, Status, order_columns};
+use crate::{
+    db::{self, FromRow},
+    error::ApiError,
+    memberships,
+};
 
 /// What the checks need to know of an order's channel, read under the channel lock.
 #[derive(Debug, Clone)]
@@ -43,8 +48,8 @@ pub struct LockedOrder {
 /// The seat rule's verdict for one order (API.md "Seats"), before anything is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SeatCheck {
-    /// No seat needed: the channel has no limit, or the buyer is already an active/grace member
-    /// (a renewal).
+    /// No seat needed: the channel has no limit, or the buyer is already a live member (a
+    /// renewal).
     NotNeeded,
     /// The order's hold is still valid.
     HoldValid,
@@ -75,7 +80,7 @@ pub async fn lock_order(
     tx: &Transaction<'_>,
     order_id: i64,
 ) -> Result<Option<LockedOrder>, ApiError> {
-    lock_where(tx, "id = $1", &order_id).await
+    lock_where(tx, PAIR_BY_ID_SQL, &order_id).await
 }
 
 /// Locks the order with this reference in the lock order; `None` when there is none. The
@@ -84,51 +89,48 @@ pub async fn lock_order_by_reference(
     tx: &Transaction<'_>,
     reference: &str,
 ) -> Result<Option<LockedOrder>, ApiError> {
-    lock_where(tx, "reference = $1", &reference).await
+    lock_where(tx, PAIR_BY_REFERENCE_SQL, &reference).await
 }
 
+const PAIR_BY_ID_SQL: &str = "SELECT id, subscriber_id, channel_id FROM orders WHERE id = $1";
+const PAIR_BY_REFERENCE_SQL: &str =
+    "SELECT id, subscriber_id, channel_id FROM orders WHERE reference = $1";
+const LOCK_ORDER_SQL: &str = concat!(
+    "SELECT ",
+    order_columns!(),
+    " FROM orders WHERE id = $1 FOR UPDATE"
+);
+const PAYER_SQL: &str = "SELECT telegram_user_id FROM subscribers WHERE id = $1";
+
+/// Takes the first three locks of the lock order for the order `pair_sql` finds by `key`.
 async fn lock_where(
     tx: &Transaction<'_>,
-    condition: &'static str,
+    pair_sql: &'static str,
     key: &(dyn ToSql + Sync),
 ) -> Result<Option<LockedOrder>, ApiError> {
     // The pair must be known before its lock can be taken, so it is read without a lock first.
     // An order's pair never changes, so the read cannot go stale; only a deletion can intervene,
     // which the locked re-read below notices.
-    let Some(pair) = tx
-        .query_opt(
-            &format!("SELECT id, subscriber_id, channel_id FROM orders WHERE {condition}"),
-            &[key],
-        )
-        .await?
-    else {
+    let Some(pair) = db::row_opt(tx, pair_sql, &[key]).await? else {
         return Ok(None);
     };
-    let (order_id, subscriber_id, channel_id): (i64, i32, i32) =
-        (pair.get(0), pair.get(1), pair.get(2));
+    let (order_id, subscriber_id, channel_id): (i64, i32, i32) = (
+        pair.try_get("id")?,
+        pair.try_get("subscriber_id")?,
+        pair.try_get("channel_id")?,
+    );
     db::lock_pair(tx, subscriber_id, channel_id).await?;
-    let Some(row) = tx
-        .query_opt(
-            &format!("SELECT {COLUMNS} FROM orders WHERE id = $1 FOR UPDATE"),
-            &[&order_id],
-        )
-        .await?
-    else {
+    let Some(order) = db::opt::<Order>(tx, LOCK_ORDER_SQL, &[&order_id]).await? else {
         return Ok(None);
     };
-    let order = Order::from_row(&row);
     // The order's foreign key keeps the channel alive while we hold the order row.
     let channel = lock_channel_terms(tx, channel_id)
         .await?
         .ok_or_else(|| ApiError::internal("an order's channel is missing"))?;
     // The order's foreign key keeps its subscriber alive while we hold the order row.
-    let subscriber_telegram_id = tx
-        .query_one(
-            "SELECT telegram_user_id FROM subscribers WHERE id = $1",
-            &[&subscriber_id],
-        )
+    let subscriber_telegram_id = db::row_one(tx, PAYER_SQL, &[&subscriber_id])
         .await?
-        .get(0);
+        .try_get(0)?;
     Ok(Some(LockedOrder {
         order,
         channel,
@@ -151,19 +153,7 @@ pub async fn lock_channel_terms(
     tx: &Transaction<'_>,
     channel_id: i32,
 ) -> Result<Option<ChannelTerms>, ApiError> {
-    let read = |lock: &'static str| {
-        format!("SELECT active, seat_limit, billing_period_days FROM channels WHERE id = $1 {lock}")
-    };
-    let terms = |r: tokio_postgres::Row| ChannelTerms {
-        active: r.get(0),
-        seat_limit: r.get(1),
-        billing_period_days: r.get(2),
-    };
-    let Some(shared) = tx
-        .query_opt(&read("FOR KEY SHARE"), &[&channel_id])
-        .await?
-        .map(terms)
-    else {
+    let Some(shared) = db::opt::<ChannelTerms>(tx, TERMS_SHARED_SQL, &[&channel_id]).await? else {
         return Ok(None);
     };
     if shared.seat_limit.is_none() {
@@ -171,10 +161,24 @@ pub async fn lock_channel_terms(
     }
     // A concurrent delete cannot get past the order or membership that brought us here, but a
     // manual grant has neither: a channel deleted meanwhile is simply not found.
-    Ok(tx
-        .query_opt(&read("FOR NO KEY UPDATE"), &[&channel_id])
-        .await?
-        .map(terms))
+    db::opt(tx, TERMS_EXCLUSIVE_SQL, &[&channel_id]).await
+}
+
+const TERMS_SHARED_SQL: &str =
+    "SELECT active, seat_limit, billing_period_days FROM channels WHERE id = $1 FOR KEY SHARE";
+const TERMS_EXCLUSIVE_SQL: &str = "SELECT active, seat_limit, billing_period_days FROM channels
+     WHERE id = $1 FOR NO KEY UPDATE";
+
+impl FromRow for ChannelTerms {
+    const COLUMNS: &'static str = "active, seat_limit, billing_period_days";
+
+    fn from_row(r: &tokio_postgres::Row) -> Result<ChannelTerms, tokio_postgres::Error> {
+        Ok(ChannelTerms {
+            active: r.try_get("active")?,
+            seat_limit: r.try_get("seat_limit")?,
+            billing_period_days: r.try_get("billing_period_days")?,
+        })
+    }
 }
 
 /// Locks a channel row `FOR UPDATE` before its `seat_limit` is set or changed. That mode
@@ -187,52 +191,50 @@ pub async fn lock_for_seat_limit_change(
     tx: &Transaction<'_>,
     channel_id: i32,
 ) -> Result<bool, ApiError> {
-    Ok(tx
-        .query_opt(
-            "SELECT 1 FROM channels WHERE id = $1 FOR UPDATE",
-            &[&channel_id],
-        )
+    Ok(db::row_opt(tx, SEAT_LIMIT_LOCK_SQL, &[&channel_id])
         .await?
         .is_some())
 }
 
-/// Seats taken in a channel: live (active/grace) memberships plus non-member subscribers with a
+const SEAT_LIMIT_LOCK_SQL: &str = "SELECT 1 FROM channels WHERE id = $1 FOR UPDATE";
+
+/// The seat count: live memberships of channel `$1` plus the distinct subscribers who are not
+/// live members holding a valid hold on a pending order of it. Both halves test membership with
+/// the one live predicate ([`memberships::live_sql!`]).
+const SEATS_TAKEN_SQL: &str = concat!(
+    "SELECT
+       (SELECT count(*) FROM memberships m JOIN channels c ON c.id = m.channel_id
+         WHERE m.channel_id = $1 AND ",
+    crate::memberships::live_sql!("m", "c"),
+    ")
+     + (SELECT count(DISTINCT o.subscriber_id) FROM orders o
+         WHERE o.channel_id = $1 AND o.status = 'pending'
+           AND o.hold_until > statement_timestamp()
+           AND NOT EXISTS (
+               SELECT 1 FROM memberships m JOIN channels c ON c.id = m.channel_id
+                WHERE m.subscriber_id = o.subscriber_id AND m.channel_id = o.channel_id
+                  AND ",
+    crate::memberships::live_sql!("m", "c"),
+    "))"
+);
+
+/// Seats taken in a channel: live memberships plus subscribers who are not live members with a
 /// pending order whose hold is still valid at `statement_timestamp()`. Call it under the
 /// channel lock, or the count may be stale by the time it is used.
 pub async fn seats_taken(tx: &Transaction<'_>, channel_id: i32) -> Result<i64, ApiError> {
-    let row = tx
-        .query_one(
-            "SELECT
-               (SELECT count(*) FROM memberships
-                 WHERE channel_id = $1 AND status <> 'expired')
-             + (SELECT count(DISTINCT o.subscriber_id) FROM orders o
-                 WHERE o.channel_id = $1 AND o.status = 'pending'
-                   AND o.hold_until > statement_timestamp()
-                   AND NOT EXISTS (
-                       SELECT 1 FROM memberships m
-                        WHERE m.subscriber_id = o.subscriber_id AND m.channel_id = o.channel_id
-                          AND m.status <> 'expired'))",
-            &[&channel_id],
-        )
-        .await?;
-    Ok(row.get(0))
+    Ok(db::row_one(tx, SEATS_TAKEN_SQL, &[&channel_id])
+        .await?
+        .try_get(0)?)
 }
 
-/// True when the subscriber has an active or grace membership of the channel. The caller holds
-/// the pair lock, so the answer holds for the rest of the transaction.
+/// True when the subscriber is a live member of the channel ([`memberships::is_live`], the one
+/// definition): such a buyer needs no seat. The caller holds the pair lock.
 pub async fn is_live_member(
     tx: &Transaction<'_>,
     subscriber_id: i32,
     channel_id: i32,
 ) -> Result<bool, ApiError> {
-    let row = tx
-        .query_one(
-            "SELECT EXISTS (SELECT 1 FROM memberships
-                             WHERE subscriber_id = $1 AND channel_id = $2 AND status <> 'expired')",
-            &[&subscriber_id, &channel_id],
-        )
-        .await?;
-    Ok(row.get(0))
+    memberships::is_live(tx, subscriber_id, channel_id).await
 }
 
 /// Applies the seat rule of API.md "Seats" to a locked order, reading database time after the
@@ -261,15 +263,20 @@ pub async fn seat_check(tx: &Transaction<'_>, locked: &LockedOrder) -> Result<Se
     )
 }
 
+const HOLD_VALID_SQL: &str = "SELECT $1::timestamptz > statement_timestamp()";
+
 async fn hold_valid(tx: &Transaction<'_>, hold_until: DateTime<Utc>) -> Result<bool, ApiError> {
-    let row = tx
-        .query_one(
-            "SELECT $1::timestamptz > statement_timestamp()",
-            &[&hold_until],
-        )
-        .await?;
-    Ok(row.get(0))
+    Ok(db::row_one(tx, HOLD_VALID_SQL, &[&hold_until])
+        .await?
+        .try_get(0)?)
 }
+
+const HOLD_SQL: &str = concat!(
+    "UPDATE orders
+     SET hold_until = statement_timestamp() + make_interval(secs => $2::float8)
+     WHERE id = $1 RETURNING ",
+    order_columns!()
+);
 
 /// The checkout decision (API.md "Seats"), taking the locks itself in the lock order:
 /// a channel without a limit or a buyer who is already a member → approve, no hold; an order
@@ -310,17 +317,8 @@ pub async fn checkout_decide(
         SeatCheck::HoldExpired => Ok(Err(CheckoutRefusal::HoldExpired)),
         SeatCheck::Full => Ok(Err(CheckoutRefusal::ChannelFull)),
         SeatCheck::Free => {
-            let row = tx
-                .query_one(
-                    &format!(
-                        "UPDATE orders
-                         SET hold_until = statement_timestamp() + make_interval(secs => $2::float8)
-                         WHERE id = $1 RETURNING {COLUMNS}"
-                    ),
-                    &[&locked.order.id, &(hold_secs as f64)],
-                )
-                .await?;
-            Ok(Ok(Order::from_row(&row)))
+            let order = db::one(tx, HOLD_SQL, &[&locked.order.id, &(hold_secs as f64)]).await?;
+            Ok(Ok(order))
         }
     }
 }

@@ -14,16 +14,26 @@
 //! The checks (API.md order: unknown order, cancelled, currency, amount, payer, already paid,
 //! channel inactive, seat) are reads under those locks, so they are decided first and the
 //! payment row is inserted once, with its final outcome. A payment that fails a check is still
-//! kept (money is never lost) and grants nothing.
+//! kept (money is never lost), grants nothing, and its buyer is told in one message (an outbox
+//! effect in the same transaction).
+//!
+//! A renewal charge of a Telegram Stars subscription ([`star_subscriptions`]) is one more
+//! payment of an order that is already paid: it is checked against the subscription instead
+//! (known, not cancelled, same amount, currency and payer, channel active, a seat) and extends
+//! the membership by one period. It is never `already_paid` and never refunded: a renewal that
+//! fails a check is `needs_review`.
 
 use chrono::{DateTime, Utc};
-use deadpool_postgres::Transaction;
+use deadpool_postgres::{Pool, Transaction};
 use serde::Serialize;
 use tokio_postgres::Row;
 
-use deadpool_postgres::Pool;
-
+use super::{
+    notices,
+    star_subscriptions::{self, StarSubscription},
+};
 use crate::{
+    db::{self, FromRow},
     error::ApiError,
     memberships::{self, Cause, Membership},
     orders::{
@@ -55,9 +65,16 @@ pub struct NormalizedPayment {
     pub payer_telegram_id: Option<i64>,
 }
 
-/// The columns of [`Payment::from_row`], in order.
-pub const COLUMNS: &str = "id, gateway, external_id, order_reference, order_id, subscriber_id, \
-     channel_id, amount_minor, currency, paid_at, outcome, reason, created_at";
+/// The select list of [`Payment`] (a macro, so SQL constants can splice it).
+macro_rules! payment_columns {
+    () => {
+        "id, gateway, external_id, order_reference, order_id, subscriber_id, channel_id, \
+         amount_minor, currency, paid_at, outcome, reason, created_at"
+    };
+}
+
+/// The columns of [`Payment`], for queries elsewhere that read payments.
+pub const COLUMNS: &str = payment_columns!();
 
 /// A stored payment as the API shows it. `order_reference` is shown too (beyond API.md's list)
 /// so staff can reconcile an `unknown_order` payment, whose order fields are null.
@@ -83,25 +100,79 @@ pub struct Payment {
     pub created_at: DateTime<Utc>,
 }
 
-impl Payment {
-    /// Reads a row selected with [`COLUMNS`].
-    pub fn from_row(r: &Row) -> Payment {
-        Payment {
-            id: r.get(0),
-            gateway: r.get(1),
-            external_id: r.get(2),
-            order_reference: r.get(3),
-            order_id: r.get(4),
-            subscriber_id: r.get(5),
-            channel_id: r.get(6),
-            amount_minor: r.get(7),
-            currency: r.get(8),
-            paid_at: r.get(9),
-            outcome: r.get(10),
-            reason: r.get(11),
-            created_at: r.get(12),
-        }
+impl FromRow for Payment {
+    const COLUMNS: &'static str = payment_columns!();
+
+    fn from_row(r: &Row) -> Result<Payment, tokio_postgres::Error> {
+        Ok(Payment {
+            id: r.try_get("id")?,
+            gateway: r.try_get("gateway")?,
+            external_id: r.try_get("external_id")?,
+            order_reference: r.try_get("order_reference")?,
+            order_id: r.try_get("order_id")?,
+            subscriber_id: r.try_get("subscriber_id")?,
+            channel_id: r.try_get("channel_id")?,
+            amount_minor: r.try_get("amount_minor")?,
+            currency: r.try_get("currency")?,
+            paid_at: r.try_get("paid_at")?,
+            outcome: r.try_get("outcome")?,
+            reason: r.try_get("reason")?,
+            created_at: r.try_get("created_at")?,
+        })
     }
+}
+
+/// The filters of [`list`]; `None` matches everything.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub outcome: Option<Outcome>,
+    pub order_id: Option<i64>,
+    pub subscriber_id: Option<i32>,
+}
+
+const LIST_SQL: &str = concat!(
+    "SELECT ",
+    payment_columns!(),
+    " FROM payments
+     WHERE id > $1
+       AND ($2::text IS NULL OR outcome = $2::text)
+       AND ($3::bigint IS NULL OR order_id = $3)
+       AND ($4::integer IS NULL OR subscriber_id = $4)
+     ORDER BY id LIMIT $5"
+);
+const GET_SQL: &str = concat!(
+    "SELECT ",
+    payment_columns!(),
+    " FROM payments WHERE id = $1"
+);
+
+/// Up to `limit` payments with an id above `after`, by id, matching `filter`.
+pub async fn list(
+    client: &impl deadpool_postgres::GenericClient,
+    filter: &Filter,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<Payment>, ApiError> {
+    db::all(
+        client,
+        LIST_SQL,
+        &[
+            &after,
+            &filter.outcome,
+            &filter.order_id,
+            &filter.subscriber_id,
+            &limit,
+        ],
+    )
+    .await
+}
+
+/// The payment with this id, if any.
+pub async fn get(
+    client: &impl deadpool_postgres::GenericClient,
+    id: i64,
+) -> Result<Option<Payment>, ApiError> {
+    db::opt(client, GET_SQL, &[&id]).await
 }
 
 /// What [`apply_payment`] did.
@@ -153,28 +224,56 @@ crate::text_enum! {
         /// subgate): kept as `refunded` by the Stars reconcile, granting nothing. Never a
         /// pre-checkout refusal.
         RefundedElsewhere => "refunded_elsewhere",
+        /// A renewal charge of an order that started no subscription (or is not paid). Never a
+        /// pre-checkout refusal.
+        UnknownSubscription => "unknown_subscription",
+        /// A renewal charge of a subscription staff or the buyer cancelled. Never a
+        /// pre-checkout refusal.
+        SubscriptionCancelled => "subscription_cancelled",
     }
 }
 
 impl Reason {
-    /// What the buyer reads (in Telegram's payment form, for a refused pre-checkout): short,
-    /// human, and saying what to do.
+    /// The text a buyer reads for this code in Telegram's payment form (a refused
+    /// pre-checkout): short, human, and saying what to do. The words live with every other
+    /// buyer-facing text, in [`crate::present::texts`], so an operator rewords them in one place.
     pub fn buyer_message(self) -> &'static str {
+        crate::present::texts::pre_checkout_refusal(self.as_str())
+    }
+
+    /// Whether a pre-checkout can be refused for this reason (the codes the
+    /// `pre_checkout_decisions` table accepts).
+    pub fn is_pre_checkout_refusal(self) -> bool {
+        !matches!(
+            self,
+            Reason::RefundedElsewhere | Reason::UnknownSubscription | Reason::SubscriptionCancelled
+        )
+    }
+}
+
+/// What door 3 knows of a Telegram Stars charge's place in a subscription
+/// (`successful_payment.is_recurring`, `is_first_recurring`, `subscription_expiration_date`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Recurrence {
+    /// Not known (doors 1 and 2, the Stars reconcile): a Stars charge of a paid order whose
+    /// subscription it did not start is taken as a renewal, and a Stars payment of a pending
+    /// order of a `recurring` channel starts a subscription.
+    #[default]
+    Unknown,
+    /// A one-off payment.
+    OneOff,
+    /// The first charge of a subscription, renewing at the given time.
+    First(Option<DateTime<Utc>>),
+    /// A renewal charge, renewing again at the given time.
+    Renewal(Option<DateTime<Utc>>),
+}
+
+impl Recurrence {
+    /// Telegram's `subscription_expiration_date`, when the door had one.
+    fn expires_at(self) -> Option<DateTime<Utc>> {
         match self {
-            Reason::UnknownOrder => "We could not find this order. Please start a new order.",
-            Reason::OrderCancelled => "This order was cancelled. Please start a new order.",
-            Reason::AlreadyPaid => "This order has already been paid.",
-            Reason::PayerMismatch => "This invoice was issued to another Telegram account.",
-            Reason::CurrencyMismatch => "This order cannot be paid with Telegram Stars.",
-            Reason::AmountMismatch => {
-                "The invoice amount does not match the order. Please start a new order."
-            }
-            Reason::ChannelInactive => "This channel is not accepting subscriptions right now.",
-            Reason::HoldExpired => "This invoice has expired. Please start a new order.",
-            Reason::NoSeat => {
-                "This seat has just been taken. Please choose another channel or try later."
-            }
-            Reason::RefundedElsewhere => "This payment was refunded.",
+            Recurrence::First(t) | Recurrence::Renewal(t) => t,
+            Recurrence::Unknown | Recurrence::OneOff => None,
         }
     }
 }
@@ -202,9 +301,18 @@ pub fn outcome_for(gateway: &str, reason: Option<Reason>) -> Outcome {
 /// `duplicate: true` (a repeat whose amount, currency or order reference differs is logged as a
 /// warning). Deadlock victims are run again by [`crate::transaction!`]; a failure is an
 /// `ApiError` and nothing is stored.
-pub async fn apply_payment(db: &Pool, p: NormalizedPayment) -> Result<Applied, ApiError> {
+pub async fn apply_payment(pool: &Pool, p: NormalizedPayment) -> Result<Applied, ApiError> {
+    apply_payment_as(pool, p, Recurrence::Unknown).await
+}
+
+/// [`apply_payment`] of a charge whose place in a Stars subscription the door knows (door 3).
+pub async fn apply_payment_as(
+    pool: &Pool,
+    p: NormalizedPayment,
+    recurrence: Recurrence,
+) -> Result<Applied, ApiError> {
     let p = &p;
-    let applied = crate::transaction!(db, |tx| { apply_in(tx, p).await })?;
+    let applied = crate::transaction!(pool, |tx| { apply_in(tx, p, recurrence).await })?;
     if applied.duplicate {
         warn_if_redelivery_differs(p, &applied.payment);
     }
@@ -218,6 +326,12 @@ pub async fn apply_payment(db: &Pool, p: NormalizedPayment) -> Result<Applied, A
         membership_id = ?applied.membership.as_ref().map(|m| m.id),
         duplicate = applied.duplicate,
         "payment ingested"
+    );
+    crate::metrics::payment(
+        &applied.payment.gateway,
+        applied.duplicate,
+        applied.payment.outcome.as_str(),
+        applied.payment.reason.map(Reason::as_str),
     );
     Ok(applied)
 }
@@ -279,85 +393,283 @@ fn warn_if_redelivery_differs(delivered: &NormalizedPayment, stored: &Payment) {
     );
 }
 
-/// The body of [`apply_payment`]'s transaction.
-async fn apply_in(tx: &Transaction<'_>, p: &NormalizedPayment) -> Result<Applied, ApiError> {
-    // 1. Locks: pair → order → channel (if seat-limited). An unknown reference needs none.
-    let locked = seats::lock_order_by_reference(tx, &p.order_reference).await?;
+/// What the locks of step 1 found: the order (in the lock order) and its subscription, and
+/// whether the charge renews that subscription.
+struct Found {
+    order: Option<LockedOrder>,
+    subscription: Option<StarSubscription>,
+    renewal: bool,
+}
 
-    // 3. (decided before 2., as reads under the locks, so the row is inserted once, final.)
-    let reason = match &locked {
-        None => Some(Reason::UnknownOrder),
-        Some(l) => check(tx, p, l).await?,
+/// The body of [`apply_payment`]'s transaction, in API.md's steps: lock (1), check (3, decided
+/// first as reads under the locks, so the row is inserted once, final), store once (2), and
+/// for a payment that passed, apply it (4).
+async fn apply_in(
+    tx: &Transaction<'_>,
+    p: &NormalizedPayment,
+    recurrence: Recurrence,
+) -> Result<Applied, ApiError> {
+    let found = lock(tx, p, recurrence).await?;
+    let reason = check_found(tx, p, &found).await?;
+    // A renewal is never refunded by us: Telegram charged a subscription the buyer keeps.
+    let outcome = match reason {
+        Some(_) if found.renewal => Outcome::NeedsReview,
+        _ => outcome_for(&p.gateway, reason),
     };
-    let outcome = outcome_for(&p.gateway, reason);
-
-    // 2. Dedupe: of all deliveries of this payment, exactly one inserts.
-    let order = locked.as_ref().map(|l| &l.order);
-    let inserted = tx
-        .query_opt(
-            &format!(
-                "INSERT INTO payments (gateway, external_id, order_reference, order_id,
-                     subscriber_id, channel_id, payer, amount_minor, currency, paid_at,
-                     outcome, reason)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
-                         LEAST($10::timestamptz, statement_timestamp()), $11, $12)
-                 ON CONFLICT (gateway, external_id) DO NOTHING
-                 RETURNING {COLUMNS}"
-            ),
-            &[
-                &p.gateway,
-                &p.external_id,
-                &p.order_reference,
-                &order.map(|o| o.id),
-                &order.map(|o| o.subscriber_id),
-                &order.map(|o| o.channel_id),
-                &p.payer_telegram_id.map(|id| id.to_string()),
-                &p.amount_minor,
-                &p.currency,
-                &p.paid_at,
-                &outcome,
-                &reason,
-            ],
-        )
-        .await?;
-    let Some(row) = inserted else {
+    let Some(payment) = store(tx, p, &found, outcome, reason, recurrence).await? else {
         return duplicate(tx, p).await;
     };
-    let payment = Payment::from_row(&row);
-
-    let Some(locked) = locked else {
+    if reason.is_some() {
+        // The payer, when the door knows them; else the order's buyer.
+        let user = p
+            .payer_telegram_id
+            .or(found.order.as_ref().map(|l| l.subscriber_telegram_id));
+        notices::enqueue_payment_notice(tx, &payment, user).await?;
+    }
+    let Found {
+        order,
+        subscription,
+        renewal,
+    } = found;
+    let Some(locked) = order else {
         return Ok(Applied {
             duplicate: false,
             payment,
             membership: None,
         });
     };
-    let (subscriber_id, channel_id) = (locked.order.subscriber_id, locked.order.channel_id);
-    if reason.is_some() {
-        let membership = current_membership(tx, subscriber_id, channel_id).await?;
-        return Ok(Applied {
-            duplicate: false,
-            payment,
-            membership,
-        });
-    }
+    let membership = if reason.is_some() {
+        memberships::of_pair(tx, locked.order.subscriber_id, locked.order.channel_id).await?
+    } else if renewal {
+        Some(apply_renewal(tx, &payment, &locked, subscription.as_ref(), recurrence).await?)
+    } else {
+        Some(apply_first(tx, p, &payment, &locked, subscription.as_ref(), recurrence).await?)
+    };
+    Ok(Applied {
+        duplicate: false,
+        payment,
+        membership,
+    })
+}
 
-    // 4. Success: the order is paid (its hold stops counting), the membership extended.
+/// Step 1: pair → order → channel (if seat-limited) → the order's subscription, if any. An
+/// unknown reference needs none.
+async fn lock(
+    tx: &Transaction<'_>,
+    p: &NormalizedPayment,
+    recurrence: Recurrence,
+) -> Result<Found, ApiError> {
+    let order = seats::lock_order_by_reference(tx, &p.order_reference).await?;
+    let subscription = match &order {
+        Some(l) => star_subscriptions::lock_of_order(tx, l.order.id).await?,
+        None => None,
+    };
+    let renewal = is_renewal(p, recurrence, order.as_ref(), subscription.as_ref());
+    Ok(Found {
+        order,
+        subscription,
+        renewal,
+    })
+}
+
+/// Step 3: the first failed check, if any (a renewal is checked against its subscription).
+async fn check_found(
+    tx: &Transaction<'_>,
+    p: &NormalizedPayment,
+    found: &Found,
+) -> Result<Option<Reason>, ApiError> {
+    match &found.order {
+        None => Ok(Some(Reason::UnknownOrder)),
+        Some(l) if found.renewal => check_renewal(tx, p, l, found.subscription.as_ref()).await,
+        Some(l) => check(tx, p, l).await,
+    }
+}
+
+const INSERT_SQL: &str = concat!(
+    "INSERT INTO payments (gateway, external_id, order_reference, order_id,
+         subscriber_id, channel_id, payer, amount_minor, currency, paid_at,
+         outcome, reason, renewal, subscription_expires_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
+             LEAST($10::timestamptz, statement_timestamp()), $11, $12, $13, $14)
+     ON CONFLICT (gateway, external_id) DO NOTHING
+     RETURNING ",
+    payment_columns!()
+);
+
+/// Step 2: the dedupe insert, with the final outcome. Of all deliveries of this payment,
+/// exactly one inserts (`Some`); the others find it stored (`None`).
+async fn store(
+    tx: &Transaction<'_>,
+    p: &NormalizedPayment,
+    found: &Found,
+    outcome: Outcome,
+    reason: Option<Reason>,
+    recurrence: Recurrence,
+) -> Result<Option<Payment>, ApiError> {
+    let order = found.order.as_ref().map(|l| &l.order);
+    db::opt(
+        tx,
+        INSERT_SQL,
+        &[
+            &p.gateway,
+            &p.external_id,
+            &p.order_reference,
+            &order.map(|o| o.id),
+            &order.map(|o| o.subscriber_id),
+            &order.map(|o| o.channel_id),
+            &p.payer_telegram_id.map(|id| id.to_string()),
+            &p.amount_minor,
+            &p.currency,
+            &p.paid_at,
+            &outcome,
+            &reason,
+            &found.renewal,
+            &recurrence.expires_at(),
+        ],
+    )
+    .await
+}
+
+/// Step 4 for a first payment: the order is paid (its hold stops counting) and the membership
+/// extended; a first charge of a Stars subscription starts it.
+async fn apply_first(
+    tx: &Transaction<'_>,
+    p: &NormalizedPayment,
+    payment: &Payment,
+    locked: &LockedOrder,
+    subscription: Option<&StarSubscription>,
+    recurrence: Recurrence,
+) -> Result<Membership, ApiError> {
     orders::mark_paid(tx, locked.order.id, payment.paid_at).await?;
     // The term starts now (or at the current expiry), not at `paid_at`: API.md step 4.
     let (membership, _) = memberships::extend(
         tx,
-        subscriber_id,
-        channel_id,
+        locked.order.subscriber_id,
+        locked.order.channel_id,
         locked.channel.billing_period_days,
         Cause::Payment(payment.id),
     )
     .await?;
-    Ok(Applied {
-        duplicate: false,
-        payment,
-        membership: Some(membership),
+    if starts_subscription(tx, p, recurrence, locked).await? && subscription.is_none() {
+        star_subscriptions::start(tx, locked.order.id, &p.external_id, recurrence.expires_at())
+            .await?;
+    }
+    Ok(membership)
+}
+
+/// Step 4 for a renewal charge: the order stays paid, the membership is extended by one more
+/// period, the subscription's next renewal recorded.
+async fn apply_renewal(
+    tx: &Transaction<'_>,
+    payment: &Payment,
+    locked: &LockedOrder,
+    subscription: Option<&StarSubscription>,
+    recurrence: Recurrence,
+) -> Result<Membership, ApiError> {
+    let (membership, _) = memberships::extend(
+        tx,
+        locked.order.subscriber_id,
+        locked.order.channel_id,
+        locked.channel.billing_period_days,
+        Cause::Payment(payment.id),
+    )
+    .await?;
+    if let Some(s) = subscription {
+        star_subscriptions::renewed(tx, s.id, recurrence.expires_at()).await?;
+    }
+    Ok(membership)
+}
+
+/// Whether a charge is a subscription's renewal: the door says so, or (door unknown) it is a
+/// Stars charge of a paid order whose subscription another charge started.
+fn is_renewal(
+    p: &NormalizedPayment,
+    recurrence: Recurrence,
+    locked: Option<&LockedOrder>,
+    subscription: Option<&StarSubscription>,
+) -> bool {
+    match recurrence {
+        Recurrence::Renewal(_) => true,
+        Recurrence::First(_) | Recurrence::OneOff => false,
+        Recurrence::Unknown => {
+            p.gateway == TELEGRAM_STARS
+                && locked.is_some_and(|l| l.order.status == orders::Status::Paid)
+                && subscription.is_some_and(|s| s.charge_id != p.external_id)
+        }
+    }
+}
+
+const RECURRING_SQL: &str = "SELECT recurring FROM channels WHERE id = $1";
+
+/// Whether an applied first payment starts a Stars subscription: the door says so, or (door
+/// unknown, e.g. the reconcile of a missed update) it is a Stars payment of a `recurring`
+/// channel, whose invoices are subscription links.
+async fn starts_subscription(
+    tx: &Transaction<'_>,
+    p: &NormalizedPayment,
+    recurrence: Recurrence,
+    locked: &LockedOrder,
+) -> Result<bool, ApiError> {
+    Ok(match recurrence {
+        Recurrence::First(_) => true,
+        Recurrence::OneOff | Recurrence::Renewal(_) => false,
+        Recurrence::Unknown if p.gateway != TELEGRAM_STARS => false,
+        Recurrence::Unknown => db::row_one(tx, RECURRING_SQL, &[&locked.order.channel_id])
+            .await?
+            .try_get(0)?,
     })
+}
+
+/// The checks of a renewal charge, in order; the first failure wins: the order started a
+/// subscription (and is paid), which is not cancelled; currency, amount and payer match; the
+/// channel is active; the buyer is still a member or a seat is free.
+async fn check_renewal(
+    tx: &Transaction<'_>,
+    p: &NormalizedPayment,
+    l: &LockedOrder,
+    subscription: Option<&StarSubscription>,
+) -> Result<Option<Reason>, ApiError> {
+    let o = &l.order;
+    let Some(s) = subscription.filter(|_| o.status == orders::Status::Paid) else {
+        return Ok(Some(Reason::UnknownSubscription));
+    };
+    if !s.is_active() {
+        return Ok(Some(Reason::SubscriptionCancelled));
+    }
+    if let Some(reason) = mismatch(p, l) {
+        return Ok(Some(reason));
+    }
+    if !l.channel.active {
+        return Ok(Some(Reason::ChannelInactive));
+    }
+    // No hold: the order's hold (if any) belonged to its first payment. A live member renews
+    // without a seat; someone whose membership already ended needs a free one.
+    let Some(limit) = l.channel.seat_limit else {
+        return Ok(None);
+    };
+    if memberships::is_live(tx, o.subscriber_id, o.channel_id).await?
+        || seats::seats_taken(tx, o.channel_id).await? < i64::from(limit)
+    {
+        return Ok(None);
+    }
+    Ok(Some(Reason::NoSeat))
+}
+
+/// The payment against its order, in API.md's order: currency, amount, payer (when the door
+/// knows it).
+fn mismatch(p: &NormalizedPayment, l: &LockedOrder) -> Option<Reason> {
+    if p.currency != l.order.currency {
+        return Some(Reason::CurrencyMismatch);
+    }
+    if p.amount_minor != l.order.amount_minor {
+        return Some(Reason::AmountMismatch);
+    }
+    if p.payer_telegram_id
+        .is_some_and(|payer| payer != l.subscriber_telegram_id)
+    {
+        return Some(Reason::PayerMismatch);
+    }
+    None
 }
 
 /// The checks of API.md step 3 against a locked order, in order; the first failure wins.
@@ -370,16 +682,8 @@ async fn check(
     if o.status == orders::Status::Cancelled {
         return Ok(Some(Reason::OrderCancelled));
     }
-    if p.currency != o.currency {
-        return Ok(Some(Reason::CurrencyMismatch));
-    }
-    if p.amount_minor != o.amount_minor {
-        return Ok(Some(Reason::AmountMismatch));
-    }
-    if let Some(payer) = p.payer_telegram_id
-        && payer != l.subscriber_telegram_id
-    {
-        return Ok(Some(Reason::PayerMismatch));
+    if let Some(reason) = mismatch(p, l) {
+        return Ok(Some(reason));
     }
     // Duplicates of the payment that paid it never get here (they conflict on insert), so a
     // paid order means another payment paid it.
@@ -396,18 +700,18 @@ async fn check(
     })
 }
 
+const STORED_SQL: &str = concat!(
+    "SELECT ",
+    payment_columns!(),
+    " FROM payments WHERE gateway = $1 AND external_id = $2"
+);
+
 /// A repeat delivery: the stored payment, and its pair's current membership. The stored row is
 /// committed (`ON CONFLICT DO NOTHING` waited for its inserter), so this new statement sees it.
 async fn duplicate(tx: &Transaction<'_>, p: &NormalizedPayment) -> Result<Applied, ApiError> {
-    let row = tx
-        .query_one(
-            &format!("SELECT {COLUMNS} FROM payments WHERE gateway = $1 AND external_id = $2"),
-            &[&p.gateway, &p.external_id],
-        )
-        .await?;
-    let payment = Payment::from_row(&row);
+    let payment: Payment = db::one(tx, STORED_SQL, &[&p.gateway, &p.external_id]).await?;
     let membership = match (payment.subscriber_id, payment.channel_id) {
-        (Some(s), Some(c)) => current_membership(tx, s, c).await?,
+        (Some(s), Some(c)) => memberships::of_pair(tx, s, c).await?,
         _ => None,
     };
     Ok(Applied {
@@ -415,23 +719,6 @@ async fn duplicate(tx: &Transaction<'_>, p: &NormalizedPayment) -> Result<Applie
         payment,
         membership,
     })
-}
-
-async fn current_membership(
-    tx: &Transaction<'_>,
-    subscriber_id: i32,
-    channel_id: i32,
-) -> Result<Option<Membership>, ApiError> {
-    let row = tx
-        .query_opt(
-            &format!(
-                "SELECT {} FROM memberships WHERE subscriber_id = $1 AND channel_id = $2",
-                memberships::COLUMNS
-            ),
-            &[&subscriber_id, &channel_id],
-        )
-        .await?;
-    Ok(row.as_ref().map(Membership::from_row))
 }
 
 #[cfg(test)]

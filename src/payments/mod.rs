@@ -1,10 +1,18 @@
-//! Payments: the one transaction that turns a payment into access ([`core`]), and the pure
-//! code the doors use to authenticate and read what gateways send — Standard Webhooks
-//! signatures ([`standard_webhooks`]), WayForPay's signatures and callback ([`wayforpay`]) and
-//! money in minor units ([`currency`]). The doors themselves are HTTP handlers
-//! (`api::webhooks`); no door touches membership SQL.
+//! Payments: the one transaction that turns a payment into access ([`core`]), the notice to a
+//! buyer whose payment could not be used ([`notices`]), Telegram Stars subscriptions
+//! ([`star_subscriptions`]), the payment side of Stars refunds ([`refunds`]), and the pure code
+//! the doors use to authenticate and read what gateways send — Standard Webhooks signatures
+//! ([`standard_webhooks`]), WayForPay's signatures and callback ([`wayforpay`]) and its
+//! Purchase links ([`wayforpay_purchase`]). Money in minor units is [`crate::currency`]. The
+//! doors themselves are HTTP handlers (`api::webhooks`); no door touches membership SQL.
 
 pub mod core;
-pub mod currency;
+pub mod notices;
+pub mod refunds;
 pub mod standard_webhooks;
+pub mod star_subscriptions;
 pub mod wayforpay;
+pub mod wayforpay_purchase;
+
+/// Money in minor units, where the payment code has always found it.
+pub use crate::currency;

@@ -178,6 +178,18 @@ impl BotError {
         })
     }
 
+    /// The label of this failure in the Bot API call metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            BotError::Api { code: 429, .. } => "rate_limited",
+            BotError::Api { .. } => "refused",
+            BotError::Timeout { .. } => "timeout",
+            BotError::Transport { .. } => "transport",
+            BotError::BadResponse { .. } => "bad_response",
+            BotError::Paused { .. } => "paused",
+        }
+    }
+
     /// Seconds to wait before calling again, for a 429 or a pacing refusal.
     pub fn retry_after(&self) -> Option<u64> {
         match self {
@@ -376,7 +388,7 @@ impl BotApi {
     ) -> Result<T, BotError> {
         // Messages are spaced per recipient; chat administration only honours a chat's 429.
         let chat = params.get("chat_id").and_then(Value::as_i64);
-        let spacing = if method == "sendMessage" {
+        let spacing = if method == "sendMessage" || method == "sendInvoice" {
             MESSAGE_INTERVAL
         } else {
             Duration::ZERO
@@ -398,6 +410,11 @@ impl BotApi {
             });
         }
         let result = self.send(method, params).await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(e) => e.metric_label(),
+        };
+        crate::metrics::bot_api_call(method, outcome);
         if let Err(e) = &result
             && let Some(secs) = e.retry_after()
         {
@@ -507,6 +524,86 @@ impl BotApi {
         .await
     }
 
+    /// `sendMessage` of plain text with an inline keyboard (`reply_markup`), link previews off.
+    pub async fn send_message_with_markup(
+        &self,
+        chat_id: i64,
+        text: &str,
+        reply_markup: &Value,
+    ) -> Result<Value, BotError> {
+        self.call(
+            "sendMessage",
+            &json!({
+                "chat_id": chat_id,
+                "text": text,
+                "link_preview_options": {"is_disabled": true},
+                "reply_markup": reply_markup,
+            }),
+        )
+        .await
+    }
+
+    /// `sendInvoice` in Telegram Stars: currency `XTR`, one price, no provider token. Telegram
+    /// shows its own Pay button.
+    pub async fn send_stars_invoice(
+        &self,
+        chat_id: i64,
+        invoice: &StarsInvoice<'_>,
+    ) -> Result<Value, BotError> {
+        self.call(
+            "sendInvoice",
+            &json!({
+                "chat_id": chat_id,
+                "title": invoice.title,
+                "description": invoice.description,
+                "payload": invoice.payload,
+                "currency": "XTR",
+                "prices": [{"label": invoice.label, "amount": invoice.amount}],
+            }),
+        )
+        .await
+    }
+
+    /// `createInvoiceLink` for a Telegram Stars subscription: charged now and again every
+    /// `period_secs` (Telegram accepts 2592000, 30 days) until cancelled.
+    pub async fn create_stars_subscription_link(
+        &self,
+        invoice: &StarsInvoice<'_>,
+        period_secs: i64,
+    ) -> Result<String, BotError> {
+        self.call(
+            "createInvoiceLink",
+            &json!({
+                "title": invoice.title,
+                "description": invoice.description,
+                "payload": invoice.payload,
+                "currency": "XTR",
+                "prices": [{"label": invoice.label, "amount": invoice.amount}],
+                "subscription_period": period_secs,
+            }),
+        )
+        .await
+    }
+
+    /// `editUserStarSubscription`: cancels (`is_canceled` true) or re-enables the renewal of a
+    /// user's Stars subscription, named by its first payment's charge id.
+    pub async fn edit_user_star_subscription(
+        &self,
+        user_id: i64,
+        charge_id: &str,
+        is_canceled: bool,
+    ) -> Result<bool, BotError> {
+        self.call(
+            "editUserStarSubscription",
+            &json!({
+                "user_id": user_id,
+                "telegram_payment_charge_id": charge_id,
+                "is_canceled": is_canceled,
+            }),
+        )
+        .await
+    }
+
     /// `approveChatJoinRequest`.
     pub async fn approve_join_request(&self, chat_id: i64, user_id: i64) -> Result<bool, BotError> {
         self.call(
@@ -574,6 +671,17 @@ impl BotApi {
     }
 }
 
+/// A Telegram Stars invoice: `title` 1..32 and `description` 1..255 characters, `payload` (our
+/// order reference) 1..128 bytes, one price of `amount` stars labelled `label`.
+#[derive(Debug, Clone, Copy)]
+pub struct StarsInvoice<'a> {
+    pub title: &'a str,
+    pub description: &'a str,
+    pub payload: &'a str,
+    pub label: &'a str,
+    pub amount: i64,
+}
+
 /// The stand-in result of a dry-run call: what Telegram would answer, minus real data.
 fn dry_run_result(method: &str) -> Value {
     match method {
@@ -582,7 +690,9 @@ fn dry_run_result(method: &str) -> Value {
         }
         "createInvoiceLink" => json!("https://t.me/$dry-run"),
         "getStarTransactions" => json!({"transactions": []}),
-        "sendMessage" => json!({"message_id": 0, "date": 0, "chat": {"id": 0, "type": "private"}}),
+        "sendMessage" | "sendInvoice" => {
+            json!({"message_id": 0, "date": 0, "chat": {"id": 0, "type": "private"}})
+        }
         _ => json!(true),
     }
 }

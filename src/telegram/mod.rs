@@ -11,17 +11,26 @@
 //! - [`types`]: the subset of the `Update` object we read;
 //! - [`bot_api`]: the Bot API client the effects worker and invoice links use;
 //! - [`pre_checkout`]: the stored, time-boxed pre-checkout decision and the seat hold;
-//! - [`join_request_decision`]: who may join a channel (kept apart so the effects outbox can
-//!   reuse it).
+//! - [`join_request_decision`]: who may join a channel (the door and the effects worker
+//!   decide alike);
+//! - [`recovery`]: Telegram payment recovery, the Stars reconcile (missed payments, refunds
+//!   confirmed or made outside subgate).
 
 pub mod bot_api;
 pub mod pre_checkout;
+pub mod recovery;
 pub mod types;
 
+use deadpool_postgres::GenericClient;
 use serde::Serialize;
-use tokio_postgres::GenericClient;
 
-use crate::error::ApiError;
+use crate::{config::Config, error::ApiError, memberships};
+
+/// Whether Telegram effects can be performed: a bot token is set, or dry-run is on. Without,
+/// effects stay queued, and a join request is answered only in the webhook's reply.
+pub fn outbox_enabled(config: &Config) -> bool {
+    config.telegram_bot_token.is_some() || config.telegram_dry_run
+}
 
 /// A Bot API call returned as the webhook's response body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -58,36 +67,25 @@ impl JoinDecision {
 }
 
 /// Decides a join request of Telegram user `user_id` to chat `chat_id`: approve when that user
-/// (a subscriber by `telegram_user_id`) has an `active` or `grace` membership of the channel
-/// with that `telegram_chat_id`, else decline (strangers, expired members, unknown chats).
+/// (a subscriber by `telegram_user_id`) is a live member of the channel with that
+/// `telegram_chat_id` ([`memberships::is_live_in_chat`]: active or grace, and still inside its
+/// term plus grace by database time), else decline (strangers, expired members, unknown chats).
 ///
-/// The membership must also still be inside its term plus grace by database time: the sweep
-/// may run only now and then, and a membership it has not yet expired must not let a former
-/// member back in (the sweep would only kick them out again). Reads without locks: a join
-/// request racing a renewal at worst is declined and asked again.
+/// The sweep may run only now and then, and a membership it has not yet expired must not let a
+/// former member back in (the sweep would only kick them out again). Reads without locks: a
+/// join request racing a renewal at worst is declined and asked again.
 pub async fn join_request_decision(
     client: &impl GenericClient,
     chat_id: i64,
     user_id: i64,
 ) -> Result<JoinDecision, ApiError> {
-    let row = client
-        .query_one(
-            "SELECT EXISTS (
-                 SELECT 1 FROM memberships m
-                 JOIN subscribers s ON s.id = m.subscriber_id
-                 JOIN channels c ON c.id = m.channel_id
-                 WHERE s.telegram_user_id = $1 AND c.telegram_chat_id = $2
-                   AND m.status IN ('active', 'grace')
-                   AND statement_timestamp()
-                       < m.expires_at + make_interval(days => c.grace_period_days))",
-            &[&user_id, &chat_id],
-        )
-        .await?;
-    Ok(if row.get(0) {
-        JoinDecision::Approve
-    } else {
-        JoinDecision::Decline
-    })
+    Ok(
+        if memberships::is_live_in_chat(client, chat_id, user_id).await? {
+            JoinDecision::Approve
+        } else {
+            JoinDecision::Decline
+        },
+    )
 }
 
 #[cfg(test)]

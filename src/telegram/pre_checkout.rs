@@ -47,10 +47,9 @@ use crate::{
 /// The only currency a Stars invoice can carry.
 pub const STARS: &str = "XTR";
 
-/// How long one lock wait may take before the query is refused as busy.
-const LOCK_TIMEOUT: &str = "2s";
-/// How long one statement may take (lock waits included).
-const STATEMENT_TIMEOUT: &str = "3s";
+/// The decision's limits: one lock wait may take 2 s before the query is refused as busy, one
+/// statement 3 s (lock waits included).
+const TIMEOUTS_SQL: &str = "SET LOCAL lock_timeout = '2s'; SET LOCAL statement_timeout = '3s'";
 /// The decision up to COMMIT: pool wait, statements and retries.
 pub const BUDGET: Duration = Duration::from_secs(4);
 /// How long COMMIT may take before it is cancelled and its outcome read back.
@@ -60,7 +59,7 @@ pub const COMMIT_WAIT: Duration = Duration::from_secs(2);
 pub const READ_BACK: Duration = Duration::from_secs(2);
 
 /// Shown when the decision could not be made in time; not stored.
-pub const BUSY_MESSAGE: &str = "Please try again in a moment.";
+pub const BUSY_MESSAGE: &str = crate::present::texts::PRE_CHECKOUT_BUSY;
 
 /// Why a decision's transaction did not produce an answer of its own.
 #[derive(Debug)]
@@ -92,6 +91,16 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// The answer's label in the pre-checkout metrics: `approved`, `busy` (asked to try
+    /// again) or `refused`.
+    pub fn metric_label(&self) -> &'static str {
+        match (self.ok, self.error_message.as_deref()) {
+            (true, _) => "approved",
+            (false, Some(BUSY_MESSAGE)) => "busy",
+            (false, _) => "refused",
+        }
+    }
+
     fn approve() -> Answer {
         Answer {
             ok: true,
@@ -317,11 +326,7 @@ async fn decide_in(
         answer,
         stored_by: None,
     };
-    tx.batch_execute(&format!(
-        "SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'; \
-         SET LOCAL statement_timeout = '{STATEMENT_TIMEOUT}'"
-    ))
-    .await?;
+    tx.batch_execute(TIMEOUTS_SQL).await?;
     if let Some(stored) = stored(tx, &q.id).await? {
         return Ok(repeat(stored));
     }
@@ -451,6 +456,12 @@ async fn decide_locked(
 }
 
 const STORED: &str = "SELECT ok, error_message FROM pre_checkout_decisions WHERE query_id = $1";
+const STORE_SQL: &str = "INSERT INTO pre_checkout_decisions
+         (query_id, order_id, order_reference, telegram_user_id, ok, error_message, reason,
+          hold_until)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+     ON CONFLICT (query_id) DO NOTHING
+     RETURNING pg_current_xact_id()::text";
 
 fn answer_of(row: &Row) -> Answer {
     Answer {
@@ -460,7 +471,7 @@ fn answer_of(row: &Row) -> Answer {
 }
 
 async fn stored(tx: &Transaction<'_>, query_id: &str) -> Result<Option<Answer>, ApiError> {
-    let row = tx.query_opt(STORED, &[&query_id]).await?;
+    let row = db::row_opt(tx, STORED, &[&query_id]).await?;
     if row.is_some() {
         tracing::info!(query_id, "pre-checkout repeated: stored decision returned");
     }
@@ -481,26 +492,21 @@ async fn store(
     };
     // The transaction id identifies this transaction should the outcome of its commit have to
     // be read back.
-    let inserted = tx
-        .query_opt(
-            "INSERT INTO pre_checkout_decisions
-                 (query_id, order_id, order_reference, telegram_user_id, ok, error_message,
-                  reason, hold_until)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-             ON CONFLICT (query_id) DO NOTHING
-             RETURNING pg_current_xact_id()::text",
-            &[
-                &q.id,
-                &d.order_id,
-                &q.invoice_payload,
-                &q.from.id,
-                &answer.ok,
-                &answer.error_message,
-                &d.refusal,
-                &d.hold_until,
-            ],
-        )
-        .await?;
+    let inserted = db::row_opt(
+        tx,
+        STORE_SQL,
+        &[
+            &q.id,
+            &d.order_id,
+            &q.invoice_payload,
+            &q.from.id,
+            &answer.ok,
+            &answer.error_message,
+            &d.refusal,
+            &d.hold_until,
+        ],
+    )
+    .await?;
     let Some(inserted) = inserted else {
         return Err(DecideError::Raced);
     };
@@ -584,14 +590,20 @@ mod tests {
 
     #[test]
     fn refusal_messages_are_short_and_reasons_match_the_schema() {
-        let schema = include_str!("../../migrations/0002_telegram.sql");
+        let pre_checkout = include_str!("../../migrations/0002_telegram.sql");
+        let payments = include_str!("../../migrations/0005_buyer_bot.sql");
+        let payments = &payments[payments.find("payments_reason_check CHECK").unwrap()..];
         for r in Reason::ALL {
-            assert!(r.buyer_message().len() <= 100, "{r:?} message too long");
-            if r != Reason::RefundedElsewhere {
-                assert!(schema.contains(&format!("'{}'", r.as_str())), "{r:?}");
+            let code = format!("'{}'", r.as_str());
+            assert!(payments.contains(&code), "{r:?} is a payment reason");
+            if r.is_pre_checkout_refusal() {
+                assert!(
+                    pre_checkout.contains(&code),
+                    "{r:?} is a pre-checkout reason"
+                );
+                assert!(r.buyer_message().len() <= 100, "{r:?} message too long");
+                assert_ne!(r.buyer_message(), BUSY_MESSAGE, "{r:?} has its own text");
             }
         }
-        let payments = include_str!("../../migrations/0004_effect_leases.sql");
-        assert!(payments.contains(&format!("'{}'", Reason::RefundedElsewhere)));
     }
 }

@@ -1,9 +1,11 @@
 //! The subset of the Telegram Bot API `Update` object this service reads.
 //!
 //! Telegram adds fields to its objects all the time, so nothing here denies unknown fields:
-//! every struct names only what subgate uses and serde skips the rest. Update kinds we do not
-//! handle (edited messages, channel posts, callback queries, …) simply leave all three options
-//! of [`Update`] empty. Field names and types follow <https://core.telegram.org/bots/api>.
+//! every struct names only what subgate uses and serde skips the rest. Update kinds this door
+//! does not decide itself (commands and button presses, which go to the bot's conversation in
+//! [`crate::bot`] with its own view of the update; edited messages, channel posts, …) leave all
+//! three options of [`Update`] empty, or a `message` without a payment. Field names and types
+//! follow <https://core.telegram.org/bots/api>.
 
 use serde::Deserialize;
 
@@ -68,6 +70,15 @@ pub struct SuccessfulPayment {
     /// The provider's id; empty for Stars.
     #[serde(default)]
     pub provider_payment_charge_id: Option<String>,
+    /// True for every charge of a Stars subscription.
+    #[serde(default)]
+    pub is_recurring: bool,
+    /// True for a subscription's first charge.
+    #[serde(default)]
+    pub is_first_recurring: bool,
+    /// Unix time the subscription renews next (a subscription's charges only).
+    #[serde(default)]
+    pub subscription_expiration_date: Option<i64>,
 }
 
 /// Telegram asks whether it may charge the buyer; it must be answered within 10 seconds.

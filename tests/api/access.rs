@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use chrono::Utc;
 use serde_json::{Value, json};
-use subgate::effects;
+use subgate::worker;
 use tokio::sync::Barrier;
 
 use crate::{
@@ -33,8 +33,8 @@ async fn app_with(fake: &FakeBot) -> TestApp {
     .await
 }
 
-async fn run(app: &TestApp) -> effects::RunReport {
-    effects::run_once(&app.state).await.unwrap()
+async fn run(app: &TestApp) -> worker::RunReport {
+    worker::run_once(&app.state).await.unwrap()
 }
 
 async fn subscriber(app: &TestApp, telegram_user_id: i64) -> i64 {

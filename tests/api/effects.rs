@@ -2,7 +2,7 @@
 //! inside the test that records calls and can answer 429, 500, errors, hang, or hold a call
 //! open until the test releases it.
 //!
-//! The worker is run directly (`effects::run_once`, or a [`Worker`] with a short call timeout);
+//! The worker is run directly (`worker::run_once`, or a [`Worker`] with a short call timeout);
 //! time is moved by back-dating rows with SQL (`next_attempt_at`, `expires_at`), never by
 //! sleeping through backoffs.
 
@@ -18,9 +18,10 @@ use std::{
 use axum::http::Method;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
-use subgate::effects::{
-    self, RunReport,
-    worker::{Options, Worker},
+use subgate::{
+    memberships,
+    telegram::recovery,
+    worker::{self, Options, RunReport, Worker},
 };
 use tokio::sync::Barrier;
 
@@ -48,7 +49,7 @@ async fn app_with(fake: &FakeBot) -> TestApp {
 }
 
 async fn run(app: &TestApp) -> RunReport {
-    effects::run_once(&app.state).await.unwrap()
+    worker::run_once(&app.state).await.unwrap()
 }
 
 /// A worker whose Bot API calls time out after `ms` milliseconds.
@@ -808,12 +809,16 @@ async fn reconcile_confirms_a_refund_only_when_it_went_to_the_payer() {
 
     // An outgoing transaction with the charge id but to someone else is not our refund.
     fake.add_refund_transaction("ch-rc-2", 9999, 50);
-    let r = effects::reconcile(&app.state).await.unwrap();
+    let r = recovery::reconcile(&app.state.db, &app.state.config)
+        .await
+        .unwrap();
     assert_eq!(r.refunds_confirmed, 0);
     assert_eq!(payment_outcome(&app, p).await, "refund_pending");
 
     fake.add_refund_transaction("ch-rc-2", 6005, 50);
-    let r = effects::reconcile(&app.state).await.unwrap();
+    let r = recovery::reconcile(&app.state.db, &app.state.config)
+        .await
+        .unwrap();
     assert_eq!(r.refunds_confirmed, 1);
     assert_eq!(payment_outcome(&app, p).await, "refunded");
     // The queued retry then sees the outcome and does not refund again.
@@ -839,7 +844,9 @@ async fn reconcile_applies_a_missed_payment_exactly_once() {
     fake.add_incoming_payment("ch-other", 777, "not-an-order", 10);
     fake.add_incoming_payment("ch-missed", user, &reference, 50);
 
-    let r = effects::reconcile(&app.state).await.unwrap();
+    let r = recovery::reconcile(&app.state.db, &app.state.config)
+        .await
+        .unwrap();
     assert_eq!(r.payments_recovered, 2, "{r:?}"); // ours, and the unknown one kept for review
     let row = app
         .db()
@@ -865,7 +872,9 @@ async fn reconcile_applies_a_missed_payment_exactly_once() {
     );
 
     // Twice, and then the late update itself: still one payment, one extension.
-    let r = effects::reconcile(&app.state).await.unwrap();
+    let r = recovery::reconcile(&app.state.db, &app.state.config)
+        .await
+        .unwrap();
     assert_eq!(r.payments_recovered, 0);
     let late = app
         .post_telegram_update(payment_update("ch-missed", user, &reference, 50))
@@ -975,7 +984,7 @@ async fn reminders_once_per_period_and_a_notice_on_entering_grace() {
     // A reminder overtaken by a renewal is not sent.
     let sooner = (Utc::now() + chrono::Duration::days(1)).to_rfc3339();
     patch_membership(&app, m, json!({"expires_at": sooner})).await;
-    let enqueued = subgate::effects::enqueue_due_reminders(&**app.db().await, 3)
+    let enqueued = memberships::enqueue_due_reminders(&app.db().await, 3)
         .await
         .unwrap();
     assert_eq!(enqueued, 1, "a new expiry is a new period");
@@ -1895,7 +1904,9 @@ async fn reconcile_keeps_a_charge_refunded_elsewhere_as_refunded_and_grants_noth
     fake.add_incoming_payment("ch-kept", other, order2["reference"].as_str().unwrap(), 50);
     fake.add_refund_transaction("ch-kept", 9999, 50);
 
-    let r = effects::reconcile(&app.state).await.unwrap();
+    let r = recovery::reconcile(&app.state.db, &app.state.config)
+        .await
+        .unwrap();
     assert_eq!(
         (r.refunded_elsewhere, r.payments_recovered),
         (1, 1),
@@ -1948,7 +1959,9 @@ async fn reconcile_keeps_a_charge_refunded_elsewhere_as_refunded_and_grants_noth
     run(&app).await;
     assert!(fake.calls_of("refundStarPayment").is_empty());
     assert_eq!(app.count("effects WHERE kind = 'refund'").await, 0);
-    let r = effects::reconcile(&app.state).await.unwrap();
+    let r = recovery::reconcile(&app.state.db, &app.state.config)
+        .await
+        .unwrap();
     assert_eq!((r.refunded_elsewhere, r.payments_recovered), (0, 0));
     app.post_telegram_update(payment_update("ch-gone", user, &reference, 50))
         .await

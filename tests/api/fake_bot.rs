@@ -73,6 +73,8 @@ struct FakeState {
     open_requests: HashSet<(i64, i64)>,
     members: HashSet<(i64, i64)>,
     refunded: HashSet<String>,
+    /// (user, first charge id) of Stars subscriptions cancelled with editUserStarSubscription.
+    cancelled_subscriptions: HashSet<(i64, String)>,
     transactions: Vec<Value>,
     counter: u64,
 }
@@ -219,6 +221,14 @@ impl FakeBot {
     /// Opens a join request of `user` to `chat` (approve/decline then succeed once).
     pub fn open_join_request(&self, chat: i64, user: i64) {
         self.with(|s| s.open_requests.insert((chat, user)));
+    }
+
+    /// True when the Stars subscription of `user` started by `charge_id` was cancelled.
+    pub fn subscription_cancelled(&self, user: i64, charge_id: &str) -> bool {
+        self.with(|s| {
+            s.cancelled_subscriptions
+                .contains(&(user, charge_id.to_string()))
+        })
     }
 
     pub fn was_refunded(&self, charge_id: &str) -> bool {
@@ -412,8 +422,30 @@ fn perform(state: &Arc<Mutex<FakeState>>, method: &str, p: &Value) -> Response {
         "sendMessage" => ok(json!({
             "message_id": n, "date": 0,
             "chat": {"id": p["chat_id"], "type": "private"},
-            "text": p["text"]
+            "text": p["text"],
+            "reply_markup": p["reply_markup"]
         })),
+        "sendInvoice" => ok(json!({
+            "message_id": n, "date": 0,
+            "chat": {"id": p["chat_id"], "type": "private"},
+            "invoice": {"title": p["title"], "description": p["description"],
+                        "start_parameter": "", "currency": p["currency"],
+                        "total_amount": p["prices"][0]["amount"]}
+        })),
+        "answerCallbackQuery" => ok(json!(true)),
+        "editUserStarSubscription" => {
+            let user = p["user_id"].as_i64().unwrap_or(0);
+            let charge = p["telegram_payment_charge_id"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            if p["is_canceled"] == json!(true) {
+                s.cancelled_subscriptions.insert((user, charge));
+            } else {
+                s.cancelled_subscriptions.remove(&(user, charge));
+            }
+            ok(json!(true))
+        }
         "refundStarPayment" => {
             let charge = p["telegram_payment_charge_id"]
                 .as_str()
@@ -440,6 +472,9 @@ fn perform(state: &Arc<Mutex<FakeState>>, method: &str, p: &Value) -> Response {
                 .cloned()
                 .collect();
             ok(json!({"transactions": page}))
+        }
+        "createInvoiceLink" if p.get("subscription_period").is_some() => {
+            ok(json!(format!("https://t.me/$fake_subscription_{n}")))
         }
         "createInvoiceLink" => ok(json!(format!("https://t.me/$fake_invoice_{n}"))),
         _ => error(404, "Not Found: method not found", None),

@@ -5,6 +5,7 @@ mod helpers;
 
 mod access;
 mod auth;
+mod bot;
 mod crud;
 mod effects;
 mod hardening_payments;
@@ -13,9 +14,11 @@ mod ops;
 
 mod idempotency;
 mod logs;
+mod metrics;
 mod orders;
 mod payments;
 mod smoke;
 mod sweep;
 mod telegram;
+mod tls;
 mod wayforpay;

@@ -300,3 +300,50 @@ async fn checkout_holds_once_and_never_extends() {
     app.checkout(id(&ob)).await.expect(422);
     app.checkout(999_999).await.expect(404);
 }
+
+/// One definition of a live member for seats: active or grace *and* inside the term plus the
+/// channel's grace by database time. A membership past that window holds no seat even while
+/// the sweep has not yet marked it expired (nor is its owner "already a member").
+#[tokio::test]
+async fn a_membership_past_term_and_grace_holds_no_seat_before_the_sweep() {
+    let app = TestApp::spawn().await;
+    let a = id(&app.create_subscriber(40).await);
+    let b = id(&app.create_subscriber(41).await);
+    let limited = id(&app
+        .create_channel(-40, json!({"seat_limit": 1, "grace_period_days": 2}))
+        .await);
+    let m = app
+        .post(
+            "/api/memberships",
+            json!({"subscriber_id": a, "channel_id": limited, "days": 30}),
+        )
+        .await
+        .expect(201);
+    let back_date = |days: i64| {
+        let at = chrono::Utc::now() - chrono::Duration::days(days);
+        json!({ "expires_at": at.to_rfc3339() })
+    };
+
+    // Live: the seat is taken.
+    let ob = app.create_order(b, limited).await;
+    let r = app.checkout(id(&ob)).await;
+    assert_eq!(r.status.as_u16(), 409);
+    assert!(r.json()["detail"].as_str().unwrap().contains("full"));
+
+    // Past its term but inside the grace period (still `active`: no sweep ran): still live.
+    let path = format!("/api/memberships/{}", id(&m));
+    let patched = app.patch(&path, back_date(1)).await.expect(200);
+    assert_eq!(patched["status"], "active");
+    app.checkout(id(&ob)).await.expect(409);
+
+    // Past term plus grace, still `active` because the sweep has not run: not live, so the
+    // seat is free for b, and a, no longer a member, needs a seat like any buyer.
+    let patched = app.patch(&path, back_date(3)).await.expect(200);
+    assert_eq!(patched["status"], "active");
+    let r = app.checkout(id(&ob)).await.expect(200);
+    assert!(r["order"]["hold_until"].is_string(), "b holds the seat");
+    let oa = app.create_order(a, limited).await;
+    let r = app.checkout(id(&oa)).await;
+    assert_eq!(r.status.as_u16(), 409);
+    assert!(r.json()["detail"].as_str().unwrap().contains("full"));
+}

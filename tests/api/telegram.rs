@@ -1000,13 +1000,15 @@ async fn malformed_bodies_are_400_and_unknown_updates_are_ignored() {
     app.post_telegram_update(bad).await.expect(422);
     assert_eq!(count(&app, "SELECT count(*) FROM payments", &[]).await, 0);
 
-    // Updates the bot does not handle.
+    // Updates the bot does not handle. (Commands and button presses are the buyer
+    // conversation's: tests/api/bot.rs.)
     let ignored = [
         json!({"update_id": 1}),
-        json!({"update_id": 2, "message": {"message_id": 1, "date": 1700000000,
+        json!({"update_id": 2, "edited_message": {"message_id": 1, "date": 1700000000,
             "chat": {"id": 5, "type": "private"}, "from": {"id": 5, "is_bot": false,
             "first_name": "A"}, "text": "/start"}}),
-        json!({"update_id": 3, "callback_query": {"id": "cb", "from": {"id": 5}, "data": "x"}}),
+        json!({"update_id": 3, "channel_post": {"message_id": 1, "date": 1700000000,
+            "chat": {"id": -100, "type": "channel"}, "text": "/start"}}),
         json!({"update_id": 4, "my_chat_member": {"chat": {"id": -1}, "date": 1}}),
     ];
     for update in ignored {

@@ -23,11 +23,12 @@ use serde_json::json;
 
 use crate::{
     api::openapi::{Problem, TelegramAnswer},
+    effects,
     error::ApiError,
     payments::core::{self, NormalizedPayment},
     state::AppState,
     telegram::{
-        JoinDecision, WebhookReply, join_request_decision, pre_checkout,
+        self, JoinDecision, WebhookReply, join_request_decision, pre_checkout,
         types::{ChatJoinRequest, Message, PreCheckoutQuery, SuccessfulPayment, Update},
     },
 };
@@ -66,7 +67,11 @@ pub async fn webhook(
 
     if let Some(q) = &update.pre_checkout_query {
         check_pre_checkout(q)?;
-        let answer = pre_checkout::answer(&state.db, state.config.hold_secs, q).await;
+        let answer = crate::metrics::pre_checkout(
+            pre_checkout::answer(&state.db, state.config.hold_secs, q),
+            pre_checkout::Answer::metric_label,
+        )
+        .await;
         return Ok(reply(WebhookReply::AnswerPreCheckoutQuery {
             pre_checkout_query_id: q.id.clone(),
             ok: answer.ok,
@@ -77,14 +82,29 @@ pub async fn webhook(
         && let Some(paid) = &message.successful_payment
     {
         let payment = normalize(message, paid)?;
-        core::apply_payment(&state.db, payment).await?;
+        core::apply_payment_as(&state.db, payment, recurrence(paid)).await?;
         return Ok(empty());
     }
     if let Some(request) = &update.chat_join_request {
         return join_request(&state, request).await;
     }
-    tracing::debug!(update_id = update.update_id, "Telegram update ignored");
-    Ok(empty())
+    // Buyers talking to the bot (commands, buttons); everything else is ignored there.
+    match crate::bot::handle(&state, &body).await? {
+        Some(call) => Ok(Json(call).into_response()),
+        None => Ok(empty()),
+    }
+}
+
+/// Where a Stars charge stands in a subscription, as `successful_payment` says.
+fn recurrence(paid: &SuccessfulPayment) -> core::Recurrence {
+    let expires_at = paid
+        .subscription_expiration_date
+        .and_then(|t| DateTime::from_timestamp(t, 0));
+    match (paid.is_recurring, paid.is_first_recurring) {
+        (false, _) => core::Recurrence::OneOff,
+        (true, true) => core::Recurrence::First(expires_at),
+        (true, false) => core::Recurrence::Renewal(expires_at),
+    }
 }
 
 /// Checks the secret token in constant time. Unset secret → 503; missing or wrong → 401.
@@ -172,24 +192,17 @@ fn normalize(message: &Message, paid: &SuccessfulPayment) -> Result<NormalizedPa
 async fn join_request(state: &AppState, request: &ChatJoinRequest) -> Result<Response, ApiError> {
     let (chat_id, user_id) = (request.chat.id, request.from.id);
     let client = state.db.get().await?;
-    let decision = join_request_decision(&**client, chat_id, user_id).await?;
+    let decision = join_request_decision(&client, chat_id, user_id).await?;
     tracing::info!(chat_id, user_id, ?decision, "chat join request decided");
-    // With a bot configured, the decision is sent through the effects outbox
-    // (retried until Telegram confirms) and the webhook answers `{}`.
-    let approve = decision == JoinDecision::Approve;
-    if crate::effects::enqueue_join_decision(
-        &state.config,
-        &**client,
-        chat_id,
-        user_id,
-        approve,
-        request.date,
-    )
-    .await?
-    {
-        return Ok(empty());
+    // With a bot configured, the decision is sent through the effects outbox (retried until
+    // Telegram confirms, which a reply cannot report) and the webhook answers `{}`. Without
+    // one, the reply is the only way to answer (API.md door 3).
+    if !telegram::outbox_enabled(&state.config) {
+        return Ok(reply(decision.reply(chat_id, user_id)));
     }
-    Ok(reply(decision.reply(chat_id, user_id)))
+    let approve = decision == JoinDecision::Approve;
+    effects::enqueue_join_decision(&**client, chat_id, user_id, approve, request.date).await?;
+    Ok(empty())
 }
 
 fn reply(call: WebhookReply) -> Response {

@@ -291,9 +291,40 @@ fn unsigned_to_minor(literal: &str, exponent: u32) -> Result<i64, AmountError> {
     Ok(minor)
 }
 
+/// The decimal text of `minor` minor units for a currency with `exponent` decimal places:
+/// `19900, 2` → `199.00`, `500, 0` → `500`, `1500, 3` → `1.500`. The inverse of
+/// [`decimal_to_minor`] for non-negative amounts; exact (no float).
+pub fn minor_to_decimal(minor: i64, exponent: u32) -> String {
+    let sign = if minor < 0 { "-" } else { "" };
+    let digits = minor.unsigned_abs().to_string();
+    let places = exponent as usize;
+    if places == 0 {
+        return format!("{sign}{digits}");
+    }
+    let padded = format!("{digits:0>width$}", width = places + 1);
+    let (int_part, frac_part) = padded.split_at(padded.len() - places);
+    format!("{sign}{int_part}.{frac_part}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn minor_units_print_as_exact_decimals() {
+        assert_eq!(minor_to_decimal(19900, 2), "199.00");
+        assert_eq!(minor_to_decimal(19950, 2), "199.50");
+        assert_eq!(minor_to_decimal(5, 2), "0.05");
+        assert_eq!(minor_to_decimal(0, 2), "0.00");
+        assert_eq!(minor_to_decimal(500, 0), "500");
+        assert_eq!(minor_to_decimal(1500, 3), "1.500");
+        assert_eq!(minor_to_decimal(-150, 2), "-1.50");
+        assert_eq!(minor_to_decimal(i64::MAX, 2), "92233720368547758.07");
+        for (minor, exponent) in [(19900, 2), (1, 3), (123_456, 4), (7, 0)] {
+            let text = minor_to_decimal(minor, exponent);
+            assert_eq!(decimal_to_minor(&text, exponent), Ok(minor), "{text}");
+        }
+    }
 
     #[test]
     fn valid_codes() {

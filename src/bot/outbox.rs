@@ -1,0 +1,39 @@
+//! The bot's messages to buyers go through the effects outbox ([`crate::effects`]), in the
+//! transaction that decided to send them; the effects worker sends them.
+
+use serde_json::json;
+use tokio_postgres::GenericClient;
+
+use super::render;
+use crate::{
+    effects::{Kind, NewEffect, enqueue},
+    error::ApiError,
+};
+
+/// Enqueues `message` for Telegram user `user_id` (a private chat's id is the user's), once
+/// per `dedupe_key` when one is given. Call it in the transaction that decided to send it.
+pub async fn enqueue_message(
+    client: &impl GenericClient,
+    user_id: i64,
+    message: &render::Rendered,
+    dedupe_key: Option<String>,
+) -> Result<Option<i64>, ApiError> {
+    let mut payload = json!({"text": render::clip(&message.text, render::MESSAGE_MAX)});
+    if let Some(markup) = message.reply_markup() {
+        payload["reply_markup"] = markup;
+    }
+    enqueue(
+        client,
+        &NewEffect {
+            kind: Kind::BotMessage,
+            membership_id: None,
+            payment_id: None,
+            order_id: None,
+            chat_id: None,
+            user_id,
+            payload,
+            dedupe_key,
+        },
+    )
+    .await
+}

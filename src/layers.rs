@@ -1,0 +1,329 @@
+//! The layering rules of `docs/ARCHITECTURE.md`, checked over the source: no module outside
+//! `api` refers to `api`, and the top-level modules (a folder module with its submodules is one
+//! node) form no cycle. A test only: it reads `src/**/*.rs` and follows every `crate::` path in
+//! code (comments and string literals are skipped), `use crate::{…}` groups included.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fs,
+    path::{Path, PathBuf},
+};
+
+/// The top-level modules declared in `lib.rs` (`pub mod x;` or `mod x;`).
+fn top_level_modules(lib: &str) -> BTreeSet<String> {
+    code_only(lib)
+        .lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            let rest = line
+                .strip_prefix("pub mod ")
+                .or_else(|| line.strip_prefix("mod "))?;
+            rest.strip_suffix(';').map(|name| name.trim().to_string())
+        })
+        .collect()
+}
+
+/// The source without comments and without the contents of string and char literals, so
+/// only code is searched. Newlines are kept.
+fn code_only(src: &str) -> String {
+    let chars: Vec<char> = src.chars().collect();
+    let mut out = String::with_capacity(src.len());
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            while i < chars.len() && chars[i] != '\n' {
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            i += 2;
+            while i < chars.len() && !(chars[i] == '*' && chars.get(i + 1) == Some(&'/')) {
+                if chars[i] == '\n' {
+                    out.push('\n');
+                }
+                i += 1;
+            }
+            i += 2;
+        } else if c == 'r' && (next == Some('"') || next == Some('#')) && !ident_before(&chars, i) {
+            // A raw string: r"…" or r#"…"#.
+            let mut j = i + 1;
+            let mut hashes = 0;
+            while chars.get(j) == Some(&'#') {
+                hashes += 1;
+                j += 1;
+            }
+            if chars.get(j) != Some(&'"') {
+                out.push(c);
+                i += 1;
+                continue;
+            }
+            j += 1;
+            loop {
+                match chars.get(j) {
+                    None => break,
+                    Some('"') if (1..=hashes).all(|k| chars.get(j + k) == Some(&'#')) => {
+                        j += 1 + hashes;
+                        break;
+                    }
+                    Some('\n') => out.push('\n'),
+                    _ => {}
+                }
+                j += 1;
+            }
+            out.push_str("\"\"");
+            i = j;
+        } else if c == '"' {
+            i += 1;
+            while i < chars.len() && chars[i] != '"' {
+                if chars[i] == '\\' {
+                    i += 1;
+                }
+                if chars.get(i) == Some(&'\n') {
+                    out.push('\n');
+                }
+                i += 1;
+            }
+            out.push_str("\"\"");
+            i += 1;
+        } else if c == '\'' && chars.get(i + 2) == Some(&'\'') {
+            // A one-character literal such as '"' (a lifetime never has a closing quote).
+            out.push_str("' '");
+            i += 3;
+        } else if c == '\'' && next == Some('\\') {
+            // An escaped character literal such as '\'' or '\n'.
+            let mut j = i + 2;
+            while j < chars.len() && chars[j] != '\'' {
+                j += 1;
+            }
+            out.push_str("' '");
+            i = j + 1;
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
+fn ident_before(chars: &[char], i: usize) -> bool {
+    i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_')
+}
+
+/// The first path segments after every `crate::` in `code` (and inside `use crate::{…}`
+/// groups, the first segment of each item).
+fn crate_references(code: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    let bytes = code.as_bytes();
+    let mut from = 0;
+    while let Some(at) = code[from..].find("crate::") {
+        let start = from + at;
+        from = start + "crate::".len();
+        if start > 0 {
+            let before = bytes[start - 1];
+            // `$crate::` counts too; `some_crate::` does not.
+            if before.is_ascii_alphanumeric() || before == b'_' {
+                continue;
+            }
+        }
+        let rest = &code[from..];
+        if let Some(group) = rest.strip_prefix('{') {
+            for item in top_level_items(group) {
+                if let Some(name) = leading_ident(item.trim()) {
+                    found.insert(name.to_string());
+                }
+            }
+        } else if let Some(name) = leading_ident(rest) {
+            found.insert(name.to_string());
+        }
+    }
+    found
+}
+
+/// The comma-separated items of a brace group whose opening brace was just consumed, up to its
+/// closing brace, split at depth zero only.
+fn top_level_items(group: &str) -> Vec<&str> {
+    let mut items = Vec::new();
+    let mut depth = 0;
+    let mut start = 0;
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                items.push(&group[start..i]);
+                return items;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&group[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&group[start..]);
+    items
+}
+
+fn leading_ident(s: &str) -> Option<&str> {
+    let end = s
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(s.len());
+    (end > 0).then(|| &s[..end])
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).expect("src is readable") {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The node a file belongs to: its top-level module, or `None` for the crate root files.
+fn node_of(src: &Path, file: &Path) -> Option<String> {
+    let relative = file.strip_prefix(src).ok()?;
+    let first = relative.components().next()?.as_os_str().to_str()?;
+    match first {
+        "lib.rs" | "main.rs" => None,
+        _ => Some(first.trim_end_matches(".rs").to_string()),
+    }
+}
+
+/// Edges of the module graph: node → the other top-level modules it refers to.
+fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let lib = fs::read_to_string(src.join("lib.rs")).expect("lib.rs");
+    let modules = top_level_modules(&lib);
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in files {
+        let Some(node) = node_of(src, &file) else {
+            continue;
+        };
+        let code = code_only(&fs::read_to_string(&file).expect("a source file"));
+        let targets = graph.entry(node.clone()).or_default();
+        for name in crate_references(&code) {
+            if name != node && modules.contains(&name) {
+                targets.insert(name);
+            }
+        }
+    }
+    graph
+}
+
+/// A cycle of the graph, as the path that closes it, if there is one.
+fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| n == node) {
+            let mut cycle = path[at..].to_vec();
+            cycle.push(node.to_string());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn src() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+    }
+
+    #[test]
+    fn no_module_outside_api_refers_to_api() {
+        let graph = module_graph(&src());
+        assert!(graph.contains_key("api"), "the scan found the api module");
+        let offenders: Vec<&String> = graph
+            .iter()
+            .filter(|(node, targets)| *node != "api" && targets.contains("api"))
+            .map(|(node, _)| node)
+            .collect();
+        assert!(
+            offenders.is_empty(),
+            "layers point down: {offenders:?} must not refer to crate::api"
+        );
+    }
+
+    #[test]
+    fn the_top_level_modules_form_no_cycle() {
+        let graph = module_graph(&src());
+        if let Some(cycle) = find_cycle(&graph) {
+            panic!(
+                "module cycle: {}\nthe whole graph: {graph:#?}",
+                cycle.join(" → ")
+            );
+        }
+    }
+
+    #[test]
+    fn references_are_found_in_code_and_groups_only() {
+        let code = code_only(
+            r##"
+            use crate::{
+                db::{self, FromRow},
+                error::ApiError,
+                memberships,
+            };
+            // use crate::api::Nope;
+            /* crate::api::Nor */
+            let s = "crate::api::NotEither";
+            let r = r#"crate::api::Neither"#;
+            let c = '"';
+            $crate::transaction!(x);
+            let x = crate::orders::seats::lock_order;
+            let y = other_crate::api::Thing;
+            "##,
+        );
+        let found = crate_references(&code);
+        let want: BTreeSet<String> = ["db", "error", "memberships", "orders", "transaction"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        assert_eq!(found, want);
+    }
+
+    #[test]
+    fn cycles_are_found() {
+        let edges = |pairs: &[(&str, &str)]| {
+            let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+            for (a, b) in pairs {
+                g.entry(a.to_string()).or_default().insert(b.to_string());
+                g.entry(b.to_string()).or_default();
+            }
+            g
+        };
+        assert_eq!(
+            find_cycle(&edges(&[("a", "b"), ("b", "c"), ("a", "c")])),
+            None
+        );
+        let cycle = find_cycle(&edges(&[("a", "b"), ("b", "c"), ("c", "a")])).unwrap();
+        assert_eq!(cycle.first(), cycle.last());
+        assert_eq!(cycle.len(), 4);
+    }
+}

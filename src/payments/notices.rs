@@ -1,0 +1,60 @@
+//! The buyer's notice of a payment that could not be used, enqueued by the payment core in the
+//! payment's transaction (one `bot_message` effect, keyed `payment_notice:{payment}`): it will
+//! be refunded, or reviewed by staff, or could not be matched to an order. The words are
+//! `crate::present::texts`'.
+
+use deadpool_postgres::Transaction;
+use serde_json::json;
+
+use super::core::{Outcome, Payment, Reason};
+use crate::{
+    db,
+    effects::{Kind, NewEffect, enqueue},
+    error::ApiError,
+    present::{render, texts},
+};
+
+const TITLE_SQL: &str = "SELECT title FROM channels WHERE id = $1";
+
+/// Tells the buyer, once, that payment `p` could not be used: it will be refunded (a Stars
+/// payment we refund), or reviewed by staff (any other), or could not be matched to an order.
+/// `user` is the payer when the door knows them, else the order's buyer; without one (a card
+/// payment naming no order) nobody can be told. Call it in the payment's transaction.
+pub async fn enqueue_payment_notice(
+    tx: &Transaction<'_>,
+    p: &Payment,
+    user: Option<i64>,
+) -> Result<(), ApiError> {
+    let Some(user) = user.filter(|u| *u > 0) else {
+        return Ok(());
+    };
+    let price = render::price(p.amount_minor, &p.currency);
+    let title = match p.channel_id {
+        Some(id) => match db::row_opt(tx, TITLE_SQL, &[&id]).await? {
+            Some(r) => Some(render::title(&r.try_get::<_, String>(0)?, id)),
+            None => None,
+        },
+        None => None,
+    };
+    let seat_taken = p.reason == Some(Reason::NoSeat);
+    let text = match (title, p.outcome) {
+        (None, _) => texts::payment_unknown_order(&price),
+        (Some(t), Outcome::RefundPending) => texts::payment_refunded(&t, &price, seat_taken),
+        (Some(t), _) => texts::payment_in_review(&t, &price, seat_taken),
+    };
+    enqueue(
+        &**tx,
+        &NewEffect {
+            kind: Kind::BotMessage,
+            membership_id: None,
+            payment_id: Some(p.id),
+            order_id: p.order_id,
+            chat_id: None,
+            user_id: user,
+            payload: json!({ "text": text }),
+            dedupe_key: Some(format!("payment_notice:{}", p.id)),
+        },
+    )
+    .await?;
+    Ok(())
+}

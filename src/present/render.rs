@@ -1,0 +1,757 @@
+//! Pure rendering of the bot's messages, keyboards and button data, and Telegram's limits.
+//!
+//! Telegram refuses a message over 4096 characters, callback data over 64 bytes, an invoice
+//! title over 32 or description over 255 characters, a callback answer over 200 characters.
+//! Any of those refusals would turn a buyer's button press into silence, so every text that
+//! carries something staff typed (a channel title or description, up to 255 and 1000
+//! characters) goes through [`clip`], and lists take only as many entries as fit. Telegram
+//! counts characters in UTF-16 code units, so that is what [`units`] counts (an emoji is two);
+//! clipping never splits a character, never leaves a dangling joiner or modifier of an emoji
+//! sequence, and marks the cut with `…`. Text is sent without a parse mode, so a title
+//! containing `<`, `*` or `_` is shown as typed and cannot break a message.
+//!
+//! Button data is `<letter>:<id>` ([`Callback`]), at most 22 bytes; anything else a button
+//! press carries is refused by [`Callback::parse`].
+
+use serde_json::{Value, json};
+
+use super::texts;
+use crate::currency;
+
+/// Longest message text.
+pub const MESSAGE_MAX: usize = 4096;
+/// Longest callback data, in bytes.
+pub const CALLBACK_DATA_MAX: usize = 64;
+/// Longest invoice title.
+pub const INVOICE_TITLE_MAX: usize = 32;
+/// Longest invoice description.
+pub const INVOICE_DESCRIPTION_MAX: usize = 255;
+/// Longest callback answer (the notification or alert text).
+pub const CALLBACK_ANSWER_MAX: usize = 200;
+/// Longest button text we make (Telegram cuts longer ones on screen anyway).
+pub const BUTTON_MAX: usize = 60;
+/// A channel title in a list or a button.
+const TITLE_IN_LIST_MAX: usize = 80;
+/// A channel description in the list (the deep-link offer shows it whole).
+const DESCRIPTION_IN_LIST_MAX: usize = 200;
+/// A description in a single offer, leaving room for the rest of the message.
+const DESCRIPTION_IN_OFFER_MAX: usize = 3000;
+
+/// Length as Telegram counts it: UTF-16 code units.
+pub fn units(s: &str) -> usize {
+    s.encode_utf16().count()
+}
+
+/// True for characters that only modify the one before them: a cut must not leave one
+/// dangling at the end, nor end right after a zero-width joiner.
+fn is_modifier(c: char) -> bool {
+    matches!(c,
+        '\u{200D}'                 // zero-width joiner (emoji sequences)
+        | '\u{FE00}'..='\u{FE0F}'  // variation selectors
+        | '\u{1F3FB}'..='\u{1F3FF}' // skin tones
+        | '\u{0300}'..='\u{036F}'  // combining diacritics
+        | '\u{20D0}'..='\u{20FF}'  // combining marks for symbols (keycaps)
+        | '\u{E0020}'..='\u{E007F}' // tag characters (flag sequences)
+    )
+}
+
+/// `s` cut to at most `max` UTF-16 units, with `…` at the cut. Never splits a character; drops
+/// a trailing joiner or modifier together with the emoji sequence it would have continued.
+pub fn clip(s: &str, max: usize) -> String {
+    if units(s) <= max {
+        return s.to_string();
+    }
+    if max == 0 {
+        return String::new();
+    }
+    let mut out = String::new();
+    let mut used = 0;
+    for c in s.chars() {
+        if used + c.len_utf16() > max - 1 {
+            break;
+        }
+        used += c.len_utf16();
+        out.push(c);
+    }
+    // The cut may fall inside an emoji sequence (base, modifiers, joiner, next base, …):
+    // when the next character still belongs to it, or what is kept ends in a joiner, drop the
+    // whole cut sequence rather than show half of it.
+    let next_is_modifier = s[out.len()..].chars().next().is_some_and(is_modifier);
+    if next_is_modifier || out.ends_with('\u{200D}') {
+        loop {
+            while out.ends_with(is_modifier) {
+                out.pop();
+            }
+            out.pop();
+            if !out.ends_with('\u{200D}') {
+                break;
+            }
+        }
+    }
+    let trimmed = out.trim_end().len();
+    out.truncate(trimmed);
+    out.push('…');
+    out
+}
+
+/// Text on one line: line breaks, tabs and other control characters become spaces, runs of
+/// spaces one space, no space at either end.
+pub fn one_line(s: &str) -> String {
+    s.split(|c: char| c.is_control() || c.is_whitespace())
+        .filter(|part| !part.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A channel's title for buyers: on one line, or `Channel <id>` when nothing printable is left
+/// (a title of only spaces or control characters).
+pub fn title(title: &str, channel_id: i32) -> String {
+    let line = one_line(title);
+    if line.is_empty() {
+        format!("Channel {channel_id}")
+    } else {
+        line
+    }
+}
+
+/// A price as buyers read it: `250 ⭐` for Stars, `99.00 UAH` otherwise.
+pub fn price(amount_minor: i64, currency_code: &str) -> String {
+    if currency_code == "XTR" {
+        return format!("{amount_minor} ⭐");
+    }
+    let exponent = currency::minor_unit_exponent(currency_code).unwrap_or(2);
+    format!(
+        "{} {currency_code}",
+        currency::minor_to_decimal(amount_minor, exponent)
+    )
+}
+
+/// A billing period as buyers read it.
+pub fn period(days: i32) -> String {
+    if days == 1 {
+        "1 day".to_string()
+    } else {
+        format!("{days} days")
+    }
+}
+
+/// What a button press asks for. The data is `<letter>:<positive id>` in ASCII.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Callback {
+    /// Buy (or renew) channel `id`.
+    Buy(i32),
+    /// The next page of the catalogue, after channel `id`.
+    More(i32),
+    /// Cancel the renewal of Stars subscription `id`.
+    CancelRenewal(i64),
+}
+
+impl Callback {
+    /// The button's `callback_data`.
+    pub fn data(self) -> String {
+        match self {
+            Callback::Buy(id) => format!("b:{id}"),
+            Callback::More(id) => format!("l:{id}"),
+            Callback::CancelRenewal(id) => format!("x:{id}"),
+        }
+    }
+
+    /// Parses data made by [`Callback::data`]; anything else (forged, from an older version,
+    /// not ours) is `None`.
+    pub fn parse(data: &str) -> Option<Callback> {
+        let (kind, id) = data.split_once(':')?;
+        if id.is_empty() || id.len() > 19 || !id.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let id: i64 = id.parse().ok()?;
+        if id <= 0 {
+            return None;
+        }
+        match kind {
+            "b" => i32::try_from(id).ok().map(Callback::Buy),
+            "l" => i32::try_from(id).ok().map(Callback::More),
+            "x" => Some(Callback::CancelRenewal(id)),
+            _ => None,
+        }
+    }
+}
+
+/// A command in a message to the bot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// `/start`, with the deep link's payload if any.
+    Start(Option<String>),
+    /// `/help`.
+    Help,
+    /// `/subscriptions`.
+    Subscriptions,
+    /// Any other text.
+    Other,
+}
+
+/// Reads a command: `/start`, `/start <payload>`, `/start@<bot> <payload>`, `/help`,
+/// `/subscriptions`.
+pub fn parse_command(text: &str) -> Command {
+    let text = text.trim();
+    let (head, rest) = match text.split_once(char::is_whitespace) {
+        Some((head, rest)) => (head, rest.trim()),
+        None => (text, ""),
+    };
+    let name = head.split('@').next().unwrap_or(head);
+    match name {
+        "/start" => Command::Start((!rest.is_empty()).then(|| rest.to_string())),
+        "/help" => Command::Help,
+        "/subscriptions" => Command::Subscriptions,
+        _ => Command::Other,
+    }
+}
+
+/// The channel a deep-link payload names: `c<id>`.
+pub fn deep_link_channel(payload: &str) -> Option<i32> {
+    let id = payload.strip_prefix('c')?;
+    if id.is_empty() || id.len() > 10 || !id.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    id.parse().ok().filter(|id: &i32| *id > 0)
+}
+
+/// Whether a channel can be bought now, by this buyer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Availability {
+    Buyable,
+    /// Seat-limited, no seat free (and the buyer is not a member).
+    Full,
+    /// No configured gateway takes its currency.
+    NotOnSale,
+}
+
+/// One channel as the catalogue shows it.
+#[derive(Debug, Clone)]
+pub struct OfferView {
+    pub id: i32,
+    pub title: String,
+    pub description: Option<String>,
+    pub price_minor: i64,
+    pub currency: String,
+    pub billing_period_days: i32,
+    pub recurring: bool,
+    pub availability: Availability,
+}
+
+/// A message to send: its text and inline keyboard (rows of buttons).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Rendered {
+    pub text: String,
+    pub rows: Vec<Vec<Value>>,
+}
+
+impl Rendered {
+    /// The `reply_markup` of the message, if it has buttons.
+    pub fn reply_markup(&self) -> Option<Value> {
+        (!self.rows.is_empty()).then(|| json!({ "inline_keyboard": self.rows }))
+    }
+}
+
+/// A button sending `callback`.
+pub fn button(text: &str, callback: Callback) -> Value {
+    let data = callback.data();
+    debug_assert!(data.len() <= CALLBACK_DATA_MAX);
+    json!({"text": clip(text, BUTTON_MAX), "callback_data": data})
+}
+
+/// A button opening `url`.
+pub fn url_button(text: &str, url: &str) -> Value {
+    json!({"text": clip(text, BUTTON_MAX), "url": url})
+}
+
+fn entry(o: &OfferView, description_max: usize) -> String {
+    let name = clip(&title(&o.title, o.id), TITLE_IN_LIST_MAX);
+    let mut lines = vec![name];
+    if let Some(d) = o
+        .description
+        .as_deref()
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+    {
+        lines.push(clip(d, description_max));
+    }
+    lines.push(texts::price_line(
+        &price(o.price_minor, &o.currency),
+        &period(o.billing_period_days),
+        o.recurring,
+    ));
+    match o.availability {
+        Availability::Buyable => {}
+        Availability::Full => lines.push(texts::FULL.to_string()),
+        Availability::NotOnSale => lines.push(texts::NOT_ON_SALE.to_string()),
+    }
+    lines.join("\n")
+}
+
+fn buy_button(o: &OfferView) -> Option<Vec<Value>> {
+    (o.availability == Availability::Buyable).then(|| {
+        let text = texts::buy_button(
+            &clip(&title(&o.title, o.id), TITLE_IN_LIST_MAX),
+            &price(o.price_minor, &o.currency),
+            o.recurring,
+        );
+        vec![button(&text, Callback::Buy(o.id))]
+    })
+}
+
+/// The catalogue: `intro` (if any), then as many of `offers` as fit in one message, each with
+/// its buy button when it can be bought, and a "more" button when offers were left out or
+/// `more_after` says the database has more. Returns the message and how many offers it shows.
+pub fn catalogue(intro: Option<&str>, offers: &[OfferView], more: bool) -> (Rendered, usize) {
+    let mut text = String::new();
+    if let Some(intro) = intro {
+        text.push_str(intro);
+        text.push_str("\n\n");
+    }
+    if offers.is_empty() {
+        text.push_str(texts::CATALOGUE_EMPTY);
+        return (
+            Rendered {
+                text: clip(&text, MESSAGE_MAX),
+                rows: Vec::new(),
+            },
+            0,
+        );
+    }
+    text.push_str(texts::CATALOGUE_HEADER);
+    let footer = format!("\n\n{}", texts::CATALOGUE_FOOTER);
+    let mut rows = Vec::new();
+    let mut shown = 0;
+    for (i, o) in offers.iter().enumerate() {
+        let piece = format!("\n\n{}. {}", i + 1, entry(o, DESCRIPTION_IN_LIST_MAX));
+        // The first entry always fits (its parts are clipped); later ones only if the footer
+        // still fits after them.
+        if shown > 0 && units(&text) + units(&piece) + units(&footer) > MESSAGE_MAX {
+            break;
+        }
+        text.push_str(&piece);
+        rows.extend(buy_button(o));
+        shown += 1;
+    }
+    text.push_str(&footer);
+    if more || shown < offers.len() {
+        let last = offers[shown - 1].id;
+        rows.push(vec![button(texts::MORE_BUTTON, Callback::More(last))]);
+    }
+    (
+        Rendered {
+            text: clip(&text, MESSAGE_MAX),
+            rows,
+        },
+        shown,
+    )
+}
+
+/// One channel's offer (a deep link): its whole description and its buy button.
+pub fn offer(o: &OfferView) -> Rendered {
+    let text = format!(
+        "{}\n\n{}",
+        entry(o, DESCRIPTION_IN_OFFER_MAX),
+        texts::CATALOGUE_FOOTER
+    );
+    Rendered {
+        text: clip(&text, MESSAGE_MAX),
+        rows: buy_button(o).into_iter().collect(),
+    }
+}
+
+/// One of the buyer's memberships as `/subscriptions` shows it.
+#[derive(Debug, Clone)]
+pub struct MembershipView {
+    pub channel_id: i32,
+    pub title: String,
+    /// `active`, `grace` or `expired`.
+    pub status: String,
+    /// Already formatted ([`texts::day`]).
+    pub expires_at: String,
+    /// The channel can be bought again now.
+    pub can_renew: bool,
+    pub subscription: Option<SubscriptionView>,
+}
+
+/// The Stars subscription of a live membership.
+#[derive(Debug, Clone)]
+pub struct SubscriptionView {
+    pub id: i64,
+    /// `Some(next renewal)` while it renews; `None` once cancelled.
+    pub renews_at: Option<String>,
+}
+
+/// `/subscriptions`: each membership with its status and expiry, a renew button (unless a
+/// live Stars subscription renews it anyway) and, for a live Stars subscription, a
+/// cancel-renewal button. Memberships that do not fit are summed up in a last line.
+pub fn subscriptions(memberships: &[MembershipView]) -> Rendered {
+    if memberships.is_empty() {
+        return Rendered {
+            text: texts::SUBSCRIPTIONS_EMPTY.to_string(),
+            rows: Vec::new(),
+        };
+    }
+    let mut text = texts::SUBSCRIPTIONS_HEADER.to_string();
+    let mut rows = Vec::new();
+    // Room for the "…and N more" line.
+    let reserve = 40;
+    for (i, m) in memberships.iter().enumerate() {
+        let name = clip(&title(&m.title, m.channel_id), TITLE_IN_LIST_MAX);
+        let mut piece = format!(
+            "\n\n{name}\n{}",
+            texts::membership_line(&m.status, &m.expires_at)
+        );
+        let live = m.status != "expired";
+        match &m.subscription {
+            Some(SubscriptionView {
+                renews_at: Some(at),
+                ..
+            }) if live => {
+                piece.push('\n');
+                piece.push_str(&texts::renews_automatically(at));
+            }
+            Some(SubscriptionView {
+                renews_at: None, ..
+            }) if live => {
+                piece.push('\n');
+                piece.push_str(texts::RENEWAL_OFF);
+            }
+            _ => {}
+        }
+        if i > 0 && units(&text) + units(&piece) + reserve > MESSAGE_MAX {
+            text.push_str(&format!("\n\n…and {} more.", memberships.len() - i));
+            break;
+        }
+        text.push_str(&piece);
+        let renewing = live
+            && m.subscription
+                .as_ref()
+                .is_some_and(|s| s.renews_at.is_some());
+        if m.can_renew && !renewing {
+            rows.push(vec![button(
+                &texts::renew_button(&name),
+                Callback::Buy(m.channel_id),
+            )]);
+        }
+        if let Some(s) = m.subscription.as_ref().filter(|_| renewing) {
+            rows.push(vec![button(
+                &texts::cancel_renewal_button(&name),
+                Callback::CancelRenewal(s.id),
+            )]);
+        }
+    }
+    Rendered {
+        text: clip(&text, MESSAGE_MAX),
+        rows,
+    }
+}
+
+/// The webhook reply sending `r` to chat `chat_id`.
+pub fn send_message(chat_id: i64, r: &Rendered) -> Value {
+    let mut call = json!({
+        "method": "sendMessage",
+        "chat_id": chat_id,
+        "text": clip(&r.text, MESSAGE_MAX),
+        "link_preview_options": {"is_disabled": true},
+    });
+    if let Some(markup) = r.reply_markup() {
+        call["reply_markup"] = markup;
+    }
+    call
+}
+
+/// The webhook reply answering button press `query_id` with `text`, as an alert (a dialog the
+/// buyer closes) or a passing notification.
+pub fn answer_callback(query_id: &str, text: &str, alert: bool) -> Value {
+    json!({
+        "method": "answerCallbackQuery",
+        "callback_query_id": query_id,
+        "text": clip(text, CALLBACK_ANSWER_MAX),
+        "show_alert": alert,
+    })
+}
+
+/// An invoice's title: the channel's title on one line, within Telegram's 32 characters.
+pub fn invoice_title(channel_title: &str, channel_id: i32) -> String {
+    clip(&title(channel_title, channel_id), INVOICE_TITLE_MAX)
+}
+
+/// An invoice's description: the channel's description, or a default naming the period, within
+/// Telegram's 255 characters and never empty.
+pub fn invoice_description(
+    description: Option<&str>,
+    channel_title: &str,
+    channel_id: i32,
+    days: i32,
+) -> String {
+    let text = match description.map(str::trim).filter(|d| !d.is_empty()) {
+        Some(d) => d.to_string(),
+        None => {
+            texts::invoice_description(&clip(&title(channel_title, channel_id), 200), &period(days))
+        }
+    };
+    clip(&text, INVOICE_DESCRIPTION_MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offer_view(id: i32, title: &str, availability: Availability) -> OfferView {
+        OfferView {
+            id,
+            title: title.to_string(),
+            description: Some("d".repeat(1000)),
+            price_minor: 250,
+            currency: "XTR".into(),
+            billing_period_days: 30,
+            recurring: false,
+            availability,
+        }
+    }
+
+    #[test]
+    fn clip_counts_utf16_and_never_splits_an_emoji_sequence() {
+        assert_eq!(clip("short", 10), "short");
+        assert_eq!(clip("abcdef", 4), "abc…");
+        // 🔥 is two units: four of them are eight.
+        assert_eq!(units("🔥🔥🔥🔥"), 8);
+        assert_eq!(clip("🔥🔥🔥🔥", 8), "🔥🔥🔥🔥");
+        assert_eq!(clip("🔥🔥🔥🔥", 7), "🔥🔥🔥…");
+        assert_eq!(clip("🔥🔥🔥🔥", 6), "🔥🔥…");
+        // A family (man ZWJ woman ZWJ girl) cut in the middle is dropped whole.
+        let family = "ab👨\u{200D}👩\u{200D}👧";
+        for max in 3..units(family) {
+            let c = clip(family, max);
+            assert!(units(&c) <= max, "{max}: {c}");
+            assert!(!c.contains('\u{200D}'), "{max}: {c:?}");
+        }
+        // A skin tone is never left without its hand, nor a hand cut from its tone.
+        let wave = "x👋🏽y";
+        let c = clip(wave, 4);
+        assert!(units(&c) <= 4 && !c.contains('\u{1F3FD}'), "{c:?}");
+        assert_eq!(clip("x👋🏽yz", 6), "x👋🏽…", "a whole sequence is kept");
+        assert_eq!(clip("", 5), "");
+        assert_eq!(clip("abc", 0), "");
+    }
+
+    #[test]
+    fn titles_are_one_line_and_never_empty() {
+        assert_eq!(title("  My\nchannel\t\u{7}x  ", 3), "My channel x");
+        assert_eq!(title(" \n\t ", 3), "Channel 3");
+        assert_eq!(title("🔥🔥🔥", 3), "🔥🔥🔥");
+        let emoji_only = "👨\u{200D}👩\u{200D}👧".repeat(20);
+        let t = invoice_title(&emoji_only, 9);
+        assert!(units(&t) <= INVOICE_TITLE_MAX && !t.is_empty(), "{t}");
+        assert!(!t.ends_with('\u{200D}'));
+        assert_eq!(invoice_title("   ", 9), "Channel 9");
+    }
+
+    #[test]
+    fn invoice_descriptions_are_never_empty_and_fit() {
+        let d = invoice_description(None, "Title", 1, 30);
+        assert_eq!(d, "30 days of access to «Title».");
+        assert_eq!(
+            invoice_description(Some("  "), "T", 1, 1),
+            "1 day of access to «T»."
+        );
+        let long = "é".repeat(1000);
+        assert!(units(&invoice_description(Some(&long), "T", 1, 30)) <= INVOICE_DESCRIPTION_MAX);
+        let long_title = "🔥".repeat(255);
+        assert!(units(&invoice_description(None, &long_title, 1, 30)) <= INVOICE_DESCRIPTION_MAX);
+    }
+
+    #[test]
+    fn prices_and_periods_read_as_people_write_them() {
+        assert_eq!(price(250, "XTR"), "250 ⭐");
+        assert_eq!(price(9900, "UAH"), "99.00 UAH");
+        assert_eq!(price(500, "JPY"), "500 JPY");
+        assert_eq!(price(1500, "KWD"), "1.500 KWD");
+        assert_eq!(period(1), "1 day");
+        assert_eq!(period(30), "30 days");
+    }
+
+    #[test]
+    fn callback_data_round_trips_fits_and_refuses_anything_else() {
+        for c in [
+            Callback::Buy(1),
+            Callback::Buy(i32::MAX),
+            Callback::More(7),
+            Callback::CancelRenewal(i64::MAX),
+        ] {
+            assert!(c.data().len() <= CALLBACK_DATA_MAX);
+            assert_eq!(Callback::parse(&c.data()), Some(c));
+        }
+        for forged in [
+            "",
+            "b",
+            "b:",
+            "b:0",
+            "b:-1",
+            "b:+1",
+            "b:1.0",
+            "b: 1",
+            "b:99999999999",
+            "x:99999999999999999999",
+            "z:1",
+            "B:1",
+            "b:1:2",
+            "buy:1",
+            "b:١",
+        ] {
+            assert_eq!(Callback::parse(forged), None, "{forged:?}");
+        }
+    }
+
+    #[test]
+    fn commands_and_deep_links() {
+        assert_eq!(parse_command("/start"), Command::Start(None));
+        assert_eq!(
+            parse_command(" /start c12 "),
+            Command::Start(Some("c12".into()))
+        );
+        assert_eq!(
+            parse_command("/start@SubGate_bot c12"),
+            Command::Start(Some("c12".into()))
+        );
+        assert_eq!(parse_command("/help"), Command::Help);
+        assert_eq!(parse_command("/subscriptions"), Command::Subscriptions);
+        assert_eq!(parse_command("/startx"), Command::Other);
+        assert_eq!(parse_command("hello"), Command::Other);
+        assert_eq!(parse_command("🔥"), Command::Other);
+        assert_eq!(deep_link_channel("c12"), Some(12));
+        for bad in ["c", "c0", "c-1", "12", "cx", "c99999999999", "c+1"] {
+            assert_eq!(deep_link_channel(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_catalogue_fits_one_message_and_pages_the_rest() {
+        let long_title = "T".repeat(255);
+        let offers: Vec<OfferView> = (1..=30)
+            .map(|i| offer_view(i, &long_title, Availability::Buyable))
+            .collect();
+        let (r, shown) = catalogue(Some(texts::UNKNOWN_CHANNEL), &offers, false);
+        assert!(units(&r.text) <= MESSAGE_MAX);
+        assert!(shown >= 1 && shown < offers.len(), "{shown}");
+        assert!(r.text.ends_with(texts::CATALOGUE_FOOTER));
+        // One buy button per shown offer, then "more" after the last shown.
+        assert_eq!(r.rows.len(), shown + 1);
+        let more = &r.rows[shown][0];
+        assert_eq!(more["callback_data"], Callback::More(shown as i32).data());
+        for row in &r.rows {
+            for b in row {
+                assert!(b["callback_data"].as_str().unwrap().len() <= CALLBACK_DATA_MAX);
+                assert!(units(b["text"].as_str().unwrap()) <= BUTTON_MAX);
+            }
+        }
+    }
+
+    #[test]
+    fn full_and_unsellable_channels_are_shown_without_a_button() {
+        let offers = vec![
+            offer_view(1, "Open", Availability::Buyable),
+            offer_view(2, "Full", Availability::Full),
+            offer_view(3, "Card", Availability::NotOnSale),
+        ];
+        let (r, shown) = catalogue(None, &offers, false);
+        assert_eq!(shown, 3);
+        assert!(r.text.contains(texts::FULL) && r.text.contains(texts::NOT_ON_SALE));
+        assert_eq!(r.rows.len(), 1);
+        assert_eq!(r.rows[0][0]["callback_data"], "b:1");
+        assert!(r.text.contains("250 ⭐ for 30 days"));
+    }
+
+    #[test]
+    fn an_empty_catalogue_says_so() {
+        let (r, shown) = catalogue(None, &[], false);
+        assert_eq!((r.text.as_str(), shown), (texts::CATALOGUE_EMPTY, 0));
+        assert!(r.reply_markup().is_none());
+    }
+
+    #[test]
+    fn a_single_offer_fits_with_the_longest_description() {
+        let mut o = offer_view(4, &"🔥".repeat(255), Availability::Buyable);
+        o.description = Some("🔥".repeat(1000));
+        let r = offer(&o);
+        assert!(units(&r.text) <= MESSAGE_MAX);
+        assert_eq!(r.rows.len(), 1);
+        let reply = send_message(42, &r);
+        assert_eq!(reply["method"], "sendMessage");
+        assert_eq!(reply["chat_id"], 42);
+        assert_eq!(
+            reply["reply_markup"]["inline_keyboard"][0][0]["callback_data"],
+            "b:4"
+        );
+    }
+
+    #[test]
+    fn subscriptions_show_renewal_state_and_the_right_buttons() {
+        let m = |id, status: &str, sub: Option<SubscriptionView>| MembershipView {
+            channel_id: id,
+            title: format!("C{id}"),
+            status: status.into(),
+            expires_at: "2030-01-01 00:00 UTC".into(),
+            can_renew: true,
+            subscription: sub,
+        };
+        let r = subscriptions(&[
+            m(1, "active", None),
+            m(
+                2,
+                "active",
+                Some(SubscriptionView {
+                    id: 7,
+                    renews_at: Some("2030-01-01 00:00 UTC".into()),
+                }),
+            ),
+            m(
+                3,
+                "grace",
+                Some(SubscriptionView {
+                    id: 8,
+                    renews_at: None,
+                }),
+            ),
+            m(4, "expired", None),
+        ]);
+        assert!(
+            r.text
+                .contains("Renews automatically on 2030-01-01 00:00 UTC.")
+        );
+        assert!(r.text.contains(texts::RENEWAL_OFF));
+        let data: Vec<&str> = r
+            .rows
+            .iter()
+            .map(|row| row[0]["callback_data"].as_str().unwrap())
+            .collect();
+        assert_eq!(data, ["b:1", "x:7", "b:3", "b:4"]);
+        assert_eq!(subscriptions(&[]).text, texts::SUBSCRIPTIONS_EMPTY);
+    }
+
+    #[test]
+    fn many_subscriptions_still_fit() {
+        let all: Vec<MembershipView> = (1..=200)
+            .map(|i| MembershipView {
+                channel_id: i,
+                title: "🔥".repeat(255),
+                status: "active".into(),
+                expires_at: "2030-01-01 00:00 UTC".into(),
+                can_renew: true,
+                subscription: None,
+            })
+            .collect();
+        let r = subscriptions(&all);
+        assert!(units(&r.text) <= MESSAGE_MAX);
+        assert!(r.text.contains("more."));
+    }
+
+    #[test]
+    fn callback_answers_fit() {
+        let a = answer_callback("q", &"x".repeat(500), true);
+        assert_eq!(a["method"], "answerCallbackQuery");
+        assert!(units(a["text"].as_str().unwrap()) <= CALLBACK_ANSWER_MAX);
+        assert_eq!(a["show_alert"], true);
+    }
+}

@@ -1,0 +1,267 @@
+//! Every text a buyer reads from the bot, in one place, so an operator can reword or translate
+//! them without reading the code that sends them. English is the default.
+//!
+//! The texts are plain text (no Markdown or HTML parse mode): a channel title or description
+//! staff typed is shown exactly as typed, and nothing in it can break the message. Values are
+//! passed in already formatted ([`super::render::price`], [`super::render::period`], [`day`]);
+//! limits (4096 characters a message, 200 a callback answer) are enforced by the renderer after
+//! these texts are filled in, so a long title can never push a message over a limit.
+
+use chrono::{DateTime, Utc};
+
+/// A time as buyers read it.
+pub fn day(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M UTC").to_string()
+}
+
+// ---- Telegram's payment form (a refused pre-checkout; at most 100 characters) ----
+
+/// The decision could not be made in time.
+pub const PRE_CHECKOUT_BUSY: &str = "Please try again in a moment.";
+
+/// Why a pre-checkout is refused, by its reason code.
+pub fn pre_checkout_refusal(reason: &str) -> &'static str {
+    match reason {
+        "unknown_order" => "We could not find this order. Please start a new order.",
+        "order_cancelled" => "This order was cancelled. Please start a new order.",
+        "already_paid" => "This order has already been paid.",
+        "payer_mismatch" => "This invoice was issued to another Telegram account.",
+        "currency_mismatch" => "This order cannot be paid with Telegram Stars.",
+        "amount_mismatch" => {
+            "The invoice amount does not match the order. Please start a new order."
+        }
+        "channel_inactive" => "This channel is not accepting subscriptions right now.",
+        "hold_expired" => "This invoice has expired. Please start a new order.",
+        "no_seat" => "This seat has just been taken. Please choose another channel or try later.",
+        _ => PRE_CHECKOUT_BUSY,
+    }
+}
+
+// ---- access (the effects worker) ----
+
+/// A payment made the buyer a member: the channel's join link.
+pub fn grant(title: &str, until: &str, link: &str) -> String {
+    format!(
+        "Payment received, thank you! Your access to «{title}» is active until {until}.\n\n\
+         Join here: {link}\n\
+         Tap the link and send a join request: it is approved automatically for members."
+    )
+}
+
+/// A member renewed.
+pub fn renewal_receipt(title: &str, until: &str) -> String {
+    format!("Payment received, thank you! Your access to «{title}» now lasts until {until}.")
+}
+
+/// `REMINDER_DAYS` before the end of a term.
+pub fn reminder(title: &str, ends: &str) -> String {
+    format!("Your access to «{title}» ends on {ends}. Renew before then to keep it: /subscriptions")
+}
+
+/// The membership entered its grace period.
+pub fn grace_notice(title: &str, expired: &str) -> String {
+    format!(
+        "Your access to «{title}» expired on {expired}. You are in a short grace period: \
+         renew now to keep your place: /subscriptions"
+    )
+}
+
+// ---- the catalogue (/start, /help, deep links) ----
+
+/// Above the list of channels.
+pub const CATALOGUE_HEADER: &str = "Here are the channels you can join:";
+/// Below the list.
+pub const CATALOGUE_FOOTER: &str =
+    "Tap a button to buy. /subscriptions shows the channels you have.";
+/// When no channel is on sale.
+pub const CATALOGUE_EMPTY: &str =
+    "There are no channels for sale right now. Please check back later.";
+/// Before the list, when a deep link named a channel that is unknown or not on sale.
+pub const UNKNOWN_CHANNEL: &str = "Sorry, this channel is not available.";
+/// The button that shows the next page of channels.
+pub const MORE_BUTTON: &str = "More channels ›";
+/// Any other message.
+pub const HELP: &str = "I sell access to private channels.\n\n\
+     /start shows the channels you can join.\n\
+     /subscriptions shows the channels you have.";
+
+/// One channel's price line, e.g. `250 ⭐ for 30 days`.
+pub fn price_line(price: &str, period: &str, recurring: bool) -> String {
+    if recurring {
+        format!("{price} every {period}, renews automatically")
+    } else {
+        format!("{price} for {period}")
+    }
+}
+
+/// Shown under a seat-limited channel with no free seat.
+pub const FULL: &str = "Full right now: no free seats.";
+/// Shown under a channel whose currency no configured gateway takes.
+pub const NOT_ON_SALE: &str = "Not on sale right now.";
+
+/// The buy button of one channel.
+pub fn buy_button(title: &str, price: &str, recurring: bool) -> String {
+    if recurring {
+        format!("Subscribe: {title} · {price}")
+    } else {
+        format!("Buy: {title} · {price}")
+    }
+}
+
+// ---- answers to buttons (shown by Telegram above the chat, at most 200 characters) ----
+
+/// The buy button was pressed and the invoice is being sent.
+pub const INVOICE_ON_ITS_WAY: &str = "Your invoice is on its way.";
+/// The buy button was pressed again while the last invoice is still valid.
+pub const INVOICE_ALREADY_SENT: &str =
+    "Your invoice for this channel is in the chat above; it is still valid.";
+/// A button naming something that is not (or no longer) there, or not the presser's.
+pub const BUTTON_INVALID: &str = "This button is no longer valid. Send /start to see the channels.";
+/// The channel of a buy button is gone or no longer on sale.
+pub const CHANNEL_UNAVAILABLE: &str =
+    "Sorry, this channel is not available any more. Send /start to see the channels.";
+
+/// A seat-limited channel with no free seat: no order is made.
+pub fn channel_full(title: &str) -> String {
+    format!("Sorry, «{title}» is full right now. Please try again later.")
+}
+
+/// A channel priced in a currency no configured gateway takes: no order is made.
+pub fn cannot_be_paid(title: &str) -> String {
+    format!("Sorry, «{title}» cannot be paid for right now. Please try again later.")
+}
+
+/// The buyer already has a live Stars subscription of the channel.
+pub fn already_subscribed(title: &str, renews_at: &str) -> String {
+    format!("You are subscribed to «{title}»; it renews automatically on {renews_at}.")
+}
+
+/// The cancel-renewal button was pressed.
+pub const RENEWAL_CANCELLED: &str = "Renewal cancelled. Your access stays until it expires.";
+/// The cancel-renewal button of a subscription already cancelled.
+pub const RENEWAL_ALREADY_CANCELLED: &str = "This subscription's renewal is already cancelled.";
+
+// ---- invoices ----
+
+/// The invoice's description when the channel has none.
+pub fn invoice_description(title: &str, period: &str) -> String {
+    format!("{period} of access to «{title}».")
+}
+
+/// The label of the invoice's one price.
+pub fn invoice_label(period: &str) -> String {
+    format!("{period} of access")
+}
+
+/// The message carrying a Stars subscription link.
+pub fn subscription_offer(title: &str, price: &str, period: &str) -> String {
+    format!(
+        "Subscribe to «{title}»: {price} every {period}, charged automatically until you cancel \
+         (/subscriptions). Tap the button to pay with Telegram Stars."
+    )
+}
+
+/// The button of a Stars subscription link.
+pub fn subscription_button(price: &str) -> String {
+    format!("Subscribe for {price}")
+}
+
+/// The message carrying a card payment link.
+pub fn card_offer(title: &str, price: &str, period: &str, valid_minutes: i64) -> String {
+    format!(
+        "Pay {price} by card for {period} of access to «{title}». \
+         The payment page is open for {valid_minutes} minutes."
+    )
+}
+
+/// The button of a card payment link.
+pub fn card_button(price: &str) -> String {
+    format!("Pay {price} by card")
+}
+
+// ---- /subscriptions ----
+
+/// Above the buyer's memberships.
+pub const SUBSCRIPTIONS_HEADER: &str = "Your channels:";
+/// When the buyer has none.
+pub const SUBSCRIPTIONS_EMPTY: &str =
+    "You have no channels yet. Send /start to see the channels you can join.";
+
+/// One membership's line.
+pub fn membership_line(status: &str, expires_at: &str) -> String {
+    match status {
+        "active" => format!("Active until {expires_at}."),
+        "grace" => format!("Expired on {expires_at}; in a short grace period: renew to keep it."),
+        _ => format!("Expired on {expires_at}."),
+    }
+}
+
+/// Under a membership with a live Stars subscription.
+pub fn renews_automatically(renews_at: &str) -> String {
+    format!("Renews automatically on {renews_at}.")
+}
+
+/// Under a membership whose Stars subscription was cancelled.
+pub const RENEWAL_OFF: &str = "Renewal cancelled: it will not renew.";
+
+/// The renew button of one membership.
+pub fn renew_button(title: &str) -> String {
+    format!("Renew: {title}")
+}
+
+/// The cancel-renewal button of one live Stars subscription.
+pub fn cancel_renewal_button(title: &str) -> String {
+    format!("Cancel renewal: {title}")
+}
+
+/// Sent once Telegram confirmed the cancellation of a Stars subscription.
+pub fn subscription_cancelled(title: &str, access_until: Option<&str>) -> String {
+    match access_until {
+        Some(until) => format!(
+            "Your subscription to «{title}» will not renew. Your access stays until {until}."
+        ),
+        None => format!("Your subscription to «{title}» will not renew."),
+    }
+}
+
+// ---- what happened to a payment ----
+
+/// A Stars payment we could not use and refund ourselves (the seat was taken, the order was
+/// already paid, its invoice had expired).
+pub fn payment_refunded(title: &str, price: &str, seat_taken: bool) -> String {
+    if seat_taken {
+        format!(
+            "Sorry, the last seat of «{title}» was taken before your payment of {price} arrived. \
+             Your stars will be refunded."
+        )
+    } else {
+        format!(
+            "We could not use your payment of {price} for «{title}» (the order was already paid \
+             or its invoice had expired). Your stars will be refunded."
+        )
+    }
+}
+
+/// A payment we could not use and cannot refund ourselves (a card payment, or a Stars
+/// payment that needs a human): staff review it.
+pub fn payment_in_review(title: &str, price: &str, seat_taken: bool) -> String {
+    if seat_taken {
+        format!(
+            "Sorry, the last seat of «{title}» was taken before your payment of {price} arrived. \
+             We will review your payment and get back to you about a refund."
+        )
+    } else {
+        format!(
+            "We could not apply your payment of {price} for «{title}» automatically. \
+             We will review it and get back to you."
+        )
+    }
+}
+
+/// A payment naming no order we know.
+pub fn payment_unknown_order(price: &str) -> String {
+    format!(
+        "We received your payment of {price} but could not match it to an order. \
+         We will review it and get back to you."
+    )
+}

@@ -1,0 +1,594 @@
+//! The effects worker: claims due effects with a lease, performs them on Telegram holding no
+//! transaction and no database connection, and records the result.
+//!
+//! **Lease.** A claim is its own short transaction: it picks a due effect nobody holds
+//! (`FOR UPDATE SKIP LOCKED`), sets `lease_until` to now + [`Options::lease`], increments
+//! `lease_token` and commits. The reads the effect needs — the membership as it is now, the
+//! payment's outcome, the join decision — are made next on the same connection, which goes back
+//! to the pool before the first Bot API call. Telegram is then called with nothing held, so a
+//! slow or hanging Bot API never keeps a row lock, a transaction or a pool connection: staff
+//! edits and payments never wait for Telegram, and lanes cannot starve the pool. The result is
+//! recorded in a new short transaction, and only while the effect still carries this claim's
+//! token: a worker whose lease ran out and was claimed again records nothing (`superseded`). An
+//! attempt is cut off before its lease ends; a lease left behind (a worker that died) expires
+//! and the effect is claimed again — which is safe because every effect is harmless when
+//! repeated. A database error while recording gives the lease back, so the effect is due again.
+//!
+//! **Ordering.** The effects of one chat member (`chat_id`, `user_id`) are performed one at a
+//! time, in creation (`id`) order: an effect is claimed only when no earlier effect of that
+//! member is `pending` and no pending effect of that member is leased. The claim re-checks this
+//! under a per-member advisory lock, so two claims racing for one member decide one after the
+//! other. A revoke is thus never overtaken by a later grant of the same member (nor the other
+//! way round), and a revoke whose membership is live again when it is performed is skipped.
+//! Refunds name no chat and are not ordered. Dead letters (`failed`) hold nothing back.
+//!
+//! **Results.** Done; a transient failure (timeout, transport, 5xx, a 401/404 that means our
+//! configuration is wrong) is retried with capped exponential backoff and jitter for
+//! [`Options::retry_horizon`] (72 hours) counted from the effect's first failure — not a number
+//! of attempts, so a Telegram outage of hours dead-letters nothing — and only then dead-lettered
+//! (`failed`); Telegram's 429 reschedules at `retry_after` without counting as a failure; any
+//! other refusal (4xx) is definite: `failed` at once, for staff to read
+//! (`GET /api/effects?status=failed`) and retry (`POST /api/effects/{id}/retry`, or
+//! `POST /api/effects/retry` for every dead letter matching a filter). A refund that is
+//! dead-lettered leaves its payment `refund_failed`; sending it back makes it `refund_pending`.
+//!
+//! A run is three named steps per effect — [`claim`], `perform` (the Bot API calls of each kind,
+//! [`perform`](self::perform)) and [`record`] — over lanes that share one report. The worker is
+//! its own module, apart from the outbox it drains ([`crate::effects`]), because it reads
+//! memberships, payments and Telegram decisions, all of which enqueue effects: kept apart, no
+//! module both enqueues and performs. The Stars reconcile is payment recovery, not an effect:
+//! [`crate::telegram::recovery`].
+
+mod bot;
+mod perform;
+
+use std::{
+    collections::HashSet,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use deadpool_postgres::{Object, Transaction};
+use serde::Serialize;
+
+use self::perform::{Attempt, Failure};
+use crate::{
+    db,
+    effects::{self, Effect, Kind, Status, effect_columns},
+    error::ApiError,
+    memberships,
+    payments::{core::Outcome, refunds},
+    state::AppState,
+    telegram::bot_api::{BotApi, DEFAULT_TIMEOUT},
+};
+
+/// How a worker runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Effects performed at once (lanes). A lane holds a database connection only while it
+    /// claims, reads and records, never during Bot API calls.
+    pub concurrency: usize,
+    /// How long transient failures are retried, counted from an effect's first failure, before
+    /// it is dead-lettered.
+    pub retry_horizon: Duration,
+    /// How long one Bot API call may take.
+    pub call_timeout: Duration,
+    /// The most effects one run performs.
+    pub max_effects: u64,
+    /// How long a claim lasts; an attempt is cut off before its lease ends.
+    pub lease: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            concurrency: 4,
+            retry_horizon: RETRY_HORIZON,
+            call_timeout: DEFAULT_TIMEOUT,
+            max_effects: 1000,
+            lease: LEASE,
+        }
+    }
+}
+
+/// Transient failures are retried for this long after an effect's first failure.
+pub const RETRY_HORIZON: Duration = Duration::from_secs(72 * 3600);
+/// The default lease of a claim: far longer than an attempt takes (a few calls of at most
+/// [`DEFAULT_TIMEOUT`] each), short enough that an effect left by a dead worker is soon retried.
+pub const LEASE: Duration = Duration::from_secs(300);
+/// First retry delay; each further attempt doubles it, up to [`BACKOFF_CAP`].
+const BACKOFF_BASE: Duration = Duration::from_secs(10);
+const BACKOFF_CAP: Duration = Duration::from_secs(3600);
+
+/// The delay before attempt `attempts + 1`, with "equal jitter": half fixed, half random, so
+/// retries of effects that failed together spread out.
+pub fn backoff(attempts: i32) -> Duration {
+    let exp = attempts.clamp(1, 20) as u32 - 1;
+    let full = BACKOFF_BASE
+        .saturating_mul(1u32 << exp.min(16))
+        .min(BACKOFF_CAP);
+    let half = full / 2;
+    half + half.mul_f64(rand::random::<f64>())
+}
+
+/// What one run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RunReport {
+    /// Effects performed and recorded done (skipped ones included).
+    pub done: u64,
+    /// Rescheduled after a transient failure.
+    pub retried: u64,
+    /// Rescheduled at Telegram's `retry_after`.
+    pub rate_limited: u64,
+    /// Dead-lettered now.
+    pub failed: u64,
+    /// Attempts whose result could not be recorded (or claims that failed): database errors.
+    /// The effects are given back (or their lease runs out) and run again.
+    pub unrecorded: u64,
+    /// Attempts whose lease had run out and been claimed again by another worker: the newer
+    /// claim records the result, this one recorded nothing.
+    pub superseded: u64,
+    /// Reminders and refunds enqueued by this run's scans.
+    pub enqueued: u64,
+}
+
+impl RunReport {
+    /// Effects attempted so far (whatever became of them).
+    fn attempted(&self) -> u64 {
+        self.done
+            + self.retried
+            + self.rate_limited
+            + self.failed
+            + self.unrecorded
+            + self.superseded
+    }
+
+    /// Counts one attempt's result.
+    fn count(&mut self, recorded: Recorded) {
+        match recorded {
+            Recorded::Done => self.done += 1,
+            Recorded::Retry => self.retried += 1,
+            Recorded::RateLimited => self.rate_limited += 1,
+            Recorded::Failed => self.failed += 1,
+            Recorded::Superseded => self.superseded += 1,
+        }
+    }
+}
+
+/// Runs once with default options: scans for reminders and refunds, then performs every due
+/// effect. With neither a bot token nor dry-run, does nothing (effects stay queued).
+pub async fn run_once(state: &AppState) -> Result<RunReport, ApiError> {
+    Worker::new(state.clone(), Options::default())
+        .run(true, &|| false)
+        .await
+}
+
+/// A committed claim: the effect and the token its result must be recorded under.
+struct Claimed {
+    effect: Effect,
+    token: i64,
+}
+
+/// A worker over the application's pool and configured bot.
+pub struct Worker {
+    state: AppState,
+    bot: Option<BotApi>,
+    options: Options,
+}
+
+impl Worker {
+    /// A worker with the configured bot (`TELEGRAM_BOT_TOKEN`, `TELEGRAM_API_URL`,
+    /// `TELEGRAM_DRY_RUN`); cheap, so one per run is fine.
+    pub fn new(state: AppState, options: Options) -> Worker {
+        let bot = BotApi::from_config(&state.config, options.call_timeout);
+        Worker {
+            state,
+            bot,
+            options,
+        }
+    }
+
+    /// False without a bot token and without dry-run: effects then stay queued.
+    pub fn is_enabled(&self) -> bool {
+        self.bot.is_some()
+    }
+
+    /// One run: enqueue refunds of `refund_pending` payments and, with `scan`, due reminders;
+    /// then perform due effects with [`Options::concurrency`] lanes until none is due,
+    /// `max_effects` are done or `stop` says so (checked between effects). An effect is
+    /// attempted at most once per run.
+    pub async fn run(
+        &self,
+        scan: bool,
+        stop: &(dyn Fn() -> bool + Sync),
+    ) -> Result<RunReport, ApiError> {
+        let Some(bot) = &self.bot else {
+            return Ok(RunReport::default());
+        };
+        let first = RunReport {
+            enqueued: self.enqueue_scans(scan).await?,
+            ..RunReport::default()
+        };
+        let seen = Mutex::new(HashSet::new());
+        let report = Mutex::new(first);
+        let lanes =
+            (0..self.options.concurrency.max(1)).map(|_| self.lane(bot, &seen, &report, stop));
+        futures::future::join_all(lanes).await;
+        Ok(report.into_inner().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The scans of a run: refunds of `refund_pending` payments every run (cheap: an index
+    /// range), due reminders with `scan`. Returns how many effects they enqueued.
+    async fn enqueue_scans(&self, scan: bool) -> Result<u64, ApiError> {
+        let client = self.state.db.get().await?;
+        let mut enqueued = effects::enqueue_pending_refunds(&client).await?;
+        if scan {
+            enqueued +=
+                memberships::enqueue_due_reminders(&client, self.state.config.reminder_days)
+                    .await?;
+        }
+        Ok(enqueued)
+    }
+
+    async fn lane(
+        &self,
+        bot: &BotApi,
+        seen: &Mutex<HashSet<i64>>,
+        report: &Mutex<RunReport>,
+        stop: &(dyn Fn() -> bool + Sync),
+    ) {
+        loop {
+            {
+                let r = report.lock().unwrap_or_else(|p| p.into_inner());
+                if stop() || r.attempted() >= self.options.max_effects {
+                    return;
+                }
+            }
+            let result = self.claim_and_perform(bot, seen).await;
+            let mut r = report.lock().unwrap_or_else(|p| p.into_inner());
+            match result {
+                Ok(None) => return,
+                Ok(Some(recorded)) => r.count(recorded),
+                Err(e) => {
+                    r.unrecorded += 1;
+                    tracing::error!(error = %e, "effect result not recorded; it runs again");
+                    // The database is likely unwell: this lane stops, the next run carries on.
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Claims the next due effect not yet attempted in this run, performs it and records the
+    /// result (see the module doc). `Ok(None)`: nothing is due.
+    async fn claim_and_perform(
+        &self,
+        bot: &BotApi,
+        seen: &Mutex<HashSet<i64>>,
+    ) -> Result<Option<Recorded>, ApiError> {
+        let started = Instant::now();
+        // The attempt ends before the lease does: its clock starts before the claim commits.
+        let deadline = tokio::time::Instant::now() + self.options.lease.mul_f64(0.9);
+        let mut client = self.state.db.get().await?;
+        let exclude: Vec<i64> = seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .copied()
+            .collect();
+        let Some(Claimed { effect, token }) =
+            claim(&mut client, &exclude, self.options.lease).await?
+        else {
+            return Ok(None);
+        };
+        seen.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(effect.id);
+        let attempt = tokio::time::timeout_at(deadline, self.perform(client, bot, &effect))
+            .await
+            .unwrap_or_else(|_| {
+                Attempt::from(Err(Failure::Retry(format!(
+                    "the attempt took longer than its lease ({} s) allows; abandoned",
+                    self.options.lease.as_secs()
+                ))))
+            });
+        let recorded = match record(&self.state, &effect, token, attempt, &self.options).await {
+            Ok(recorded) => recorded,
+            Err(e) => {
+                release(&self.state, effect.id, token).await;
+                return Err(e);
+            }
+        };
+        tracing::info!(
+            effect_id = effect.id,
+            kind = %effect.kind,
+            result = ?recorded,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "effect attempted"
+        );
+        Ok(Some(recorded))
+    }
+}
+
+/// How an attempt was recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Recorded {
+    Done,
+    Retry,
+    RateLimited,
+    Failed,
+    /// The lease had been claimed again: nothing recorded.
+    Superseded,
+}
+
+/// The test of a claim's ordering rule for effect `$1` of member (`$2`, `$3`): no other pending
+/// effect of the member is earlier, and none is leased.
+const FIRST_OF_MEMBER_SQL: &str = "SELECT NOT EXISTS (
+    SELECT 1 FROM effects b
+    WHERE b.chat_id = $2 AND b.user_id = $3 AND b.status = 'pending' AND b.id <> $1
+      AND (b.id < $1 OR b.lease_until > statement_timestamp()))";
+
+const CANDIDATE_SQL: &str = "SELECT id, chat_id, user_id FROM effects e
+     WHERE status = 'pending' AND next_attempt_at <= statement_timestamp()
+       AND (lease_until IS NULL OR lease_until <= statement_timestamp())
+       AND NOT (id = ANY($1))
+       AND NOT EXISTS (
+           SELECT 1 FROM effects b
+           WHERE b.chat_id = e.chat_id AND b.user_id = e.user_id
+             AND b.status = 'pending' AND b.id <> e.id
+             AND (b.id < e.id OR b.lease_until > statement_timestamp()))
+     ORDER BY next_attempt_at, id
+     LIMIT 1
+     FOR UPDATE SKIP LOCKED";
+
+const MEMBER_LOCK_SQL: &str = "SELECT pg_advisory_xact_lock(
+         hashtextextended('subgate effects ' || $1::bigint || ':' || $2::bigint, 0))";
+
+const LEASE_SQL: &str = concat!(
+    "UPDATE effects SET lease_until = statement_timestamp() + make_interval(secs => $2),
+         lease_token = lease_token + 1
+     WHERE id = $1
+     RETURNING ",
+    effect_columns!(),
+    ", lease_token AS token"
+);
+
+/// Claims the next due effect (see the module doc): the first due one, by due time then id,
+/// that is not leased, not in `exclude`, and the first pending effect of its chat member with
+/// none of that member's effects leased. For an effect naming a chat, the rule is checked
+/// again in a fresh statement under the member's advisory lock — held until the claim commits
+/// — so of two claims racing for one member, the second sees the first's lease; a candidate
+/// that fails the check is passed over. Commits the lease and a new token.
+async fn claim(
+    client: &mut Object,
+    exclude: &[i64],
+    lease: Duration,
+) -> Result<Option<Claimed>, ApiError> {
+    let mut passed = exclude.to_vec();
+    loop {
+        let tx = client.transaction().await?;
+        let Some(candidate) = db::row_opt(&tx, CANDIDATE_SQL, &[&passed]).await? else {
+            tx.rollback().await?;
+            return Ok(None);
+        };
+        let (id, chat, user): (i64, Option<i64>, i64) = (
+            candidate.try_get("id")?,
+            candidate.try_get("chat_id")?,
+            candidate.try_get("user_id")?,
+        );
+        if let Some(chat) = chat
+            && !first_of_member(&tx, id, chat, user).await?
+        {
+            tx.rollback().await?;
+            passed.push(id);
+            continue;
+        }
+        let row = db::row_one(&tx, LEASE_SQL, &[&id, &lease.as_secs_f64()]).await?;
+        tx.commit().await?;
+        return Ok(Some(Claimed {
+            effect: db::FromRow::from_row(&row)?,
+            token: row.try_get("token")?,
+        }));
+    }
+}
+
+/// Under member (`chat`, `user`)'s advisory lock, held until the claim commits: whether effect
+/// `id` is the member's first pending one and none of theirs is leased.
+async fn first_of_member(
+    tx: &Transaction<'_>,
+    id: i64,
+    chat: i64,
+    user: i64,
+) -> Result<bool, ApiError> {
+    db::execute(tx, MEMBER_LOCK_SQL, &[&chat, &user]).await?;
+    Ok(db::row_one(tx, FIRST_OF_MEMBER_SQL, &[&id, &chat, &user])
+        .await?
+        .try_get(0)?)
+}
+
+const DONE_SQL: &str = "UPDATE effects SET status = 'done', attempts = attempts + 1,
+         done_at = statement_timestamp(), updated_at = statement_timestamp(),
+         lease_until = NULL,
+         payload = CASE WHEN $2::text IS NULL THEN payload
+                        ELSE payload || jsonb_build_object('note', $2::text) END
+     WHERE id = $1 AND lease_token = $3 AND status = 'pending'
+     RETURNING status";
+
+const RATE_LIMITED_SQL: &str = "UPDATE effects SET
+         next_attempt_at = statement_timestamp() + make_interval(secs => $2),
+         last_error = $3, lease_until = NULL, updated_at = statement_timestamp()
+     WHERE id = $1 AND lease_token = $4 AND status = 'pending'
+     RETURNING status";
+
+const FAILURE_SQL: &str = "UPDATE effects SET attempts = attempts + 1, last_error = $2,
+         first_failed_at = COALESCE(first_failed_at, statement_timestamp()),
+         status = CASE WHEN $3 OR COALESCE(first_failed_at, statement_timestamp())
+                                  <= statement_timestamp() - make_interval(secs => $4)
+                       THEN 'failed' ELSE 'pending' END,
+         next_attempt_at = statement_timestamp() + make_interval(secs => $5),
+         payload = CASE WHEN $6 THEN payload || '{\"verify\": true}' ELSE payload END,
+         lease_until = NULL, updated_at = statement_timestamp()
+     WHERE id = $1 AND lease_token = $7 AND status = 'pending'
+     RETURNING status";
+
+const RELEASE_SQL: &str = "UPDATE effects SET lease_until = NULL
+     WHERE id = $1 AND lease_token = $2 AND status = 'pending'";
+
+/// Records an attempt in a new short transaction, only while the effect still carries `token`
+/// and is pending; otherwise nothing is written (`Superseded`). The payment writes of a refund
+/// are made in the same transaction ([`settle_refund`]). A database failure during the attempt
+/// records nothing and is returned.
+async fn record(
+    state: &AppState,
+    e: &Effect,
+    token: i64,
+    attempt: Attempt,
+    options: &Options,
+) -> Result<Recorded, ApiError> {
+    let Attempt {
+        result,
+        refunded,
+        verify,
+    } = attempt;
+    let mut client = state.db.get().await?;
+    let tx = client.transaction().await?;
+    let (written, recorded, error) = match result {
+        Err(Failure::Db(err)) => return Err(err),
+        Ok(note) => {
+            let written = db::row_opt(&tx, DONE_SQL, &[&e.id, &note, &token]).await?;
+            (written, Recorded::Done, None)
+        }
+        Err(Failure::RateLimited { secs, error }) => {
+            // Telegram's pace, not the effect's fault: not a failure. A little jitter on top,
+            // so effects told to wait together do not all come back in the same instant.
+            let delay = secs as f64 + rand::random::<f64>();
+            let written =
+                db::row_opt(&tx, RATE_LIMITED_SQL, &[&e.id, &delay, &error, &token]).await?;
+            (written, Recorded::RateLimited, Some(error))
+        }
+        Err(Failure::Retry(error)) => {
+            let written = record_failure(&tx, e, token, false, &error, verify, options).await?;
+            (written, Recorded::Retry, Some(error))
+        }
+        Err(Failure::Permanent(error)) => {
+            let written = record_failure(&tx, e, token, true, &error, verify, options).await?;
+            (written, Recorded::Retry, Some(error))
+        }
+    };
+    let Some(written) = written else {
+        tx.rollback().await?;
+        tracing::warn!(
+            effect_id = e.id,
+            kind = %e.kind,
+            "effect attempted after its lease was claimed again; its result is not recorded"
+        );
+        return Ok(Recorded::Superseded);
+    };
+    let recorded = if written.try_get::<_, Status>("status")? == Status::Failed {
+        Recorded::Failed
+    } else {
+        recorded
+    };
+    settle_refund(&tx, e, refunded, recorded).await?;
+    tx.commit().await?;
+    log_recorded(e, recorded, &error.unwrap_or_default());
+    Ok(recorded)
+}
+
+/// A failed attempt: dead-lettered when refused for good (`permanent`), or when the first
+/// failure is older than the retry horizon; else rescheduled with backoff. `verify`: the next
+/// attempt of a refund first looks for it. Returns the written row (its status), if the claim
+/// still held.
+async fn record_failure(
+    tx: &Transaction<'_>,
+    e: &Effect,
+    token: i64,
+    permanent: bool,
+    error: &str,
+    verify: bool,
+    options: &Options,
+) -> Result<Option<tokio_postgres::Row>, ApiError> {
+    let delay = backoff(e.attempts + 1).as_secs_f64();
+    let horizon = options.retry_horizon.as_secs_f64();
+    db::row_opt(
+        tx,
+        FAILURE_SQL,
+        &[&e.id, &error, &permanent, &horizon, &delay, &verify, &token],
+    )
+    .await
+}
+
+/// The payment side of a recorded refund, in the recording transaction: `refunded` when the
+/// refund was made or confirmed, `refund_failed` when its effect was dead-lettered (both only
+/// from `refund_pending`).
+async fn settle_refund(
+    tx: &Transaction<'_>,
+    e: &Effect,
+    refunded: Option<i64>,
+    recorded: Recorded,
+) -> Result<(), ApiError> {
+    if let Some(payment_id) = refunded
+        && recorded == Recorded::Done
+    {
+        refunds::settle(tx, payment_id, Outcome::Refunded).await?;
+    }
+    if recorded == Recorded::Failed
+        && e.kind == Kind::Refund
+        && let Some(payment_id) = e.payment_id
+    {
+        refunds::settle(tx, payment_id, Outcome::RefundFailed).await?;
+    }
+    Ok(())
+}
+
+fn log_recorded(e: &Effect, recorded: Recorded, error: &str) {
+    match recorded {
+        Recorded::RateLimited => {
+            tracing::info!(effect_id = e.id, kind = %e.kind, error = %error, "effect rate-limited; rescheduled");
+        }
+        Recorded::Retry => {
+            tracing::warn!(effect_id = e.id, kind = %e.kind, attempts = e.attempts + 1, error = %error, "effect failed; retrying later");
+        }
+        Recorded::Failed => {
+            tracing::warn!(effect_id = e.id, kind = %e.kind, error = %error, "effect dead-lettered");
+        }
+        Recorded::Done | Recorded::Superseded => {}
+    }
+}
+
+/// Gives a claim back after its result could not be recorded, so the effect is due again at
+/// once rather than when its lease runs out. Best effort: the lease runs out anyway.
+async fn release(state: &AppState, id: i64, token: i64) {
+    let result = async {
+        let client = state.db.get().await?;
+        db::execute(&client, RELEASE_SQL, &[&id, &token]).await
+    }
+    .await;
+    if let Err(e) = result {
+        tracing::warn!(effect_id = id, error = %e, "lease not given back; it runs out by itself");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_with_jitter_and_is_capped() {
+        for attempts in 1..=30 {
+            let full = BACKOFF_BASE
+                .saturating_mul(1u32 << (attempts.min(17) as u32 - 1).min(16))
+                .min(BACKOFF_CAP);
+            for _ in 0..50 {
+                let d = backoff(attempts);
+                assert!(
+                    d >= full / 2 && d <= full,
+                    "attempt {attempts}: {d:?} vs {full:?}"
+                );
+            }
+        }
+        assert!(backoff(1) <= Duration::from_secs(10));
+        assert!(backoff(30) <= BACKOFF_CAP);
+        assert!(backoff(30) >= BACKOFF_CAP / 2);
+    }
+}

@@ -1,0 +1,457 @@
+//! Performing one claimed effect: what it needs is read on the claim's connection, which is
+//! returned to the pool before the first Bot API call; then the calls, each kind by its own
+//! rule. Every effect is harmless when repeated and re-checks the state it acts on: a grant,
+//! receipt or notice whose membership changed since is skipped, a revoke whose member holds
+//! access again is skipped, a join request is decided again by the door's rule
+//! ([`join_request_decision`]), a refund is made only while its payment is `refund_pending`.
+
+use deadpool_postgres::Object;
+
+use super::Worker;
+use crate::{
+    effects::{Effect, Kind},
+    error::ApiError,
+    memberships::{self, EffectView, Status},
+    payments::{
+        core::Outcome,
+        refunds::{self, RefundFacts},
+    },
+    present::texts,
+    telegram::{
+        JoinDecision,
+        bot_api::{BotApi, BotError},
+        join_request_decision,
+        recovery::{self, RefundSearch, find_refund},
+    },
+};
+
+/// How much earlier than its effect's creation a refund may be dated (clocks differ).
+const CLOCK_SKEW_SECS: i64 = 3600;
+
+/// Why an effect was not done.
+pub(super) enum Failure {
+    /// A database error: nothing is recorded, the effect runs again.
+    Db(ApiError),
+    /// Worth trying again later.
+    Retry(String),
+    /// Telegram asked to wait.
+    RateLimited { secs: u64, error: String },
+    /// Telegram refused for good: dead letter.
+    Permanent(String),
+}
+
+impl From<ApiError> for Failure {
+    fn from(e: ApiError) -> Failure {
+        Failure::Db(e)
+    }
+}
+
+impl From<tokio_postgres::Error> for Failure {
+    fn from(e: tokio_postgres::Error) -> Failure {
+        Failure::Db(e.into())
+    }
+}
+
+impl From<BotError> for Failure {
+    fn from(e: BotError) -> Failure {
+        if let Some(secs) = e.retry_after() {
+            return Failure::RateLimited {
+                secs: secs.max(1),
+                error: e.to_string(),
+            };
+        }
+        match &e {
+            // 401: the token is wrong; 404: the API URL is. Configuration, not this effect.
+            BotError::Api { code, .. } if *code >= 500 || *code == 401 || *code == 404 => {
+                Failure::Retry(e.to_string())
+            }
+            BotError::Api { .. } => Failure::Permanent(e.to_string()),
+            _ => Failure::Retry(e.to_string()),
+        }
+    }
+}
+
+impl From<super::bot::BotFailure> for Failure {
+    fn from(e: super::bot::BotFailure) -> Failure {
+        match e {
+            super::bot::BotFailure::Db(e) => Failure::Db(e),
+            super::bot::BotFailure::Bot(e) => Failure::from(e),
+            super::bot::BotFailure::Permanent(why) => Failure::Permanent(why),
+        }
+    }
+}
+
+/// Done, with an optional note (why it was skipped, which harmless error counted as done).
+pub(super) type Performed = Result<Option<String>, Failure>;
+
+/// One attempt's result and the writes it asks the record step to make, under the claim.
+pub(super) struct Attempt {
+    pub(super) result: Performed,
+    /// The refund of this payment is made (or confirmed): `refund_pending` → `refunded`.
+    pub(super) refunded: Option<i64>,
+    /// The refund call's outcome is unknown: look for it before calling again.
+    pub(super) verify: bool,
+}
+
+impl From<Performed> for Attempt {
+    fn from(result: Performed) -> Attempt {
+        Attempt {
+            result,
+            refunded: None,
+            verify: false,
+        }
+    }
+}
+
+impl Worker {
+    /// Reads what the effect needs on `client`, returns the connection to the pool, then makes
+    /// the Bot API calls.
+    pub(super) async fn perform(&self, client: Object, bot: &BotApi, e: &Effect) -> Attempt {
+        let kind = e.kind;
+        match kind {
+            Kind::Refund => self.refund(client, bot, e).await,
+            Kind::BotMessage | Kind::Invoice | Kind::SubscriptionCancel => {
+                let performed = super::bot::perform(&self.state, client, bot, e, kind).await;
+                Attempt::from(performed.map_err(Failure::from))
+            }
+            Kind::JoinApprove | Kind::JoinDecline => {
+                let Some(chat) = e.chat_id else {
+                    return Attempt::from(Err(no_chat()));
+                };
+                // Decided now, by the door's rule: the user may have paid, or their
+                // membership ended, since the request was answered.
+                let decision = join_request_decision(&client, chat, e.user_id).await;
+                drop(client);
+                match decision {
+                    Ok(d) => self.join(bot, e, chat, kind, d).await.into(),
+                    Err(err) => Attempt::from(Err(Failure::Db(err))),
+                }
+            }
+            _ => {
+                // A revoke of a deleted membership names no membership: what counts then is
+                // whether the member has a live membership of that chat again (a new grant
+                // after the delete), which must not be undone.
+                let m = match (kind, e.membership_id, e.chat_id) {
+                    (Kind::Revoke, None, Some(chat)) => {
+                        memberships::effect_view_in_chat(&client, chat, e.user_id).await
+                    }
+                    (_, Some(id), _) => memberships::effect_view(&client, id).await,
+                    (_, None, _) => Ok(None),
+                };
+                drop(client);
+                let m = match m {
+                    Ok(m) => m,
+                    Err(err) => return Attempt::from(Err(Failure::Db(err))),
+                };
+                let performed = match kind {
+                    Kind::Grant => self.grant(bot, e, m).await,
+                    Kind::RenewalReceipt => self.receipt(bot, e, m).await,
+                    Kind::Revoke => self.revoke(bot, e, m).await,
+                    Kind::Reminder => self.notice(bot, e, m, Status::Active).await,
+                    _ => self.notice(bot, e, m, Status::Grace).await,
+                };
+                performed.into()
+            }
+        }
+    }
+
+    /// Unban (only if banned: a member inside stays inside), then the join link.
+    async fn grant(&self, bot: &BotApi, e: &Effect, m: Option<EffectView>) -> Performed {
+        let Some(m) = m else {
+            return Ok(Some("skipped: the membership was deleted".into()));
+        };
+        if !m.status.holds_access() {
+            return Ok(Some(format!("skipped: the membership is {} now", m.status)));
+        }
+        let chat = e.chat_id.ok_or_else(no_chat)?;
+        bot.unban_chat_member(chat, e.user_id).await?;
+        let link = match m.invite_link {
+            Some(link) => link,
+            None => self.channel_link(bot, m.channel_id, chat).await?,
+        };
+        let text = texts::grant(&m.title, &texts::day(m.expires_at), &link);
+        bot.send_message(e.user_id, &text).await?;
+        Ok(None)
+    }
+
+    /// The channel's join-request link: the stored one, or a new one stored for every later
+    /// grant, in one short statement on a connection taken after the call (none is held
+    /// during it). Two grants racing here both create a link; the first stored wins and is
+    /// used by both.
+    async fn channel_link(
+        &self,
+        bot: &BotApi,
+        channel_id: i32,
+        chat: i64,
+    ) -> Result<String, Failure> {
+        let link = bot
+            .create_join_request_link(chat, "subgate members")
+            .await?;
+        if bot.is_dry_run() {
+            return Ok(link.invite_link);
+        }
+        let client = self.state.db.get().await.map_err(ApiError::from)?;
+        // Stored only while the channel is still in that chat: a link must never outlive a
+        // change of the channel's chat.
+        let row = client
+            .query_opt(
+                "WITH stored AS (
+                     UPDATE channels SET invite_link = $2
+                     WHERE id = $1 AND invite_link IS NULL AND telegram_chat_id = $3
+                     RETURNING invite_link
+                 )
+                 SELECT invite_link FROM stored
+                 UNION ALL
+                 SELECT invite_link FROM channels WHERE id = $1 AND telegram_chat_id = $3
+                 LIMIT 1",
+                &[&channel_id, &link.invite_link, &chat],
+            )
+            .await?;
+        Ok(row
+            .and_then(|r| r.get::<_, Option<String>>(0))
+            .unwrap_or(link.invite_link))
+    }
+
+    async fn receipt(&self, bot: &BotApi, e: &Effect, m: Option<EffectView>) -> Performed {
+        let Some(m) = m else {
+            return Ok(Some("skipped: the membership was deleted".into()));
+        };
+        if !m.status.holds_access() {
+            return Ok(Some(format!("skipped: the membership is {} now", m.status)));
+        }
+        let text = texts::renewal_receipt(&m.title, &texts::day(m.expires_at));
+        bot.send_message(e.user_id, &text).await?;
+        Ok(None)
+    }
+
+    /// Ban, then unban only if banned: out of the channel now, free to rejoin after paying.
+    /// Skipped when the membership is live again (a renewal overtook the expiry).
+    async fn revoke(&self, bot: &BotApi, e: &Effect, m: Option<EffectView>) -> Performed {
+        if let Some(m) = m
+            && m.status.holds_access()
+        {
+            return Ok(Some(format!(
+                "skipped: the membership is {} again (renewed)",
+                m.status
+            )));
+        }
+        let chat = e.chat_id.ok_or_else(no_chat)?;
+        match bot.ban_chat_member(chat, e.user_id).await {
+            Ok(_) => {}
+            // Never in the chat (or gone from Telegram): nothing to remove.
+            Err(err)
+                if err.mentions("PARTICIPANT_ID_INVALID") || err.mentions("user not found") =>
+            {
+                return Ok(Some(format!("nothing to remove: {err}")));
+            }
+            Err(err) => return Err(err.into()),
+        }
+        bot.unban_chat_member(chat, e.user_id).await?;
+        Ok(None)
+    }
+
+    /// A reminder (`status` active) or grace notice (`status` grace): sent only while the
+    /// membership is still in the state and term it was enqueued for.
+    async fn notice(
+        &self,
+        bot: &BotApi,
+        e: &Effect,
+        m: Option<EffectView>,
+        status: Status,
+    ) -> Performed {
+        let Some(m) = m else {
+            return Ok(Some("skipped: the membership was deleted".into()));
+        };
+        if m.status != status || e.payload_expires_at() != Some(m.expires_at) {
+            return Ok(Some(
+                "skipped: the membership changed since (renewed or ended)".into(),
+            ));
+        }
+        let text = if status == Status::Active {
+            texts::reminder(&m.title, &texts::day(m.expires_at))
+        } else {
+            texts::grace_notice(&m.title, &texts::day(m.expires_at))
+        };
+        bot.send_message(e.user_id, &text).await?;
+        Ok(None)
+    }
+
+    /// `refundStarPayment`, while the payment is `refund_pending`. Success or
+    /// `CHARGE_ALREADY_REFUNDED`: `refunded`. A timeout leaves the payment `refund_pending` and
+    /// marks the effect to verify first next time: look for the refund in
+    /// `getStarTransactions` ([`find_refund`]) before calling again. A definite refusal: a dead
+    /// letter, and the record step makes the payment `refund_failed`, for staff.
+    async fn refund(&self, client: Object, bot: &BotApi, e: &Effect) -> Attempt {
+        let Some(payment_id) = e.payment_id else {
+            return Attempt::from(Err(Failure::Permanent("the payment was deleted".into())));
+        };
+        let verify = e.payload.get("verify").and_then(|v| v.as_bool()) == Some(true);
+        let facts = async {
+            let payment = refunds::facts(&client, payment_id).await?;
+            let cursor = if verify {
+                recovery::cursor(&client).await?
+            } else {
+                0
+            };
+            Ok::<_, ApiError>((payment, cursor))
+        }
+        .await;
+        drop(client);
+        let (payment, cursor) = match facts {
+            Ok(f) => f,
+            Err(err) => return Attempt::from(Err(Failure::from(err))),
+        };
+        let Some(RefundFacts { outcome, charge_id }) = payment else {
+            return Attempt::from(Err(Failure::Permanent("the payment was deleted".into())));
+        };
+        if outcome != Outcome::RefundPending {
+            return Attempt::from(Ok(Some(format!(
+                "skipped: the payment is {outcome} already"
+            ))));
+        }
+        if bot.is_dry_run() {
+            return Attempt::from(Ok(Some(
+                "dry run: no refund made; the payment stays refund_pending".into(),
+            )));
+        }
+        let refunded = |note: Option<String>| Attempt {
+            result: Ok(note),
+            refunded: Some(payment_id),
+            verify: false,
+        };
+        if verify {
+            let search = RefundSearch {
+                charge_id: &charge_id,
+                user_id: e.user_id,
+                cursor,
+                since: e.created_at.timestamp() - CLOCK_SKEW_SECS,
+            };
+            match find_refund(bot, &search).await {
+                Ok(true) => {
+                    return refunded(Some("refund confirmed in getStarTransactions".into()));
+                }
+                Ok(false) => {}
+                Err(err) => {
+                    return Attempt {
+                        result: Err(err.into()),
+                        refunded: None,
+                        verify: true,
+                    };
+                }
+            }
+        }
+        match bot.refund_star_payment(e.user_id, &charge_id).await {
+            Ok(_) => refunded(None),
+            Err(err) if err.mentions("CHARGE_ALREADY_REFUNDED") => {
+                refunded(Some("Telegram: charge already refunded".into()))
+            }
+            Err(err @ BotError::Timeout { .. }) => Attempt {
+                result: Err(Failure::Retry(format!(
+                    "{err}; the next attempt first looks for the refund in getStarTransactions"
+                ))),
+                refunded: None,
+                verify: true,
+            },
+            Err(err) => Attempt {
+                result: Err(err.into()),
+                refunded: None,
+                verify,
+            },
+        }
+    }
+
+    /// Answers a join request by the decision made now, whatever was decided when it arrived:
+    /// a member (active or grace, inside term plus grace) is approved, anyone else declined.
+    /// Telegram's "no such request" and "already a member" answers mean the goal holds: done.
+    async fn join(
+        &self,
+        bot: &BotApi,
+        e: &Effect,
+        chat: i64,
+        kind: Kind,
+        decision: JoinDecision,
+    ) -> Performed {
+        let approve = decision == JoinDecision::Approve;
+        let note = match (kind, approve) {
+            (Kind::JoinApprove, false) => {
+                Some("declined: the membership ended before the approval was sent".to_string())
+            }
+            (Kind::JoinDecline, true) => {
+                Some("approved: the user became a member before the decline was sent".to_string())
+            }
+            _ => None,
+        };
+        let result = if approve {
+            bot.approve_join_request(chat, e.user_id).await
+        } else {
+            bot.decline_join_request(chat, e.user_id).await
+        };
+        match result {
+            Ok(_) => Ok(note),
+            Err(err)
+                if err.mentions("HIDE_REQUESTER_MISSING")
+                    || err.mentions("USER_ALREADY_PARTICIPANT") =>
+            {
+                Ok(Some(format!("already settled: {err}")))
+            }
+            Err(err) => Err(err.into()),
+        }
+    }
+}
+
+fn no_chat() -> Failure {
+    Failure::Permanent("the effect names no chat".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bot_errors_are_classified() {
+        let api = |code, description: &str, retry_after| BotError::Api {
+            method: "m".into(),
+            code,
+            description: description.into(),
+            retry_after,
+        };
+        assert!(matches!(
+            Failure::from(api(429, "Too Many Requests", Some(7))),
+            Failure::RateLimited { secs: 7, .. }
+        ));
+        assert!(matches!(
+            Failure::from(api(500, "Internal", None)),
+            Failure::Retry(_)
+        ));
+        assert!(matches!(
+            Failure::from(api(502, "Bad Gateway", None)),
+            Failure::Retry(_)
+        ));
+        assert!(matches!(
+            Failure::from(api(401, "Unauthorized", None)),
+            Failure::Retry(_)
+        ));
+        assert!(matches!(
+            Failure::from(api(400, "Bad Request: chat not found", None)),
+            Failure::Permanent(_)
+        ));
+        assert!(matches!(
+            Failure::from(api(403, "Forbidden: bot was blocked by the user", None)),
+            Failure::Permanent(_)
+        ));
+        assert!(matches!(
+            Failure::from(BotError::Timeout {
+                method: "m".into(),
+                secs: 10
+            }),
+            Failure::Retry(_)
+        ));
+        assert!(matches!(
+            Failure::from(BotError::Paused {
+                method: "m".into(),
+                retry_after: 3
+            }),
+            Failure::RateLimited { secs: 3, .. }
+        ));
+    }
+}
