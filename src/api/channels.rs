@@ -81,7 +81,8 @@ const DESCRIPTION_MAX: usize = 1000;
 #[schema(example = json!({"id": 1, "telegram_chat_id": -1001000000001_i64, "title": "Premium signals",
     "price_minor": 19900, "currency": "UAH", "billing_period_days": 30, "grace_period_days": 3,
     "seat_limit": null, "active": true, "created_at": "2025-01-01T10:00:00Z",
-    "updated_at": "2025-01-01T10:00:00Z"}))]
+    "updated_at": "2025-01-01T10:00:00Z", "description": "Daily market signals.",
+    "recurring": false, "buy_link": "https://t.me/subgate_bot?start=c1"}))]
 pub struct Channel {
     pub id: i32,
     pub telegram_chat_id: i64,
