@@ -61,22 +61,26 @@ if [[ "$(ulimit -n)" != unlimited && "$(ulimit -n)" -lt 4096 ]]; then
     ulimit -n 4096 2>/dev/null || true
 fi
 
+# Explicit `return 0`s: in a trap, a bare `return` returns the status the trap interrupted.
 find_psql() {
     local d
     if command -v psql >/dev/null 2>&1; then
         command -v psql
-        return
+        return 0
     fi
     for d in /usr/lib/postgresql/*/bin; do
         if [[ -x "$d/psql" ]]; then
             echo "$d/psql"
-            return
+            return 0
         fi
     done
+    return 0
 }
 
 child=""
 cleanup() {
+    # Best effort to the end: one failing step must not leave the rest undone.
+    set +e
     local pid pids=() psql names name
     [[ -n "$child" ]] && pids+=("$child")
     if [[ -f "$SUBGATE_BENCH_PIDFILE" ]]; then

@@ -626,6 +626,7 @@ async fn measure(o: &Options, pool: &Pool, database_url: &str) -> Result<Figures
         runner: match (&runner, o.replay.as_deref()) {
             (Runner::Rust, Some("rust")) => format!("{} (--replay rust)", runner.name()),
             (Runner::Rust, _) => format!("{} (pgbench is not installed)", runner.name()),
+            (Runner::Pgbench(path), _) if path == Path::new("pgbench") => "pgbench".to_string(),
             (Runner::Pgbench(path), _) => format!("pgbench ({})", path.display()),
         },
         replay,
