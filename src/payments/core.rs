@@ -11,6 +11,13 @@
 //!   number of deliveries of one payment, exactly one inserts; every other one finds the stored
 //!   row, answers with it and changes nothing.
 //!
+//! A delivery of a payment that is already stored (the common retry) is answered before any of
+//! that: one plain read finds the stored row, and the answer is built from it and the pair's
+//! current membership, with no lock taken and nothing written. So re-deliveries never queue on
+//! the pair lock behind each other, a renewal or a sweep batch. Only a delivery that finds no
+//! stored row (a new payment, or a repeat racing the first delivery's commit) opens the locking
+//! transaction, where the insert's conflict still decides.
+//!
 //! The checks (API.md order: unknown order, cancelled, currency, amount, payer, already paid,
 //! channel inactive, seat) are reads under those locks, so they are decided first and the
 //! payment row is inserted once, with its final outcome. A payment that fails a check is still
@@ -26,7 +33,7 @@
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use serde::Serialize;
-use tokio_postgres::Row;
+use tokio_postgres::{GenericClient, Row};
 
 use crate::{
     error::ApiError,
@@ -204,8 +211,9 @@ pub fn outcome_for(gateway: &str, reason: Option<Reason>) -> &'static str {
 /// clamped to now) on the payment and the order, but never moves the term. A repeat of a stored
 /// (gateway, external_id) changes nothing and returns the stored payment with
 /// `duplicate: true` (a repeat whose amount, currency or order reference differs is logged as a
-/// warning). Deadlock victims are run again by [`crate::transaction!`]; a failure is an
-/// `ApiError` and nothing is stored.
+/// warning); one already committed is answered by a plain read before the transaction, without
+/// waiting for any lock. Deadlock victims are run again by [`crate::transaction!`]; a failure is
+/// an `ApiError` and nothing is stored.
 pub async fn apply_payment(state: &AppState, p: NormalizedPayment) -> Result<Applied, ApiError> {
     apply_payment_as(state, p, Recurrence::Unknown).await
 }
@@ -217,7 +225,16 @@ pub async fn apply_payment_as(
     recurrence: Recurrence,
 ) -> Result<Applied, ApiError> {
     let p = &p;
-    let applied = crate::transaction!(state.db, |tx| { apply_in(tx, p, recurrence).await })?;
+    // Its own statement, so the connection goes back to the pool before the transaction takes
+    // one: a request never holds two.
+    let already_stored = {
+        let client = state.db.get().await?;
+        stored(&**client, p).await?
+    };
+    let applied = match already_stored {
+        Some(applied) => applied,
+        None => crate::transaction!(state.db, |tx| { apply_in(tx, p, recurrence).await })?,
+    };
     if applied.duplicate {
         warn_if_redelivery_differs(p, &applied.payment);
     }
@@ -371,7 +388,9 @@ async fn apply_in(
         )
         .await?;
     let Some(row) = inserted else {
-        return duplicate(tx, p).await;
+        return stored(&**tx, p)
+            .await?
+            .ok_or_else(|| ApiError::internal("a conflicting payment is not visible"));
     };
     let payment = Payment::from_row(&row);
     if reason.is_some() {
@@ -391,7 +410,7 @@ async fn apply_in(
     };
     let (subscriber_id, channel_id) = (locked.order.subscriber_id, locked.order.channel_id);
     if reason.is_some() {
-        let membership = current_membership(tx, subscriber_id, channel_id).await?;
+        let membership = current_membership(&**tx, subscriber_id, channel_id).await?;
         return Ok(Applied {
             duplicate: false,
             payment,
@@ -548,33 +567,42 @@ async fn check(
     })
 }
 
-/// A repeat delivery: the stored payment, and its pair's current membership. The stored row is
-/// committed (`ON CONFLICT DO NOTHING` waited for its inserter), so this new statement sees it.
-async fn duplicate(tx: &Transaction<'_>, p: &NormalizedPayment) -> Result<Applied, ApiError> {
-    let row = tx
-        .query_one(
+/// A repeat delivery: the stored payment, and its pair's current membership; `None` when this
+/// (gateway, external_id) is not stored. Plain reads, no lock: before the transaction they
+/// answer a repeat of a committed payment; inside it, after the insert found the conflict, the
+/// stored row is committed (`ON CONFLICT DO NOTHING` waited for its inserter), so this new
+/// statement sees it.
+async fn stored(
+    client: &impl GenericClient,
+    p: &NormalizedPayment,
+) -> Result<Option<Applied>, ApiError> {
+    let Some(row) = client
+        .query_opt(
             &format!("SELECT {COLUMNS} FROM payments WHERE gateway = $1 AND external_id = $2"),
             &[&p.gateway, &p.external_id],
         )
-        .await?;
+        .await?
+    else {
+        return Ok(None);
+    };
     let payment = Payment::from_row(&row);
     let membership = match (payment.subscriber_id, payment.channel_id) {
-        (Some(s), Some(c)) => current_membership(tx, s, c).await?,
+        (Some(s), Some(c)) => current_membership(client, s, c).await?,
         _ => None,
     };
-    Ok(Applied {
+    Ok(Some(Applied {
         duplicate: true,
         payment,
         membership,
-    })
+    }))
 }
 
 async fn current_membership(
-    tx: &Transaction<'_>,
+    client: &impl GenericClient,
     subscriber_id: i32,
     channel_id: i32,
 ) -> Result<Option<Membership>, ApiError> {
-    let row = tx
+    let row = client
         .query_opt(
             &format!(
                 "SELECT {} FROM memberships WHERE subscriber_id = $1 AND channel_id = $2",
