@@ -8,9 +8,10 @@
 
 use axum::{Json, extract::State};
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio_postgres::IsolationLevel;
 
+use super::ApiQuery;
 use crate::{
     auth::Staff, error::ApiError, payments::seats, state::AppState, sweep::SweepRun,
 };
@@ -74,8 +75,17 @@ pub struct EffectCounts {
     pub failed: i64,
 }
 
+/// `GET /api/overview` takes no parameters (an unknown one is a 400, as on every list).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoParams {}
+
 /// `GET /api/overview`.
-pub async fn get(State(state): State<AppState>, _: Staff) -> Result<Json<Overview>, ApiError> {
+pub async fn get(
+    State(state): State<AppState>,
+    _: Staff,
+    ApiQuery(NoParams {}): ApiQuery<NoParams>,
+) -> Result<Json<Overview>, ApiError> {
     let mut client = state.db.get().await?;
     let tx = client
         .build_transaction()

@@ -14,6 +14,7 @@ mod ops;
 mod idempotency;
 mod logs;
 mod orders;
+mod overview;
 mod payments;
 mod smoke;
 mod sweep;
