@@ -1,10 +1,12 @@
 //! Integration tests against a real PostgreSQL: one binary (one link), a module per area.
 
+mod browser;
 mod fake_bot;
 mod helpers;
 
 mod access;
 mod auth;
+mod console;
 mod bot;
 mod crud;
 mod effects;

@@ -1179,6 +1179,9 @@
           ['Took', `${r.duration_ms} ms`],
         ]));
         result.hidden = false;
+        const now = await api('GET', '/overview');
+        last.replaceChildren(h('h2', { id: 'sweep-last' }, 'Last sweep'),
+          sweepSummary(now.last_sweep, now.last_sweep_change_at));
         say('Sweep finished: ' + reportText(r) + '.');
       } catch (err) { fail(err); }
     }));
