@@ -331,7 +331,8 @@ impl Browser {
             .await
             .as_u64()
             .unwrap_or(1000) as u32;
-        self.set_window(width, height.clamp(600, 4000)).await;
+        // The window is taller than its viewport by the browser's own frame.
+        self.set_window(width, (height + 160).clamp(600, 4000)).await;
         let png = self.screenshot().await;
         png
     }
