@@ -19,8 +19,8 @@ use tower_http::{
 
 use crate::{
     api::{
-        channels, effects, invoice_links, memberships, orders, overview, payments, star_subscriptions,
-        subscribers, sweep,
+        channels, effects, invoice_links, memberships, orders, overview, payments,
+        star_subscriptions, subscribers, sweep,
     },
     auth,
     error::{ApiError, problem},

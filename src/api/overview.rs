@@ -12,9 +12,7 @@ use serde::{Deserialize, Serialize};
 use tokio_postgres::IsolationLevel;
 
 use super::ApiQuery;
-use crate::{
-    auth::Staff, error::ApiError, payments::seats, state::AppState, sweep::SweepRun,
-};
+use crate::{auth::Staff, error::ApiError, payments::seats, state::AppState, sweep::SweepRun};
 
 /// The body of `GET /api/overview`.
 #[derive(Serialize)]

@@ -112,7 +112,10 @@ pub async fn list(
     ApiQuery(q): ApiQuery<ListSubscribers>,
 ) -> Result<Json<Page<Subscriber>>, ApiError> {
     let paging = Paging::new(q.limit, q.after)?;
-    let username = q.username.as_deref().map(|u| u.strip_prefix('@').unwrap_or(u));
+    let username = q
+        .username
+        .as_deref()
+        .map(|u| u.strip_prefix('@').unwrap_or(u));
     if let Some(u) = username {
         let mut e = Errors::default();
         if u.is_empty() {
@@ -130,7 +133,12 @@ pub async fn list(
                    AND ($4::text IS NULL OR lower(username) = lower($4))
                  ORDER BY id LIMIT $3"
             ),
-            &[&paging.after, &q.telegram_user_id, &paging.fetch(), &username],
+            &[
+                &paging.after,
+                &q.telegram_user_id,
+                &paging.fetch(),
+                &username,
+            ],
         )
         .await?;
     let items = rows.iter().map(Subscriber::from_row).collect();

@@ -63,6 +63,14 @@ pub struct Element(String);
 impl Browser {
     /// Starts chromedriver and a headless Chromium with a desktop-sized window.
     pub async fn start() -> Browser {
+        if let Some(set) = std::env::var_os("CHROMEDRIVER").filter(|p| !Path::new(p).is_file()) {
+            panic!(
+                "CHROMEDRIVER={} is not a file: the console's browser test needs chromedriver \
+                 and Chromium; install them with scripts/ensure-browser.sh (Debian packages \
+                 chromium and chromium-driver; `make test` runs it)",
+                Path::new(&set).display()
+            );
+        }
         let driver_bin = std::env::var("CHROMEDRIVER")
             .ok()
             .map(PathBuf::from)
@@ -157,7 +165,11 @@ impl Browser {
         let r = req.send().await.expect("chromedriver answers");
         let ok = r.status().is_success();
         let v: Value = r.json().await.expect("a JSON answer");
-        if ok { Ok(v["value"].clone()) } else { Err(v["value"].clone()) }
+        if ok {
+            Ok(v["value"].clone())
+        } else {
+            Err(v["value"].clone())
+        }
     }
 
     async fn cmd(&self, method: &str, path: &str, body: Value) -> Value {
@@ -185,8 +197,12 @@ impl Browser {
     }
 
     pub async fn execute(&self, script: &str, args: Value) -> Value {
-        self.cmd("POST", "/execute/sync", json!({"script": script, "args": args}))
-            .await
+        self.cmd(
+            "POST",
+            "/execute/sync",
+            json!({"script": script, "args": args}),
+        )
+        .await
     }
 
     async fn find_now(&self, css: &str) -> Option<Element> {
@@ -239,11 +255,15 @@ impl Browser {
     }
 
     pub async fn value(&self, el: &Element) -> String {
-        self.cmd("GET", &format!("/element/{}/property/value", el.0), Value::Null)
-            .await
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
+        self.cmd(
+            "GET",
+            &format!("/element/{}/property/value", el.0),
+            Value::Null,
+        )
+        .await
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
     }
 
     /// The page's visible text.
@@ -332,9 +352,9 @@ impl Browser {
             .as_u64()
             .unwrap_or(1000) as u32;
         // The window is taller than its viewport by the browser's own frame.
-        self.set_window(width, (height + 160).clamp(600, 4000)).await;
-        let png = self.screenshot().await;
-        png
+        self.set_window(width, (height + 160).clamp(600, 4000))
+            .await;
+        self.screenshot().await
     }
 
     /// Ends the browser session and chromedriver.

@@ -64,7 +64,11 @@ async fn shot(browser: &Browser, shots: &Shots, name: &str) {
             json!([]),
         )
         .await;
-    assert_eq!(unlabelled, json!([]), "{name}: form controls without a label");
+    assert_eq!(
+        unlabelled,
+        json!([]),
+        "{name}: form controls without a label"
+    );
     let png = browser.full_screenshot(WIDTH).await;
     browser.set_window(WIDTH, 1000).await;
     shots.add(name, png);
@@ -101,17 +105,19 @@ async fn the_console_walks_through_the_days_work_in_a_real_browser() {
         .catch_unwind()
         .await;
     if let Err(panic) = walked {
-        if let Some(png) = std::panic::AssertUnwindSafe(browser.screenshot())
+        if let Ok(png) = std::panic::AssertUnwindSafe(browser.screenshot())
             .catch_unwind()
             .await
-            .ok()
         {
             shots.add("zz-failure", png);
         }
         let dir = failure_dir();
         let _ = std::fs::remove_dir_all(&dir);
         match shots.write_to(&dir) {
-            Ok(()) => eprintln!("console test failed; screenshots of each screen: {}", dir.display()),
+            Ok(()) => eprintln!(
+                "console test failed; screenshots of each screen: {}",
+                dir.display()
+            ),
             Err(e) => eprintln!("console test failed; screenshots not saved ({e})"),
         }
         browser.quit().await;
@@ -121,7 +127,10 @@ async fn the_console_walks_through_the_days_work_in_a_real_browser() {
         shots
             .write_to(Path::new(&dir))
             .expect("CONSOLE_SCREENSHOTS_DIR is writable");
-        eprintln!("console screenshots written to {}", Path::new(&dir).display());
+        eprintln!(
+            "console screenshots written to {}",
+            Path::new(&dir).display()
+        );
     }
     browser.quit().await;
 }
@@ -136,10 +145,15 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
         browser.fill("#login-password", "not the password").await;
         browser.click("#login button[type=submit]").await;
         if attempt < 3 {
-            browser.wait_text("#alert", "missing or invalid credentials").await;
+            browser
+                .wait_text("#alert", "missing or invalid credentials")
+                .await;
             // The next attempt must not match the previous text by accident.
             browser
-                .execute("document.getElementById('alert').textContent = '';", json!([]))
+                .execute(
+                    "document.getElementById('alert').textContent = '';",
+                    json!([]),
+                )
                 .await;
         }
     }
@@ -165,7 +179,11 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
             json!([]),
         )
         .await;
-    assert_eq!(stored, json!([0, 0, ""]), "the token is kept in memory only");
+    assert_eq!(
+        stored,
+        json!([0, 0, ""]),
+        "the token is kept in memory only"
+    );
 
     // ---- create a channel.
     browser.click("a[href='#/channels']").await;
@@ -173,20 +191,27 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
     browser.click("a[href='#/channels/new']").await;
     browser.wait_text("main h1", "New channel").await;
     browser.fill("#channel-title", "Premium signals").await;
-    browser.fill("#channel-telegram_chat_id", "-1001000000001").await;
+    browser
+        .fill("#channel-telegram_chat_id", "-1001000000001")
+        .await;
     browser.fill("#channel-currency", "UAH").await;
     browser.fill("#channel-price", "199.5").await;
     browser.fill("#channel-billing_period_days", "30").await;
     browser.fill("#channel-grace_period_days", "3").await;
     browser.fill("#channel-seat_limit", "10").await;
     browser
-        .fill("#channel-description", "Daily trading signals with a weekly review.")
+        .fill(
+            "#channel-description",
+            "Daily trading signals with a weekly review.",
+        )
         .await;
     browser.click("#channel button[type=submit]").await;
     browser
         .wait_text("#status", "Created channel “Premium signals”")
         .await;
-    browser.wait_text("main h1", "Channel: Premium signals").await;
+    browser
+        .wait_text("main h1", "Channel: Premium signals")
+        .await;
     let row = app
         .db()
         .await
@@ -198,7 +223,11 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
         .await
         .unwrap();
     let channel_id: i32 = row.get(0);
-    assert_eq!(row.get::<_, i64>(1), 19950, "199.5 UAH is 19950 minor units");
+    assert_eq!(
+        row.get::<_, i64>(1),
+        19950,
+        "199.5 UAH is 19950 minor units"
+    );
     assert_eq!(row.get::<_, String>(2), "UAH");
     assert_eq!(row.get::<_, i32>(3), 3);
     assert_eq!(row.get::<_, Option<i32>>(4), Some(10));
@@ -212,7 +241,9 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
         format!("https://t.me/SubGateBot?start=c{channel_id}")
     );
     browser.click("button[aria-label='Copy Buy link']").await;
-    browser.wait_text("#status", "Copied: https://t.me/SubGateBot").await;
+    browser
+        .wait_text("#status", "Copied: https://t.me/SubGateBot")
+        .await;
     // An edit sends what changed: the price, shown back in currency units.
     browser.fill("#channel-price", "199.00").await;
     browser.click("#channel button[type=submit]").await;
@@ -220,7 +251,10 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
     let price: i64 = app
         .db()
         .await
-        .query_one("SELECT price_minor FROM channels WHERE id = $1", &[&channel_id])
+        .query_one(
+            "SELECT price_minor FROM channels WHERE id = $1",
+            &[&channel_id],
+        )
         .await
         .unwrap()
         .get(0);
@@ -233,7 +267,9 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
     // ---- a subscriber, found by username, granted a membership.
     browser.click("a[href='#/subscribers']").await;
     browser.wait_text("main h1", "Subscribers").await;
-    browser.fill("#new-subscriber-telegram_user_id", "100000001").await;
+    browser
+        .fill("#new-subscriber-telegram_user_id", "100000001")
+        .await;
     browser.fill("#new-subscriber-username", "ann").await;
     browser.fill("#new-subscriber-display_name", "Ann K.").await;
     browser.click("#new-subscriber button[type=submit]").await;
@@ -260,7 +296,10 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
     browser.fill("#grant-days", "30").await;
     browser.click("#grant button[type=submit]").await;
     browser
-        .wait_text("#status", "Granted 30 days of Premium signals: active until")
+        .wait_text(
+            "#status",
+            "Granted 30 days of Premium signals: active until",
+        )
         .await;
     browser.wait_text("main table", "active").await;
     let (status, days): (String, f64) = {
@@ -286,7 +325,12 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
 
     // ---- a payment that needs review: door 1 with an amount that differs from the order's.
     let order = app.create_order(ann as i64, channel_id as i64).await;
-    let short = payment_event("pay-short-1", order["reference"].as_str().unwrap(), 10000, "UAH");
+    let short = payment_event(
+        "pay-short-1",
+        order["reference"].as_str().unwrap(),
+        10000,
+        "UAH",
+    );
     let r = app.post_signed_webhook(&short).await.expect(200);
     assert_eq!(r["payment"]["outcome"], "needs_review");
     // And a correct payment from another buyer, for the revenue.
@@ -299,12 +343,27 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
     browser.click("a[href='#/payments']").await;
     browser.wait_text("main h1", "Payments").await;
     let text = browser
-        .wait_text("main table", "The amount paid differs from the order’s amount.")
+        .wait_text(
+            "main table",
+            "The amount paid differs from the order’s amount.",
+        )
         .await;
-    assert!(text.contains("UAH 100.00") && text.contains("needs_review"), "{text}");
-    assert!(text.contains(order["reference"].as_str().unwrap()), "the order is shown");
-    assert!(text.contains(&format!("Subscriber #{ann}")), "the payer is shown");
-    assert!(!text.contains("pay-ok-1"), "needs_review is the default filter");
+    assert!(
+        text.contains("UAH 100.00") && text.contains("needs_review"),
+        "{text}"
+    );
+    assert!(
+        text.contains(order["reference"].as_str().unwrap()),
+        "the order is shown"
+    );
+    assert!(
+        text.contains(&format!("Subscriber #{ann}")),
+        "the payer is shown"
+    );
+    assert!(
+        !text.contains("pay-ok-1"),
+        "needs_review is the default filter"
+    );
     browser.find("main table a[href*='grant_channel=']").await;
     shot(browser, shots, "07-payments").await;
     // What staff can do: grant by hand from the payment.
@@ -318,11 +377,16 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
         "unbanChatMember",
         Reply::Error(400, "Bad Request: chat not found".into()),
     );
-    subgate::effects::worker::run_once(&app.state).await.unwrap();
+    subgate::effects::worker::run_once(&app.state)
+        .await
+        .unwrap();
     let failed: Vec<i64> = app
         .db()
         .await
-        .query("SELECT id FROM effects WHERE status = 'failed' ORDER BY id", &[])
+        .query(
+            "SELECT id FROM effects WHERE status = 'failed' ORDER BY id",
+            &[],
+        )
         .await
         .unwrap()
         .iter()
@@ -352,9 +416,7 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
     assert_eq!(status, "pending");
     if failed.len() > 1 {
         browser.click("#retry-all").await;
-        browser
-            .wait_text("#status", "sent back to the queue")
-            .await;
+        browser.wait_text("#status", "sent back to the queue").await;
     } else {
         browser.wait_text("main", "No dead letters.").await;
     }
@@ -364,7 +426,9 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
     browser.click("a[href='#/sweep']").await;
     browser.wait_text("main h1", "Sweep").await;
     browser.click("#run-sweep").await;
-    browser.wait_text("#status", "Sweep finished: examined").await;
+    browser
+        .wait_text("#status", "Sweep finished: examined")
+        .await;
     browser.wait_text("#sweep-result", "Moved to grace").await;
     browser.wait_text("main", "Started by").await;
     shot(browser, shots, "09-sweep").await;
@@ -373,7 +437,10 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
     browser.click("a[href='#/overview']").await;
     browser.wait_text("main h1", "Overview").await;
     let text = browser.wait_text("main", "Payments needing review").await;
-    assert!(text.contains("UAH 199.00"), "revenue in currency units: {text}");
+    assert!(
+        text.contains("UAH 199.00"),
+        "revenue in currency units: {text}"
+    );
     assert!(text.contains("2 / 10"), "seats taken / limit: {text}");
     browser
         .find("a[href='#/payments?outcome=needs_review']")
@@ -399,9 +466,7 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
     // ---- on a phone.
     browser.set_window(390, 844).await;
     browser.click("a[href='#/payments']").await;
-    browser
-        .wait_text("main", "The amount paid differs")
-        .await;
+    browser.wait_text("main", "The amount paid differs").await;
     let phone = browser.full_screenshot(390).await;
     shots.add("10-phone-payments", phone);
     browser.set_window(WIDTH, 1000).await;
@@ -418,7 +483,9 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
     browser.click("#login button[type=submit]").await;
     browser.wait_text("main h1", "Subscriber @ann").await;
     browser.click("main table button.danger").await;
-    let dialog = browser.wait_text("#confirm", "will be removed from the Telegram channel").await;
+    let dialog = browser
+        .wait_text("#confirm", "will be removed from the Telegram channel")
+        .await;
     assert!(dialog.contains("Premium signals"), "{dialog}");
     shot(browser, shots, "05b-delete-confirmation").await;
     browser.click("#confirm-ok").await;

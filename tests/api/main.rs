@@ -6,8 +6,8 @@ mod helpers;
 
 mod access;
 mod auth;
-mod console;
 mod bot;
+mod console;
 mod crud;
 mod effects;
 mod hardening_payments;

@@ -54,9 +54,7 @@ async fn overview_counts_members_seats_revenue_and_what_waits_for_staff() {
     // order), one expired member; one staff grant in the open channel.
     for s in &subs[..2] {
         let order = app.create_order(*s, limited).await;
-        app.pay_order(&order, &format!("pay-{s}"))
-            .await
-            .expect(200);
+        app.pay_order(&order, &format!("pay-{s}")).await.expect(200);
     }
     let held = app.create_order(subs[2], limited).await;
     app.checkout(id(&held)).await.expect(200);
@@ -81,7 +79,12 @@ async fn overview_counts_members_seats_revenue_and_what_waits_for_staff() {
     .expect(201);
     // A payment needing review (amount mismatch) is not revenue.
     let order = app.create_order(subs[4], limited).await;
-    let body = payment_event("pay-short", order["reference"].as_str().unwrap(), 100, "UAH");
+    let body = payment_event(
+        "pay-short",
+        order["reference"].as_str().unwrap(),
+        100,
+        "UAH",
+    );
     let r = app.post_signed_webhook(&body).await.expect(200);
     assert_eq!(r["payment"]["outcome"], "needs_review");
     // A dead letter.
@@ -270,7 +273,11 @@ async fn the_console_is_served_from_the_binary_with_a_strict_policy() {
 
     let cases = [
         ("/console/", "text/html; charset=utf-8", "<main id=\"main\""),
-        ("/console/app.js", "text/javascript; charset=utf-8", "Idempotency-Key"),
+        (
+            "/console/app.js",
+            "text/javascript; charset=utf-8",
+            "Idempotency-Key",
+        ),
         ("/console/style.css", "text/css; charset=utf-8", "@media"),
         ("/console/favicon.svg", "image/svg+xml", "<svg"),
         ("/console/currencies.json", "application/json", "\"XTR\":0"),
@@ -292,7 +299,12 @@ async fn the_console_is_served_from_the_binary_with_a_strict_policy() {
         // Revalidation: an unchanged file is a 304.
         let etag = r.header("etag").expect("an etag").to_string();
         let again = app
-            .request(Method::GET, path, &[("if-none-match", &etag)], Body::empty())
+            .request(
+                Method::GET,
+                path,
+                &[("if-none-match", &etag)],
+                Body::empty(),
+            )
             .await;
         assert_eq!(again.status.as_u16(), 304, "{path}");
         assert!(again.bytes.is_empty());
@@ -315,9 +327,16 @@ async fn the_console_is_served_from_the_binary_with_a_strict_policy() {
     )
     .unwrap();
     assert!(!html.contains("<script>") && !html.contains(" style="));
-    assert!(!html.contains("http://") && !html.contains("https://"), "nothing from elsewhere");
+    assert!(
+        !html.contains("http://") && !html.contains("https://"),
+        "nothing from elsewhere"
+    );
 
-    for path in ["/console/nope.js", "/console/../Cargo.toml", "/console/app.js/x"] {
+    for path in [
+        "/console/nope.js",
+        "/console/../Cargo.toml",
+        "/console/app.js/x",
+    ] {
         let r = app.request(Method::GET, path, &[], Body::empty()).await;
         assert_problem(&r, 404);
     }
