@@ -7,6 +7,7 @@
 //! | `DATABASE_URL` | PostgreSQL connection URL (required); its `sslmode` is `disable`, `prefer`, `require`, `verify-ca` or `verify-full` ([`db::tls`](crate::db::tls)) | — (`sslmode`: `prefer`) |
 //! | `DATABASE_CA_CERT` | PEM file of the roots the PostgreSQL server's certificate must chain to; with it, `prefer` and `require` check the chain too | unset: system roots for `verify-*`, no check for `prefer`/`require` |
 //! | `BIND_ADDR` | address the HTTP server listens on | `127.0.0.1:8080` |
+//! | `METRICS_ADDR` | address of a second listener serving Prometheus `GET /metrics` (not `BIND_ADDR`) | unset: no metrics |
 //! | `LOG_FORMAT` | `pretty` or `json` | `pretty` |
 //! | `JWT_SECRET` | HS256 key for staff tokens, at least 32 bytes (required) | — |
 //! | `JWT_TTL_SECS` | staff token lifetime, 60..=86400 | `3600` |
@@ -99,6 +100,8 @@ pub struct Config {
     /// `DATABASE_CA_CERT`: the roots for TLS to PostgreSQL, read when the pool is built.
     pub database_ca_cert: Option<PathBuf>,
     pub bind_addr: SocketAddr,
+    /// Where `GET /metrics` is served; `None`: metrics are off.
+    pub metrics_addr: Option<SocketAddr>,
     pub log_format: LogFormat,
     pub jwt_secret: Secret,
     pub jwt_ttl: Duration,
@@ -161,6 +164,7 @@ impl Config {
             database_ca_cert: database.ca_cert,
             db_pool_size: database.pool_size,
             bind_addr: http.bind_addr,
+            metrics_addr: http.metrics_addr,
             log_format: http.log_format,
             request_timeout: http.request_timeout,
             trust_proxy: http.trust_proxy,
@@ -273,9 +277,11 @@ impl Database {
     }
 }
 
-/// `BIND_ADDR`, `LOG_FORMAT`, `REQUEST_TIMEOUT_SECS`, `TRUST_PROXY`, `PUBLIC_URL`.
+/// `BIND_ADDR`, `METRICS_ADDR`, `LOG_FORMAT`, `REQUEST_TIMEOUT_SECS`, `TRUST_PROXY`,
+/// `PUBLIC_URL`.
 struct Http {
     bind_addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
     log_format: LogFormat,
     request_timeout: Duration,
     trust_proxy: bool,
@@ -285,6 +291,18 @@ struct Http {
 impl Http {
     fn read<F: Fn(&str) -> Option<String>>(vars: &Vars<F>) -> Result<Self, ConfigError> {
         let bind_addr = Http::bind_addr(vars)?;
+        let metrics_addr = match vars.get("METRICS_ADDR") {
+            None => None,
+            Some(v) => match v.trim().parse::<SocketAddr>() {
+                Ok(a) if a == bind_addr => {
+                    return Err(err("METRICS_ADDR must differ from BIND_ADDR"));
+                }
+                Ok(a) => Some(a),
+                Err(_) => {
+                    return Err(err("METRICS_ADDR must be host:port, e.g. 127.0.0.1:9090"));
+                }
+            },
+        };
         let log_format = match vars.get("LOG_FORMAT").as_deref() {
             None | Some("pretty") => LogFormat::Pretty,
             Some("json") => LogFormat::Json,
@@ -292,6 +310,7 @@ impl Http {
         };
         Ok(Http {
             bind_addr,
+            metrics_addr,
             log_format,
             request_timeout: vars.secs("REQUEST_TIMEOUT_SECS", 30, 1, 600)?,
             trust_proxy: vars.flag("TRUST_PROXY")?,
@@ -567,6 +586,7 @@ mod tests {
         assert_eq!(c.database_url.expose(), "postgres://u@127.0.0.1:5432/db");
         assert_eq!(c.database_ca_cert, None);
         assert_eq!(c.bind_addr, SocketAddr::from(([127, 0, 0, 1], 8080)));
+        assert_eq!(c.metrics_addr, None);
         assert_eq!(c.log_format, LogFormat::Pretty);
         assert_eq!(c.jwt_secret.expose(), JWT);
         assert_eq!(c.jwt_ttl, Duration::from_secs(3600));
@@ -603,6 +623,7 @@ mod tests {
             ),
             ("DATABASE_CA_CERT", "/etc/subgate/db-ca.pem"),
             ("BIND_ADDR", "0.0.0.0:9000"),
+            ("METRICS_ADDR", " 127.0.0.1:9090 "),
             ("LOG_FORMAT", "json"),
             ("JWT_TTL_SECS", "60"),
             ("TRUST_PROXY", " Yes "),
@@ -644,6 +665,10 @@ mod tests {
             Some(std::path::Path::new("/etc/subgate/db-ca.pem"))
         );
         assert_eq!(c.bind_addr, SocketAddr::from(([0, 0, 0, 0], 9000)));
+        assert_eq!(
+            c.metrics_addr,
+            Some(SocketAddr::from(([127, 0, 0, 1], 9090)))
+        );
         assert_eq!(c.log_format, LogFormat::Json);
         assert_eq!(c.jwt_ttl, Duration::from_secs(60));
         assert!(c.trust_proxy);
@@ -701,6 +726,14 @@ mod tests {
             (
                 vec![("BIND_ADDR", "localhost")],
                 "BIND_ADDR must be host:port, e.g. 127.0.0.1:8080".into(),
+            ),
+            (
+                vec![("METRICS_ADDR", ":9090")],
+                "METRICS_ADDR must be host:port, e.g. 127.0.0.1:9090".into(),
+            ),
+            (
+                vec![("METRICS_ADDR", "127.0.0.1:8080")],
+                "METRICS_ADDR must differ from BIND_ADDR".into(),
             ),
             (
                 vec![("LOG_FORMAT", "xml")],

@@ -16,6 +16,7 @@
 //! - [`bot`]: the buyer side of the bot (catalogue, buy button, invoices, `/subscriptions`).
 //! - [`effects`]: the outbox of Telegram effects (grant, revoke, remind, refund, reconcile).
 //! - [`console`]: the staff console at `/console`, a static client of the staff API.
+//! - [`metrics`]: Prometheus metrics on their own listener (`METRICS_ADDR`).
 
 pub mod api;
 pub mod auth;
@@ -27,6 +28,7 @@ pub mod effects;
 pub mod error;
 pub mod idempotency;
 pub mod memberships;
+pub mod metrics;
 pub mod payments;
 pub mod router;
 pub mod state;
@@ -55,7 +57,9 @@ pub fn init_tracing_stderr(format: config::LogFormat) {
 }
 
 /// Pretty logs are coloured only when `writer` is a terminal: logs redirected to a file or a
-/// pipe stay plain text.
+/// pipe stay plain text. JSON logs are one object per line: the event's fields at the top, the
+/// request's (request id, route, …) under `span` (the innermost span; no `spans` list, which
+/// would repeat them).
 fn init_tracing_to<W>(format: config::LogFormat, writer: fn() -> W)
 where
     W: std::io::Write + std::io::IsTerminal + 'static,
@@ -68,7 +72,11 @@ where
         .with_ansi(writer().is_terminal())
         .with_writer(writer);
     let _ = match format {
-        config::LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        config::LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_span_list(false)
+            .try_init(),
         config::LogFormat::Pretty => builder.try_init(),
     };
 }
@@ -132,6 +140,12 @@ pub async fn serve(state: AppState) -> std::io::Result<()> {
     let listener = TcpListener::bind(addr).await?;
     tracing::info!(%addr, "listening");
     let shutdown = ShutdownSignal::new();
+    let metrics = metrics::listen(
+        state.config.metrics_addr,
+        state.db.clone(),
+        shutdown.clone(),
+    )
+    .await?;
     let background = tokio::spawn(background::run(state.clone(), shutdown.clone()));
     let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
     let signal = shutdown.clone();
@@ -145,6 +159,9 @@ pub async fn serve(state: AppState) -> std::io::Result<()> {
     // However serving ended, the background loops stop too, and are waited for.
     shutdown.trigger();
     let _ = background.await;
+    if let Some(metrics) = metrics {
+        let _ = metrics.await;
+    }
     match &served {
         Ok(()) => tracing::info!("stopped"),
         Err(e) => tracing::error!(error = %e, "server failed; background loops stopped"),

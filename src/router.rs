@@ -1,9 +1,11 @@
 //! Every route of the service, in one place. Handlers live by resource under `crate::api`
 //! (staff REST), `crate::auth` (login) and the payment doors.
 
+use std::time::Duration;
+
 use axum::{
     Json, Router,
-    extract::{DefaultBodyLimit, State},
+    extract::{DefaultBodyLimit, MatchedPath, State},
     http::{HeaderName, HeaderValue, Request, StatusCode, header},
     response::{IntoResponse, Response},
     routing::{get, post},
@@ -102,33 +104,67 @@ pub fn router(state: AppState) -> Router {
                     MakeRequestUuid,
                 ))
                 .layer(
-                    TraceLayer::new_for_http().make_span_with(|req: &Request<_>| {
-                        let request_id = req
-                            .extensions()
-                            .get::<RequestId>()
-                            .and_then(|id| id.header_value().to_str().ok())
-                            .unwrap_or("-");
-                        tracing::info_span!(
-                            "request",
-                            request_id = %request_id,
-                            method = %req.method(),
-                            path = %req.uri().path(),
-                        )
-                    }),
+                    TraceLayer::new_for_http()
+                        .make_span_with(request_span)
+                        .on_response(log_response)
+                        // A 5xx is logged once, with its cause, where it is made (`ApiError`,
+                        // the panic and timeout layers); the response line above has its status.
+                        .on_failure(()),
                 )
                 .layer(PropagateRequestIdLayer::new(HeaderName::from_static(
                     "x-request-id",
                 )))
                 .layer(axum::middleware::map_response(problem_for_bare_errors))
-                .layer(CatchPanicLayer::custom(|_| {
-                    ApiError::internal("handler panicked").into_response()
-                }))
+                .layer(CatchPanicLayer::custom(panic_response))
                 .layer(TimeoutLayer::with_status_code(
                     StatusCode::SERVICE_UNAVAILABLE,
                     timeout,
                 )),
         )
+        .layer(axum::middleware::from_fn(crate::metrics::track_http))
         .with_state(state)
+}
+
+/// The span of one request: every line logged while serving it carries its request id and
+/// matched route (the pattern, `/api/orders/{id}`; `unmatched` when no route matched).
+fn request_span<B>(req: &Request<B>) -> tracing::Span {
+    let request_id = req
+        .extensions()
+        .get::<RequestId>()
+        .and_then(|id| id.header_value().to_str().ok())
+        .unwrap_or("-");
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str);
+    tracing::info_span!(
+        "request",
+        request_id = %request_id,
+        method = %req.method(),
+        route = %route,
+        path = %req.uri().path(),
+    )
+}
+
+/// One line per request, when its response is ready: status and latency (the span adds the
+/// request id and route).
+fn log_response<B>(response: &axum::http::Response<B>, latency: Duration, _span: &tracing::Span) {
+    tracing::info!(
+        status = response.status().as_u16(),
+        latency_ms = (latency.as_secs_f64() * 1e6).round() / 1e3,
+        "request finished"
+    );
+}
+
+/// A handler panicked: a 500 whose cause (the panic message) is logged once, like any
+/// internal error.
+fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into());
+    ApiError::internal(format!("handler panicked: {message}")).into_response()
 }
 
 async fn healthz() -> Json<Value> {
@@ -167,14 +203,25 @@ where
         return response.map(axum::body::Body::new);
     }
     let (kind, detail) = match status {
+        StatusCode::SERVICE_UNAVAILABLE => {
+            // The cause of this 5xx, logged once (no handler saw it).
+            tracing::warn!("request timed out; answered 503");
+            (
+                "/problems/unavailable",
+                "the request took too long and was abandoned; retry later",
+            )
+        }
         StatusCode::METHOD_NOT_ALLOWED => (
             "/problems/method-not-allowed",
             "this route does not accept that method; see the Allow header",
         ),
-        StatusCode::SERVICE_UNAVAILABLE => (
-            "/problems/unavailable",
-            "the request took too long and was abandoned; retry later",
-        ),
+        _ if status.is_server_error() => {
+            tracing::error!(
+                status = status.as_u16(),
+                "server error answered without a body"
+            );
+            ("about:blank", status.canonical_reason().unwrap_or("error"))
+        }
         _ => ("about:blank", status.canonical_reason().unwrap_or("error")),
     };
     let (parts, _) = response.into_parts();

@@ -206,6 +206,7 @@ pub async fn sweep_until(
     stop: impl Fn() -> bool,
 ) -> Result<SweepReport, ApiError> {
     let started = Instant::now();
+    let run = crate::metrics::SweepRun::start();
     let batch_size = batch_size.clamp(1, MAX_BATCH_SIZE);
     // The run's horizon is fixed at its start, so a run always ends even while time moves on;
     // rows that fall due during the run are the next run's.
@@ -243,6 +244,7 @@ pub async fn sweep_until(
         }
     }
     report.duration_ms = started.elapsed().as_millis() as u64;
+    run.finished(&report);
     tracing::info!(
         examined = report.examined,
         to_grace = report.to_grace,

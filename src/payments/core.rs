@@ -232,6 +232,7 @@ pub async fn apply_payment_as(
         duplicate = applied.duplicate,
         "payment ingested"
     );
+    crate::metrics::payment(&applied);
     Ok(applied)
 }
 

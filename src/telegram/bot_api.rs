@@ -398,6 +398,7 @@ impl BotApi {
             });
         }
         let result = self.send(method, params).await;
+        crate::metrics::bot_api_call(method, &result);
         if let Err(e) = &result
             && let Some(secs) = e.retry_after()
         {

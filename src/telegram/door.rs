@@ -51,7 +51,7 @@ pub async fn webhook(
     })?;
 
     if let Some(q) = &update.pre_checkout_query {
-        let answer = pre_checkout::answer(&state, q).await;
+        let answer = crate::metrics::pre_checkout(pre_checkout::answer(&state, q)).await;
         return Ok(reply(WebhookReply::AnswerPreCheckoutQuery {
             pre_checkout_query_id: q.id.clone(),
             ok: answer.ok,

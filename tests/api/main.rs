@@ -15,6 +15,7 @@ mod ops;
 
 mod idempotency;
 mod logs;
+mod metrics;
 mod orders;
 mod overview;
 mod payments;

@@ -1,0 +1,507 @@
+//! Prometheus metrics: every series the service exports, the recorder, the `/metrics` listener
+//! and the sampler of gauges read from the database.
+//!
+//! Metrics are off unless `METRICS_ADDR` is set. Then [`install`] sets the process-wide
+//! recorder (`metrics-exporter-prometheus`), [`listen`] serves `GET /metrics` on that address
+//! in the standard text exposition format — a listener of its own, so the public port never
+//! shows it — and [`sample_loop`] refreshes the gauges that come from the database every
+//! [`SAMPLE_EVERY`]. Without a recorder every function here is a no-op.
+//!
+//! The code that does the work calls one function per event ([`payment`], [`pre_checkout`],
+//! [`SweepRun`], [`bot_api_call`], the HTTP layer [`track_http`]); the metric names are the
+//! constants below, and `docs/operations.md` lists them with their labels.
+//!
+//! Cardinality is bounded by construction: labels carry only values from fixed sets — the
+//! code's (routes, Bot API methods, the labels written here) or the schema's (a payment's
+//! outcome and reason) — never an id, an amount, a raw path or a user-supplied string. The
+//! matched route is the router's pattern (`/api/orders/{id}`), a door-1 gateway (a name the
+//! gateway chooses) is `other`, an unknown HTTP method is `other`.
+
+use std::{
+    future::Future,
+    net::SocketAddr,
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
+
+use axum::{
+    Router,
+    extract::{MatchedPath, Request, State},
+    http::{Method, StatusCode, header},
+    middleware::Next,
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use deadpool_postgres::Pool;
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tokio::time::MissedTickBehavior;
+
+use crate::{
+    effects::Kind,
+    error::ApiError,
+    payments::core::{Applied, TELEGRAM_STARS},
+    shutdown::ShutdownSignal,
+    sweep::SweepReport,
+    telegram::{
+        bot_api::BotError,
+        pre_checkout::{Answer, BUSY_MESSAGE},
+    },
+};
+
+// ---- names ----
+
+/// Counter: payments stored, by `door` (`webhook`, `wayforpay`, `telegram`), `gateway`
+/// (`wayforpay`, `telegram_stars`, `other`), `outcome` and `reason` (`none` when applied).
+pub const PAYMENTS: &str = "subgate_payments_total";
+/// Counter: repeat deliveries of a stored payment (changed nothing), by `door` and `gateway`.
+pub const PAYMENT_DUPLICATES: &str = "subgate_payment_duplicates_total";
+/// Histogram: request latency by `route` (the matched pattern, `unmatched` for none), `method`
+/// and `status` class (`2xx` … `5xx`).
+pub const HTTP_REQUEST_DURATION: &str = "subgate_http_request_duration_seconds";
+/// Counter: staff logins refused before the password was checked, by `status`: `429` (too many
+/// failures for the pair) or `503` (too many logins being checked at once, or no database).
+pub const LOGIN_THROTTLED: &str = "subgate_login_throttled_total";
+/// Counter: pre-checkout answers by `decision` (`approved`, `refused`, `busy`: "try again").
+pub const PRE_CHECKOUT_DECISIONS: &str = "subgate_pre_checkout_decisions_total";
+/// Histogram: time to decide a pre-checkout query, by `decision`; Telegram waits 10 s at most.
+pub const PRE_CHECKOUT_DURATION: &str = "subgate_pre_checkout_duration_seconds";
+/// Gauge (sampled): seats held by pending orders whose hold has not run out.
+pub const SEATS_HELD: &str = "subgate_seats_held";
+/// Counter: sweep runs by `result` (`ok`, `error`).
+pub const SWEEP_RUNS: &str = "subgate_sweep_runs_total";
+/// Histogram: wall time of a sweep run that finished.
+pub const SWEEP_DURATION: &str = "subgate_sweep_duration_seconds";
+/// Counter: memberships the sweep moved, by `to` (`grace`, `expired`).
+pub const SWEEP_TRANSITIONS: &str = "subgate_sweep_transitions_total";
+/// Counter: sweep candidates skipped because a renewal (or another sweep) held their lock.
+pub const SWEEP_SKIPPED: &str = "subgate_sweep_skipped_total";
+/// Gauge (sampled): effects not done, by `kind` and `status` (`pending`, `failed`).
+pub const EFFECTS: &str = "subgate_effects";
+/// Gauge (sampled): seconds since the oldest pending effect was enqueued (0: none pending).
+pub const EFFECTS_OLDEST_PENDING: &str = "subgate_effects_oldest_pending_age_seconds";
+/// Gauge (sampled): dead-lettered effects (`failed`), waiting for staff.
+pub const EFFECTS_DEAD_LETTERS: &str = "subgate_effects_dead_letters";
+/// Counter: Bot API calls made, by `method` and `result` (`ok`, `rate_limited`, `refused`,
+/// `timeout`, `transport`, `bad_response`).
+pub const BOT_API_CALLS: &str = "subgate_bot_api_calls_total";
+/// Counter: Bot API calls Telegram answered with 429, by `method`.
+pub const BOT_API_RATE_LIMITED: &str = "subgate_bot_api_rate_limited_total";
+/// Gauge (at scrape): the pool's `DB_POOL_SIZE`.
+pub const DB_POOL_MAX: &str = "subgate_db_pool_max_connections";
+/// Gauge (at scrape): connections open in the pool.
+pub const DB_POOL_SIZE: &str = "subgate_db_pool_connections";
+/// Gauge (at scrape): connections lent out.
+pub const DB_POOL_IN_USE: &str = "subgate_db_pool_in_use";
+/// Gauge (at scrape): requests waiting for a connection.
+pub const DB_POOL_WAITING: &str = "subgate_db_pool_waiting";
+
+/// How often [`sample_loop`] reads the database gauges.
+pub const SAMPLE_EVERY: Duration = Duration::from_secs(15);
+
+/// Request latency buckets, in seconds (webhooks and staff requests; the request timeout is
+/// 30 s by default).
+const HTTP_BUCKETS: [f64; 13] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0,
+];
+/// Pre-checkout buckets, up to Telegram's 10 s (the decision answers within 8 s).
+const PRE_CHECKOUT_BUCKETS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 5.0, 6.0, 8.0, 10.0,
+];
+/// Sweep run buckets: a few rows take milliseconds, a million about a minute.
+const SWEEP_BUCKETS: [f64; 12] = [
+    0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
+
+// ---- recorder and listener ----
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide Prometheus recorder (once; later calls return the same handle).
+/// Fails only when another recorder was installed first.
+pub fn install() -> Result<PrometheusHandle, String> {
+    if let Some(handle) = HANDLE.get() {
+        return Ok(handle.clone());
+    }
+    let mut result = Ok(());
+    let handle = HANDLE.get_or_init(|| {
+        let builder = PrometheusBuilder::new()
+            .set_buckets(&HTTP_BUCKETS)
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    Matcher::Full(PRE_CHECKOUT_DURATION.into()),
+                    &PRE_CHECKOUT_BUCKETS,
+                )
+            })
+            .and_then(|b| {
+                b.set_buckets_for_metric(Matcher::Full(SWEEP_DURATION.into()), &SWEEP_BUCKETS)
+            })
+            .expect("bucket lists are not empty");
+        let recorder = builder.build_recorder();
+        let handle = recorder.handle();
+        result = metrics::set_global_recorder(recorder).map_err(|e| e.to_string());
+        handle
+    });
+    result?;
+    describe();
+    Ok(handle.clone())
+}
+
+/// The installed recorder's handle, if [`install`] ran.
+pub fn handle() -> Option<PrometheusHandle> {
+    HANDLE.get().cloned()
+}
+
+/// The `HELP` text of every series.
+fn describe() {
+    use metrics::Unit;
+    describe_counter!(
+        PAYMENTS,
+        "Payments stored, by door, gateway, outcome and reason."
+    );
+    describe_counter!(
+        PAYMENT_DUPLICATES,
+        "Repeat deliveries of a stored payment (nothing changed)."
+    );
+    describe_histogram!(
+        HTTP_REQUEST_DURATION,
+        Unit::Seconds,
+        "HTTP request latency by matched route, method and status class."
+    );
+    describe_counter!(
+        LOGIN_THROTTLED,
+        "Staff logins refused before the password check (429: failures, 503: busy)."
+    );
+    describe_counter!(PRE_CHECKOUT_DECISIONS, "Pre-checkout answers by decision.");
+    describe_histogram!(
+        PRE_CHECKOUT_DURATION,
+        Unit::Seconds,
+        "Time to answer a pre-checkout query (Telegram waits 10 s)."
+    );
+    describe_gauge!(SEATS_HELD, "Seats held by pending orders (sampled).");
+    describe_counter!(SWEEP_RUNS, "Sweep runs by result.");
+    describe_histogram!(SWEEP_DURATION, Unit::Seconds, "Wall time of sweep runs.");
+    describe_counter!(SWEEP_TRANSITIONS, "Memberships moved by the sweep.");
+    describe_counter!(
+        SWEEP_SKIPPED,
+        "Sweep candidates skipped while a renewal held their lock."
+    );
+    describe_gauge!(EFFECTS, "Effects not done, by kind and status (sampled).");
+    describe_gauge!(
+        EFFECTS_OLDEST_PENDING,
+        Unit::Seconds,
+        "Age of the oldest pending effect (sampled)."
+    );
+    describe_gauge!(EFFECTS_DEAD_LETTERS, "Dead-lettered effects (sampled).");
+    describe_counter!(BOT_API_CALLS, "Bot API calls by method and result.");
+    describe_counter!(BOT_API_RATE_LIMITED, "Bot API calls answered 429.");
+    describe_gauge!(DB_POOL_MAX, "Maximum database connections (DB_POOL_SIZE).");
+    describe_gauge!(DB_POOL_SIZE, "Database connections open.");
+    describe_gauge!(DB_POOL_IN_USE, "Database connections in use.");
+    describe_gauge!(
+        DB_POOL_WAITING,
+        "Requests waiting for a database connection."
+    );
+}
+
+/// The metrics listener's routes: `GET /metrics` only.
+pub fn router(handle: PrometheusHandle, pool: Pool) -> Router {
+    Router::new()
+        .route("/metrics", get(scrape))
+        .with_state((handle, pool))
+}
+
+/// `GET /metrics`: the pool gauges as of now, then every series.
+async fn scrape(State((handle, pool)): State<(PrometheusHandle, Pool)>) -> Response {
+    sample_pool(&pool);
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        handle.render(),
+    )
+        .into_response()
+}
+
+/// With `METRICS_ADDR` set: installs the recorder, binds the address and serves [`router`] on
+/// it until `shutdown`. `Ok(None)` when metrics are off; an error when the address cannot be
+/// bound (start-up stops, as for `BIND_ADDR`).
+pub async fn listen(
+    addr: Option<SocketAddr>,
+    pool: Pool,
+    shutdown: ShutdownSignal,
+) -> std::io::Result<Option<tokio::task::JoinHandle<()>>> {
+    let Some(addr) = addr else {
+        return Ok(None);
+    };
+    let handle = install().map_err(std::io::Error::other)?;
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "metrics listening");
+    let app = router(handle, pool);
+    Ok(Some(tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.wait().await })
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "metrics listener failed");
+        }
+    })))
+}
+
+// ---- sampled gauges ----
+
+/// Reads the database gauges every [`SAMPLE_EVERY`] (the first at once) and keeps the
+/// recorder's histograms compact, until shutdown. A failed read is logged and tried again at
+/// the next tick. Does nothing without a recorder.
+pub async fn sample_loop(pool: Pool, shutdown: ShutdownSignal) {
+    let Some(handle) = handle() else {
+        return;
+    };
+    let mut tick = tokio::time::interval(SAMPLE_EVERY);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.wait() => break,
+        }
+        if let Err(e) = sample_database(&pool).await {
+            tracing::warn!(error = %e, "metrics: database gauges not sampled");
+        }
+        handle.run_upkeep();
+    }
+}
+
+/// Sets the pool gauges from `Pool::status()` (no I/O).
+pub fn sample_pool(pool: &Pool) {
+    let s = pool.status();
+    gauge!(DB_POOL_MAX).set(s.max_size as f64);
+    gauge!(DB_POOL_SIZE).set(s.size as f64);
+    gauge!(DB_POOL_IN_USE).set(s.size.saturating_sub(s.available) as f64);
+    gauge!(DB_POOL_WAITING).set(s.waiting as f64);
+}
+
+/// The effect statuses that make a queue (done effects are history).
+const QUEUE_STATUSES: [&str; 2] = ["pending", "failed"];
+
+/// Reads the gauges that live in the database, one cheap query each: effects not done (by
+/// kind and status, with the oldest pending one's age) over the status index, and live seat
+/// holds over the holds' partial index. Every (kind, status) pair is set, zero when absent,
+/// so a drained queue reads 0 rather than its last value.
+pub async fn sample_database(pool: &Pool) -> Result<(), ApiError> {
+    let client = pool.get().await?;
+    let rows = client
+        .query(
+            "SELECT kind, status, count(*),
+                    EXTRACT(EPOCH FROM statement_timestamp() - min(created_at))::float8
+             FROM effects WHERE status IN ('pending', 'failed')
+             GROUP BY kind, status",
+            &[],
+        )
+        .await?;
+    let held: i64 = client
+        .query_one(
+            "SELECT count(*) FROM orders
+             WHERE status = 'pending' AND hold_until > statement_timestamp()",
+            &[],
+        )
+        .await?
+        .get(0);
+
+    let mut oldest_pending: f64 = 0.0;
+    let mut dead_letters: i64 = 0;
+    for kind in Kind::ALL {
+        for status in QUEUE_STATUSES {
+            let row = rows
+                .iter()
+                .find(|r| r.get::<_, &str>(0) == kind.as_str() && r.get::<_, &str>(1) == status);
+            let count: i64 = row.map_or(0, |r| r.get(2));
+            gauge!(EFFECTS, "kind" => kind.as_str(), "status" => status).set(count as f64);
+            match (status, row) {
+                ("pending", Some(r)) => oldest_pending = oldest_pending.max(r.get(3)),
+                ("failed", _) => dead_letters += count,
+                _ => {}
+            }
+        }
+    }
+    gauge!(EFFECTS_OLDEST_PENDING).set(oldest_pending.max(0.0));
+    gauge!(EFFECTS_DEAD_LETTERS).set(dead_letters as f64);
+    gauge!(SEATS_HELD).set(held as f64);
+    Ok(())
+}
+
+// ---- events ----
+
+/// The door a payment came through, told by its gateway: door 1 refuses the two gateways that
+/// have doors of their own.
+fn door_and_gateway(gateway: &str) -> (&'static str, &'static str) {
+    match gateway {
+        "wayforpay" => ("wayforpay", "wayforpay"),
+        TELEGRAM_STARS => ("telegram", TELEGRAM_STARS),
+        _ => ("webhook", "other"),
+    }
+}
+
+/// A label from a vocabulary the code or the schema fixes (a payment's outcome and reason are
+/// CHECKed columns, a Bot API method is a name in the code): kept when it looks like one,
+/// `other` otherwise, so even a bug cannot open the label to arbitrary values.
+fn vocabulary(value: &str) -> String {
+    let word = (1..=40).contains(&value.len())
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    let label = if word { value } else { "other" };
+    label.to_owned()
+}
+
+/// A payment went through the core: a new one is counted by outcome, a repeat as a duplicate.
+pub fn payment(applied: &Applied) {
+    let (door, gateway) = door_and_gateway(&applied.payment.gateway);
+    if applied.duplicate {
+        counter!(PAYMENT_DUPLICATES, "door" => door, "gateway" => gateway).increment(1);
+        return;
+    }
+    let p = &applied.payment;
+    let outcome = vocabulary(&p.outcome);
+    let reason = p
+        .reason
+        .as_deref()
+        .map_or_else(|| "none".to_owned(), vocabulary);
+    counter!(PAYMENTS, "door" => door, "gateway" => gateway, "outcome" => outcome,
+        "reason" => reason)
+    .increment(1);
+}
+
+/// Times a pre-checkout decision and counts its answer; returns the answer unchanged.
+pub async fn pre_checkout(decision: impl Future<Output = Answer>) -> Answer {
+    let started = Instant::now();
+    let answer = decision.await;
+    let label = match (&answer.ok, answer.error_message.as_deref()) {
+        (true, _) => "approved",
+        (false, Some(BUSY_MESSAGE)) => "busy",
+        (false, _) => "refused",
+    };
+    counter!(PRE_CHECKOUT_DECISIONS, "decision" => label).increment(1);
+    histogram!(PRE_CHECKOUT_DURATION, "decision" => label).record(started.elapsed());
+    answer
+}
+
+/// One sweep run: [`SweepRun::start`] at its start, [`SweepRun::finished`] with its report.
+/// A run dropped without a report (it failed) counts as `error`.
+#[must_use = "a run not finished counts as failed"]
+pub struct SweepRun {
+    finished: bool,
+}
+
+impl SweepRun {
+    pub fn start() -> SweepRun {
+        SweepRun { finished: false }
+    }
+
+    /// Counts the run (one that shutdown stopped between batches too), its duration and its
+    /// moves.
+    pub fn finished(mut self, report: &SweepReport) {
+        self.finished = true;
+        counter!(SWEEP_RUNS, "result" => "ok").increment(1);
+        histogram!(SWEEP_DURATION).record(report.duration_ms as f64 / 1000.0);
+        counter!(SWEEP_TRANSITIONS, "to" => "grace").increment(report.to_grace);
+        counter!(SWEEP_TRANSITIONS, "to" => "expired").increment(report.to_expired);
+        counter!(SWEEP_SKIPPED).increment(report.skipped);
+    }
+}
+
+impl Drop for SweepRun {
+    fn drop(&mut self) {
+        if !self.finished {
+            counter!(SWEEP_RUNS, "result" => "error").increment(1);
+        }
+    }
+}
+
+/// A Bot API call was made (not a dry run, not held back by the pacer).
+pub fn bot_api_call<T>(method: &str, result: &Result<T, BotError>) {
+    let outcome = match result {
+        Ok(_) => "ok",
+        Err(BotError::Api { code: 429, .. }) => "rate_limited",
+        Err(BotError::Api { .. }) => "refused",
+        Err(BotError::Timeout { .. }) => "timeout",
+        Err(BotError::Transport { .. }) => "transport",
+        Err(BotError::BadResponse { .. }) => "bad_response",
+        Err(BotError::Paused { .. }) => "paused",
+    };
+    let method = vocabulary(method);
+    if outcome == "rate_limited" {
+        counter!(BOT_API_RATE_LIMITED, "method" => method.clone()).increment(1);
+    }
+    counter!(BOT_API_CALLS, "method" => method, "result" => outcome).increment(1);
+}
+
+/// The HTTP layer: times every request by matched route, method and status class, and counts
+/// the refusals of the login throttle. Added with `Router::layer`, so it runs after routing
+/// (the matched route is known) and outside the timeout and panic layers (their statuses count).
+pub async fn track_http(req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned());
+    let method = http_method(req.method());
+    let started = Instant::now();
+    let response = next.run(req).await;
+    let status = response.status();
+    let class = match status.as_u16() {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    };
+    let route = route.unwrap_or_else(|| "unmatched".to_owned());
+    if route == "/api/auth/login"
+        && matches!(
+            status,
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+        )
+    {
+        counter!(LOGIN_THROTTLED, "status" => status.as_str().to_owned()).increment(1);
+    }
+    histogram!(HTTP_REQUEST_DURATION, "route" => route, "method" => method, "status" => class)
+        .record(started.elapsed());
+    response
+}
+
+fn http_method(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn door_1_gateways_share_one_label() {
+        assert_eq!(door_and_gateway("acme"), ("webhook", "other"));
+        assert_eq!(door_and_gateway("anything-else"), ("webhook", "other"));
+        assert_eq!(door_and_gateway("wayforpay"), ("wayforpay", "wayforpay"));
+        assert_eq!(
+            door_and_gateway("telegram_stars"),
+            ("telegram", "telegram_stars")
+        );
+    }
+
+    #[test]
+    fn unknown_methods_and_odd_values_are_other() {
+        assert_eq!(http_method(&Method::GET), "GET");
+        assert_eq!(http_method(&Method::from_bytes(b"BREW").unwrap()), "other");
+        assert_eq!(vocabulary("sendMessage"), "sendMessage");
+        assert_eq!(vocabulary("refunded_elsewhere"), "refunded_elsewhere");
+        for odd in ["", "send message", "a/b", "é", &"x".repeat(41)] {
+            assert_eq!(vocabulary(odd), "other", "{odd:?}");
+        }
+    }
+}
