@@ -482,6 +482,30 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
     browser.fill("#login-password", ADMIN_PASSWORD).await;
     browser.click("#login button[type=submit]").await;
     browser.wait_text("main h1", "Subscriber @ann").await;
+    // A staff correction through the membership PATCH: the status only.
+    browser
+        .click("main table button[aria-controls^='correct-']")
+        .await;
+    browser.select("form[id^='correct-'] select", "grace").await;
+    browser
+        .click("form[id^='correct-'] button[type=submit]")
+        .await;
+    browser.wait_text("#status", "Corrected: grace until").await;
+    let status: String = app
+        .db()
+        .await
+        .query_one(
+            "SELECT status FROM memberships WHERE subscriber_id = $1",
+            &[&ann],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "grace");
+    assert_eq!(
+        app.count("membership_events WHERE cause = 'staff'").await,
+        2
+    );
     browser.click("main table button.danger").await;
     let dialog = browser
         .wait_text("#confirm", "will be removed from the Telegram channel")
