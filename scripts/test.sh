@@ -8,6 +8,9 @@
 # e.g.  scripts/test.sh -- --nocapture   or   make test ARGS='webhook'.
 # A SUBGATE_TEST_DATABASE_URL already set in the environment is used as is.
 #
+# scripts/ensure-browser.sh installs Chromium and chromedriver (Debian packages) when missing,
+# for the staff console's browser test.
+#
 # Every per-test database of this run carries the run's tag (SUBGATE_TEST_RUN)
 # in its name; when cargo exits (or this script is interrupted) they are all
 # dropped, so a run leaves only the reusable template database behind.
@@ -73,6 +76,10 @@ drop_run_databases() {
 trap drop_run_databases EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+
+# The console's browser test needs Chromium and chromedriver; without them it fails with a
+# clear message (the rest of the suite still runs).
+"$ROOT/scripts/ensure-browser.sh" || log "WARNING: no browser: the console's browser test will fail"
 
 log "running: cargo test --workspace $* (run $SUBGATE_TEST_RUN)"
 status=0

@@ -15,12 +15,14 @@
 //! - [`telegram`]: door 3, the bot webhook (Stars pre-checkout and payments, join requests).
 //! - [`bot`]: the buyer side of the bot (catalogue, buy button, invoices, `/subscriptions`).
 //! - [`effects`]: the outbox of Telegram effects (grant, revoke, remind, refund, reconcile).
+//! - [`console`]: the staff console at `/console`, a static client of the staff API.
 //! - [`metrics`]: Prometheus metrics on their own listener (`METRICS_ADDR`).
 
 pub mod api;
 pub mod auth;
 pub mod bot;
 pub mod config;
+pub mod console;
 pub mod db;
 pub mod effects;
 pub mod error;

@@ -21,8 +21,8 @@ use tower_http::{
 
 use crate::{
     api::{
-        channels, effects, invoice_links, memberships, orders, payments, star_subscriptions,
-        subscribers, sweep,
+        channels, effects, invoice_links, memberships, orders, overview, payments,
+        star_subscriptions, subscribers, sweep,
     },
     auth,
     error::{ApiError, problem},
@@ -87,12 +87,14 @@ pub fn router(state: AppState) -> Router {
         .route("/webhook/payment", post(webhook_door::receive))
         .route("/webhook/wayforpay", post(wayforpay_door::receive))
         .route("/sweep", post(sweep::run))
+        .route("/overview", get(overview::get))
         .route("/webhook/telegram", post(crate::telegram::door::webhook));
 
     Router::new()
         .nest("/api", api)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .merge(crate::console::router())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(

@@ -10,6 +10,7 @@ pub mod effects;
 pub mod invoice_links;
 pub mod memberships;
 pub mod orders;
+pub mod overview;
 pub mod payments;
 pub mod star_subscriptions;
 pub mod subscribers;
