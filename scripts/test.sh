@@ -41,29 +41,32 @@ find_psql() {
     local d
     if command -v psql >/dev/null 2>&1; then
         command -v psql
-        return
+        return 0
     fi
     for d in /usr/lib/postgresql/*/bin; do
         if [[ -x "$d/psql" ]]; then
             echo "$d/psql"
-            return
+            return 0
         fi
     done
 }
 
 drop_run_databases() {
+    # Runs as the EXIT trap: a bare `return` there would return the status cargo left, and
+    # `set -e` would end the clean-up at its first failing command.
+    set +e
     local psql names name dropped=0
     psql="$(find_psql)"
     if [[ -z "$psql" ]]; then
         log "psql not found: this run's databases (subgate_test_*_${SUBGATE_TEST_RUN}_*) are left" \
             "for a later run to drop"
-        return
+        return 0
     fi
     names="$("$psql" "$SUBGATE_TEST_DATABASE_URL" -X -qAt -c \
         "SELECT datname FROM pg_database
           WHERE datname LIKE 'subgate\\_test\\_%\\_${SUBGATE_TEST_RUN}\\_%'")" || {
         log "could not list this run's databases; a later run drops them"
-        return
+        return 0
     }
     while IFS= read -r name; do
         [[ -n "$name" ]] || continue
