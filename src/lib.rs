@@ -18,6 +18,7 @@
 //! - [`telegram`]: the Telegram decisions (pre-checkout, join requests), the Stars reconcile
 //!   (payment recovery) and the Bot API client;
 //! - [`metrics`]: Prometheus metrics on their own listener (`METRICS_ADDR`);
+//! - [`console`]: the staff console at `/console`, a static client of the staff API;
 //! - [`auth`], [`idempotency`]: staff accounts and tokens, idempotency keys, without HTTP;
 //! - [`config`], [`state`], [`db`], [`error`]: configuration, shared state, the database, the
 //!   one error type.
@@ -26,6 +27,7 @@ pub mod api;
 pub mod auth;
 pub mod bot;
 pub mod config;
+pub mod console;
 pub mod currency;
 pub mod db;
 pub mod effects;

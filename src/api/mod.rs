@@ -19,6 +19,7 @@ pub mod invoice_links;
 pub mod memberships;
 pub mod openapi;
 pub mod orders;
+pub mod overview;
 pub mod payments;
 pub mod router;
 pub mod star_subscriptions;

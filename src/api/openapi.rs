@@ -81,7 +81,9 @@ pub const WEBHOOK_SIGNATURE: &str = "webhook_signature";
         payments::list, payments::get,
         standard::receive, wayforpay::receive, telegram::webhook,
         sweep::run,
+        super::overview::get,
         super::router::healthz, super::router::readyz, openapi_json,
+        crate::console::redirect, crate::console::index, crate::console::asset,
     ),
     components(schemas(Problem)),
     modifiers(&SecuritySchemes, &CommonResponses),
@@ -95,7 +97,8 @@ pub const WEBHOOK_SIGNATURE: &str = "webhook_signature";
         (name = "effects", description = "The outbox of Telegram effects and its dead letters."),
         (name = "star subscriptions", description = "Telegram Stars subscriptions started in the bot."),
         (name = "payment doors", description = "Where gateways and Telegram report payments."),
-        (name = "operations", description = "Sweep, health, readiness and this document."),
+        (name = "operations", description = "Overview, sweep, health, readiness and this document."),
+        (name = "console", description = "The staff console: a static app on this API (no token needed for its files)."),
     ),
 )]
 pub struct ApiDoc;

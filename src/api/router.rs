@@ -25,7 +25,7 @@ use super::{
     error::problem,
     invoice_links, memberships,
     openapi::{self, Health},
-    orders, payments, star_subscriptions, subscribers, sweep,
+    orders, overview, payments, star_subscriptions, subscribers, sweep,
     webhooks::{standard, telegram, wayforpay},
 };
 use crate::{error::ApiError, state::AppState};
@@ -87,12 +87,14 @@ pub fn router(state: AppState) -> Router {
         .route("/webhook/wayforpay", post(wayforpay::receive))
         .route("/webhook/telegram", post(telegram::webhook))
         .route("/sweep", post(sweep::run))
+        .route("/overview", get(overview::get))
         .route("/openapi.json", get(openapi::openapi_json));
 
     Router::new()
         .nest("/api", api)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .merge(crate::console::router())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(

@@ -56,11 +56,18 @@ fn routed_paths(router: &axum::Router) -> BTreeSet<String> {
 /// The methods the router serves at `path`: a request with a method no route has is answered
 /// 405 with `Allow` listing them (HEAD, implied by GET, left out). No handler runs.
 async fn routed_methods(app: &TestApp, path: &str) -> BTreeSet<String> {
-    let concrete = path.replace("{id}", "1");
-    assert!(
-        !concrete.contains('{'),
-        "a path parameter to fill in: {path}"
-    );
+    // Every path parameter filled in with `1` (an id, a file name: the route matches either).
+    let concrete: String = path
+        .split('/')
+        .map(|segment| {
+            if segment.starts_with('{') {
+                "1"
+            } else {
+                segment
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/");
     let probe = Method::from_bytes(b"PROBE").unwrap();
     let r = app.request(probe, &concrete, &[], "").await;
     assert_eq!(
@@ -133,8 +140,10 @@ async fn every_operation_is_complete() {
             );
             let responses = op["responses"].as_object().unwrap();
             assert!(
-                responses.keys().any(|s| s.starts_with('2')),
-                "{name}: no success response"
+                responses
+                    .keys()
+                    .any(|s| s.starts_with('2') || s.starts_with('3')),
+                "{name}: no success or redirect response"
             );
             assert!(responses.contains_key("503"), "{name}: no 503");
             for (status, response) in responses {
