@@ -195,7 +195,7 @@ pub struct Health {
 /// Door 1's answer to a signed event that is not `payment.succeeded`: acknowledged, ignored.
 #[derive(Serialize, ToSchema)]
 pub struct Ignored {
-    #[schema(pattern = "^true$", value_type = bool)]
+    /// Always `true`.
     pub ignored: bool,
 }
 
@@ -203,7 +203,7 @@ pub struct Ignored {
 #[derive(Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum SignedWebhookAnswer {
-    Applied(core::Applied),
+    Applied(Box<core::Applied>),
     Ignored(Ignored),
 }
 
