@@ -200,7 +200,8 @@ log "seeded 3 subscribers, 2 channels, 6 orders, 1 membership"
 log "running schemathesis (at most ${FUZZ_MAX_EXAMPLES:-50} cases per operation and phase, ${FUZZ_MAX_TIME:-300} s)"
 status=0
 (
-    cd "$ROOT/scripts/fuzz"
+    # From target/fuzz: schemathesis keeps its cache in the working directory.
+    cd "$WORK"
     SUBGATE_FUZZ_TOKEN="$token" SCHEMATHESIS_HOOKS=hooks PYTHONPATH="$ROOT/scripts/fuzz" \
         "$VENV/bin/schemathesis" --config-file "$ROOT/scripts/fuzz/schemathesis.toml" run \
         "$base/api/openapi.json" \
