@@ -13,7 +13,7 @@ help:
 	@echo "make run           build and run the server locally (PostgreSQL and dev secrets set up for you)"
 	@echo "make test          run cargo test --workspace against PostgreSQL (ARGS=... passed through)"
 	@echo "make docs-test     run the docs' shell walk-throughs against a live server on a fresh database"
-	@echo "make bench         run cargo bench against PostgreSQL (ARGS=... passed through)"
+	@echo "make bench         payment path, re-deliveries and sweep vs references, one table of ratios (ARGS=... to the payment bench, e.g. ARGS='--duration 30'; SWEEP_BENCH_ROWS=...)"
 	@echo "make fmt           cargo fmt --check"
 	@echo "make lint          cargo clippy --all-targets -- -D warnings"
 	@echo "make clean-db      stop the private PostgreSQL cluster in target/pgdata"

@@ -14,8 +14,10 @@
 //! `postgres://postgres@127.0.0.1:5432/postgres`), `SWEEP_BENCH_ROWS` (overdue memberships,
 //! default 100000), `SWEEP_BENCH_NAIVE_ROWS` (the naive baseline's sample, default 5000),
 //! `SWEEP_BENCH_BATCH` (rows per batch, default the sweep's), `SWEEP_BENCH_PROBE=0` (no renewal
-//! probe). The benchmark creates its own database and drops it at the end (and drops databases
-//! an interrupted run left behind).
+//! probe), `SUBGATE_BENCH_RESULTS` (a directory: the figures are also left there in `sweep.tsv`,
+//! for the summary `make bench` prints after the payment benchmark), `SUBGATE_BENCH_RUN` (a tag
+//! for the database's name). The benchmark creates its own database and drops it at the end (and
+//! drops databases an interrupted run left behind and no one is connected to).
 
 use std::{
     sync::{
@@ -76,6 +78,16 @@ fn main() {
     if !filters.is_empty() && !filters.iter().any(|f| "sweep".contains(f.as_str())) {
         return;
     }
+    // `scripts/bench.sh` stops what its run started if it is interrupted.
+    if let Some(path) = std::env::var_os("SUBGATE_BENCH_PIDFILE").filter(|p| !p.is_empty())
+        && let Ok(mut f) = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(path)
+    {
+        use std::io::Write;
+        let _ = writeln!(f, "{}", std::process::id());
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -88,9 +100,15 @@ async fn run() {
     let rows = env_usize("SWEEP_BENCH_ROWS", 100_000) as i64;
     let naive_rows = env_usize("SWEEP_BENCH_NAIVE_ROWS", 5_000).min(rows as usize) as i64;
     let batch = env_usize("SWEEP_BENCH_BATCH", sweep::DEFAULT_BATCH_SIZE);
-    let name = format!("subgate_bench_{}", uuid::Uuid::new_v4().simple());
+    // `scripts/bench.sh` tags its run's databases, so it can drop them if interrupted.
+    let tag = std::env::var("SUBGATE_BENCH_RUN")
+        .ok()
+        .filter(|t| !t.is_empty() && t.chars().all(|c| c.is_ascii_alphanumeric()))
+        .map(|t| t.to_lowercase())
+        .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+    let name = format!("subgate_bench_sweep_{tag}");
     let admin = admin().await;
-    // Databases left by an interrupted run.
+    // Databases left by an interrupted run; one in use (another run's) refuses to go.
     let stale = admin
         .query(
             r"SELECT datname FROM pg_database WHERE datname LIKE 'subgate\_bench\_%'",
@@ -101,7 +119,7 @@ async fn run() {
     for row in stale {
         let db: String = row.get(0);
         let _ = admin
-            .batch_execute(&format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"))
+            .batch_execute(&format!("DROP DATABASE IF EXISTS \"{db}\""))
             .await;
     }
     admin
@@ -119,6 +137,12 @@ async fn run() {
         .await
         .unwrap();
     result.print(rows, naive_rows, batch);
+    if let Some(dir) = std::env::var_os("SUBGATE_BENCH_RESULTS").filter(|d| !d.is_empty()) {
+        let dir = std::path::PathBuf::from(dir);
+        let _ = std::fs::create_dir_all(&dir);
+        std::fs::write(dir.join("sweep.tsv"), result.tsv(rows))
+            .unwrap_or_else(|e| eprintln!("[bench] cannot write sweep.tsv: {e}"));
+    }
 }
 
 struct Results {
@@ -132,6 +156,26 @@ struct Results {
 }
 
 impl Results {
+    /// The figures the `make bench` summary needs, as `key<TAB>value` lines.
+    fn tsv(&self, rows: i64) -> String {
+        let mut waits = self.probe_waits.clone();
+        waits.sort();
+        let p99 = waits
+            .get(((waits.len().max(1) - 1) as f64 * 0.99).round() as usize)
+            .map_or(0.0, |d| d.as_secs_f64() * 1e3);
+        [
+            ("rows", rows as f64),
+            ("sweep_s", self.sweep.as_secs_f64()),
+            ("set_based_s", self.set_based.as_secs_f64()),
+            ("same_writes_s", self.set_same_writes.as_secs_f64()),
+            ("probes", waits.len() as f64),
+            ("probe_p99_ms", p99),
+        ]
+        .iter()
+        .map(|(k, v)| format!("{k}\t{v:.3}\n"))
+        .collect()
+    }
+
     fn print(&self, rows: i64, naive_rows: i64, batch: usize) {
         let rate = |n: i64, d: Duration| n as f64 / d.as_secs_f64();
         let sweep_rate = rate(rows, self.sweep);

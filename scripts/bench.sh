@@ -1,15 +1,36 @@
 #!/usr/bin/env bash
-# bench.sh — run the benchmarks against a real PostgreSQL (`make bench`).
+# bench.sh — `make bench`: the payment path, re-deliveries and the sweep, measured in one run
+# against references on the same PostgreSQL, ending with one table of figures and ratios
+# (docs/benchmarks.md explains it and keeps the figures measured so far).
 #
-# Like scripts/test.sh: exports SUBGATE_TEST_DATABASE_URL (from the
-# environment, else from scripts/ensure-postgres.sh) and runs `cargo bench`
-# with any extra arguments given to this script. Exits with cargo's exit code.
+# Gets an admin URL like scripts/test.sh (SUBGATE_TEST_DATABASE_URL from the environment, else
+# scripts/ensure-postgres.sh), builds both benchmarks (release profile), then runs
+#   1. benches/sweep.rs     the sweep of SWEEP_BENCH_ROWS overdue memberships (default below)
+#                           against set-based statements with the same writes;
+#   2. benches/payments     a real server on its own database, driven by the load generator,
+#                           and the pgbench references; prints the summary table, with the
+#                           sweep's rows, and leaves it in target/bench/summary.md.
+# Arguments go to the payment benchmark, e.g.
+#   make bench ARGS='--connections 32 --duration 30'      scripts/bench.sh --help
+# SWEEP_BENCH_ROWS / SWEEP_BENCH_NAIVE_ROWS / SWEEP_BENCH_PROBE size the sweep; BENCH_SKIP_SWEEP=1
+# leaves it out. Everything the run starts — the benchmark programs, the server, pgbench — is
+# listed in a pid file and stopped, and this run's databases dropped, however the script ends.
+# Exits non-zero when a benchmark failed.
 set -euo pipefail
 
 log() { printf '[bench] %s\n' "$*" >&2; }
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+
+# The sweep's default size here: large enough for its ratio to mean something, small enough
+# for the whole run to stay well under ten minutes on a 2-core machine.
+: "${SWEEP_BENCH_ROWS:=300000}"
+export SWEEP_BENCH_ROWS
+
+if [[ " $* " == *" --help "* || " $* " == *" -h "* ]]; then
+    exec cargo bench --quiet --bench payments -- --help
+fi
 
 if [[ -n "${SUBGATE_TEST_DATABASE_URL:-}" ]]; then
     log "SUBGATE_TEST_DATABASE_URL is set; using it as is"
@@ -22,5 +43,108 @@ else
 fi
 export SUBGATE_TEST_DATABASE_URL
 
-log "running: cargo bench $*"
-exec cargo bench "$@"
+# A tag for this run's databases (subgate_bench_*_<tag>) and pid file.
+SUBGATE_BENCH_RUN="b$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')"
+export SUBGATE_BENCH_RUN
+SUBGATE_BENCH_RESULTS="$ROOT/target/bench"
+export SUBGATE_BENCH_RESULTS
+mkdir -p "$SUBGATE_BENCH_RESULTS"
+rm -f "$SUBGATE_BENCH_RESULTS/sweep.tsv" "$SUBGATE_BENCH_RESULTS/payments.tsv" \
+    "$SUBGATE_BENCH_RESULTS/summary.md"
+SUBGATE_BENCH_PIDFILE="$SUBGATE_BENCH_RESULTS/pids.$SUBGATE_BENCH_RUN"
+export SUBGATE_BENCH_PIDFILE
+: >"$SUBGATE_BENCH_PIDFILE"
+
+# 1,000 idle connections need that many descriptors in the server and the load generator.
+if [[ "$(ulimit -n)" != unlimited && "$(ulimit -n)" -lt 4096 ]]; then
+    ulimit -n "$(ulimit -Hn | sed 's/unlimited/4096/')" 2>/dev/null || true
+    ulimit -n 4096 2>/dev/null || true
+fi
+
+# Explicit `return 0`s: in a trap, a bare `return` returns the status the trap interrupted.
+find_psql() {
+    local d
+    if command -v psql >/dev/null 2>&1; then
+        command -v psql
+        return 0
+    fi
+    for d in /usr/lib/postgresql/*/bin; do
+        if [[ -x "$d/psql" ]]; then
+            echo "$d/psql"
+            return 0
+        fi
+    done
+    return 0
+}
+
+child=""
+cleanup() {
+    # Best effort to the end: one failing step must not leave the rest undone.
+    set +e
+    local pid pids=() psql names name
+    [[ -n "$child" ]] && pids+=("$child")
+    if [[ -f "$SUBGATE_BENCH_PIDFILE" ]]; then
+        while IFS= read -r pid; do
+            [[ "$pid" =~ ^[0-9]+$ ]] && pids+=("$pid")
+        done <"$SUBGATE_BENCH_PIDFILE"
+    fi
+    # Only processes of this run that are still there (and still what we started).
+    local alive=()
+    for pid in "${pids[@]}"; do
+        if kill -0 "$pid" 2>/dev/null &&
+            grep -qa -e subgate -e pgbench -e payments -e sweep -e cargo "/proc/$pid/cmdline" 2>/dev/null; then
+            alive+=("$pid")
+        fi
+    done
+    if ((${#alive[@]})); then
+        log "stopping what this run started: ${alive[*]}"
+        kill -TERM "${alive[@]}" 2>/dev/null || true
+        sleep 2
+        for pid in "${alive[@]}"; do
+            kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+        done
+    fi
+    rm -f "$SUBGATE_BENCH_PIDFILE"
+    psql="$(find_psql)"
+    [[ -n "$psql" ]] || return 0
+    names="$("$psql" "$SUBGATE_TEST_DATABASE_URL" -X -qAt -c \
+        "SELECT datname FROM pg_database
+          WHERE datname LIKE 'subgate\\_bench\\_%\\_${SUBGATE_BENCH_RUN}'" 2>/dev/null)" || return 0
+    while IFS= read -r name; do
+        [[ -n "$name" ]] || continue
+        "$psql" "$SUBGATE_TEST_DATABASE_URL" -X -q -c "DROP DATABASE IF EXISTS \"$name\" WITH (FORCE)" \
+            >/dev/null 2>&1 && log "dropped $name"
+    done <<<"$names"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# In the background and waited for, so a signal reaches the trap at once (bash runs traps only
+# between foreground commands).
+run() {
+    "$@" &
+    child=$!
+    wait "$child"
+    local status=$?
+    child=""
+    return "$status"
+}
+
+started=$SECONDS
+log "building the benchmarks (release profile)"
+run cargo bench --no-run --bench payments --bench sweep
+log "built in $((SECONDS - started)) s"
+
+status=0
+if [[ "${BENCH_SKIP_SWEEP:-0}" != 1 ]]; then
+    step=$SECONDS
+    log "sweep benchmark: $SWEEP_BENCH_ROWS overdue memberships"
+    run cargo bench --quiet --bench sweep || status=$?
+    log "sweep benchmark: $((SECONDS - step)) s"
+fi
+step=$SECONDS
+log "payment benchmark: cargo bench --bench payments -- $*"
+run cargo bench --quiet --bench payments -- "$@" || status=$?
+log "payment benchmark: $((SECONDS - step)) s; whole run $((SECONDS - started)) s"
+exit "$status"

@@ -8,6 +8,9 @@
 # e.g.  scripts/test.sh -- --nocapture   or   make test ARGS='webhook'.
 # A SUBGATE_TEST_DATABASE_URL already set in the environment is used as is.
 #
+# scripts/ensure-browser.sh installs Chromium and chromedriver (Debian packages) when missing,
+# for the staff console's browser test.
+#
 # Every per-test database of this run carries the run's tag (SUBGATE_TEST_RUN)
 # in its name; when cargo exits (or this script is interrupted) they are all
 # dropped, so a run leaves only the reusable template database behind.
@@ -38,29 +41,32 @@ find_psql() {
     local d
     if command -v psql >/dev/null 2>&1; then
         command -v psql
-        return
+        return 0
     fi
     for d in /usr/lib/postgresql/*/bin; do
         if [[ -x "$d/psql" ]]; then
             echo "$d/psql"
-            return
+            return 0
         fi
     done
 }
 
 drop_run_databases() {
+    # Runs as the EXIT trap: a bare `return` there would return the status cargo left, and
+    # `set -e` would end the clean-up at its first failing command.
+    set +e
     local psql names name dropped=0
     psql="$(find_psql)"
     if [[ -z "$psql" ]]; then
         log "psql not found: this run's databases (subgate_test_*_${SUBGATE_TEST_RUN}_*) are left" \
             "for a later run to drop"
-        return
+        return 0
     fi
     names="$("$psql" "$SUBGATE_TEST_DATABASE_URL" -X -qAt -c \
         "SELECT datname FROM pg_database
           WHERE datname LIKE 'subgate\\_test\\_%\\_${SUBGATE_TEST_RUN}\\_%'")" || {
         log "could not list this run's databases; a later run drops them"
-        return
+        return 0
     }
     while IFS= read -r name; do
         [[ -n "$name" ]] || continue
@@ -73,6 +79,10 @@ drop_run_databases() {
 trap drop_run_databases EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+
+# The console's browser test needs Chromium and chromedriver; without them it fails with a
+# clear message (the rest of the suite still runs).
+"$ROOT/scripts/ensure-browser.sh" || log "WARNING: no browser: the console's browser test will fail"
 
 log "running: cargo test --workspace $* (run $SUBGATE_TEST_RUN)"
 status=0

@@ -39,7 +39,9 @@ pub async fn sweep_loop(state: AppState, shutdown: ShutdownSignal, every: Durati
             _ = shutdown.wait() => break,
         }
         let stop = || shutdown.is_triggered();
-        if let Err(e) = sweep::sweep_until(&state.db, sweep::DEFAULT_BATCH_SIZE, stop).await {
+        let result = sweep::sweep_until(&state.db, sweep::DEFAULT_BATCH_SIZE, stop).await;
+        state.last_sweep.record(sweep::Trigger::Schedule, &result);
+        if let Err(e) = result {
             tracing::error!(error = %e, "scheduled sweep failed; trying again at the next tick");
         }
     }

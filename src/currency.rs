@@ -188,6 +188,12 @@ const EXPONENTS: &[(&str, u32)] = &[
     ("ZWG", 2),
 ];
 
+/// Every currency the service can price in, with its minor-unit exponent, sorted by code (the
+/// staff console formats amounts with it, so the browser and the server agree on every code).
+pub fn exponents() -> impl Iterator<Item = (&'static str, u32)> {
+    EXPONENTS.iter().copied()
+}
+
 /// True if `s` has the shape of a currency code: exactly three ASCII upper-case letters.
 ///
 /// This is a syntax check only (it accepts `XTR` and unknown codes alike); use

@@ -8,6 +8,7 @@ use deadpool_postgres::Pool;
 use crate::{
     auth::{HashPermits, LoginThrottle},
     config::Config,
+    sweep::LastSweep,
 };
 
 /// Everything a handler may need; cheap to clone.
@@ -21,6 +22,8 @@ pub struct AppState {
     /// A bcrypt hash of a random password at the configured cost: unknown emails are checked
     /// against it so they take as long as wrong passwords.
     pub dummy_hash: Arc<String>,
+    /// The last sweep this process ran, for the staff overview.
+    pub last_sweep: LastSweep,
 }
 
 impl AppState {
@@ -34,6 +37,7 @@ impl AppState {
             login_throttle: LoginThrottle::default(),
             hash_permits: HashPermits::per_core(),
             dummy_hash: Arc::new(dummy_hash),
+            last_sweep: LastSweep::default(),
         })
     }
 }

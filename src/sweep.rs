@@ -31,7 +31,10 @@
 //! A run also purges expired idempotency keys. Every batch is idempotent and commits on its own,
 //! so stopping a run between (or even inside) batches is harmless: the next run carries on.
 
-use std::time::Instant;
+use std::{
+    sync::{Arc, Mutex},
+    time::Instant,
+};
 
 use chrono::{DateTime, Duration, Utc};
 use deadpool_postgres::{Pool, Transaction};
@@ -85,6 +88,53 @@ pub struct SweepReport {
     pub skipped: u64,
     /// Wall time of the run.
     pub duration_ms: u64,
+}
+
+/// Who started a sweep run, as [`LastSweep`] records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    /// The in-process schedule (`SWEEP_INTERVAL_SECS`).
+    Schedule,
+    /// A staff account (`POST /api/sweep` with a JWT).
+    Staff,
+    /// Cron with the `SWEEP_TOKEN` (`POST /api/sweep`).
+    SweepToken,
+}
+
+/// One finished run, as the staff overview shows it. A failed run has no report; its cause is
+/// in the log, not here (it may carry database detail staff pages must not show).
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepRun {
+    pub finished_at: DateTime<Utc>,
+    pub trigger: Trigger,
+    pub ok: bool,
+    pub report: Option<SweepReport>,
+}
+
+/// The last run this server process finished, scheduled or asked for through the API. It lives
+/// in memory (the schema keeps no log of runs): a restart forgets it, and runs of
+/// `subgate sweep` (another process) are not in it. What a run changed is in
+/// `membership_events` (cause `sweep`) either way.
+#[derive(Debug, Clone, Default)]
+pub struct LastSweep(Arc<Mutex<Option<SweepRun>>>);
+
+impl LastSweep {
+    /// Records a finished run.
+    pub fn record(&self, trigger: Trigger, result: &Result<SweepReport, ApiError>) {
+        let run = SweepRun {
+            finished_at: Utc::now(),
+            trigger,
+            ok: result.is_ok(),
+            report: result.as_ref().ok().cloned(),
+        };
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(run);
+    }
+
+    /// The last run recorded, if any.
+    pub fn get(&self) -> Option<SweepRun> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 /// One decision of a batch: move membership `id` from `from` to `to`, provided it still has

@@ -12,12 +12,14 @@
 
 pub mod auth;
 pub mod channels;
+pub mod console;
 pub mod effects;
 pub mod error;
 pub mod idempotency;
 pub mod invoice_links;
 pub mod memberships;
 pub mod orders;
+pub mod overview;
 pub mod payments;
 pub mod router;
 pub mod star_subscriptions;

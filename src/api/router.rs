@@ -23,7 +23,7 @@ use tower_http::{
 use super::{
     auth, channels, effects,
     error::problem,
-    invoice_links, memberships, orders, payments, star_subscriptions, subscribers, sweep,
+    invoice_links, memberships, orders, overview, payments, star_subscriptions, subscribers, sweep,
     webhooks::{standard, telegram, wayforpay},
 };
 use crate::{error::ApiError, state::AppState};
@@ -84,12 +84,14 @@ pub fn router(state: AppState) -> Router {
         .route("/webhook/payment", post(standard::receive))
         .route("/webhook/wayforpay", post(wayforpay::receive))
         .route("/webhook/telegram", post(telegram::webhook))
-        .route("/sweep", post(sweep::run));
+        .route("/sweep", post(sweep::run))
+        .route("/overview", get(overview::get));
 
     Router::new()
         .nest("/api", api)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .merge(super::console::router())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(

@@ -36,6 +36,7 @@ const LIST_SQL: &str = concat!(
     subscriber_columns!(),
     " FROM subscribers
                  WHERE id > $1::bigint AND ($2::bigint IS NULL OR telegram_user_id = $2)
+                   AND ($4::text IS NULL OR lower(username) = lower($4))
                  ORDER BY id LIMIT $3"
 );
 const GET_SQL: &str = concat!(
@@ -103,6 +104,8 @@ pub struct ListSubscribers {
     limit: Option<i64>,
     after: Option<i64>,
     telegram_user_id: Option<i64>,
+    /// Telegram username, case-insensitive, with or without the leading `@`.
+    username: Option<String>,
 }
 
 fn check_telegram_user_id(e: &mut Errors, v: i64) {
@@ -140,18 +143,35 @@ pub async fn create(
     })
 }
 
-/// `GET /api/subscribers`.
+/// `GET /api/subscribers` (filters `telegram_user_id` and `username`).
 pub async fn list(
     State(state): State<AppState>,
     _: Staff,
     ApiQuery(q): ApiQuery<ListSubscribers>,
 ) -> Result<Json<Page<Subscriber>>, ApiError> {
     let paging = Paging::new(q.limit, q.after)?;
+    let username = q
+        .username
+        .as_deref()
+        .map(|u| u.strip_prefix('@').unwrap_or(u));
+    if let Some(u) = username {
+        let mut e = Errors::default();
+        if u.is_empty() {
+            e.add("username", "must not be empty");
+        }
+        check_text(&mut e, "username", Some(u), 64);
+        e.finish()?;
+    }
     let client = state.db.get().await?;
     let items: Vec<Subscriber> = db::all(
         &client,
         LIST_SQL,
-        &[&paging.after, &q.telegram_user_id, &paging.fetch()],
+        &[
+            &paging.after,
+            &q.telegram_user_id,
+            &paging.fetch(),
+            &username,
+        ],
     )
     .await?;
     Ok(Json(paging.page(items, |s| s.id as i64)))

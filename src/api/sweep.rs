@@ -45,13 +45,25 @@ pub async fn run(
     State(state): State<AppState>,
     caller: SweepCaller,
 ) -> Result<Json<SweepReport>, ApiError> {
-    match caller {
-        SweepCaller::Cron => tracing::info!("sweep requested with the sweep token"),
-        SweepCaller::Staff(staff) => tracing::info!(staff_id = staff.id, "sweep requested"),
-    }
+    let trigger = match caller {
+        SweepCaller::Cron => {
+            tracing::info!("sweep requested with the sweep token");
+            sweep::Trigger::SweepToken
+        }
+        SweepCaller::Staff(staff) => {
+            tracing::info!(staff_id = staff.id, "sweep requested");
+            sweep::Trigger::Staff
+        }
+    };
     let pool = state.db.clone();
-    let report = tokio::spawn(async move { sweep::sweep(&pool, sweep::DEFAULT_BATCH_SIZE).await })
-        .await
-        .map_err(ApiError::internal)??;
+    let last = state.last_sweep.clone();
+    // Recorded inside the spawned run, so a run whose client went away is recorded too.
+    let report = tokio::spawn(async move {
+        let result = sweep::sweep(&pool, sweep::DEFAULT_BATCH_SIZE).await;
+        last.record(trigger, &result);
+        result
+    })
+    .await
+    .map_err(ApiError::internal)??;
     Ok(Json(report))
 }

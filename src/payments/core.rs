@@ -11,6 +11,13 @@
 //!   number of deliveries of one payment, exactly one inserts; every other one finds the stored
 //!   row, answers with it and changes nothing.
 //!
+//! A delivery of a payment that is already stored (the common retry) is answered before any of
+//! that: one plain read finds the stored row, and the answer is built from it and the pair's
+//! current membership, with no lock taken and nothing written. So re-deliveries never queue on
+//! the pair lock behind each other, a renewal or a sweep batch. Only a delivery that finds no
+//! stored row (a new payment, or a repeat racing the first delivery's commit) opens the locking
+//! transaction, where the insert's conflict still decides.
+//!
 //! The checks (API.md order: unknown order, cancelled, currency, amount, payer, already paid,
 //! channel inactive, seat) are reads under those locks, so they are decided first and the
 //! payment row is inserted once, with its final outcome. A payment that fails a check is still
@@ -295,8 +302,9 @@ pub fn outcome_for(gateway: &str, reason: Option<Reason>) -> Outcome {
 /// clamped to now) on the payment and the order, but never moves the term. A repeat of a stored
 /// (gateway, external_id) changes nothing and returns the stored payment with
 /// `duplicate: true` (a repeat whose amount, currency or order reference differs is logged as a
-/// warning). Deadlock victims are run again by [`crate::transaction!`]; a failure is an
-/// `ApiError` and nothing is stored.
+/// warning); one already committed is answered by a plain read before the transaction, without
+/// waiting for any lock. Deadlock victims are run again by [`crate::transaction!`]; a failure is
+/// an `ApiError` and nothing is stored.
 pub async fn apply_payment(pool: &Pool, p: NormalizedPayment) -> Result<Applied, ApiError> {
     apply_payment_as(pool, p, Recurrence::Unknown).await
 }
@@ -308,7 +316,16 @@ pub async fn apply_payment_as(
     recurrence: Recurrence,
 ) -> Result<Applied, ApiError> {
     let p = &p;
-    let applied = crate::transaction!(pool, |tx| { apply_in(tx, p, recurrence).await })?;
+    // Its own statement, so the connection goes back to the pool before the transaction takes
+    // one: a request never holds two.
+    let already_stored = {
+        let client = pool.get().await?;
+        stored(&client, p).await?
+    };
+    let applied = match already_stored {
+        Some(applied) => applied,
+        None => crate::transaction!(pool, |tx| { apply_in(tx, p, recurrence).await })?,
+    };
     if applied.duplicate {
         warn_if_redelivery_differs(p, &applied.payment);
     }
@@ -413,7 +430,9 @@ async fn apply_in(
         _ => outcome_for(&p.gateway, reason),
     };
     let Some(payment) = store(tx, p, &found, outcome, reason, recurrence).await? else {
-        return duplicate(tx, p).await;
+        return stored(tx, p)
+            .await?
+            .ok_or_else(|| ApiError::internal("a conflicting payment is not visible"));
     };
     if reason.is_some() {
         // The payer, when the door knows them; else the order's buyer.
@@ -702,19 +721,29 @@ const STORED_SQL: &str = concat!(
     " FROM payments WHERE gateway = $1 AND external_id = $2"
 );
 
-/// A repeat delivery: the stored payment, and its pair's current membership. The stored row is
-/// committed (`ON CONFLICT DO NOTHING` waited for its inserter), so this new statement sees it.
-async fn duplicate(tx: &Transaction<'_>, p: &NormalizedPayment) -> Result<Applied, ApiError> {
-    let payment: Payment = db::one(tx, STORED_SQL, &[&p.gateway, &p.external_id]).await?;
+/// A repeat delivery: the stored payment, and its pair's current membership; `None` when this
+/// (gateway, external_id) is not stored. Plain reads, no lock: before the transaction they
+/// answer a repeat of a committed payment; inside it, after the insert found the conflict, the
+/// stored row is committed (`ON CONFLICT DO NOTHING` waited for its inserter), so this new
+/// statement sees it.
+async fn stored(
+    client: &impl deadpool_postgres::GenericClient,
+    p: &NormalizedPayment,
+) -> Result<Option<Applied>, ApiError> {
+    let Some(payment) =
+        db::opt::<Payment>(client, STORED_SQL, &[&p.gateway, &p.external_id]).await?
+    else {
+        return Ok(None);
+    };
     let membership = match (payment.subscriber_id, payment.channel_id) {
-        (Some(s), Some(c)) => memberships::of_pair(tx, s, c).await?,
+        (Some(s), Some(c)) => memberships::of_pair(client, s, c).await?,
         _ => None,
     };
-    Ok(Applied {
+    Ok(Some(Applied {
         duplicate: true,
         payment,
         membership,
-    })
+    }))
 }
 
 #[cfg(test)]

@@ -1,11 +1,13 @@
 //! Integration tests against a real PostgreSQL: one binary (one link), a module per area.
 
+mod browser;
 mod fake_bot;
 mod helpers;
 
 mod access;
 mod auth;
 mod bot;
+mod console;
 mod crud;
 mod effects;
 mod hardening_payments;
@@ -15,6 +17,7 @@ mod idempotency;
 mod logs;
 mod metrics;
 mod orders;
+mod overview;
 mod payments;
 mod smoke;
 mod sweep;

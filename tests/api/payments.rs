@@ -141,6 +141,53 @@ async fn ten_concurrent_deliveries_of_one_payment_apply_it_once() {
 /// Header name/value pairs as the helpers build them.
 type Headers = Vec<(&'static str, String)>;
 
+/// A re-delivery of a stored payment is answered from the stored row without the pair lock:
+/// while another transaction holds `pg_advisory_xact_lock(subscriber, channel)` (a renewal, a
+/// sweep batch, a staff change of that pair), repeats — faithful or not — still answer at once
+/// with `duplicate: true` and the stored payment, and write nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeat_delivery_answers_while_the_pair_lock_is_held() {
+    let app = TestApp::spawn().await;
+    let sub = id(&app.create_subscriber(1201).await);
+    let chan = id(&app.create_channel(-1201, json!({})).await);
+    let order = app.create_order(sub, chan).await;
+    let body = payment_event("pay_locked", &reference(&order), 19900, "UAH");
+    let first = app.post_signed_webhook(&body).await.expect(200);
+    assert_eq!(first["duplicate"], false);
+    assert_eq!(first["payment"]["outcome"], "applied");
+    let before = membership_state(&app).await;
+    let effects = app.count("effects").await;
+
+    let mut holder = app.db().await;
+    let lock = holder.transaction().await.unwrap();
+    lock.execute(
+        "SELECT pg_advisory_xact_lock($1, $2)",
+        &[&(sub as i32), &(chan as i32)],
+    )
+    .await
+    .unwrap();
+
+    let mut changed = body.clone();
+    changed["amount_minor"] = json!(1);
+    for repeat in [&body, &changed] {
+        let answer = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            app.post_signed_webhook(repeat),
+        )
+        .await
+        .expect("a repeat delivery waited for the pair lock")
+        .expect(200);
+        assert_eq!(answer["duplicate"], true, "{answer}");
+        assert_eq!(answer["payment"], first["payment"]);
+        assert_eq!(answer["membership"], first["membership"]);
+    }
+    lock.rollback().await.unwrap();
+
+    assert_eq!(membership_state(&app).await, before);
+    assert_eq!(app.count("payments").await, 1);
+    assert_eq!(app.count("effects").await, effects);
+}
+
 #[tokio::test]
 async fn tampered_stale_or_unsigned_webhooks_are_401_and_store_nothing() {
     let app = TestApp::spawn().await;

@@ -1,0 +1,1212 @@
+// subgate staff console: a client of the staff JSON API (/api), nothing more.
+//
+// - The bearer token lives in the variable `session` only: not in localStorage, sessionStorage
+//   or a cookie. A reload or a closed tab signs out; no request carries credentials the browser
+//   adds by itself, so another site cannot make the browser act as staff (no CSRF surface).
+// - Every state-changing POST carries an Idempotency-Key, kept until the server answers 2xx:
+//   a retry after a network error or a timeout replays the first answer instead of acting twice.
+// - Every page is built with DOM calls and textContent (never innerHTML with data), and the
+//   server's Content-Security-Policy allows no inline script.
+'use strict';
+
+(() => {
+  // ------------------------------------------------------------------ state
+
+  /** The signed-in staff session, in memory only. */
+  let session = null; // {token, email, expiresAt, timer}
+  /** Minor-unit exponents by currency code, from the server's own table. */
+  let exponents = {};
+  /** Channels by id, for titles and currencies (refreshed after channel writes). */
+  let channelCache = null;
+  /** Bumped by every render: a slow render that lost the race draws nothing. */
+  let renderSeq = 0;
+  /** Where to go after signing in. */
+  let afterLogin = '#/overview';
+
+  const $ = (id) => document.getElementById(id);
+
+  // ------------------------------------------------------------------ DOM helpers
+
+  /**
+   * Builds an element. `attrs`: `class`, `text`, `for`, `on<event>` handlers, booleans
+   * (set when true), `dataset`, anything else as an attribute. Children: nodes, strings,
+   * arrays, or null/false (skipped).
+   */
+  function h(tag, attrs, ...children) {
+    const el = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false || k === 'value') continue;
+      if (k === 'class') el.className = v;
+      else if (k === 'text') el.textContent = v;
+      else if (k === 'dataset') Object.assign(el.dataset, v);
+      else if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+      else if (v === true) el.setAttribute(k, '');
+      else el.setAttribute(k, String(v));
+    }
+    append(el, children);
+    // Last, so an input's type (number, datetime-local) is known when its value is set.
+    if (attrs && attrs.value !== undefined && attrs.value !== null) el.value = attrs.value;
+    return el;
+  }
+
+  function append(el, children) {
+    for (const c of children.flat(Infinity)) {
+      if (c === null || c === undefined || c === false) continue;
+      el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return el;
+  }
+
+  function link(href, text, attrs) {
+    return h('a', Object.assign({ href }, attrs || {}), text);
+  }
+
+  /** A table that reads as cards on a phone (each cell labelled by its column). */
+  function table(caption, columns, rows, empty) {
+    if (!rows.length) return h('p', { class: 'empty' }, empty || 'Nothing here.');
+    return h('div', { class: 'table-wrap' },
+      h('table', {},
+        h('caption', { class: 'visually-hidden' }, caption),
+        h('thead', {}, h('tr', {}, columns.map((c) => h('th', { scope: 'col' }, c)))),
+        h('tbody', {}, rows.map((cells) => h('tr', {},
+          cells.map((cell, i) => h('td', { 'data-label': columns[i] }, cell)))))));
+  }
+
+  /** A definition list from [term, description] pairs. */
+  function facts(pairs) {
+    return h('dl', { class: 'facts' },
+      pairs.filter(Boolean).map(([t, d]) => [h('dt', {}, t), h('dd', {}, d)]));
+  }
+
+  function field(label, input, hint) {
+    const hintId = hint ? input.id + '-hint' : null;
+    if (hintId) input.setAttribute('aria-describedby', hintId + ' ' + input.id + '-error');
+    else input.setAttribute('aria-describedby', input.id + '-error');
+    return h('div', { class: 'field' + (input.type === 'checkbox' ? ' check' : '') },
+      input.type === 'checkbox'
+        ? [input, h('label', { for: input.id }, label)]
+        : [h('label', { for: input.id }, label), input],
+      hint ? h('p', { class: 'hint', id: hintId }, hint) : null,
+      h('p', { class: 'field-error', id: input.id + '-error' }));
+  }
+
+  function badge(text, kind) {
+    return h('span', { class: 'badge ' + (kind || text) }, text);
+  }
+
+  // ------------------------------------------------------------------ formatting
+
+  const dateFormat = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'short' });
+  const timeZone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+
+  /** A time in the viewer's time zone, with the exact UTC instant as its machine value. */
+  function when(iso) {
+    if (!iso) return '—';
+    const d = new Date(iso);
+    return h('time', { datetime: iso, title: iso }, dateFormat.format(d));
+  }
+
+  function exponentOf(currency) {
+    return Object.prototype.hasOwnProperty.call(exponents, currency) ? exponents[currency] : 2;
+  }
+
+  /** The exact decimal text of minor units (no floating point). */
+  function minorToDecimal(minor, exponent) {
+    const negative = minor < 0;
+    let digits = String(Math.abs(minor));
+    if (exponent === 0) return (negative ? '-' : '') + digits;
+    digits = digits.padStart(exponent + 1, '0');
+    return (negative ? '-' : '') + digits.slice(0, -exponent) + '.' + digits.slice(-exponent);
+  }
+
+  /** Minor units from a decimal typed by staff ("199", "199.5", "199,50"), or null. */
+  function decimalToMinor(text, exponent) {
+    const m = /^\s*(\d+)(?:[.,](\d+))?\s*$/.exec(text);
+    if (!m) return null;
+    let frac = m[2] || '';
+    if (frac.length > exponent) {
+      if (/[^0]/.test(frac.slice(exponent))) return null;
+      frac = frac.slice(0, exponent);
+    }
+    const minor = BigInt(m[1]) * 10n ** BigInt(exponent) + BigInt(frac.padEnd(exponent, '0') || '0');
+    return minor <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(minor) : null;
+  }
+
+  /** An amount in currency units: "₴199.00", "€5.00"; Telegram Stars as "⭐ 250". */
+  function money(minor, currency) {
+    if (currency === 'XTR') {
+      return h('span', { class: 'money', 'aria-label': minor + ' Telegram Stars' },
+        '⭐ ' + Number(minor).toLocaleString());
+    }
+    const exponent = exponentOf(currency);
+    const decimal = minorToDecimal(minor, exponent);
+    let text;
+    try {
+      text = new Intl.NumberFormat(undefined, {
+        style: 'currency', currency, currencyDisplay: 'symbol',
+        minimumFractionDigits: exponent, maximumFractionDigits: exponent,
+      }).format(decimal);
+    } catch (_) {
+      text = decimal + ' ' + currency;
+    }
+    return h('span', { class: 'money', title: decimal + ' ' + currency }, text);
+  }
+
+  const REASONS = {
+    unknown_order: 'No order has this reference.',
+    order_cancelled: 'The order had been cancelled when the money arrived.',
+    currency_mismatch: 'Paid in another currency than the order’s.',
+    amount_mismatch: 'The amount paid differs from the order’s amount.',
+    payer_mismatch: 'Paid from another Telegram account than the order’s buyer.',
+    already_paid: 'The order had already been paid by another payment (a double payment).',
+    channel_inactive: 'The channel had been deactivated when the money arrived.',
+    hold_expired: 'The seat held for this order had been released before the money arrived.',
+    no_seat: 'The channel was full when the money arrived.',
+    refunded_elsewhere: 'A Stars charge refunded in another tool; nothing was granted.',
+    unknown_subscription: 'A renewal charge of a Stars subscription we have no record of.',
+    subscription_cancelled: 'A renewal charge of a Stars subscription that had been cancelled.',
+  };
+
+  const ADVICE = {
+    unknown_order: 'Find the buyer from the gateway’s record (the reference is shown), then grant the days by hand — or refund through the gateway.',
+    order_cancelled: 'Grant the days by hand if the buyer should have them, or refund through the gateway.',
+    currency_mismatch: 'Compare with the order: grant by hand if the payment is acceptable, else refund it through the gateway.',
+    amount_mismatch: 'Compare with the order: grant by hand if the amount is acceptable; else refund it through the gateway or ask the buyer to pay the difference.',
+    payer_mismatch: 'Check who paid: grant the days by hand to the right subscriber, or refund.',
+    already_paid: 'A double payment: refund it through the gateway (Stars double payments are refunded automatically).',
+    channel_inactive: 'Reactivate the channel and grant the days by hand, or refund through the gateway.',
+    hold_expired: 'Grant the days by hand if a seat is free (raise the seat limit if not), or refund.',
+    no_seat: 'Raise the channel’s seat limit and grant the days by hand, or refund.',
+    refunded_elsewhere: 'Nothing to do.',
+    unknown_subscription: 'Find the buyer in Telegram; grant by hand or refund the Stars in Telegram.',
+    subscription_cancelled: 'Grant by hand if the renewal should count, or refund the Stars in Telegram.',
+  };
+
+  function reasonText(reason) {
+    return reason ? (REASONS[reason] || reason) : '—';
+  }
+
+  // ------------------------------------------------------------------ messages
+
+  function say(text) {
+    $('alert').textContent = '';
+    $('status').textContent = '';
+    // Set a moment later, so screen readers announce a repeated message too.
+    setTimeout(() => { $('status').textContent = text; }, 30);
+  }
+
+  function fail(err) {
+    // A request refused because the session ended has said so already (see `api`).
+    if (err instanceof ApiError && err.sessionEnded) return;
+    $('status').textContent = '';
+    const text = describe(err);
+    $('alert').textContent = '';
+    setTimeout(() => { $('alert').textContent = text; }, 30);
+  }
+
+  function clearMessages() {
+    $('status').textContent = '';
+    $('alert').textContent = '';
+  }
+
+  class ApiError extends Error {
+    constructor(status, problem, retryAfter) {
+      super((problem && (problem.detail || problem.title)) || 'request failed');
+      this.status = status;
+      this.problem = problem || {};
+      this.retryAfter = retryAfter;
+    }
+  }
+
+  /** The server's own words for a failure, as it sent them. */
+  function describe(err) {
+    if (!(err instanceof ApiError)) return String(err && err.message ? err.message : err);
+    const p = err.problem;
+    let text = p.detail || p.title || ('HTTP ' + err.status);
+    if (p.errors) {
+      text += ': ' + Object.entries(p.errors).map(([k, v]) => k + ' ' + v).join('; ');
+    }
+    if (err.retryAfter) text += ' (Retry-After: ' + err.retryAfter + ' s)';
+    return text;
+  }
+
+  /** Shows a 422's per-field messages next to the inputs (`map` renames API fields). */
+  function showFieldErrors(form, err, map) {
+    for (const el of form.querySelectorAll('.field-error')) el.textContent = '';
+    for (const el of form.querySelectorAll('[aria-invalid]')) el.removeAttribute('aria-invalid');
+    const errors = err instanceof ApiError && err.problem.errors ? err.problem.errors : {};
+    let first = null;
+    for (const [name, message] of Object.entries(errors)) {
+      const id = (map && map[name]) || name;
+      const input = form.querySelector('#' + CSS.escape(form.id + '-' + id));
+      if (!input) continue;
+      input.setAttribute('aria-invalid', 'true');
+      const slot = $(input.id + '-error');
+      if (slot) slot.textContent = message;
+      first = first || input;
+    }
+    if (first) first.focus();
+  }
+
+  // ------------------------------------------------------------------ API
+
+  /** A new Idempotency-Key (crypto.randomUUID needs a secure context; this does not). */
+  function newKey() {
+    if (window.crypto && crypto.randomUUID && window.isSecureContext) return crypto.randomUUID();
+    const b = crypto.getRandomValues(new Uint8Array(16));
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    const x = Array.from(b, (v) => v.toString(16).padStart(2, '0')).join('');
+    return `${x.slice(0, 8)}-${x.slice(8, 12)}-${x.slice(12, 16)}-${x.slice(16, 20)}-${x.slice(20)}`;
+  }
+
+  async function api(method, path, body, opts) {
+    opts = opts || {};
+    const headers = { accept: 'application/json, application/problem+json' };
+    if (session && !opts.anonymous) headers.authorization = 'Bearer ' + session.token;
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    if (opts.key) headers['idempotency-key'] = opts.key;
+    let res;
+    try {
+      res = await fetch('/api' + path, {
+        method, headers, cache: 'no-store', credentials: 'omit',
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+    } catch (_) {
+      throw new ApiError(0, { detail: 'The server could not be reached. Check the connection and try again.' });
+    }
+    const text = await res.text();
+    let data = null;
+    try { data = text ? JSON.parse(text) : null; } catch (_) { data = { detail: text }; }
+    if (!res.ok) {
+      const err = new ApiError(res.status, data, res.headers.get('retry-after'));
+      if (res.status === 401 && session && !opts.anonymous) {
+        err.sessionEnded = true;
+        signOut('Your session has ended (the token expired or the account is gone). Sign in again.');
+      }
+      throw err;
+    }
+    return data;
+  }
+
+  /**
+   * A state-changing POST with an Idempotency-Key that belongs to `holder` (the form or button
+   * that asked) until the server answers 2xx: pressing again after a failure that may have
+   * been applied (a timeout, a lost connection) replays instead of acting twice.
+   */
+  async function post(holder, path, body) {
+    if (!holder.dataset.idempotencyKey) holder.dataset.idempotencyKey = newKey();
+    const result = await api('POST', path, body, { key: holder.dataset.idempotencyKey });
+    delete holder.dataset.idempotencyKey;
+    return result;
+  }
+
+  /** Every page of a list, for the small lists the console joins on (channels). */
+  async function all(path) {
+    const items = [];
+    let after = 0;
+    for (;;) {
+      const sep = path.includes('?') ? '&' : '?';
+      const page = await api('GET', `${path}${sep}limit=200&after=${after}`);
+      items.push(...page.items);
+      if (page.next_after === null) return items;
+      after = page.next_after;
+    }
+  }
+
+  async function channels(refresh) {
+    if (!channelCache || refresh) {
+      const list = await all('/channels');
+      channelCache = new Map(list.map((c) => [c.id, c]));
+    }
+    return channelCache;
+  }
+
+  function channelName(map, id) {
+    if (id === null || id === undefined) return '—';
+    const c = map.get(id);
+    return c ? c.title : '#' + id;
+  }
+
+  /** Disables a form's controls while `work` runs, shows its errors, says `done`'s text. */
+  async function busy(el, work) {
+    const controls = el.matches('button') ? [el] : Array.from(el.querySelectorAll('button, input, select, textarea'));
+    const before = controls.map((c) => c.disabled);
+    controls.forEach((c) => { c.disabled = true; });
+    el.setAttribute('aria-busy', 'true');
+    try {
+      return await work();
+    } finally {
+      controls.forEach((c, i) => { c.disabled = before[i]; });
+      el.removeAttribute('aria-busy');
+    }
+  }
+
+  // ------------------------------------------------------------------ session
+
+  function signIn(token, email, expiresIn) {
+    session = { token, email, expiresAt: Date.now() + expiresIn * 1000, timer: null };
+    session.timer = setTimeout(() => signOut('Your session has expired. Sign in again.'), expiresIn * 1000);
+    $('who-email').textContent = email;
+    $('who').hidden = false;
+    $('nav').hidden = false;
+  }
+
+  function signOut(message) {
+    if (session && session.timer) clearTimeout(session.timer);
+    session = null;
+    channelCache = null;
+    $('who').hidden = true;
+    $('nav').hidden = true;
+    if (location.hash && !location.hash.startsWith('#/sign-in')) afterLogin = location.hash;
+    renderSignIn(message);
+  }
+
+  // ------------------------------------------------------------------ routing
+
+  function parseHash() {
+    const raw = location.hash.startsWith('#/') ? location.hash.slice(2) : 'overview';
+    const [path, query] = raw.split('?');
+    return { parts: path.split('/').filter(Boolean), params: new URLSearchParams(query || '') };
+  }
+
+  function go(hash) {
+    if (location.hash === hash) route();
+    else location.hash = hash;
+  }
+
+  /** Starts drawing a page: clears it, sets the title, and returns a check that it still shows. */
+  function page(title, focus) {
+    const seq = ++renderSeq;
+    const main = $('main');
+    main.replaceChildren();
+    document.title = title + ' · subgate console';
+    const h1 = h('h1', { tabindex: '-1' }, title);
+    main.append(h1);
+    if (focus !== false) h1.focus();
+    for (const a of document.querySelectorAll('#nav a')) {
+      const here = location.hash.split('?')[0].startsWith(a.getAttribute('href'));
+      if (here) a.setAttribute('aria-current', 'page');
+      else a.removeAttribute('aria-current');
+    }
+    return { main, live: () => seq === renderSeq };
+  }
+
+  async function route() {
+    if (!session) {
+      afterLogin = location.hash || afterLogin;
+      renderSignIn();
+      return;
+    }
+    const { parts, params } = parseHash();
+    clearMessages();
+    const [section, id] = parts;
+    try {
+      switch (section) {
+        case 'overview': return await renderOverview();
+        case 'channels':
+          if (id === 'new') return await renderChannelForm(null);
+          if (id) return await renderChannelForm(Number(id));
+          return await renderChannels();
+        case 'subscribers':
+          if (id) return await renderSubscriber(Number(id), params);
+          return await renderSubscribers(params);
+        case 'memberships': return await renderMemberships(params);
+        case 'payments': return await renderPayments(params);
+        case 'effects': return await renderEffects(params);
+        case 'sweep': return await renderSweep();
+        default: {
+          const { main } = page('Not found');
+          main.append(h('p', {}, 'There is no such page. ', link('#/overview', 'Go to the overview.')));
+        }
+      }
+    } catch (err) {
+      fail(err);
+    }
+  }
+
+  // ------------------------------------------------------------------ sign in
+
+  function renderSignIn(message) {
+    const { main } = page('Sign in');
+    const form = h('form', { id: 'login', class: 'card narrow', method: 'post', novalidate: true },
+      field('Email', h('input', { id: 'login-email', name: 'email', type: 'email', autocomplete: 'username', required: true })),
+      field('Password', h('input', { id: 'login-password', name: 'password', type: 'password', autocomplete: 'current-password', required: true })),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Sign in')));
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      const email = form.elements.email.value.trim();
+      const password = form.elements.password.value;
+      let failed = false;
+      await busy(form, async () => {
+        try {
+          const r = await api('POST', '/auth/login', { email, password }, { anonymous: true });
+          form.elements.password.value = '';
+          signIn(r.access_token, email, r.expires_in);
+          say('Signed in as ' + email + '.');
+          const target = afterLogin && !afterLogin.startsWith('#/sign-in') ? afterLogin : '#/overview';
+          afterLogin = '#/overview';
+          go(target);
+        } catch (err) {
+          // The throttle's answer (429) is shown as the server worded it, with its Retry-After.
+          showFieldErrors(form, err);
+          fail(err);
+          failed = true;
+        }
+      });
+      if (failed && !session) form.elements.password.select();
+    });
+    main.append(form);
+    if (message) say(message);
+    form.elements.email.focus();
+  }
+
+  // ------------------------------------------------------------------ overview
+
+  async function renderOverview() {
+    const { main, live } = page('Overview');
+    const o = await api('GET', '/overview');
+    if (!live()) return;
+    const attention = [
+      ['Payments needing review', o.payments.needs_review, '#/payments?outcome=needs_review'],
+      ['Refunds that failed', o.payments.refund_failed, '#/payments?outcome=refund_failed'],
+      ['Refunds queued', o.payments.refund_pending, '#/payments?outcome=refund_pending'],
+      ['Dead-lettered effects', o.effects.failed, '#/effects?status=failed'],
+      ['Effects pending', o.effects.pending, '#/effects?status=pending'],
+    ];
+    main.append(
+      h('section', { 'aria-labelledby': 'ov-attention' },
+        h('h2', { id: 'ov-attention' }, 'Waiting for staff'),
+        h('ul', { class: 'tiles' }, attention.map(([label, n, href]) =>
+          h('li', { class: 'tile' + (n > 0 && !label.startsWith('Effects pending') && !label.startsWith('Refunds queued') ? ' warn' : '') },
+            link(href, [h('span', { class: 'count' }, String(n)), h('span', { class: 'label' }, label)]))))),
+      h('section', { 'aria-labelledby': 'ov-channels' },
+        h('h2', { id: 'ov-channels' }, 'Members by channel'),
+        table('Members by status per channel',
+          ['Channel', 'Active', 'Grace', 'Expired', 'Seats taken / limit'],
+          o.channels.map((c) => {
+            const m = (status, n) => link(`#/memberships?channel_id=${c.id}&status=${status}`, String(n),
+              { 'aria-label': `${n} ${status} members of ${c.title}` });
+            return [
+              [link(`#/channels/${c.id}`, c.title), c.active ? null : [' ', badge('inactive')]],
+              m('active', c.members.active), m('grace', c.members.grace), m('expired', c.members.expired),
+              c.seat_limit === null
+                ? 'unlimited'
+                : link(`#/memberships?channel_id=${c.id}`, `${c.seats_taken} / ${c.seat_limit}`),
+            ];
+          }),
+          'No channels yet. ')),
+      h('section', { 'aria-labelledby': 'ov-revenue' },
+        h('h2', { id: 'ov-revenue' }, 'Revenue, last 30 days'),
+        o.revenue_30d.length
+          ? h('ul', { class: 'tiles' }, o.revenue_30d.map((r) =>
+            h('li', { class: 'tile' }, link('#/payments?outcome=applied',
+              [h('span', { class: 'count' }, money(r.amount_minor, r.currency)),
+                h('span', { class: 'label' }, `${r.payments} payment${r.payments === 1 ? '' : 's'} in ${r.currency}`)]))))
+          : h('p', { class: 'empty' }, 'No payments applied in the last 30 days.')),
+      h('section', { 'aria-labelledby': 'ov-sweep' },
+        h('h2', { id: 'ov-sweep' }, 'Last sweep'),
+        sweepSummary(o.last_sweep, o.last_sweep_change_at),
+        h('p', {}, link('#/sweep', 'Sweep page'))));
+    if (!o.channels.length) {
+      main.querySelector('#ov-channels').parentElement.append(h('p', {}, link('#/channels/new', 'Create a channel')));
+    }
+  }
+
+  function sweepSummary(run, changeAt) {
+    const items = [];
+    if (run) {
+      items.push(['Finished', when(run.finished_at)]);
+      items.push(['Started by', { schedule: 'the schedule', staff: 'staff', sweep_token: 'cron (sweep token)' }[run.trigger] || run.trigger]);
+      if (run.ok && run.report) items.push(['Report', reportText(run.report)]);
+      else items.push(['Result', 'failed (see the server log)']);
+    } else {
+      items.push(['This server', 'has not swept since it started']);
+    }
+    items.push(['Last change made by a sweep', when(changeAt)]);
+    return facts(items);
+  }
+
+  function reportText(r) {
+    return `examined ${r.examined}, to grace ${r.to_grace}, to expired ${r.to_expired}, skipped ${r.skipped}, ${r.duration_ms} ms`;
+  }
+
+  // ------------------------------------------------------------------ channels
+
+  async function renderChannels() {
+    const { main, live } = page('Channels');
+    const list = Array.from((await channels(true)).values());
+    if (!live()) return;
+    main.append(
+      h('p', {}, link('#/channels/new', 'New channel', { class: 'button' })),
+      table('Channels', ['Title', 'Chat id', 'Price', 'Period', 'Grace', 'Seat limit', 'Status', 'Buy link'],
+        list.map((c) => [
+          link(`#/channels/${c.id}`, c.title),
+          String(c.telegram_chat_id),
+          money(c.price_minor, c.currency),
+          `${c.billing_period_days} days`,
+          `${c.grace_period_days} days`,
+          c.seat_limit === null ? 'unlimited' : String(c.seat_limit),
+          [c.active ? badge('active') : badge('inactive'), c.recurring ? [' ', badge('recurring')] : null],
+          c.buy_link ? copyable(c.buy_link, `channel-${c.id}-buy-link`, 'Buy link of ' + c.title) : '—',
+        ]),
+        'No channels yet.'));
+  }
+
+  /** A read-only text with a Copy button (falls back to selecting it where the clipboard API is off). */
+  function copyable(text, id, label) {
+    const input = h('input', { id, type: 'text', readonly: true, value: text, class: 'copy-text', 'aria-label': label });
+    const button = h('button', {
+      type: 'button', class: 'secondary small', 'aria-label': 'Copy ' + label,
+      onclick: async () => {
+        try {
+          await navigator.clipboard.writeText(text);
+        } catch (_) {
+          input.select();
+          document.execCommand('copy');
+        }
+        say('Copied: ' + text);
+      },
+    }, 'Copy');
+    return h('span', { class: 'copy' }, input, button);
+  }
+
+  async function renderChannelForm(id) {
+    const existing = id ? await api('GET', `/channels/${id}`) : null;
+    const { main, live } = page(existing ? `Channel: ${existing.title}` : 'New channel');
+    if (!live()) return;
+    const c = existing || {
+      telegram_chat_id: '', title: '', price_minor: null, currency: 'UAH', billing_period_days: 30,
+      grace_period_days: 0, seat_limit: null, active: true, description: null, recurring: false,
+    };
+    const f = 'channel';
+    const input = (name, attrs) => h('input', Object.assign({ id: `${f}-${name}`, name }, attrs));
+    const currencyList = h('datalist', { id: 'currency-codes' },
+      Object.keys(exponents).map((code) => h('option', { value: code })));
+    const form = h('form', { id: f, class: 'card', method: 'post', novalidate: true },
+      h('div', { class: 'grid' },
+        field('Title', input('title', { value: c.title, required: true, maxlength: 255 })),
+        field('Telegram chat id', input('telegram_chat_id', { value: String(c.telegram_chat_id), inputmode: 'numeric', required: true }),
+          'The channel’s id, e.g. -1001234567890.'),
+        field('Currency', input('currency', { value: c.currency, list: 'currency-codes', required: true, maxlength: 3, autocapitalize: 'characters' }),
+          'ISO 4217 code, or XTR for Telegram Stars.'),
+        field('Price', input('price', {
+          value: c.price_minor === null ? '' : minorToDecimal(c.price_minor, exponentOf(c.currency)),
+          inputmode: 'decimal', required: true,
+        }), 'In currency units, e.g. 199.00 (Stars: whole stars).'),
+        field('Billing period (days)', input('billing_period_days', { value: String(c.billing_period_days), type: 'number', min: 1, max: 3660, required: true })),
+        field('Grace period (days)', input('grace_period_days', { value: String(c.grace_period_days), type: 'number', min: 0, max: 365 })),
+        field('Seat limit', input('seat_limit', { value: c.seat_limit === null ? '' : String(c.seat_limit), type: 'number', min: 1 }),
+          'Empty for unlimited.')),
+      field('Description (shown to buyers)', h('textarea', { id: `${f}-description`, name: 'description', rows: 3, maxlength: 1000 }, c.description || '')),
+      field('Active (on sale)', input('active', { type: 'checkbox', checked: c.active })),
+      field('Recurring (Telegram Stars subscription)', input('recurring', { type: 'checkbox', checked: !!c.recurring }),
+        'XTR and a 30-day period only; renews by itself every 30 days.'),
+      existing ? h('div', { class: 'field' }, h('span', { class: 'label' }, 'Buy link'),
+        existing.buy_link
+          ? copyable(existing.buy_link, 'channel-buy-link', 'Buy link')
+          : h('p', { class: 'hint' }, 'None: set TELEGRAM_BOT_USERNAME to sell through the bot.')) : null,
+      currencyList,
+      h('div', { class: 'actions' },
+        h('button', { type: 'submit' }, existing ? 'Save changes' : 'Create channel'),
+        link('#/channels', 'Back to channels', { class: 'button secondary' })));
+    if (existing) {
+      main.append(facts([
+        ['Created', when(existing.created_at)],
+        ['Updated', when(existing.updated_at)],
+        ['Members', link(`#/memberships?channel_id=${existing.id}`, 'List its memberships')],
+      ]));
+    }
+    main.append(form);
+
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      const v = (name) => form.elements[name].value.trim();
+      const body = {};
+      const clientErrors = {};
+      const currency = v('currency').toUpperCase();
+      const price = decimalToMinor(v('price'), exponentOf(currency));
+      if (price === null) {
+        clientErrors.price = `must be an amount such as ${minorToDecimal(19900, exponentOf(currency))} (${exponentOf(currency)} decimal places at most)`;
+      }
+      const int = (name) => (v(name) === '' ? null : Number(v(name)));
+      if (v('telegram_chat_id') !== '' && !/^-?\d+$/.test(v('telegram_chat_id'))) {
+        clientErrors.telegram_chat_id = 'must be a whole number, e.g. -1001234567890';
+      }
+      const wanted = {
+        title: v('title'),
+        telegram_chat_id: v('telegram_chat_id') === '' ? null : Number(v('telegram_chat_id')),
+        currency,
+        price_minor: price,
+        billing_period_days: int('billing_period_days'),
+        grace_period_days: int('grace_period_days') === null ? 0 : int('grace_period_days'),
+        seat_limit: int('seat_limit'),
+        description: v('description') === '' ? null : form.elements.description.value,
+        active: form.elements.active.checked,
+        recurring: form.elements.recurring.checked,
+      };
+      if (Object.keys(clientErrors).length) {
+        showFieldErrors(form, new ApiError(422, { errors: clientErrors }));
+        fail(new ApiError(422, { detail: 'Some fields are invalid', errors: clientErrors }));
+        return;
+      }
+      // A new channel sends what was filled in; an edit sends only what changed (a PATCH
+      // changes only the fields it names).
+      for (const [k, val] of Object.entries(wanted)) {
+        if (existing) {
+          const before = existing[k] === undefined ? (k === 'recurring' ? false : null) : existing[k];
+          if (val !== before) body[k] = val;
+        } else if (val !== null && !(k === 'recurring' && val === false)) {
+          body[k] = val;
+        }
+      }
+      await busy(form, async () => {
+        try {
+          let saved;
+          if (existing) {
+            if (!Object.keys(body).length) { say('Nothing changed.'); return; }
+            saved = await api('PATCH', `/channels/${existing.id}`, body);
+            say(`Saved channel “${saved.title}”.`);
+          } else {
+            saved = await post(form, '/channels', body);
+            say(`Created channel “${saved.title}”.`);
+          }
+          channelCache = null;
+          go(`#/channels/${saved.id}`);
+        } catch (err) {
+          showFieldErrors(form, err, { price_minor: 'price' });
+          fail(err);
+        }
+      });
+    });
+    form.elements.title.focus();
+  }
+
+  // ------------------------------------------------------------------ subscribers
+
+  async function renderSubscribers(params) {
+    const { main, live } = page('Subscribers');
+    const q = (params.get('q') || '').trim();
+    const search = h('form', { id: 'search', class: 'card inline', role: 'search', method: 'post' },
+      field('Telegram id or username', h('input', { id: 'search-q', name: 'q', type: 'search', value: q, autocomplete: 'off' })),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Search')));
+    search.addEventListener('submit', (e) => {
+      e.preventDefault();
+      const text = search.elements.q.value.trim();
+      go(text ? '#/subscribers?q=' + encodeURIComponent(text) : '#/subscribers');
+    });
+    main.append(search);
+
+    let path = '/subscribers';
+    if (/^\d+$/.test(q)) path += '?telegram_user_id=' + q;
+    else if (q) path += '?username=' + encodeURIComponent(q.replace(/^@/, ''));
+    const results = h('section', { 'aria-labelledby': 'sub-results' },
+      h('h2', { id: 'sub-results' }, q ? `Results for “${q}”` : 'All subscribers'));
+    main.append(results);
+    await pagedList(results, path, live, (items) => table('Subscribers',
+      ['Subscriber', 'Telegram id', 'Username', 'Name', 'Since'],
+      items.map((s) => [
+        link(`#/subscribers/${s.id}`, '#' + s.id),
+        String(s.telegram_user_id),
+        s.username ? '@' + s.username : '—',
+        s.display_name || '—',
+        when(s.created_at),
+      ]), q ? 'No subscriber matches.' : 'No subscribers yet.'));
+
+    const f = 'new-subscriber';
+    const create = h('form', { id: f, class: 'card', method: 'post', novalidate: true },
+      h('h2', {}, 'New subscriber'),
+      h('div', { class: 'grid' },
+        field('Telegram user id', h('input', { id: `${f}-telegram_user_id`, name: 'telegram_user_id', inputmode: 'numeric', required: true })),
+        field('Username', h('input', { id: `${f}-username`, name: 'username', maxlength: 64 })),
+        field('Display name', h('input', { id: `${f}-display_name`, name: 'display_name', maxlength: 128 }))),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Create subscriber')));
+    create.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      const v = (n) => create.elements[n].value.trim();
+      const body = { telegram_user_id: v('telegram_user_id') === '' ? null : Number(v('telegram_user_id')) };
+      if (v('username')) body.username = v('username').replace(/^@/, '');
+      if (v('display_name')) body.display_name = v('display_name');
+      await busy(create, async () => {
+        try {
+          const s = await post(create, '/subscribers', body);
+          say(`Created subscriber #${s.id}.`);
+          go(`#/subscribers/${s.id}`);
+        } catch (err) {
+          showFieldErrors(create, err);
+          fail(err);
+        }
+      });
+    });
+    main.append(create);
+  }
+
+  /** Draws a keyset-paged list into `container` with a "Load more" button. */
+  async function pagedList(container, path, live, draw) {
+    const items = [];
+    let after = 0;
+    const slot = h('div');
+    const more = h('button', { type: 'button', class: 'secondary', hidden: true }, 'Load more');
+    container.append(slot, more);
+    const load = async () => {
+      const sep = path.includes('?') ? '&' : '?';
+      const p = await api('GET', `${path}${sep}limit=50&after=${after}`);
+      if (!live()) return;
+      items.push(...p.items);
+      slot.replaceChildren(await draw(items));
+      after = p.next_after;
+      more.hidden = after === null;
+    };
+    more.addEventListener('click', () => busy(more, () => load().catch(fail)));
+    await load();
+  }
+
+  async function renderSubscriber(id, params) {
+    const [s, chans, memberships, orders, payments] = await Promise.all([
+      api('GET', `/subscribers/${id}`),
+      channels(),
+      all(`/memberships?subscriber_id=${id}`),
+      all(`/orders?subscriber_id=${id}`),
+      all(`/payments?subscriber_id=${id}`),
+    ]);
+    const events = await Promise.all(memberships.map((m) => all(`/memberships/${m.id}/events`)));
+    const name = s.username ? '@' + s.username : (s.display_name || `#${s.id}`);
+    const { main, live } = page(`Subscriber ${name}`);
+    if (!live()) return;
+    main.append(facts([
+      ['Subscriber', '#' + s.id],
+      ['Telegram user id', String(s.telegram_user_id)],
+      ['Username', s.username ? '@' + s.username : '—'],
+      ['Display name', s.display_name || '—'],
+      ['Created', when(s.created_at)],
+    ]));
+
+    // Memberships, with corrections, deletes and history.
+    const ms = h('section', { 'aria-labelledby': 'sub-memberships' }, h('h2', { id: 'sub-memberships' }, 'Memberships'));
+    ms.append(table('Memberships', ['Channel', 'Status', 'Expires', 'Actions'],
+      memberships.map((m) => [
+        link(`#/channels/${m.channel_id}`, channelName(chans, m.channel_id)),
+        badge(m.status),
+        when(m.expires_at),
+        h('span', { class: 'row-actions' },
+          h('button', { type: 'button', class: 'secondary small', 'aria-expanded': 'false', 'aria-controls': `correct-${m.id}`,
+            onclick: (e) => {
+              const panel = $(`correct-${m.id}`);
+              panel.hidden = !panel.hidden;
+              e.currentTarget.setAttribute('aria-expanded', String(!panel.hidden));
+              if (!panel.hidden) panel.querySelector('input').focus();
+            } }, 'Correct'),
+          h('button', { type: 'button', class: 'danger small', onclick: () => deleteMembership(m, chans, s) }, 'Delete')),
+      ]), 'No memberships.'));
+    for (const m of memberships) ms.append(correctionForm(m, chans));
+    memberships.forEach((m, i) => {
+      ms.append(h('details', { class: 'history' },
+        h('summary', {}, `History of ${channelName(chans, m.channel_id)} (${events[i].length} event${events[i].length === 1 ? '' : 's'})`),
+        table('Membership events', ['When', 'Change', 'Expires before → after', 'Cause'],
+          events[i].map((ev) => [
+            when(ev.at),
+            `${ev.from_status || 'new'} → ${ev.to_status}`,
+            [when(ev.expires_at_before), ' → ', when(ev.expires_at_after)],
+            ev.payment_id ? `${ev.cause} (payment #${ev.payment_id})` : ev.cause,
+          ]), 'No events.')));
+    });
+    main.append(ms);
+
+    // Grant or extend.
+    const f = 'grant';
+    const preset = Number(params.get('grant_channel')) || null;
+    const select = h('select', { id: `${f}-channel_id`, name: 'channel_id', required: true },
+      Array.from(chans.values()).map((c) => h('option', { value: String(c.id), selected: c.id === preset },
+        `${c.title}${c.active ? '' : ' (inactive)'}`)));
+    const firstChannel = chans.get(preset) || chans.values().next().value;
+    const days = h('input', { id: `${f}-days`, name: 'days', type: 'number', min: 1, max: 3660, required: true,
+      value: String(firstChannel ? firstChannel.billing_period_days : 30) });
+    select.addEventListener('change', () => {
+      const c = chans.get(Number(select.value));
+      if (c) days.value = String(c.billing_period_days);
+    });
+    const grant = h('form', { id: f, class: 'card', method: 'post', novalidate: true },
+      h('h2', {}, 'Grant or extend'),
+      h('p', { class: 'hint' }, 'Adds the days to the later of now and the current expiry, and makes the membership active (the same path as a payment).'),
+      chans.size
+        ? [h('div', { class: 'grid' }, field('Channel', select), field('Days', days)),
+          h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Grant days'))]
+        : h('p', {}, 'No channels yet. ', link('#/channels/new', 'Create one first.')));
+    grant.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      const body = { subscriber_id: s.id, channel_id: Number(select.value), days: Number(days.value) };
+      await busy(grant, async () => {
+        try {
+          const m = await post(grant, '/memberships', body);
+          await renderSubscriber(id, new URLSearchParams());
+          say(`Granted ${body.days} days of ${channelName(chans, body.channel_id)}: ${m.status} until ${dateFormat.format(new Date(m.expires_at))}.`);
+        } catch (err) {
+          showFieldErrors(grant, err);
+          fail(err);
+        }
+      });
+    });
+    main.append(grant);
+    if (preset) select.focus();
+
+    main.append(h('section', { 'aria-labelledby': 'sub-orders' }, h('h2', { id: 'sub-orders' }, 'Orders'),
+      table('Orders', ['Order', 'Channel', 'Amount', 'Status', 'Created', 'Paid'],
+        orders.map((o) => [
+          [`#${o.id} `, h('code', {}, o.reference)],
+          channelName(chans, o.channel_id),
+          money(o.amount_minor, o.currency),
+          badge(o.status),
+          when(o.created_at),
+          when(o.paid_at),
+        ]), 'No orders.')));
+    main.append(h('section', { 'aria-labelledby': 'sub-payments' }, h('h2', { id: 'sub-payments' }, 'Payments'),
+      paymentsTable(payments, chans)));
+
+    const del = h('button', { type: 'button', class: 'danger', onclick: () => deleteSubscriber(s, memberships, chans, payments.length) }, 'Delete subscriber');
+    main.append(h('section', { class: 'danger-zone', 'aria-labelledby': 'sub-delete' },
+      h('h2', { id: 'sub-delete' }, 'Delete'), del));
+  }
+
+  function correctionForm(m, chans) {
+    const f = `correct-${m.id}`;
+    const local = toLocalInput(m.expires_at);
+    const form = h('form', { id: f, class: 'card', method: 'post', hidden: true, novalidate: true },
+      h('h3', {}, `Correct ${channelName(chans, m.channel_id)}`),
+      h('p', { class: 'hint' }, `Writes exactly these values (no seat check, no extension), recorded as one staff event. Times are in ${timeZone}.`),
+      h('div', { class: 'grid' },
+        field('Expires at', h('input', { id: `${f}-expires_at`, name: 'expires_at', type: 'datetime-local', value: local, step: 60 })),
+        field('Status', h('select', { id: `${f}-status`, name: 'status' },
+          ['active', 'grace', 'expired'].map((st) => h('option', { value: st, selected: st === m.status }, st))))),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Save correction')));
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      const body = {};
+      const value = form.elements.expires_at.value;
+      if (value && value !== local) body.expires_at = new Date(value).toISOString();
+      if (form.elements.status.value !== m.status) body.status = form.elements.status.value;
+      if (!Object.keys(body).length) { say('Nothing changed.'); return; }
+      await busy(form, async () => {
+        try {
+          const saved = await api('PATCH', `/memberships/${m.id}`, body);
+          await renderSubscriber(m.subscriber_id, new URLSearchParams());
+          say(`Corrected: ${saved.status} until ${dateFormat.format(new Date(saved.expires_at))}.`);
+        } catch (err) {
+          showFieldErrors(form, err);
+          fail(err);
+        }
+      });
+    });
+    return form;
+  }
+
+  /** An instant as the value of a datetime-local input, in the viewer's time zone. */
+  function toLocalInput(iso) {
+    const d = new Date(iso);
+    const p = (n) => String(n).padStart(2, '0');
+    return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}`;
+  }
+
+  /** Asks in a modal dialog; resolves true when confirmed. Esc or Cancel resolve false. */
+  function confirmDialog(title, text, action) {
+    const dialog = $('confirm');
+    $('confirm-title').textContent = title;
+    $('confirm-text').textContent = text;
+    $('confirm-ok').textContent = action;
+    const opener = document.activeElement;
+    return new Promise((resolve) => {
+      const done = (answer) => {
+        $('confirm-ok').onclick = null;
+        $('confirm-cancel').onclick = null;
+        dialog.oncancel = null;
+        if (dialog.open) dialog.close();
+        if (opener && opener.isConnected) opener.focus();
+        resolve(answer);
+      };
+      $('confirm-ok').onclick = () => done(true);
+      $('confirm-cancel').onclick = () => done(false);
+      dialog.oncancel = (e) => { e.preventDefault(); done(false); };
+      dialog.showModal();
+      $('confirm-cancel').focus();
+    });
+  }
+
+  async function deleteMembership(m, chans, s) {
+    const channel = channelName(chans, m.channel_id);
+    const live = m.status !== 'expired';
+    const ok = await confirmDialog(
+      `Delete the membership of ${channel}?`,
+      (live
+        ? `The member will be removed from the Telegram channel “${channel}” now. `
+        : `The membership has expired; the member is not in “${channel}” any more. `)
+      + 'Its history is deleted with it; payments are kept.',
+      'Delete membership');
+    if (!ok) return;
+    try {
+      await api('DELETE', `/memberships/${m.id}`);
+      await renderSubscriber(s.id, new URLSearchParams());
+      say(live ? `Membership deleted; removal from “${channel}” is queued.` : 'Membership deleted.');
+    } catch (err) {
+      fail(err);
+    }
+  }
+
+  async function deleteSubscriber(s, memberships, chans, paymentCount) {
+    if (paymentCount > 0) {
+      fail(new Error('This subscriber has payments, and money records are never deleted, so the subscriber cannot be deleted. Delete their memberships instead.'));
+      return;
+    }
+    const liveOnes = memberships.filter((m) => m.status !== 'expired').map((m) => `“${channelName(chans, m.channel_id)}”`);
+    const ok = await confirmDialog(
+      `Delete subscriber #${s.id}?`,
+      (liveOnes.length
+        ? `The member will be removed from ${liveOnes.join(', ')} now. `
+        : '')
+      + 'Their orders, memberships and history are deleted.',
+      'Delete subscriber');
+    if (!ok) return;
+    try {
+      await api('DELETE', `/subscribers/${s.id}`);
+      say(`Subscriber #${s.id} deleted.`);
+      go('#/subscribers');
+    } catch (err) {
+      fail(err);
+    }
+  }
+
+  // ------------------------------------------------------------------ memberships
+
+  async function renderMemberships(params) {
+    const { main, live } = page('Memberships');
+    const chans = await channels();
+    if (!live()) return;
+    const channelId = params.get('channel_id') || '';
+    const status = params.get('status') || '';
+    const filter = h('form', { id: 'mfilter', class: 'card inline', method: 'post' },
+      field('Channel', h('select', { id: 'mfilter-channel', name: 'channel_id' },
+        h('option', { value: '' }, 'All channels'),
+        Array.from(chans.values()).map((c) => h('option', { value: String(c.id), selected: String(c.id) === channelId }, c.title)))),
+      field('Status', h('select', { id: 'mfilter-status', name: 'status' },
+        ['', 'active', 'grace', 'expired'].map((st) => h('option', { value: st, selected: st === status }, st || 'Any status')))),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Show')));
+    filter.addEventListener('submit', (e) => {
+      e.preventDefault();
+      const q = new URLSearchParams();
+      if (filter.elements.channel_id.value) q.set('channel_id', filter.elements.channel_id.value);
+      if (filter.elements.status.value) q.set('status', filter.elements.status.value);
+      go('#/memberships?' + q);
+    });
+    main.append(filter);
+    const q = new URLSearchParams();
+    if (channelId) q.set('channel_id', channelId);
+    if (status) q.set('status', status);
+    const section = h('section', {});
+    main.append(section);
+    await pagedList(section, '/memberships?' + q, live, (items) => table('Memberships',
+      ['Membership', 'Subscriber', 'Channel', 'Status', 'Expires'],
+      items.map((m) => [
+        '#' + m.id,
+        link(`#/subscribers/${m.subscriber_id}`, `Subscriber #${m.subscriber_id}`),
+        channelName(chans, m.channel_id),
+        badge(m.status),
+        when(m.expires_at),
+      ]), 'No memberships match.'));
+  }
+
+  // ------------------------------------------------------------------ payments
+
+  const OUTCOMES = ['needs_review', 'refund_failed', 'refund_pending', 'applied', 'refunded'];
+
+  async function renderPayments(params) {
+    const { main, live } = page('Payments');
+    const outcome = params.has('outcome') ? params.get('outcome') : 'needs_review';
+    const chans = await channels();
+    if (!live()) return;
+    const filter = h('form', { id: 'pfilter', class: 'card inline', method: 'post' },
+      field('Outcome', h('select', { id: 'pfilter-outcome', name: 'outcome' },
+        OUTCOMES.map((o) => h('option', { value: o, selected: o === outcome }, o.replaceAll('_', ' '))),
+        h('option', { value: '', selected: outcome === '' }, 'all outcomes'))),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Show')));
+    filter.addEventListener('submit', (e) => {
+      e.preventDefault();
+      go('#/payments?outcome=' + encodeURIComponent(filter.elements.outcome.value));
+    });
+    main.append(filter);
+    const section = h('section', {});
+    main.append(section);
+    const path = '/payments' + (outcome ? '?outcome=' + encodeURIComponent(outcome) : '');
+    await pagedList(section, path, live, (items) => paymentsTable(items, chans));
+  }
+
+  function paymentsTable(items, chans) {
+    return table('Payments',
+      ['Payment', 'Received', 'Amount', 'Order', 'Payer', 'Outcome', 'Reason', 'What you can do'],
+      items.map((p) => [
+        [`#${p.id} `, h('span', { class: 'muted' }, `${p.gateway} ${p.external_id}`)],
+        when(p.created_at),
+        money(p.amount_minor, p.currency),
+        p.order_id
+          ? [`#${p.order_id} `, h('code', {}, p.order_reference || '')]
+          : (p.order_reference ? h('code', {}, p.order_reference) : '—'),
+        p.subscriber_id
+          ? link(`#/subscribers/${p.subscriber_id}`, `Subscriber #${p.subscriber_id}`)
+          : 'unknown',
+        badge(p.outcome),
+        reasonText(p.reason),
+        advice(p, chans),
+      ]), 'No payments match.');
+  }
+
+  /** What staff can do about a payment, with the action where the console has one. */
+  function advice(p, chans) {
+    const out = [];
+    if (p.outcome === 'refund_failed') {
+      out.push(h('p', {}, 'The Stars refund failed: see the refund’s error on the Effects page, fix the cause, then retry it.'));
+      const b = h('button', { type: 'button', class: 'small' }, 'Retry refund');
+      b.addEventListener('click', () => busy(b, async () => {
+        try {
+          const r = await post(b, `/effects/retry?kind=refund&payment_id=${p.id}`);
+          say(r.retried ? 'The refund is queued again.' : 'No failed refund of this payment to retry.');
+        } catch (err) { fail(err); }
+      }));
+      out.push(b, ' ', link(`#/effects?payment_id=${p.id}&status=`, 'Its effects'));
+      return out;
+    }
+    if (p.outcome === 'refund_pending') return 'The Stars refund is queued; nothing to do unless it fails.';
+    if (p.outcome === 'refunded') return 'Refunded; nothing to do.';
+    if (p.outcome === 'applied') return '—';
+    out.push(h('p', {}, ADVICE[p.reason] || 'Review it against the gateway’s record.'));
+    if (p.subscriber_id && p.channel_id) {
+      out.push(link(`#/subscribers/${p.subscriber_id}?grant_channel=${p.channel_id}`,
+        `Grant ${channelName(chans, p.channel_id)} by hand`, { class: 'button small' }));
+    }
+    return out;
+  }
+
+  // ------------------------------------------------------------------ effects
+
+  const KINDS = ['grant', 'renewal_receipt', 'revoke', 'reminder', 'grace_notice', 'refund',
+    'join_approve', 'join_decline', 'bot_message', 'invoice', 'subscription_cancel'];
+
+  async function renderEffects(params) {
+    const { main, live } = page('Telegram effects');
+    const status = params.has('status') ? params.get('status') : 'failed';
+    const kind = params.get('kind') || '';
+    const paymentId = params.get('payment_id') || '';
+    const filter = h('form', { id: 'efilter', class: 'card inline', method: 'post' },
+      field('Status', h('select', { id: 'efilter-status', name: 'status' },
+        [['failed', 'failed (dead letters)'], ['pending', 'pending'], ['done', 'done'], ['', 'any status']]
+          .map(([v, t]) => h('option', { value: v, selected: v === status }, t)))),
+      field('Kind', h('select', { id: 'efilter-kind', name: 'kind' },
+        h('option', { value: '' }, 'any kind'),
+        KINDS.map((k) => h('option', { value: k, selected: k === kind }, k.replaceAll('_', ' '))))),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Show')));
+    filter.addEventListener('submit', (e) => {
+      e.preventDefault();
+      const q = new URLSearchParams({ status: filter.elements.status.value });
+      if (filter.elements.kind.value) q.set('kind', filter.elements.kind.value);
+      if (paymentId) q.set('payment_id', paymentId);
+      go('#/effects?' + q);
+    });
+    main.append(filter);
+
+    const q = new URLSearchParams();
+    if (status) q.set('status', status);
+    if (kind) q.set('kind', kind);
+    if (paymentId) q.set('payment_id', paymentId);
+    if (status === 'failed' || status === '') {
+      const retryQuery = new URLSearchParams(q);
+      retryQuery.delete('status');
+      const retryAll = h('button', { type: 'button', id: 'retry-all' },
+        kind ? `Retry every failed ${kind.replaceAll('_', ' ')} effect` : 'Retry every failed effect shown');
+      retryAll.addEventListener('click', () => busy(retryAll, async () => {
+        try {
+          const r = await post(retryAll, '/effects/retry' + (retryQuery.toString() ? '?' + retryQuery : ''));
+          await renderEffects(params);
+          say(`${r.retried} dead letter${r.retried === 1 ? '' : 's'} sent back to the queue.`);
+        } catch (err) { fail(err); }
+      }));
+      main.append(h('p', { class: 'hint' }, 'Fix the cause first (bot made admin, user unblocked the bot, Telegram back), then retry: each goes back to the queue with a fresh 72-hour budget.'),
+        h('p', {}, retryAll));
+    }
+    const section = h('section', {});
+    main.append(section);
+    await pagedList(section, '/effects' + (q.toString() ? '?' + q : ''), live, (items) => table('Effects',
+      ['Effect', 'Status', 'Member', 'Attempts', 'Next attempt / done', 'Telegram’s error', 'Actions'],
+      items.map((e) => [
+        [`#${e.id} `, h('strong', {}, e.kind)],
+        badge(e.status),
+        [`user ${e.user_id}`, e.chat_id ? ` in chat ${e.chat_id}` : '',
+          e.membership_id ? [' · membership #', String(e.membership_id)] : '',
+          e.payment_id ? [' · payment #', String(e.payment_id)] : ''],
+        String(e.attempts),
+        e.status === 'done' ? when(e.done_at) : when(e.next_attempt_at),
+        e.last_error ? h('span', { class: 'error-text' }, e.last_error) : '—',
+        e.status === 'done' ? '—' : retryButton(e, params),
+      ]), status === 'failed' ? 'No dead letters.' : 'No effects match.'));
+  }
+
+  function retryButton(e, params) {
+    const b = h('button', { type: 'button', class: 'small', 'aria-label': `Retry effect #${e.id}` }, 'Retry');
+    b.addEventListener('click', () => busy(b, async () => {
+      try {
+        const r = await post(b, `/effects/${e.id}/retry`);
+        await renderEffects(params);
+        say(`Effect #${r.id} is ${r.status} again, due ${dateFormat.format(new Date(r.next_attempt_at))}.`);
+      } catch (err) { fail(err); }
+    }));
+    return b;
+  }
+
+  // ------------------------------------------------------------------ sweep
+
+  async function renderSweep() {
+    const { main, live } = page('Sweep');
+    const o = await api('GET', '/overview');
+    if (!live()) return;
+    const last = h('section', { 'aria-labelledby': 'sweep-last' },
+      h('h2', { id: 'sweep-last' }, 'Last sweep'), sweepSummary(o.last_sweep, o.last_sweep_change_at));
+    const result = h('section', { id: 'sweep-result', 'aria-labelledby': 'sweep-result-title', hidden: true },
+      h('h2', { id: 'sweep-result-title' }, 'This run'));
+    const button = h('button', { type: 'button', id: 'run-sweep' }, 'Run the sweep now');
+    button.addEventListener('click', () => busy(button, async () => {
+      try {
+        const r = await post(button, '/sweep');
+        result.replaceChildren(h('h2', { id: 'sweep-result-title' }, 'This run'), facts([
+          ['Examined', String(r.examined)],
+          ['Moved to grace', String(r.to_grace)],
+          ['Moved to expired', String(r.to_expired)],
+          ['Skipped (being renewed)', String(r.skipped)],
+          ['Took', `${r.duration_ms} ms`],
+        ]));
+        result.hidden = false;
+        const now = await api('GET', '/overview');
+        last.replaceChildren(h('h2', { id: 'sweep-last' }, 'Last sweep'),
+          sweepSummary(now.last_sweep, now.last_sweep_change_at));
+        say('Sweep finished: ' + reportText(r) + '.');
+      } catch (err) { fail(err); }
+    }));
+    main.append(
+      h('p', {}, 'The sweep moves memberships past their expiry to grace, and past their grace to expired (removing the member from the channel). It also runs on its schedule when SWEEP_INTERVAL_SECS is set.'),
+      h('p', {}, button), result, last);
+  }
+
+  // ------------------------------------------------------------------ start
+
+  async function start() {
+    $('tz').textContent = 'Times are shown in ' + timeZone + '.';
+    $('sign-out').addEventListener('click', () => signOut('Signed out.'));
+    $('skip').addEventListener('click', (e) => {
+      e.preventDefault();
+      const h1 = document.querySelector('main h1');
+      (h1 || $('main')).focus();
+    });
+    window.addEventListener('hashchange', route);
+    try {
+      const res = await fetch('currencies.json', { cache: 'no-cache' });
+      if (res.ok) exponents = await res.json();
+    } catch (_) { /* amounts fall back to two decimals */ }
+    route();
+  }
+
+  start();
+})();

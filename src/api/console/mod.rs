@@ -1,0 +1,139 @@
+//! The staff console: a small static app (HTML, CSS and vanilla JavaScript) served at
+//! `/console` by the same binary, embedded at compile time, so it needs no build step, no CDN
+//! and no network beyond this server.
+//!
+//! It is only a client of the staff JSON API: it signs in with `POST /api/auth/login`, keeps the
+//! bearer token in a JavaScript variable (never in storage or a cookie, so a reload signs out and
+//! no request is ever authenticated by something the browser attaches by itself: cross-site
+//! request forgery has nothing to ride on), and sends an `Idempotency-Key` with every
+//! state-changing `POST`. Every decision stays in the API: the assets carry no data and need no
+//! token. A strict Content-Security-Policy allows scripts, styles and requests from this origin
+//! only (no inline script, no `eval`), and forbids framing.
+
+use std::sync::OnceLock;
+
+use axum::{
+    Router,
+    extract::Path,
+    http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header},
+    response::{IntoResponse, Redirect, Response},
+    routing::get,
+};
+use sha2::{Digest, Sha256};
+
+use crate::{currency, error::ApiError};
+
+/// One embedded file.
+struct Asset {
+    name: &'static str,
+    content_type: &'static str,
+    body: &'static [u8],
+}
+
+const ASSETS: &[Asset] = &[
+    Asset {
+        name: "index.html",
+        content_type: "text/html; charset=utf-8",
+        body: include_bytes!("assets/index.html"),
+    },
+    Asset {
+        name: "app.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("assets/app.js"),
+    },
+    Asset {
+        name: "style.css",
+        content_type: "text/css; charset=utf-8",
+        body: include_bytes!("assets/style.css"),
+    },
+    Asset {
+        name: "favicon.svg",
+        content_type: "image/svg+xml",
+        body: include_bytes!("assets/favicon.svg"),
+    },
+];
+
+/// The policy every console response carries: this origin only, no inline script or style, no
+/// plugins, no framing, and no form may submit anywhere (the app submits with `fetch`; without
+/// JavaScript a form must not send a password in a URL).
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+     connect-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'";
+
+/// The console's routes: `/console` (redirects to `/console/`), `/console/` (the app) and
+/// `/console/{file}` (its assets and `currencies.json`). No state, no token.
+pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    Router::new()
+        .route("/console", get(|| async { Redirect::permanent("/console/") }))
+        .route("/console/", get(|headers: HeaderMap| async move { serve("index.html", &headers) }))
+        .route(
+            "/console/{file}",
+            get(|Path(file): Path<String>, headers: HeaderMap| async move {
+                serve(&file, &headers)
+            }),
+        )
+}
+
+/// The minor-unit exponent of every currency the API accepts, as JSON
+/// (`{"UAH": 2, "XTR": 0, …}`): the console shows amounts in currency units with the server's
+/// own table instead of a second copy of it.
+fn currencies_json() -> &'static [u8] {
+    static JSON: OnceLock<Vec<u8>> = OnceLock::new();
+    JSON.get_or_init(|| {
+        let map: serde_json::Map<String, serde_json::Value> = currency::exponents()
+            .map(|(code, exponent)| (code.to_string(), exponent.into()))
+            .collect();
+        serde_json::to_vec(&map).expect("a map of numbers serializes")
+    })
+}
+
+fn find(name: &str) -> Option<(&'static str, &'static [u8])> {
+    if name == "currencies.json" {
+        return Some(("application/json", currencies_json()));
+    }
+    ASSETS
+        .iter()
+        .find(|a| a.name == name)
+        .map(|a| (a.content_type, a.body))
+}
+
+/// Answers an asset with its validator: the browser revalidates every time (`no-cache`), and an
+/// unchanged file costs a 304, so a new binary's console is never mixed with a cached old one.
+fn serve(name: &str, headers: &HeaderMap) -> Response {
+    let Some((content_type, body)) = find(name) else {
+        return ApiError::NotFound("console file").into_response();
+    };
+    let etag = format!("\"{}\"", &hex::encode(Sha256::digest(body))[..32]);
+    let fresh = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag));
+    let mut response = if fresh {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        ([(header::CONTENT_TYPE, content_type)], body).into_response()
+    };
+    let h = response.headers_mut();
+    h.insert(
+        header::ETAG,
+        HeaderValue::from_str(&etag).expect("hex is a valid header"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(
+        HeaderName::from_static("cross-origin-opener-policy"),
+        HeaderValue::from_static("same-origin"),
+    );
+    response
+}

@@ -1,0 +1,172 @@
+//! `GET /api/overview`: the day's numbers on one page, for the staff console's first screen —
+//! members by status and seats per channel, revenue by currency over the last 30 days, payments
+//! and Telegram effects waiting for staff, and the last sweep.
+//!
+//! Read in one read-only REPEATABLE READ transaction, so every number comes from the same
+//! snapshot (a payment applied meanwhile moves a member and the revenue together, or neither).
+//! Seats are counted by [`seats::seats_taken`], the function every seat decision uses.
+
+use axum::{Json, extract::State};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tokio_postgres::IsolationLevel;
+
+use super::{ApiQuery, auth::Staff};
+use crate::{error::ApiError, orders::seats, state::AppState, sweep::SweepRun};
+
+/// The body of `GET /api/overview`.
+#[derive(Serialize)]
+pub struct Overview {
+    /// Database time of the snapshot.
+    pub as_of: DateTime<Utc>,
+    /// Every channel, by id.
+    pub channels: Vec<ChannelCounts>,
+    /// Applied payments whose `paid_at` is in the last 30 days, by currency (refunded ones are
+    /// not revenue).
+    pub revenue_30d: Vec<Revenue>,
+    /// Payments by the outcomes that wait for staff or a refund.
+    pub payments: PaymentCounts,
+    /// Telegram effects still to perform and dead letters.
+    pub effects: EffectCounts,
+    /// The last sweep this server process finished (null after a restart until one runs).
+    pub last_sweep: Option<SweepRun>,
+    /// When a sweep last changed a membership (from `membership_events`, any process).
+    pub last_sweep_change_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Serialize)]
+pub struct ChannelCounts {
+    pub id: i32,
+    pub title: String,
+    pub active: bool,
+    pub seat_limit: Option<i32>,
+    /// Seats taken as the seat rule counts them (live members and valid holds); null for a
+    /// channel without a limit.
+    pub seats_taken: Option<i64>,
+    pub members: MemberCounts,
+}
+
+#[derive(Serialize)]
+pub struct MemberCounts {
+    pub active: i64,
+    pub grace: i64,
+    pub expired: i64,
+}
+
+#[derive(Serialize)]
+pub struct Revenue {
+    pub currency: String,
+    pub amount_minor: i64,
+    pub payments: i64,
+}
+
+#[derive(Serialize)]
+pub struct PaymentCounts {
+    pub needs_review: i64,
+    pub refund_pending: i64,
+    pub refund_failed: i64,
+}
+
+#[derive(Serialize)]
+pub struct EffectCounts {
+    pub pending: i64,
+    pub failed: i64,
+}
+
+/// `GET /api/overview` takes no parameters (an unknown one is a 400, as on every list).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoParams {}
+
+/// `GET /api/overview`.
+pub async fn get(
+    State(state): State<AppState>,
+    _: Staff,
+    ApiQuery(NoParams {}): ApiQuery<NoParams>,
+) -> Result<Json<Overview>, ApiError> {
+    let mut client = state.db.get().await?;
+    let tx = client
+        .build_transaction()
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await?;
+    let rows = tx
+        .query(
+            "SELECT c.id, c.title, c.active, c.seat_limit,
+                    count(m.id) FILTER (WHERE m.status = 'active'),
+                    count(m.id) FILTER (WHERE m.status = 'grace'),
+                    count(m.id) FILTER (WHERE m.status = 'expired')
+             FROM channels c LEFT JOIN memberships m ON m.channel_id = c.id
+             GROUP BY c.id ORDER BY c.id",
+            &[],
+        )
+        .await?;
+    let mut channels = Vec::with_capacity(rows.len());
+    for r in rows {
+        let id: i32 = r.get(0);
+        let seat_limit: Option<i32> = r.get(3);
+        let seats_taken = match seat_limit {
+            Some(_) => Some(seats::seats_taken(&tx, id).await?),
+            None => None,
+        };
+        channels.push(ChannelCounts {
+            id,
+            title: r.get(1),
+            active: r.get(2),
+            seat_limit,
+            seats_taken,
+            members: MemberCounts {
+                active: r.get(4),
+                grace: r.get(5),
+                expired: r.get(6),
+            },
+        });
+    }
+    let revenue_30d = tx
+        .query(
+            "SELECT currency, sum(amount_minor)::bigint, count(*) FROM payments
+             WHERE outcome = 'applied' AND paid_at > statement_timestamp() - interval '30 days'
+             GROUP BY currency ORDER BY currency",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| Revenue {
+            currency: r.get(0),
+            amount_minor: r.get(1),
+            payments: r.get(2),
+        })
+        .collect();
+    let r = tx
+        .query_one(
+            "SELECT count(*) FILTER (WHERE outcome = 'needs_review'),
+                    count(*) FILTER (WHERE outcome = 'refund_pending'),
+                    count(*) FILTER (WHERE outcome = 'refund_failed'),
+                    (SELECT count(*) FROM effects WHERE status = 'pending'),
+                    (SELECT count(*) FROM effects WHERE status = 'failed'),
+                    (SELECT at FROM membership_events WHERE cause = 'sweep'
+                      ORDER BY id DESC LIMIT 1),
+                    statement_timestamp()
+             FROM payments WHERE outcome IN ('needs_review', 'refund_pending', 'refund_failed')",
+            &[],
+        )
+        .await?;
+    tx.commit().await?;
+    Ok(Json(Overview {
+        as_of: r.get(6),
+        channels,
+        revenue_30d,
+        payments: PaymentCounts {
+            needs_review: r.get(0),
+            refund_pending: r.get(1),
+            refund_failed: r.get(2),
+        },
+        effects: EffectCounts {
+            pending: r.get(3),
+            failed: r.get(4),
+        },
+        last_sweep: state.last_sweep.get(),
+        last_sweep_change_at: r.get(5),
+    }))
+}

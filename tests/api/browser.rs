@@ -1,0 +1,365 @@
+//! A headless Chromium driven over the W3C WebDriver protocol, for the console's browser test.
+//!
+//! `chromedriver` (Debian's `chromium-driver`, installed by `scripts/ensure-browser.sh`) runs on
+//! a free local port; the client is a few JSON calls over the `reqwest` the service already
+//! builds. A WebDriver crate (fantoccini) was measured and left out: it adds two dozen crates
+//! and turns on `syn` and `time` features the service does not use, so the test build and the
+//! normal build would no longer share their compiled dependencies.
+//!
+//! A missing browser is a failure with a clear message, never a skipped test.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
+
+use base64::Engine;
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+
+/// How long a wait for something on the page lasts before the test fails.
+pub const WAIT: Duration = Duration::from_secs(15);
+
+/// The first of `names` found as a file: an absolute path, or a name looked up in `PATH`.
+fn which(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for name in names {
+        let candidate = Path::new(name);
+        if candidate.is_absolute() {
+            if candidate.is_file() {
+                return Some(candidate.to_path_buf());
+            }
+            continue;
+        }
+        for dir in std::env::split_paths(&path) {
+            let full = dir.join(name);
+            if full.is_file() {
+                return Some(full);
+            }
+        }
+    }
+    None
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free local port")
+        .port()
+}
+
+/// One browser session; its chromedriver is killed when this is dropped.
+pub struct Browser {
+    http: reqwest::Client,
+    session: String,
+    driver: Child,
+}
+
+/// An element reference of the current page.
+#[derive(Clone)]
+pub struct Element(String);
+
+impl Browser {
+    /// Starts chromedriver and a headless Chromium with a desktop-sized window.
+    pub async fn start() -> Browser {
+        if let Some(set) = std::env::var_os("CHROMEDRIVER").filter(|p| !Path::new(p).is_file()) {
+            panic!(
+                "CHROMEDRIVER={} is not a file: the console's browser test needs chromedriver \
+                 and Chromium; install them with scripts/ensure-browser.sh (Debian packages \
+                 chromium and chromium-driver; `make test` runs it)",
+                Path::new(&set).display()
+            );
+        }
+        let driver_bin = std::env::var("CHROMEDRIVER")
+            .ok()
+            .map(PathBuf::from)
+            .or_else(|| which(&["chromedriver", "/usr/lib/chromium/chromedriver"]))
+            .unwrap_or_else(|| {
+                panic!(
+                    "the console's browser test needs chromedriver and Chromium, and neither \
+                     CHROMEDRIVER nor `chromedriver` on PATH was found. Install them with \
+                     scripts/ensure-browser.sh (Debian packages chromium and chromium-driver; \
+                     `make test` runs it), then run the test again."
+                )
+            });
+        let chrome_bin = std::env::var("CHROME_BIN")
+            .ok()
+            .map(PathBuf::from)
+            .or_else(|| which(&["chromium", "chromium-browser", "/usr/lib/chromium/chromium"]))
+            .unwrap_or_else(|| {
+                panic!(
+                    "chromedriver is at {} but no Chromium was found (CHROME_BIN, or `chromium` \
+                     on PATH). Run scripts/ensure-browser.sh.",
+                    driver_bin.display()
+                )
+            });
+        let port = free_port();
+        let driver = Command::new(&driver_bin)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", driver_bin.display()));
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .unwrap();
+        let base = format!("http://127.0.0.1:{port}");
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let ready = http
+                .get(format!("{base}/status"))
+                .send()
+                .await
+                .ok()
+                .and_then(|r| r.status().is_success().then_some(()));
+            if ready.is_some() {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "chromedriver did not come up on port {port}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": chrome_bin.to_string_lossy(),
+                "args": [
+                    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                    "--no-first-run", "--disable-extensions", "--lang=en-US", "--accept-lang=en-US",
+                    "--window-size=1280,1000", "--force-device-scale-factor=1",
+                ],
+            },
+        }}});
+        let r = http
+            .post(format!("{base}/session"))
+            .json(&caps)
+            .send()
+            .await
+            .expect("chromedriver answers");
+        let body: Value = r.json().await.expect("a JSON answer");
+        let session = body["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("Chromium did not start: {body}"))
+            .to_string();
+        Browser {
+            http,
+            session: format!("{base}/session/{session}"),
+            driver,
+        }
+    }
+
+    /// One WebDriver command; returns its `value`, or `Err` with WebDriver's error.
+    async fn try_cmd(&self, method: &str, path: &str, body: Value) -> Result<Value, Value> {
+        let url = format!("{}{path}", self.session);
+        let req = match method {
+            "GET" => self.http.get(url),
+            "DELETE" => self.http.delete(url),
+            _ => self.http.post(url).json(&body),
+        };
+        let r = req.send().await.expect("chromedriver answers");
+        let ok = r.status().is_success();
+        let v: Value = r.json().await.expect("a JSON answer");
+        if ok {
+            Ok(v["value"].clone())
+        } else {
+            Err(v["value"].clone())
+        }
+    }
+
+    async fn cmd(&self, method: &str, path: &str, body: Value) -> Value {
+        self.try_cmd(method, path, body)
+            .await
+            .unwrap_or_else(|e| panic!("WebDriver {method} {path}: {e}"))
+    }
+
+    pub async fn goto(&self, url: &str) {
+        self.cmd("POST", "/url", json!({"url": url})).await;
+    }
+
+    /// Reloads the page, as the browser's reload button does.
+    pub async fn refresh(&self) {
+        self.cmd("POST", "/refresh", json!({})).await;
+    }
+
+    pub async fn set_window(&self, width: u32, height: u32) {
+        self.cmd(
+            "POST",
+            "/window/rect",
+            json!({"width": width, "height": height}),
+        )
+        .await;
+    }
+
+    pub async fn execute(&self, script: &str, args: Value) -> Value {
+        self.cmd(
+            "POST",
+            "/execute/sync",
+            json!({"script": script, "args": args}),
+        )
+        .await
+    }
+
+    async fn find_now(&self, css: &str) -> Option<Element> {
+        let v = self
+            .try_cmd(
+                "POST",
+                "/element",
+                json!({"using": "css selector", "value": css}),
+            )
+            .await
+            .ok()?;
+        v.as_object()
+            .and_then(|o| o.values().next())
+            .and_then(Value::as_str)
+            .map(|id| Element(id.to_string()))
+    }
+
+    /// Waits until an element matching `css` is on the page and visible.
+    pub async fn find(&self, css: &str) -> Element {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Some(el) = self.find_now(css).await
+                && self.displayed(&el).await
+            {
+                return el;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no visible element {css:?} on the page; it shows:\n{}",
+                self.page_text().await
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn displayed(&self, el: &Element) -> bool {
+        self.try_cmd("GET", &format!("/element/{}/displayed", el.0), Value::Null)
+            .await
+            .ok()
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false)
+    }
+
+    pub async fn text(&self, el: &Element) -> String {
+        self.try_cmd("GET", &format!("/element/{}/text", el.0), Value::Null)
+            .await
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
+    }
+
+    pub async fn value(&self, el: &Element) -> String {
+        self.cmd(
+            "GET",
+            &format!("/element/{}/property/value", el.0),
+            Value::Null,
+        )
+        .await
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+    }
+
+    /// The page's visible text.
+    pub async fn page_text(&self) -> String {
+        match self.find_now("body").await {
+            Some(body) => self.text(&body).await,
+            None => String::new(),
+        }
+    }
+
+    /// Waits until the element matching `css` shows text containing `needle`; returns its text.
+    pub async fn wait_text(&self, css: &str, needle: &str) -> String {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Some(el) = self.find_now(css).await {
+                let text = self.text(&el).await;
+                if text.contains(needle) {
+                    return text;
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{css:?} never showed {needle:?}; the page shows:\n{}",
+                self.page_text().await
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub async fn click(&self, css: &str) {
+        let el = self.find(css).await;
+        self.cmd("POST", &format!("/element/{}/click", el.0), json!({}))
+            .await;
+    }
+
+    /// Replaces the text of the input matching `css` (keys typed as a user would).
+    pub async fn fill(&self, css: &str, text: &str) {
+        let el = self.find(css).await;
+        self.cmd("POST", &format!("/element/{}/clear", el.0), json!({}))
+            .await;
+        self.type_keys(&el, text).await;
+    }
+
+    pub async fn type_keys(&self, el: &Element, text: &str) {
+        self.cmd(
+            "POST",
+            &format!("/element/{}/value", el.0),
+            json!({"text": text}),
+        )
+        .await;
+    }
+
+    /// Selects the option of the `<select>` matching `css` whose text contains `label`.
+    pub async fn select(&self, css: &str, label: &str) {
+        self.find(css).await;
+        let done = self
+            .execute(
+                "const s = document.querySelector(arguments[0]);
+                 const o = Array.from(s.options).find((o) => o.text.includes(arguments[1]));
+                 if (!o) return false;
+                 s.value = o.value;
+                 s.dispatchEvent(new Event('change', {bubbles: true}));
+                 return true;",
+                json!([css, label]),
+            )
+            .await;
+        assert_eq!(done, json!(true), "no option {label:?} in {css:?}");
+    }
+
+    /// A PNG of the viewport.
+    pub async fn screenshot(&self) -> Vec<u8> {
+        let b64 = self.cmd("GET", "/screenshot", Value::Null).await;
+        base64::engine::general_purpose::STANDARD
+            .decode(b64.as_str().unwrap_or_default())
+            .expect("a base64 PNG")
+    }
+
+    /// A PNG of the whole page: the window grows to the page's height for the shot.
+    pub async fn full_screenshot(&self, width: u32) -> Vec<u8> {
+        let height = self
+            .execute(
+                "return Math.ceil(document.documentElement.scrollHeight);",
+                json!([]),
+            )
+            .await
+            .as_u64()
+            .unwrap_or(1000) as u32;
+        // The window is taller than its viewport by the browser's own frame.
+        self.set_window(width, (height + 160).clamp(600, 4000))
+            .await;
+        self.screenshot().await
+    }
+
+    /// Ends the browser session and chromedriver.
+    pub async fn quit(mut self) {
+        let _ = self.try_cmd("DELETE", "", Value::Null).await;
+        let _ = self.driver.kill().await;
+    }
+}
