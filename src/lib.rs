@@ -27,7 +27,6 @@ pub mod api;
 pub mod auth;
 pub mod bot;
 pub mod config;
-pub mod console;
 pub mod currency;
 pub mod db;
 pub mod effects;

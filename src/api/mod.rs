@@ -12,6 +12,7 @@
 
 pub mod auth;
 pub mod channels;
+pub mod console;
 pub mod effects;
 pub mod error;
 pub mod idempotency;

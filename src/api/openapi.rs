@@ -83,7 +83,7 @@ pub const WEBHOOK_SIGNATURE: &str = "webhook_signature";
         sweep::run,
         super::overview::get,
         super::router::healthz, super::router::readyz, openapi_json,
-        crate::console::redirect, crate::console::index, crate::console::asset,
+        super::console::redirect, super::console::index, super::console::asset,
     ),
     components(schemas(Problem)),
     modifiers(&SecuritySchemes, &CommonResponses),
@@ -295,6 +295,10 @@ text_enum_schemas! {
     core::Reason => "PaymentReason":
         "Why a payment was not applied (or a Telegram pre-checkout refused).",
     crate::effects::Kind => "EffectKind": "What an effect does on Telegram.",
+    crate::payments::star_subscriptions::Status => "StarSubscriptionStatus":
+        "`active` (renews) or `cancelled`.",
+    crate::payments::star_subscriptions::CancelledBy => "CancelledBy":
+        "Who cancelled a Stars subscription.",
     crate::effects::Status => "EffectStatus":
         "`pending` (queued or being retried), `done`, or `failed` (a dead letter).",
 }

@@ -11,8 +11,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio_postgres::IsolationLevel;
 
-use super::ApiQuery;
-use super::auth::Staff;
+use super::{ApiQuery, auth::Staff};
 use crate::{error::ApiError, orders::seats, state::AppState, sweep::SweepRun};
 
 /// The body of `GET /api/overview`.

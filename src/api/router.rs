@@ -94,7 +94,7 @@ pub fn router(state: AppState) -> Router {
         .nest("/api", api)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .merge(crate::console::router())
+        .merge(super::console::router())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(

@@ -16,7 +16,7 @@ use super::{
 };
 use crate::{
     error::ApiError,
-    payments::star_subscriptions::{self, COLUMNS, CancelRefusal, CancelledBy, StarSubscription},
+    payments::star_subscriptions::{self, CancelRefusal, CancelledBy, StarSubscription},
     state::AppState,
 };
 
@@ -31,8 +31,7 @@ pub struct ListStarSubscriptions {
     after: Option<i64>,
     subscriber_id: Option<i32>,
     channel_id: Option<i32>,
-    /// `active` or `cancelled`.
-    #[param(pattern = "^(active|cancelled)$")]
+    #[param(value_type = Option<star_subscriptions::Status>)]
     status: Option<String>,
 }
 
@@ -54,33 +53,15 @@ pub async fn list(
 ) -> Result<Json<Page<StarSubscription>>, ApiError> {
     let paging = Paging::new(q.limit, q.after)?;
     let mut e = Errors::default();
-    if let Some(s) = &q.status
-        && !["active", "cancelled"].contains(&s.as_str())
-    {
-        e.add("status", "must be active or cancelled");
-    }
+    let status = e.state::<star_subscriptions::Status>("status", q.status.as_deref());
     e.finish()?;
+    let filter = star_subscriptions::Filter {
+        subscriber_id: q.subscriber_id,
+        channel_id: q.channel_id,
+        status,
+    };
     let client = state.db.get().await?;
-    let rows = client
-        .query(
-            &format!(
-                "SELECT {COLUMNS} FROM star_subscriptions
-                 WHERE id > $1
-                   AND ($2::integer IS NULL OR subscriber_id = $2)
-                   AND ($3::integer IS NULL OR channel_id = $3)
-                   AND ($4::text IS NULL OR status = $4)
-                 ORDER BY id LIMIT $5"
-            ),
-            &[
-                &paging.after,
-                &q.subscriber_id,
-                &q.channel_id,
-                &q.status,
-                &paging.fetch(),
-            ],
-        )
-        .await?;
-    let items = rows.iter().map(StarSubscription::from_row).collect();
+    let items = star_subscriptions::list(&client, &filter, paging.after, paging.fetch()).await?;
     Ok(Json(paging.page(items, |s| s.id)))
 }
 
@@ -97,14 +78,10 @@ pub async fn get(
     PathId(id): PathId<i64>,
 ) -> Result<Json<StarSubscription>, ApiError> {
     let client = state.db.get().await?;
-    let row = client
-        .query_opt(
-            &format!("SELECT {COLUMNS} FROM star_subscriptions WHERE id = $1"),
-            &[&id],
-        )
+    let subscription = star_subscriptions::get(&client, id)
         .await?
         .ok_or(ApiError::NotFound("star subscription"))?;
-    Ok(Json(StarSubscription::from_row(&row)))
+    Ok(Json(subscription))
 }
 
 /// `POST /api/star-subscriptions/{id}/cancel` → 200 with the cancelled subscription; 409 when it

@@ -734,8 +734,8 @@ async fn stored(
     client: &impl deadpool_postgres::GenericClient,
     p: &NormalizedPayment,
 ) -> Result<Option<Applied>, ApiError> {
-    let Some(payment): Option<Payment> =
-        db::opt(client, STORED_SQL, &[&p.gateway, &p.external_id]).await?
+    let Some(payment) =
+        db::opt::<Payment>(client, STORED_SQL, &[&p.gateway, &p.external_id]).await?
     else {
         return Ok(None);
     };

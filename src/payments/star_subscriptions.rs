@@ -23,6 +23,7 @@ use serde_json::json;
 use tokio_postgres::{GenericClient, Row};
 
 use crate::{
+    db::{self, FromRow},
     effects::{self, Kind, NewEffect},
     error::ApiError,
 };
@@ -42,12 +43,54 @@ macro_rules! subscription_columns {
 /// The columns of [`StarSubscription::from_row`], in order.
 pub const COLUMNS: &str = subscription_columns!();
 
+const START_SQL: &str = concat!(
+    "INSERT INTO star_subscriptions (order_id, subscriber_id, channel_id, charge_id, expires_at)
+     SELECT o.id, o.subscriber_id, o.channel_id, $2,
+            COALESCE($3, statement_timestamp() + make_interval(secs => $4))
+     FROM orders o WHERE o.id = $1
+     RETURNING ",
+    subscription_columns!()
+);
+const RENEWED_SQL: &str = "UPDATE star_subscriptions
+     SET expires_at = COALESCE($2, GREATEST(expires_at, statement_timestamp())
+                                   + make_interval(secs => $3)),
+         updated_at = statement_timestamp()
+     WHERE id = $1";
+const LOCK_SQL: &str = concat!(
+    "SELECT ",
+    subscription_columns!(),
+    " FROM star_subscriptions WHERE id = $1 FOR UPDATE"
+);
+const CANCEL_SQL: &str = concat!(
+    "UPDATE star_subscriptions
+     SET status = $3, cancelled_by = $2, cancelled_at = statement_timestamp(),
+         updated_at = statement_timestamp()
+     WHERE id = $1 RETURNING ",
+    subscription_columns!()
+);
+
 /// On every payment of a known order (the payment core's lock order): prepared once.
 const LOCK_OF_ORDER_SQL: &str = concat!(
     "SELECT ",
     subscription_columns!(),
     " FROM star_subscriptions WHERE order_id = $1 FOR UPDATE"
 );
+
+crate::text_enum! {
+    /// Whether a subscription still renews.
+    pub enum Status {
+        Active => "active",
+        Cancelled => "cancelled",
+    }
+}
+
+crate::text_enum! {
+    /// Who cancelled a subscription.
+    pub enum CancelledBy {
+        Staff => "staff",
+        Buyer => "buyer",
+    }
+}
 
 /// A Stars subscription as staff see it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -61,55 +104,38 @@ pub struct StarSubscription {
     pub charge_id: String,
     /// Telegram's `subscription_expiration_date` of the latest charge: when it renews next.
     pub expires_at: DateTime<Utc>,
-    /// `active` or `cancelled`.
-    #[schema(pattern = "^(active|cancelled)$")]
-    pub status: String,
-    /// `staff` or `buyer`, when cancelled.
-    #[schema(pattern = "^(staff|buyer)$")]
-    pub cancelled_by: Option<String>,
+    pub status: Status,
+    /// Who cancelled it, when cancelled.
+    pub cancelled_by: Option<CancelledBy>,
     pub cancelled_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
 
-impl StarSubscription {
-    /// Reads a row selected with [`COLUMNS`].
-    pub fn from_row(r: &Row) -> StarSubscription {
-        StarSubscription {
-            id: r.get(0),
-            order_id: r.get(1),
-            subscriber_id: r.get(2),
-            channel_id: r.get(3),
-            charge_id: r.get(4),
-            expires_at: r.get(5),
-            status: r.get(6),
-            cancelled_by: r.get(7),
-            cancelled_at: r.get(8),
-            created_at: r.get(9),
-            updated_at: r.get(10),
-        }
-    }
+impl FromRow for StarSubscription {
+    const COLUMNS: &'static str = subscription_columns!();
 
+    fn from_row(r: &Row) -> Result<StarSubscription, tokio_postgres::Error> {
+        Ok(StarSubscription {
+            id: r.try_get("id")?,
+            order_id: r.try_get("order_id")?,
+            subscriber_id: r.try_get("subscriber_id")?,
+            channel_id: r.try_get("channel_id")?,
+            charge_id: r.try_get("charge_id")?,
+            expires_at: r.try_get("expires_at")?,
+            status: r.try_get("status")?,
+            cancelled_by: r.try_get("cancelled_by")?,
+            cancelled_at: r.try_get("cancelled_at")?,
+            created_at: r.try_get("created_at")?,
+            updated_at: r.try_get("updated_at")?,
+        })
+    }
+}
+
+impl StarSubscription {
     /// True unless cancelled.
     pub fn is_active(&self) -> bool {
-        self.status == "active"
-    }
-}
-
-/// Who cancelled a subscription.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CancelledBy {
-    Staff,
-    Buyer,
-}
-
-impl CancelledBy {
-    /// The stored spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CancelledBy::Staff => "staff",
-            CancelledBy::Buyer => "buyer",
-        }
+        self.status == Status::Active
     }
 }
 
@@ -126,8 +152,60 @@ pub async fn lock_of_order(
     tx: &Transaction<'_>,
     order_id: i64,
 ) -> Result<Option<StarSubscription>, ApiError> {
-    let row = crate::db::row_opt(tx, LOCK_OF_ORDER_SQL, &[&order_id]).await?;
-    Ok(row.as_ref().map(StarSubscription::from_row))
+    db::opt(tx, LOCK_OF_ORDER_SQL, &[&order_id]).await
+}
+
+/// The filters of [`list`]; `None` matches everything.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub subscriber_id: Option<i32>,
+    pub channel_id: Option<i32>,
+    pub status: Option<Status>,
+}
+
+const LIST_SQL: &str = concat!(
+    "SELECT ",
+    subscription_columns!(),
+    " FROM star_subscriptions
+     WHERE id > $1
+       AND ($2::integer IS NULL OR subscriber_id = $2)
+       AND ($3::integer IS NULL OR channel_id = $3)
+       AND ($4::text IS NULL OR status = $4::text)
+     ORDER BY id LIMIT $5"
+);
+const GET_SQL: &str = concat!(
+    "SELECT ",
+    subscription_columns!(),
+    " FROM star_subscriptions WHERE id = $1"
+);
+
+/// Up to `limit` subscriptions with an id above `after`, by id, matching `filter`.
+pub async fn list(
+    client: &impl deadpool_postgres::GenericClient,
+    filter: &Filter,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<StarSubscription>, ApiError> {
+    db::all(
+        client,
+        LIST_SQL,
+        &[
+            &after,
+            &filter.subscriber_id,
+            &filter.channel_id,
+            &filter.status,
+            &limit,
+        ],
+    )
+    .await
+}
+
+/// The subscription with this id, if any.
+pub async fn get(
+    client: &impl deadpool_postgres::GenericClient,
+    id: i64,
+) -> Result<Option<StarSubscription>, ApiError> {
+    db::opt(client, GET_SQL, &[&id]).await
 }
 
 /// Starts the subscription of an order's first charge `charge_id`, renewing at Telegram's
@@ -139,20 +217,12 @@ pub async fn start(
     charge_id: &str,
     expires_at: Option<DateTime<Utc>>,
 ) -> Result<StarSubscription, ApiError> {
-    let row = tx
-        .query_one(
-            &format!(
-                "INSERT INTO star_subscriptions (order_id, subscriber_id, channel_id, charge_id,
-                     expires_at)
-                 SELECT o.id, o.subscriber_id, o.channel_id, $2,
-                        COALESCE($3, statement_timestamp() + make_interval(secs => $4))
-                 FROM orders o WHERE o.id = $1
-                 RETURNING {COLUMNS}"
-            ),
-            &[&order_id, &charge_id, &expires_at, &(PERIOD_SECS as f64)],
-        )
-        .await?;
-    let s = StarSubscription::from_row(&row);
+    let s: StarSubscription = db::one(
+        tx,
+        START_SQL,
+        &[&order_id, &charge_id, &expires_at, &(PERIOD_SECS as f64)],
+    )
+    .await?;
     tracing::info!(
         subscription_id = s.id,
         order_id,
@@ -168,15 +238,7 @@ pub async fn renewed(
     id: i64,
     expires_at: Option<DateTime<Utc>>,
 ) -> Result<(), ApiError> {
-    tx.execute(
-        "UPDATE star_subscriptions
-         SET expires_at = COALESCE($2, GREATEST(expires_at, statement_timestamp())
-                                       + make_interval(secs => $3)),
-             updated_at = statement_timestamp()
-         WHERE id = $1",
-        &[&id, &expires_at, &(PERIOD_SECS as f64)],
-    )
-    .await?;
+    db::execute(tx, RENEWED_SQL, &[&id, &expires_at, &(PERIOD_SECS as f64)]).await?;
     Ok(())
 }
 
@@ -188,30 +250,13 @@ pub async fn cancel(
     id: i64,
     by: CancelledBy,
 ) -> Result<Option<Result<StarSubscription, CancelRefusal>>, ApiError> {
-    let Some(row) = tx
-        .query_opt(
-            &format!("SELECT {COLUMNS} FROM star_subscriptions WHERE id = $1 FOR UPDATE"),
-            &[&id],
-        )
-        .await?
-    else {
+    let Some(current) = db::opt::<StarSubscription>(tx, LOCK_SQL, &[&id]).await? else {
         return Ok(None);
     };
-    if !StarSubscription::from_row(&row).is_active() {
+    if !current.is_active() {
         return Ok(Some(Err(CancelRefusal::AlreadyCancelled)));
     }
-    let row = tx
-        .query_one(
-            &format!(
-                "UPDATE star_subscriptions
-                 SET status = 'cancelled', cancelled_by = $2, cancelled_at = statement_timestamp(),
-                     updated_at = statement_timestamp()
-                 WHERE id = $1 RETURNING {COLUMNS}"
-            ),
-            &[&id, &by.as_str()],
-        )
-        .await?;
-    let s = StarSubscription::from_row(&row);
+    let s: StarSubscription = db::one(tx, CANCEL_SQL, &[&id, &by, &Status::Cancelled]).await?;
     let user_id = telegram_user_of(&**tx, s.subscriber_id).await?;
     effects::enqueue(
         &**tx,

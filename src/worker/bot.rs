@@ -276,6 +276,20 @@ async fn store_invoice_link(
     Ok(row.get::<_, Option<String>>(0).unwrap_or(link))
 }
 
+/// A cancelled subscription, with its channel and, while its membership still holds access,
+/// the end of that access (for the buyer's confirmation).
+const CANCELLED_SUBSCRIPTION_SQL: &str = concat!(
+    "SELECT ss.charge_id, ss.status, c.id, c.title, m.expires_at
+     FROM star_subscriptions ss
+     JOIN channels c ON c.id = ss.channel_id
+     LEFT JOIN memberships m
+            ON m.subscriber_id = ss.subscriber_id AND m.channel_id = ss.channel_id
+           AND ",
+    crate::memberships::holds_access_sql!("m"),
+    "
+     WHERE ss.id = $1"
+);
+
 async fn subscription_cancel(
     state: &AppState,
     client: Object,
@@ -287,24 +301,13 @@ async fn subscription_cancel(
             "the effect names no subscription".into(),
         ));
     };
-    let row = client
-        .query_opt(
-            "SELECT ss.charge_id, ss.status, c.id, c.title, m.expires_at
-             FROM star_subscriptions ss
-             JOIN channels c ON c.id = ss.channel_id
-             LEFT JOIN memberships m
-                    ON m.subscriber_id = ss.subscriber_id AND m.channel_id = ss.channel_id
-                   AND m.status <> 'expired'
-             WHERE ss.id = $1",
-            &[&id],
-        )
-        .await?;
+    let row = crate::db::row_opt(&client, CANCELLED_SUBSCRIPTION_SQL, &[&id]).await?;
     drop(client);
     let Some(r) = row else {
         return Err(BotFailure::Permanent("the subscription was deleted".into()));
     };
-    let (charge_id, status): (String, String) = (r.get(0), r.get(1));
-    if status != "cancelled" {
+    let (charge_id, status): (String, star_subscriptions::Status) = (r.try_get(0)?, r.try_get(1)?);
+    if status != star_subscriptions::Status::Cancelled {
         return Ok(Some(format!("skipped: the subscription is {status}")));
     }
     bot.edit_user_star_subscription(e.user_id, &charge_id, true)

@@ -21,7 +21,7 @@ use axum::{
 };
 use sha2::{Digest, Sha256};
 
-use crate::{error::ApiError, payments::currency};
+use crate::{currency, error::ApiError};
 
 /// One embedded file.
 struct Asset {
