@@ -1,4 +1,4 @@
-//! Issue 2: staff login (good, bad, throttled) and every way a bearer token is refused.
+//! Staff login (good, bad, throttled) and every way a bearer token is refused.
 
 use std::{
     net::SocketAddr,

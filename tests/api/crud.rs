@@ -1,4 +1,4 @@
-//! Issue 2: CRUD of subscribers and channels, read/patch/delete of memberships, and keyset
+//! CRUD of subscribers and channels, read/patch/delete of memberships, and keyset
 //! pagination — each route's happy path and its 400/404/409/422 answers.
 
 use axum::http::Method;

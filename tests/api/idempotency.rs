@@ -1,4 +1,4 @@
-//! Issue 4: `Idempotency-Key` on staff POSTs (create, grant, cancel, checkout).
+//! `Idempotency-Key` on staff POSTs (create, grant, cancel, checkout).
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! Issue 2: operations basics — request ids, problem+json for unknown routes, health and
+//! Operations basics — request ids, problem+json for unknown routes, health and
 //! readiness (including a database outage and recovery without restart), configuration errors,
 //! and the `subgate` binary's commands (serve, migrate, staff create, healthcheck).
 

@@ -1,4 +1,4 @@
-//! The sweep (API.md "Membership lifecycle"; issue 3 item 6): transitions and their events,
+//! The sweep (API.md "Membership lifecycle"): transitions and their events,
 //! the report, authentication, skipping memberships whose pair lock is held, deciding from the
 //! row as it is after the locks, batching over thousands of rows, the CLI and the in-process
 //! schedule; then the sweep racing renewals, and racing checkout, payment, grant and cancel on a

@@ -1,7 +1,7 @@
 //! Door 3, the Telegram bot webhook: Stars pre-checkout (stored decisions, seat holds), Stars
 //! payments through the core, join requests, and the door's authentication.
 //!
-//! Each row of issue 5's table is one test here; the concurrent rows release their tasks
+//! Each row of the door's decision table is one test here; the concurrent rows release their tasks
 //! together with a barrier and repeat for [`ROUNDS`] rounds, then read the rows back. Holds
 //! are expired by back-dating `orders.hold_until` with SQL, never by sleeping.
 
@@ -238,7 +238,7 @@ async fn order_status(app: &TestApp, order_id: i64) -> String {
         .get(0)
 }
 
-// ---- issue 5, the table ----
+// ---- the decision table ----
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_orders_racing_for_the_last_seat_one_holds_it() {
