@@ -13,98 +13,19 @@ use std::sync::Arc;
 
 use chrono::Utc;
 use serde_json::{Value, json};
-use subgate::worker;
 use tokio::sync::Barrier;
 
 use crate::{
     auth::assert_problem,
-    fake_bot::{FakeBot, TOKEN},
+    effects::{
+        app_with, channel, effects_of, grant, membership_status, patch_membership, run, settle,
+        subscriber, sweep,
+    },
+    fake_bot::FakeBot,
     helpers::TestApp,
 };
 
-// ---- set-up ----
-
-async fn app_with(fake: &FakeBot) -> TestApp {
-    let url = fake.url.clone();
-    TestApp::spawn_with(move |env| {
-        env.insert("TELEGRAM_API_URL".into(), url);
-        env.insert("TELEGRAM_BOT_TOKEN".into(), TOKEN.into());
-    })
-    .await
-}
-
-async fn run(app: &TestApp) -> worker::RunReport {
-    worker::run_once(&app.state).await.unwrap()
-}
-
-async fn subscriber(app: &TestApp, telegram_user_id: i64) -> i64 {
-    app.create_subscriber(telegram_user_id).await["id"]
-        .as_i64()
-        .unwrap()
-}
-
-async fn channel(app: &TestApp, chat_id: i64, extra: Value) -> i64 {
-    app.create_channel(chat_id, extra).await["id"]
-        .as_i64()
-        .unwrap()
-}
-
-/// Staff grant of `days`; returns the membership id.
-async fn grant(app: &TestApp, subscriber_id: i64, channel_id: i64, days: i64) -> i64 {
-    let r = app
-        .post(
-            "/api/memberships",
-            json!({"subscriber_id": subscriber_id, "channel_id": channel_id, "days": days}),
-        )
-        .await;
-    assert!(
-        r.status.is_success(),
-        "grant: {}",
-        String::from_utf8_lossy(&r.bytes)
-    );
-    r.json()["id"].as_i64().unwrap()
-}
-
-async fn patch_membership(app: &TestApp, id: i64, body: Value) -> Value {
-    app.patch(&format!("/api/memberships/{id}"), body)
-        .await
-        .expect(200)
-}
-
-async fn sweep(app: &TestApp) -> Value {
-    app.post("/api/sweep", Value::Null).await.expect(200)
-}
-
-/// The effects of `kind` (all statuses, oldest first), via the staff API.
-async fn effects_of(app: &TestApp, kind: &str) -> Vec<Value> {
-    app.get(&format!("/api/effects?kind={kind}&limit=200"))
-        .await
-        .expect(200)["items"]
-        .as_array()
-        .unwrap()
-        .clone()
-}
-
-/// Marks every pending effect done (set-up noise).
-async fn settle(app: &TestApp) {
-    app.db()
-        .await
-        .execute(
-            "UPDATE effects SET status = 'done', done_at = now() WHERE status = 'pending'",
-            &[],
-        )
-        .await
-        .unwrap();
-}
-
-async fn membership_status(app: &TestApp, id: i64) -> String {
-    app.db()
-        .await
-        .query_one("SELECT status FROM memberships WHERE id = $1", &[&id])
-        .await
-        .unwrap()
-        .get(0)
-}
+// ---- set-up: the effects tests' helpers ----
 
 /// The (chat, user) pairs of the calls of `method`, in call order.
 fn pairs(fake: &FakeBot, method: &str) -> Vec<(i64, i64)> {

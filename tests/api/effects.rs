@@ -39,7 +39,7 @@ fn next_id() -> i64 {
 // ---- set-up ----
 
 /// An app whose Bot API is `fake`, with the test token.
-async fn app_with(fake: &FakeBot) -> TestApp {
+pub(crate) async fn app_with(fake: &FakeBot) -> TestApp {
     let url = fake.url.clone();
     TestApp::spawn_with(move |env| {
         env.insert("TELEGRAM_API_URL".into(), url);
@@ -48,7 +48,7 @@ async fn app_with(fake: &FakeBot) -> TestApp {
     .await
 }
 
-async fn run(app: &TestApp) -> RunReport {
+pub(crate) async fn run(app: &TestApp) -> RunReport {
     worker::run_once(&app.state).await.unwrap()
 }
 
@@ -63,13 +63,13 @@ fn worker(app: &TestApp, ms: u64) -> Worker {
     )
 }
 
-async fn subscriber(app: &TestApp, telegram_user_id: i64) -> i64 {
+pub(crate) async fn subscriber(app: &TestApp, telegram_user_id: i64) -> i64 {
     app.create_subscriber(telegram_user_id).await["id"]
         .as_i64()
         .unwrap()
 }
 
-async fn channel(app: &TestApp, chat_id: i64, extra: Value) -> i64 {
+pub(crate) async fn channel(app: &TestApp, chat_id: i64, extra: Value) -> i64 {
     app.create_channel(chat_id, extra).await["id"]
         .as_i64()
         .unwrap()
@@ -81,7 +81,7 @@ async fn stars_channel(app: &TestApp, chat_id: i64) -> i64 {
 }
 
 /// Staff grant of `days`; returns the membership id.
-async fn grant(app: &TestApp, subscriber_id: i64, channel_id: i64, days: i64) -> i64 {
+pub(crate) async fn grant(app: &TestApp, subscriber_id: i64, channel_id: i64, days: i64) -> i64 {
     let r = app
         .post(
             "/api/memberships",
@@ -96,18 +96,18 @@ async fn grant(app: &TestApp, subscriber_id: i64, channel_id: i64, days: i64) ->
     r.json()["id"].as_i64().unwrap()
 }
 
-async fn patch_membership(app: &TestApp, id: i64, body: Value) -> Value {
+pub(crate) async fn patch_membership(app: &TestApp, id: i64, body: Value) -> Value {
     app.patch(&format!("/api/memberships/{id}"), body)
         .await
         .expect(200)
 }
 
-async fn sweep(app: &TestApp) -> Value {
+pub(crate) async fn sweep(app: &TestApp) -> Value {
     app.post("/api/sweep", Value::Null).await.expect(200)
 }
 
 /// The effects of `kind` (all statuses), via the staff API.
-async fn effects_of(app: &TestApp, kind: &str) -> Vec<Value> {
+pub(crate) async fn effects_of(app: &TestApp, kind: &str) -> Vec<Value> {
     app.get(&format!("/api/effects?kind={kind}&limit=200"))
         .await
         .expect(200)["items"]
@@ -121,7 +121,7 @@ async fn effect(app: &TestApp, id: i64) -> Value {
 }
 
 /// Marks every pending effect done (set-up noise such as the grant of a staff membership).
-async fn settle(app: &TestApp) {
+pub(crate) async fn settle(app: &TestApp) {
     app.db()
         .await
         .execute(
@@ -153,7 +153,7 @@ async fn db_now(app: &TestApp) -> DateTime<Utc> {
         .get(0)
 }
 
-async fn membership_status(app: &TestApp, id: i64) -> String {
+pub(crate) async fn membership_status(app: &TestApp, id: i64) -> String {
     app.db()
         .await
         .query_one("SELECT status FROM memberships WHERE id = $1", &[&id])
