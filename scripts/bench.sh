@@ -21,6 +21,8 @@ set -euo pipefail
 log() { printf '[bench] %s\n' "$*" >&2; }
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/pg-lib.sh
+. "$ROOT/scripts/pg-lib.sh"
 cd "$ROOT"
 
 # The sweep's default size here: large enough for its ratio to mean something, small enough
@@ -62,20 +64,6 @@ if [[ "$(ulimit -n)" != unlimited && "$(ulimit -n)" -lt 4096 ]]; then
 fi
 
 # Explicit `return 0`s: in a trap, a bare `return` returns the status the trap interrupted.
-find_psql() {
-    local d
-    if command -v psql >/dev/null 2>&1; then
-        command -v psql
-        return 0
-    fi
-    for d in /usr/lib/postgresql/*/bin; do
-        if [[ -x "$d/psql" ]]; then
-            echo "$d/psql"
-            return 0
-        fi
-    done
-    return 0
-}
 
 child=""
 cleanup() {

@@ -36,6 +36,8 @@ die() {
 }
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/pg-lib.sh
+. "$ROOT/scripts/pg-lib.sh"
 cd "$ROOT"
 WORK="$ROOT/target/docs-walkthrough"
 DOC_ORDER=(api.md payments.md sweep.md telegram.md effects.md deployment.md)
@@ -55,20 +57,6 @@ if ((${#missing[@]})); then
         die "the walk-throughs need ${missing[*]}; install them (e.g. apt-get install ${missing[*]})"
     fi
 fi
-
-find_psql() {
-    local d
-    if command -v psql >/dev/null 2>&1; then
-        command -v psql
-        return
-    fi
-    for d in /usr/lib/postgresql/*/bin; do
-        if [[ -x "$d/psql" ]]; then
-            echo "$d/psql"
-            return
-        fi
-    done
-}
 
 # ------------------------------------------------------------------ extract
 # Prints the walk-through of one file as a bash script body (nothing when the
@@ -106,24 +94,7 @@ log "walk-throughs: ${walks[*]}"
 # ------------------------------------------------------------------ database
 # The admin URL `make test` uses: SUBGATE_TEST_DATABASE_URL, else what
 # ensure-postgres.sh finds or starts (ignoring a DATABASE_URL of your shell).
-admin_url="${SUBGATE_TEST_DATABASE_URL:-}"
-if [[ -z "$admin_url" ]]; then
-    admin_url="$(env -u DATABASE_URL "$ROOT/scripts/ensure-postgres.sh" | tail -n 1)"
-fi
-[[ -n "$admin_url" ]] || die "ensure-postgres.sh printed no URL"
-PSQL="$(find_psql)"
-[[ -n "$PSQL" ]] || die "psql not found; install the PostgreSQL client (apt-get install postgresql-client)"
-db_name="subgate_docs_$(date +%s)_$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')"
-"$PSQL" "$admin_url" -X -q -v ON_ERROR_STOP=1 -c "CREATE DATABASE $db_name" >&2 ||
-    die "could not create database $db_name"
-scheme="${admin_url%%://*}"
-rest="${admin_url#*://}"
-query=""
-if [[ "$rest" == *\?* ]]; then
-    query="?${rest#*\?}"
-    rest="${rest%%\?*}"
-fi
-db_url="$scheme://${rest%%/*}/$db_name$query"
+create_scratch_database subgate_docs
 
 server=""
 cleanup() {

@@ -20,6 +20,8 @@ set -euo pipefail
 log() { printf '[test] %s\n' "$*" >&2; }
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/pg-lib.sh
+. "$ROOT/scripts/pg-lib.sh"
 cd "$ROOT"
 
 if [[ -n "${SUBGATE_TEST_DATABASE_URL:-}" ]]; then
@@ -37,19 +39,6 @@ export SUBGATE_TEST_DATABASE_URL
 SUBGATE_TEST_RUN="r$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')"
 export SUBGATE_TEST_RUN
 
-find_psql() {
-    local d
-    if command -v psql >/dev/null 2>&1; then
-        command -v psql
-        return 0
-    fi
-    for d in /usr/lib/postgresql/*/bin; do
-        if [[ -x "$d/psql" ]]; then
-            echo "$d/psql"
-            return 0
-        fi
-    done
-}
 
 drop_run_databases() {
     # Runs as the EXIT trap: a bare `return` there would return the status cargo left, and
