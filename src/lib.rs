@@ -90,40 +90,44 @@ where
 
 /// Creates the first staff account from `ADMIN_EMAIL`/`ADMIN_PASSWORD` once; never overwrites.
 /// When the account already exists, says whether `ADMIN_PASSWORD` is its password, so nobody
-/// is left trying a password that was never applied.
+/// is left trying a password that was never applied: that check is a bcrypt run, so it runs in
+/// the background and its log line may follow the server's "listening" line. Only the very
+/// first start (which creates the account) hashes on the start path.
 pub async fn bootstrap_admin(state: &AppState) -> Result<(), error::ApiError> {
     let (Some(email), Some(password)) = (&state.config.admin_email, &state.config.admin_password)
     else {
         return Ok(());
     };
-    let created = auth::create_staff(
-        &state.db,
-        email,
-        password.expose(),
-        state.config.bcrypt_cost,
-    )
-    .await?;
-    if created {
-        tracing::info!(email = %email, "admin account created from ADMIN_EMAIL");
-        return Ok(());
+    let normalized = email.trim().to_lowercase();
+    let mut account = auth::find_account(&state.db.get().await?, &normalized).await?;
+    if account.is_none() {
+        let cost = state.config.bcrypt_cost;
+        if auth::create_staff(&state.db, email, password.expose(), cost).await? {
+            tracing::info!(email = %email, "admin account created from ADMIN_EMAIL");
+            return Ok(());
+        }
+        // Created meanwhile by another process starting at the same time.
+        account = auth::find_account(&state.db.get().await?, &normalized).await?;
     }
-    let account = auth::find_account(&state.db.get().await?, email).await?;
-    let matches = match account {
-        Some((_, hash)) => auth::password_matches(password.expose().to_string(), hash).await,
-        None => false,
-    };
-    if matches {
-        tracing::info!(
-            email = %email,
-            "admin account exists; ADMIN_PASSWORD is its password"
-        );
-    } else {
-        tracing::warn!(
-            email = %email,
-            "admin account exists with another password; ADMIN_PASSWORD was NOT applied \
-             (it is used only to create the account, never to change a password)"
-        );
-    }
+    let (email, password) = (email.clone(), password.expose().to_string());
+    tokio::spawn(async move {
+        let matches = match account {
+            Some((_, hash)) => auth::password_matches(password, hash).await,
+            None => false,
+        };
+        if matches {
+            tracing::info!(
+                email = %email,
+                "admin account exists; ADMIN_PASSWORD is its password"
+            );
+        } else {
+            tracing::warn!(
+                email = %email,
+                "admin account exists with another password; ADMIN_PASSWORD was NOT applied \
+                 (it is used only to create the account, never to change a password)"
+            );
+        }
+    });
     Ok(())
 }
 

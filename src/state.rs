@@ -21,23 +21,59 @@ pub struct AppState {
     pub hash_permits: HashPermits,
     /// A bcrypt hash of a random password at the configured cost: unknown emails are checked
     /// against it so they take as long as wrong passwords.
-    pub dummy_hash: Arc<String>,
+    pub dummy_hash: DummyHash,
     /// The last sweep this process ran, for the staff overview.
     pub last_sweep: LastSweep,
 }
 
 impl AppState {
-    /// Builds the state; hashes the dummy password (one bcrypt run at start-up).
+    /// Builds the state. The dummy password's bcrypt run starts in the background
+    /// ([`DummyHash`]), so it does not delay start-up.
     pub async fn new(config: Config, db: Pool) -> Result<AppState, crate::error::ApiError> {
-        let random: String = uuid::Uuid::new_v4().to_string();
-        let dummy_hash = crate::auth::hash_password(random, config.bcrypt_cost).await?;
+        let dummy_hash = DummyHash::new(config.bcrypt_cost);
+        let early = dummy_hash.clone();
+        tokio::spawn(async move {
+            if let Err(e) = early.get().await {
+                tracing::warn!(error = %e, "the dummy password hash could not be made yet");
+            }
+        });
         Ok(AppState {
             db,
             config: Arc::new(config),
             login_throttle: LoginThrottle::default(),
             hash_permits: HashPermits::per_core(),
-            dummy_hash: Arc::new(dummy_hash),
+            dummy_hash,
             last_sweep: LastSweep::default(),
         })
+    }
+}
+
+/// The bcrypt hash unknown emails are checked against: of a random password, at the configured
+/// cost, made once per process. It is made by a task started with the state, off the start path
+/// (one bcrypt run at cost 12 takes a quarter of a second or more); a login for an unknown
+/// email that arrives before it is done waits for that same run.
+#[derive(Clone)]
+pub struct DummyHash {
+    cell: Arc<tokio::sync::OnceCell<String>>,
+    cost: u32,
+}
+
+impl DummyHash {
+    fn new(cost: u32) -> DummyHash {
+        DummyHash {
+            cell: Arc::default(),
+            cost,
+        }
+    }
+
+    /// The hash, made by the first caller (the others wait for it).
+    pub async fn get(&self) -> Result<String, crate::error::ApiError> {
+        self.cell
+            .get_or_try_init(|| {
+                let random = uuid::Uuid::new_v4().to_string();
+                crate::auth::hash_password(random, self.cost)
+            })
+            .await
+            .cloned()
     }
 }

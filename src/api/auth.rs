@@ -167,7 +167,7 @@ pub async fn login(
     };
     let (id, hash) = match account {
         Some((id, hash)) => (Some(id), hash),
-        None => (None, state.dummy_hash.as_ref().clone()),
+        None => (None, state.dummy_hash.get().await?),
     };
 
     let permit = state.hash_permits.acquire().await.ok_or_else(|| {

@@ -56,7 +56,7 @@ async fn logs_to_a_pipe_carry_no_colour_codes() {
 
 /// Starts `subgate serve` on a test's database (whose admin already exists with
 /// `helpers::ADMIN_PASSWORD`) with `password` as `ADMIN_PASSWORD`, and returns what it logged
-/// up to "listening".
+/// until it has said both "listening" and whether `ADMIN_PASSWORD` was applied.
 async fn serve_start_log(app: &TestApp, password: &str) -> String {
     use std::io::{BufRead, BufReader};
     let url = url_for(&app.db_name);
@@ -86,7 +86,8 @@ async fn serve_start_log(app: &TestApp, password: &str) -> String {
             let line = line.unwrap();
             log.push_str(&line);
             log.push('\n');
-            if line.contains("listening") {
+            // The admin check runs beside start-up: its line may come before or after.
+            if log.contains("listening") && log.contains("ADMIN_PASSWORD") {
                 break;
             }
         }
