@@ -246,17 +246,15 @@ macro_rules! transaction {
     }};
 }
 
+const LOCK_PAIR_SQL: &str = "SELECT pg_advisory_xact_lock($1, $2)";
+
 /// Takes the lock every transaction touching a hold or a membership takes first.
 pub async fn lock_pair(
     tx: &Transaction<'_>,
     subscriber_id: i32,
     channel_id: i32,
 ) -> Result<(), ApiError> {
-    tx.execute(
-        "SELECT pg_advisory_xact_lock($1, $2)",
-        &[&subscriber_id, &channel_id],
-    )
-    .await?;
+    execute(tx, LOCK_PAIR_SQL, &[&subscriber_id, &channel_id]).await?;
     Ok(())
 }
 

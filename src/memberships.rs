@@ -439,23 +439,68 @@ pub async fn effect_view_in_chat(
 
 // ---- writes ----
 
+/// [`extend`] in one statement (one round trip): the membership as it was (`b`), the upsert
+/// (`m`), its event (`ev`) and its effect (`fx`), returning the membership, the event's id and
+/// the status and `expires_at` it had before. The effect is a receipt when the membership held
+/// access by its status before, else a grant ([`effect_of_extension`]); its row is built as
+/// [`enqueue_effect`] builds one (same payload, key and channel lock).
+///
+/// `b` is a plain read: the caller holds the pair's advisory lock, which every writer of this
+/// membership takes first, so the statement's snapshot (taken after that lock) shows the row as
+/// the upsert finds it. The upsert locks the row, last in the lock order.
 const EXTEND_SQL: &str = concat!(
-    "INSERT INTO memberships (subscriber_id, channel_id, status, expires_at)
-     VALUES ($1, $2, $4, statement_timestamp() + make_interval(days => $3))
-     ON CONFLICT (subscriber_id, channel_id) DO UPDATE
-     SET status = $4,
-         expires_at = GREATEST(memberships.expires_at, statement_timestamp())
-                      + make_interval(days => $3),
-         updated_at = statement_timestamp()
-     RETURNING ",
-    membership_columns!()
+    "WITH b AS (
+         SELECT id, status, expires_at FROM memberships
+         WHERE subscriber_id = $1 AND channel_id = $2
+     ), m AS (
+         INSERT INTO memberships (subscriber_id, channel_id, status, expires_at)
+         VALUES ($1, $2, $4, statement_timestamp() + make_interval(days => $3))
+         ON CONFLICT (subscriber_id, channel_id) DO UPDATE
+         SET status = $4,
+             expires_at = GREATEST(memberships.expires_at, statement_timestamp())
+                          + make_interval(days => $3),
+             updated_at = statement_timestamp()
+         RETURNING ",
+    membership_columns!(),
+    "
+     ), ev AS (
+         INSERT INTO membership_events
+             (membership_id, from_status, to_status, expires_at_before, expires_at_after, cause,
+              payment_id)
+         SELECT m.id, b.status, m.status, b.expires_at, m.expires_at, $5, $6
+         FROM m LEFT JOIN b ON true
+         RETURNING id, membership_id
+     ), fx AS (
+         INSERT INTO effects (kind, membership_id, payment_id, chat_id, user_id, payload, dedupe_key)
+         SELECT k.kind, m.id, $6, c.telegram_chat_id, s.telegram_user_id,
+                jsonb_build_object('expires_at',
+                    to_char(m.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')),
+                k.key_prefix || ':' || m.id || ':ev' || ev.id
+         FROM m
+         JOIN ev ON ev.membership_id = m.id
+         LEFT JOIN b ON true
+         CROSS JOIN LATERAL (
+             SELECT CASE WHEN ",
+    holds_access_sql!("b"),
+    " THEN $7::text ELSE $8::text END,
+                    CASE WHEN ",
+    holds_access_sql!("b"),
+    " THEN $9::text ELSE $10::text END
+         ) AS k(kind, key_prefix)
+         JOIN subscribers s ON s.id = m.subscriber_id
+         JOIN channels c ON c.id = m.channel_id
+         FOR KEY SHARE OF c
+     )
+     SELECT m.*, ev.id AS event_id, b.status AS status_before, b.expires_at AS expires_at_before
+     FROM m JOIN ev ON ev.membership_id = m.id LEFT JOIN b ON true"
 );
 
 /// Grants or extends: `expires_at = GREATEST(current, database now) + days`, `status = active`.
 /// The term starts when the change is applied, never at a time the caller was told about (a
 /// gateway's `paid_at`): a delayed delivery must not eat days of the term, and a live membership
-/// still extends from its own expiry. Writes the event. Returns the membership and whether it
-/// was created. The caller holds the pair's advisory lock.
+/// still extends from its own expiry. Writes the event and enqueues its effect, as
+/// [`record_event`] does, in the same statement as the upsert ([`EXTEND_SQL`]). Returns the
+/// membership and whether it was created. The caller holds the pair's advisory lock.
 pub async fn extend(
     tx: &Transaction<'_>,
     subscriber_id: i32,
@@ -463,16 +508,62 @@ pub async fn extend(
     days: i32,
     cause: Cause,
 ) -> Result<(Membership, bool), ApiError> {
-    let before = lock(tx, subscriber_id, channel_id).await?;
-    // One statement after the locks reads database time and writes the new term.
-    let after: Membership = db::one(
+    if days < 1 {
+        return Err(ApiError::internal(
+            "a membership is extended by at least one day",
+        ));
+    }
+    let (cause_name, payment_id) = cause.parts();
+    let (receipt, grant) = (effect_of_extension(true), effect_of_extension(false));
+    let prefix = |kind| effects::transition_prefix(kind).expect("a transition's effect");
+    let row = db::row_one(
         tx,
         EXTEND_SQL,
-        &[&subscriber_id, &channel_id, &days, &Status::Active],
+        &[
+            &subscriber_id,
+            &channel_id,
+            &days,
+            &Status::Active,
+            &cause_name,
+            &payment_id,
+            &receipt,
+            &grant,
+            &prefix(receipt),
+            &prefix(grant),
+        ],
     )
     .await?;
-    record_event(tx, before.as_ref(), &after, cause).await?;
+    let after = Membership::from_row(&row)?;
+    let before = row
+        .try_get::<_, Option<Status>>("status_before")?
+        .map(|status| -> Result<Membership, ApiError> {
+            Ok(Membership {
+                status,
+                expires_at: row.try_get("expires_at_before")?,
+                ..after.clone()
+            })
+        })
+        .transpose()?;
+    debug_assert_eq!(
+        effect_of_change(before.as_ref(), &after),
+        Some(effect_of_extension(
+            before.as_ref().is_some_and(|b| b.status.holds_access())
+        ))
+    );
     Ok((after, before.is_none()))
+}
+
+/// The effect an extension asks for, decided by whether the membership held access by its
+/// status before ([`Status::holds_access`]): [`effect_of_change`] of a change to `active` whose
+/// term ends later than before — every extension's does, since it adds at least one day to
+/// `GREATEST(expiry, now)`. A receipt when its member is extended, a grant when the membership
+/// is new or ended.
+fn effect_of_extension(held_access: bool) -> Kind {
+    if held_access {
+        Kind::RenewalReceipt
+    } else {
+        Kind::Grant
+    }
 }
 
 const CORRECT_SQL: &str = concat!(
@@ -687,6 +778,34 @@ mod tests {
             expires_at: t0 + Duration::days(expires_in_days),
             created_at: t0,
             updated_at: t0,
+        }
+    }
+
+    #[test]
+    fn an_extension_asks_for_the_effect_its_change_asks_for() {
+        // Every extension ends at least a day after GREATEST(expiry, now): before expiry, in
+        // grace, long expired, and with an expiry far in the future.
+        for before in [
+            None,
+            Some(m("active", 5)),
+            Some(m("active", 400)),
+            Some(m("grace", -1)),
+            Some(m("expired", -90)),
+            Some(m("expired", 3)),
+        ] {
+            for days in [1, 30, 3660] {
+                let start = before.as_ref().map_or(m("active", 0).expires_at, |b| {
+                    b.expires_at.max(m("active", 0).expires_at)
+                });
+                let mut after = m("active", 0);
+                after.expires_at = start + Duration::days(days);
+                let held = before.as_ref().is_some_and(|b| b.status.holds_access());
+                assert_eq!(
+                    Some(effect_of_extension(held)),
+                    effect_of_change(before.as_ref(), &after),
+                    "before {before:?}, {days} days"
+                );
+            }
         }
     }
 

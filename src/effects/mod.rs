@@ -100,14 +100,20 @@ crate::text_enum! {
 /// kind (`grant`, `receipt`, `revoke`, `grace`). The sweep's SQL ([`SWEEP_EFFECTS_CTE`]) spells
 /// it the same way. `None` for a kind no transition asks for.
 pub fn transition_key(kind: Kind, membership_id: i64, event_id: i64) -> Option<String> {
-    let what = match kind {
+    let what = transition_prefix(kind)?;
+    Some(format!("{what}:{membership_id}:ev{event_id}"))
+}
+
+/// The first part of a [`transition_key`] of `kind` (`None` for kinds no transition causes),
+/// for SQL that builds the key from ids it has just written.
+pub fn transition_prefix(kind: Kind) -> Option<&'static str> {
+    Some(match kind {
         Kind::Grant => "grant",
         Kind::RenewalReceipt => "receipt",
         Kind::Revoke => "revoke",
         Kind::GraceNotice => "grace",
         _ => return None,
-    };
-    Some(format!("{what}:{membership_id}:ev{event_id}"))
+    })
 }
 
 /// The select list of [`Effect`] (a macro, so SQL constants can splice it with `concat!`).

@@ -116,7 +116,6 @@ const CANCEL_SQL: &str = concat!(
 );
 const SET_INVOICE_LINK_SQL: &str =
     "UPDATE orders SET invoice_link = $2 WHERE id = $1 AND invoice_link IS NULL";
-const MARK_PAID_SQL: &str = "UPDATE orders SET status = $3, paid_at = $2 WHERE id = $1";
 
 /// Creates an order of `subscriber_id` for `channel_id` at the channel's price now (amount and
 /// currency are copied, so a later price change does not touch it). 422 naming the field when
@@ -225,13 +224,17 @@ pub async fn set_invoice_link(
     get(client, id).await
 }
 
-/// Marks a locked order paid by a payment (its hold stops counting). The caller holds the
-/// order in the lock order ([`seats::lock_order_by_reference`]).
-pub async fn mark_paid(
-    tx: &Transaction<'_>,
-    id: i64,
-    paid_at: DateTime<Utc>,
-) -> Result<(), ApiError> {
-    db::execute(tx, MARK_PAID_SQL, &[&id, &paid_at, &Status::Paid]).await?;
-    Ok(())
+/// Marks an order paid by a payment (its hold stops counting), as a data-modifying CTE after
+/// the CTE `to_mark(order_id, paid_at)`, the payment just stored when it pays its order: the
+/// payment core writes the payment and its order in one statement (one round trip). The
+/// caller holds the order in the lock order ([`seats::lock_order_by_reference`]). `'paid'` is
+/// [`Status::Paid`].
+macro_rules! mark_paid_cte {
+    () => {
+        "paid AS (
+    UPDATE orders o SET status = 'paid', paid_at = m.paid_at
+    FROM to_mark m WHERE o.id = m.order_id
+)"
+    };
 }
+pub(crate) use mark_paid_cte;

@@ -92,15 +92,28 @@ pub async fn lock_order_by_reference(
     lock_where(tx, PAIR_BY_REFERENCE_SQL, &reference).await
 }
 
-const PAIR_BY_ID_SQL: &str = "SELECT id, subscriber_id, channel_id FROM orders WHERE id = $1";
-const PAIR_BY_REFERENCE_SQL: &str =
-    "SELECT id, subscriber_id, channel_id FROM orders WHERE reference = $1";
+// The pair is read and its advisory lock taken in one statement (one round trip): the lock
+// function runs only for the row the statement returns (the key is unique), never for a row
+// a filter later drops.
+const PAIR_BY_ID_SQL: &str = "SELECT id, subscriber_id, channel_id,
+            pg_advisory_xact_lock(subscriber_id, channel_id) IS NULL AS locked
+     FROM orders WHERE id = $1";
+const PAIR_BY_REFERENCE_SQL: &str = "SELECT id, subscriber_id, channel_id,
+            pg_advisory_xact_lock(subscriber_id, channel_id) IS NULL AS locked
+     FROM orders WHERE reference = $1";
+// The order `FOR UPDATE` (in its subquery, which locks it first), then its channel's terms
+// `FOR KEY SHARE` and its subscriber's Telegram id, in one statement. The order's foreign keys
+// keep the channel and the subscriber alive while we hold the order row, so the joins find
+// them whenever the order is found.
 const LOCK_ORDER_SQL: &str = concat!(
-    "SELECT ",
+    "SELECT o.*, c.active, c.seat_limit, c.billing_period_days, s.telegram_user_id
+     FROM (SELECT ",
     order_columns!(),
-    " FROM orders WHERE id = $1 FOR UPDATE"
+    " FROM orders WHERE id = $1 FOR UPDATE) AS o
+     JOIN channels c ON c.id = o.channel_id
+     JOIN subscribers s ON s.id = o.subscriber_id
+     FOR KEY SHARE OF c"
 );
-const PAYER_SQL: &str = "SELECT telegram_user_id FROM subscribers WHERE id = $1";
 
 /// Takes the first three locks of the lock order for the order `pair_sql` finds by `key`.
 async fn lock_where(
@@ -108,33 +121,30 @@ async fn lock_where(
     pair_sql: &'static str,
     key: &(dyn ToSql + Sync),
 ) -> Result<Option<LockedOrder>, ApiError> {
-    // The pair must be known before its lock can be taken, so it is read without a lock first.
-    // An order's pair never changes, so the read cannot go stale; only a deletion can intervene,
-    // which the locked re-read below notices.
+    // The pair must be known before its lock can be taken, so it is read by the statement that
+    // takes the lock, from a snapshot taken before the lock was granted. An order's pair never
+    // changes, so the read cannot go stale; only a deletion can intervene, which the locked
+    // re-read below notices.
     let Some(pair) = db::row_opt(tx, pair_sql, &[key]).await? else {
         return Ok(None);
     };
-    let (order_id, subscriber_id, channel_id): (i64, i32, i32) = (
-        pair.try_get("id")?,
-        pair.try_get("subscriber_id")?,
-        pair.try_get("channel_id")?,
-    );
-    db::lock_pair(tx, subscriber_id, channel_id).await?;
-    let Some(order) = db::opt::<Order>(tx, LOCK_ORDER_SQL, &[&order_id]).await? else {
+    let order_id: i64 = pair.try_get("id")?;
+    let Some(row) = db::row_opt(tx, LOCK_ORDER_SQL, &[&order_id]).await? else {
         return Ok(None);
     };
-    // The order's foreign key keeps the channel alive while we hold the order row.
-    let channel = lock_channel_terms(tx, channel_id)
-        .await?
-        .ok_or_else(|| ApiError::internal("an order's channel is missing"))?;
-    // The order's foreign key keeps its subscriber alive while we hold the order row.
-    let subscriber_telegram_id = db::row_one(tx, PAYER_SQL, &[&subscriber_id])
-        .await?
-        .try_get(0)?;
+    let order = Order::from_row(&row)?;
+    let shared = ChannelTerms::from_row(&row)?;
+    // A seat-limited channel is locked further and re-read ([`lock_channel_terms`]).
+    let channel = match shared.seat_limit {
+        None => shared,
+        Some(_) => db::opt(tx, TERMS_EXCLUSIVE_SQL, &[&order.channel_id])
+            .await?
+            .ok_or_else(|| ApiError::internal("an order's channel is missing"))?,
+    };
     Ok(Some(LockedOrder {
         order,
         channel,
-        subscriber_telegram_id,
+        subscriber_telegram_id: row.try_get("telegram_user_id")?,
     }))
 }
 

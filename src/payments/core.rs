@@ -479,9 +479,14 @@ async fn lock(
     recurrence: Recurrence,
 ) -> Result<Found, ApiError> {
     let order = seats::lock_order_by_reference(tx, &p.order_reference).await?;
+    // Only a Telegram Stars charge (or one whose door knows its place in a subscription) is
+    // ever decided by a subscription ([`is_renewal`], [`starts_subscription`]); no other
+    // payment reads or writes one, so it need not look one up.
     let subscription = match &order {
-        Some(l) => star_subscriptions::lock_of_order(tx, l.order.id).await?,
-        None => None,
+        Some(l) if p.gateway == TELEGRAM_STARS || recurrence != Recurrence::Unknown => {
+            star_subscriptions::lock_of_order(tx, l.order.id).await?
+        }
+        _ => None,
     };
     let renewal = is_renewal(p, recurrence, order.as_ref(), subscription.as_ref());
     Ok(Found {
@@ -505,18 +510,28 @@ async fn check_found(
 }
 
 const INSERT_SQL: &str = concat!(
-    "INSERT INTO payments (gateway, external_id, order_reference, order_id,
-         subscriber_id, channel_id, payer, amount_minor, currency, paid_at,
-         outcome, reason, renewal, subscription_expires_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
-             LEAST($10::timestamptz, statement_timestamp()), $11, $12, $13, $14)
-     ON CONFLICT (gateway, external_id) DO NOTHING
-     RETURNING ",
-    payment_columns!()
+    "WITH inserted AS (
+         INSERT INTO payments (gateway, external_id, order_reference, order_id,
+             subscriber_id, channel_id, payer, amount_minor, currency, paid_at,
+             outcome, reason, renewal, subscription_expires_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
+                 LEAST($10::timestamptz, statement_timestamp()), $11, $12, $13, $14)
+         ON CONFLICT (gateway, external_id) DO NOTHING
+         RETURNING ",
+    payment_columns!(),
+    "
+     ), to_mark AS (SELECT order_id, paid_at FROM inserted WHERE $15::boolean), ",
+    orders::mark_paid_cte!(),
+    "
+     SELECT ",
+    payment_columns!(),
+    " FROM inserted"
 );
 
 /// Step 2: the dedupe insert, with the final outcome. Of all deliveries of this payment,
-/// exactly one inserts (`Some`); the others find it stored (`None`).
+/// exactly one inserts (`Some`); the others find it stored (`None`). The same statement marks
+/// the order paid when the payment inserted is an applied first payment of it (step 4 for the
+/// order: the hold stops counting), so a payment and its order are written in one round trip.
 async fn store(
     tx: &Transaction<'_>,
     p: &NormalizedPayment,
@@ -526,6 +541,7 @@ async fn store(
     recurrence: Recurrence,
 ) -> Result<Option<Payment>, ApiError> {
     let order = found.order.as_ref().map(|l| &l.order);
+    let pays_order = order.is_some() && reason.is_none() && !found.renewal;
     db::opt(
         tx,
         INSERT_SQL,
@@ -544,13 +560,14 @@ async fn store(
             &reason,
             &found.renewal,
             &recurrence.expires_at(),
+            &pays_order,
         ],
     )
     .await
 }
 
-/// Step 4 for a first payment: the order is paid (its hold stops counting) and the membership
-/// extended; a first charge of a Stars subscription starts it.
+/// Step 4 for a first payment (whose order [`store`] marked paid): the membership is extended;
+/// a first charge of a Stars subscription starts it.
 async fn apply_first(
     tx: &Transaction<'_>,
     p: &NormalizedPayment,
@@ -559,7 +576,6 @@ async fn apply_first(
     subscription: Option<&StarSubscription>,
     recurrence: Recurrence,
 ) -> Result<Membership, ApiError> {
-    orders::mark_paid(tx, locked.order.id, payment.paid_at).await?;
     // The term starts now (or at the current expiry), not at `paid_at`: API.md step 4.
     let (membership, _) = memberships::extend(
         tx,
