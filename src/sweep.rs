@@ -5,26 +5,32 @@
 //!
 //! - **Small batches, one transaction each.** Candidates (memberships that still hold access by
 //!   their status — [`crate::memberships::holds_access_sql!`] — and `expires_at <=` the run's
-//!   start) are walked by keyset on `(expires_at, id)` — the partial index
-//!   `memberships_sweep_idx` — a few hundred at a time. One transaction for the whole run would
-//!   hold one advisory lock per row and exhaust the shared lock table (~12,500 rows), and one
-//!   transaction per row costs a round trip and a commit per row (~190 s per million). A renewal
-//!   that arrives mid-sweep waits for at most one batch.
+//!   start) are found a window at a time ([`due_window`]: up to [`WINDOW_SIZE`] ids by keyset on
+//!   `(expires_at, id)` — the partial index `memberships_sweep_idx` — a plain read), and each
+//!   window is sorted by id and cut into batches of a few hundred. By id, a batch's rows are
+//!   neighbours in the table and its indexes (ids are handed out in insertion order), so a
+//!   batch touches a few pages instead of one per row (walked by `expires_at`, the same run
+//!   took about half as long again: `docs/benchmarks.md`). One transaction for the whole run would hold one
+//!   advisory lock per row and exhaust the shared lock table (~12,500 rows), and one
+//!   transaction per row costs a round trip and a commit per row (~190 s per million). A
+//!   renewal that arrives mid-sweep waits for at most one batch.
 //! - **The same lock as a payment, never waited for.** Each batch takes
-//!   `pg_try_advisory_xact_lock(subscriber_id, channel_id)` for its rows in one statement: an
-//!   outer query over a subquery that holds the `LIMIT`, because PostgreSQL may evaluate a
-//!   function in a flattened query for rows the `LIMIT` later discards (locking rows the batch
-//!   never looks at). A row whose lock is held is being renewed (or swept by a concurrent sweep):
-//!   it is skipped, and the keyset cursor moves past it, so a run always terminates.
-//! - **Re-read after the lock.** Under READ COMMITTED the statement that took the lock read the
-//!   row from a snapshot taken before the lock was granted, so a renewal may have committed in
-//!   between. The locked rows are read again in a new statement, together with the channel's
-//!   grace period and `statement_timestamp()` (database time after the locks).
+//!   `pg_try_advisory_xact_lock(subscriber_id, channel_id)` for those of its rows that are still
+//!   candidates, in one statement that also reads what the decision needs (status, `expires_at`,
+//!   the channel's grace period, database time). The statement has no `LIMIT`, so the function
+//!   runs only for rows it returns. A row whose lock is held is being renewed (or swept by a
+//!   concurrent sweep): it is skipped. A window is a finite list, so a run always terminates.
+//! - **Decide from the read, write only if it still holds.** Under READ COMMITTED the statement
+//!   that took the lock read the row from a snapshot taken before the lock was granted, so a
+//!   renewal may have committed in between and the decision ([`decide`], pure) may be stale.
+//!   The write is conditional on the status and `expires_at` the decision was made from, so a
+//!   stale decision writes nothing (the row is left to the next run, if it is still due then).
 //! - **Decide in Rust, write back set-based.** [`apply_batch`] writes every decision with one
 //!   `UPDATE … FROM unnest(…)` that is conditional on the exact status and `expires_at` the
-//!   decision was made from, and writes the `membership_events` rows (cause `sweep`) and the
-//!   Telegram effects (revoke, grace notice, each keyed on its event) for exactly the rows it
-//!   updated, in the same statement. This batch write is the one membership write outside
+//!   decision was made from (the `UPDATE` reads each row's newest version after locking it),
+//!   and writes the `membership_events` rows (cause `sweep`) and the Telegram effects (revoke,
+//!   grace notice, each keyed on its event) for exactly the rows it updated, in the same
+//!   statement. This batch write is the one membership write outside
 //!   [`crate::memberships`]: moving it there would split one statement (and one round trip per
 //!   batch) across modules; it uses the same status vocabulary and predicate.
 //!
@@ -38,6 +44,7 @@ use std::{
 
 use chrono::{DateTime, Duration, Utc};
 use deadpool_postgres::{Pool, Transaction};
+use futures::TryStreamExt;
 use serde::Serialize;
 
 use crate::error::ApiError;
@@ -46,6 +53,9 @@ pub use crate::memberships::Status;
 /// Rows per batch transaction unless the caller says otherwise: small enough that a renewal
 /// waiting on one of them waits milliseconds, large enough that per-transaction costs vanish.
 pub const DEFAULT_BATCH_SIZE: usize = 500;
+/// Candidates found per window (see the module doc): their ids are held in memory (8 bytes
+/// each, so at most 8 MB) and sorted, so that batches take neighbouring rows.
+pub const WINDOW_SIZE: usize = 1_000_000;
 /// The largest batch accepted: each row holds an advisory lock until its batch commits, and the
 /// shared lock table is finite (the default configuration runs out near 12,500).
 pub const MAX_BATCH_SIZE: usize = 5_000;
@@ -172,6 +182,18 @@ pub async fn sweep_until(
     batch_size: usize,
     stop: impl Fn() -> bool,
 ) -> Result<SweepReport, ApiError> {
+    sweep_windowed(pool, batch_size, WINDOW_SIZE, stop).await
+}
+
+/// [`sweep_until`] with windows of `window_size` candidates (at least one); public so tests can
+/// run a sweep over several windows without a million rows.
+pub async fn sweep_windowed(
+    pool: &Pool,
+    batch_size: usize,
+    window_size: usize,
+    stop: impl Fn() -> bool,
+) -> Result<SweepReport, ApiError> {
+    let window_size = window_size.max(1);
     let started = Instant::now();
     let run = crate::metrics::SweepRun::start();
     let batch_size = batch_size.clamp(1, MAX_BATCH_SIZE);
@@ -190,24 +212,33 @@ pub async fn sweep_until(
     };
     let mut report = SweepReport::default();
     let mut cursor: Option<(DateTime<Utc>, i64)> = None;
-    loop {
-        if stop() {
-            tracing::info!("sweep stopped early");
-            break;
-        }
-        let batch = sweep_batch(pool, cutoff, cursor, batch_size).await?;
-        report.examined += batch.examined as u64;
-        report.skipped += batch.skipped;
-        for t in &batch.transitions {
-            match t.to {
-                Status::Grace => report.to_grace += 1,
-                Status::Expired => report.to_expired += 1,
-                Status::Active => {}
+    'run: loop {
+        let Window { mut ids, last } = {
+            let client = pool.get().await?;
+            due_window(&client, cutoff, cursor, window_size).await?
+        };
+        let Some(last) = last else { break };
+        cursor = Some(last);
+        // Batches of neighbouring rows: by id, the order the rows were inserted in.
+        ids.sort_unstable();
+        for chunk in ids.chunks(batch_size) {
+            if stop() {
+                tracing::info!("sweep stopped early");
+                break 'run;
+            }
+            let batch = sweep_batch(pool, cutoff, chunk).await?;
+            report.examined += batch.examined as u64;
+            report.skipped += batch.skipped;
+            for t in &batch.transitions {
+                match t.to {
+                    Status::Grace => report.to_grace += 1,
+                    Status::Expired => report.to_expired += 1,
+                    Status::Active => {}
+                }
             }
         }
-        match batch.last {
-            Some(last) if batch.examined == batch_size => cursor = Some(last),
-            _ => break,
+        if ids.len() < window_size {
+            break;
         }
     }
     report.duration_ms = started.elapsed().as_millis() as u64;
@@ -233,129 +264,153 @@ struct BatchOutcome {
     examined: usize,
     skipped: u64,
     transitions: Vec<Transition>,
-    /// The keyset position of the batch's last candidate (locked or not).
-    last: Option<(DateTime<Utc>, i64)>,
 }
 
-/// One batch in one transaction: try-lock the next candidates, re-read the locked ones, decide,
-/// write. A deadlock victim runs again from the same cursor (`transaction!`).
+/// One batch in one transaction: try-lock the given candidates that are still due, re-read the
+/// locked ones, decide, write. A deadlock victim runs again (`transaction!`).
 async fn sweep_batch(
     pool: &Pool,
     cutoff: DateTime<Utc>,
-    after: Option<(DateTime<Utc>, i64)>,
-    batch_size: usize,
+    ids: &[i64],
 ) -> Result<BatchOutcome, ApiError> {
     crate::transaction!(pool, |tx| {
         // The sweep never waits for a lock it could skip; this bounds the one wait it has (a
         // membership row held by a writer outside the lock order, e.g. a cascading delete).
         tx.batch_execute("SET LOCAL lock_timeout = '5s'").await?;
-        let candidates = lock_candidates(tx, cutoff, after, batch_size).await?;
-        let last = candidates.last().map(|c| (c.expires_at, c.id));
-        let locked: Vec<i64> = candidates
-            .iter()
-            .filter(|c| c.locked)
-            .map(|c| c.id)
-            .collect();
-        let skipped = (candidates.len() - locked.len()) as u64;
-        let decisions = decide(tx, &locked).await?;
+        let candidates = lock_candidates(tx, cutoff, ids).await?;
+        let skipped = candidates.iter().filter(|c| !c.locked).count() as u64;
+        let decisions = decide(&candidates);
         // Also enqueues the transitions' Telegram effects (kicks, notices), in this transaction.
         let transitions = apply_batch(tx, &decisions).await?;
         Ok(BatchOutcome {
             examined: candidates.len(),
             skipped,
             transitions,
-            last,
         })
     })
 }
 
-/// A candidate of a batch, in keyset order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Candidate {
-    pub id: i64,
-    pub expires_at: DateTime<Utc>,
-    /// Whether this transaction now holds the pair's advisory lock; `false`: skipped.
-    pub locked: bool,
+/// A window of a run's candidates, as [`due_window`] finds it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Window {
+    /// Their ids, in keyset order.
+    pub ids: Vec<i64>,
+    /// The keyset position `(expires_at, id)` of the last one; `None` when there are none.
+    pub last: Option<(DateTime<Utc>, i64)>,
 }
 
-/// Step one of a batch: the next `limit` candidates after the keyset position `after` (due at or
-/// before `cutoff`), each with whether its pair lock was taken (never waited for).
-/// The `LIMIT` sits in a subquery (which PostgreSQL never flattens), so the locking function runs
-/// only for the rows of this batch. Public, like [`decide`] and [`apply_batch`], so tests can
-/// commit a concurrent change between the steps.
-pub async fn lock_candidates(
-    tx: &Transaction<'_>,
+/// The next `limit` candidates of a run after the keyset position `after`, in keyset order
+/// `(expires_at, id)`: memberships that still hold access by their status and fell due at or
+/// before `cutoff`. A plain read of the partial index `memberships_sweep_idx`, no lock; each
+/// batch checks its rows again under the locks. Streamed: a window holds 8 bytes a candidate.
+pub async fn due_window(
+    client: &impl deadpool_postgres::GenericClient,
     cutoff: DateTime<Utc>,
     after: Option<(DateTime<Utc>, i64)>,
     limit: usize,
-) -> Result<Vec<Candidate>, ApiError> {
+) -> Result<Window, ApiError> {
     let (after_expires, after_id) = match after {
         Some((e, id)) => (Some(e), id),
         None => (None, 0),
     };
-    let stmt = tx.prepare_cached(CANDIDATES_SQL).await?;
-    let rows = tx
-        .query(
-            &stmt,
-            &[&cutoff, &after_expires, &after_id, &(limit as i64)],
-        )
-        .await?;
-    Ok(rows
-        .iter()
-        .map(|r| Candidate {
-            id: r.get(0),
-            expires_at: r.get(1),
-            locked: r.get(2),
+    let stmt = client.prepare_cached(DUE_SQL).await?;
+    let limit = limit as i64;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+        [&cutoff, &after_expires, &after_id, &limit];
+    let rows = client.query_raw(&stmt, params).await?;
+    futures::pin_mut!(rows);
+    let mut window = Window::default();
+    while let Some(r) = rows.try_next().await? {
+        let id = r.try_get(0)?;
+        window.ids.push(id);
+        window.last = Some((r.try_get(1)?, id));
+    }
+    Ok(window)
+}
+
+const DUE_SQL: &str = concat!(
+    "SELECT m.id, m.expires_at
+     FROM memberships m
+     WHERE ",
+    crate::memberships::holds_access_sql!("m"),
+    "
+       AND m.expires_at <= $1
+       AND (m.expires_at, m.id) > (COALESCE($2::timestamptz, '-infinity'), $3::bigint)
+     ORDER BY m.expires_at, m.id
+     LIMIT $4"
+);
+
+/// A candidate of a batch, by id, as the statement that tried its lock read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate {
+    pub id: i64,
+    pub status: Status,
+    pub expires_at: DateTime<Utc>,
+    /// Its channel's grace period, in days.
+    pub grace_period_days: i32,
+    /// Database time of the statement (`statement_timestamp()`).
+    pub now: DateTime<Utc>,
+    /// Whether this transaction now holds the pair's advisory lock; `false`: skipped.
+    pub locked: bool,
+}
+
+/// Step one of a batch: those of `ids` that are still candidates (holding access by their
+/// status, due at or before `cutoff`), by id, with their channel's grace and database time,
+/// each with whether its pair lock was taken (never waited for). One statement; the lock
+/// function runs only for the rows it returns (no `LIMIT` sits above it to discard any).
+/// Public, like [`decide`] and [`apply_batch`], so tests can commit a concurrent change between
+/// the steps.
+pub async fn lock_candidates(
+    tx: &Transaction<'_>,
+    cutoff: DateTime<Utc>,
+    ids: &[i64],
+) -> Result<Vec<Candidate>, ApiError> {
+    let rows = crate::db::rows(tx, CANDIDATES_SQL, &[&cutoff, &ids]).await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Candidate {
+                id: r.try_get("id")?,
+                status: r.try_get("status")?,
+                expires_at: r.try_get("expires_at")?,
+                grace_period_days: r.try_get("grace_period_days")?,
+                now: r.try_get("now")?,
+                locked: r.try_get("locked")?,
+            })
         })
-        .collect())
+        .collect()
 }
 
 const CANDIDATES_SQL: &str = concat!(
-    "SELECT c.id, c.expires_at, pg_try_advisory_xact_lock(c.subscriber_id, c.channel_id)
-     FROM (
-         SELECT m.id, m.subscriber_id, m.channel_id, m.expires_at
-         FROM memberships m
-         WHERE ",
+    "SELECT m.id, m.status, m.expires_at, ch.grace_period_days,
+            statement_timestamp() AS now,
+            pg_try_advisory_xact_lock(m.subscriber_id, m.channel_id) AS locked
+     FROM memberships m JOIN channels ch ON ch.id = m.channel_id
+     WHERE m.id = ANY($2)
+       AND ",
     crate::memberships::holds_access_sql!("m"),
     "
-           AND m.expires_at <= $1
-           AND (m.expires_at, m.id) > (COALESCE($2::timestamptz, '-infinity'), $3::bigint)
-         ORDER BY m.expires_at, m.id
-         LIMIT $4
-     ) AS c
-     ORDER BY c.expires_at, c.id"
+       AND m.expires_at <= $1
+     ORDER BY m.id"
 );
 
-/// Step two of a batch: re-reads the locked rows in a new statement (so renewals that committed
-/// before the locks are seen), with their channel's grace and database time after the locks;
-/// returns the changes [`next_sweep_status`] asks for, by id (so the write locks rows in one
-/// order).
-pub async fn decide(tx: &Transaction<'_>, locked: &[i64]) -> Result<Vec<Decision>, ApiError> {
-    if locked.is_empty() {
-        return Ok(Vec::new());
-    }
-    let stmt = tx.prepare_cached(DECIDE_SQL).await?;
-    let rows = tx.query(&stmt, &[&locked]).await?;
-    let mut decisions = Vec::with_capacity(rows.len());
-    for r in &rows {
-        let from: Status = r.try_get("status")?;
-        let expires_at: DateTime<Utc> = r.try_get("expires_at")?;
-        let to = next_sweep_status(
-            from,
-            expires_at,
-            r.try_get("now")?,
-            r.try_get("grace_period_days")?,
-        );
-        if to != from {
-            decisions.push(Decision {
-                id: r.try_get("id")?,
-                from,
+/// Step two of a batch (pure): the changes [`next_sweep_status`] asks for, for the candidates
+/// whose lock was taken, by id (so the write locks rows in one order). Each is decided from the
+/// row as the locking statement read it, which may be older than the lock: [`apply_batch`]
+/// writes it only if the row still has that status and `expires_at`.
+pub fn decide(candidates: &[Candidate]) -> Vec<Decision> {
+    candidates
+        .iter()
+        .filter(|c| c.locked)
+        .filter_map(|c| {
+            let to = next_sweep_status(c.status, c.expires_at, c.now, c.grace_period_days);
+            (to != c.status).then_some(Decision {
+                id: c.id,
+                from: c.status,
                 to,
-                expires_at,
-            });
-        }
-    }
-    Ok(decisions)
+                expires_at: c.expires_at,
+            })
+        })
+        .collect()
 }
 
 /// The sweep's `membership_events` rows, as the data-modifying CTE after `updated` (the rows the
@@ -394,12 +449,6 @@ const APPLY_BATCH_SQL: &str = concat!(
     "
      SELECT id, subscriber_id, channel_id, from_status, status, expires_at FROM updated"
 );
-
-const DECIDE_SQL: &str = "SELECT m.id, m.status, m.expires_at, ch.grace_period_days,
-        statement_timestamp() AS now
-     FROM memberships m JOIN channels ch ON ch.id = m.channel_id
-     WHERE m.id = ANY($1)
-     ORDER BY m.id";
 
 /// Step three of a batch: writes its decisions in one statement, inside the batch transaction
 /// (which holds the rows' pair locks): the `UPDATE` applies a decision only if the row still has

@@ -634,7 +634,7 @@ async fn thousands_of_overdue_memberships_in_one_sweep() {
     assert_eq!(to_grace + to_expired, 2_000);
     assert!(to_grace > 0 && to_expired > 0);
 
-    // Batches of 100: twenty full batches, then an empty one ends the run.
+    // One window of 2,000 candidates, in twenty batches of 100.
     let report = sweep::sweep(&app.state.db, 100).await.unwrap();
     assert_eq!(report.examined, 2_000);
     assert_eq!(report.to_grace as i64, to_grace);
@@ -677,7 +677,7 @@ async fn thousands_of_overdue_memberships_in_one_sweep() {
 async fn held_locks_in_the_middle_of_batches_are_skipped_and_the_run_ends() {
     let app = TestApp::spawn().await;
     let (_, _) = bulk_overdue(&app, 25).await;
-    // Hold the pair locks of every seventh candidate in sweep order.
+    // Hold the pair locks of every seventh candidate.
     let mut holder = app.db().await;
     let tx = holder.transaction().await.unwrap();
     let held: Vec<(i64, i32, i32)> = tx
@@ -721,6 +721,44 @@ async fn held_locks_in_the_middle_of_batches_are_skipped_and_the_run_ends() {
     let report = sweep::sweep(&app.state.db, 7).await.unwrap();
     assert_eq!(report.skipped, 0);
     assert_eq!(report.to_grace + report.to_expired, held.len() as u64);
+}
+
+#[tokio::test]
+async fn a_run_over_several_windows_examines_each_candidate_once() {
+    for (batch, window) in [(4, 9), (500, 100), (3, 1)] {
+        let app = TestApp::spawn().await;
+        let (to_grace, to_expired) = bulk_overdue(&app, 25).await;
+        // Each window is sorted by id and cut into batches, so batches interleave with the
+        // keyset order of the windows; a window of exactly all candidates needs one more
+        // (empty) look to end the run.
+        let report = sweep::sweep_windowed(&app.state.db, batch, window, || false)
+            .await
+            .unwrap();
+        let at = format!("batches of {batch}, windows of {window}");
+        assert_eq!(report.examined, 100, "{at}");
+        assert_eq!(report.skipped, 0, "{at}");
+        assert_eq!(
+            (report.to_grace as i64, report.to_expired as i64),
+            (to_grace, to_expired),
+            "{at}"
+        );
+        let row = app
+            .db()
+            .await
+            .query_one(
+                "SELECT count(*) FILTER (WHERE status = 'active'),
+                        (SELECT count(*) FROM membership_events WHERE cause = 'sweep')
+                 FROM memberships",
+                &[],
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            (row.get::<_, i64>(0), row.get::<_, i64>(1)),
+            (0, 100),
+            "{at}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -1165,7 +1203,8 @@ async fn checkout_payment_grant_and_sweep_at_once_never_5xx() {
 async fn a_renewal_committed_between_the_lock_statement_and_the_decision_is_respected() {
     // Under READ COMMITTED the statement that takes the pair locks reads from a snapshot taken
     // before them; a renewal can commit in between. Commit one exactly there and check the batch
-    // decides from the row as it is now.
+    // writes nothing: its decision was made from the older row, and the write is conditional
+    // on the row still being what the decision saw.
     let app = TestApp::spawn().await;
     let (m, _, _) = membership(&app, 1, 0).await;
     let id = m["id"].as_i64().unwrap();
@@ -1174,15 +1213,17 @@ async fn a_renewal_committed_between_the_lock_statement_and_the_decision_is_resp
     let mut client = app.db().await;
     let tx = client.transaction().await.unwrap();
     let now = db_now(&app).await;
-    let candidates = sweep::lock_candidates(&tx, now, None, 500).await.unwrap();
+    let candidates = sweep::lock_candidates(&tx, now, &[id]).await.unwrap();
+    assert_eq!(candidates.len(), 1);
     assert_eq!(
-        candidates,
-        [sweep::Candidate {
-            id,
-            expires_at,
-            locked: true
-        }]
+        (
+            candidates[0].id,
+            candidates[0].status,
+            candidates[0].expires_at
+        ),
+        (id, sweep::Status::Active, expires_at)
     );
+    assert!(candidates[0].locked);
 
     // The renewal that slipped in (written directly: the pair lock is ours now).
     let renewed: DateTime<Utc> = app
@@ -1197,17 +1238,23 @@ async fn a_renewal_committed_between_the_lock_statement_and_the_decision_is_resp
         .unwrap()
         .get(0);
 
-    let decisions = sweep::decide(&tx, &[id]).await.unwrap();
+    // Decided from the row as the locking statement read it: expire it.
+    let decisions = sweep::decide(&candidates);
     assert_eq!(
         decisions,
-        [],
-        "the decision must come from the row as it is now"
+        [sweep::Decision {
+            id,
+            from: sweep::Status::Active,
+            to: sweep::Status::Expired,
+            expires_at
+        }]
     );
     assert!(
         sweep::apply_batch(&tx, &decisions)
             .await
             .unwrap()
-            .is_empty()
+            .is_empty(),
+        "a decision made from an older row must write nothing"
     );
     tx.commit().await.unwrap();
     assert_eq!(status_of(&app, id).await, ("active".into(), renewed));
