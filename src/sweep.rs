@@ -266,8 +266,8 @@ struct BatchOutcome {
     transitions: Vec<Transition>,
 }
 
-/// One batch in one transaction: try-lock the given candidates that are still due, re-read the
-/// locked ones, decide, write. A deadlock victim runs again (`transaction!`).
+/// One batch in one transaction: try-lock (and read) the given candidates that are still due,
+/// decide for the locked ones, write. A deadlock victim runs again (`transaction!`).
 async fn sweep_batch(
     pool: &Pool,
     cutoff: DateTime<Utc>,
