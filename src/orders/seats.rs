@@ -128,7 +128,17 @@ async fn lock_where(
     let Some(pair) = db::row_opt(tx, pair_sql, &[key]).await? else {
         return Ok(None);
     };
-    let order_id: i64 = pair.try_get("id")?;
+    lock_order_of_locked_pair(tx, pair.try_get("id")?).await
+}
+
+/// The rest of the lock order for order `order_id`, whose pair's advisory lock the caller took
+/// in the statement that read the pair (as [`lock_order`] does; the payment core reads the pair
+/// together with its check for a stored payment): the order `FOR UPDATE`, its channel's terms
+/// and its subscriber's Telegram id. `None` when the order was deleted meanwhile.
+pub async fn lock_order_of_locked_pair(
+    tx: &Transaction<'_>,
+    order_id: i64,
+) -> Result<Option<LockedOrder>, ApiError> {
     let Some(row) = db::row_opt(tx, LOCK_ORDER_SQL, &[&order_id]).await? else {
         return Ok(None);
     };

@@ -12,11 +12,13 @@
 //!   row, answers with it and changes nothing.
 //!
 //! A delivery of a payment that is already stored (the common retry) is answered before any of
-//! that: one plain read finds the stored row, and the answer is built from it and the pair's
-//! current membership, with no lock taken and nothing written. So re-deliveries never queue on
-//! the pair lock behind each other, a renewal or a sweep batch. Only a delivery that finds no
-//! stored row (a new payment, or a repeat racing the first delivery's commit) opens the locking
-//! transaction, where the insert's conflict still decides.
+//! that: the transaction's first statement reads the stored row and takes the pair lock only
+//! when there is none ([`stored_or_lock_pair`]), and the answer is built from the stored row and
+//! the pair's current membership, with no lock taken and nothing written. So re-deliveries
+//! never queue on the pair lock behind each other, a renewal or a sweep batch. Only a delivery
+//! that finds no stored row (a new payment, or a repeat racing the first delivery's commit)
+//! goes on to the locks, where the insert's conflict still decides. The same statement reads
+//! the order's pair and takes its lock, so a new payment costs one round trip less.
 //!
 //! The checks (API.md order: unknown order, cancelled, currency, amount, payer, already paid,
 //! channel inactive, seat) are reads under those locks, so they are decided first and the
@@ -306,7 +308,7 @@ pub fn outcome_for(gateway: &str, reason: Option<Reason>) -> Outcome {
 /// clamped to now) on the payment and the order, but never moves the term. A repeat of a stored
 /// (gateway, external_id) changes nothing and returns the stored payment with
 /// `duplicate: true` (a repeat whose amount, currency or order reference differs is logged as a
-/// warning); one already committed is answered by a plain read before the transaction, without
+/// warning); one already committed is answered by the transaction's first statement, without
 /// waiting for any lock. Deadlock victims are run again by [`crate::transaction!`]; a failure is
 /// an `ApiError` and nothing is stored.
 pub async fn apply_payment(pool: &Pool, p: NormalizedPayment) -> Result<Applied, ApiError> {
@@ -320,16 +322,7 @@ pub async fn apply_payment_as(
     recurrence: Recurrence,
 ) -> Result<Applied, ApiError> {
     let p = &p;
-    // Its own statement, so the connection goes back to the pool before the transaction takes
-    // one: a request never holds two.
-    let already_stored = {
-        let client = pool.get().await?;
-        stored(&client, p).await?
-    };
-    let applied = match already_stored {
-        Some(applied) => applied,
-        None => crate::transaction!(pool, |tx| { apply_in(tx, p, recurrence).await })?,
-    };
+    let applied = crate::transaction!(pool, |tx| { apply_in(tx, p, recurrence).await })?;
     if applied.duplicate {
         warn_if_redelivery_differs(p, &applied.payment);
     }
@@ -426,7 +419,11 @@ async fn apply_in(
     p: &NormalizedPayment,
     recurrence: Recurrence,
 ) -> Result<Applied, ApiError> {
-    let found = lock(tx, p, recurrence).await?;
+    let order_id = match stored_or_lock_pair(tx, p).await? {
+        Start::Stored(payment) => return with_membership(tx, payment).await,
+        Start::Order(order_id) => order_id,
+    };
+    let found = lock(tx, p, recurrence, order_id).await?;
     let reason = check_found(tx, p, &found).await?;
     // A renewal is never refunded by us: Telegram charged a subscription the buyer keeps.
     let outcome = match reason {
@@ -471,14 +468,61 @@ async fn apply_in(
     })
 }
 
-/// Step 1: pair → order → channel (if seat-limited) → the order's subscription, if any. An
-/// unknown reference needs none.
+/// What the transaction's first statement found ([`stored_or_lock_pair`]).
+enum Start {
+    /// This (gateway, external_id) is stored: a repeat, answered from the stored row.
+    Stored(Payment),
+    /// A new payment; the id of the order it names (`None`: no such order), whose pair lock is
+    /// now held.
+    Order(Option<i64>),
+}
+
+const STORED_OR_PAIR_SQL: &str = concat!(
+    "WITH stored AS (SELECT ",
+    payment_columns!(),
+    " FROM payments WHERE gateway = $2 AND external_id = $3)
+     SELECT s.*, o.id AS order_id_named,
+            CASE WHEN s.id IS NULL AND o.id IS NOT NULL
+                 THEN pg_advisory_xact_lock(o.subscriber_id, o.channel_id) IS NULL END AS locked
+     FROM (SELECT 1) AS one
+     LEFT JOIN stored s ON true
+     LEFT JOIN orders o ON o.reference = $1"
+);
+
+/// The transaction's first statement: the stored payment with this (gateway, external_id), if
+/// any, else the order the reference names, with its pair's advisory lock taken (the first lock
+/// of step 1). A stored payment takes no lock (`CASE` evaluates the lock only when there is
+/// none), so repeats never queue on the pair lock behind a renewal, a sweep batch or each other,
+/// and write nothing. A repeat racing the first delivery's commit finds nothing yet, waits for
+/// the pair lock like a new payment, and the insert's conflict decides.
+async fn stored_or_lock_pair(
+    tx: &Transaction<'_>,
+    p: &NormalizedPayment,
+) -> Result<Start, ApiError> {
+    let row = db::row_one(
+        tx,
+        STORED_OR_PAIR_SQL,
+        &[&p.order_reference, &p.gateway, &p.external_id],
+    )
+    .await?;
+    if row.try_get::<_, Option<i64>>("id")?.is_some() {
+        return Ok(Start::Stored(Payment::from_row(&row)?));
+    }
+    Ok(Start::Order(row.try_get("order_id_named")?))
+}
+
+/// Step 1: pair (taken by [`stored_or_lock_pair`]) → order → channel (if seat-limited) → the
+/// order's subscription, if any. An unknown reference needs none.
 async fn lock(
     tx: &Transaction<'_>,
     p: &NormalizedPayment,
     recurrence: Recurrence,
+    order_id: Option<i64>,
 ) -> Result<Found, ApiError> {
-    let order = seats::lock_order_by_reference(tx, &p.order_reference).await?;
+    let order = match order_id {
+        Some(id) => seats::lock_order_of_locked_pair(tx, id).await?,
+        None => None,
+    };
     // Only a Telegram Stars charge (or one whose door knows its place in a subscription) is
     // ever decided by a subscription ([`is_renewal`], [`starts_subscription`]); no other
     // payment reads or writes one, so it need not look one up.
@@ -741,11 +785,10 @@ const STORED_SQL: &str = concat!(
     " FROM payments WHERE gateway = $1 AND external_id = $2"
 );
 
-/// A repeat delivery: the stored payment, and its pair's current membership; `None` when this
-/// (gateway, external_id) is not stored. Plain reads, no lock: before the transaction they
-/// answer a repeat of a committed payment; inside it, after the insert found the conflict, the
-/// stored row is committed (`ON CONFLICT DO NOTHING` waited for its inserter), so this new
-/// statement sees it.
+/// A repeat delivery that raced the first one: the stored payment, and its pair's current
+/// membership; `None` when this (gateway, external_id) is not stored. After the insert found
+/// the conflict, the stored row is committed (`ON CONFLICT DO NOTHING` waited for its
+/// inserter), so this new statement sees it.
 async fn stored(
     client: &impl deadpool_postgres::GenericClient,
     p: &NormalizedPayment,
@@ -755,15 +798,24 @@ async fn stored(
     else {
         return Ok(None);
     };
+    Ok(Some(with_membership(client, payment).await?))
+}
+
+/// The answer to a repeat delivery: the stored payment and its pair's current membership (a
+/// plain read, no lock).
+async fn with_membership(
+    client: &impl deadpool_postgres::GenericClient,
+    payment: Payment,
+) -> Result<Applied, ApiError> {
     let membership = match (payment.subscriber_id, payment.channel_id) {
         (Some(s), Some(c)) => memberships::of_pair(client, s, c).await?,
         _ => None,
     };
-    Ok(Some(Applied {
+    Ok(Applied {
         duplicate: true,
         payment,
         membership,
-    }))
+    })
 }
 
 #[cfg(test)]
