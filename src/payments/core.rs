@@ -456,10 +456,19 @@ async fn apply_in(
     };
     let membership = if reason.is_some() {
         memberships::of_pair(tx, locked.order.subscriber_id, locked.order.channel_id).await?
-    } else if renewal {
-        Some(apply_renewal(tx, &payment, &locked, subscription.as_ref(), recurrence).await?)
     } else {
-        Some(apply_first(tx, p, &payment, &locked, subscription.as_ref(), recurrence).await?)
+        Some(
+            apply(
+                tx,
+                p,
+                &payment,
+                &locked,
+                subscription.as_ref(),
+                renewal,
+                recurrence,
+            )
+            .await?,
+        )
     };
     Ok(Applied {
         duplicate: false,
@@ -585,7 +594,36 @@ async fn store(
     recurrence: Recurrence,
 ) -> Result<Option<Payment>, ApiError> {
     let order = found.order.as_ref().map(|l| &l.order);
-    let pays_order = order.is_some() && reason.is_none() && !found.renewal;
+    let stored = Stored {
+        outcome,
+        reason,
+        renewal: found.renewal,
+        subscription_expires_at: recurrence.expires_at(),
+        pays_order: order.is_some() && reason.is_none() && !found.renewal,
+    };
+    insert(tx, p, order, stored).await
+}
+
+/// What the dedupe insert ([`insert`]) stores beside the delivery's own fields.
+pub(super) struct Stored {
+    pub outcome: Outcome,
+    pub reason: Option<Reason>,
+    /// A renewal charge of a Stars subscription.
+    pub renewal: bool,
+    pub subscription_expires_at: Option<DateTime<Utc>>,
+    /// Mark `order` paid in the same statement, if this delivery is inserted.
+    pub pays_order: bool,
+}
+
+/// The dedupe insert of one delivery naming `order` (if found), shared by the payment core and
+/// the Stars reconcile's record of a charge refunded elsewhere ([`super::refunds`]): `Some`
+/// when it inserted, `None` when this (gateway, external_id) is already stored.
+pub(super) async fn insert(
+    tx: &Transaction<'_>,
+    p: &NormalizedPayment,
+    order: Option<&orders::Order>,
+    stored: Stored,
+) -> Result<Option<Payment>, ApiError> {
     db::opt(
         tx,
         INSERT_SQL,
@@ -600,24 +638,26 @@ async fn store(
             &p.amount_minor,
             &p.currency,
             &p.paid_at,
-            &outcome,
-            &reason,
-            &found.renewal,
-            &recurrence.expires_at(),
-            &pays_order,
+            &stored.outcome,
+            &stored.reason,
+            &stored.renewal,
+            &stored.subscription_expires_at,
+            &stored.pays_order,
         ],
     )
     .await
 }
 
-/// Step 4 for a first payment (whose order [`store`] marked paid): the membership is extended;
-/// a first charge of a Stars subscription starts it.
-async fn apply_first(
+/// Step 4 for a payment that passed (a first payment's order [`store`] already marked paid):
+/// the membership is extended by the channel's period; a renewal charge records the
+/// subscription's next renewal, and a first charge of a Stars subscription starts it.
+async fn apply(
     tx: &Transaction<'_>,
     p: &NormalizedPayment,
     payment: &Payment,
     locked: &LockedOrder,
     subscription: Option<&StarSubscription>,
+    renewal: bool,
     recurrence: Recurrence,
 ) -> Result<Membership, ApiError> {
     // The term starts now (or at the current expiry), not at `paid_at`: API.md step 4.
@@ -629,32 +669,13 @@ async fn apply_first(
         Cause::Payment(payment.id),
     )
     .await?;
-    if starts_subscription(tx, p, recurrence, locked).await? && subscription.is_none() {
+    if renewal {
+        if let Some(s) = subscription {
+            star_subscriptions::renewed(tx, s.id, recurrence.expires_at()).await?;
+        }
+    } else if starts_subscription(tx, p, recurrence, locked).await? && subscription.is_none() {
         star_subscriptions::start(tx, locked.order.id, &p.external_id, recurrence.expires_at())
             .await?;
-    }
-    Ok(membership)
-}
-
-/// Step 4 for a renewal charge: the order stays paid, the membership is extended by one more
-/// period, the subscription's next renewal recorded.
-async fn apply_renewal(
-    tx: &Transaction<'_>,
-    payment: &Payment,
-    locked: &LockedOrder,
-    subscription: Option<&StarSubscription>,
-    recurrence: Recurrence,
-) -> Result<Membership, ApiError> {
-    let (membership, _) = memberships::extend(
-        tx,
-        locked.order.subscriber_id,
-        locked.order.channel_id,
-        locked.channel.billing_period_days,
-        Cause::Payment(payment.id),
-    )
-    .await?;
-    if let Some(s) = subscription {
-        star_subscriptions::renewed(tx, s.id, recurrence.expires_at()).await?;
     }
     Ok(membership)
 }

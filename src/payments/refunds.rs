@@ -6,7 +6,7 @@
 
 use deadpool_postgres::{GenericClient, Pool, Transaction};
 
-use super::core::{NormalizedPayment, Outcome, Reason, TELEGRAM_STARS};
+use super::core::{self, NormalizedPayment, Outcome, Reason, TELEGRAM_STARS};
 use crate::{db, error::ApiError, orders::seats};
 
 /// What a refund needs to know of its payment.
@@ -85,14 +85,6 @@ pub async fn known_charges(
         .collect()
 }
 
-const REFUNDED_ELSEWHERE_SQL: &str = "INSERT INTO payments (gateway, external_id,
-         order_reference, order_id, subscriber_id, channel_id, payer, amount_minor, currency,
-         paid_at, outcome, reason)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
-             LEAST($10::timestamptz, statement_timestamp()), $11, $12)
-     ON CONFLICT (gateway, external_id) DO NOTHING
-     RETURNING id";
-
 /// Stores an unrecorded Stars charge whose refund is listed next to it as a `refunded` payment
 /// (reason `refunded_elsewhere`): the money record is kept, nothing is granted, nothing is
 /// refunded. Taken in the payment core's lock order (pair, order, seat-limited channel), so it
@@ -106,29 +98,16 @@ pub async fn record_refunded_elsewhere(
 ) -> Result<Option<i64>, ApiError> {
     crate::transaction!(pool, |tx| {
         let locked = seats::lock_order_by_reference(tx, &p.order_reference).await?;
+        let stored = core::Stored {
+            outcome: Outcome::Refunded,
+            reason: Some(Reason::RefundedElsewhere),
+            renewal: false,
+            subscription_expires_at: None,
+            pays_order: false,
+        };
         let order = locked.as_ref().map(|l| &l.order);
-        let row = db::row_opt(
-            tx,
-            REFUNDED_ELSEWHERE_SQL,
-            &[
-                &p.gateway,
-                &p.external_id,
-                &p.order_reference,
-                &order.map(|o| o.id),
-                &order.map(|o| o.subscriber_id),
-                &order.map(|o| o.channel_id),
-                &p.payer_telegram_id.map(|id| id.to_string()),
-                &p.amount_minor,
-                &p.currency,
-                &p.paid_at,
-                &Outcome::Refunded,
-                &Reason::RefundedElsewhere,
-            ],
-        )
-        .await?;
-        match row {
-            Some(r) => Ok(Some(r.try_get::<_, i64>(0)?)),
-            None => Ok(None),
-        }
+        Ok(core::insert(tx, p, order, stored)
+            .await?
+            .map(|payment| payment.id))
     })
 }
