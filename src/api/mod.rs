@@ -53,13 +53,22 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     }
 }
 
-/// Parses a JSON body; every failure is a 400 with serde's description (line, column, field).
+/// Parses a JSON body, which must be an object (an empty body counts as `{}`); every failure is
+/// a 400 with serde's description (line, column, field).
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let bytes = if bytes.iter().all(u8::is_ascii_whitespace) {
         b"{}".as_slice()
     } else {
         bytes
     };
+    // Every body of this API is an object. serde's derived structs also accept a JSON array
+    // (their fields by position; an empty array for a struct without fields), which no client
+    // means: refuse anything but an object before serde sees it.
+    if bytes.trim_ascii_start().first() != Some(&b'{') {
+        return Err(ApiError::BadRequest(
+            "invalid JSON body: expected a JSON object".into(),
+        ));
+    }
     serde_json::from_slice(bytes)
         .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))
 }

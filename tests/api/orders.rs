@@ -199,6 +199,31 @@ async fn get_and_list_with_filters() {
 }
 
 #[tokio::test]
+async fn a_body_that_is_not_an_object_is_400_and_changes_nothing() {
+    let app = TestApp::spawn().await;
+    let s = id(&app.create_subscriber(22).await);
+    let chan = id(&app.create_channel(-22, json!({})).await);
+    let order = app.create_order(s, chan).await;
+    let cancel = format!("/api/orders/{}/cancel", id(&order));
+    // serde's derived structs would take an array (an empty one for a body without fields).
+    for body in [json!([]), json!("{}"), json!(1)] {
+        app.post(&cancel, body).await.expect(400);
+    }
+    // Fields by position are no body either.
+    app.post("/api/subscribers", json!([23])).await.expect(400);
+    let unchanged = app
+        .get(&format!("/api/orders/{}", id(&order)))
+        .await
+        .expect(200);
+    assert_eq!(unchanged["status"], "pending");
+    let found = app
+        .get("/api/subscribers?telegram_user_id=23")
+        .await
+        .expect(200);
+    assert_eq!(found["items"], json!([]), "{found}");
+}
+
+#[tokio::test]
 async fn cancel_is_for_pending_orders_and_frees_the_hold() {
     let app = TestApp::spawn().await;
     let a = id(&app.create_subscriber(20).await);
