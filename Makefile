@@ -7,7 +7,7 @@ SHELL := /bin/bash
 ARGS ?=
 IMAGE ?= subgate
 
-.PHONY: help run test docs-test fuzz bench fmt lint clean-db docker-build docker-smoke
+.PHONY: help run test docs-test fuzz bench fmt lint shellcheck clean-db docker-build docker-smoke
 
 help:
 	@echo "make run           build and run the server locally (PostgreSQL and dev secrets set up for you)"
@@ -17,6 +17,7 @@ help:
 	@echo "make bench         payment path, re-deliveries and sweep vs references, one table of ratios (ARGS=... to the payment bench, e.g. ARGS='--duration 30'; SWEEP_BENCH_ROWS=...)"
 	@echo "make fmt           cargo fmt --check"
 	@echo "make lint          cargo clippy --all-targets -- -D warnings"
+	@echo "make shellcheck    ShellCheck over scripts/ and .ci/run (installs Debian's shellcheck when missing and root)"
 	@echo "make clean-db      stop the private PostgreSQL cluster in target/pgdata"
 	@echo "make docker-build  docker build -t $(IMAGE) ."
 	@echo "make docker-smoke  build the image, run docker-compose.yml on throwaway secrets, check health, /readyz and a staff login, tear down"
@@ -41,6 +42,9 @@ fmt:
 
 lint:
 	cargo clippy --all-targets -- -D warnings
+
+shellcheck:
+	scripts/lint-shell.sh
 
 clean-db:
 	scripts/stop-postgres.sh

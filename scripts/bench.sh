@@ -66,6 +66,7 @@ fi
 # Explicit `return 0`s: in a trap, a bare `return` returns the status the trap interrupted.
 
 child=""
+# shellcheck disable=SC2317 # runs as the EXIT trap
 cleanup() {
     # Best effort to the end: one failing step must not leave the rest undone.
     set +e
@@ -89,7 +90,7 @@ cleanup() {
         kill -TERM "${alive[@]}" 2>/dev/null || true
         sleep 2
         for pid in "${alive[@]}"; do
-            kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+            if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
         done
     fi
     rm -f "$SUBGATE_BENCH_PIDFILE"

@@ -125,6 +125,7 @@ port_free "$port" || die "port $port is taken (DOCS_TEST_PORT)"
 # None of the service's variables (the table in src/config.rs) leak in from
 # the caller's shell: the walk-throughs must work from `make run`'s defaults.
 config_vars=()
+# shellcheck disable=SC2016 # the backticks are the table's, matched literally
 while IFS= read -r name; do config_vars+=("$name"); done < <(
     sed -n 's/^\/\/! | `\([A-Z_]*\)`\( \/ `\([A-Z_]*\)`\)\{0,1\} |.*/\1 \3/p' src/config.rs | tr ' ' '\n' | sed '/^$/d'
 )
@@ -153,6 +154,7 @@ if grep -q 'NOT APPLIED' "$WORK/server.log"; then
 fi
 
 # ------------------------------------------------------------------ run
+# shellcheck disable=SC2016 # shell code for the walk-throughs' own shell, expanded there
 prelude='set -euo pipefail
 # Fail on any non-2xx answer, unless the command prints the status itself.
 curl() {

@@ -77,12 +77,14 @@ create_scratch_database subgate_fuzz
 
 server=""
 bot=""
+# shellcheck disable=SC2317 # called by cleanup, the EXIT trap
 stop() { # $1 = pid
     if [[ -n "$1" ]] && kill -0 "$1" 2>/dev/null; then
         kill -TERM "$1" 2>/dev/null || true
         wait "$1" 2>/dev/null || true
     fi
 }
+# shellcheck disable=SC2317 # runs as the EXIT trap
 cleanup() {
     stop "$server"
     stop "$bot"
@@ -109,6 +111,7 @@ while [[ "$port" == "$bot_port" ]] || ! port_free "$port"; do port=$((port + 1))
 # ------------------------------------------------------------------ server
 # None of the service's variables (the table in src/config.rs) leak in from the caller's shell.
 config_vars=()
+# shellcheck disable=SC2016 # the backticks are the table's, matched literally
 while IFS= read -r name; do config_vars+=("$name"); done < <(
     sed -n 's/^\/\/! | `\([A-Z_]*\)`\( \/ `\([A-Z_]*\)`\)\{0,1\} |.*/\1 \3/p' src/config.rs | tr ' ' '\n' | sed '/^$/d'
 )

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # pg-lib.sh — PostgreSQL helpers sourced by the scripts that need a client or a scratch database
 # (test.sh, bench.sh, docs-walkthrough.sh, fuzz-api.sh). Expects the caller's ROOT, log and die.
 
@@ -41,5 +42,6 @@ create_scratch_database() { # $1 = prefix
         query="?${rest#*\?}"
         rest="${rest%%\?*}"
     fi
+    # shellcheck disable=SC2034 # db_url is this function's result, read by its caller
     db_url="$scheme://${rest%%/*}/$db_name$query"
 }

@@ -21,6 +21,8 @@
 #
 # SUBGATE_DEV_SECRETS=<path> uses another file instead of target/dev-secrets.env.
 # Never use that file or these defaults in production.
+# The generators below are called by name (ensure_value KEY gen_…), which shellcheck cannot follow:
+# shellcheck disable=SC2317
 set -euo pipefail
 
 log() { printf '[run-dev] %s\n' "$*" >&2; }

@@ -40,6 +40,7 @@ SUBGATE_TEST_RUN="r$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')"
 export SUBGATE_TEST_RUN
 
 
+# shellcheck disable=SC2317 # runs as the EXIT trap
 drop_run_databases() {
     # Runs as the EXIT trap: a bare `return` there would return the status cargo left, and
     # `set -e` would end the clean-up at its first failing command.
