@@ -903,9 +903,9 @@ mod tests {
 
     /// The table in this module's documentation is the reference for operators: it must list
     /// exactly the variables `from_lookup` reads.
-    #[test]
-    fn the_module_table_lists_exactly_the_variables_read() {
-        let documented: std::collections::BTreeSet<String> = include_str!("config.rs")
+    /// The variables named in the table of this module's documentation.
+    fn documented_variables() -> std::collections::BTreeSet<String> {
+        include_str!("config.rs")
             .lines()
             .filter_map(|line| line.strip_prefix("//! | `"))
             .flat_map(|row| {
@@ -915,7 +915,70 @@ mod tests {
                     .map(|name| name.trim_matches('`').to_string())
                     .collect::<Vec<_>>()
             })
-            .collect();
+            .collect()
+    }
+
+    /// The keys of `services.subgate.environment` in a compose file (block style, as ours is
+    /// written: two spaces per level, one `KEY: value` a line).
+    fn compose_service_environment(compose: &str) -> Vec<String> {
+        let mut keys = Vec::new();
+        let (mut in_service, mut in_environment) = (false, false);
+        for line in compose.lines() {
+            let trimmed = line.trim_start();
+            if trimmed.is_empty() || trimmed.starts_with('#') {
+                continue;
+            }
+            let indent = line.len() - trimmed.len();
+            match indent {
+                0 => in_service = false,
+                2 => {
+                    in_service = trimmed == "subgate:";
+                    in_environment = false;
+                }
+                4 => in_environment = in_service && trimmed == "environment:",
+                6 if in_environment => {
+                    let key = trimmed.split(':').next().unwrap_or_default();
+                    keys.push(key.trim().to_string());
+                }
+                _ => {}
+            }
+        }
+        keys
+    }
+
+    /// A deployment by docker-compose must be able to set every variable: the service's
+    /// `environment` passes exactly the variables of the table, each once.
+    #[test]
+    fn the_compose_file_passes_exactly_the_variables_of_the_table() {
+        let passed = compose_service_environment(include_str!("../docker-compose.yml"));
+        let unique: std::collections::BTreeSet<String> = passed.iter().cloned().collect();
+        assert_eq!(
+            unique.len(),
+            passed.len(),
+            "a variable is passed twice: {passed:?}"
+        );
+        let documented = documented_variables();
+        let missing: Vec<_> = documented.difference(&unique).collect();
+        let unknown: Vec<_> = unique.difference(&documented).collect();
+        assert!(
+            missing.is_empty() && unknown.is_empty(),
+            "docker-compose.yml's subgate environment and the table disagree: \
+             not passed {missing:?}, not in the table {unknown:?}"
+        );
+    }
+
+    #[test]
+    fn the_compose_reader_finds_only_the_service_environment() {
+        let compose = "services:\n  postgres:\n    environment:\n      POSTGRES_DB: x\n  \
+                       subgate:\n    build: .\n    environment:\n      # a comment\n      \
+                       A: ${A:-}\n\n      B: b\n    ports:\n      - \"1:1\"\nvolumes:\n  \
+                       pgdata:\n";
+        assert_eq!(compose_service_environment(compose), ["A", "B"]);
+    }
+
+    #[test]
+    fn the_module_table_lists_exactly_the_variables_read() {
+        let documented = documented_variables();
         let read = std::cell::RefCell::new(std::collections::BTreeSet::new());
         let env = minimal();
         Config::from_lookup(|k| {
