@@ -1,6 +1,7 @@
 //! Operations basics — request ids, problem+json for unknown routes, health and
 //! readiness (including a database outage and recovery without restart), configuration errors,
-//! and the `subgate` binary's commands (serve, migrate, staff create and set-password, healthcheck).
+//! and the `subgate` binary's commands (serve, migrate, staff create and set-password,
+//! healthcheck).
 
 use std::{
     collections::HashMap,
