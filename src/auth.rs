@@ -1,6 +1,7 @@
 //! Staff authentication, without HTTP: bcrypt passwords, HS256 JWTs, the login throttle and
-//! the hashing permits, the staff-account lookups, and staff-account creation (start-up admin
-//! and CLI). The login handler and the `Staff` extractor that use them are `api::auth`.
+//! the hashing permits, the staff-account lookups, staff-account creation (start-up admin and
+//! CLI), password changes (CLI) and ending an account's sessions (its token version). The login
+//! handler and the `Staff` extractor that use them are `api::auth`.
 //!
 //! Login answers the same 401, in about the same time, for an unknown email and a wrong
 //! password: an unknown email is still checked against a dummy bcrypt hash of the configured
@@ -22,22 +23,41 @@ use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::error::ApiError;
+use crate::{db, error::ApiError};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Claims {
     sub: String,
     iat: i64,
     exp: i64,
+    /// The account's `token_version` when the token was issued. Tokens issued before the
+    /// claim existed carry none and count as version 0, the column's default (so the upgrade
+    /// logs nobody out; the first bump of the account ends them too).
+    #[serde(default)]
+    ver: i32,
 }
 
-/// Issues a token for a staff account.
-pub fn issue_token(secret: &[u8], staff_id: i64, ttl: Duration) -> Result<String, ApiError> {
+/// Who a valid token speaks for: the staff account and the token version it was issued under
+/// (checked against the account's current `token_version`, [`session_valid`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenSubject {
+    pub staff_id: i64,
+    pub version: i32,
+}
+
+/// Issues a token for a staff account whose `token_version` is `version`.
+pub fn issue_token(
+    secret: &[u8],
+    staff_id: i64,
+    version: i32,
+    ttl: Duration,
+) -> Result<String, ApiError> {
     let now = chrono::Utc::now().timestamp();
     let claims = Claims {
         sub: staff_id.to_string(),
         iat: now,
         exp: now + ttl.as_secs() as i64,
+        ver: version,
     };
     jsonwebtoken::encode(
         &Header::new(Algorithm::HS256),
@@ -48,20 +68,32 @@ pub fn issue_token(secret: &[u8], staff_id: i64, ttl: Duration) -> Result<String
 }
 
 /// Validates a token: HS256 only (so `alg: none` and every other algorithm fail), signature,
-/// `exp` with zero leeway. Returns the staff id in `sub`.
-pub fn verify_token(secret: &[u8], token: &str) -> Option<i64> {
+/// `exp` with zero leeway, `iat` not in the future (zero leeway: this server issued it, by its
+/// own clock), and a lifetime `exp - iat` of at most `max_ttl` (`JWT_TTL_SECS`: no token lives
+/// longer than this server would issue one for). Returns the staff id in `sub` and the token
+/// version in `ver`; whether they still match the account is [`session_valid`]'s question.
+pub fn verify_token(secret: &[u8], token: &str, max_ttl: Duration) -> Option<TokenSubject> {
     let mut validation = Validation::new(Algorithm::HS256);
     validation.leeway = 0;
     validation.validate_exp = true;
-    validation.set_required_spec_claims(&["exp", "sub"]);
+    validation.set_required_spec_claims(&["exp", "sub", "iat"]);
     let data =
         jsonwebtoken::decode::<Claims>(token, &DecodingKey::from_secret(secret), &validation)
             .ok()?;
+    let claims = data.claims;
+    let now = chrono::Utc::now().timestamp();
     // jsonwebtoken treats exp == now as valid; the contract says past exp, so this is exact.
-    if data.claims.exp <= chrono::Utc::now().timestamp() {
+    if claims.exp <= now || claims.iat > now {
         return None;
     }
-    data.claims.sub.parse().ok()
+    let lifetime = claims.exp.checked_sub(claims.iat)?;
+    if lifetime > i64::try_from(max_ttl.as_secs()).unwrap_or(i64::MAX) {
+        return None;
+    }
+    Some(TokenSubject {
+        staff_id: claims.sub.parse().ok()?,
+        version: claims.ver,
+    })
 }
 
 /// A syntactic email check: something@something.tld, no spaces or control characters,
@@ -99,9 +131,7 @@ pub async fn create_staff(
     if !valid_email(&email) {
         return Err(ApiError::field("email", "must be a valid email address"));
     }
-    if password.len() < 8 || password.len() > 72 {
-        return Err(ApiError::field("password", "must be 8..72 bytes"));
-    }
+    check_password(password)?;
     let hash = hash_password(password.to_string(), cost).await?;
     let client = pool.get().await?;
     let inserted = client
@@ -114,12 +144,53 @@ pub async fn create_staff(
     Ok(inserted == 1)
 }
 
-/// Whether staff account `id` still exists (a token outlives a deleted account).
-pub async fn staff_exists(client: &deadpool_postgres::Object, id: i64) -> Result<bool, ApiError> {
+/// Whether a token for `subject` still opens the API: its staff account exists and its
+/// `token_version` is still the token's (a password change, and later a role change or a
+/// disabling, bump it: [`end_sessions`]). One indexed read per request.
+pub async fn session_valid(
+    client: &deadpool_postgres::Object,
+    subject: TokenSubject,
+) -> Result<bool, ApiError> {
     let stmt = client
-        .prepare_cached("SELECT 1 FROM staff_accounts WHERE id = $1")
+        .prepare_cached("SELECT 1 FROM staff_accounts WHERE id = $1 AND token_version = $2")
         .await?;
-    Ok(client.query_opt(&stmt, &[&id]).await?.is_some())
+    Ok(client
+        .query_opt(&stmt, &[&subject.staff_id, &subject.version])
+        .await?
+        .is_some())
+}
+
+/// A staff account as login needs it.
+#[derive(Debug, Clone)]
+pub struct LoginAccount {
+    pub id: i64,
+    pub password_hash: String,
+    /// Goes into the token (`ver`), read in the same row as the hash it was checked against:
+    /// a password changed after this read ends the token being issued too.
+    pub token_version: i32,
+}
+
+impl db::FromRow for LoginAccount {
+    const COLUMNS: &'static str = "id, password_hash, token_version";
+
+    fn from_row(r: &tokio_postgres::Row) -> Result<LoginAccount, tokio_postgres::Error> {
+        Ok(LoginAccount {
+            id: r.try_get("id")?,
+            password_hash: r.try_get("password_hash")?,
+            token_version: r.try_get("token_version")?,
+        })
+    }
+}
+
+const LOGIN_ACCOUNT_SQL: &str =
+    "SELECT id, password_hash, token_version FROM staff_accounts WHERE email = $1";
+
+/// The staff account with this (normalized) email, if any, as login needs it.
+pub async fn find_login(
+    client: &deadpool_postgres::Object,
+    email: &str,
+) -> Result<Option<LoginAccount>, ApiError> {
+    db::opt(client, LOGIN_ACCOUNT_SQL, &[&email]).await
 }
 
 /// The id and password hash of the staff account with this (normalized) email, if any.
@@ -127,11 +198,56 @@ pub async fn find_account(
     client: &deadpool_postgres::Object,
     email: &str,
 ) -> Result<Option<(i64, String)>, ApiError> {
-    let stmt = client
-        .prepare_cached("SELECT id, password_hash FROM staff_accounts WHERE email = $1")
-        .await?;
-    let row = client.query_opt(&stmt, &[&email]).await?;
-    Ok(row.map(|r| (r.get(0), r.get(1))))
+    Ok(find_login(client, email)
+        .await?
+        .map(|a| (a.id, a.password_hash)))
+}
+
+const END_SESSIONS_SQL: &str = "UPDATE staff_accounts SET token_version = token_version + 1
+     WHERE id = $1";
+
+/// Ends every session of staff account `id` at once: bumps its `token_version`, so every token
+/// issued before is refused from the next request on ([`session_valid`]); a new login gets a
+/// token of the new version. Call it in the transaction of the change that must end them (a
+/// password change, [`set_password`]; a role change or a disabling). Returns whether the
+/// account exists.
+pub async fn end_sessions(
+    client: &impl deadpool_postgres::GenericClient,
+    id: i64,
+) -> Result<bool, ApiError> {
+    Ok(db::execute(client, END_SESSIONS_SQL, &[&id]).await? == 1)
+}
+
+const SET_PASSWORD_SQL: &str = "UPDATE staff_accounts SET password_hash = $2 WHERE email = $1
+     RETURNING id";
+
+/// Sets the password of the staff account with this email (8..72 bytes, like
+/// [`create_staff`]) and ends its sessions ([`end_sessions`]), in one transaction. Returns
+/// whether the account exists.
+pub async fn set_password(
+    pool: &deadpool_postgres::Pool,
+    email: &str,
+    password: &str,
+    cost: u32,
+) -> Result<bool, ApiError> {
+    let email = email.trim().to_lowercase();
+    check_password(password)?;
+    let hash = hash_password(password.to_string(), cost).await?;
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let Some(row) = db::row_opt(&tx, SET_PASSWORD_SQL, &[&email, &hash]).await? else {
+        return Ok(false);
+    };
+    end_sessions(&tx, row.try_get("id")?).await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+fn check_password(password: &str) -> Result<(), ApiError> {
+    if password.len() < 8 || password.len() > 72 {
+        return Err(ApiError::field("password", "must be 8..72 bytes"));
+    }
+    Ok(())
 }
 
 /// Checks a login's password against `hash` on the blocking pool, holding `permit` meanwhile,

@@ -41,6 +41,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "buyer_bot",
         include_str!("../migrations/0005_buyer_bot.sql"),
     ),
+    (
+        8,
+        "staff_token_version",
+        include_str!("../migrations/0008_staff_token_version.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,

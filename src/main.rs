@@ -63,6 +63,13 @@ enum StaffCommand {
         #[arg(long)]
         email: String,
     },
+    /// Change a staff account's password (read from standard input, one line) and end every
+    /// session of the account: tokens issued before stop working at once.
+    SetPassword {
+        /// The account's email address (its login).
+        #[arg(long)]
+        email: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -128,22 +135,10 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Staff {
             command: StaffCommand::Create { email },
         } => {
-            // One line, so an interactive user ends it with Enter rather than Ctrl-D.
-            let mut password = String::new();
-            std::io::stdin()
-                .read_line(&mut password)
-                .map_err(|e| format!("cannot read the password from stdin: {e}"))?;
-            let password = password.trim_end_matches(['\r', '\n']);
-            let created = subgate::auth::create_staff(&pool, &email, password, config.bcrypt_cost)
+            let password = read_password()?;
+            let created = subgate::auth::create_staff(&pool, &email, &password, config.bcrypt_cost)
                 .await
-                .map_err(|e| match e {
-                    subgate::error::ApiError::Validation(fields) => fields
-                        .iter()
-                        .map(|(k, v)| format!("{k} {v}"))
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                    other => other.to_string(),
-                })?;
+                .map_err(staff_error)?;
             if created {
                 println!("staff account {email} created");
                 Ok(())
@@ -151,7 +146,43 @@ async fn run(cli: Cli) -> Result<(), String> {
                 Err(format!("a staff account with email {email} already exists"))
             }
         }
+        Command::Staff {
+            command: StaffCommand::SetPassword { email },
+        } => {
+            let password = read_password()?;
+            let changed = subgate::auth::set_password(&pool, &email, &password, config.bcrypt_cost)
+                .await
+                .map_err(staff_error)?;
+            if changed {
+                println!("password of staff account {email} changed; its sessions are ended");
+                Ok(())
+            } else {
+                Err(format!("no staff account with email {email}"))
+            }
+        }
         Command::Healthcheck => unreachable!("handled above"),
+    }
+}
+
+/// The password of a `staff` command: one line of standard input, so an interactive user ends
+/// it with Enter rather than Ctrl-D.
+fn read_password() -> Result<String, String> {
+    let mut password = String::new();
+    std::io::stdin()
+        .read_line(&mut password)
+        .map_err(|e| format!("cannot read the password from stdin: {e}"))?;
+    Ok(password.trim_end_matches(['\r', '\n']).to_string())
+}
+
+/// A `staff` command's error as one line: field errors as "field message; …".
+fn staff_error(e: subgate::error::ApiError) -> String {
+    match e {
+        subgate::error::ApiError::Validation(fields) => fields
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join("; "),
+        other => other.to_string(),
     }
 }
 

@@ -17,7 +17,8 @@
 //! ended yet, so its member was let in and no revoke has been decided. Whatever must not lose a
 //! revoke uses it — the sweep's candidates, the revoke of a deleted membership, the refusal to
 //! change a subscriber's `telegram_user_id` or a channel's chat while such a membership exists,
-//! the effect a change asks for, the worker's "skip this revoke, the member is back" check.
+//! the effect a change asks for, the worker's "skip this revoke, the member is back" check
+//! (asked of the revoke's own chat and Telegram account).
 //!
 //! Every change happens inside a transaction that already holds
 //! `pg_advisory_xact_lock(subscriber_id, channel_id)` ([`crate::db::lock_pair`]) — and, on the
@@ -297,13 +298,19 @@ pub async fn pair_of(tx: &Transaction<'_>, id: i64) -> Result<Option<(i32, i32)>
     })
 }
 
-/// Locks and reads the membership of (subscriber, channel), if there is one.
-/// The caller must already hold the pair's advisory lock.
+const LOCK_SUBSCRIBER_SQL: &str = "SELECT 1 FROM subscribers WHERE id = $1 FOR KEY SHARE";
+
+/// Locks and reads the membership of (subscriber, channel), if there is one, after a key-share
+/// lock of the subscriber row (before the membership's, as [`extend`] takes it): the effect of
+/// the change that follows names the subscriber's Telegram account, which then cannot change
+/// until this transaction ends (see [`enqueue_effect`]). The caller must already hold the
+/// pair's advisory lock (and the channel's, [`crate::orders::seats::lock_channel_terms`]).
 pub async fn lock(
     tx: &Transaction<'_>,
     subscriber_id: i32,
     channel_id: i32,
 ) -> Result<Option<Membership>, ApiError> {
+    db::execute(tx, LOCK_SUBSCRIBER_SQL, &[&subscriber_id]).await?;
     db::opt(tx, LOCK_SQL, &[&subscriber_id, &channel_id]).await
 }
 
@@ -385,7 +392,9 @@ pub async fn channel_holds_access(tx: &Transaction<'_>, channel_id: i32) -> Resu
 }
 
 /// A membership as the effects worker needs it before acting: as it is now, with its
-/// channel's title and join link.
+/// channel's title and join link and its subscriber's Telegram account now — which differs
+/// from an effect's `user_id` when the subscriber's `telegram_user_id` changed since the effect
+/// was enqueued (the membership is then another account's).
 #[derive(Debug, Clone)]
 pub struct EffectView {
     pub status: Status,
@@ -393,10 +402,12 @@ pub struct EffectView {
     pub channel_id: i32,
     pub title: String,
     pub invite_link: Option<String>,
+    pub telegram_user_id: i64,
 }
 
 impl FromRow for EffectView {
-    const COLUMNS: &'static str = "status, expires_at, channel_id, title, invite_link";
+    const COLUMNS: &'static str =
+        "status, expires_at, channel_id, title, invite_link, telegram_user_id";
 
     fn from_row(r: &Row) -> Result<EffectView, tokio_postgres::Error> {
         Ok(EffectView {
@@ -405,15 +416,20 @@ impl FromRow for EffectView {
             channel_id: r.try_get("channel_id")?,
             title: r.try_get("title")?,
             invite_link: r.try_get("invite_link")?,
+            telegram_user_id: r.try_get("telegram_user_id")?,
         })
     }
 }
 
-const VIEW_SQL: &str = "SELECT m.status, m.expires_at, c.id AS channel_id, c.title, c.invite_link
-     FROM memberships m JOIN channels c ON c.id = m.channel_id
+const VIEW_SQL: &str = "SELECT m.status, m.expires_at, c.id AS channel_id, c.title, c.invite_link,
+            s.telegram_user_id
+     FROM memberships m
+     JOIN channels c ON c.id = m.channel_id
+     JOIN subscribers s ON s.id = m.subscriber_id
      WHERE m.id = $1";
 const VIEW_IN_CHAT_SQL: &str =
-    "SELECT m.status, m.expires_at, c.id AS channel_id, c.title, c.invite_link
+    "SELECT m.status, m.expires_at, c.id AS channel_id, c.title, c.invite_link,
+            s.telegram_user_id
      FROM memberships m
      JOIN channels c ON c.id = m.channel_id
      JOIN subscribers s ON s.id = m.subscriber_id
@@ -427,8 +443,8 @@ pub async fn effect_view(
     db::opt(client, VIEW_SQL, &[&id]).await
 }
 
-/// The membership of Telegram user `user_id` in the channel of chat `chat_id`, if any, as
-/// [`effect_view`] reads it.
+/// The membership of Telegram user `user_id` (the subscriber whose account it is now) in the
+/// channel of chat `chat_id`, if any, as [`effect_view`] reads it: what a revoke decides on.
 pub async fn effect_view_in_chat(
     client: &impl GenericClient,
     chat_id: i64,
@@ -443,18 +459,29 @@ pub async fn effect_view_in_chat(
 /// (`m`), its event (`ev`) and its effect (`fx`), returning the membership, the event's id and
 /// the status and `expires_at` it had before. The effect is a receipt when the membership held
 /// access by its status before, else a grant ([`effect_of_extension`]); its row is built as
-/// [`enqueue_effect`] builds one (same payload, key and channel lock).
+/// [`enqueue_effect`] builds one (same payload, key, and channel and subscriber locks).
+///
+/// The subscriber row is key-share locked first (`sub`, which the upsert reads its row from,
+/// so the lock is taken before the membership row's): an upsert that updates an existing row
+/// makes no foreign-key check, so nothing else would make it wait for a concurrent change of
+/// the subscriber's `telegram_user_id` (which locks the row `FOR UPDATE`, then refuses while a
+/// membership holds access). Either the change waits for this transaction and then sees the
+/// membership live, or this statement waits for the change and its effect names the new
+/// account (a locking read returns the newest row version). A subscriber deleted meanwhile
+/// leaves `sub` empty and the statement writes nothing.
 ///
 /// `b` is a plain read: the caller holds the pair's advisory lock, which every writer of this
 /// membership takes first, so the statement's snapshot (taken after that lock) shows the row as
 /// the upsert finds it. The upsert locks the row, last in the lock order.
 const EXTEND_SQL: &str = concat!(
-    "WITH b AS (
+    "WITH sub AS (
+         SELECT id, telegram_user_id FROM subscribers WHERE id = $1 FOR KEY SHARE
+     ), b AS (
          SELECT id, status, expires_at FROM memberships
          WHERE subscriber_id = $1 AND channel_id = $2
      ), m AS (
          INSERT INTO memberships (subscriber_id, channel_id, status, expires_at)
-         VALUES ($1, $2, $4, statement_timestamp() + make_interval(days => $3))
+         SELECT sub.id, $2, $4, statement_timestamp() + make_interval(days => $3) FROM sub
          ON CONFLICT (subscriber_id, channel_id) DO UPDATE
          SET status = $4,
              expires_at = GREATEST(memberships.expires_at, statement_timestamp())
@@ -472,7 +499,7 @@ const EXTEND_SQL: &str = concat!(
          RETURNING id, membership_id
      ), fx AS (
          INSERT INTO effects (kind, membership_id, payment_id, chat_id, user_id, payload, dedupe_key)
-         SELECT k.kind, m.id, $6, c.telegram_chat_id, s.telegram_user_id,
+         SELECT k.kind, m.id, $6, c.telegram_chat_id, sub.telegram_user_id,
                 jsonb_build_object('expires_at',
                     to_char(m.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')),
                 k.key_prefix || ':' || m.id || ':ev' || ev.id
@@ -487,7 +514,7 @@ const EXTEND_SQL: &str = concat!(
     holds_access_sql!("b"),
     " THEN $9::text ELSE $10::text END
          ) AS k(kind, key_prefix)
-         JOIN subscribers s ON s.id = m.subscriber_id
+         JOIN sub ON sub.id = m.subscriber_id
          JOIN channels c ON c.id = m.channel_id
          FOR KEY SHARE OF c
      )
@@ -516,7 +543,7 @@ pub async fn extend(
     let (cause_name, payment_id) = cause.parts();
     let (receipt, grant) = (effect_of_extension(true), effect_of_extension(false));
     let prefix = |kind| effects::transition_prefix(kind).expect("a transition's effect");
-    let row = db::row_one(
+    let row = db::row_opt(
         tx,
         EXTEND_SQL,
         &[
@@ -533,6 +560,8 @@ pub async fn extend(
         ],
     )
     .await?;
+    // No row: the subscriber was deleted after the caller looked it up.
+    let row = row.ok_or(ApiError::NotFound("subscriber"))?;
     let after = Membership::from_row(&row)?;
     let status_before: Option<Status> = row.try_get("status_before")?;
     // The kind the statement chose, against the rule every other change follows (checked in
@@ -654,7 +683,7 @@ const CHANGE_EFFECT_SQL: &str = "INSERT INTO effects
      JOIN subscribers s ON s.id = m.subscriber_id
      JOIN channels c ON c.id = m.channel_id
      WHERE m.id = $1
-     FOR KEY SHARE OF c";
+     FOR KEY SHARE OF c, s";
 
 /// Enqueues the effect `kind` of a change of `after`, keyed on the change's event
 /// ([`effects::transition_key`]): one effect per transition.
@@ -669,11 +698,15 @@ async fn enqueue_effect(
         return Ok(());
     };
     // One statement reads the Telegram ids and inserts, so the effect names who they are now.
-    // The channel row is key-share locked, as a foreign key would lock it: a change of its
-    // `telegram_chat_id` (which locks the row `FOR UPDATE`, then refuses while the channel has
-    // memberships holding access or pending effects for its chat) waits for this transaction,
-    // or this statement waits for it and reads the new chat. So a membership made live
-    // concurrently with a chat change can never be left with an effect aimed at the old chat.
+    // The channel and subscriber rows are key-share locked, as a foreign key would lock them
+    // (an update of an existing membership makes no foreign-key check, so nothing else does):
+    // a change of the channel's `telegram_chat_id` or the subscriber's `telegram_user_id`
+    // (each locks its row `FOR UPDATE`, then refuses while memberships hold access — and, for
+    // a chat, while effects for it are pending) waits for this transaction, or this statement
+    // waits for it and reads the new id. So a membership made live concurrently with such a
+    // change can never be left with an effect aimed at the old chat or the old account. (A
+    // staff correction already holds the subscriber's lock, taken by [`lock`] in the lock
+    // order; taking it again here waits for nothing.)
     // No `ON CONFLICT`: the key is new by construction (an event id); a clash is a bug to see.
     db::execute(
         tx,

@@ -50,13 +50,21 @@ impl FromRequestParts<AppState> for Staff {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let token = bearer(&parts.headers).ok_or(ApiError::Unauthorized)?;
-        let id = auth::verify_token(state.config.jwt_secret.expose().as_bytes(), token)
-            .ok_or(ApiError::Unauthorized)?;
+        let subject = auth::verify_token(
+            state.config.jwt_secret.expose().as_bytes(),
+            token,
+            state.config.jwt_ttl,
+        )
+        .ok_or(ApiError::Unauthorized)?;
+        // One read: the account still exists and its sessions were not ended since the token
+        // was issued (a password change bumps its token version).
         let client = state.db.get().await?;
-        if !auth::staff_exists(&client, id).await? {
+        if !auth::session_valid(&client, subject).await? {
             return Err(ApiError::Unauthorized);
         }
-        Ok(Staff { id })
+        Ok(Staff {
+            id: subject.staff_id,
+        })
     }
 }
 
@@ -163,11 +171,11 @@ pub async fn login(
     let account = if email.contains('\0') {
         None
     } else {
-        auth::find_account(&state.db.get().await?, &email).await?
+        auth::find_login(&state.db.get().await?, &email).await?
     };
-    let (id, hash) = match account {
-        Some((id, hash)) => (Some(id), hash),
-        None => (None, state.dummy_hash.get().await?),
+    let (id, version, hash) = match account {
+        Some(a) => (Some(a.id), a.token_version, a.password_hash),
+        None => (None, 0, state.dummy_hash.get().await?),
     };
 
     let permit = state.hash_permits.acquire().await.ok_or_else(|| {
@@ -182,7 +190,7 @@ pub async fn login(
         tracing::info!("login failed");
         return Err(ApiError::Unauthorized);
     };
-    let token = auth::issue_token(cfg.jwt_secret.expose().as_bytes(), id, cfg.jwt_ttl)?;
+    let token = auth::issue_token(cfg.jwt_secret.expose().as_bytes(), id, version, cfg.jwt_ttl)?;
     tracing::info!(staff_id = id, "login succeeded");
     Ok(axum::Json(json!({
         "access_token": token,

@@ -329,7 +329,9 @@ impl Modify for SecuritySchemes {
                 STAFF_JWT,
                 bearer(
                     Some("JWT"),
-                    "A staff token from POST /api/auth/login (HS256, `exp` enforced).",
+                    "A staff token from POST /api/auth/login (HS256; `exp` enforced, `iat` \
+                     not in the future, lifetime at most `JWT_TTL_SECS`; ended at once by a \
+                     password change of its account).",
                 ),
             ),
             (

@@ -282,7 +282,10 @@ pub async fn patch(
             && new_id != current.get::<_, i64>(0)
         {
             // Memberships are only created under the subscriber row's key-share lock (their
-            // foreign key), so this check cannot race a new membership.
+            // foreign key), and revived under it too (`memberships::extend`, `memberships::lock`
+            // take it), so this check cannot race a membership becoming live. Effects still
+            // pending or failed for the old account do not block the change: each keeps the
+            // account it was enqueued for (a revoke still removes the old one), docs/effects.md.
             if memberships::subscriber_holds_access(tx, id).await? {
                 return Err(ApiError::Conflict(
                     "telegram_user_id cannot change while the subscriber has an active or grace membership".into(),

@@ -128,11 +128,14 @@ impl Worker {
                 }
             }
             _ => {
-                // A revoke of a deleted membership names no membership: what counts then is
-                // whether the member has a live membership of that chat again (a new grant
-                // after the delete), which must not be undone.
+                // A revoke is decided on its own chat and user: whether that Telegram account
+                // holds access in that chat now (its membership renewed, or a new grant after
+                // a delete), which must not be undone. Not on the membership it names: after a
+                // change of the subscriber's `telegram_user_id` that membership is another
+                // account's, and its renewal must not spare the old account. (A revoke of a
+                // deleted membership names none.)
                 let m = match (kind, e.membership_id, e.chat_id) {
-                    (Kind::Revoke, None, Some(chat)) => {
+                    (Kind::Revoke, _, Some(chat)) => {
                         memberships::effect_view_in_chat(&client, chat, e.user_id).await
                     }
                     (_, Some(id), _) => memberships::effect_view(&client, id).await,
@@ -160,6 +163,9 @@ impl Worker {
         let Some(m) = m else {
             return Ok(Some("skipped: the membership was deleted".into()));
         };
+        if let Some(skip) = account_changed(e, &m) {
+            return Ok(Some(skip));
+        }
         if !m.status.holds_access() {
             return Ok(Some(format!("skipped: the membership is {} now", m.status)));
         }
@@ -216,6 +222,9 @@ impl Worker {
         let Some(m) = m else {
             return Ok(Some("skipped: the membership was deleted".into()));
         };
+        if let Some(skip) = account_changed(e, &m) {
+            return Ok(Some(skip));
+        }
         if !m.status.holds_access() {
             return Ok(Some(format!("skipped: the membership is {} now", m.status)));
         }
@@ -225,7 +234,8 @@ impl Worker {
     }
 
     /// Ban, then unban only if banned: out of the channel now, free to rejoin after paying.
-    /// Skipped when the membership is live again (a renewal overtook the expiry).
+    /// Skipped when the effect's own Telegram account holds access in the chat again (a
+    /// renewal overtook the expiry); `m` is that account's membership there.
     async fn revoke(&self, bot: &BotApi, e: &Effect, m: Option<EffectView>) -> Performed {
         if let Some(m) = m
             && m.status.holds_access()
@@ -262,6 +272,9 @@ impl Worker {
         let Some(m) = m else {
             return Ok(Some("skipped: the membership was deleted".into()));
         };
+        if let Some(skip) = account_changed(e, &m) {
+            return Ok(Some(skip));
+        }
         if m.status != status || e.payload_expires_at() != Some(m.expires_at) {
             return Ok(Some(
                 "skipped: the membership changed since (renewed or ended)".into(),
@@ -397,6 +410,16 @@ impl Worker {
             Err(err) => Err(err.into()),
         }
     }
+}
+
+/// The skip note of a grant, receipt or notice enqueued for a Telegram account that is no
+/// longer the membership's: the subscriber's `telegram_user_id` changed since, so the message
+/// (a join link, a receipt, a reminder) would go to the old account. The new account's own
+/// effects come from the changes made after the switch.
+fn account_changed(e: &Effect, m: &EffectView) -> Option<String> {
+    (m.telegram_user_id != e.user_id).then(|| {
+        "skipped: the subscriber's Telegram account changed since (telegram_user_id)".to_string()
+    })
 }
 
 fn no_chat() -> Failure {

@@ -448,6 +448,126 @@ async fn expired_token_is_401_with_zero_leeway() {
 }
 
 #[tokio::test]
+async fn token_issued_in_the_future_is_401() {
+    let app = TestApp::spawn().await;
+    let id = admin_id(&app).await.to_string();
+    for ahead in [2, 600] {
+        let iat = now() + ahead;
+        let claims = json!({"sub": id, "iat": iat, "exp": iat + 60});
+        let token = sign(Algorithm::HS256, JWT_SECRET, &claims);
+        assert_bearer_401(&with_auth(&app, Some(&format!("Bearer {token}"))).await);
+    }
+    // Without iat at all.
+    let claims = json!({"sub": id, "exp": now() + 60});
+    let token = sign(Algorithm::HS256, JWT_SECRET, &claims);
+    assert_bearer_401(&with_auth(&app, Some(&format!("Bearer {token}"))).await);
+    // Issued now: fine.
+    let claims = json!({"sub": id, "iat": now(), "exp": now() + 60});
+    let token = sign(Algorithm::HS256, JWT_SECRET, &claims);
+    with_auth(&app, Some(&format!("Bearer {token}")))
+        .await
+        .expect(200);
+}
+
+#[tokio::test]
+async fn token_living_longer_than_jwt_ttl_secs_is_401() {
+    // JWT_TTL_SECS is 3600 in the tests.
+    let app = TestApp::spawn().await;
+    let id = admin_id(&app).await.to_string();
+    let iat = now() - 10;
+    for lifetime in [3601, 86_400 * 365] {
+        let claims = json!({"sub": id, "iat": iat, "exp": iat + lifetime});
+        let token = sign(Algorithm::HS256, JWT_SECRET, &claims);
+        assert_bearer_401(&with_auth(&app, Some(&format!("Bearer {token}"))).await);
+    }
+    let claims = json!({"sub": id, "iat": iat, "exp": iat + 3600});
+    let token = sign(Algorithm::HS256, JWT_SECRET, &claims);
+    with_auth(&app, Some(&format!("Bearer {token}")))
+        .await
+        .expect(200);
+}
+
+#[tokio::test]
+async fn token_of_another_version_is_401() {
+    let app = TestApp::spawn().await;
+    let id = admin_id(&app).await.to_string();
+    let claims = |ver: Value| json!({"sub": id, "iat": now(), "exp": now() + 60, "ver": ver});
+    for ver in [json!(1), json!(-1), json!("0"), json!(1_u64 << 40)] {
+        let token = sign(Algorithm::HS256, JWT_SECRET, &claims(ver));
+        assert_bearer_401(&with_auth(&app, Some(&format!("Bearer {token}"))).await);
+    }
+    // The account's version is 0: a token of version 0, or one without `ver` (issued before
+    // the claim existed), opens the API.
+    let token = sign(Algorithm::HS256, JWT_SECRET, &claims(json!(0)));
+    with_auth(&app, Some(&format!("Bearer {token}")))
+        .await
+        .expect(200);
+    let token = sign(
+        Algorithm::HS256,
+        JWT_SECRET,
+        &json!({"sub": id, "iat": now(), "exp": now() + 60}),
+    );
+    with_auth(&app, Some(&format!("Bearer {token}")))
+        .await
+        .expect(200);
+}
+
+#[tokio::test]
+async fn a_password_change_ends_earlier_tokens_at_once_and_a_new_login_works() {
+    let app = TestApp::spawn().await;
+    let old = app.token().await;
+    with_auth(&app, Some(&format!("Bearer {old}")))
+        .await
+        .expect(200);
+    let password = "the admin's new passphrase";
+    assert!(
+        subgate::auth::set_password(&app.state.db, ADMIN_EMAIL, password, 4)
+            .await
+            .unwrap()
+    );
+    assert_bearer_401(&with_auth(&app, Some(&format!("Bearer {old}"))).await);
+    assert_bearer_401(&app.login(ADMIN_EMAIL, ADMIN_PASSWORD).await);
+    let body = app.login(ADMIN_EMAIL, password).await.expect(200);
+    let new = body["access_token"].as_str().unwrap();
+    with_auth(&app, Some(&format!("Bearer {new}")))
+        .await
+        .expect(200);
+    assert_bearer_401(&with_auth(&app, Some(&format!("Bearer {old}"))).await);
+}
+
+#[tokio::test]
+async fn ending_an_account_s_sessions_refuses_its_tokens_and_no_one_else_s() {
+    let app = TestApp::spawn().await;
+    let ops = "ops@example.com";
+    let ops_password = "the ops passphrase";
+    assert!(
+        subgate::auth::create_staff(&app.state.db, ops, ops_password, 4)
+            .await
+            .unwrap()
+    );
+    let admin = app.token().await;
+    let ops_token = app.login(ops, ops_password).await.expect(200)["access_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let id = admin_id(&app).await;
+    let client = app.db().await;
+    assert!(subgate::auth::end_sessions(&client, id).await.unwrap());
+    assert!(!subgate::auth::end_sessions(&client, 999_999).await.unwrap());
+    drop(client);
+    assert_bearer_401(&with_auth(&app, Some(&format!("Bearer {admin}"))).await);
+    with_auth(&app, Some(&format!("Bearer {ops_token}")))
+        .await
+        .expect(200);
+    // The same password logs in again, with a token of the new version.
+    let body = app.login(ADMIN_EMAIL, ADMIN_PASSWORD).await.expect(200);
+    let fresh = body["access_token"].as_str().unwrap();
+    with_auth(&app, Some(&format!("Bearer {fresh}")))
+        .await
+        .expect(200);
+}
+
+#[tokio::test]
 async fn token_with_bad_subject_is_401() {
     let app = TestApp::spawn().await;
     for sub in [

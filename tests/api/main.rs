@@ -24,4 +24,5 @@ mod smoke;
 mod sweep;
 mod telegram;
 mod tls;
+mod user_id_change;
 mod wayforpay;

@@ -1,6 +1,7 @@
 //! Operations basics — request ids, problem+json for unknown routes, health and
 //! readiness (including a database outage and recovery without restart), configuration errors,
-//! and the `subgate` binary's commands (serve, migrate, staff create, healthcheck).
+//! and the `subgate` binary's commands (serve, migrate, staff create and set-password,
+//! healthcheck).
 
 use std::{
     collections::HashMap,
@@ -30,7 +31,7 @@ fn is_uuid(s: &str) -> bool {
 /// A token for staff account `id`, signed with the test secret (for apps whose database is
 /// unreachable, so login cannot be used).
 fn token_for(id: i64) -> String {
-    subgate::auth::issue_token(JWT_SECRET.as_bytes(), id, Duration::from_secs(600)).unwrap()
+    subgate::auth::issue_token(JWT_SECRET.as_bytes(), id, 0, Duration::from_secs(600)).unwrap()
 }
 
 // ---------------------------------------------------------------- request ids, routes
@@ -692,6 +693,76 @@ async fn staff_create_makes_an_account_that_can_log_in() {
         .unwrap()
         .get(0);
     assert_eq!(n, 2, "the admin and x@example.com");
+}
+
+#[tokio::test]
+async fn staff_set_password_changes_the_password_and_ends_the_account_s_sessions() {
+    let app = TestApp::spawn().await;
+    let url = url_for(&app.db_name);
+    let vars = [
+        ("DATABASE_URL", url.as_str()),
+        ("JWT_SECRET", JWT_SECRET),
+        ("BCRYPT_COST", "4"),
+    ];
+    let old = format!("Bearer {}", app.token().await);
+    let list = |authorization: String| {
+        let app = &app;
+        async move {
+            app.request(
+                Method::GET,
+                "/api/channels",
+                &[("authorization", authorization.as_str())],
+                Body::empty(),
+            )
+            .await
+        }
+    };
+    list(old.clone()).await.expect(200);
+
+    let password = "a brand new admin passphrase";
+    let out = run(
+        subgate(&["staff", "set-password", "--email", ADMIN_EMAIL], &vars),
+        Some(&format!("{password}\n")),
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!text(&out.stdout).contains(password) && !text(&out.stderr).contains(password));
+    // The token issued before is refused at once; the old password no longer logs in, the new
+    // one does, and its token works.
+    crate::auth::assert_bearer_401(&list(old).await);
+    crate::auth::assert_bearer_401(&app.login(ADMIN_EMAIL, ADMIN_PASSWORD).await);
+    let body = app.login(ADMIN_EMAIL, password).await.expect(200);
+    let new = format!("Bearer {}", body["access_token"].as_str().unwrap());
+    list(new.clone()).await.expect(200);
+
+    // Refusals change nothing: an unknown account, a short password.
+    let out = run(
+        subgate(
+            &["staff", "set-password", "--email", "nobody@example.com"],
+            &vars,
+        ),
+        Some("long enough password\n"),
+    )
+    .await;
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("no staff account"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run(
+        subgate(&["staff", "set-password", "--email", ADMIN_EMAIL], &vars),
+        Some("short\n"),
+    )
+    .await;
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("password"),
+        "{}",
+        text(&out.stderr)
+    );
+    list(new).await.expect(200);
+    app.login(ADMIN_EMAIL, password).await.expect(200);
 }
 
 async fn create_empty_database(name: &str) {
