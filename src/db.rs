@@ -41,6 +41,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "buyer_bot",
         include_str!("../migrations/0005_buyer_bot.sql"),
     ),
+    (
+        6,
+        "star_subscription_refusals",
+        include_str!("../migrations/0006_star_subscription_refusals.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,
