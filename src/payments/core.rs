@@ -763,8 +763,7 @@ const EARLIER_RENEWALS_SQL: &str = concat!(
     payment_columns!(),
     ", payer, subscription_expires_at FROM payments
      WHERE order_id = $1 AND gateway = $2 AND renewal AND outcome = $3 AND reason = $4
-     ORDER BY paid_at, id
-     FOR UPDATE"
+     ORDER BY paid_at, id"
 );
 const REJUDGED_SQL: &str = "UPDATE payments
      SET outcome = $2, reason = $3, updated_at = statement_timestamp()
@@ -777,7 +776,9 @@ const REJUDGED_SQL: &str = "UPDATE payments
 /// delivery or the reconcile still finds it stored and changes nothing) and extends the
 /// membership; one that fails keeps `needs_review` with its new reason and stops the
 /// subscription like any refused renewal. Returns the membership after the last one applied.
-/// The caller holds the order's locks and has just applied the first charge.
+/// The caller holds the order's locks and has just applied the first charge; the renewals are
+/// read without a row lock, since only the payment core writes a stored `needs_review` payment,
+/// under its order's lock.
 async fn rejudge_renewals(
     tx: &Transaction<'_>,
     locked: &LockedOrder,

@@ -59,6 +59,19 @@ fn charge_update(
     })
 }
 
+fn text_update(from: i64, text: &str) -> Value {
+    json!({
+        "update_id": next_id(),
+        "message": {
+            "message_id": next_id(),
+            "date": Utc::now().timestamp(),
+            "chat": {"id": from, "type": "private", "first_name": "Ann"},
+            "from": {"id": from, "is_bot": false, "first_name": "Ann", "language_code": "en"},
+            "text": text
+        }
+    })
+}
+
 async fn app_with(fake: &FakeBot) -> TestApp {
     let url = fake.url.clone();
     TestApp::spawn_with(move |env| {
@@ -354,6 +367,10 @@ async fn a_second_subscription_of_a_paid_order_is_refunded_and_cancelled_the_fir
     run(&app).await;
     assert!(fake.subscription_cancelled(8_102, "tw-2"));
     assert!(!fake.subscription_cancelled(8_102, "tw-1"));
+    // The buyer's /subscriptions shows the subscription that renews, not the refused one.
+    let reply = send(&app, &text_update(8_102, "/subscriptions")).await;
+    let text = reply["text"].as_str().unwrap();
+    assert!(text.contains("Renews automatically on"), "{text}");
 }
 
 #[tokio::test]
