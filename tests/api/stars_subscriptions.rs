@@ -693,3 +693,76 @@ async fn the_reconcile_classifies_a_first_charge_and_its_renewal_as_door_3_would
         ))
     );
 }
+
+#[tokio::test]
+async fn a_late_first_charge_racing_its_repeats_and_the_reconcile_applies_the_early_renewal_once() {
+    const ROUNDS: i64 = 10;
+    let fake = FakeBot::start().await;
+    let app = std::sync::Arc::new(app_with(&fake).await);
+    let c = recurring_channel(&app, -100_300_010, json!({})).await;
+    for round in 0..ROUNDS {
+        let user = 8_200 + round;
+        let (s, order, reference) = buyer_with_order(&app, user, c).await;
+        let (f, r) = (format!("race-{round}-1"), format!("race-{round}-2"));
+        let now = Utc::now();
+        let renewal_at = secs(now + Duration::days(60));
+        let renewal = charge_update(&r, user, &reference, false, renewal_at);
+        send(&app, &renewal).await;
+        let first = charge_update(&f, user, &reference, true, secs(now + Duration::days(30)));
+        fake.add_incoming_payment(&f, user, &reference, 250);
+        fake.add_incoming_payment(&r, user, &reference, 250);
+
+        // The first charge twice, the renewal again and the reconcile, released together.
+        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(4));
+        let mut tasks = Vec::new();
+        for update in [first.clone(), first, renewal] {
+            let (app, barrier) = (app.clone(), barrier.clone());
+            tasks.push(tokio::spawn(async move {
+                barrier.wait().await;
+                app.post_telegram_update(update).await.expect(200);
+            }));
+        }
+        let (app2, barrier2) = (app.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier2.wait().await;
+            recovery::reconcile(&app2.state.db, &app2.state.config)
+                .await
+                .unwrap();
+        }));
+        for t in tasks {
+            t.await.unwrap();
+        }
+
+        assert_eq!(payment(&app, &f).await, ("applied".into(), None, false));
+        assert_eq!(payment(&app, &r).await, ("applied".into(), None, true));
+        let rows = app
+            .db()
+            .await
+            .query(
+                "SELECT p.external_id, count(ev.id) FROM payments p
+                 LEFT JOIN membership_events ev ON ev.payment_id = p.id
+                 WHERE p.order_id = $1 GROUP BY p.external_id ORDER BY p.external_id",
+                &[&order],
+            )
+            .await
+            .unwrap();
+        let events: Vec<(String, i64)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+        assert_eq!(events, [(f.clone(), 1), (r.clone(), 1)], "round {round}");
+        assert_eq!(
+            membership(&app, s, c).await,
+            ("active".into(), renewal_at + Duration::days(1)),
+            "round {round}"
+        );
+        let subs: i64 = app
+            .db()
+            .await
+            .query_one(
+                "SELECT count(*) FROM star_subscriptions WHERE order_id = $1",
+                &[&order],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(subs, 1, "round {round}");
+    }
+}
