@@ -12,14 +12,14 @@
 //! so no decision is made from a limit older than the one it commits.
 //!
 //! Seats taken = live memberships ([`crate::memberships::live_sql!`]: active or grace and
-//! inside its term plus grace by database time) + subscribers who are not live members but hold
-//! a live Stars subscription of the channel ([`subscription_holds_seat_sql!`]: active, and
-//! database time before its next renewal plus [`SUBSCRIPTION_SLACK_SECS`]) + distinct
-//! subscribers who are neither holding a pending order whose `hold_until` is still in the
-//! future. A seated buyer (a live member or live subscriber, [`is_live_member`]) needs no seat to
-//! pay again, so a renewal Telegram charges on its date is never refused for a seat it held. A hold is set once, never extended,
-//! and an expired hold is never renewed (the buyer needs a new order), so a late payment of an
-//! old invoice cannot take a seat a newer buyer holds.
+//! inside its term plus grace by database time) + distinct subscribers who are not live members
+//! but hold a live Stars subscription of the channel (`subscription_holds_seat_sql!`: active,
+//! and database time before its next renewal plus [`SUBSCRIPTION_SLACK_SECS`]) + distinct
+//! subscribers who are neither, holding a pending order whose `hold_until` is still in the
+//! future. A seated buyer (a live member or live subscriber, [`is_live_member`]) needs no seat
+//! to pay again, so a renewal Telegram charges on its date never finds its seat taken. A hold is
+//! set once, never extended, and an expired hold is never renewed (the buyer needs a new order),
+//! so a late payment of an old invoice cannot take a seat a newer buyer holds.
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
@@ -299,7 +299,7 @@ const SEATED_SQL: &str = concat!(
 
 /// True when the subscriber holds a seat of the channel already: a live member (the one
 /// definition, [`crate::memberships::live_sql!`]), or the holder of a live Stars subscription of it
-/// ([`subscription_holds_seat_sql!`]). Such a buyer needs no seat. The caller holds the pair
+/// (`subscription_holds_seat_sql!`). Such a buyer needs no seat. The caller holds the pair
 /// lock.
 pub async fn is_live_member(
     tx: &Transaction<'_>,
