@@ -766,3 +766,77 @@ async fn a_late_first_charge_racing_its_repeats_and_the_reconcile_applies_the_ea
         assert_eq!(subs, 1, "round {round}");
     }
 }
+
+#[tokio::test]
+async fn a_refused_first_charge_delivered_three_times_at_once_and_reconciled_stops_once() {
+    const ROUNDS: i64 = 10;
+    let fake = FakeBot::start().await;
+    let app = std::sync::Arc::new(app_with(&fake).await);
+    let c = recurring_channel(&app, -100_300_011, json!({})).await;
+    for round in 0..ROUNDS {
+        let user = 8_300 + round;
+        // The order is made while the channel sells; it closes before the charge arrives.
+        app.patch(&format!("/api/channels/{c}"), json!({"active": true}))
+            .await
+            .expect(200);
+        let (_, order, reference) = buyer_with_order(&app, user, c).await;
+        app.patch(&format!("/api/channels/{c}"), json!({"active": false}))
+            .await
+            .expect(200);
+        let charge = format!("ref-{round}");
+        let update = charge_update(
+            &charge,
+            user,
+            &reference,
+            true,
+            Utc::now() + Duration::days(30),
+        );
+        fake.add_incoming_payment(&charge, user, &reference, 250);
+        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(4));
+        let mut tasks = Vec::new();
+        for _ in 0..3 {
+            let (app, barrier, update) = (app.clone(), barrier.clone(), update.clone());
+            tasks.push(tokio::spawn(async move {
+                barrier.wait().await;
+                app.post_telegram_update(update).await.expect(200);
+            }));
+        }
+        let (app2, barrier2) = (app.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier2.wait().await;
+            recovery::reconcile(&app2.state.db, &app2.state.config)
+                .await
+                .unwrap();
+        }));
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(
+            payment(&app, &charge).await,
+            (
+                "needs_review".into(),
+                Some("channel_inactive".into()),
+                false
+            ),
+            "round {round}"
+        );
+        let counts: (i64, i64, i64) = {
+            let r = app
+                .db()
+                .await
+                .query_one(
+                    "SELECT (SELECT count(*) FROM star_subscriptions WHERE order_id = $1
+                               AND status = 'cancelled' AND cancelled_by = 'subgate'),
+                            (SELECT count(*) FROM effects
+                              WHERE kind = 'subscription_cancel' AND order_id = $1),
+                            (SELECT count(*) FROM effects
+                              WHERE kind = 'bot_message' AND order_id = $1)",
+                    &[&order],
+                )
+                .await
+                .unwrap();
+            (r.get(0), r.get(1), r.get(2))
+        };
+        assert_eq!(counts, (1, 1, 1), "round {round}: rows, cancels, notices");
+    }
+}
