@@ -42,6 +42,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("../migrations/0005_buyer_bot.sql"),
     ),
     (
+        6,
+        "star_subscription_refusals",
+        include_str!("../migrations/0006_star_subscription_refusals.sql"),
+    ),
+    (
         8,
         "staff_token_version",
         include_str!("../migrations/0008_staff_token_version.sql"),

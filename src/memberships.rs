@@ -481,11 +481,13 @@ const EXTEND_SQL: &str = concat!(
          WHERE subscriber_id = $1 AND channel_id = $2
      ), m AS (
          INSERT INTO memberships (subscriber_id, channel_id, status, expires_at)
-         SELECT sub.id, $2, $4, statement_timestamp() + make_interval(days => $3) FROM sub
+         SELECT sub.id, $2, $4,
+                GREATEST(statement_timestamp() + make_interval(days => $3), $11::timestamptz)
+         FROM sub
          ON CONFLICT (subscriber_id, channel_id) DO UPDATE
          SET status = $4,
-             expires_at = GREATEST(memberships.expires_at, statement_timestamp())
-                          + make_interval(days => $3),
+             expires_at = GREATEST(GREATEST(memberships.expires_at, statement_timestamp())
+                                   + make_interval(days => $3), $11::timestamptz),
              updated_at = statement_timestamp()
          RETURNING ",
     membership_columns!(),
@@ -535,6 +537,20 @@ pub async fn extend(
     days: i32,
     cause: Cause,
 ) -> Result<(Membership, bool), ApiError> {
+    extend_at_least(tx, subscriber_id, channel_id, days, cause, None).await
+}
+
+/// [`extend`], with the new term ending no earlier than `at_least` when given: a Stars
+/// subscription charge's membership lasts until the subscription's next renewal plus a slack
+/// (`payments::star_subscriptions::SLACK_SECS`), however late the charge is applied.
+pub async fn extend_at_least(
+    tx: &Transaction<'_>,
+    subscriber_id: i32,
+    channel_id: i32,
+    days: i32,
+    cause: Cause,
+    at_least: Option<DateTime<Utc>>,
+) -> Result<(Membership, bool), ApiError> {
     if days < 1 {
         return Err(ApiError::internal(
             "a membership is extended by at least one day",
@@ -557,6 +573,7 @@ pub async fn extend(
             &grant,
             &prefix(receipt),
             &prefix(grant),
+            &at_least,
         ],
     )
     .await?;

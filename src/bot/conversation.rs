@@ -275,6 +275,7 @@ async fn subscriptions(
              LEFT JOIN LATERAL (
                  SELECT x.id, x.status, x.expires_at FROM star_subscriptions x
                  WHERE x.subscriber_id = m.subscriber_id AND x.channel_id = m.channel_id
+                   AND x.applied
                  ORDER BY x.id DESC LIMIT 1
              ) ss ON true
              WHERE s.telegram_user_id = $1

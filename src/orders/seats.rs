@@ -13,9 +13,13 @@
 //!
 //! Seats taken = live memberships ([`crate::memberships::live_sql!`]: active or grace and
 //! inside its term plus grace by database time) + distinct subscribers who are not live members
-//! holding a pending order whose `hold_until` is still in the future. A hold is set once, never extended,
-//! and an expired hold is never renewed (the buyer needs a new order), so a late payment of an
-//! old invoice cannot take a seat a newer buyer holds.
+//! but hold a live Stars subscription of the channel (`subscription_holds_seat_sql!`: active,
+//! and database time before its next renewal plus [`SUBSCRIPTION_SLACK_SECS`]) + distinct
+//! subscribers who are neither, holding a pending order whose `hold_until` is still in the
+//! future. A seated buyer (a live member or live subscriber, [`is_live_member`]) needs no seat
+//! to pay again, so a renewal Telegram charges on its date never finds its seat taken. A hold is
+//! set once, never extended, and an expired hold is never renewed (the buyer needs a new order),
+//! so a late payment of an old invoice cannot take a seat a newer buyer holds.
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
@@ -25,7 +29,6 @@ use super::{Order, Status, order_columns};
 use crate::{
     db::{self, FromRow},
     error::ApiError,
-    memberships,
 };
 
 /// What the checks need to know of an order's channel, read under the channel lock.
@@ -218,15 +221,44 @@ pub async fn lock_for_seat_limit_change(
 
 const SEAT_LIMIT_LOCK_SQL: &str = "SELECT 1 FROM channels WHERE id = $1 FOR UPDATE";
 
-/// The seat count: live memberships of channel `$1` plus the distinct subscribers who are not
-/// live members holding a valid hold on a pending order of it. Both halves test membership with
-/// the one live predicate ([`memberships::live_sql!`]).
+/// How long past its next renewal (`expires_at`) a live Stars subscription holds its seat, and
+/// its membership lasts at least: one day, for Telegram's renewal charge to arrive.
+pub const SUBSCRIPTION_SLACK_SECS: i64 = 86_400;
+
+/// SQL: Stars subscription `$ss` (a `star_subscriptions` row) holds its seat — it is active and
+/// database time is before its next renewal plus [`SUBSCRIPTION_SLACK_SECS`].
+/// `subscription_holds_seat_sql!("ss")`.
+macro_rules! subscription_holds_seat_sql {
+    ($ss:literal) => {
+        concat!(
+            $ss,
+            ".status = 'active' AND statement_timestamp() < ",
+            $ss,
+            ".expires_at + make_interval(secs => 86400)"
+        )
+    };
+}
+
+/// The seat count: live memberships of channel `$1`, plus the distinct subscribers who are not
+/// live members but hold a live Stars subscription of it, plus the distinct subscribers who are
+/// neither and hold a valid hold on a pending order of it. Membership is tested with the one
+/// live predicate ([`crate::memberships::live_sql!`]).
 const SEATS_TAKEN_SQL: &str = concat!(
     "SELECT
        (SELECT count(*) FROM memberships m JOIN channels c ON c.id = m.channel_id
          WHERE m.channel_id = $1 AND ",
     crate::memberships::live_sql!("m", "c"),
     ")
+     + (SELECT count(DISTINCT ss.subscriber_id) FROM star_subscriptions ss
+         WHERE ss.channel_id = $1 AND ",
+    subscription_holds_seat_sql!("ss"),
+    "
+           AND NOT EXISTS (
+               SELECT 1 FROM memberships m JOIN channels c ON c.id = m.channel_id
+                WHERE m.subscriber_id = ss.subscriber_id AND m.channel_id = ss.channel_id
+                  AND ",
+    crate::memberships::live_sql!("m", "c"),
+    "))
      + (SELECT count(DISTINCT o.subscriber_id) FROM orders o
          WHERE o.channel_id = $1 AND o.status = 'pending'
            AND o.hold_until > statement_timestamp()
@@ -235,11 +267,18 @@ const SEATS_TAKEN_SQL: &str = concat!(
                 WHERE m.subscriber_id = o.subscriber_id AND m.channel_id = o.channel_id
                   AND ",
     crate::memberships::live_sql!("m", "c"),
+    ")
+           AND NOT EXISTS (
+               SELECT 1 FROM star_subscriptions ss
+                WHERE ss.subscriber_id = o.subscriber_id AND ss.channel_id = o.channel_id
+                  AND ",
+    subscription_holds_seat_sql!("ss"),
     "))"
 );
 
-/// Seats taken in a channel: live memberships plus subscribers who are not live members with a
-/// pending order whose hold is still valid at `statement_timestamp()`. Call it under the
+/// Seats taken in a channel: live memberships, plus live Stars subscribers who are not live
+/// members, plus subscribers who are neither with a pending order whose hold is still valid at
+/// `statement_timestamp()`. Call it under the
 /// channel lock, or the count may be stale by the time it is used.
 pub async fn seats_taken(tx: &Transaction<'_>, channel_id: i32) -> Result<i64, ApiError> {
     Ok(db::row_one(tx, SEATS_TAKEN_SQL, &[&channel_id])
@@ -247,14 +286,29 @@ pub async fn seats_taken(tx: &Transaction<'_>, channel_id: i32) -> Result<i64, A
         .try_get(0)?)
 }
 
-/// True when the subscriber is a live member of the channel ([`memberships::is_live`], the one
-/// definition): such a buyer needs no seat. The caller holds the pair lock.
+const SEATED_SQL: &str = concat!(
+    "SELECT EXISTS (SELECT 1 FROM memberships m JOIN channels c ON c.id = m.channel_id
+                    WHERE m.subscriber_id = $1 AND m.channel_id = $2 AND ",
+    crate::memberships::live_sql!("m", "c"),
+    ")
+         OR EXISTS (SELECT 1 FROM star_subscriptions ss
+                    WHERE ss.subscriber_id = $1 AND ss.channel_id = $2 AND ",
+    subscription_holds_seat_sql!("ss"),
+    ")"
+);
+
+/// True when the subscriber holds a seat of the channel already: a live member (the one
+/// definition, [`crate::memberships::live_sql!`]), or the holder of a live Stars subscription of it
+/// (`subscription_holds_seat_sql!`). Such a buyer needs no seat. The caller holds the pair
+/// lock.
 pub async fn is_live_member(
     tx: &Transaction<'_>,
     subscriber_id: i32,
     channel_id: i32,
 ) -> Result<bool, ApiError> {
-    memberships::is_live(tx, subscriber_id, channel_id).await
+    Ok(db::row_one(tx, SEATED_SQL, &[&subscriber_id, &channel_id])
+        .await?
+        .try_get(0)?)
 }
 
 /// Applies the seat rule of API.md "Seats" to a locked order, reading database time after the
@@ -340,5 +394,20 @@ pub async fn checkout_decide(
             let order = db::one(tx, HOLD_SQL, &[&locked.order.id, &(hold_secs as f64)]).await?;
             Ok(Ok(order))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_subscription_holds_its_seat_for_the_slack_past_its_renewal() {
+        assert_eq!(
+            subscription_holds_seat_sql!("ss"),
+            format!(
+                "ss.status = 'active' AND statement_timestamp() < \
+                 ss.expires_at + make_interval(secs => {})",
+                super::SUBSCRIPTION_SLACK_SECS
+            )
+        );
     }
 }

@@ -29,8 +29,12 @@
 //! A renewal charge of a Telegram Stars subscription ([`star_subscriptions`]) is one more
 //! payment of an order that is already paid: it is checked against the subscription instead
 //! (known, not cancelled, same amount, currency and payer, channel active, a seat) and extends
-//! the membership by one period. It is never `already_paid` and never refunded: a renewal that
-//! fails a check is `needs_review`.
+//! the membership by one period, to at least the subscription's next renewal plus a day. It is
+//! never `already_paid` and never refunded: a renewal that fails a check is `needs_review`.
+//! Any subscription charge that fails a check stops its subscription in the same transaction
+//! ([`stop_subscription`]), and a renewal that arrived before its subscription's first charge
+//! was recorded is judged again when that charge starts the subscription
+//! ([`rejudge_renewals`]).
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Pool, Transaction};
@@ -265,8 +269,11 @@ impl Reason {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Recurrence {
     /// Not known (doors 1 and 2, the Stars reconcile): a Stars charge of a paid order whose
-    /// subscription it did not start is taken as a renewal, and a Stars payment of a pending
-    /// order of a `recurring` channel starts a subscription.
+    /// subscription it did not start, made in the second half of that subscription's period or
+    /// later, is taken as a renewal (Telegram charges a renewal at the subscription's date; an
+    /// earlier charge is another subscription's first), and a Stars payment of a `recurring`
+    /// channel that is not a renewal is a subscription's first charge — as door 3 would
+    /// classify the same charge.
     #[default]
     Unknown,
     /// A one-off payment.
@@ -435,12 +442,13 @@ async fn apply_in(
             .await?
             .ok_or_else(|| ApiError::internal("a conflicting payment is not visible"));
     };
-    if reason.is_some() {
+    if let Some(reason) = reason {
         // The payer, when the door knows them; else the order's buyer.
         let user = p
             .payer_telegram_id
             .or(found.order.as_ref().map(|l| l.subscriber_telegram_id));
-        notices::enqueue_payment_notice(tx, &payment, user).await?;
+        let stopped = stop_subscription(tx, p, recurrence, &found, reason, user).await?;
+        notices::enqueue_payment_notice(tx, &payment, user, stopped).await?;
     }
     let Found {
         order,
@@ -649,8 +657,11 @@ pub(super) async fn insert(
 }
 
 /// Step 4 for a payment that passed (a first payment's order [`store`] already marked paid):
-/// the membership is extended by the channel's period; a renewal charge records the
-/// subscription's next renewal, and a first charge of a Stars subscription starts it.
+/// a renewal charge records the subscription's next renewal, and a first charge of a Stars
+/// subscription starts it (the subscription row comes before the membership in the lock
+/// order); then the membership is extended by the channel's period, to at least that next
+/// renewal plus [`star_subscriptions::SLACK_SECS`] for a subscription charge. A subscription
+/// just started then judges again the renewals that arrived before it ([`rejudge_renewals`]).
 async fn apply(
     tx: &Transaction<'_>,
     p: &NormalizedPayment,
@@ -660,22 +671,185 @@ async fn apply(
     renewal: bool,
     recurrence: Recurrence,
 ) -> Result<Membership, ApiError> {
+    let charge = star_subscriptions::Charge {
+        charge_id: &p.external_id,
+        expires_at: recurrence.expires_at(),
+        paid_at: p.paid_at,
+    };
+    let mut started = None;
+    let renews_at = if renewal {
+        match subscription {
+            Some(s) => Some(star_subscriptions::renewed(tx, s.id, charge).await?),
+            None => None,
+        }
+    } else if subscription.is_none() && starts_subscription(tx, p, recurrence, locked).await? {
+        let s = star_subscriptions::start(tx, locked.order.id, charge).await?;
+        let at = s.expires_at;
+        started = Some(s);
+        Some(at)
+    } else {
+        None
+    };
     // The term starts now (or at the current expiry), not at `paid_at`: API.md step 4.
-    let (membership, _) = memberships::extend(
+    let (mut membership, _) = memberships::extend_at_least(
         tx,
         locked.order.subscriber_id,
         locked.order.channel_id,
         locked.channel.billing_period_days,
         Cause::Payment(payment.id),
+        renews_at.map(slack_after),
     )
     .await?;
-    if renewal {
-        if let Some(s) = subscription {
-            star_subscriptions::renewed(tx, s.id, recurrence.expires_at()).await?;
+    if let Some(s) = started
+        && let Some(m) = rejudge_renewals(tx, locked, s).await?
+    {
+        membership = m;
+    }
+    Ok(membership)
+}
+
+/// The end of a subscription charge's membership at the earliest: the subscription's next
+/// renewal plus [`star_subscriptions::SLACK_SECS`].
+fn slack_after(renews_at: DateTime<Utc>) -> DateTime<Utc> {
+    renews_at + chrono::Duration::seconds(star_subscriptions::SLACK_SECS)
+}
+
+/// Stops the subscription a refused charge belongs to, in the payment's transaction, and says
+/// whether it did (the buyer's notice says so): a refused renewal cancels the order's active
+/// subscription — unless its payer is not the subscription's buyer, or no subscription is known
+/// yet (`unknown_subscription`: judged again when its first charge arrives) or it is cancelled
+/// already; a refused first charge of a subscription gets a row of its own, cancelled from the
+/// start. Either way an `editUserStarSubscription(is_canceled = true)` effect is enqueued, so
+/// Telegram stops charging for access subgate did not give. `user`: whom to tell Telegram about
+/// (the payer, else the order's buyer).
+async fn stop_subscription(
+    tx: &Transaction<'_>,
+    p: &NormalizedPayment,
+    recurrence: Recurrence,
+    found: &Found,
+    reason: Reason,
+    user: Option<i64>,
+) -> Result<bool, ApiError> {
+    let Some(locked) = &found.order else {
+        return Ok(false);
+    };
+    if found.renewal {
+        let Some(s) = found.subscription.as_ref().filter(|s| s.is_active()) else {
+            return Ok(false);
+        };
+        if reason == Reason::PayerMismatch {
+            return Ok(false);
         }
-    } else if starts_subscription(tx, p, recurrence, locked).await? && subscription.is_none() {
-        star_subscriptions::start(tx, locked.order.id, &p.external_id, recurrence.expires_at())
-            .await?;
+        star_subscriptions::stop(tx, s, reason).await?;
+        return Ok(true);
+    }
+    if !starts_subscription(tx, p, recurrence, locked).await? {
+        return Ok(false);
+    }
+    let Some(user) = user.filter(|u| *u > 0) else {
+        return Ok(false);
+    };
+    let charge = star_subscriptions::Charge {
+        charge_id: &p.external_id,
+        expires_at: recurrence.expires_at(),
+        paid_at: p.paid_at,
+    };
+    star_subscriptions::refused(tx, locked.order.id, charge, reason, user).await?;
+    Ok(true)
+}
+
+const EARLIER_RENEWALS_SQL: &str = concat!(
+    "SELECT ",
+    payment_columns!(),
+    ", payer, subscription_expires_at FROM payments
+     WHERE order_id = $1 AND gateway = $2 AND renewal AND outcome = $3 AND reason = $4
+     ORDER BY paid_at, id"
+);
+const REJUDGED_SQL: &str = "UPDATE payments
+     SET outcome = $2, reason = $3, updated_at = statement_timestamp()
+     WHERE id = $1";
+
+/// When a first charge starts subscription `s`: the renewals of its order that arrived before
+/// (stored `needs_review`, `unknown_subscription`: no subscription was known then — the first
+/// charge's update came late, or only through the reconcile) are judged again, oldest first, as
+/// renewals of `s`. One that passes now is applied in place (the same payment row, so a repeat
+/// delivery or the reconcile still finds it stored and changes nothing) and extends the
+/// membership; one that fails keeps `needs_review` with its new reason and stops the
+/// subscription like any refused renewal. Returns the membership after the last one applied.
+/// The caller holds the order's locks and has just applied the first charge; the renewals are
+/// read without a row lock, since only the payment core writes a stored `needs_review` payment,
+/// under its order's lock.
+async fn rejudge_renewals(
+    tx: &Transaction<'_>,
+    locked: &LockedOrder,
+    s: StarSubscription,
+) -> Result<Option<Membership>, ApiError> {
+    let rows = db::rows(
+        tx,
+        EARLIER_RENEWALS_SQL,
+        &[
+            &locked.order.id,
+            &TELEGRAM_STARS,
+            &Outcome::NeedsReview,
+            &Reason::UnknownSubscription,
+        ],
+    )
+    .await?;
+    let mut subscription = s;
+    let mut membership = None;
+    // The first charge marked the order paid; the locked copy predates that.
+    let mut paid = locked.clone();
+    paid.order.status = orders::Status::Paid;
+    for row in rows {
+        let earlier = Payment::from_row(&row)?;
+        let payer: Option<String> = row.try_get("payer")?;
+        let p = NormalizedPayment {
+            gateway: earlier.gateway.clone(),
+            external_id: earlier.external_id.clone(),
+            order_reference: earlier.order_reference.clone().unwrap_or_default(),
+            amount_minor: earlier.amount_minor,
+            currency: earlier.currency.clone(),
+            paid_at: earlier.paid_at,
+            payer_telegram_id: payer.and_then(|p| p.parse().ok()),
+        };
+        let expires_at: Option<DateTime<Utc>> = row.try_get("subscription_expires_at")?;
+        let reason = check_renewal(tx, &p, &paid, Some(&subscription)).await?;
+        let outcome = if reason.is_some() {
+            Outcome::NeedsReview
+        } else {
+            Outcome::Applied
+        };
+        db::execute(tx, REJUDGED_SQL, &[&earlier.id, &outcome, &reason]).await?;
+        tracing::info!(
+            payment_id = earlier.id,
+            subscription_id = subscription.id,
+            outcome = %outcome,
+            reason = ?reason.map(Reason::as_str),
+            "renewal that arrived before its subscription judged again"
+        );
+        if let Some(reason) = reason {
+            if subscription.is_active() && reason != Reason::PayerMismatch {
+                subscription = star_subscriptions::stop(tx, &subscription, reason).await?;
+            }
+            continue;
+        }
+        let charge = star_subscriptions::Charge {
+            charge_id: &p.external_id,
+            expires_at,
+            paid_at: p.paid_at,
+        };
+        let renews_at = star_subscriptions::renewed(tx, subscription.id, charge).await?;
+        subscription.expires_at = renews_at;
+        let (m, _) = memberships::extend_at_least(
+            tx,
+            locked.order.subscriber_id,
+            locked.order.channel_id,
+            locked.channel.billing_period_days,
+            Cause::Payment(earlier.id),
+            Some(slack_after(renews_at)),
+        )
+        .await?;
+        membership = Some(m);
     }
     Ok(membership)
 }
@@ -694,7 +868,12 @@ fn is_renewal(
         Recurrence::Unknown => {
             p.gateway == TELEGRAM_STARS
                 && locked.is_some_and(|l| l.order.status == orders::Status::Paid)
-                && subscription.is_some_and(|s| s.charge_id != p.external_id)
+                && subscription.is_some_and(|s| {
+                    s.charge_id != p.external_id
+                        && p.paid_at
+                            >= s.expires_at
+                                - chrono::Duration::seconds(star_subscriptions::PERIOD_SECS / 2)
+                })
         }
     }
 }
@@ -743,11 +922,12 @@ async fn check_renewal(
         return Ok(Some(Reason::ChannelInactive));
     }
     // No hold: the order's hold (if any) belonged to its first payment. A live member renews
-    // without a seat; someone whose membership already ended needs a free one.
+    // without a seat, and so does a buyer whose subscription still holds its seat (until its
+    // renewal date plus a day); someone whose membership already ended needs a free one.
     let Some(limit) = l.channel.seat_limit else {
         return Ok(None);
     };
-    if memberships::is_live(tx, o.subscriber_id, o.channel_id).await?
+    if seats::is_live_member(tx, o.subscriber_id, o.channel_id).await?
         || seats::seats_taken(tx, o.channel_id).await? < i64::from(limit)
     {
         return Ok(None);

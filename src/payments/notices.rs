@@ -17,13 +17,16 @@ use crate::{
 const TITLE_SQL: &str = "SELECT title FROM channels WHERE id = $1";
 
 /// Tells the buyer, once, that payment `p` could not be used: it will be refunded (a Stars
-/// payment we refund), or reviewed by staff (any other), or could not be matched to an order.
-/// `user` is the payer when the door knows them, else the order's buyer; without one (a card
-/// payment naming no order) nobody can be told. Call it in the payment's transaction.
+/// payment we refund), or reviewed by staff (any other), or could not be matched to an order;
+/// and, when `subscription_stopped` (a refused Stars subscription charge), that the
+/// subscription is cancelled and will not be charged again. `user` is the payer when the door
+/// knows them, else the order's buyer; without one (a card payment naming no order) nobody can
+/// be told. Call it in the payment's transaction.
 pub async fn enqueue_payment_notice(
     tx: &Transaction<'_>,
     p: &Payment,
     user: Option<i64>,
+    subscription_stopped: bool,
 ) -> Result<(), ApiError> {
     let Some(user) = user.filter(|u| *u > 0) else {
         return Ok(());
@@ -37,11 +40,14 @@ pub async fn enqueue_payment_notice(
         None => None,
     };
     let seat_taken = p.reason == Some(Reason::NoSeat);
-    let text = match (title, p.outcome) {
+    let mut text = match (title, p.outcome) {
         (None, _) => texts::payment_unknown_order(&price),
         (Some(t), Outcome::RefundPending) => texts::payment_refunded(&t, &price, seat_taken),
         (Some(t), _) => texts::payment_in_review(&t, &price, seat_taken),
     };
+    if subscription_stopped {
+        text = texts::with_subscription_stopped(&text, p.reason.map(Reason::as_str));
+    }
     enqueue(
         &**tx,
         &NewEffect {

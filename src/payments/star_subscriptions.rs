@@ -6,11 +6,20 @@
 //!
 //! The first charge starts the subscription ([`start`], in the payment's transaction); every
 //! renewal extends the membership by one period and moves [`StarSubscription::expires_at`]
-//! ([`renewed`]). Staff (`POST /api/star-subscriptions/{id}/cancel`) or the buyer (the bot's
-//! cancel-renewal button) cancel it ([`cancel`]): the row says so at once — a renewal charge
-//! arriving after that is `needs_review` — and an outbox effect asks Telegram to stop charging
-//! (`editUserStarSubscription`). The member keeps access until the membership expires; the sweep
-//! ends it like any other.
+//! ([`renewed`]). The membership of a subscription charge lasts at least until the subscription's
+//! next renewal plus [`SLACK_SECS`] (Telegram charges at `subscription_expiration_date`, and its
+//! update arrives a little later), and while the subscription is active that long it holds its
+//! seat (`orders::seats`). Staff (`POST /api/star-subscriptions/{id}/cancel`) or the buyer (the
+//! bot's cancel-renewal button) cancel it ([`cancel`]): the row says so at once — a renewal
+//! charge arriving after that is `needs_review` — and an outbox effect asks Telegram to stop
+//! charging (`editUserStarSubscription`). The member keeps access until the membership expires;
+//! the sweep ends it like any other.
+//!
+//! A subscription charge the payment core refuses stops its subscription in the payment's
+//! transaction (cancelled by `subgate`, with the charge's reason, and the same effect): a
+//! refused renewal cancels the order's subscription ([`stop`]); a refused first charge gets a
+//! row of its own, cancelled from the start and never the order's subscription ([`refused`]).
+//! So Telegram never goes on charging for access subgate did not give.
 //!
 //! The row lock comes after the channel's in the lock order (pair → order → channel →
 //! subscription → membership): the payment core takes it under the order's locks, and a
@@ -22,6 +31,7 @@ use serde::Serialize;
 use serde_json::json;
 use tokio_postgres::{GenericClient, Row};
 
+use super::core::Reason;
 use crate::{
     db::{self, FromRow},
     effects::{self, Kind, NewEffect},
@@ -31,31 +41,52 @@ use crate::{
 /// The only period Telegram accepts for a Stars subscription, in seconds (30 days).
 pub const PERIOD_SECS: i64 = 30 * 86_400;
 
+/// How long past a subscription's next renewal (`expires_at`) its membership lasts and the
+/// subscription holds its seat: one day, for Telegram's renewal charge to arrive
+/// (`orders::seats::SUBSCRIPTION_SLACK_SECS`, the same figure).
+pub const SLACK_SECS: i64 = crate::orders::seats::SUBSCRIPTION_SLACK_SECS;
+
 /// The columns of [`StarSubscription::from_row`], in order (a macro, so SQL constants can
 /// splice them with `concat!`).
 macro_rules! subscription_columns {
     () => {
         "id, order_id, subscriber_id, channel_id, charge_id, expires_at, status, cancelled_by, \
-         cancelled_at, created_at, updated_at"
+         cancelled_at, applied, refused_reason, created_at, updated_at"
     };
 }
 
 /// The columns of [`StarSubscription::from_row`], in order.
 pub const COLUMNS: &str = subscription_columns!();
 
+// Without Telegram's date (a charge found by the reconcile), the next renewal is a period after
+// the charge was made (a future `paid_at` counts as now, as on the payment).
 const START_SQL: &str = concat!(
     "INSERT INTO star_subscriptions (order_id, subscriber_id, channel_id, charge_id, expires_at)
      SELECT o.id, o.subscriber_id, o.channel_id, $2,
-            COALESCE($3, statement_timestamp() + make_interval(secs => $4))
+            COALESCE($3, LEAST($5::timestamptz, statement_timestamp())
+                         + make_interval(secs => $4))
+     FROM orders o WHERE o.id = $1
+     RETURNING ",
+    subscription_columns!()
+);
+const REFUSED_SQL: &str = concat!(
+    "INSERT INTO star_subscriptions (order_id, subscriber_id, channel_id, charge_id, expires_at,
+                                     status, cancelled_by, cancelled_at, applied, refused_reason)
+     SELECT o.id, o.subscriber_id, o.channel_id, $2,
+            COALESCE($3, LEAST($5::timestamptz, statement_timestamp())
+                         + make_interval(secs => $4)),
+            $6, $7, statement_timestamp(), false, $8
      FROM orders o WHERE o.id = $1
      RETURNING ",
     subscription_columns!()
 );
 const RENEWED_SQL: &str = "UPDATE star_subscriptions
-     SET expires_at = COALESCE($2, GREATEST(expires_at, statement_timestamp())
+     SET expires_at = COALESCE($2, GREATEST(expires_at, LEAST($4::timestamptz,
+                                                                statement_timestamp()))
                                    + make_interval(secs => $3)),
          updated_at = statement_timestamp()
-     WHERE id = $1";
+     WHERE id = $1
+     RETURNING expires_at";
 const LOCK_SQL: &str = concat!(
     "SELECT ",
     subscription_columns!(),
@@ -64,16 +95,17 @@ const LOCK_SQL: &str = concat!(
 const CANCEL_SQL: &str = concat!(
     "UPDATE star_subscriptions
      SET status = $3, cancelled_by = $2, cancelled_at = statement_timestamp(),
-         updated_at = statement_timestamp()
+         refused_reason = $4, updated_at = statement_timestamp()
      WHERE id = $1 RETURNING ",
     subscription_columns!()
 );
 
-/// On every payment of a known order (the payment core's lock order): prepared once.
+/// On every payment of a known order (the payment core's lock order): prepared once. The
+/// order's subscription is the one its applied first charge started.
 const LOCK_OF_ORDER_SQL: &str = concat!(
     "SELECT ",
     subscription_columns!(),
-    " FROM star_subscriptions WHERE order_id = $1 FOR UPDATE"
+    " FROM star_subscriptions WHERE order_id = $1 AND applied FOR UPDATE"
 );
 
 crate::text_enum! {
@@ -89,6 +121,9 @@ crate::text_enum! {
     pub enum CancelledBy {
         Staff => "staff",
         Buyer => "buyer",
+        /// The payment core, because it refused one of the subscription's charges
+        /// (`refused_reason`).
+        Subgate => "subgate",
     }
 }
 
@@ -108,6 +143,11 @@ pub struct StarSubscription {
     /// Who cancelled it, when cancelled.
     pub cancelled_by: Option<CancelledBy>,
     pub cancelled_at: Option<DateTime<Utc>>,
+    /// False when its first charge was refused: it never granted access, was cancelled at
+    /// once, and is not its order's subscription.
+    pub applied: bool,
+    /// Why subgate cancelled it (`cancelled_by` = `subgate`): the reason of the refused charge.
+    pub refused_reason: Option<Reason>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -126,6 +166,8 @@ impl FromRow for StarSubscription {
             status: r.try_get("status")?,
             cancelled_by: r.try_get("cancelled_by")?,
             cancelled_at: r.try_get("cancelled_at")?,
+            applied: r.try_get("applied")?,
+            refused_reason: r.try_get("refused_reason")?,
             created_at: r.try_get("created_at")?,
             updated_at: r.try_get("updated_at")?,
         })
@@ -208,19 +250,36 @@ pub async fn get(
     db::opt(client, GET_SQL, &[&id]).await
 }
 
-/// Starts the subscription of an order's first charge `charge_id`, renewing at Telegram's
-/// `expires_at` (or a period from now when the door did not say). The caller holds the order's
-/// locks and has just applied the charge.
+/// A subscription charge as [`start`], [`refused`] and [`renewed`] record it.
+#[derive(Debug, Clone, Copy)]
+pub struct Charge<'a> {
+    /// Its `telegram_payment_charge_id`.
+    pub charge_id: &'a str,
+    /// Telegram's `subscription_expiration_date`, when the door had it.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// When it was made, as reported (the next renewal is a period after it when Telegram's
+    /// date is missing).
+    pub paid_at: DateTime<Utc>,
+}
+
+/// Starts the subscription of an order's first charge, renewing at Telegram's date (or a
+/// period after the charge when the door did not say). The caller holds the order's locks and
+/// is applying the charge.
 pub async fn start(
     tx: &Transaction<'_>,
     order_id: i64,
-    charge_id: &str,
-    expires_at: Option<DateTime<Utc>>,
+    charge: Charge<'_>,
 ) -> Result<StarSubscription, ApiError> {
     let s: StarSubscription = db::one(
         tx,
         START_SQL,
-        &[&order_id, &charge_id, &expires_at, &(PERIOD_SECS as f64)],
+        &[
+            &order_id,
+            &charge.charge_id,
+            &charge.expires_at,
+            &(PERIOD_SECS as f64),
+            &charge.paid_at,
+        ],
     )
     .await?;
     tracing::info!(
@@ -231,15 +290,86 @@ pub async fn start(
     Ok(s)
 }
 
-/// Records a renewal charge: the next renewal is Telegram's `expires_at`, or a period after the
-/// current one when the door did not say.
+/// Records the refused first charge of a subscription the order did not start (the payment
+/// core refused it): a row cancelled by `subgate` from the start, never the order's
+/// subscription, and the `editUserStarSubscription` effect that stops Telegram charging it,
+/// sent to `user` (the payer). The caller holds the order's locks.
+pub async fn refused(
+    tx: &Transaction<'_>,
+    order_id: i64,
+    charge: Charge<'_>,
+    reason: Reason,
+    user: i64,
+) -> Result<StarSubscription, ApiError> {
+    let s: StarSubscription = db::one(
+        tx,
+        REFUSED_SQL,
+        &[
+            &order_id,
+            &charge.charge_id,
+            &charge.expires_at,
+            &(PERIOD_SECS as f64),
+            &charge.paid_at,
+            &Status::Cancelled,
+            &CancelledBy::Subgate,
+            &reason,
+        ],
+    )
+    .await?;
+    enqueue_cancel(tx, &s, user).await?;
+    tracing::warn!(
+        subscription_id = s.id,
+        order_id,
+        reason = reason.as_str(),
+        "Stars subscription refused at its first charge: cancelled"
+    );
+    Ok(s)
+}
+
+/// Stops the locked, active subscription `s` because the payment core refused one of its
+/// renewal charges: cancelled by `subgate` with `reason`, and the `editUserStarSubscription`
+/// effect, in the caller's transaction.
+pub async fn stop(
+    tx: &Transaction<'_>,
+    s: &StarSubscription,
+    reason: Reason,
+) -> Result<StarSubscription, ApiError> {
+    let stopped: StarSubscription = db::one(
+        tx,
+        CANCEL_SQL,
+        &[&s.id, &CancelledBy::Subgate, &Status::Cancelled, &reason],
+    )
+    .await?;
+    let user = telegram_user_of(&**tx, s.subscriber_id).await?;
+    enqueue_cancel(tx, &stopped, user).await?;
+    tracing::warn!(
+        subscription_id = s.id,
+        order_id = s.order_id,
+        reason = reason.as_str(),
+        "Stars subscription stopped: a renewal charge was refused"
+    );
+    Ok(stopped)
+}
+
+/// Records a renewal charge and returns the subscription's next renewal: Telegram's date, or a
+/// period after the current one (or after the charge, if later) when the door did not say.
 pub async fn renewed(
     tx: &Transaction<'_>,
     id: i64,
-    expires_at: Option<DateTime<Utc>>,
-) -> Result<(), ApiError> {
-    db::execute(tx, RENEWED_SQL, &[&id, &expires_at, &(PERIOD_SECS as f64)]).await?;
-    Ok(())
+    charge: Charge<'_>,
+) -> Result<DateTime<Utc>, ApiError> {
+    Ok(db::row_one(
+        tx,
+        RENEWED_SQL,
+        &[
+            &id,
+            &charge.expires_at,
+            &(PERIOD_SECS as f64),
+            &charge.paid_at,
+        ],
+    )
+    .await?
+    .try_get("expires_at")?)
 }
 
 /// Cancels subscription `id`: marks it cancelled (so a later renewal charge is reviewed, not
@@ -256,8 +386,26 @@ pub async fn cancel(
     if !current.is_active() {
         return Ok(Some(Err(CancelRefusal::AlreadyCancelled)));
     }
-    let s: StarSubscription = db::one(tx, CANCEL_SQL, &[&id, &by, &Status::Cancelled]).await?;
+    let no_reason: Option<Reason> = None;
+    let s: StarSubscription =
+        db::one(tx, CANCEL_SQL, &[&id, &by, &Status::Cancelled, &no_reason]).await?;
     let user_id = telegram_user_of(&**tx, s.subscriber_id).await?;
+    enqueue_cancel(tx, &s, user_id).await?;
+    tracing::info!(
+        subscription_id = s.id,
+        by = by.as_str(),
+        "Stars subscription cancelled"
+    );
+    Ok(Some(Ok(s)))
+}
+
+/// The `editUserStarSubscription(is_canceled = true)` effect of cancelled subscription `s`,
+/// for Telegram user `user_id` (whose charge started it), once per subscription.
+async fn enqueue_cancel(
+    tx: &Transaction<'_>,
+    s: &StarSubscription,
+    user_id: i64,
+) -> Result<(), ApiError> {
     effects::enqueue(
         &**tx,
         &NewEffect {
@@ -272,12 +420,7 @@ pub async fn cancel(
         },
     )
     .await?;
-    tracing::info!(
-        subscription_id = s.id,
-        by = by.as_str(),
-        "Stars subscription cancelled"
-    );
-    Ok(Some(Ok(s)))
+    Ok(())
 }
 
 async fn telegram_user_of(

@@ -258,6 +258,22 @@ pub fn payment_in_review(title: &str, price: &str, seat_taken: bool) -> String {
     }
 }
 
+/// A refused Stars subscription charge's notice ([`payment_refunded`] or
+/// [`payment_in_review`]), followed by why the subscription could not go on (the refused
+/// charge's reason code) and that it is cancelled, so Telegram will not charge it again.
+pub fn with_subscription_stopped(notice: &str, reason: Option<&str>) -> String {
+    let why = match reason {
+        Some("channel_inactive") => "The channel is not accepting subscriptions right now, so ",
+        Some("no_seat") => "The channel is full, so ",
+        Some("hold_expired") => "The invoice had expired, so ",
+        Some("already_paid") => "You already have a subscription for this order, so ",
+        _ => "So ",
+    };
+    format!(
+        "{notice}\n\n{why}we cancelled this subscription: you will not be charged for it again."
+    )
+}
+
 /// A payment naming no order we know.
 pub fn payment_unknown_order(price: &str) -> String {
     format!(

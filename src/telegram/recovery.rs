@@ -4,7 +4,11 @@
 //!
 //! - applies every incoming Stars payment we never recorded through the one payment core
 //!   ([`apply_payment`], whose dedupe on (gateway, charge id) keeps it exactly once, even if the
-//!   update arrives later too);
+//!   update arrives later too), oldest first: without door 3's `is_first_recurring` the core
+//!   tells a subscription's first charge from a renewal by the order and its subscription (a
+//!   charge of a paid order in the second half of its subscription's period or later renews
+//!   it), so a charge gets the same outcome whichever way it arrives; a renewal stored before its
+//!   first charge is judged again when the first charge starts the subscription;
 //! - keeps an unrecorded payment whose refund is listed too — refunded outside subgate (another
 //!   tool, or an update we missed) — as a `refunded` payment (reason `refunded_elsewhere`)
 //!   that grants nothing ([`refunds::record_refunded_elsewhere`]);
@@ -191,10 +195,13 @@ async fn recover_missing(
     now: DateTime<Utc>,
     report: &mut ReconcileReport,
 ) -> Result<(), ApiError> {
-    let incoming: Vec<(&StarTransaction, i64, &str)> = seen
+    let mut incoming: Vec<(&StarTransaction, i64, &str)> = seen
         .iter()
         .filter_map(|t| t.incoming_user_payment().map(|(u, p)| (t, u, p)))
         .collect();
+    // Oldest first, whichever way the list is ordered: a subscription's first charge is applied
+    // before its renewals, so each is classified as door 3 would have classified it.
+    incoming.sort_by_key(|(t, _, _)| t.date);
     let ids: Vec<&str> = incoming.iter().map(|(t, _, _)| t.id.as_str()).collect();
     let known: HashSet<String> = {
         let client = pool.get().await?;

@@ -10,7 +10,8 @@
 //!   same link) as a URL button; otherwise a signed WayForPay Purchase link as a URL button.
 //!   An order that was paid or cancelled meanwhile gets nothing.
 //! - `subscription_cancel`: `editUserStarSubscription(is_canceled = true)`, then a confirmation
-//!   to the buyer (a `bot_message`, enqueued once).
+//!   to the buyer (a `bot_message`, enqueued once) — except for a subscription the payment core
+//!   stopped because it refused a charge, whose buyer's payment notice already said so.
 //!
 //! Every one is harmless when repeated: a message may rarely arrive twice, an invoice of a
 //! pending order can be paid once, a cancellation is idempotent on Telegram's side.
@@ -279,7 +280,7 @@ async fn store_invoice_link(
 /// A cancelled subscription, with its channel and, while its membership still holds access,
 /// the end of that access (for the buyer's confirmation).
 const CANCELLED_SUBSCRIPTION_SQL: &str = concat!(
-    "SELECT ss.charge_id, ss.status, c.id, c.title, m.expires_at
+    "SELECT ss.charge_id, ss.status, c.id, c.title, m.expires_at, ss.cancelled_by
      FROM star_subscriptions ss
      JOIN channels c ON c.id = ss.channel_id
      LEFT JOIN memberships m
@@ -312,6 +313,12 @@ async fn subscription_cancel(
     }
     bot.edit_user_star_subscription(e.user_id, &charge_id, true)
         .await?;
+    // Stopped by the payment core for a refused charge: the buyer's payment notice (enqueued
+    // with this effect) already says so and why.
+    let by: Option<star_subscriptions::CancelledBy> = r.try_get(5)?;
+    if by == Some(star_subscriptions::CancelledBy::Subgate) {
+        return Ok(None);
+    }
     let name = render::title(&r.get::<_, String>(3), r.get(2));
     let until: Option<chrono::DateTime<chrono::Utc>> = r.get(4);
     let text = texts::subscription_cancelled(&name, until.map(texts::day).as_deref());

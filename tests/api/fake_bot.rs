@@ -237,9 +237,21 @@ impl FakeBot {
 
     /// Appends an incoming Stars payment from `user` to the transaction list.
     pub fn add_incoming_payment(&self, charge_id: &str, user: i64, payload: &str, amount: i64) {
+        self.add_incoming_payment_at(charge_id, user, payload, amount, chrono::Utc::now());
+    }
+
+    /// [`FakeBot::add_incoming_payment`] made at `date`.
+    pub fn add_incoming_payment_at(
+        &self,
+        charge_id: &str,
+        user: i64,
+        payload: &str,
+        amount: i64,
+        date: chrono::DateTime<chrono::Utc>,
+    ) {
         self.with(|s| {
             s.transactions.push(json!({
-                "id": charge_id, "amount": amount, "date": chrono::Utc::now().timestamp(),
+                "id": charge_id, "amount": amount, "date": date.timestamp(),
                 "source": {"type": "user", "transaction_type": "invoice_payment",
                            "user": {"id": user, "is_bot": false, "first_name": "Buyer"},
                            "invoice_payload": payload}

@@ -21,6 +21,7 @@ mod orders;
 mod overview;
 mod payments;
 mod smoke;
+mod stars_subscriptions;
 mod sweep;
 mod telegram;
 mod tls;
