@@ -41,6 +41,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "buyer_bot",
         include_str!("../migrations/0005_buyer_bot.sql"),
     ),
+    (
+        7,
+        "seat_holds",
+        include_str!("../migrations/0007_seat_holds.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,
