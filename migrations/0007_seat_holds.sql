@@ -10,8 +10,7 @@ ALTER TABLE orders
     -- When this order's own seat hold was granted (NULL: never held, or held before this
     -- migration). Kept when the hold is cleared, so the holds a buyer took stay countable.
     ADD COLUMN held_at timestamptz,
-    ADD CONSTRAINT orders_superseded_check CHECK (superseded_at IS NULL OR via_bot),
-    ADD CONSTRAINT orders_held_at_check CHECK (held_at IS NULL OR hold_until IS NULL OR held_at < hold_until);
+    ADD CONSTRAINT orders_superseded_check CHECK (superseded_at IS NULL OR via_bot);
 
 DROP INDEX orders_one_pending_bot_order;
 CREATE UNIQUE INDEX orders_one_pending_bot_order ON orders (subscriber_id, channel_id)

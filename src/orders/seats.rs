@@ -343,7 +343,7 @@ const HOLD_LIMIT_SQL: &str = "SELECT
        (SELECT held_at + interval '1 day' FROM orders
          WHERE subscriber_id = $1 AND channel_id = $2
            AND held_at > statement_timestamp() - interval '1 day'
-         ORDER BY held_at DESC OFFSET $4 - 1 LIMIT 1)
+         ORDER BY held_at DESC OFFSET $4::bigint - 1 LIMIT 1)
          AS cap_until";
 
 /// Whether the hold rules let subscriber `subscriber_id` hold a seat of `channel_id` now:
