@@ -166,7 +166,7 @@ fn refused(name: &str, refusal: CheckoutRefusal) -> Answer {
     match refusal {
         CheckoutRefusal::HoldLimited { limit, until } => alert(render::hold_limited_answer(
             name,
-            &texts::day(until),
+            &texts::not_before(until),
             limit == HoldLimit::Cooldown,
         )),
         CheckoutRefusal::ChannelInactive | CheckoutRefusal::NotPending => {

@@ -462,7 +462,7 @@ async fn decide_locked(
         Err(CheckoutRefusal::HoldExpired) => refused(Reason::HoldExpired),
         Err(CheckoutRefusal::ChannelFull) => refused(Reason::NoSeat),
         Err(CheckoutRefusal::HoldLimited { until, .. }) => Decision {
-            message: Some(texts::pre_checkout_hold_limited(&texts::day(until))),
+            message: Some(texts::pre_checkout_hold_limited(&texts::not_before(until))),
             ..refused(Reason::HoldLimited)
         },
     })
@@ -628,7 +628,7 @@ mod tests {
             }
         }
         let until = chrono::DateTime::<Utc>::MAX_UTC;
-        assert!(texts::pre_checkout_hold_limited(&texts::day(until)).len() <= 100);
+        assert!(texts::pre_checkout_hold_limited(&texts::not_before(until)).len() <= 100);
     }
 
     #[test]
@@ -636,7 +636,10 @@ mod tests {
         let until = chrono::DateTime::parse_from_rfc3339("2030-01-02T03:04:05Z")
             .unwrap()
             .with_timezone(&Utc);
-        let text = texts::pre_checkout_hold_limited(&texts::day(until));
-        assert!(text.contains("2030-01-02 03:04 UTC"), "{text}");
+        // Rounded up: at the minute shown the buyer is allowed.
+        let text = texts::pre_checkout_hold_limited(&texts::not_before(until));
+        assert!(text.contains("2030-01-02 03:05 UTC"), "{text}");
+        let on_the_minute = until - chrono::Duration::seconds(5);
+        assert_eq!(texts::not_before(on_the_minute), "2030-01-02 03:04 UTC");
     }
 }

@@ -1648,7 +1648,9 @@ async fn a_buyer_whose_hold_ran_out_waits_before_holding_again_and_is_told_when(
     let ran_out = expire_hold(&app, first, 1).await;
     // Pressing again right away gets no new hold: an alert says when to try again.
     let reply = send(&app, &button_update(&squatter, &format!("b:{c}"))).await;
-    let when = (ran_out + Duration::seconds(HOLD_SECS))
+    // The minute from which the cooldown has passed (rounded up).
+    let allowed = ran_out + Duration::seconds(HOLD_SECS);
+    let when = (allowed + Duration::seconds(59) - Duration::nanoseconds(1))
         .format("%Y-%m-%d %H:%M UTC")
         .to_string();
     assert_answer(
@@ -1669,10 +1671,10 @@ async fn a_buyer_whose_hold_ran_out_waits_before_holding_again_and_is_told_when(
     assert_eq!(holds_of(&app, 7608, c).await, 1);
 }
 
-/// Concurrent presses of one buyer at their daily cap of holds: exactly one hold more, then
-/// none; the rows are checked every round.
+/// Concurrent presses of one buyer in their cooldown take no hold; at the edge of their daily
+/// cap exactly one hold more, then none. The rows are checked every round.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_presses_never_take_more_holds_than_the_daily_cap() {
+async fn concurrent_presses_never_take_holds_past_the_cooldown_or_the_daily_cap() {
     let fake = FakeBot::start().await;
     let app = Arc::new(app_with(&fake).await);
     let c = channel(
@@ -1684,15 +1686,6 @@ async fn concurrent_presses_never_take_more_holds_than_the_daily_cap() {
     for round in 0..ROUNDS {
         let user = 7_700 + round;
         let buyer = person(user);
-        // Two holds today already, both run out long enough ago for the cooldown.
-        for _ in 0..2 {
-            assert_answer(
-                &send(&app, &button_update(&buyer, &format!("b:{c}"))).await,
-                ON_ITS_WAY,
-            );
-            let last = orders_of(&app, user, c).await.last().unwrap().0;
-            expire_hold(&app, last, HOLD_SECS + 1).await;
-        }
         let presses = |n| {
             let barrier = Arc::new(Barrier::new(n));
             (0..n)
@@ -1709,6 +1702,31 @@ async fn concurrent_presses_never_take_more_holds_than_the_daily_cap() {
                 })
                 .collect::<Vec<_>>()
         };
+        // A first hold, run out a second ago: every press at once is held back by the cooldown.
+        assert_answer(
+            &send(&app, &button_update(&buyer, &format!("b:{c}"))).await,
+            ON_ITS_WAY,
+        );
+        let first = orders_of(&app, user, c).await[0].0;
+        expire_hold(&app, first, 1).await;
+        for t in presses(4) {
+            let a = t.await.unwrap();
+            assert!(
+                a.starts_with("Your last seat hold on «Capped» ran out before it was paid.")
+                    && a.contains("You can try again after"),
+                "round {round}: {a}"
+            );
+        }
+        assert_eq!(holds_of(&app, user, c).await, 1, "round {round}");
+        // Past the cooldown, a second hold, run out long enough ago too.
+        expire_hold(&app, first, HOLD_SECS + 1).await;
+        assert_answer(
+            &send(&app, &button_update(&buyer, &format!("b:{c}"))).await,
+            ON_ITS_WAY,
+        );
+        let second = orders_of(&app, user, c).await.last().unwrap().0;
+        expire_hold(&app, second, HOLD_SECS + 1).await;
+        // The third hold of the day: one press takes it, the others reuse its order.
         let mut answers = Vec::new();
         for t in presses(4) {
             answers.push(t.await.unwrap());
