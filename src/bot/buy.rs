@@ -123,14 +123,14 @@ pub(super) async fn buy(
         // The hold rules first: they say when this buyer may try again. A Stars order is held
         // at pre-checkout, which applies them again; refusing now spares the buyer an invoice
         // that would be refused there.
-        if let Some((limit, until)) =
+        if let Some((rule, until)) =
             seats::hold_limit(tx, subscriber_id, c.id, config.hold_rules()).await?
         {
-            tracing::info!(subscriber_id, channel_id = c.id, ?limit, %until,
+            tracing::info!(subscriber_id, channel_id = c.id, ?rule, %until,
                 "bot order refused: hold rules");
             return Ok(refused(
                 &name,
-                CheckoutRefusal::HoldLimited { limit, until },
+                CheckoutRefusal::HoldLimited { limit: rule, until },
             ));
         }
         if seats::seats_taken(tx, c.id).await? >= i64::from(limit) {
