@@ -27,6 +27,8 @@
 //! | `SWEEP_TOKEN` | bearer token cron may use for `POST /api/sweep`, at least 32 bytes | unset |
 //! | `SWEEP_INTERVAL_SECS` | run the sweep inside the server every N seconds (0: never) | `0` |
 //! | `HOLD_SECS` | how long a checkout holds a seat, 1..=86400 | `300` |
+//! | `HOLD_COOLDOWN_SECS` | how long a buyer whose hold ran out unpaid waits before holding a seat of that channel again, 0..=86400 (0: no wait) | `HOLD_SECS` |
+//! | `HOLDS_PER_DAY` | seat holds one buyer may take of one channel in 24 hours, 1..=1000 | `3` |
 //! | `ADMIN_EMAIL` / `ADMIN_PASSWORD` | first staff account, created once at start-up (set both or neither; password 8..=72 bytes) | unset |
 //! | `BCRYPT_COST` | bcrypt cost for new password hashes, 4..=31 | `12` |
 //! | `DB_POOL_SIZE` | maximum database connections, 1..=1000 | `16` |
@@ -124,6 +126,9 @@ pub struct Config {
     pub sweep_token: Option<Secret>,
     pub sweep_interval: Option<Duration>,
     pub hold_secs: i64,
+    /// `HOLD_COOLDOWN_SECS` (default `HOLD_SECS`).
+    pub hold_cooldown_secs: i64,
+    pub holds_per_day: i64,
     pub admin_email: Option<String>,
     pub admin_password: Option<Secret>,
     pub bcrypt_cost: u32,
@@ -190,7 +195,18 @@ impl Config {
             sweep_token: jobs.sweep_token,
             sweep_interval: jobs.sweep_interval,
             hold_secs: jobs.hold_secs,
+            hold_cooldown_secs: jobs.hold_cooldown_secs,
+            holds_per_day: jobs.holds_per_day,
         })
+    }
+
+    /// The rules every new seat hold obeys (checkout, pre-checkout, the bot's card orders).
+    pub fn hold_rules(&self) -> crate::orders::seats::HoldRules {
+        crate::orders::seats::HoldRules {
+            hold_secs: self.hold_secs,
+            cooldown_secs: self.hold_cooldown_secs,
+            per_day: self.holds_per_day,
+        }
     }
 }
 
@@ -508,17 +524,20 @@ impl Telegram {
     }
 }
 
-/// `REMINDER_DAYS`, `SWEEP_TOKEN`, `SWEEP_INTERVAL_SECS`, `HOLD_SECS`: the background jobs and
-/// the seat hold.
+/// `REMINDER_DAYS`, `SWEEP_TOKEN`, `SWEEP_INTERVAL_SECS`, `HOLD_SECS`, `HOLD_COOLDOWN_SECS`,
+/// `HOLDS_PER_DAY`: the background jobs and the seat hold.
 struct Jobs {
     reminder_days: u32,
     sweep_token: Option<Secret>,
     sweep_interval: Option<Duration>,
     hold_secs: i64,
+    hold_cooldown_secs: i64,
+    holds_per_day: i64,
 }
 
 impl Jobs {
     fn read<F: Fn(&str) -> Option<String>>(vars: &Vars<F>) -> Result<Self, ConfigError> {
+        let hold_secs = vars.int("HOLD_SECS", 300, 1, 86_400)?;
         Ok(Jobs {
             reminder_days: vars.int("REMINDER_DAYS", 3, 0, 365)? as u32,
             sweep_token: vars
@@ -529,7 +548,9 @@ impl Jobs {
                 0 => None,
                 n => Some(Duration::from_secs(n)),
             },
-            hold_secs: vars.int("HOLD_SECS", 300, 1, 86_400)? as i64,
+            hold_secs: hold_secs as i64,
+            hold_cooldown_secs: vars.int("HOLD_COOLDOWN_SECS", hold_secs, 0, 86_400)? as i64,
+            holds_per_day: vars.int("HOLDS_PER_DAY", 3, 1, 1000)? as i64,
         })
     }
 }
@@ -604,6 +625,8 @@ mod tests {
         assert!(c.sweep_token.is_none());
         assert_eq!(c.sweep_interval, None);
         assert_eq!(c.hold_secs, 300);
+        assert_eq!(c.hold_cooldown_secs, 300, "defaults to HOLD_SECS");
+        assert_eq!(c.holds_per_day, 3);
         assert_eq!(c.admin_email, None);
         assert!(c.admin_password.is_none());
         assert_eq!(c.bcrypt_cost, 12);
@@ -645,6 +668,8 @@ mod tests {
             ("SWEEP_TOKEN", "sweep-token-0123456789abcdef0123456789"),
             ("SWEEP_INTERVAL_SECS", "300"),
             ("HOLD_SECS", "86400"),
+            ("HOLD_COOLDOWN_SECS", "0"),
+            ("HOLDS_PER_DAY", "1000"),
             ("ADMIN_EMAIL", " Boss@Example.COM "),
             ("ADMIN_PASSWORD", "boss password 1"),
             ("BCRYPT_COST", "4"),
@@ -696,6 +721,8 @@ mod tests {
         );
         assert_eq!(c.sweep_interval, Some(Duration::from_secs(300)));
         assert_eq!(c.hold_secs, 86400);
+        assert_eq!(c.hold_cooldown_secs, 0);
+        assert_eq!(c.holds_per_day, 1000);
         assert_eq!(c.admin_email.as_deref(), Some("boss@example.com"));
         assert_eq!(c.admin_password.unwrap().expose(), "boss password 1");
         assert_eq!(c.bcrypt_cost, 4);

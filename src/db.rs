@@ -47,6 +47,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("../migrations/0006_star_subscription_refusals.sql"),
     ),
     (
+        7,
+        "seat_holds",
+        include_str!("../migrations/0007_seat_holds.sql"),
+    ),
+    (
         8,
         "staff_token_version",
         include_str!("../migrations/0008_staff_token_version.sql"),

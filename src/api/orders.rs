@@ -60,6 +60,14 @@ impl From<CheckoutRefusal> for ApiError {
             CheckoutRefusal::ChannelInactive => {
                 ApiError::Unprocessable("the channel is not active".into())
             }
+            CheckoutRefusal::HoldLimited { limit, until } => ApiError::Conflict(format!(
+                "the subscriber may not hold a seat of this channel again until {} ({})",
+                until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                match limit {
+                    seats::HoldLimit::Cooldown => "an unpaid hold ran out recently",
+                    seats::HoldLimit::DailyCap => "the daily number of holds is reached",
+                }
+            )),
         }
     }
 }
@@ -176,7 +184,7 @@ pub async fn cancel(
 /// `POST /api/orders/{id}/checkout` → 200 `{"order": Order}`: the buyer is about to pay. The
 /// same decision as an approved Telegram `pre_checkout_query` ([`seats::checkout_locked`]):
 /// a free seat is held once for `HOLD_SECS`; refusals are 409 (not pending, hold expired,
-/// channel full) or 422 (channel inactive).
+/// channel full, the subscriber's hold cooldown or daily cap) or 422 (channel inactive).
 #[utoipa::path(post, path = "/api/orders/{id}/checkout", operation_id = "checkoutOrder", tag = "orders",
     params(("id" = i64, Path, description = "Order id."), super::idempotency::IdempotencyKey),
     request_body(content = Option<NoBody>, description = "None, or `{}`."),
@@ -185,7 +193,8 @@ pub async fn cancel(
         (status = 200, description = "Approved: the order, holding a seat of a seat-limited \
             channel until `hold_until`.", body = OrderEnvelope),
         (status = 409, description = "The order is not pending, its hold expired, the channel is \
-            full, or this Idempotency-Key is in flight.", body = Problem, content_type = "application/problem+json"),
+            full, the subscriber may not hold a seat again yet (`HOLD_COOLDOWN_SECS`, \
+            `HOLDS_PER_DAY`), or this Idempotency-Key is in flight.", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The channel is inactive, or an Idempotency-Key reused for \
             another request.", body = Problem, content_type = "application/problem+json"),
     ),
@@ -195,9 +204,9 @@ pub async fn checkout(
     PathId(id): PathId<i64>,
     write: StaffWrite<NoBody>,
 ) -> Result<Response, ApiError> {
-    let hold_secs = state.config.hold_secs;
+    let rules = state.config.hold_rules();
     crate::idempotent!(state, write, |tx| {
-        let order = seats::checkout_locked(tx, id, hold_secs).await??;
+        let order = seats::checkout_locked(tx, id, rules).await??;
         tracing::info!(
             order_id = id,
             hold_until = ?order.hold_until,

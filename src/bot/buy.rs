@@ -8,10 +8,24 @@
 //! index on the bot's pending orders per (subscriber, channel). The invoice is an outbox effect
 //! keyed on the order, so however often the button is pressed, one order gets one invoice.
 //!
-//! An order is reusable while it is pending, at the channel's current price, younger than
-//! [`ORDER_REUSE_SECS`] and not holding an expired seat hold; a stale one the bot made is cancelled
-//! (its old invoice is then refused at pre-checkout) and a new one made. A channel that cannot
-//! be paid (inactive, no gateway for its currency, full) gets a clear answer and no order.
+//! An order is reusable while it holds a valid seat hold (whatever its age or price: the hold is
+//! the buyer's, and a new order would only extend it), or, holding none, while it is at the
+//! channel's current price and can still be paid as invoiced ([`super::open_secs`]: an hour for
+//! a Stars invoice, at most `HOLD_SECS` for a card link). A superseded order is never reused.
+//!
+//! A stale order the bot made is retired before a new one is made. One that may still be paid —
+//! a card order (its link may be out), or a Stars order whose pre-checkout was approved (the
+//! buyer may be paying right now) — is never cancelled: it is *superseded* (`superseded_at`). It
+//! stays pending, so a late payment of it is judged by the core's seat rules like any other
+//! (applied; or `hold_expired`, refunded for Stars, reviewed for cards), and it makes room for
+//! the new order under the one-pending-bot-order index. A superseded order holds no valid hold
+//! (an order holding one is reused instead), so superseding can never give a buyer two seats.
+//! Any other stale order (a Stars invoice never approved) is cancelled: its old invoice is then
+//! refused at pre-checkout.
+//!
+//! A channel that cannot be paid (inactive, no gateway for its currency, full) gets a clear
+//! answer and no order; so does a buyer the hold rules hold back ([`seats::hold_limit`]: a
+//! cooldown after an unpaid hold ran out, a daily cap), told when they can try again.
 //!
 //! A card order of a seat-limited channel holds its seat now, as a checkout would, for
 //! `HOLD_SECS`: the card link is valid that long, and the payment core then finds the hold. A
@@ -20,7 +34,7 @@
 use deadpool_postgres::Transaction;
 
 use super::{
-    Gateway, ORDER_REUSE_SECS,
+    Gateway,
     conversation::{ChannelRow, channel},
     gateway, render, texts,
     update::Sender,
@@ -30,7 +44,10 @@ use crate::{
     db,
     effects::{self, Kind, NewEffect},
     error::ApiError,
-    orders::{new_reference, seats},
+    orders::{
+        new_reference,
+        seats::{self, CheckoutRefusal, HoldLimit},
+    },
 };
 
 /// The answer to a press: a passing notification, or an alert the buyer must close.
@@ -81,7 +98,8 @@ pub(super) async fn buy(
             &texts::day(renews_at),
         )));
     }
-    if let Some(order_id) = reusable_order(tx, subscriber_id, &c).await? {
+    let open_secs = super::open_secs(gateway, config.hold_secs);
+    if let Some(order_id) = reusable_order(tx, subscriber_id, &c, open_secs).await? {
         let sent = enqueue_invoice(tx, order_id, from.id).await?;
         tracing::info!(order_id, subscriber_id, sent, "bot order reused");
         return Ok(note(if sent {
@@ -90,7 +108,7 @@ pub(super) async fn buy(
             texts::INVOICE_ALREADY_SENT
         }));
     }
-    cancel_stale_orders(tx, subscriber_id, c.id).await?;
+    retire_stale_orders(tx, subscriber_id, c.id).await?;
 
     // Third in the lock order (no order of this pair is locked yet: the new one is ours alone).
     let Some(terms) = seats::lock_channel_terms(tx, c.id).await? else {
@@ -101,21 +119,35 @@ pub(super) async fn buy(
     }
     if let Some(limit) = terms.seat_limit
         && !seats::is_live_member(tx, subscriber_id, c.id).await?
-        && seats::seats_taken(tx, c.id).await? >= i64::from(limit)
     {
-        return Ok(alert(texts::channel_full(&name)));
+        // The hold rules first: they say when this buyer may try again. A Stars order is held
+        // at pre-checkout, which applies them again; refusing now spares the buyer an invoice
+        // that would be refused there.
+        if let Some((rule, until)) =
+            seats::hold_limit(tx, subscriber_id, c.id, config.hold_rules()).await?
+        {
+            tracing::info!(subscriber_id, channel_id = c.id, ?rule, %until,
+                "bot order refused: hold rules");
+            return Ok(refused(
+                &name,
+                CheckoutRefusal::HoldLimited { limit: rule, until },
+            ));
+        }
+        if seats::seats_taken(tx, c.id).await? >= i64::from(limit) {
+            return Ok(alert(texts::channel_full(&name)));
+        }
     }
     let order_id = create_order(tx, subscriber_id, &c).await?;
     if gateway == Gateway::Card && terms.seat_limit.is_some() {
         let locked = seats::lock_order(tx, order_id)
             .await?
             .ok_or_else(|| ApiError::internal("a new order vanished"))?;
-        if let Err(refusal) = seats::checkout_decide(tx, locked, config.hold_secs).await? {
-            // Decided under the same locks as the count above, so not expected; no order stays.
+        if let Err(refusal) = seats::checkout_decide(tx, locked, config.hold_rules()).await? {
+            // Decided under the same locks as the checks above, so not expected; no order stays.
             tracing::warn!(order_id, ?refusal, "bot card order refused at its hold");
             tx.execute("DELETE FROM orders WHERE id = $1", &[&order_id])
                 .await?;
-            return Ok(alert(texts::channel_full(&name)));
+            return Ok(refused(&name, refusal));
         }
     }
     enqueue_invoice(tx, order_id, from.id).await?;
@@ -127,6 +159,23 @@ pub(super) async fn buy(
         "bot order made"
     );
     Ok(note(texts::INVOICE_ON_ITS_WAY))
+}
+
+/// The alert for a refused hold: the channel is full, or the buyer may try again at a given time.
+fn refused(name: &str, refusal: CheckoutRefusal) -> Answer {
+    match refusal {
+        CheckoutRefusal::HoldLimited { limit, until } => alert(render::hold_limited_answer(
+            name,
+            &texts::not_before(until),
+            limit == HoldLimit::Cooldown,
+        )),
+        CheckoutRefusal::ChannelInactive | CheckoutRefusal::NotPending => {
+            alert(texts::CHANNEL_UNAVAILABLE)
+        }
+        CheckoutRefusal::ChannelFull | CheckoutRefusal::HoldExpired => {
+            alert(texts::channel_full(name))
+        }
+    }
 }
 
 /// Creates or updates the subscriber of Telegram user `from` (username and display name as
@@ -191,59 +240,85 @@ async fn live_subscription(
         .map(|r| r.get(0)))
 }
 
-/// The buyer's newest order of the channel that can still be paid as invoiced: pending, at the
-/// channel's current price, younger than [`ORDER_REUSE_SECS`], its seat hold (if any) not expired.
-/// The caller holds the pair lock, which every writer of these orders' state takes.
+/// The buyer's newest order of the channel that can still be paid as invoiced: pending, not
+/// superseded, and either holding a valid seat hold, or holding none, at the channel's current
+/// price and younger than `open_secs`. The caller holds the pair lock, which every writer of
+/// these orders' state takes.
 async fn reusable_order(
     tx: &Transaction<'_>,
     subscriber_id: i32,
     c: &ChannelRow,
+    open_secs: i64,
 ) -> Result<Option<i64>, ApiError> {
     Ok(tx
         .query_opt(
             "SELECT id FROM orders
              WHERE subscriber_id = $1 AND channel_id = $2 AND status = 'pending'
-               AND amount_minor = $3 AND currency = $4
-               AND (hold_until IS NULL OR hold_until > statement_timestamp())
-               AND created_at > statement_timestamp() - make_interval(secs => $5)
+               AND superseded_at IS NULL
+               AND (hold_until > statement_timestamp()
+                    OR (hold_until IS NULL AND amount_minor = $3 AND currency = $4
+                        AND created_at > statement_timestamp() - make_interval(secs => $5)))
              ORDER BY id DESC LIMIT 1",
             &[
                 &subscriber_id,
                 &c.id,
                 &c.price_minor,
                 &c.currency,
-                &(ORDER_REUSE_SECS as f64),
+                &(open_secs as f64),
             ],
         )
         .await?
         .map(|r| r.get(0)))
 }
 
-/// Cancels the bot's pending orders of the pair that [`reusable_order`] passed over (expired,
-/// outdated price): their invoices are refused from now on, and the unique index on the bot's
-/// pending orders makes room for the new one. Staff-made orders are left alone.
-async fn cancel_stale_orders(
+/// Retires the bot's pending orders of the pair that [`reusable_order`] passed over (hold ran
+/// out, too old, outdated price), making room for the new one under the unique index on the
+/// bot's pending orders. One that may still be paid is superseded, never cancelled: a card order
+/// (its link may have been sent, or be sent by a worker that read it before this), or a Stars
+/// order with an approved pre-checkout (the buyer may be paying). Any other is cancelled; its
+/// invoice is refused at pre-checkout from now on (pre-checkout takes the pair lock held here,
+/// so none can be approved in between). Staff-made orders are left alone.
+async fn retire_stale_orders(
     tx: &Transaction<'_>,
     subscriber_id: i32,
     channel_id: i32,
 ) -> Result<(), ApiError> {
-    let n = tx
-        .execute(
-            "UPDATE orders SET status = 'cancelled', hold_until = NULL
-             WHERE subscriber_id = $1 AND channel_id = $2 AND status = 'pending' AND via_bot",
-            &[&subscriber_id, &channel_id],
-        )
+    let row = tx
+        .query_one(RETIRE_SQL, &[&subscriber_id, &channel_id])
         .await?;
-    if n > 0 {
+    let (superseded, cancelled): (i64, i64) =
+        (row.try_get("superseded")?, row.try_get("cancelled")?);
+    if superseded + cancelled > 0 {
         tracing::info!(
             subscriber_id,
             channel_id,
-            cancelled = n,
-            "stale bot orders cancelled"
+            superseded,
+            cancelled,
+            "stale bot orders retired"
         );
     }
     Ok(())
 }
+
+const RETIRE_SQL: &str = "WITH stale AS (
+         SELECT o.id,
+                o.currency <> 'XTR'
+                OR EXISTS (SELECT 1 FROM pre_checkout_decisions d
+                           WHERE d.order_id = o.id AND d.ok) AS may_be_paid
+         FROM orders o
+         WHERE o.subscriber_id = $1 AND o.channel_id = $2 AND o.status = 'pending'
+           AND o.via_bot AND o.superseded_at IS NULL
+     ), superseded AS (
+         UPDATE orders o SET superseded_at = statement_timestamp()
+         FROM stale s WHERE o.id = s.id AND s.may_be_paid
+         RETURNING o.id
+     ), cancelled AS (
+         UPDATE orders o SET status = 'cancelled', hold_until = NULL
+         FROM stale s WHERE o.id = s.id AND NOT s.may_be_paid
+         RETURNING o.id
+     )
+     SELECT (SELECT count(*) FROM superseded) AS superseded,
+            (SELECT count(*) FROM cancelled) AS cancelled";
 
 async fn create_order(
     tx: &Transaction<'_>,

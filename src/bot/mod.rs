@@ -46,9 +46,21 @@ const DEDUPE_WINDOW: &str = "1 day";
 const KEEP: &str = "2 days";
 const PURGE_EVERY: i64 = 1000;
 
-/// How long the bot reuses a buyer's pending order (and its invoice) for another press of the
-/// buy button; also how long a card payment page of an order without a seat hold stays open.
+/// How long the bot reuses a buyer's pending Stars order without a seat hold (and its invoice)
+/// for another press of the buy button.
 pub const ORDER_REUSE_SECS: i64 = 3600;
+
+/// How long after it was made a bot order without a seat hold can be paid as invoiced, and so is
+/// reused: a Stars invoice [`ORDER_REUSE_SECS`]; a card link no longer than a hold lasts
+/// (`HOLD_SECS`), since WayForPay's `orderTimeout` is not covered by the link's signature and
+/// the page must not promise more than a hold would. An order holding a seat can be paid as
+/// invoiced until its hold runs out.
+pub fn open_secs(gateway: Gateway, hold_secs: i64) -> i64 {
+    match gateway {
+        Gateway::Stars => ORDER_REUSE_SECS,
+        Gateway::Card => ORDER_REUSE_SECS.min(hold_secs),
+    }
+}
 
 /// How a channel's price can be paid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -32,7 +32,7 @@ crate::text_enum! {
 macro_rules! order_columns {
     () => {
         "id, reference, subscriber_id, channel_id, amount_minor, currency, status, hold_until, \
-         invoice_link, created_at, paid_at"
+         invoice_link, superseded_at, created_at, paid_at"
     };
 }
 pub(crate) use order_columns;
@@ -44,7 +44,7 @@ pub const COLUMNS: &str = order_columns!();
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[schema(example = json!({"id": 1, "reference": "ord_5f0c1e7a9b2d4c6e8f1a3b5c7d9e0f21",
     "subscriber_id": 1, "channel_id": 1, "amount_minor": 19900, "currency": "UAH",
-    "status": "pending", "hold_until": null, "invoice_link": null,
+    "status": "pending", "hold_until": null, "invoice_link": null, "superseded_at": null,
     "created_at": "2025-01-01T10:00:00Z", "paid_at": null}))]
 pub struct Order {
     pub id: i64,
@@ -59,6 +59,10 @@ pub struct Order {
     pub hold_until: Option<DateTime<Utc>>,
     /// Telegram Stars invoice link, when one was made.
     pub invoice_link: Option<String>,
+    /// When the bot made the buyer a newer order in place of this one (the buyer pressed buy
+    /// again once it could no longer be reused). It stays `pending`: a late payment of it is
+    /// judged by the seat rules like any other, but the bot never offers it again.
+    pub superseded_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub paid_at: Option<DateTime<Utc>>,
 }
@@ -77,6 +81,7 @@ impl FromRow for Order {
             status: r.try_get("status")?,
             hold_until: r.try_get("hold_until")?,
             invoice_link: r.try_get("invoice_link")?,
+            superseded_at: r.try_get("superseded_at")?,
             created_at: r.try_get("created_at")?,
             paid_at: r.try_get("paid_at")?,
         })

@@ -20,6 +20,12 @@
 //! to pay again, so a renewal Telegram charges on its date never finds its seat taken. A hold is
 //! set once, never extended, and an expired hold is never renewed (the buyer needs a new order),
 //! so a late payment of an old invoice cannot take a seat a newer buyer holds.
+//!
+//! A new hold also obeys the buyer's hold rules ([`HoldRules`], [`hold_limit`]): after an unpaid
+//! hold of a channel runs out the buyer waits `HOLD_COOLDOWN_SECS` before holding a seat of it
+//! again, and takes at most `HOLDS_PER_DAY` holds of it in 24 hours, so nobody keeps a seat from
+//! paying buyers by asking for a new hold each time the last one runs out. Every hold of a pair
+//! is granted under the pair's lock, so the rules hold under concurrent presses.
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
@@ -64,6 +70,26 @@ pub enum SeatCheck {
     Full,
 }
 
+/// The rules of a new seat hold, from the configuration (`HOLD_SECS`, `HOLD_COOLDOWN_SECS`,
+/// `HOLDS_PER_DAY`): how long a hold lasts, how long a buyer whose hold ran out unpaid waits
+/// before holding a seat of that channel again, and how many holds of one channel a buyer may
+/// take in 24 hours. A hold already granted is never affected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HoldRules {
+    pub hold_secs: i64,
+    pub cooldown_secs: i64,
+    pub per_day: i64,
+}
+
+/// Which hold rule stops a buyer from holding a seat now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldLimit {
+    /// An unpaid hold of the channel ran out less than the cooldown ago.
+    Cooldown,
+    /// The buyer took `HOLDS_PER_DAY` holds of the channel in the last 24 hours.
+    DailyCap,
+}
+
 /// Why a checkout (or a pre-checkout) is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CheckoutRefusal {
@@ -75,6 +101,11 @@ pub enum CheckoutRefusal {
     ChannelFull,
     /// The channel is not active.
     ChannelInactive,
+    /// The order needs a new hold and a hold rule ([`HoldRules`]) refuses one until `until`.
+    HoldLimited {
+        limit: HoldLimit,
+        until: DateTime<Utc>,
+    },
 }
 
 /// Locks the order with this id in the lock order; `None` when there is no such order (or it
@@ -347,15 +378,66 @@ async fn hold_valid(tx: &Transaction<'_>, hold_until: DateTime<Utc>) -> Result<b
 
 const HOLD_SQL: &str = concat!(
     "UPDATE orders
-     SET hold_until = statement_timestamp() + make_interval(secs => $2::float8)
+     SET hold_until = statement_timestamp() + make_interval(secs => $2::float8),
+         held_at = statement_timestamp()
      WHERE id = $1 RETURNING ",
     order_columns!()
 );
 
+/// When the subscriber `$1` may next hold a seat of channel `$2`, by each rule (NULL: the rule
+/// allows it now). Cooldown: a pending order of the pair (superseded ones included) whose hold
+/// ran out less than `$3` seconds ago. Daily cap: with `$4` or more holds granted in the last
+/// 24 hours, the time the `$4`-th newest leaves that window.
+const HOLD_LIMIT_SQL: &str = "SELECT
+       (SELECT max(hold_until) + make_interval(secs => $3::float8) FROM orders
+         WHERE subscriber_id = $1 AND channel_id = $2 AND status = 'pending'
+           AND hold_until <= statement_timestamp()
+           AND hold_until > statement_timestamp() - make_interval(secs => $3::float8))
+         AS cooldown_until,
+       (SELECT held_at + interval '1 day' FROM orders
+         WHERE subscriber_id = $1 AND channel_id = $2
+           AND held_at > statement_timestamp() - interval '1 day'
+         ORDER BY held_at DESC OFFSET $4::bigint - 1 LIMIT 1)
+         AS cap_until";
+
+/// Whether the hold rules let subscriber `subscriber_id` hold a seat of `channel_id` now:
+/// `Some((rule, until))` when not, with the time they may try again (the later of the two
+/// rules when both apply). The caller holds the pair lock, which every hold of the pair is
+/// granted under, so concurrent presses and pre-checkouts of one buyer decide one after the
+/// other and the count cannot be raced past.
+pub async fn hold_limit(
+    tx: &Transaction<'_>,
+    subscriber_id: i32,
+    channel_id: i32,
+    rules: HoldRules,
+) -> Result<Option<(HoldLimit, DateTime<Utc>)>, ApiError> {
+    let row = db::row_one(
+        tx,
+        HOLD_LIMIT_SQL,
+        &[
+            &subscriber_id,
+            &channel_id,
+            &(rules.cooldown_secs as f64),
+            &rules.per_day.max(1),
+        ],
+    )
+    .await?;
+    let cooldown: Option<DateTime<Utc>> = row.try_get("cooldown_until")?;
+    let cap: Option<DateTime<Utc>> = row.try_get("cap_until")?;
+    Ok(match (cooldown, cap) {
+        (Some(c), Some(d)) if c > d => Some((HoldLimit::Cooldown, c)),
+        (_, Some(d)) => Some((HoldLimit::DailyCap, d)),
+        (Some(c), None) => Some((HoldLimit::Cooldown, c)),
+        (None, None) => None,
+    })
+}
+
 /// The checkout decision (API.md "Seats"), taking the locks itself in the lock order:
 /// a channel without a limit or a buyer who is already a member → approve, no hold; an order
-/// never held → hold a free seat for `hold_secs` from `statement_timestamp()` and approve, or
-/// refuse with [`CheckoutRefusal::ChannelFull`]; a valid hold → approve again without extending
+/// never held → hold a free seat for `HOLD_SECS` from `statement_timestamp()` and approve, or
+/// refuse with [`CheckoutRefusal::ChannelFull`] (no free seat) or
+/// [`CheckoutRefusal::HoldLimited`] (the buyer's cooldown or daily cap of holds, [`hold_limit`]);
+/// a valid hold → approve again without extending
 /// it; an expired hold → [`CheckoutRefusal::HoldExpired`]. Checks, in order: the order is
 /// pending, the channel is active, the seat.
 ///
@@ -365,12 +447,12 @@ const HOLD_SQL: &str = concat!(
 pub async fn checkout_locked(
     tx: &Transaction<'_>,
     order_id: i64,
-    hold_secs: i64,
+    rules: HoldRules,
 ) -> Result<Result<Order, CheckoutRefusal>, ApiError> {
     let locked = lock_order(tx, order_id)
         .await?
         .ok_or(ApiError::NotFound("order"))?;
-    checkout_decide(tx, locked, hold_secs).await
+    checkout_decide(tx, locked, rules).await
 }
 
 /// [`checkout_locked`] for an order already locked with [`lock_order`] or
@@ -378,7 +460,7 @@ pub async fn checkout_locked(
 pub async fn checkout_decide(
     tx: &Transaction<'_>,
     locked: LockedOrder,
-    hold_secs: i64,
+    rules: HoldRules,
 ) -> Result<Result<Order, CheckoutRefusal>, ApiError> {
     if locked.order.status != Status::Pending {
         return Ok(Err(CheckoutRefusal::NotPending));
@@ -391,7 +473,13 @@ pub async fn checkout_decide(
         SeatCheck::HoldExpired => Ok(Err(CheckoutRefusal::HoldExpired)),
         SeatCheck::Full => Ok(Err(CheckoutRefusal::ChannelFull)),
         SeatCheck::Free => {
-            let order = db::one(tx, HOLD_SQL, &[&locked.order.id, &(hold_secs as f64)]).await?;
+            let o = &locked.order;
+            if let Some((limit, until)) =
+                hold_limit(tx, o.subscriber_id, o.channel_id, rules).await?
+            {
+                return Ok(Err(CheckoutRefusal::HoldLimited { limit, until }));
+            }
+            let order = db::one(tx, HOLD_SQL, &[&o.id, &(rules.hold_secs as f64)]).await?;
             Ok(Ok(order))
         }
     }

@@ -243,6 +243,9 @@ crate::text_enum! {
         /// A renewal charge of a subscription staff or the buyer cancelled. Never a
         /// pre-checkout refusal.
         SubscriptionCancelled => "subscription_cancelled",
+        /// A pre-checkout refused by the buyer's hold rules (a cooldown after an unpaid hold,
+        /// or the daily number of holds). Never a payment reason.
+        HoldLimited => "hold_limited",
     }
 }
 
@@ -261,6 +264,11 @@ impl Reason {
             self,
             Reason::RefundedElsewhere | Reason::UnknownSubscription | Reason::SubscriptionCancelled
         )
+    }
+
+    /// Whether a stored payment can carry this reason (the codes the `payments` table accepts).
+    pub fn is_payment_reason(self) -> bool {
+        self != Reason::HoldLimited
     }
 }
 

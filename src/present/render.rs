@@ -472,6 +472,14 @@ pub fn answer_callback(query_id: &str, text: &str, alert: bool) -> Value {
     })
 }
 
+/// The alert of a buyer the hold rules hold back until `when` ([`texts::hold_limited`]): the
+/// channel's title is shortened so that the whole text, the time to try again included, fits
+/// a callback answer (a cut at the end would drop the time).
+pub fn hold_limited_answer(channel_title: &str, when: &str, cooldown: bool) -> String {
+    let room = CALLBACK_ANSWER_MAX.saturating_sub(units(&texts::hold_limited("", when, cooldown)));
+    texts::hold_limited(&clip(channel_title, room), when, cooldown)
+}
+
 /// An invoice's title: the channel's title on one line, within Telegram's 32 characters.
 pub fn invoice_title(channel_title: &str, channel_id: i32) -> String {
     clip(&title(channel_title, channel_id), INVOICE_TITLE_MAX)
@@ -496,6 +504,24 @@ pub fn invoice_description(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_hold_limit_answer_keeps_when_to_try_again_whatever_the_title() {
+        let when = "2030-01-02 03:04 UTC";
+        for cooldown in [true, false] {
+            for title in [
+                "Short",
+                &"Л".repeat(255),
+                &"👨\u{200D}👩\u{200D}👧".repeat(60),
+            ] {
+                let text = super::hold_limited_answer(title, when, cooldown);
+                assert!(super::units(&text) <= super::CALLBACK_ANSWER_MAX, "{text}");
+                assert!(text.ends_with(&format!("after {when}.")), "{text}");
+                assert_eq!(super::clip(&text, super::CALLBACK_ANSWER_MAX), text);
+            }
+        }
+        assert!(super::hold_limited_answer("Short", when, true).contains("«Short»"));
+    }
+
     use super::*;
 
     fn offer_view(id: i32, title: &str, availability: Availability) -> OfferView {

@@ -14,6 +14,15 @@ pub fn day(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M UTC").to_string()
 }
 
+/// A time from which something is allowed, as buyers read it: [`day`] rounded up to the minute,
+/// so a buyer who comes back at the minute shown is never refused again.
+pub fn not_before(t: DateTime<Utc>) -> String {
+    use chrono::{DurationRound, TimeDelta};
+    let minute = TimeDelta::minutes(1);
+    let down = t.duration_trunc(minute).unwrap_or(t);
+    day(if down < t { down + minute } else { down })
+}
+
 // ---- Telegram's payment form (a refused pre-checkout; at most 100 characters) ----
 
 /// The decision could not be made in time.
@@ -33,8 +42,15 @@ pub fn pre_checkout_refusal(reason: &str) -> &'static str {
         "channel_inactive" => "This channel is not accepting subscriptions right now.",
         "hold_expired" => "This invoice has expired. Please start a new order.",
         "no_seat" => "This seat has just been taken. Please choose another channel or try later.",
+        "hold_limited" => "You held a seat here recently without paying. Please try again later.",
         _ => PRE_CHECKOUT_BUSY,
     }
+}
+
+/// A pre-checkout refused by the buyer's hold rules, with when they may try again
+/// ([`not_before`]).
+pub fn pre_checkout_hold_limited(when: &str) -> String {
+    format!("You held a seat here recently without paying. Try again after {when}.")
 }
 
 // ---- access (the effects worker) ----
@@ -124,6 +140,22 @@ pub const CHANNEL_UNAVAILABLE: &str =
 /// A seat-limited channel with no free seat: no order is made.
 pub fn channel_full(title: &str) -> String {
     format!("Sorry, «{title}» is full right now. Please try again later.")
+}
+
+/// The buyer may not hold a seat of the channel before `when` ([`not_before`]): an unpaid hold of theirs
+/// ran out moments ago (`cooldown`), or they held seats of it too often today. No order is made.
+pub fn hold_limited(title: &str, when: &str, cooldown: bool) -> String {
+    if cooldown {
+        format!(
+            "Your last seat hold on «{title}» ran out before it was paid. \
+             You can try again after {when}."
+        )
+    } else {
+        format!(
+            "You have held a seat on «{title}» several times today without paying. \
+             You can try again after {when}."
+        )
+    }
 }
 
 /// A channel priced in a currency no configured gateway takes: no order is made.

@@ -22,7 +22,9 @@
 //!
 //! Checks, in API.md's order: the order exists and is pending, the payer is the order's
 //! subscriber, currency `XTR` and amount match, the channel is active, the seat rule
-//! ([`seats::checkout_decide`], which takes the channel lock and may set the hold).
+//! ([`seats::checkout_decide`], which takes the channel lock and may set the hold, within the
+//! buyer's hold rules: a cooldown after an unpaid hold ran out, a daily cap — refused as
+//! `hold_limited`, telling the buyer when to try again).
 
 use std::time::Duration;
 
@@ -39,9 +41,10 @@ use crate::{
     error::ApiError,
     orders::{
         self,
-        seats::{self, CheckoutRefusal, LockedOrder},
+        seats::{self, CheckoutRefusal, HoldRules, LockedOrder},
     },
     payments::core::Reason,
+    present::texts,
 };
 
 /// The only currency a Stars invoice can carry.
@@ -120,6 +123,9 @@ impl Answer {
 struct Decision {
     order_id: Option<i64>,
     refusal: Option<Reason>,
+    /// The buyer's text when it says more than the reason's own ([`Reason::buyer_message`]):
+    /// when they may try again.
+    message: Option<String>,
     hold_until: Option<DateTime<Utc>>,
 }
 
@@ -171,11 +177,11 @@ pub fn check_order(
 }
 
 /// Decides one `pre_checkout_query` and returns the answer for Telegram; an approved one holds
-/// a free seat for `hold_secs`. Never fails: anything that keeps the decision from being made
+/// a free seat for `rules.hold_secs` (within the buyer's hold rules). Never fails: anything that keeps the decision from being made
 /// in time is a "try again" refusal, never given while an approval (and its hold) is known to
 /// be stored.
-pub async fn answer(db: &Pool, hold_secs: i64, q: &PreCheckoutQuery) -> Answer {
-    match decide(db, hold_secs, q).await {
+pub async fn answer(db: &Pool, rules: HoldRules, q: &PreCheckoutQuery) -> Answer {
+    match decide(db, rules, q).await {
         Ok(answer) => answer,
         Err(Unanswered::Failed(e)) => {
             if is_contention(&e) {
@@ -216,7 +222,7 @@ fn is_contention(e: &ApiError) -> bool {
 
 /// Runs the decision's transaction: everything before COMMIT within [`BUDGET`] (deadlock
 /// victims run again, like [`crate::transaction!`]), then COMMIT (see [`commit`]).
-async fn decide(db: &Pool, hold_secs: i64, q: &PreCheckoutQuery) -> Result<Answer, Unanswered> {
+async fn decide(db: &Pool, rules: HoldRules, q: &PreCheckoutQuery) -> Result<Answer, Unanswered> {
     let deadline = Instant::now() + BUDGET;
     let mut client = timeout_at(deadline, db.get())
         .await
@@ -227,7 +233,7 @@ async fn decide(db: &Pool, hold_secs: i64, q: &PreCheckoutQuery) -> Result<Answe
         attempt += 1;
         let work = async {
             let tx = client.transaction().await?;
-            let decided = decide_in(&tx, q, hold_secs).await;
+            let decided = decide_in(&tx, q, rules).await;
             Ok::<_, ApiError>((tx, decided))
         };
         let (tx, decided) = match timeout_at(deadline, work).await {
@@ -320,7 +326,7 @@ enum Ended {
 async fn decide_in(
     tx: &Transaction<'_>,
     q: &PreCheckoutQuery,
-    hold_secs: i64,
+    rules: HoldRules,
 ) -> Result<Decided, DecideError> {
     let repeat = |answer| Decided {
         answer,
@@ -334,6 +340,7 @@ async fn decide_in(
         let decision = Decision {
             order_id: None,
             refusal: Some(Reason::UnknownOrder),
+            message: None,
             hold_until: None,
         };
         return store(tx, q, &decision).await;
@@ -342,7 +349,7 @@ async fn decide_in(
     if let Some(stored) = stored(tx, &q.id).await? {
         return Ok(repeat(stored));
     }
-    let decision = decide_locked(tx, q, locked, hold_secs).await?;
+    let decision = decide_locked(tx, q, locked, rules).await?;
     store(tx, q, &decision).await
 }
 
@@ -419,12 +426,13 @@ async fn decide_locked(
     tx: &Transaction<'_>,
     q: &PreCheckoutQuery,
     locked: LockedOrder,
-    hold_secs: i64,
+    rules: HoldRules,
 ) -> Result<Decision, ApiError> {
     let order_id = locked.order.id;
     let refused = |refusal| Decision {
         order_id: Some(order_id),
         refusal: Some(refusal),
+        message: None,
         hold_until: None,
     };
     let o = &locked.order;
@@ -438,10 +446,11 @@ async fn decide_locked(
         return Ok(refused(refusal));
     }
     let status = o.status;
-    Ok(match seats::checkout_decide(tx, locked, hold_secs).await? {
+    Ok(match seats::checkout_decide(tx, locked, rules).await? {
         Ok(order) => Decision {
             order_id: Some(order_id),
             refusal: None,
+            message: None,
             hold_until: order.hold_until,
         },
         // Pending was checked above under the same order lock; kept for completeness.
@@ -452,6 +461,10 @@ async fn decide_locked(
         Err(CheckoutRefusal::ChannelInactive) => refused(Reason::ChannelInactive),
         Err(CheckoutRefusal::HoldExpired) => refused(Reason::HoldExpired),
         Err(CheckoutRefusal::ChannelFull) => refused(Reason::NoSeat),
+        Err(CheckoutRefusal::HoldLimited { until, .. }) => Decision {
+            message: Some(texts::pre_checkout_hold_limited(&texts::not_before(until))),
+            ..refused(Reason::HoldLimited)
+        },
     })
 }
 
@@ -486,9 +499,10 @@ async fn store(
     q: &PreCheckoutQuery,
     d: &Decision,
 ) -> Result<Decided, DecideError> {
-    let answer = match d.refusal {
-        None => Answer::approve(),
-        Some(r) => Answer::refuse(r.buyer_message()),
+    let answer = match (d.refusal, &d.message) {
+        (None, _) => Answer::approve(),
+        (Some(_), Some(message)) => Answer::refuse(message.clone()),
+        (Some(r), None) => Answer::refuse(r.buyer_message()),
     };
     // The transaction id identifies this transaction should the outcome of its commit have to
     // be read back.
@@ -590,12 +604,20 @@ mod tests {
 
     #[test]
     fn refusal_messages_are_short_and_reasons_match_the_schema() {
-        let pre_checkout = include_str!("../../migrations/0002_telegram.sql");
+        // The newest definition of each constraint.
+        let pre_checkout = include_str!("../../migrations/0007_seat_holds.sql");
+        let pre_checkout = &pre_checkout[pre_checkout
+            .find("pre_checkout_decisions_reason_check CHECK")
+            .unwrap()..];
         let payments = include_str!("../../migrations/0005_buyer_bot.sql");
         let payments = &payments[payments.find("payments_reason_check CHECK").unwrap()..];
         for r in Reason::ALL {
             let code = format!("'{}'", r.as_str());
-            assert!(payments.contains(&code), "{r:?} is a payment reason");
+            assert_eq!(
+                payments.contains(&code),
+                r.is_payment_reason(),
+                "{r:?} is a payment reason iff the payments table takes it"
+            );
             if r.is_pre_checkout_refusal() {
                 assert!(
                     pre_checkout.contains(&code),
@@ -605,5 +627,19 @@ mod tests {
                 assert_ne!(r.buyer_message(), BUSY_MESSAGE, "{r:?} has its own text");
             }
         }
+        let until = chrono::DateTime::<Utc>::MAX_UTC;
+        assert!(texts::pre_checkout_hold_limited(&texts::not_before(until)).len() <= 100);
+    }
+
+    #[test]
+    fn the_hold_limit_is_answered_with_when_to_try_again() {
+        let until = chrono::DateTime::parse_from_rfc3339("2030-01-02T03:04:05Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        // Rounded up: at the minute shown the buyer is allowed.
+        let text = texts::pre_checkout_hold_limited(&texts::not_before(until));
+        assert!(text.contains("2030-01-02 03:05 UTC"), "{text}");
+        let on_the_minute = until - chrono::Duration::seconds(5);
+        assert_eq!(texts::not_before(on_the_minute), "2030-01-02 03:04 UTC");
     }
 }

@@ -8,7 +8,11 @@
 //!   channel: `sendInvoice` in Stars; for a `recurring` channel a subscription link
 //!   (`createInvoiceLink` with `subscription_period`, stored on the order so a repeat sends the
 //!   same link) as a URL button; otherwise a signed WayForPay Purchase link as a URL button.
-//!   An order that was paid or cancelled meanwhile gets nothing.
+//!   An order that was paid, cancelled or superseded meanwhile gets nothing. A card link's
+//!   `orderTimeout` is what is left of the time the order can be paid as invoiced: its seat
+//!   hold, else [`bot::open_secs`] from when it was made — never longer than a hold. WayForPay
+//!   does not sign `orderTimeout`, so nothing relies on it: a payment that arrives later anyway
+//!   is judged by the payment core's seat rules like any late payment.
 //! - `subscription_cancel`: `editUserStarSubscription(is_canceled = true)`, then a confirmation
 //!   to the buyer (a `bot_message`, enqueued once) — except for a subscription the payment core
 //!   stopped because it refused a charge, whose buyer's payment notice already said so.
@@ -20,7 +24,7 @@ use deadpool_postgres::Object;
 use serde_json::{Value, json};
 
 use crate::{
-    bot::{self, ORDER_REUSE_SECS, outbox::enqueue_message},
+    bot::{self, outbox::enqueue_message},
     config::Config,
     effects::{Effect, Kind},
     error::ApiError,
@@ -105,6 +109,7 @@ async fn message(bot: &BotApi, e: &Effect) -> BotPerformed {
 /// An order's invoice, as its channel is sold now.
 struct InvoiceFacts {
     status: orders::Status,
+    superseded: bool,
     reference: String,
     amount_minor: i64,
     currency: String,
@@ -115,7 +120,8 @@ struct InvoiceFacts {
     description: Option<String>,
     days: i32,
     recurring: bool,
-    /// Seconds the order can still be paid as invoiced: its seat hold, else the reuse window.
+    /// Seconds the order can still be paid as invoiced: its seat hold, else
+    /// [`bot::open_secs`] from when it was made.
     open_secs: i64,
 }
 
@@ -123,6 +129,7 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
     let Some(order_id) = e.order_id else {
         return Err(BotFailure::Permanent("the order was deleted".into()));
     };
+    let card_open = bot::open_secs(bot::Gateway::Card, state.config.hold_secs);
     let row = client
         .query_opt(
             "SELECT o.status, o.reference, o.amount_minor, o.currency, o.invoice_link,
@@ -131,10 +138,11 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
                     floor(extract(epoch FROM CASE
                         WHEN o.hold_until IS NOT NULL THEN o.hold_until - statement_timestamp()
                         ELSE o.created_at + make_interval(secs => $2) - statement_timestamp()
-                    END))::bigint
+                    END))::bigint,
+                    o.superseded_at IS NOT NULL
              FROM orders o JOIN channels c ON c.id = o.channel_id
              WHERE o.id = $1",
-            &[&order_id, &(ORDER_REUSE_SECS as f64)],
+            &[&order_id, &(card_open as f64)],
         )
         .await?;
     drop(client);
@@ -153,10 +161,17 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
         description: r.get(8),
         days: r.get(9),
         recurring: r.get(10),
-        open_secs: r.get(11),
+        // Never longer than a hold, even for a hold granted before `HOLD_SECS` was lowered.
+        open_secs: r.get::<_, i64>(11).min(state.config.hold_secs),
+        superseded: r.get(12),
     };
     if f.status != orders::Status::Pending {
         return Ok(Some(format!("skipped: the order is {} now", f.status)));
+    }
+    if f.superseded {
+        return Ok(Some(
+            "skipped: the order was superseded by a newer one".into(),
+        ));
     }
     let title = render::invoice_title(&f.title, f.channel_id);
     let description =

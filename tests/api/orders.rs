@@ -9,6 +9,19 @@ fn id(v: &Value) -> i64 {
     v["id"].as_i64().unwrap()
 }
 
+/// Moves the order's hold back past the default cooldown after an unpaid hold (`HOLD_SECS`).
+async fn expire_hold_past_cooldown(app: &TestApp, order_id: i64) {
+    app.db()
+        .await
+        .execute(
+            "UPDATE orders SET hold_until = statement_timestamp() - interval '301 seconds'
+             WHERE id = $1",
+            &[&order_id],
+        )
+        .await
+        .unwrap();
+}
+
 async fn expire_hold(app: &TestApp, order_id: i64) {
     app.db()
         .await
@@ -300,8 +313,20 @@ async fn checkout_holds_once_and_never_extends() {
     let r = app.checkout(id(&o)).await;
     assert_eq!(r.status.as_u16(), 409);
     assert!(r.json()["detail"].as_str().unwrap().contains("expired"));
-    // A new order of the same buyer gets the free seat.
+    // A new order of the same buyer waits for the cooldown after an unpaid hold, then gets
+    // the free seat.
     let o2 = app.create_order(a, limited).await;
+    let r = app.checkout(id(&o2)).await;
+    assert_eq!(r.status.as_u16(), 409);
+    assert!(
+        r.json()["detail"]
+            .as_str()
+            .unwrap()
+            .contains("an unpaid hold ran out recently"),
+        "{}",
+        r.json()
+    );
+    expire_hold_past_cooldown(&app, id(&o)).await;
     app.checkout(id(&o2)).await.expect(200);
     // Now full for somebody else.
     let ob = app.create_order(b, limited).await;

@@ -490,6 +490,22 @@ async fn an_old_orders_payment_does_not_use_the_new_orders_hold() {
         EXPIRED
     );
     let (new_order, new_ref) = order(&app, s, channel).await;
+    // Not before the cooldown after an unpaid hold has passed.
+    let early = pre_checkout(&app, "new-0", 1101, &new_ref).await;
+    assert_eq!(early["ok"], false, "{early}");
+    assert_eq!(
+        decision(&app, "new-0").await.1.as_deref(),
+        Some("hold_limited")
+    );
+    app.db()
+        .await
+        .execute(
+            "UPDATE orders SET hold_until = statement_timestamp() - interval '301 seconds'
+             WHERE id = $1",
+            &[&old_order],
+        )
+        .await
+        .unwrap();
     assert_eq!(
         pre_checkout(&app, "new-1", 1101, &new_ref).await["ok"],
         true

@@ -68,7 +68,7 @@ pub async fn webhook(
     if let Some(q) = &update.pre_checkout_query {
         check_pre_checkout(q)?;
         let answer = crate::metrics::pre_checkout(
-            pre_checkout::answer(&state.db, state.config.hold_secs, q),
+            pre_checkout::answer(&state.db, state.config.hold_rules(), q),
             pre_checkout::Answer::metric_label,
         )
         .await;
