@@ -31,6 +31,9 @@
 //! | `BCRYPT_COST` | bcrypt cost for new password hashes, 4..=31 | `12` |
 //! | `DB_POOL_SIZE` | maximum database connections, 1..=1000 | `16` |
 //! | `REQUEST_TIMEOUT_SECS` | per-request timeout, 1..=600 | `30` |
+//! | `HEADER_READ_TIMEOUT_SECS` | a connection whose request headers have not all arrived this long after it opened (or after the request's first byte) is closed, 1..=600 | `10` |
+//! | `IDLE_TIMEOUT_SECS` | a keep-alive connection idle this long between requests is closed, 1..=3600 | `60` |
+//! | `MAX_CONNECTIONS` | connections served at once; more wait to be accepted, 1..=1000000 | `10000` |
 //! | `LOGIN_MAX_FAILURES` | failed logins per (email, client address) before 429, 1..=1000 | `5` |
 //! | `LOGIN_WINDOW_SECS` | window of that count, and the wait after it is reached, 1..=86400 | `900` |
 //!
@@ -129,6 +132,10 @@ pub struct Config {
     pub bcrypt_cost: u32,
     pub db_pool_size: usize,
     pub request_timeout: Duration,
+    /// `HEADER_READ_TIMEOUT_SECS`, `IDLE_TIMEOUT_SECS`, `MAX_CONNECTIONS` ([`crate::server`]).
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
     pub login_max_failures: u32,
     pub login_window: Duration,
 }
@@ -167,6 +174,9 @@ impl Config {
             metrics_addr: http.metrics_addr,
             log_format: http.log_format,
             request_timeout: http.request_timeout,
+            header_read_timeout: http.header_read_timeout,
+            idle_timeout: http.idle_timeout,
+            max_connections: http.max_connections,
             trust_proxy: http.trust_proxy,
             wayforpay_domain: doors
                 .wayforpay_domain
@@ -277,13 +287,17 @@ impl Database {
     }
 }
 
-/// `BIND_ADDR`, `METRICS_ADDR`, `LOG_FORMAT`, `REQUEST_TIMEOUT_SECS`, `TRUST_PROXY`,
+/// `BIND_ADDR`, `METRICS_ADDR`, `LOG_FORMAT`, `REQUEST_TIMEOUT_SECS`,
+/// `HEADER_READ_TIMEOUT_SECS`, `IDLE_TIMEOUT_SECS`, `MAX_CONNECTIONS`, `TRUST_PROXY`,
 /// `PUBLIC_URL`.
 struct Http {
     bind_addr: SocketAddr,
     metrics_addr: Option<SocketAddr>,
     log_format: LogFormat,
     request_timeout: Duration,
+    header_read_timeout: Duration,
+    idle_timeout: Duration,
+    max_connections: usize,
     trust_proxy: bool,
     public_url: Option<String>,
 }
@@ -313,6 +327,9 @@ impl Http {
             metrics_addr,
             log_format,
             request_timeout: vars.secs("REQUEST_TIMEOUT_SECS", 30, 1, 600)?,
+            header_read_timeout: vars.secs("HEADER_READ_TIMEOUT_SECS", 10, 1, 600)?,
+            idle_timeout: vars.secs("IDLE_TIMEOUT_SECS", 60, 1, 3600)?,
+            max_connections: vars.int("MAX_CONNECTIONS", 10_000, 1, 1_000_000)? as usize,
             trust_proxy: vars.flag("TRUST_PROXY")?,
             public_url: vars
                 .checked(
@@ -609,6 +626,9 @@ mod tests {
         assert_eq!(c.bcrypt_cost, 12);
         assert_eq!(c.db_pool_size, 16);
         assert_eq!(c.request_timeout, Duration::from_secs(30));
+        assert_eq!(c.header_read_timeout, Duration::from_secs(10));
+        assert_eq!(c.idle_timeout, Duration::from_secs(60));
+        assert_eq!(c.max_connections, 10_000);
         assert_eq!(c.login_max_failures, 5);
         assert_eq!(c.login_window, Duration::from_secs(900));
     }
@@ -650,6 +670,9 @@ mod tests {
             ("BCRYPT_COST", "4"),
             ("DB_POOL_SIZE", "1000"),
             ("REQUEST_TIMEOUT_SECS", " 600 "),
+            ("HEADER_READ_TIMEOUT_SECS", "1"),
+            ("IDLE_TIMEOUT_SECS", "3600"),
+            ("MAX_CONNECTIONS", "4"),
             ("LOGIN_MAX_FAILURES", "1"),
             ("LOGIN_WINDOW_SECS", "1"),
         ] {
@@ -701,6 +724,9 @@ mod tests {
         assert_eq!(c.bcrypt_cost, 4);
         assert_eq!(c.db_pool_size, 1000);
         assert_eq!(c.request_timeout, Duration::from_secs(600));
+        assert_eq!(c.header_read_timeout, Duration::from_secs(1));
+        assert_eq!(c.idle_timeout, Duration::from_secs(3600));
+        assert_eq!(c.max_connections, 4);
         assert_eq!(c.login_max_failures, 1);
         assert_eq!(c.login_window, Duration::from_secs(1));
     }
