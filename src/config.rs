@@ -36,6 +36,7 @@
 //! | `MAX_CONNECTIONS` | connections served at once; more wait to be accepted, 1..=1000000 | `10000` |
 //! | `LOGIN_MAX_FAILURES` | failed logins per (email, client address) before 429, 1..=1000 | `5` |
 //! | `LOGIN_WINDOW_SECS` | window of that count, and the wait after it is reached, 1..=86400 | `900` |
+//! | `LOGIN_ACCOUNT_MAX_FAILURES` | failed logins per email from all addresses within that window before addresses that never logged in to it get 429, 1..=100000 | `20` |
 //!
 //! An empty value counts as unset. A missing or weak required secret, or any malformed value,
 //! stops start-up with one line naming the variable and never its value. Secrets are held in
@@ -138,6 +139,7 @@ pub struct Config {
     pub max_connections: usize,
     pub login_max_failures: u32,
     pub login_window: Duration,
+    pub login_account_max_failures: u32,
 }
 
 /// Why the configuration was refused; the message names the variable and never its value.
@@ -189,6 +191,7 @@ impl Config {
             bcrypt_cost: auth.bcrypt_cost,
             login_max_failures: auth.login_max_failures,
             login_window: auth.login_window,
+            login_account_max_failures: auth.login_account_max_failures,
             webhook_keys: doors.webhook_keys,
             wayforpay: doors.wayforpay,
             telegram_webhook_secret: telegram.webhook_secret,
@@ -352,7 +355,7 @@ impl Http {
 }
 
 /// `JWT_SECRET`, `JWT_TTL_SECS`, `ADMIN_EMAIL`, `ADMIN_PASSWORD`, `BCRYPT_COST`,
-/// `LOGIN_MAX_FAILURES`, `LOGIN_WINDOW_SECS`.
+/// `LOGIN_MAX_FAILURES`, `LOGIN_WINDOW_SECS`, `LOGIN_ACCOUNT_MAX_FAILURES`.
 struct StaffAuth {
     jwt_secret: Secret,
     jwt_ttl: Duration,
@@ -361,6 +364,7 @@ struct StaffAuth {
     bcrypt_cost: u32,
     login_max_failures: u32,
     login_window: Duration,
+    login_account_max_failures: u32,
 }
 
 impl StaffAuth {
@@ -390,6 +394,8 @@ impl StaffAuth {
             bcrypt_cost: vars.int("BCRYPT_COST", 12, 4, 31)? as u32,
             login_max_failures: vars.int("LOGIN_MAX_FAILURES", 5, 1, 1000)? as u32,
             login_window: vars.secs("LOGIN_WINDOW_SECS", 900, 1, 86_400)?,
+            login_account_max_failures: vars.int("LOGIN_ACCOUNT_MAX_FAILURES", 20, 1, 100_000)?
+                as u32,
         })
     }
 }
@@ -631,6 +637,7 @@ mod tests {
         assert_eq!(c.max_connections, 10_000);
         assert_eq!(c.login_max_failures, 5);
         assert_eq!(c.login_window, Duration::from_secs(900));
+        assert_eq!(c.login_account_max_failures, 20);
     }
 
     #[test]
@@ -675,6 +682,7 @@ mod tests {
             ("MAX_CONNECTIONS", "4"),
             ("LOGIN_MAX_FAILURES", "1"),
             ("LOGIN_WINDOW_SECS", "1"),
+            ("LOGIN_ACCOUNT_MAX_FAILURES", "100000"),
         ] {
             env.insert(k, v.to_string());
         }
@@ -729,6 +737,7 @@ mod tests {
         assert_eq!(c.max_connections, 4);
         assert_eq!(c.login_max_failures, 1);
         assert_eq!(c.login_window, Duration::from_secs(1));
+        assert_eq!(c.login_account_max_failures, 100_000);
     }
 
     /// Every refusal, word for word: each names its variable and none shows a value.
