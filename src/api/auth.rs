@@ -156,7 +156,8 @@ fn credentials(req: LoginRequest) -> Result<(String, String), ApiError> {
             time, for both).", body = Problem, content_type = "application/problem+json",
             headers(("WWW-Authenticate" = String, description = "`Bearer`."))),
         (status = 422, description = "A field is missing or too long.", body = Problem, content_type = "application/problem+json"),
-        (status = 429, description = "Too many failed logins for this email from this address.",
+        (status = 429, description = "Too many failed logins for this email from this address, or \
+            for this email from everywhere (then addresses that logged in to it before are still let through).",
             body = Problem, content_type = "application/problem+json", headers(("Retry-After" = String, description = "Seconds to wait."))),
     ),
 )]
