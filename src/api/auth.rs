@@ -142,9 +142,10 @@ fn credentials(req: LoginRequest) -> Result<(String, String), ApiError> {
 
 /// `POST /api/auth/login`.
 ///
-/// In order: field checks (422); a locked-out pair is refused at once (429); the account is
-/// looked up; a password-hashing permit is taken (503 when none frees up quickly); the attempt
-/// is counted (429 if parallel attempts used the pair's allowance); bcrypt runs on the blocking
+/// In order: field checks (422); a locked-out pair, or an account at its account-wide limit
+/// from an address not known to it, is refused at once (429); the account is looked up; a
+/// password-hashing permit is taken (503 when none frees up quickly); the attempt is counted
+/// (429 if parallel attempts used an allowance); bcrypt runs on the blocking
 /// pool, and the attempt is judged there, so a dropped request cannot un-count a guess that
 /// was checked.
 #[utoipa::path(post, path = "/api/auth/login", operation_id = "login", tag = "auth",
