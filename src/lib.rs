@@ -139,18 +139,19 @@ pub async fn serve(state: AppState) -> std::io::Result<()> {
     let listener = TcpListener::bind(addr).await?;
     tracing::info!(%addr, "listening");
     let shutdown = ShutdownSignal::new();
-    let metrics = metrics::listen(
-        state.config.metrics_addr,
-        state.db.clone(),
-        shutdown.clone(),
-    )
-    .await?;
-    let background = tokio::spawn(background::run(state.clone(), shutdown.clone()));
     let limits = server::ConnectionLimits {
         header_read_timeout: state.config.header_read_timeout,
         idle_timeout: state.config.idle_timeout,
         max_connections: state.config.max_connections,
     };
+    let metrics = metrics::listen(
+        state.config.metrics_addr,
+        state.db.clone(),
+        limits,
+        shutdown.clone(),
+    )
+    .await?;
+    let background = tokio::spawn(background::run(state.clone(), shutdown.clone()));
     let signal = shutdown.clone();
     let served = server::serve(listener, router(state), limits, async move {
         wait_for_signal().await;
