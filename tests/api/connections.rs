@@ -24,13 +24,31 @@ const NEVER: Duration = Duration::from_secs(30);
 
 /// `subgate serve` on the test's database with `vars` added; returns once it answers.
 async fn serve(app: &TestApp, vars: &[(&str, &str)]) -> (Child, String) {
+    serve_limited(app, vars, None).await
+}
+
+/// [`serve`], with at most `open_files` file descriptors (`ulimit -n`) when given.
+async fn serve_limited(
+    app: &TestApp,
+    vars: &[(&str, &str)],
+    open_files: Option<u32>,
+) -> (Child, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
     let addr = format!("127.0.0.1:{port}");
-    let mut cmd = Command::new(BIN);
+    let mut cmd = match open_files {
+        None => Command::new(BIN),
+        Some(n) => {
+            let mut sh = Command::new("/bin/sh");
+            sh.arg("-c")
+                .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                .arg(BIN);
+            sh
+        }
+    };
     cmd.arg("serve")
         .env_clear()
         .env("DATABASE_URL", url_for(&app.db_name))
@@ -245,6 +263,33 @@ async fn past_the_connection_cap_a_client_waits_for_a_free_slot() {
         closed_after(&mut s, Instant::now())
             .await
             .expect("a silent connection is closed");
+    }
+    answered(&addr).await;
+}
+
+/// The scenario: with 64 file descriptors, 60 connections that never send their headers
+/// used to leave the server unable to answer. Now the cap keeps descriptors for the database
+/// and the header timeout frees the slots, so a normal request (one that needs the database)
+/// is answered and every slow connection is closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_silent_connections_do_not_starve_a_server_with_64_descriptors() {
+    let app = TestApp::spawn().await;
+    let (_server, addr) = serve_limited(
+        &app,
+        &[("MAX_CONNECTIONS", "24"), ("HEADER_READ_TIMEOUT_SECS", "1")],
+        Some(64),
+    )
+    .await;
+    let start = Instant::now();
+    let mut silent = Vec::new();
+    for _ in 0..60 {
+        silent.push(TcpStream::connect(&addr).await.unwrap());
+    }
+    answered(&addr).await;
+    for s in &mut silent {
+        closed_after(s, start)
+            .await
+            .expect("every silent connection is closed");
     }
     answered(&addr).await;
 }
