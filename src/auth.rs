@@ -188,10 +188,11 @@ pub type PairKey = (String, IpAddr);
 /// is only added by a login that reached bcrypt.
 pub const ACCOUNT_THROTTLE_CAPACITY: usize = LOGIN_THROTTLE_CAPACITY;
 
-/// How many (email, address) pairs that logged in successfully are remembered, and for how
-/// long: such an address is exempt from the account-wide limit, so an attacker elsewhere cannot
-/// lock out staff who log in from where they logged in before.
+/// How many (email, address) pairs that logged in successfully are remembered (the oldest is
+/// forgotten past it): such an address is exempt from the account-wide limit, so an attacker
+/// elsewhere cannot lock out staff who log in from where they logged in before.
 pub const KNOWN_ADDRESS_CAPACITY: usize = 10_000;
+/// How long after its last successful login an address stays known to an account.
 pub const KNOWN_ADDRESS_FOR: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// The address a client is counted under: an IPv4 address as it is (an IPv4-mapped IPv6 address
@@ -401,10 +402,10 @@ impl Tables {
 /// Two limits: `max` failures per pair within the window (a mistyping person, one guesser), and
 /// an account-wide `account_max` per email within the same window over every address (many
 /// guessers for one account). The account-wide limit does not apply to an address that logged
-/// in to that account before (within [`KNOWN_ADDRESS_FOR`], since this process started), so an
-/// attacker using many addresses slows guessing on the account down to `account_max` per
-/// window but cannot lock its staff out of the places they log in from; a new address waits,
-/// while the attack goes on, for the account's window to end. IPv6 addresses count by their /64
+/// in to that account before (within [`KNOWN_ADDRESS_FOR`] of its last login, since this
+/// process started), so an attacker using many addresses slows guessing on the account down to
+/// `account_max` per window but cannot lock its staff out of the places they log in from; a
+/// new address may be refused while the attack goes on. IPv6 addresses count by their /64
 /// ([`throttle_address`]).
 ///
 /// An attempt is counted *before* its password is verified ([`LoginThrottle::reserve`]), under
@@ -503,7 +504,9 @@ impl Attempt {
         if let Some(seq) = self.account_seq {
             tables.accounts.release(&self.key.0, seq);
         }
-        // Counted, saturating, only to mark the pair; refused only at u32::MAX logins.
+        // Remembered anew from this login (at the back of the queue); a count of one never
+        // reaches the limit, so this cannot be refused.
+        tables.known.clear(&self.key);
         let _ = tables
             .known
             .reserve(&self.key, u32::MAX, KNOWN_ADDRESS_FOR, Instant::now());
