@@ -267,7 +267,7 @@ async fn past_the_connection_cap_a_client_waits_for_a_free_slot() {
     answered(&addr).await;
 }
 
-/// The scenario: with 64 file descriptors, 60 connections that never send their headers
+/// The reported scenario: with 64 file descriptors, 60 connections that never send their headers
 /// used to leave the server unable to answer. Now the cap keeps descriptors for the database
 /// and the header timeout frees the slots, so a normal request (one that needs the database)
 /// is answered and every slow connection is closed.
