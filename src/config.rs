@@ -33,8 +33,12 @@
 //! | `BCRYPT_COST` | bcrypt cost for new password hashes, 4..=31 | `12` |
 //! | `DB_POOL_SIZE` | maximum database connections, 1..=1000 | `16` |
 //! | `REQUEST_TIMEOUT_SECS` | per-request timeout, 1..=600 | `30` |
+//! | `HEADER_READ_TIMEOUT_SECS` | a connection whose request headers have not all arrived this long after it opened (or after the request's first byte) is closed, 1..=600 | `10` |
+//! | `IDLE_TIMEOUT_SECS` | a keep-alive connection idle this long between requests is closed, 1..=3600 | `60` |
+//! | `MAX_CONNECTIONS` | connections served at once; more wait to be accepted, 1..=1000000 | `10000` |
 //! | `LOGIN_MAX_FAILURES` | failed logins per (email, client address) before 429, 1..=1000 | `5` |
 //! | `LOGIN_WINDOW_SECS` | window of that count, and the wait after it is reached, 1..=86400 | `900` |
+//! | `LOGIN_ACCOUNT_MAX_FAILURES` | failed logins per email from all addresses within that window before addresses that never logged in to it get 429, 1..=100000 | `20` |
 //!
 //! An empty value counts as unset. A missing or weak required secret, or any malformed value,
 //! stops start-up with one line naming the variable and never its value. Secrets are held in
@@ -134,8 +138,13 @@ pub struct Config {
     pub bcrypt_cost: u32,
     pub db_pool_size: usize,
     pub request_timeout: Duration,
+    /// `HEADER_READ_TIMEOUT_SECS`, `IDLE_TIMEOUT_SECS`, `MAX_CONNECTIONS` ([`crate::server`]).
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
     pub login_max_failures: u32,
     pub login_window: Duration,
+    pub login_account_max_failures: u32,
 }
 
 /// Why the configuration was refused; the message names the variable and never its value.
@@ -172,6 +181,9 @@ impl Config {
             metrics_addr: http.metrics_addr,
             log_format: http.log_format,
             request_timeout: http.request_timeout,
+            header_read_timeout: http.header_read_timeout,
+            idle_timeout: http.idle_timeout,
+            max_connections: http.max_connections,
             trust_proxy: http.trust_proxy,
             wayforpay_domain: doors
                 .wayforpay_domain
@@ -184,6 +196,7 @@ impl Config {
             bcrypt_cost: auth.bcrypt_cost,
             login_max_failures: auth.login_max_failures,
             login_window: auth.login_window,
+            login_account_max_failures: auth.login_account_max_failures,
             webhook_keys: doors.webhook_keys,
             wayforpay: doors.wayforpay,
             telegram_webhook_secret: telegram.webhook_secret,
@@ -293,13 +306,17 @@ impl Database {
     }
 }
 
-/// `BIND_ADDR`, `METRICS_ADDR`, `LOG_FORMAT`, `REQUEST_TIMEOUT_SECS`, `TRUST_PROXY`,
+/// `BIND_ADDR`, `METRICS_ADDR`, `LOG_FORMAT`, `REQUEST_TIMEOUT_SECS`,
+/// `HEADER_READ_TIMEOUT_SECS`, `IDLE_TIMEOUT_SECS`, `MAX_CONNECTIONS`, `TRUST_PROXY`,
 /// `PUBLIC_URL`.
 struct Http {
     bind_addr: SocketAddr,
     metrics_addr: Option<SocketAddr>,
     log_format: LogFormat,
     request_timeout: Duration,
+    header_read_timeout: Duration,
+    idle_timeout: Duration,
+    max_connections: usize,
     trust_proxy: bool,
     public_url: Option<String>,
 }
@@ -329,6 +346,9 @@ impl Http {
             metrics_addr,
             log_format,
             request_timeout: vars.secs("REQUEST_TIMEOUT_SECS", 30, 1, 600)?,
+            header_read_timeout: vars.secs("HEADER_READ_TIMEOUT_SECS", 10, 1, 600)?,
+            idle_timeout: vars.secs("IDLE_TIMEOUT_SECS", 60, 1, 3600)?,
+            max_connections: vars.int("MAX_CONNECTIONS", 10_000, 1, 1_000_000)? as usize,
             trust_proxy: vars.flag("TRUST_PROXY")?,
             public_url: vars
                 .checked(
@@ -351,7 +371,7 @@ impl Http {
 }
 
 /// `JWT_SECRET`, `JWT_TTL_SECS`, `ADMIN_EMAIL`, `ADMIN_PASSWORD`, `BCRYPT_COST`,
-/// `LOGIN_MAX_FAILURES`, `LOGIN_WINDOW_SECS`.
+/// `LOGIN_MAX_FAILURES`, `LOGIN_WINDOW_SECS`, `LOGIN_ACCOUNT_MAX_FAILURES`.
 struct StaffAuth {
     jwt_secret: Secret,
     jwt_ttl: Duration,
@@ -360,6 +380,7 @@ struct StaffAuth {
     bcrypt_cost: u32,
     login_max_failures: u32,
     login_window: Duration,
+    login_account_max_failures: u32,
 }
 
 impl StaffAuth {
@@ -389,6 +410,8 @@ impl StaffAuth {
             bcrypt_cost: vars.int("BCRYPT_COST", 12, 4, 31)? as u32,
             login_max_failures: vars.int("LOGIN_MAX_FAILURES", 5, 1, 1000)? as u32,
             login_window: vars.secs("LOGIN_WINDOW_SECS", 900, 1, 86_400)?,
+            login_account_max_failures: vars.int("LOGIN_ACCOUNT_MAX_FAILURES", 20, 1, 100_000)?
+                as u32,
         })
     }
 }
@@ -632,8 +655,12 @@ mod tests {
         assert_eq!(c.bcrypt_cost, 12);
         assert_eq!(c.db_pool_size, 16);
         assert_eq!(c.request_timeout, Duration::from_secs(30));
+        assert_eq!(c.header_read_timeout, Duration::from_secs(10));
+        assert_eq!(c.idle_timeout, Duration::from_secs(60));
+        assert_eq!(c.max_connections, 10_000);
         assert_eq!(c.login_max_failures, 5);
         assert_eq!(c.login_window, Duration::from_secs(900));
+        assert_eq!(c.login_account_max_failures, 20);
     }
 
     #[test]
@@ -675,8 +702,12 @@ mod tests {
             ("BCRYPT_COST", "4"),
             ("DB_POOL_SIZE", "1000"),
             ("REQUEST_TIMEOUT_SECS", " 600 "),
+            ("HEADER_READ_TIMEOUT_SECS", "1"),
+            ("IDLE_TIMEOUT_SECS", "3600"),
+            ("MAX_CONNECTIONS", "4"),
             ("LOGIN_MAX_FAILURES", "1"),
             ("LOGIN_WINDOW_SECS", "1"),
+            ("LOGIN_ACCOUNT_MAX_FAILURES", "100000"),
         ] {
             env.insert(k, v.to_string());
         }
@@ -728,8 +759,12 @@ mod tests {
         assert_eq!(c.bcrypt_cost, 4);
         assert_eq!(c.db_pool_size, 1000);
         assert_eq!(c.request_timeout, Duration::from_secs(600));
+        assert_eq!(c.header_read_timeout, Duration::from_secs(1));
+        assert_eq!(c.idle_timeout, Duration::from_secs(3600));
+        assert_eq!(c.max_connections, 4);
         assert_eq!(c.login_max_failures, 1);
         assert_eq!(c.login_window, Duration::from_secs(1));
+        assert_eq!(c.login_account_max_failures, 100_000);
     }
 
     /// Every refusal, word for word: each names its variable and none shows a value.

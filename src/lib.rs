@@ -17,6 +17,7 @@
 //!   them;
 //! - [`telegram`]: the Telegram decisions (pre-checkout, join requests), the Stars reconcile
 //!   (payment recovery) and the Bot API client;
+//! - [`server`]: the HTTP accept loop with its connection cap and header and idle timeouts;
 //! - [`metrics`]: Prometheus metrics on their own listener (`METRICS_ADDR`);
 //! - [`console`]: the staff console at `/console`, a static client of the staff API;
 //! - [`auth`], [`idempotency`]: staff accounts and tokens, idempotency keys, without HTTP;
@@ -37,12 +38,11 @@ pub mod metrics;
 pub mod orders;
 pub mod payments;
 pub mod present;
+pub mod server;
 pub mod state;
 pub mod sweep;
 pub mod telegram;
 pub mod worker;
-
-use std::net::SocketAddr;
 
 use shutdown::ShutdownSignal;
 use tokio::net::TcpListener;
@@ -131,28 +131,34 @@ pub async fn bootstrap_admin(state: &AppState) -> Result<(), error::ApiError> {
     Ok(())
 }
 
-/// Serves HTTP until SIGTERM or Ctrl-C, then lets in-flight requests finish.
+/// Serves HTTP until SIGTERM or Ctrl-C, then lets in-flight requests finish. Connections are
+/// served under `MAX_CONNECTIONS`, `HEADER_READ_TIMEOUT_SECS` and `IDLE_TIMEOUT_SECS`
+/// ([`server`]).
 pub async fn serve(state: AppState) -> std::io::Result<()> {
     let addr = state.config.bind_addr;
     let listener = TcpListener::bind(addr).await?;
     tracing::info!(%addr, "listening");
     let shutdown = ShutdownSignal::new();
+    let limits = server::ConnectionLimits {
+        header_read_timeout: state.config.header_read_timeout,
+        idle_timeout: state.config.idle_timeout,
+        max_connections: state.config.max_connections,
+    };
     let metrics = metrics::listen(
         state.config.metrics_addr,
         state.db.clone(),
+        limits,
         shutdown.clone(),
     )
     .await?;
     let background = tokio::spawn(background::run(state.clone(), shutdown.clone()));
-    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
     let signal = shutdown.clone();
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            wait_for_signal().await;
-            tracing::info!("shutting down: finishing in-flight requests");
-            signal.trigger();
-        })
-        .await;
+    let served = server::serve(listener, router(state), limits, async move {
+        wait_for_signal().await;
+        tracing::info!("shutting down: finishing in-flight requests");
+        signal.trigger();
+    })
+    .await;
     // However serving ended, the background loops stop too, and are waited for.
     shutdown.trigger();
     let _ = background.await;

@@ -39,7 +39,7 @@ use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gau
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::time::MissedTickBehavior;
 
-use crate::{effects::Kind, error::ApiError, shutdown::ShutdownSignal};
+use crate::{effects::Kind, error::ApiError, server::ConnectionLimits, shutdown::ShutdownSignal};
 
 // ---- names ----
 
@@ -213,12 +213,18 @@ async fn scrape(State((handle, pool)): State<(PrometheusHandle, Pool)>) -> Respo
         .into_response()
 }
 
+/// How many connections the metrics listener serves at once: scrapers are few, and the
+/// listener must not take the file descriptors the public one needs.
+pub const METRICS_MAX_CONNECTIONS: usize = 16;
+
 /// With `METRICS_ADDR` set: installs the recorder, binds the address and serves [`router`] on
-/// it until `shutdown`. `Ok(None)` when metrics are off; an error when the address cannot be
-/// bound (start-up stops, as for `BIND_ADDR`).
+/// it until `shutdown`, under the HTTP server's header and idle timeouts and at most
+/// [`METRICS_MAX_CONNECTIONS`] connections. `Ok(None)` when metrics are off; an error when the
+/// address cannot be bound (start-up stops, as for `BIND_ADDR`).
 pub async fn listen(
     addr: Option<SocketAddr>,
     pool: Pool,
+    limits: ConnectionLimits,
     shutdown: ShutdownSignal,
 ) -> std::io::Result<Option<tokio::task::JoinHandle<()>>> {
     let Some(addr) = addr else {
@@ -229,9 +235,12 @@ pub async fn listen(
     tracing::info!(%addr, "metrics listening");
     let app = router(handle, pool);
     Ok(Some(tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { shutdown.wait().await })
-            .await;
+        let limits = ConnectionLimits {
+            max_connections: limits.max_connections.min(METRICS_MAX_CONNECTIONS),
+            ..limits
+        };
+        let served =
+            crate::server::serve(listener, app, limits, async move { shutdown.wait().await }).await;
         if let Err(e) = served {
             tracing::error!(error = %e, "metrics listener failed");
         }

@@ -37,10 +37,14 @@ impl AppState {
                 tracing::warn!(error = %e, "the dummy password hash could not be made yet");
             }
         });
+        let login_throttle = LoginThrottle::new(
+            crate::auth::LOGIN_THROTTLE_CAPACITY,
+            config.login_account_max_failures,
+        );
         Ok(AppState {
             db,
             config: Arc::new(config),
-            login_throttle: LoginThrottle::default(),
+            login_throttle,
             hash_permits: HashPermits::per_core(),
             dummy_hash,
             last_sweep: LastSweep::default(),

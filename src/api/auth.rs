@@ -68,19 +68,40 @@ impl FromRequestParts<AppState> for Staff {
     }
 }
 
-/// The client's address: the socket peer, or with `TRUST_PROXY` the right-most
-/// `X-Forwarded-For` entry (the one our own proxy appended).
-fn client_ip(parts_headers: &HeaderMap, peer: Option<SocketAddr>, trust_proxy: bool) -> IpAddr {
+/// The client's address: the socket peer, or with `TRUST_PROXY` the right-most address of the
+/// *last* `X-Forwarded-For` line, the one our own proxy wrote (a client may send lines and
+/// entries of its own before it, which proxies keep). When that entry is not an address, the
+/// peer (the proxy) is the client. The throttle keys IPv6 addresses by their /64
+/// ([`auth::throttle_address`]).
+fn client_ip(headers: &HeaderMap, peer: Option<SocketAddr>, trust_proxy: bool) -> IpAddr {
     if trust_proxy
-        && let Some(ip) = parts_headers
-            .get("x-forwarded-for")
+        && let Some(ip) = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .next_back()
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.rsplit(',').next())
-            .and_then(|v| v.trim().parse().ok())
+            .and_then(forwarded_address)
     {
         return ip;
     }
     peer.map(|p| p.ip()).unwrap_or(IpAddr::from([127, 0, 0, 1]))
+}
+
+/// One `X-Forwarded-For` entry as an address: `192.0.2.1`, `2001:db8::1`, and the forms with a
+/// port or brackets some proxies write (`192.0.2.1:4711`, `[2001:db8::1]:4711`, `[2001:db8::1]`).
+fn forwarded_address(entry: &str) -> Option<IpAddr> {
+    let entry = entry.trim();
+    entry
+        .parse::<IpAddr>()
+        .ok()
+        .or_else(|| entry.parse::<SocketAddr>().ok().map(|a| a.ip()))
+        .or_else(|| {
+            entry
+                .strip_prefix('[')
+                .and_then(|e| e.strip_suffix(']'))
+                .and_then(|e| e.parse().ok())
+        })
 }
 
 /// A staff login.
@@ -129,9 +150,10 @@ fn credentials(req: LoginRequest) -> Result<(String, String), ApiError> {
 
 /// `POST /api/auth/login`.
 ///
-/// In order: field checks (422); a locked-out pair is refused at once (429); the account is
-/// looked up; a password-hashing permit is taken (503 when none frees up quickly); the attempt
-/// is counted (429 if parallel attempts used the pair's allowance); bcrypt runs on the blocking
+/// In order: field checks (422); a locked-out pair, or an account at its account-wide limit
+/// from an address not known to it, is refused at once (429); the account is looked up; a
+/// password-hashing permit is taken (503 when none frees up quickly); the attempt is counted
+/// (429 if parallel attempts used an allowance); bcrypt runs on the blocking
 /// pool, and the attempt is judged there, so a dropped request cannot un-count a guess that
 /// was checked.
 #[utoipa::path(post, path = "/api/auth/login", operation_id = "login", tag = "auth",
@@ -143,7 +165,8 @@ fn credentials(req: LoginRequest) -> Result<(String, String), ApiError> {
             time, for both).", body = Problem, content_type = "application/problem+json",
             headers(("WWW-Authenticate" = String, description = "`Bearer`."))),
         (status = 422, description = "A field is missing or too long.", body = Problem, content_type = "application/problem+json"),
-        (status = 429, description = "Too many failed logins for this email from this address.",
+        (status = 429, description = "Too many failed logins for this email from this address, or \
+            for this email from everywhere (then addresses that logged in to it before are still let through).",
             body = Problem, content_type = "application/problem+json", headers(("Retry-After" = String, description = "Seconds to wait."))),
     ),
 )]
@@ -197,4 +220,61 @@ pub async fn login(
         "token_type": "Bearer",
         "expires_in": cfg.jwt_ttl.as_secs(),
     })))
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderValue;
+
+    use super::*;
+
+    fn headers(lines: &[&str]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for line in lines {
+            headers.append("x-forwarded-for", HeaderValue::from_str(line).unwrap());
+        }
+        headers
+    }
+
+    const PEER: &str = "10.0.0.2:5000";
+
+    fn ip_of(lines: &[&str], trust_proxy: bool) -> IpAddr {
+        client_ip(&headers(lines), Some(PEER.parse().unwrap()), trust_proxy)
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn the_client_is_the_last_lines_right_most_address() {
+        assert_eq!(ip_of(&["192.0.2.1"], true), ip("192.0.2.1"));
+        assert_eq!(ip_of(&["198.51.100.7, 192.0.2.1"], true), ip("192.0.2.1"));
+        // A client-sent first line, then the line our proxy appended.
+        assert_eq!(ip_of(&["198.51.100.7", "192.0.2.1"], true), ip("192.0.2.1"));
+        assert_eq!(
+            ip_of(&["198.51.100.7, 203.0.113.1", "10.1.1.1,192.0.2.1 "], true),
+            ip("192.0.2.1")
+        );
+        assert_eq!(ip_of(&["2001:db8::1"], true), ip("2001:db8::1"));
+        assert_eq!(ip_of(&["192.0.2.1:4711"], true), ip("192.0.2.1"));
+        assert_eq!(ip_of(&["[2001:db8::1]:4711"], true), ip("2001:db8::1"));
+        assert_eq!(ip_of(&["[2001:db8::1]"], true), ip("2001:db8::1"));
+    }
+
+    #[test]
+    fn without_a_usable_forwarded_address_the_peer_is_the_client() {
+        let peer = ip("10.0.0.2");
+        // Not behind a trusted proxy: the header is the client's own words.
+        assert_eq!(ip_of(&["192.0.2.1"], false), peer);
+        assert_eq!(ip_of(&[], true), peer);
+        // The last line's right-most entry is no address: never an earlier, client-sent one.
+        assert_eq!(ip_of(&["192.0.2.1", "unknown"], true), peer);
+        assert_eq!(ip_of(&["192.0.2.1, "], true), peer);
+        assert_eq!(ip_of(&["192.0.2.1", ""], true), peer);
+        assert_eq!(
+            client_ip(&headers(&[]), None, true),
+            IpAddr::from([127, 0, 0, 1])
+        );
+    }
 }

@@ -543,5 +543,8 @@ fn add_common(op: &mut Operation, has_id: bool) {
 }
 
 fn request_id_header() -> openapi::Header {
-    string_header("The request's id: the one sent in `x-request-id`, else a generated UUID.")
+    string_header(
+        "The request's id: the one sent in `x-request-id` when it is 1..64 of `A-Za-z0-9-_.`, \
+         else a generated UUID.",
+    )
 }

@@ -99,6 +99,7 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(
             ServiceBuilder::new()
+                .map_request(drop_unfit_request_id)
                 .layer(SetRequestIdLayer::new(
                     HeaderName::from_static("x-request-id"),
                     MakeRequestUuid,
@@ -123,6 +124,35 @@ pub fn router(state: AppState) -> Router {
         )
         .layer(axum::middleware::from_fn(crate::metrics::track_http))
         .with_state(state)
+}
+
+/// Longest client-chosen `x-request-id` kept, in bytes.
+const MAX_REQUEST_ID_LEN: usize = 64;
+
+/// Whether a client-chosen request id may be echoed and logged as it is: 1..=64 of
+/// `A-Z a-z 0-9 - _ .`. Anything else (spaces, control or non-ASCII bytes, an overlong id)
+/// could forge or break log lines, so it is replaced.
+fn fit_request_id(id: &[u8]) -> bool {
+    (1..=MAX_REQUEST_ID_LEN).contains(&id.len())
+        && id
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// Removes the client's `x-request-id` unless it is one line that [`fit_request_id`] accepts,
+/// so that `SetRequestIdLayer` generates a UUID instead.
+fn drop_unfit_request_id<B>(mut req: Request<B>) -> Request<B> {
+    let name = HeaderName::from_static("x-request-id");
+    let mut ids = req.headers().get_all(&name).iter();
+    let keep = match (ids.next(), ids.next()) {
+        (None, _) => return req,
+        (Some(id), None) => fit_request_id(id.as_bytes()),
+        (Some(_), Some(_)) => false,
+    };
+    if !keep {
+        req.headers_mut().remove(&name);
+    }
+    req
 }
 
 /// The span of one request: every line logged while serving it carries its request id and
@@ -249,4 +279,53 @@ where
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
     problem
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_short_plain_request_ids_are_kept() {
+        for id in ["a", "client-chosen-id-42", "A.b_c-9", &"x".repeat(64)] {
+            assert!(fit_request_id(id.as_bytes()), "{id:?}");
+        }
+        for id in [
+            "",
+            &"x".repeat(65),
+            "two words",
+            "tab\tid",
+            "id\r\nforged: line",
+            "quote\"id",
+            "slash/id",
+            "id=1",
+            "\u{e9}t\u{e9}",
+        ] {
+            assert!(!fit_request_id(id.as_bytes()), "{id:?}");
+        }
+        assert!(!fit_request_id(b"obs\xfftext"));
+    }
+
+    #[test]
+    fn an_unfit_or_repeated_request_id_is_removed() {
+        let with = |ids: &[&[u8]]| {
+            let mut req = Request::new(());
+            for id in ids {
+                req.headers_mut().append(
+                    "x-request-id",
+                    HeaderValue::from_bytes(id).expect("a header value"),
+                );
+            }
+            drop_unfit_request_id(req)
+                .headers()
+                .get_all("x-request-id")
+                .iter()
+                .map(|v| v.as_bytes().to_vec())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(with(&[b"good-id"]), vec![b"good-id".to_vec()]);
+        assert!(with(&[b"bad id"]).is_empty());
+        assert!(with(&[b"good-id", b"other-id"]).is_empty());
+        assert!(with(&[]).is_empty());
+    }
 }

@@ -303,6 +303,123 @@ async fn with_trust_proxy_the_forwarded_address_is_the_client() {
     r.expect(200);
 }
 
+/// Behind a proxy that appends its own `X-Forwarded-For` line, a line the client sent first is
+/// ignored: rotating it does not escape the throttle, and naming another client's address in
+/// it does not lock that client out.
+#[tokio::test]
+async fn a_client_sent_forwarded_line_neither_escapes_nor_locks_out() {
+    let app = TestApp::spawn_with(|env| {
+        env.insert("LOGIN_MAX_FAILURES".into(), "2".into());
+        env.insert("TRUST_PROXY".into(), "true".into());
+    })
+    .await;
+    let proxy = "10.0.0.2:5000";
+    // The attacker at 203.0.113.66 invents a new first line for every guess.
+    for n in 0..2 {
+        let own = format!("198.51.100.{n}");
+        let lines = [
+            ("x-forwarded-for", own.as_str()),
+            ("x-forwarded-for", "203.0.113.66"),
+        ];
+        assert_bearer_401(&login_from(&app, proxy, &lines, ADMIN_EMAIL, "wrong-password").await);
+    }
+    let again = [
+        ("x-forwarded-for", "198.51.100.77"),
+        ("x-forwarded-for", "203.0.113.66"),
+    ];
+    assert_problem(
+        &login_from(&app, proxy, &again, ADMIN_EMAIL, "wrong-password").await,
+        429,
+    );
+    // Another attacker names the admin's address (192.0.2.10) in a first line of its own.
+    for _ in 0..3 {
+        let framing = [
+            ("x-forwarded-for", "192.0.2.10"),
+            ("x-forwarded-for", "203.0.113.67"),
+        ];
+        let r = login_from(&app, proxy, &framing, ADMIN_EMAIL, "wrong-password").await;
+        assert!(matches!(r.status.as_u16(), 401 | 429), "{}", r.status);
+    }
+    // The admin, whose only line is the proxy's, still logs in.
+    let admin = [("x-forwarded-for", "192.0.2.10")];
+    login_from(&app, proxy, &admin, ADMIN_EMAIL, ADMIN_PASSWORD)
+        .await
+        .expect(200);
+}
+
+/// An IPv6 client is counted by its /64: taking another address of the same /64 does not reset
+/// its count, and another /64 is another client.
+#[tokio::test]
+async fn ipv6_clients_are_throttled_by_their_64_prefix() {
+    let app = TestApp::spawn_with(|env| {
+        env.insert("LOGIN_MAX_FAILURES".into(), "2".into());
+    })
+    .await;
+    for peer in ["[2001:db8:7:1::1]:40000", "[2001:db8:7:1::2]:40000"] {
+        assert_bearer_401(&login_from(&app, peer, &[], ADMIN_EMAIL, "wrong-password").await);
+    }
+    assert_problem(
+        &login_from(
+            &app,
+            "[2001:db8:7:1:ffff:ffff:ffff:fff0]:1",
+            &[],
+            ADMIN_EMAIL,
+            ADMIN_PASSWORD,
+        )
+        .await,
+        429,
+    );
+    login_from(
+        &app,
+        "[2001:db8:7:2::1]:1",
+        &[],
+        ADMIN_EMAIL,
+        ADMIN_PASSWORD,
+    )
+    .await
+    .expect(200);
+}
+
+/// Many addresses guessing one account share an account-wide allowance
+/// (`LOGIN_ACCOUNT_MAX_FAILURES` per window): past it, addresses that never logged in to the
+/// account get 429 with `Retry-After`, even with the right password, while an address the
+/// admin logged in from before still gets in and other accounts are untouched.
+#[tokio::test]
+async fn many_addresses_cannot_guess_one_account_fast() {
+    let app = TestApp::spawn_with(|env| {
+        env.insert("LOGIN_MAX_FAILURES".into(), "3".into());
+        env.insert("LOGIN_ACCOUNT_MAX_FAILURES".into(), "5".into());
+        env.insert("LOGIN_WINDOW_SECS".into(), "600".into());
+    })
+    .await;
+    let usual = "198.51.100.1:40000";
+    login_from(&app, usual, &[], ADMIN_EMAIL, ADMIN_PASSWORD)
+        .await
+        .expect(200);
+    // Five guessers, one guess each: under every per-address limit.
+    for n in 1..=5 {
+        let peer = format!("203.0.113.{n}:40000");
+        assert_bearer_401(&login_from(&app, &peer, &[], ADMIN_EMAIL, "wrong-password").await);
+    }
+    // A sixth address is refused before its password is checked.
+    for password in ["wrong-password", ADMIN_PASSWORD] {
+        let r = login_from(&app, "203.0.113.6:40000", &[], ADMIN_EMAIL, password).await;
+        assert_problem(&r, 429);
+        let retry: u64 = r
+            .header("retry-after")
+            .expect("Retry-After")
+            .parse()
+            .expect("Retry-After in seconds");
+        assert!((1..=600).contains(&retry), "Retry-After {retry}");
+    }
+    // Not a lock-out: the admin's usual address still logs in.
+    login_from(&app, usual, &[], ADMIN_EMAIL, ADMIN_PASSWORD)
+        .await
+        .expect(200);
+    // Another account is not slowed.
+    assert_bearer_401(&login_from(&app, "203.0.113.6:40000", &[], "other@example.com", "x").await);
+}
+
 #[tokio::test]
 async fn success_resets_the_failure_count() {
     let app = TestApp::spawn_with(|env| {

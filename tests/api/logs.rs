@@ -558,3 +558,86 @@ async fn a_5xx_is_logged_once_with_its_cause() {
         assert_eq!(done[0]["span"]["route"], route);
     }
 }
+
+/// A client-chosen `x-request-id` is echoed and logged only when it is 1..64 of
+/// `A-Za-z0-9-_.`; any other (overlong, with spaces or control characters, non-ASCII, sent
+/// twice) is replaced by a generated UUID in the response and in the request's log lines, and
+/// never appears in the log.
+#[tokio::test]
+async fn only_a_plain_client_request_id_is_echoed_and_logged() {
+    use axum::{
+        body::Body,
+        http::{HeaderValue, Request},
+    };
+
+    let logs = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_span_list(false)
+        .with_target(false)
+        .with_env_filter("info")
+        .with_writer(logs.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    tracing::callsite::rebuild_interest_cache();
+    let app = TestApp::spawn().await;
+    tracing::callsite::rebuild_interest_cache();
+
+    let send = |ids: Vec<Vec<u8>>| {
+        let mut req = Request::get("/healthz");
+        for id in ids {
+            req = req.header("x-request-id", HeaderValue::from_bytes(&id).unwrap());
+        }
+        app.send(req.body(Body::empty()).unwrap())
+    };
+    let kept = ["plain-id_7.x", &"k".repeat(64)];
+    let mut echoed = Vec::new();
+    for id in kept {
+        let r = send(vec![id.as_bytes().to_vec()]).await;
+        assert_eq!(r.header("x-request-id"), Some(id));
+        echoed.push(id.to_string());
+    }
+    let refused: Vec<Vec<Vec<u8>>> = vec![
+        vec!["r".repeat(65).into_bytes()],
+        vec![b"two words".to_vec()],
+        vec![b"tab\there".to_vec()],
+        vec!["caf\u{e9}-id".as_bytes().to_vec()],
+        vec![b"obs\xfftext".to_vec()],
+        vec![b"quote\"id".to_vec()],
+        vec![b"first-id".to_vec(), b"second-id".to_vec()],
+    ];
+    let mut generated = Vec::new();
+    for ids in &refused {
+        let r = send(ids.clone()).await;
+        let id = r.header("x-request-id").expect("a request id").to_string();
+        assert!(
+            uuid::Uuid::parse_str(&id).is_ok(),
+            "{ids:?} replaced by a generated id, got {id:?}"
+        );
+        generated.push(id);
+    }
+
+    let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    let lines = json_lines(&text);
+    for id in echoed.iter().chain(&generated) {
+        let done: Vec<_> = lines_of(&lines, id)
+            .into_iter()
+            .filter(|l| l["message"] == "request finished")
+            .collect();
+        assert_eq!(
+            done.len(),
+            1,
+            "one finished line logged under {id}:\n{text}"
+        );
+    }
+    for ids in &refused {
+        for id in ids {
+            let shown = String::from_utf8_lossy(id);
+            assert!(
+                !text.contains(shown.as_ref()),
+                "a refused id ({shown:?}) reached the log:\n{text}"
+            );
+        }
+    }
+}

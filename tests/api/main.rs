@@ -7,6 +7,7 @@ mod helpers;
 mod access;
 mod auth;
 mod bot;
+mod connections;
 mod console;
 mod crud;
 mod effects;
