@@ -293,7 +293,7 @@ pub async fn of_pair(
 pub async fn pair_of(tx: &Transaction<'_>, id: i64) -> Result<Option<(i32, i32)>, ApiError> {
     let row = db::row_opt(tx, PAIR_SQL, &[&id]).await?;
     Ok(match row {
-        Some(r) => Some((r.try_get(0)?, r.try_get(1)?)),
+        Some(r) => Some((r.try_get("subscriber_id")?, r.try_get("channel_id")?)),
         None => None,
     })
 }
@@ -318,7 +318,7 @@ const IS_LIVE_SQL: &str = concat!(
     "SELECT EXISTS (SELECT 1 FROM memberships m JOIN channels c ON c.id = m.channel_id
                     WHERE m.subscriber_id = $1 AND m.channel_id = $2 AND ",
     live_sql!("m", "c"),
-    ")"
+    ") AS found"
 );
 
 /// True when the subscriber is a live member of the channel (see the module doc). The seat
@@ -330,7 +330,7 @@ pub async fn is_live(
 ) -> Result<bool, ApiError> {
     Ok(db::row_one(tx, IS_LIVE_SQL, &[&subscriber_id, &channel_id])
         .await?
-        .try_get(0)?)
+        .try_get("found")?)
 }
 
 const IS_LIVE_IN_CHAT_SQL: &str = concat!(
@@ -340,7 +340,7 @@ const IS_LIVE_IN_CHAT_SQL: &str = concat!(
          JOIN channels c ON c.id = m.channel_id
          WHERE s.telegram_user_id = $1 AND c.telegram_chat_id = $2 AND ",
     live_sql!("m", "c"),
-    ")"
+    ") AS found"
 );
 
 /// True when Telegram user `user_id` (a subscriber by `telegram_user_id`) is a live member of
@@ -353,14 +353,14 @@ pub async fn is_live_in_chat(
     Ok(
         db::row_one(client, IS_LIVE_IN_CHAT_SQL, &[&user_id, &chat_id])
             .await?
-            .try_get(0)?,
+            .try_get("found")?,
     )
 }
 
 const SUBSCRIBER_HOLDS_ACCESS_SQL: &str = concat!(
     "SELECT EXISTS (SELECT 1 FROM memberships m WHERE m.subscriber_id = $1 AND ",
     holds_access_sql!("m"),
-    ")"
+    ") AS found"
 );
 
 /// True when some membership of the subscriber still holds access (active or grace): its
@@ -373,14 +373,14 @@ pub async fn subscriber_holds_access(
     Ok(
         db::row_one(tx, SUBSCRIBER_HOLDS_ACCESS_SQL, &[&subscriber_id])
             .await?
-            .try_get(0)?,
+            .try_get("found")?,
     )
 }
 
 const CHANNEL_HOLDS_ACCESS_SQL: &str = concat!(
     "SELECT EXISTS (SELECT 1 FROM memberships m WHERE m.channel_id = $1 AND ",
     holds_access_sql!("m"),
-    ")"
+    ") AS found"
 );
 
 /// True when some membership of the channel still holds access (active or grace): its member
@@ -388,7 +388,7 @@ const CHANNEL_HOLDS_ACCESS_SQL: &str = concat!(
 pub async fn channel_holds_access(tx: &Transaction<'_>, channel_id: i32) -> Result<bool, ApiError> {
     Ok(db::row_one(tx, CHANNEL_HOLDS_ACCESS_SQL, &[&channel_id])
         .await?
-        .try_get(0)?)
+        .try_get("found")?)
 }
 
 /// A membership as the effects worker needs it before acting: as it is now, with its
@@ -667,7 +667,7 @@ pub async fn record_event(
         ],
     )
     .await?
-    .try_get(0)?;
+    .try_get("id")?;
     if let Some(kind) = effect_of_change(before, after) {
         enqueue_effect(tx, kind, after, payment_id, event_id).await?;
     }
@@ -746,7 +746,7 @@ const DELETE_SQL: &str = concat!(
          RETURNING id, subscriber_id, channel_id, status, expires_at
      ), ",
     crate::effects::deleted_revokes_cte!(),
-    " SELECT count(*) FROM gone"
+    " SELECT count(*) AS deleted FROM gone"
 );
 const DELETE_OF_SUBSCRIBER_SQL: &str = concat!(
     "WITH gone AS (
@@ -754,7 +754,7 @@ const DELETE_OF_SUBSCRIBER_SQL: &str = concat!(
          RETURNING id, subscriber_id, channel_id, status, expires_at
      ), ",
     crate::effects::deleted_revokes_cte!(),
-    " SELECT count(*) FROM gone"
+    " SELECT count(*) AS deleted FROM gone"
 );
 
 /// Deletes membership `id` (its events go with it) and, if it still held access, enqueues the
@@ -765,7 +765,9 @@ const DELETE_OF_SUBSCRIBER_SQL: &str = concat!(
 /// The `DELETE … RETURNING` sees each row as it is when removed (after waiting for a writer
 /// that holds it), so the revoke is decided on the final status, not on an earlier read.
 pub async fn delete(tx: &Transaction<'_>, id: i64) -> Result<bool, ApiError> {
-    let gone: i64 = db::row_one(tx, DELETE_SQL, &[&id]).await?.try_get(0)?;
+    let gone: i64 = db::row_one(tx, DELETE_SQL, &[&id])
+        .await?
+        .try_get("deleted")?;
     Ok(gone > 0)
 }
 
@@ -779,7 +781,7 @@ pub async fn delete_of_subscriber(
 ) -> Result<u64, ApiError> {
     let gone: i64 = db::row_one(tx, DELETE_OF_SUBSCRIBER_SQL, &[&subscriber_id])
         .await?
-        .try_get(0)?;
+        .try_get("deleted")?;
     Ok(gone as u64)
 }
 

@@ -288,35 +288,20 @@ const QUEUE_STATUSES: [&str; 2] = ["pending", "failed"];
 /// so a drained queue reads 0 rather than its last value.
 pub async fn sample_database(pool: &Pool) -> Result<(), ApiError> {
     let client = pool.get().await?;
-    let rows = client
-        .query(
-            "SELECT kind, status, count(*),
-                    EXTRACT(EPOCH FROM statement_timestamp() - min(created_at))::float8
-             FROM effects WHERE status IN ('pending', 'failed')
-             GROUP BY kind, status",
-            &[],
-        )
-        .await?;
-    let held: i64 = client
-        .query_one(
-            "SELECT count(*) FROM orders
-             WHERE status = 'pending' AND hold_until > statement_timestamp()",
-            &[],
-        )
-        .await?
-        .get(0);
+    let queue = crate::effects::queue_depths(&client).await?;
+    let held = crate::orders::seats::holds_live(&client).await?;
 
     let mut oldest_pending: f64 = 0.0;
     let mut dead_letters: i64 = 0;
     for kind in Kind::ALL {
         for status in QUEUE_STATUSES {
-            let row = rows
+            let depth = queue
                 .iter()
-                .find(|r| r.get::<_, &str>(0) == kind.as_str() && r.get::<_, &str>(1) == status);
-            let count: i64 = row.map_or(0, |r| r.get(2));
+                .find(|q| q.kind == kind && q.status.as_str() == status);
+            let count: i64 = depth.map_or(0, |q| q.count);
             gauge!(EFFECTS, "kind" => kind.as_str(), "status" => status).set(count as f64);
-            match (status, row) {
-                ("pending", Some(r)) => oldest_pending = oldest_pending.max(r.get(3)),
+            match (status, depth) {
+                ("pending", Some(q)) => oldest_pending = oldest_pending.max(q.oldest_secs),
                 ("failed", _) => dead_letters += count,
                 _ => {}
             }

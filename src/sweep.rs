@@ -206,9 +206,9 @@ pub async fn sweep_windowed(
             tracing::info!(purged, "expired idempotency keys purged");
         }
         client
-            .query_one("SELECT statement_timestamp()", &[])
+            .query_one("SELECT statement_timestamp() AS now", &[])
             .await?
-            .get(0)
+            .try_get("now")?
     };
     let mut report = SweepReport::default();
     let mut cursor: Option<(DateTime<Utc>, i64)> = None;
@@ -321,9 +321,9 @@ pub async fn due_window(
     futures::pin_mut!(rows);
     let mut window = Window::default();
     while let Some(r) = rows.try_next().await? {
-        let id = r.try_get(0)?;
+        let id = r.try_get("id")?;
         window.ids.push(id);
-        window.last = Some((r.try_get(1)?, id));
+        window.last = Some((r.try_get("expires_at")?, id));
     }
     Ok(window)
 }

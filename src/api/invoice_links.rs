@@ -65,13 +65,9 @@ pub async fn create(
             order.status
         )));
     }
-    let row = client
-        .query_one(
-            "SELECT title, billing_period_days FROM channels WHERE id = $1",
-            &[&order.channel_id],
-        )
-        .await?;
-    let (title, days): (String, i32) = (row.get(0), row.get(1));
+    let orders::Offered { title, days } = orders::offered(&client, id)
+        .await?
+        .ok_or(ApiError::NotFound("order"))?;
     drop(client);
 
     let bot = BotApi::from_config(&state.config, DEFAULT_TIMEOUT).ok_or_else(|| {

@@ -229,7 +229,7 @@ pub async fn enqueue(client: &impl GenericClient, e: &NewEffect) -> Result<Optio
             ],
         )
         .await?;
-    Ok(row.map(|r| r.get(0)))
+    Ok(row.map(|r| r.try_get("id")).transpose()?)
 }
 
 /// The sweep's effects, as the last data-modifying CTE of its batch write
@@ -436,7 +436,7 @@ pub async fn get(
 }
 
 const PENDING_IN_CHAT_SQL: &str =
-    "SELECT EXISTS (SELECT 1 FROM effects WHERE status = 'pending' AND chat_id = $1)";
+    "SELECT EXISTS (SELECT 1 FROM effects WHERE status = 'pending' AND chat_id = $1) AS pending";
 
 /// Whether effects are still to be performed in chat `chat_id` (a revoke still to kick
 /// someone, a grant still to send its link).
@@ -446,7 +446,54 @@ pub async fn pending_in_chat(
 ) -> Result<bool, ApiError> {
     Ok(db::row_one(client, PENDING_IN_CHAT_SQL, &[&chat_id])
         .await?
-        .try_get(0)?)
+        .try_get("pending")?)
+}
+
+/// The select list of [`QueueDepth`], over `effects` grouped by kind and status.
+macro_rules! queue_depth_columns {
+    () => {
+        "kind, status, count(*) AS count,
+         EXTRACT(EPOCH FROM statement_timestamp() - min(created_at))::float8 AS oldest_secs"
+    };
+}
+
+const QUEUE_SQL: &str = concat!(
+    "SELECT ",
+    queue_depth_columns!(),
+    " FROM effects WHERE status IN ('pending', 'failed')
+     GROUP BY kind, status"
+);
+
+/// How many effects of one kind wait in one status that makes a queue (`pending` or
+/// `failed`), and the age of the oldest of them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueDepth {
+    pub kind: Kind,
+    pub status: Status,
+    pub count: i64,
+    /// Seconds since the oldest of them was created.
+    pub oldest_secs: f64,
+}
+
+impl FromRow for QueueDepth {
+    const COLUMNS: &'static str = queue_depth_columns!();
+
+    fn from_row(r: &Row) -> Result<QueueDepth, tokio_postgres::Error> {
+        Ok(QueueDepth {
+            kind: r.try_get("kind")?,
+            status: r.try_get("status")?,
+            count: r.try_get("count")?,
+            oldest_secs: r.try_get("oldest_secs")?,
+        })
+    }
+}
+
+/// The effects not done, by kind and status (only the pairs that have any), over the status
+/// index: what the metrics sampler reports.
+pub async fn queue_depths(
+    client: &impl deadpool_postgres::GenericClient,
+) -> Result<Vec<QueueDepth>, ApiError> {
+    db::all(client, QUEUE_SQL, &[]).await
 }
 
 /// Sends the effects matching `filter` (SQL over `effects`) back to the queue: `pending`, due
@@ -482,7 +529,8 @@ macro_rules! send_back_sql {
     };
 }
 
-const RETRY_LOCK_SQL: &str = "SELECT status, COALESCE(lease_until > statement_timestamp(), false)
+const RETRY_LOCK_SQL: &str =
+    "SELECT status, COALESCE(lease_until > statement_timestamp(), false) AS leased
      FROM effects WHERE id = $1 FOR UPDATE NOWAIT";
 const RETRY_ONE_SQL: &str = send_back_sql!("id = $1"; "SELECT ", effect_columns!(), " FROM sent");
 const RETRY_ALL_SQL: &str = send_back_sql!(
@@ -490,7 +538,7 @@ const RETRY_ALL_SQL: &str = send_back_sql!(
        AND ($1::text IS NULL OR kind = $1::text)
        AND ($2::bigint IS NULL OR membership_id = $2)
        AND ($3::bigint IS NULL OR payment_id = $3)";
-    "SELECT count(*) FROM sent"
+    "SELECT count(*) AS retried FROM sent"
 );
 
 /// Why staff cannot send an effect back to the queue now.
@@ -519,7 +567,7 @@ pub async fn retry(
     let Some(row) = row else {
         return Ok(None);
     };
-    let (status, leased): (Status, bool) = (row.try_get(0)?, row.try_get(1)?);
+    let (status, leased): (Status, bool) = (row.try_get("status")?, row.try_get("leased")?);
     if status == Status::Done {
         return Ok(Some(Err(RetryRefusal::Done)));
     }
@@ -538,7 +586,7 @@ pub async fn retry_all(tx: &Transaction<'_>, filter: &Filter) -> Result<i64, Api
         &[&filter.kind, &filter.membership_id, &filter.payment_id],
     )
     .await?;
-    Ok(row.try_get(0)?)
+    Ok(row.try_get("retried")?)
 }
 
 #[cfg(test)]

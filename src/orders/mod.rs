@@ -88,6 +88,32 @@ impl FromRow for Order {
     }
 }
 
+/// The select list of [`ChannelPrice`].
+macro_rules! channel_price_columns {
+    () => {
+        "price_minor, currency, active"
+    };
+}
+
+/// What a new order copies from its channel, and whether the channel sells at all.
+struct ChannelPrice {
+    price_minor: i64,
+    currency: String,
+    active: bool,
+}
+
+impl FromRow for ChannelPrice {
+    const COLUMNS: &'static str = channel_price_columns!();
+
+    fn from_row(r: &Row) -> Result<ChannelPrice, tokio_postgres::Error> {
+        Ok(ChannelPrice {
+            price_minor: r.try_get("price_minor")?,
+            currency: r.try_get("currency")?,
+            active: r.try_get("active")?,
+        })
+    }
+}
+
 /// A new order reference: `ord_` and 32 hex digits of 16 bytes from the operating system's
 /// CSPRNG. Guessing one is as hard as guessing a 128-bit key, so a reference in a payment is
 /// evidence the payer saw our invoice, and references of other buyers cannot be enumerated.
@@ -98,7 +124,11 @@ pub fn new_reference() -> String {
 }
 
 const SUBSCRIBER_EXISTS_SQL: &str = "SELECT 1 FROM subscribers WHERE id = $1";
-const PRICE_SQL: &str = "SELECT price_minor, currency, active FROM channels WHERE id = $1";
+const PRICE_SQL: &str = concat!(
+    "SELECT ",
+    channel_price_columns!(),
+    " FROM channels WHERE id = $1"
+);
 const INSERT_SQL: &str = concat!(
     "INSERT INTO orders (reference, subscriber_id, channel_id, amount_minor, currency)
      VALUES ($1, $2, $3, $4, $5) RETURNING ",
@@ -131,7 +161,7 @@ pub async fn create(
     channel_id: i32,
 ) -> Result<Order, ApiError> {
     let subscriber = db::row_opt(tx, SUBSCRIBER_EXISTS_SQL, &[&subscriber_id]).await?;
-    let channel = db::row_opt(tx, PRICE_SQL, &[&channel_id]).await?;
+    let channel: Option<ChannelPrice> = db::opt(tx, PRICE_SQL, &[&channel_id]).await?;
     let mut errors = std::collections::BTreeMap::new();
     if subscriber.is_none() {
         errors.insert(
@@ -143,7 +173,7 @@ pub async fn create(
         None => {
             errors.insert("channel_id".to_string(), "no such channel".to_string());
         }
-        Some(c) if !c.get::<_, bool>(2) => {
+        Some(c) if !c.active => {
             errors.insert(
                 "channel_id".to_string(),
                 "the channel is not active".to_string(),
@@ -154,7 +184,6 @@ pub async fn create(
     let Some(channel) = channel.filter(|_| errors.is_empty()) else {
         return Err(ApiError::Validation(errors));
     };
-    let (price, currency): (i64, String) = (channel.get(0), channel.get(1));
     db::one(
         tx,
         INSERT_SQL,
@@ -162,8 +191,8 @@ pub async fn create(
             &new_reference(),
             &subscriber_id,
             &channel_id,
-            &price,
-            &currency,
+            &channel.price_minor,
+            &channel.currency,
         ],
     )
     .await
@@ -227,6 +256,136 @@ pub async fn set_invoice_link(
 ) -> Result<Option<Order>, ApiError> {
     db::execute(client, SET_INVOICE_LINK_SQL, &[&id, &link]).await?;
     get(client, id).await
+}
+
+const KEEP_INVOICE_LINK_SQL: &str = "WITH stored AS (
+         UPDATE orders SET invoice_link = $2
+         WHERE id = $1 AND invoice_link IS NULL
+         RETURNING invoice_link
+     )
+     SELECT invoice_link FROM stored
+     UNION ALL
+     SELECT invoice_link FROM orders WHERE id = $1
+     LIMIT 1";
+
+/// Stores `link` on the order unless one is stored already, in one statement, and returns the
+/// link the order keeps (the first stored wins, so a repeated invoice sends the same link).
+pub async fn keep_invoice_link(
+    client: &impl GenericClient,
+    id: i64,
+    link: &str,
+) -> Result<Option<String>, ApiError> {
+    Ok(db::row_one(client, KEEP_INVOICE_LINK_SQL, &[&id, &link])
+        .await?
+        .try_get("invoice_link")?)
+}
+
+/// The select list of [`InvoiceFacts`], over `orders o JOIN channels c`; `$2` is how long an
+/// order without a hold can be paid as invoiced, in seconds.
+macro_rules! invoice_facts_columns {
+    () => {
+        "o.status, o.reference, o.amount_minor, o.currency, o.invoice_link,
+         extract(epoch FROM o.created_at)::bigint AS order_date,
+         c.id AS channel_id, c.title, c.description, c.billing_period_days, c.recurring,
+         floor(extract(epoch FROM CASE
+             WHEN o.hold_until IS NOT NULL THEN o.hold_until - statement_timestamp()
+             ELSE o.created_at + make_interval(secs => $2) - statement_timestamp()
+         END))::bigint AS open_secs,
+         o.superseded_at IS NOT NULL AS superseded"
+    };
+}
+
+const INVOICE_FACTS_SQL: &str = concat!(
+    "SELECT ",
+    invoice_facts_columns!(),
+    " FROM orders o JOIN channels c ON c.id = o.channel_id
+     WHERE o.id = $1"
+);
+
+/// An order's invoice, as its channel is sold now (what the bot's invoice effect sends).
+#[derive(Debug, Clone)]
+pub struct InvoiceFacts {
+    pub status: Status,
+    pub superseded: bool,
+    pub reference: String,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub invoice_link: Option<String>,
+    /// When the order was made, in Unix seconds.
+    pub order_date: i64,
+    pub channel_id: i32,
+    pub title: String,
+    pub description: Option<String>,
+    pub days: i32,
+    pub recurring: bool,
+    /// Seconds the order can still be paid as invoiced: its seat hold, else the time an
+    /// unheld order stays open from when it was made.
+    pub open_secs: i64,
+}
+
+impl FromRow for InvoiceFacts {
+    const COLUMNS: &'static str = invoice_facts_columns!();
+
+    fn from_row(r: &Row) -> Result<InvoiceFacts, tokio_postgres::Error> {
+        Ok(InvoiceFacts {
+            status: r.try_get("status")?,
+            superseded: r.try_get("superseded")?,
+            reference: r.try_get("reference")?,
+            amount_minor: r.try_get("amount_minor")?,
+            currency: r.try_get("currency")?,
+            invoice_link: r.try_get("invoice_link")?,
+            order_date: r.try_get("order_date")?,
+            channel_id: r.try_get("channel_id")?,
+            title: r.try_get("title")?,
+            description: r.try_get("description")?,
+            days: r.try_get("billing_period_days")?,
+            recurring: r.try_get("recurring")?,
+            open_secs: r.try_get("open_secs")?,
+        })
+    }
+}
+
+/// The invoice of order `id` as its channel is sold now, if the order exists; an order
+/// without a hold counts as open for `unheld_open_secs` from when it was made.
+pub async fn invoice_facts(
+    client: &impl GenericClient,
+    id: i64,
+    unheld_open_secs: i64,
+) -> Result<Option<InvoiceFacts>, ApiError> {
+    db::opt(
+        client,
+        INVOICE_FACTS_SQL,
+        &[&id, &(unheld_open_secs as f64)],
+    )
+    .await
+}
+
+const OFFERED_SQL: &str = "SELECT c.title, c.billing_period_days
+     FROM orders o JOIN channels c ON c.id = o.channel_id
+     WHERE o.id = $1";
+
+/// What an order buys, as its channel names it now: the channel's title and its billing
+/// period (a Stars invoice link's title and description).
+#[derive(Debug, Clone)]
+pub struct Offered {
+    pub title: String,
+    pub days: i32,
+}
+
+impl FromRow for Offered {
+    const COLUMNS: &'static str = "c.title, c.billing_period_days";
+
+    fn from_row(r: &Row) -> Result<Offered, tokio_postgres::Error> {
+        Ok(Offered {
+            title: r.try_get("title")?,
+            days: r.try_get("billing_period_days")?,
+        })
+    }
+}
+
+/// What order `id` buys ([`Offered`]), if the order exists.
+pub async fn offered(client: &impl GenericClient, id: i64) -> Result<Option<Offered>, ApiError> {
+    db::opt(client, OFFERED_SQL, &[&id]).await
 }
 
 /// Marks an order paid by a payment (its hold stops counting), as a data-modifying CTE after

@@ -304,7 +304,7 @@ const SEATS_TAKEN_SQL: &str = concat!(
                 WHERE ss.subscriber_id = o.subscriber_id AND ss.channel_id = o.channel_id
                   AND ",
     subscription_holds_seat_sql!("ss"),
-    "))"
+    ")) AS taken"
 );
 
 /// Seats taken in a channel: live memberships, plus live Stars subscribers who are not live
@@ -314,7 +314,7 @@ const SEATS_TAKEN_SQL: &str = concat!(
 pub async fn seats_taken(tx: &Transaction<'_>, channel_id: i32) -> Result<i64, ApiError> {
     Ok(db::row_one(tx, SEATS_TAKEN_SQL, &[&channel_id])
         .await?
-        .try_get(0)?)
+        .try_get("taken")?)
 }
 
 const SEATED_SQL: &str = concat!(
@@ -325,7 +325,7 @@ const SEATED_SQL: &str = concat!(
          OR EXISTS (SELECT 1 FROM star_subscriptions ss
                     WHERE ss.subscriber_id = $1 AND ss.channel_id = $2 AND ",
     subscription_holds_seat_sql!("ss"),
-    ")"
+    ") AS seated"
 );
 
 /// True when the subscriber holds a seat of the channel already: a live member (the one
@@ -339,7 +339,18 @@ pub async fn is_live_member(
 ) -> Result<bool, ApiError> {
     Ok(db::row_one(tx, SEATED_SQL, &[&subscriber_id, &channel_id])
         .await?
-        .try_get(0)?)
+        .try_get("seated")?)
+}
+
+const HOLDS_LIVE_SQL: &str = "SELECT count(*) AS held FROM orders
+     WHERE status = 'pending' AND hold_until > statement_timestamp()";
+
+/// Seat holds in force now, in every channel (pending orders whose hold has not run out), over
+/// the holds' partial index: what the metrics sampler reports.
+pub async fn holds_live(client: &impl deadpool_postgres::GenericClient) -> Result<i64, ApiError> {
+    Ok(db::row_one(client, HOLDS_LIVE_SQL, &[])
+        .await?
+        .try_get("held")?)
 }
 
 /// Applies the seat rule of API.md "Seats" to a locked order, reading database time after the
@@ -368,12 +379,12 @@ pub async fn seat_check(tx: &Transaction<'_>, locked: &LockedOrder) -> Result<Se
     )
 }
 
-const HOLD_VALID_SQL: &str = "SELECT $1::timestamptz > statement_timestamp()";
+const HOLD_VALID_SQL: &str = "SELECT $1::timestamptz > statement_timestamp() AS valid";
 
 async fn hold_valid(tx: &Transaction<'_>, hold_until: DateTime<Utc>) -> Result<bool, ApiError> {
     Ok(db::row_one(tx, HOLD_VALID_SQL, &[&hold_until])
         .await?
-        .try_get(0)?)
+        .try_get("valid")?)
 }
 
 const HOLD_SQL: &str = concat!(

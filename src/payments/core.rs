@@ -903,7 +903,7 @@ async fn starts_subscription(
         Recurrence::Unknown if p.gateway != TELEGRAM_STARS => false,
         Recurrence::Unknown => db::row_one(tx, RECURRING_SQL, &[&locked.order.channel_id])
             .await?
-            .try_get(0)?,
+            .try_get("recurring")?,
     })
 }
 

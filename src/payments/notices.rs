@@ -34,7 +34,7 @@ pub async fn enqueue_payment_notice(
     let price = render::price(p.amount_minor, &p.currency);
     let title = match p.channel_id {
         Some(id) => match db::row_opt(tx, TITLE_SQL, &[&id]).await? {
-            Some(r) => Some(render::title(&r.try_get::<_, String>(0)?, id)),
+            Some(r) => Some(render::title(&r.try_get::<_, String>("title")?, id)),
             None => None,
         },
         None => None,

@@ -81,7 +81,7 @@ pub async fn known_charges(
     db::rows(client, KNOWN_SQL, &[&charge_ids, &TELEGRAM_STARS])
         .await?
         .iter()
-        .map(|r| r.try_get(0).map_err(ApiError::from))
+        .map(|r| r.try_get("external_id").map_err(ApiError::from))
         .collect()
 }
 

@@ -433,5 +433,64 @@ async fn telegram_user_of(
             &[&subscriber_id],
         )
         .await?
-        .get(0))
+        .try_get("telegram_user_id")?)
+}
+
+/// The select list of [`Cancelled`], over `star_subscriptions ss JOIN channels c LEFT JOIN
+/// memberships m`.
+macro_rules! cancelled_columns {
+    () => {
+        "ss.charge_id, ss.status, ss.cancelled_by, c.id AS channel_id, c.title, \
+         m.expires_at AS access_until"
+    };
+}
+
+const CANCELLED_SQL: &str = concat!(
+    "SELECT ",
+    cancelled_columns!(),
+    "
+     FROM star_subscriptions ss
+     JOIN channels c ON c.id = ss.channel_id
+     LEFT JOIN memberships m
+            ON m.subscriber_id = ss.subscriber_id AND m.channel_id = ss.channel_id
+           AND ",
+    crate::memberships::holds_access_sql!("m"),
+    "
+     WHERE ss.id = $1"
+);
+
+/// A subscription as its cancellation effect needs it: its charge, status and who cancelled
+/// it, its channel and, while its membership still holds access, the end of that access (for
+/// the buyer's confirmation).
+#[derive(Debug, Clone)]
+pub struct Cancelled {
+    pub charge_id: String,
+    pub status: Status,
+    pub cancelled_by: Option<CancelledBy>,
+    pub channel_id: i32,
+    pub title: String,
+    pub access_until: Option<DateTime<Utc>>,
+}
+
+impl FromRow for Cancelled {
+    const COLUMNS: &'static str = cancelled_columns!();
+
+    fn from_row(r: &Row) -> Result<Cancelled, tokio_postgres::Error> {
+        Ok(Cancelled {
+            charge_id: r.try_get("charge_id")?,
+            status: r.try_get("status")?,
+            cancelled_by: r.try_get("cancelled_by")?,
+            channel_id: r.try_get("channel_id")?,
+            title: r.try_get("title")?,
+            access_until: r.try_get("access_until")?,
+        })
+    }
+}
+
+/// The subscription `id` as its cancellation effect needs it, if it still exists.
+pub async fn cancelled(
+    client: &impl deadpool_postgres::GenericClient,
+    id: i64,
+) -> Result<Option<Cancelled>, ApiError> {
+    db::opt(client, CANCELLED_SQL, &[&id]).await
 }

@@ -37,7 +37,7 @@ use super::types::PreCheckoutQuery;
 use deadpool_postgres::Pool;
 
 use crate::{
-    db,
+    db::{self, FromRow},
     error::ApiError,
     orders::{
         self,
@@ -268,7 +268,7 @@ async fn decide(db: &Pool, rules: HoldRules, q: &PreCheckoutQuery) -> Result<Ans
                             "raced pre-checkout decision vanished",
                         ))
                     })?;
-                return Ok(answer_of(&row));
+                return Answer::from_row(&row).map_err(|e| Unanswered::Failed(e.into()));
             }
         };
         match e {
@@ -398,10 +398,11 @@ async fn read_back(db: &Pool, xact: &str, query_id: &str) -> Result<Option<Answe
         let client = db.get().await.map_err(|e| e.to_string())?;
         loop {
             let status: Option<String> = client
-                .query_one("SELECT pg_xact_status($1::text::xid8)", &[&xact])
+                .query_one("SELECT pg_xact_status($1::text::xid8) AS status", &[&xact])
                 .await
                 .map_err(|e| e.to_string())?
-                .get(0);
+                .try_get("status")
+                .map_err(|e| e.to_string())?;
             match status.as_deref() {
                 Some("in progress") => tokio::time::sleep(Duration::from_millis(20)).await,
                 Some("aborted") => return Ok(None),
@@ -411,7 +412,7 @@ async fn read_back(db: &Pool, xact: &str, query_id: &str) -> Result<Option<Answe
                         .await
                         .map_err(|e| e.to_string())?
                         .ok_or("committed, but no decision is stored under the query id")?;
-                    return Ok(Some(answer_of(&row)));
+                    return Answer::from_row(&row).map(Some).map_err(|e| e.to_string());
                 }
                 other => return Err(format!("transaction status {other:?}")),
             }
@@ -474,12 +475,16 @@ const STORE_SQL: &str = "INSERT INTO pre_checkout_decisions
           hold_until)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
      ON CONFLICT (query_id) DO NOTHING
-     RETURNING pg_current_xact_id()::text";
+     RETURNING pg_current_xact_id()::text AS xact";
 
-fn answer_of(row: &Row) -> Answer {
-    Answer {
-        ok: row.get(0),
-        error_message: row.get(1),
+impl FromRow for Answer {
+    const COLUMNS: &'static str = "ok, error_message";
+
+    fn from_row(row: &Row) -> Result<Answer, tokio_postgres::Error> {
+        Ok(Answer {
+            ok: row.try_get("ok")?,
+            error_message: row.try_get("error_message")?,
+        })
     }
 }
 
@@ -488,7 +493,7 @@ async fn stored(tx: &Transaction<'_>, query_id: &str) -> Result<Option<Answer>, 
     if row.is_some() {
         tracing::info!(query_id, "pre-checkout repeated: stored decision returned");
     }
-    Ok(row.as_ref().map(answer_of))
+    Ok(row.as_ref().map(Answer::from_row).transpose()?)
 }
 
 /// Stores the decision; if a twin stored one first (only possible for a query naming no
@@ -534,7 +539,7 @@ async fn store(
     );
     Ok(Decided {
         answer,
-        stored_by: Some(inserted.get(0)),
+        stored_by: Some(inserted.try_get("xact").map_err(ApiError::from)?),
     })
 }
 

@@ -119,7 +119,9 @@ async fn read_start(pool: &Pool) -> Result<Start, ApiError> {
 
 /// How far the reconcile has read the list (`star_reconcile.next_offset`).
 pub async fn cursor(client: &impl GenericClient) -> Result<i64, ApiError> {
-    Ok(db::row_one(client, CURSOR_SQL, &[]).await?.try_get(0)?)
+    Ok(db::row_one(client, CURSOR_SQL, &[])
+        .await?
+        .try_get("next_offset")?)
 }
 
 async fn save_cursor(pool: &Pool, next_offset: i64, now: DateTime<Utc>) -> Result<(), ApiError> {

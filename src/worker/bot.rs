@@ -106,65 +106,18 @@ async fn message(bot: &BotApi, e: &Effect) -> BotPerformed {
     Ok(None)
 }
 
-/// An order's invoice, as its channel is sold now.
-struct InvoiceFacts {
-    status: orders::Status,
-    superseded: bool,
-    reference: String,
-    amount_minor: i64,
-    currency: String,
-    invoice_link: Option<String>,
-    order_date: i64,
-    channel_id: i32,
-    title: String,
-    description: Option<String>,
-    days: i32,
-    recurring: bool,
-    /// Seconds the order can still be paid as invoiced: its seat hold, else
-    /// [`bot::open_secs`] from when it was made.
-    open_secs: i64,
-}
-
 async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> BotPerformed {
     let Some(order_id) = e.order_id else {
         return Err(BotFailure::Permanent("the order was deleted".into()));
     };
     let card_open = bot::open_secs(bot::Gateway::Card, state.config.hold_secs);
-    let row = client
-        .query_opt(
-            "SELECT o.status, o.reference, o.amount_minor, o.currency, o.invoice_link,
-                    extract(epoch FROM o.created_at)::bigint,
-                    c.id, c.title, c.description, c.billing_period_days, c.recurring,
-                    floor(extract(epoch FROM CASE
-                        WHEN o.hold_until IS NOT NULL THEN o.hold_until - statement_timestamp()
-                        ELSE o.created_at + make_interval(secs => $2) - statement_timestamp()
-                    END))::bigint,
-                    o.superseded_at IS NOT NULL
-             FROM orders o JOIN channels c ON c.id = o.channel_id
-             WHERE o.id = $1",
-            &[&order_id, &(card_open as f64)],
-        )
-        .await?;
+    let facts = orders::invoice_facts(&client, order_id, card_open).await?;
     drop(client);
-    let Some(r) = row else {
+    let Some(mut f) = facts else {
         return Err(BotFailure::Permanent("the order was deleted".into()));
     };
-    let f = InvoiceFacts {
-        status: r.get(0),
-        reference: r.get(1),
-        amount_minor: r.get(2),
-        currency: r.get(3),
-        invoice_link: r.get(4),
-        order_date: r.get(5),
-        channel_id: r.get(6),
-        title: r.get(7),
-        description: r.get(8),
-        days: r.get(9),
-        recurring: r.get(10),
-        // Never longer than a hold, even for a hold granted before `HOLD_SECS` was lowered.
-        open_secs: r.get::<_, i64>(11).min(state.config.hold_secs),
-        superseded: r.get(12),
-    };
+    // Never longer than a hold, even for a hold granted before `HOLD_SECS` was lowered.
+    f.open_secs = f.open_secs.min(state.config.hold_secs);
     if f.status != orders::Status::Pending {
         return Ok(Some(format!("skipped: the order is {} now", f.status)));
     }
@@ -235,7 +188,7 @@ fn markup(button: Value) -> Value {
 }
 
 /// The signed WayForPay Purchase link of an order.
-fn card_link(config: &Config, f: &InvoiceFacts, name: &str) -> Result<String, BotFailure> {
+fn card_link(config: &Config, f: &orders::InvoiceFacts, name: &str) -> Result<String, BotFailure> {
     let missing = || BotFailure::Permanent("WayForPay purchase links are not configured".into());
     let wfp = config.wayforpay.as_ref().ok_or_else(missing)?;
     let domain = config.wayforpay_domain.as_deref().ok_or_else(missing)?;
@@ -275,36 +228,9 @@ async fn store_invoice_link(
         return Ok(link);
     }
     let client = state.db.get().await.map_err(ApiError::from)?;
-    let row = client
-        .query_one(
-            "WITH stored AS (
-                 UPDATE orders SET invoice_link = $2
-                 WHERE id = $1 AND invoice_link IS NULL
-                 RETURNING invoice_link
-             )
-             SELECT invoice_link FROM stored
-             UNION ALL
-             SELECT invoice_link FROM orders WHERE id = $1
-             LIMIT 1",
-            &[&order_id, &link],
-        )
-        .await?;
-    Ok(row.get::<_, Option<String>>(0).unwrap_or(link))
+    let kept = orders::keep_invoice_link(&client, order_id, &link).await?;
+    Ok(kept.unwrap_or(link))
 }
-
-/// A cancelled subscription, with its channel and, while its membership still holds access,
-/// the end of that access (for the buyer's confirmation).
-const CANCELLED_SUBSCRIPTION_SQL: &str = concat!(
-    "SELECT ss.charge_id, ss.status, c.id, c.title, m.expires_at, ss.cancelled_by
-     FROM star_subscriptions ss
-     JOIN channels c ON c.id = ss.channel_id
-     LEFT JOIN memberships m
-            ON m.subscriber_id = ss.subscriber_id AND m.channel_id = ss.channel_id
-           AND ",
-    crate::memberships::holds_access_sql!("m"),
-    "
-     WHERE ss.id = $1"
-);
 
 async fn subscription_cancel(
     state: &AppState,
@@ -317,25 +243,23 @@ async fn subscription_cancel(
             "the effect names no subscription".into(),
         ));
     };
-    let row = crate::db::row_opt(&client, CANCELLED_SUBSCRIPTION_SQL, &[&id]).await?;
+    let sub = star_subscriptions::cancelled(&client, id).await?;
     drop(client);
-    let Some(r) = row else {
+    let Some(sub) = sub else {
         return Err(BotFailure::Permanent("the subscription was deleted".into()));
     };
-    let (charge_id, status): (String, star_subscriptions::Status) = (r.try_get(0)?, r.try_get(1)?);
-    if status != star_subscriptions::Status::Cancelled {
-        return Ok(Some(format!("skipped: the subscription is {status}")));
+    if sub.status != star_subscriptions::Status::Cancelled {
+        return Ok(Some(format!("skipped: the subscription is {}", sub.status)));
     }
-    bot.edit_user_star_subscription(e.user_id, &charge_id, true)
+    bot.edit_user_star_subscription(e.user_id, &sub.charge_id, true)
         .await?;
     // Stopped by the payment core for a refused charge: the buyer's payment notice (enqueued
     // with this effect) already says so and why.
-    let by: Option<star_subscriptions::CancelledBy> = r.try_get(5)?;
-    if by == Some(star_subscriptions::CancelledBy::Subgate) {
+    if sub.cancelled_by == Some(star_subscriptions::CancelledBy::Subgate) {
         return Ok(None);
     }
-    let name = render::title(&r.get::<_, String>(3), r.get(2));
-    let until: Option<chrono::DateTime<chrono::Utc>> = r.get(4);
+    let name = render::title(&sub.title, sub.channel_id);
+    let until = sub.access_until;
     let text = texts::subscription_cancelled(&name, until.map(texts::day).as_deref());
     let client = state.db.get().await.map_err(ApiError::from)?;
     enqueue_message(

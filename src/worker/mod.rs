@@ -326,7 +326,7 @@ enum Recorded {
 const FIRST_OF_MEMBER_SQL: &str = "SELECT NOT EXISTS (
     SELECT 1 FROM effects b
     WHERE b.chat_id = $2 AND b.user_id = $3 AND b.status = 'pending' AND b.id <> $1
-      AND (b.id < $1 OR b.lease_until > statement_timestamp()))";
+      AND (b.id < $1 OR b.lease_until > statement_timestamp())) AS first";
 
 const CANDIDATE_SQL: &str = "SELECT id, chat_id, user_id FROM effects e
      WHERE status = 'pending' AND next_attempt_at <= statement_timestamp()
@@ -403,7 +403,7 @@ async fn first_of_member(
     db::execute(tx, MEMBER_LOCK_SQL, &[&chat, &user]).await?;
     Ok(db::row_one(tx, FIRST_OF_MEMBER_SQL, &[&id, &chat, &user])
         .await?
-        .try_get(0)?)
+        .try_get("first")?)
 }
 
 const DONE_SQL: &str = "UPDATE effects SET status = 'done', attempts = attempts + 1,

@@ -214,7 +214,7 @@ impl Worker {
             )
             .await?;
         Ok(row
-            .and_then(|r| r.get::<_, Option<String>>(0))
+            .and_then(|r| r.get::<_, Option<String>>("invite_link"))
             .unwrap_or(link.invite_link))
     }
 
