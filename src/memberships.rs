@@ -33,7 +33,6 @@
 use chrono::{DateTime, Duration, Utc};
 use deadpool_postgres::{GenericClient, Transaction};
 use serde::Serialize;
-use serde_json::json;
 use tokio_postgres::Row;
 
 use crate::{
@@ -501,10 +500,11 @@ const EXTEND_SQL: &str = concat!(
          RETURNING id, membership_id
      ), fx AS (
          INSERT INTO effects (kind, membership_id, payment_id, chat_id, user_id, payload, dedupe_key)
-         SELECT k.kind, m.id, $6, c.telegram_chat_id, sub.telegram_user_id,
-                jsonb_build_object('expires_at',
-                    to_char(m.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')),
-                k.key_prefix || ':' || m.id || ':ev' || ev.id
+         SELECT k.kind, m.id, $6, c.telegram_chat_id, sub.telegram_user_id, ",
+    effects::expiry_payload_sql!("m.expires_at"),
+    ", ",
+    effects::transition_key_sql!("k.key_prefix", "m.id", "ev.id"),
+    "
          FROM m
          JOIN ev ON ev.membership_id = m.id
          LEFT JOIN b ON true
@@ -693,14 +693,20 @@ pub fn effect_of_change(before: Option<&Membership>, after: &Membership) -> Opti
     }
 }
 
-const CHANGE_EFFECT_SQL: &str = "INSERT INTO effects
+const CHANGE_EFFECT_SQL: &str = concat!(
+    "INSERT INTO effects
          (kind, membership_id, payment_id, chat_id, user_id, payload, dedupe_key)
-     SELECT $2, m.id, $3, c.telegram_chat_id, s.telegram_user_id, $4, $5
+     SELECT $2, m.id, $3, c.telegram_chat_id, s.telegram_user_id, ",
+    effects::expiry_payload_sql!("$4::timestamptz"),
+    ", ",
+    effects::transition_key_sql!("$5::text", "m.id", "$6::bigint"),
+    "
      FROM memberships m
      JOIN subscribers s ON s.id = m.subscriber_id
      JOIN channels c ON c.id = m.channel_id
      WHERE m.id = $1
-     FOR KEY SHARE OF c, s";
+     FOR KEY SHARE OF c, s"
+);
 
 /// Enqueues the effect `kind` of a change of `after`, keyed on the change's event
 /// ([`effects::transition_key`]): one effect per transition.
@@ -711,7 +717,7 @@ async fn enqueue_effect(
     payment_id: Option<i64>,
     event_id: i64,
 ) -> Result<(), ApiError> {
-    let Some(key) = effects::transition_key(kind, after.id, event_id) else {
+    let Some(what) = effects::transition_prefix(kind) else {
         return Ok(());
     };
     // One statement reads the Telegram ids and inserts, so the effect names who they are now.
@@ -732,8 +738,9 @@ async fn enqueue_effect(
             &after.id,
             &kind,
             &payment_id,
-            &json!({"expires_at": after.expires_at}),
-            &key,
+            &after.expires_at,
+            &what,
+            &event_id,
         ],
     )
     .await?;
@@ -787,14 +794,16 @@ pub async fn delete_of_subscriber(
 
 // ---- scans ----
 
-const DUE_REMINDERS_SQL: &str = "INSERT INTO effects
+const DUE_REMINDERS_SQL: &str = concat!(
+    "INSERT INTO effects
          (kind, membership_id, chat_id, user_id, payload, dedupe_key)
-     SELECT 'reminder', d.id, d.telegram_chat_id, d.telegram_user_id,
-            jsonb_build_object('expires_at', d.expires_at), d.key
+     SELECT 'reminder', d.id, d.telegram_chat_id, d.telegram_user_id, ",
+    effects::expiry_payload_sql!("d.expires_at"),
+    ", d.key
      FROM (
-         SELECT m.id, c.telegram_chat_id, s.telegram_user_id, m.expires_at,
-                'reminder:' || m.id || ':'
-                  || (extract(epoch FROM m.expires_at) * 1000000)::bigint AS key
+         SELECT m.id, c.telegram_chat_id, s.telegram_user_id, m.expires_at, ",
+    effects::reminder_key_sql!("m.id", "m.expires_at"),
+    " AS key
          FROM memberships m
          JOIN subscribers s ON s.id = m.subscriber_id
          JOIN channels c ON c.id = m.channel_id
@@ -804,7 +813,8 @@ const DUE_REMINDERS_SQL: &str = "INSERT INTO effects
      ) AS d
      WHERE NOT EXISTS (SELECT 1 FROM effects e WHERE e.dedupe_key = d.key)
      LIMIT $2
-     ON CONFLICT (dedupe_key) DO NOTHING";
+     ON CONFLICT (dedupe_key) DO NOTHING"
+);
 
 /// Enqueues a reminder for every active membership of an active channel whose `expires_at`
 /// is within `reminder_days` from now, once per (membership, expiry) — so once per period: a

@@ -42,7 +42,7 @@ use super::{
 use crate::{
     config::Config,
     db,
-    effects::{self, Kind, NewEffect},
+    effects::{self, NewEffect, Payload},
     error::ApiError,
     orders::{
         new_reference,
@@ -352,13 +352,12 @@ async fn enqueue_invoice(
     let id = effects::enqueue(
         &**tx,
         &NewEffect {
-            kind: Kind::Invoice,
             membership_id: None,
             payment_id: None,
             order_id: Some(order_id),
             chat_id: None,
             user_id,
-            payload: serde_json::json!({}),
+            payload: Payload::Invoice(effects::payload::Invoice {}),
             dedupe_key: Some(format!("invoice:{order_id}")),
         },
     )

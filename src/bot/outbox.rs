@@ -1,12 +1,11 @@
 //! The bot's messages to buyers go through the effects outbox ([`crate::effects`]), in the
 //! transaction that decided to send them; the effects worker sends them.
 
-use serde_json::json;
 use tokio_postgres::GenericClient;
 
 use super::render;
 use crate::{
-    effects::{Kind, NewEffect, enqueue},
+    effects::{NewEffect, Payload, enqueue, payload::BotMessage},
     error::ApiError,
 };
 
@@ -18,14 +17,13 @@ pub async fn enqueue_message(
     message: &render::Rendered,
     dedupe_key: Option<String>,
 ) -> Result<Option<i64>, ApiError> {
-    let mut payload = json!({"text": render::clip(&message.text, render::MESSAGE_MAX)});
-    if let Some(markup) = message.reply_markup() {
-        payload["reply_markup"] = markup;
-    }
+    let payload = Payload::BotMessage(BotMessage {
+        text: render::clip(&message.text, render::MESSAGE_MAX),
+        reply_markup: message.reply_markup(),
+    });
     enqueue(
         client,
         &NewEffect {
-            kind: Kind::BotMessage,
             membership_id: None,
             payment_id: None,
             order_id: None,

@@ -14,8 +14,11 @@
 //! membership before acting, so an effect overtaken by a later change (a revoke after a
 //! renewal, a reminder after a payment) is skipped instead of performed.
 //!
-//! What is enqueued, and under which `dedupe_key` (unique, so "at most one per X" is a schema
-//! invariant; `docs/effects.md` has the table):
+//! Every effect row's `payload` has its kind's shape ([`Payload`], read back by the worker), and
+//! every SQL statement that inserts effect rows builds their payload and key with the fragments
+//! below (`instant_text_sql!`, `expiry_payload_sql!`, `transition_key_sql!`, …), so an instant
+//! and a key are spelled in one place. What is enqueued, and under which `dedupe_key` (unique,
+//! so "at most one per X" is a schema invariant; `docs/effects.md` has the table):
 //!
 //! - **One effect per membership transition.** A grant, renewal receipt, revoke or grace notice
 //!   is keyed on the `membership_events` row of the change that asked for it —
@@ -44,13 +47,16 @@
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio_postgres::{GenericClient, Row};
 
 use crate::{
     db::{self, FromRow, Params},
     error::ApiError,
 };
+
+pub mod payload;
+pub use payload::Payload;
 
 crate::text_enum! {
     /// What an effect does on Telegram.
@@ -97,8 +103,9 @@ crate::text_enum! {
 
 /// The dedupe key of the effect of one membership transition: `{what}:{membership}:ev{event}`,
 /// where `event` is the id of the transition's `membership_events` row and `what` names the
-/// kind (`grant`, `receipt`, `revoke`, `grace`). The sweep's SQL ([`SWEEP_EFFECTS_CTE`]) spells
-/// it the same way. `None` for a kind no transition asks for.
+/// kind (`grant`, `receipt`, `revoke`, `grace`). Every SQL writer builds it with
+/// [`transition_key_sql!`], which spells it the same way (a test compares them). `None` for a
+/// kind no transition asks for.
 pub fn transition_key(kind: Kind, membership_id: i64, event_id: i64) -> Option<String> {
     let what = transition_prefix(kind)?;
     Some(format!("{what}:{membership_id}:ev{event_id}"))
@@ -114,6 +121,102 @@ pub fn transition_prefix(kind: Kind) -> Option<&'static str> {
         Kind::GraceNotice => "grace",
         _ => return None,
     })
+}
+
+// ---- the SQL of effect rows: every statement that inserts into `effects` builds its
+// `payload` and `dedupe_key` with these fragments (macros, so SQL constants can splice them
+// with `concat!`), and nowhere else is an instant, a key or a membership payload spelled. ----
+
+/// An instant as every effect payload spells it: text in UTC with six fractional digits and a
+/// `Z` (`2026-01-31T12:00:00.000000Z`), whatever the session's time zone. `$t` is an SQL
+/// expression of type `timestamptz`.
+macro_rules! instant_text_sql {
+    ($t:expr) => {
+        concat!(
+            "to_char((",
+            $t,
+            ") AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+        )
+    };
+}
+pub(crate) use instant_text_sql;
+
+/// The payload of a grant, renewal receipt, transition revoke, grace notice or reminder
+/// ([`payload::Expiry`]): `{"expires_at": …}` of the `timestamptz` expression `$expires_at`.
+macro_rules! expiry_payload_sql {
+    ($expires_at:expr) => {
+        concat!(
+            "jsonb_build_object('expires_at', ",
+            $crate::effects::instant_text_sql!($expires_at),
+            ")"
+        )
+    };
+}
+pub(crate) use expiry_payload_sql;
+
+/// The payload of the revoke of a deleted membership ([`payload::Revoke`] with `deleted`):
+/// `{"membership_id": …, "deleted": true, "expires_at": …}`.
+macro_rules! deleted_revoke_payload_sql {
+    ($membership:expr, $expires_at:expr) => {
+        concat!(
+            "jsonb_build_object('membership_id', ",
+            $membership,
+            ", 'deleted', true, 'expires_at', ",
+            $crate::effects::instant_text_sql!($expires_at),
+            ")"
+        )
+    };
+}
+pub(crate) use deleted_revoke_payload_sql;
+
+/// [`transition_key`] in SQL: `{what}:{membership}:ev{event}`, `$what` an SQL text expression
+/// of a [`transition_prefix`], `$membership` and `$event` SQL id expressions.
+macro_rules! transition_key_sql {
+    ($what:expr, $membership:expr, $event:expr) => {
+        concat!(
+            "(",
+            $what,
+            ") || ':' || (",
+            $membership,
+            ") || ':ev' || (",
+            $event,
+            ")"
+        )
+    };
+}
+pub(crate) use transition_key_sql;
+
+/// The key of the revoke of a deleted membership: `revoke:{membership}:deleted`.
+macro_rules! deleted_revoke_key_sql {
+    ($membership:expr) => {
+        concat!("'revoke:' || (", $membership, ") || ':deleted'")
+    };
+}
+pub(crate) use deleted_revoke_key_sql;
+
+/// The key of a reminder: `reminder:{membership}:{expiry in µs since the epoch}` — one per
+/// (membership, expiry), so one per period.
+macro_rules! reminder_key_sql {
+    ($membership:expr, $expires_at:expr) => {
+        concat!(
+            "'reminder:' || (",
+            $membership,
+            ") || ':' || (extract(epoch FROM (",
+            $expires_at,
+            ")) * 1000000)::bigint"
+        )
+    };
+}
+pub(crate) use reminder_key_sql;
+
+/// [`reminder_key_sql!`] in Rust: the key of the reminder of `membership_id` for `expires_at`.
+pub fn reminder_key(membership_id: i64, expires_at: DateTime<Utc>) -> String {
+    format!("reminder:{membership_id}:{}", expires_at.timestamp_micros())
+}
+
+/// The key of the revoke of deleted membership `membership_id` ([`deleted_revoke_key_sql!`]).
+pub fn deleted_revoke_key(membership_id: i64) -> String {
+    format!("revoke:{membership_id}:deleted")
 }
 
 /// The select list of [`Effect`] (a macro, so SQL constants can splice it with `concat!`).
@@ -182,24 +285,22 @@ impl FromRow for Effect {
 }
 
 impl Effect {
-    /// The `expires_at` the effect was enqueued for (payload), if any.
-    pub fn payload_expires_at(&self) -> Option<DateTime<Utc>> {
-        self.payload
-            .get("expires_at")
-            .and_then(|v| serde_json::from_value(v.clone()).ok())
+    /// The payload, read as its kind's ([`Payload::parse`]); an error for a row whose payload
+    /// does not have its kind's shape (never written so by subgate).
+    pub fn typed_payload(&self) -> Result<Payload, serde_json::Error> {
+        Payload::parse(self.kind, &self.payload)
     }
 }
 
-/// An effect to enqueue.
+/// An effect to enqueue; its kind is its payload's.
 #[derive(Debug, Clone)]
 pub struct NewEffect {
-    pub kind: Kind,
     pub membership_id: Option<i64>,
     pub payment_id: Option<i64>,
     pub order_id: Option<i64>,
     pub chat_id: Option<i64>,
     pub user_id: i64,
-    pub payload: Value,
+    pub payload: Payload,
     /// At most one effect per key ever; `None` for no deduplication.
     pub dedupe_key: Option<String>,
 }
@@ -218,13 +319,13 @@ pub async fn enqueue(client: &impl GenericClient, e: &NewEffect) -> Result<Optio
         .query_opt(
             ENQUEUE_SQL,
             &[
-                &e.kind,
+                &e.payload.kind(),
                 &e.membership_id,
                 &e.payment_id,
                 &e.order_id,
                 &e.chat_id,
                 &e.user_id,
-                &e.payload,
+                &e.payload.to_json(),
                 &e.dedupe_key,
             ],
         )
@@ -248,12 +349,14 @@ pub async fn enqueue(client: &impl GenericClient, e: &NewEffect) -> Result<Optio
 /// membership id order.
 macro_rules! sweep_effects_cte {
     () => {
-        "sweep_effects AS (
+        concat!(
+            "sweep_effects AS (
     INSERT INTO effects (kind, membership_id, chat_id, user_id, payload, dedupe_key)
-    SELECT e.kind, u.id, c.telegram_chat_id, s.telegram_user_id,
-           jsonb_build_object('expires_at',
-               to_char(u.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')),
-           e.what || ':' || u.id || ':ev' || ev.id
+    SELECT e.kind, u.id, c.telegram_chat_id, s.telegram_user_id, ",
+            $crate::effects::expiry_payload_sql!("u.expires_at"),
+            ", ",
+            $crate::effects::transition_key_sql!("e.what", "u.id", "ev.id"),
+            "
     FROM updated u
     JOIN events ev ON ev.membership_id = u.id
     CROSS JOIN LATERAL (
@@ -266,6 +369,7 @@ macro_rules! sweep_effects_cte {
        OR (u.from_status = 'active' AND u.status = 'grace')
     ORDER BY u.id
 )"
+        )
     };
 }
 pub(crate) use sweep_effects_cte;
@@ -287,18 +391,21 @@ pub const SWEEP_EFFECTS_CTE: &str = sweep_effects_cte!();
 /// whose membership is gone.
 macro_rules! deleted_revokes_cte {
     () => {
-        "deleted_revokes AS (
+        concat!(
+            "deleted_revokes AS (
     INSERT INTO effects (kind, chat_id, user_id, payload, dedupe_key)
-    SELECT 'revoke', c.telegram_chat_id, s.telegram_user_id,
-           jsonb_build_object('membership_id', g.id, 'deleted', true, 'expires_at',
-               to_char(g.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')),
-           'revoke:' || g.id || ':deleted'
+    SELECT 'revoke', c.telegram_chat_id, s.telegram_user_id, ",
+            $crate::effects::deleted_revoke_payload_sql!("g.id", "g.expires_at"),
+            ", ",
+            $crate::effects::deleted_revoke_key_sql!("g.id"),
+            "
     FROM gone g
     JOIN subscribers s ON s.id = g.subscriber_id
     JOIN channels c ON c.id = g.channel_id
     WHERE g.status IN ('active', 'grace')
     ORDER BY g.id
 )"
+        )
     };
 }
 pub(crate) use deleted_revokes_cte;
@@ -315,21 +422,21 @@ pub async fn enqueue_join_decision(
     approve: bool,
     request_date: Option<i64>,
 ) -> Result<(), ApiError> {
-    let kind = if approve {
-        Kind::JoinApprove
+    let request = payload::JoinRequest { request_date };
+    let payload = if approve {
+        Payload::JoinApprove(request)
     } else {
-        Kind::JoinDecline
+        Payload::JoinDecline(request)
     };
     enqueue(
         client,
         &NewEffect {
-            kind,
             membership_id: None,
             payment_id: None,
             order_id: None,
             chat_id: Some(chat_id),
             user_id,
-            payload: json!({"request_date": request_date}),
+            payload,
             dedupe_key: request_date.map(|d| format!("join:{chat_id}:{user_id}:{d}")),
         },
     )
@@ -591,6 +698,8 @@ pub async fn retry_all(tx: &Transaction<'_>, filter: &Filter) -> Result<i64, Api
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
@@ -631,6 +740,63 @@ mod tests {
         for k in Kind::ALL {
             assert!(check.contains(&format!("'{}'", k.as_str())), "{k:?}");
         }
+    }
+
+    /// The pieces of an effect row's payload and key are spelled only here: a writer elsewhere
+    /// splices the fragments instead of writing its own `to_char` format or key.
+    #[test]
+    fn no_writer_spells_an_instant_or_a_key_of_its_own() {
+        fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    rust_files(&path, out);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    out.push(path);
+                }
+            }
+        }
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        let pieces = [
+            "to_char(",
+            "jsonb_build_object('expires_at'",
+            "jsonb_build_object('membership_id'",
+            "':ev'",
+            "'reminder:'",
+            "':deleted'",
+        ];
+        let mut offenders = Vec::new();
+        for file in files.iter().filter(|f| !f.starts_with(src.join("effects"))) {
+            let text = std::fs::read_to_string(file).unwrap();
+            for piece in pieces {
+                if text.contains(piece) {
+                    offenders.push(format!("{}: {piece}", file.display()));
+                }
+            }
+        }
+        assert!(files.len() > 20, "the scan found the sources");
+        assert!(offenders.is_empty(), "{offenders:#?}");
+    }
+
+    #[test]
+    fn the_fragments_spell_the_rust_rules() {
+        assert_eq!(
+            transition_key_sql!("'grace'", "m.id", "ev.id"),
+            "('grace') || ':' || (m.id) || ':ev' || (ev.id)"
+        );
+        assert_eq!(
+            deleted_revoke_key_sql!("g.id"),
+            "'revoke:' || (g.id) || ':deleted'"
+        );
+        assert_eq!(deleted_revoke_key(7), "revoke:7:deleted");
+        let t: DateTime<Utc> = "1969-12-31T23:59:59.500001Z".parse().unwrap();
+        assert_eq!(reminder_key(7, t), "reminder:7:-499999");
+        assert!(
+            expiry_payload_sql!("m.expires_at").contains("'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'")
+        );
+        assert!(SWEEP_EFFECTS_CTE.contains(transition_key_sql!("e.what", "u.id", "ev.id")));
     }
 
     #[test]

@@ -4,12 +4,11 @@
 //! `crate::present::texts`'.
 
 use deadpool_postgres::Transaction;
-use serde_json::json;
 
 use super::core::{Outcome, Payment, Reason};
 use crate::{
     db,
-    effects::{Kind, NewEffect, enqueue},
+    effects::{NewEffect, Payload, enqueue, payload::BotMessage},
     error::ApiError,
     present::{render, texts},
 };
@@ -51,13 +50,15 @@ pub async fn enqueue_payment_notice(
     enqueue(
         &**tx,
         &NewEffect {
-            kind: Kind::BotMessage,
             membership_id: None,
             payment_id: Some(p.id),
             order_id: p.order_id,
             chat_id: None,
             user_id: user,
-            payload: json!({ "text": text }),
+            payload: Payload::BotMessage(BotMessage {
+                text,
+                reply_markup: None,
+            }),
             dedupe_key: Some(format!("payment_notice:{}", p.id)),
         },
     )

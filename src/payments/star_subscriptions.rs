@@ -28,13 +28,12 @@
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use serde::Serialize;
-use serde_json::json;
 use tokio_postgres::{GenericClient, Row};
 
 use super::core::Reason;
 use crate::{
     db::{self, FromRow},
-    effects::{self, Kind, NewEffect},
+    effects::{self, NewEffect, Payload, payload::SubscriptionCancel},
     error::ApiError,
 };
 
@@ -409,13 +408,14 @@ async fn enqueue_cancel(
     effects::enqueue(
         &**tx,
         &NewEffect {
-            kind: Kind::SubscriptionCancel,
             membership_id: None,
             payment_id: None,
             order_id: Some(s.order_id),
             chat_id: None,
             user_id,
-            payload: json!({"subscription_id": s.id}),
+            payload: Payload::SubscriptionCancel(SubscriptionCancel {
+                subscription_id: s.id,
+            }),
             dedupe_key: Some(format!("subscription_cancel:{}", s.id)),
         },
     )

@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use crate::{
     bot::{self, outbox::enqueue_message},
     config::Config,
-    effects::{Effect, Kind},
+    effects::{Effect, Kind, Payload, payload::SubscriptionCancel},
     error::ApiError,
     orders,
     payments::{star_subscriptions, wayforpay_purchase},
@@ -91,17 +91,15 @@ pub async fn perform(
 }
 
 async fn message(bot: &BotApi, e: &Effect) -> BotPerformed {
-    let text = e
-        .payload
-        .get("text")
-        .and_then(Value::as_str)
-        .ok_or_else(|| BotFailure::Permanent("the message has no text".into()))?;
-    match e.payload.get("reply_markup").filter(|m| !m.is_null()) {
+    let Ok(Payload::BotMessage(message)) = e.typed_payload() else {
+        return Err(BotFailure::Permanent("the message has no text".into()));
+    };
+    match &message.reply_markup {
         Some(markup) => {
-            bot.send_message_with_markup(e.user_id, text, markup)
+            bot.send_message_with_markup(e.user_id, &message.text, markup)
                 .await?
         }
-        None => bot.send_message(e.user_id, text).await?,
+        None => bot.send_message(e.user_id, &message.text).await?,
     };
     Ok(None)
 }
@@ -238,7 +236,10 @@ async fn subscription_cancel(
     bot: &BotApi,
     e: &Effect,
 ) -> BotPerformed {
-    let Some(id) = e.payload.get("subscription_id").and_then(Value::as_i64) else {
+    let Ok(Payload::SubscriptionCancel(SubscriptionCancel {
+        subscription_id: id,
+    })) = e.typed_payload()
+    else {
         return Err(BotFailure::Permanent(
             "the effect names no subscription".into(),
         ));

@@ -9,7 +9,7 @@ use deadpool_postgres::Object;
 
 use super::Worker;
 use crate::{
-    effects::{Effect, Kind},
+    effects::{Effect, Kind, Payload, payload},
     error::ApiError,
     memberships::{self, EffectView, Status},
     payments::{
@@ -275,7 +275,9 @@ impl Worker {
         if let Some(skip) = account_changed(e, &m) {
             return Ok(Some(skip));
         }
-        if m.status != status || e.payload_expires_at() != Some(m.expires_at) {
+        // The term the notice was enqueued for (an unreadable payload names none).
+        let enqueued_for = e.typed_payload().ok().and_then(|p| p.expires_at());
+        if m.status != status || enqueued_for != Some(m.expires_at) {
             return Ok(Some(
                 "skipped: the membership changed since (renewed or ended)".into(),
             ));
@@ -298,7 +300,10 @@ impl Worker {
         let Some(payment_id) = e.payment_id else {
             return Attempt::from(Err(Failure::Permanent("the payment was deleted".into())));
         };
-        let verify = e.payload.get("verify").and_then(|v| v.as_bool()) == Some(true);
+        let verify = matches!(
+            e.typed_payload(),
+            Ok(Payload::Refund(payload::Refund { verify: true, .. }))
+        );
         let facts = async {
             let payment = refunds::facts(&client, payment_id).await?;
             let cursor = if verify {

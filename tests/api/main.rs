@@ -10,6 +10,7 @@ mod bot;
 mod connections;
 mod console;
 mod crud;
+mod effect_rows;
 mod effects;
 mod hardening_payments;
 mod openapi;
