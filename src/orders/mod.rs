@@ -17,6 +17,7 @@ use tokio_postgres::Row;
 use crate::{
     db::{self, FromRow},
     error::ApiError,
+    ids::{ChannelId, SubscriberId},
 };
 
 crate::text_enum! {
@@ -65,6 +66,18 @@ pub struct Order {
     pub superseded_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub paid_at: Option<DateTime<Utc>>,
+}
+
+impl Order {
+    /// The order's buyer, typed for the pair lock and the seat rule.
+    pub fn subscriber(&self) -> SubscriberId {
+        SubscriberId(self.subscriber_id)
+    }
+
+    /// The order's channel, typed for the pair lock and the seat rule.
+    pub fn channel(&self) -> ChannelId {
+        ChannelId(self.channel_id)
+    }
 }
 
 impl FromRow for Order {

@@ -46,7 +46,7 @@ pub async fn enqueue_payment_notice(
         (Some(t), _) => texts::payment_in_review(&t, &price, seat_taken),
     };
     if subscription_stopped {
-        text = texts::with_subscription_stopped(&text, p.reason.map(Reason::as_str));
+        text = texts::with_subscription_stopped(&text, p.reason);
     }
     enqueue(
         &**tx,
