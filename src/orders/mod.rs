@@ -15,6 +15,7 @@ use serde::Serialize;
 use tokio_postgres::Row;
 
 use crate::{
+    currency::Money,
     db::{self, FromRow},
     error::ApiError,
     ids::{ChannelId, SubscriberId},
@@ -77,6 +78,11 @@ impl Order {
     /// The order's channel, typed for the pair lock and the seat rule.
     pub fn channel(&self) -> ChannelId {
         ChannelId(self.channel_id)
+    }
+
+    /// What the order asks: the channel's price when it was made.
+    pub fn price(&self) -> Money {
+        Money::new(self.amount_minor, &self.currency)
     }
 }
 

@@ -46,6 +46,7 @@ use super::{
     star_subscriptions::{self, StarSubscription},
 };
 use crate::{
+    currency::{Mismatch, Money},
     db::{self, FromRow},
     error::ApiError,
     ids::{ChannelId, SubscriberId},
@@ -76,6 +77,13 @@ pub struct NormalizedPayment {
     pub paid_at: DateTime<Utc>,
     /// The payer's Telegram user id, when the door knows it (Telegram Stars only).
     pub payer_telegram_id: Option<i64>,
+}
+
+impl NormalizedPayment {
+    /// The money the gateway says was paid.
+    pub fn money(&self) -> Money {
+        Money::new(self.amount_minor, &self.currency)
+    }
 }
 
 /// The select list of [`Payment`] (a macro, so SQL constants can splice it).
@@ -112,6 +120,13 @@ pub struct Payment {
     /// Why it was not applied (null when applied).
     pub reason: Option<Reason>,
     pub created_at: DateTime<Utc>,
+}
+
+impl Payment {
+    /// The money paid, as stored.
+    pub fn money(&self) -> Money {
+        Money::new(self.amount_minor, &self.currency)
+    }
 }
 
 impl FromRow for Payment {
@@ -893,11 +908,10 @@ async fn check_renewal(
 /// The payment against its order, in API.md's order: currency, amount, payer (when the door
 /// knows it).
 fn mismatch(p: &NormalizedPayment, l: &LockedOrder) -> Option<Reason> {
-    if p.currency != l.order.currency {
-        return Some(Reason::CurrencyMismatch);
-    }
-    if p.amount_minor != l.order.amount_minor {
-        return Some(Reason::AmountMismatch);
+    match p.money().mismatch(&l.order.price()) {
+        Some(Mismatch::Currency) => return Some(Reason::CurrencyMismatch),
+        Some(Mismatch::Amount) => return Some(Reason::AmountMismatch),
+        None => {}
     }
     if p.payer_telegram_id
         .is_some_and(|payer| payer != l.subscriber_telegram_id)
