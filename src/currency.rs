@@ -10,6 +10,11 @@
 //! the codes whose minor unit is "N.A." (precious metals, bond-market units, SDR, test codes),
 //! since no payment can be denominated in them. `XTR` (Telegram Stars) is added with exponent 0:
 //! one unit is one star and there are no fractions.
+//!
+//! Where an amount crosses modules — an order's price, a payment checked against it, an
+//! invoice or a payment link made from it, a price a buyer reads — it travels as one
+//! [`Money`]: minor units and their currency together, so neither can be passed without the
+//! other. On the wire the two stay the separate fields `amount_minor` and `currency`.
 
 /// `(code, exponent)` pairs, sorted by code so lookups can binary-search.
 ///
@@ -312,6 +317,50 @@ pub fn minor_to_decimal(minor: i64, exponent: u32) -> String {
     format!("{sign}{int_part}.{frac_part}")
 }
 
+/// An amount of money: `amount_minor` minor units of `currency` (three upper-case letters).
+/// Serialized as the two fields `amount_minor` and `currency`, as every API body spells them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Money {
+    pub amount_minor: i64,
+    pub currency: String,
+}
+
+/// How a payment's money differs from what was asked ([`Money::mismatch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mismatch {
+    /// Another currency (whatever the amount).
+    Currency,
+    /// The same currency, another amount.
+    Amount,
+}
+
+impl Money {
+    pub fn new(amount_minor: i64, currency: impl Into<String>) -> Money {
+        Money {
+            amount_minor,
+            currency: currency.into(),
+        }
+    }
+
+    /// The amount as a decimal in the currency's major unit (`19900 UAH` → `199.00`); `None`
+    /// for a currency without a known minor unit.
+    pub fn decimal(&self) -> Option<String> {
+        minor_unit_exponent(&self.currency).map(|e| minor_to_decimal(self.amount_minor, e))
+    }
+
+    /// How this (a payment) differs from `asked` (its order's price): the currency is
+    /// compared first, so a payment in another currency is never called a wrong amount.
+    pub fn mismatch(&self, asked: &Money) -> Option<Mismatch> {
+        if self.currency != asked.currency {
+            Some(Mismatch::Currency)
+        } else if self.amount_minor != asked.amount_minor {
+            Some(Mismatch::Amount)
+        } else {
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -488,5 +537,28 @@ mod tests {
             "amount must not be negative"
         );
         let _: &dyn std::error::Error = &AmountError::Overflow;
+    }
+
+    #[test]
+    fn money_compares_currency_first_and_keeps_its_wire_fields() {
+        let asked = Money::new(19900, "UAH");
+        assert_eq!(Money::new(19900, "UAH").mismatch(&asked), None);
+        assert_eq!(
+            Money::new(1, "USD").mismatch(&asked),
+            Some(Mismatch::Currency)
+        );
+        assert_eq!(
+            Money::new(1, "UAH").mismatch(&asked),
+            Some(Mismatch::Amount)
+        );
+        assert_eq!(asked.decimal().as_deref(), Some("199.00"));
+        assert_eq!(Money::new(250, "XTR").decimal().as_deref(), Some("250"));
+        assert_eq!(Money::new(1, "ZZZ").decimal(), None);
+        let json = serde_json::to_value(&asked).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"amount_minor": 19900, "currency": "UAH"})
+        );
+        assert_eq!(serde_json::from_value::<Money>(json).unwrap(), asked);
     }
 }

@@ -20,7 +20,10 @@ use deadpool_postgres::{
 };
 use tokio_postgres::{Row, types::ToSql};
 
-use crate::error::ApiError;
+use crate::{
+    error::ApiError,
+    ids::{ChannelId, SubscriberId},
+};
 
 /// The migrations, in order. A new migration is appended here and never edited after release.
 pub const MIGRATIONS: &[(i32, &str, &str)] = &[
@@ -266,8 +269,8 @@ const LOCK_PAIR_SQL: &str = "SELECT pg_advisory_xact_lock($1, $2)";
 /// Takes the lock every transaction touching a hold or a membership takes first.
 pub async fn lock_pair(
     tx: &Transaction<'_>,
-    subscriber_id: i32,
-    channel_id: i32,
+    subscriber_id: SubscriberId,
+    channel_id: ChannelId,
 ) -> Result<(), ApiError> {
     execute(tx, LOCK_PAIR_SQL, &[&subscriber_id, &channel_id]).await?;
     Ok(())

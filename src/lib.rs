@@ -33,6 +33,7 @@ pub mod db;
 pub mod effects;
 pub mod error;
 pub mod idempotency;
+pub mod ids;
 pub mod memberships;
 pub mod metrics;
 pub mod orders;
@@ -42,6 +43,7 @@ pub mod server;
 pub mod state;
 pub mod sweep;
 pub mod telegram;
+pub mod vocabulary;
 pub mod worker;
 
 use shutdown::ShutdownSignal;

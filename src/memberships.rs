@@ -39,6 +39,7 @@ use crate::{
     db::{self, FromRow},
     effects::{self, Kind},
     error::ApiError,
+    ids::{ChannelId, SubscriberId},
 };
 
 crate::text_enum! {
@@ -281,15 +282,18 @@ pub async fn events(
 /// answer for a payment that changed nothing).
 pub async fn of_pair(
     client: &impl GenericClient,
-    subscriber_id: i32,
-    channel_id: i32,
+    subscriber_id: SubscriberId,
+    channel_id: ChannelId,
 ) -> Result<Option<Membership>, ApiError> {
     db::opt(client, OF_PAIR_SQL, &[&subscriber_id, &channel_id]).await
 }
 
 /// The (subscriber, channel) pair of membership `id`, read without a lock so the pair lock can
 /// be taken first (a pair never changes; only a deletion can intervene). `None`: no such row.
-pub async fn pair_of(tx: &Transaction<'_>, id: i64) -> Result<Option<(i32, i32)>, ApiError> {
+pub async fn pair_of(
+    tx: &Transaction<'_>,
+    id: i64,
+) -> Result<Option<(SubscriberId, ChannelId)>, ApiError> {
     let row = db::row_opt(tx, PAIR_SQL, &[&id]).await?;
     Ok(match row {
         Some(r) => Some((r.try_get("subscriber_id")?, r.try_get("channel_id")?)),
@@ -306,8 +310,8 @@ const LOCK_SUBSCRIBER_SQL: &str = "SELECT 1 FROM subscribers WHERE id = $1 FOR K
 /// pair's advisory lock (and the channel's, [`crate::orders::seats::lock_channel_terms`]).
 pub async fn lock(
     tx: &Transaction<'_>,
-    subscriber_id: i32,
-    channel_id: i32,
+    subscriber_id: SubscriberId,
+    channel_id: ChannelId,
 ) -> Result<Option<Membership>, ApiError> {
     db::execute(tx, LOCK_SUBSCRIBER_SQL, &[&subscriber_id]).await?;
     db::opt(tx, LOCK_SQL, &[&subscriber_id, &channel_id]).await
@@ -324,8 +328,8 @@ const IS_LIVE_SQL: &str = concat!(
 /// rule calls it holding the pair lock, so the answer holds for the rest of the transaction.
 pub async fn is_live(
     tx: &Transaction<'_>,
-    subscriber_id: i32,
-    channel_id: i32,
+    subscriber_id: SubscriberId,
+    channel_id: ChannelId,
 ) -> Result<bool, ApiError> {
     Ok(db::row_one(tx, IS_LIVE_SQL, &[&subscriber_id, &channel_id])
         .await?
@@ -532,8 +536,8 @@ const EXTEND_SQL: &str = concat!(
 /// membership and whether it was created. The caller holds the pair's advisory lock.
 pub async fn extend(
     tx: &Transaction<'_>,
-    subscriber_id: i32,
-    channel_id: i32,
+    subscriber_id: SubscriberId,
+    channel_id: ChannelId,
     days: i32,
     cause: Cause,
 ) -> Result<(Membership, bool), ApiError> {
@@ -545,8 +549,8 @@ pub async fn extend(
 /// (`payments::star_subscriptions::SLACK_SECS`), however late the charge is applied.
 pub async fn extend_at_least(
     tx: &Transaction<'_>,
-    subscriber_id: i32,
-    channel_id: i32,
+    subscriber_id: SubscriberId,
+    channel_id: ChannelId,
     days: i32,
     cause: Cause,
     at_least: Option<DateTime<Utc>>,

@@ -39,7 +39,10 @@ use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gau
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::time::MissedTickBehavior;
 
-use crate::{effects::Kind, error::ApiError, server::ConnectionLimits, shutdown::ShutdownSignal};
+use crate::{
+    effects::Kind, error::ApiError, server::ConnectionLimits, shutdown::ShutdownSignal,
+    vocabulary::Gateway,
+};
 
 // ---- names ----
 
@@ -317,12 +320,11 @@ pub async fn sample_database(pool: &Pool) -> Result<(), ApiError> {
 
 /// The door a payment came through, told by its gateway: door 1 refuses the two gateways that
 /// have doors of their own.
-fn door_and_gateway(gateway: &str) -> (&'static str, &'static str) {
+fn door_and_gateway(gateway: &Gateway) -> (&'static str, &'static str) {
     match gateway {
-        "wayforpay" => ("wayforpay", "wayforpay"),
-        // `payments::core::TELEGRAM_STARS`, spelled here so metrics depend on no domain module.
-        "telegram_stars" => ("telegram", "telegram_stars"),
-        _ => ("webhook", "other"),
+        Gateway::WayForPay => ("wayforpay", Gateway::WAYFORPAY),
+        Gateway::TelegramStars => ("telegram", Gateway::TELEGRAM_STARS),
+        Gateway::Standard(_) => ("webhook", "other"),
     }
 }
 
@@ -340,7 +342,7 @@ fn vocabulary(value: &str) -> String {
 
 /// A payment went through the core: a new one is counted by outcome, a repeat as a duplicate.
 /// `outcome` and `reason` are the stored payment's codes.
-pub fn payment(gateway: &str, duplicate: bool, outcome: &str, reason: Option<&str>) {
+pub fn payment(gateway: &Gateway, duplicate: bool, outcome: &str, reason: Option<&str>) {
     let (door, gateway) = door_and_gateway(gateway);
     if duplicate {
         counter!(PAYMENT_DUPLICATES, "door" => door, "gateway" => gateway).increment(1);
@@ -461,11 +463,20 @@ mod tests {
 
     #[test]
     fn door_1_gateways_share_one_label() {
-        assert_eq!(door_and_gateway("acme"), ("webhook", "other"));
-        assert_eq!(door_and_gateway("anything-else"), ("webhook", "other"));
-        assert_eq!(door_and_gateway("wayforpay"), ("wayforpay", "wayforpay"));
         assert_eq!(
-            door_and_gateway("telegram_stars"),
+            door_and_gateway(&Gateway::named("acme")),
+            ("webhook", "other")
+        );
+        assert_eq!(
+            door_and_gateway(&Gateway::named("anything-else")),
+            ("webhook", "other")
+        );
+        assert_eq!(
+            door_and_gateway(&Gateway::named("wayforpay")),
+            ("wayforpay", "wayforpay")
+        );
+        assert_eq!(
+            door_and_gateway(&Gateway::named("telegram_stars")),
             ("telegram", "telegram_stars")
         );
     }

@@ -22,6 +22,7 @@ use super::{
 use crate::{
     db,
     error::ApiError,
+    ids::{ChannelId, SubscriberId},
     memberships::{self, Cause, Event, Membership, Status},
     orders::seats,
     state::AppState,
@@ -179,12 +180,15 @@ pub async fn grant(
         e.add("days", "must be from 1 to 3660");
     }
     e.finish()?;
-    let (subscriber_id, channel_id, days) =
-        (subscriber_id.unwrap(), channel_id.unwrap(), b.days.unwrap());
+    let (subscriber_id, channel_id, days) = (
+        SubscriberId(subscriber_id.unwrap()),
+        ChannelId(channel_id.unwrap()),
+        b.days.unwrap(),
+    );
     crate::idempotent!(state, write, |tx| {
         db::lock_pair(tx, subscriber_id, channel_id).await?;
         let subscriber = db::row_opt(tx, SUBSCRIBER_EXISTS_SQL, &[&subscriber_id]).await?;
-        let channel = seats::lock_channel_terms(tx, channel_id).await?.is_some();
+        let channel = seats::lock_channel_terms(tx, channel_id.0).await?.is_some();
         let mut e = Errors::default();
         if subscriber.is_none() {
             e.add("subscriber_id", "no such subscriber");
@@ -213,12 +217,15 @@ pub async fn grant(
 /// Takes the lock order down to membership `id`'s channel: its pair (read without a lock
 /// first: a pair never changes), the pair's advisory lock, the channel's terms. 404 when there
 /// is no such membership.
-async fn lock_to_channel(tx: &Transaction<'_>, id: i64) -> Result<(i32, i32), ApiError> {
+async fn lock_to_channel(
+    tx: &Transaction<'_>,
+    id: i64,
+) -> Result<(SubscriberId, ChannelId), ApiError> {
     let (subscriber_id, channel_id) = memberships::pair_of(tx, id)
         .await?
         .ok_or(ApiError::NotFound("membership"))?;
     db::lock_pair(tx, subscriber_id, channel_id).await?;
-    seats::lock_channel_terms(tx, channel_id).await?;
+    seats::lock_channel_terms(tx, channel_id.0).await?;
     Ok((subscriber_id, channel_id))
 }
 

@@ -88,7 +88,11 @@ pub(super) async fn buy(
         return Ok(alert(texts::cannot_be_paid(&name)));
     };
     let subscriber_id = upsert_subscriber(tx, from).await?;
-    db::lock_pair(tx, subscriber_id, c.id).await?;
+    let pair = (
+        crate::ids::SubscriberId(subscriber_id),
+        crate::ids::ChannelId(c.id),
+    );
+    db::lock_pair(tx, pair.0, pair.1).await?;
 
     if c.recurring
         && let Some(renews_at) = live_subscription(tx, subscriber_id, c.id).await?
@@ -118,13 +122,13 @@ pub(super) async fn buy(
         return Ok(alert(texts::CHANNEL_UNAVAILABLE));
     }
     if let Some(limit) = terms.seat_limit
-        && !seats::is_live_member(tx, subscriber_id, c.id).await?
+        && !seats::is_live_member(tx, pair.0, pair.1).await?
     {
         // The hold rules first: they say when this buyer may try again. A Stars order is held
         // at pre-checkout, which applies them again; refusing now spares the buyer an invoice
         // that would be refused there.
         if let Some((rule, until)) =
-            seats::hold_limit(tx, subscriber_id, c.id, config.hold_rules()).await?
+            seats::hold_limit(tx, pair.0, pair.1, config.hold_rules()).await?
         {
             tracing::info!(subscriber_id, channel_id = c.id, ?rule, %until,
                 "bot order refused: hold rules");

@@ -187,7 +187,8 @@ async fn availability(
         return Ok(Availability::Buyable);
     };
     if let Some(s) = viewer
-        && seats::is_live_member(tx, s, c.id).await?
+        && seats::is_live_member(tx, crate::ids::SubscriberId(s), crate::ids::ChannelId(c.id))
+            .await?
     {
         return Ok(Availability::Buyable);
     }

@@ -15,8 +15,10 @@ use serde::Serialize;
 use tokio_postgres::Row;
 
 use crate::{
+    currency::Money,
     db::{self, FromRow},
     error::ApiError,
+    ids::{ChannelId, SubscriberId},
 };
 
 crate::text_enum! {
@@ -65,6 +67,23 @@ pub struct Order {
     pub superseded_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub paid_at: Option<DateTime<Utc>>,
+}
+
+impl Order {
+    /// The order's buyer, typed for the pair lock and the seat rule.
+    pub fn subscriber(&self) -> SubscriberId {
+        SubscriberId(self.subscriber_id)
+    }
+
+    /// The order's channel, typed for the pair lock and the seat rule.
+    pub fn channel(&self) -> ChannelId {
+        ChannelId(self.channel_id)
+    }
+
+    /// What the order asks: the channel's price when it was made.
+    pub fn price(&self) -> Money {
+        Money::new(self.amount_minor, &self.currency)
+    }
 }
 
 impl FromRow for Order {

@@ -35,6 +35,7 @@ use super::{Order, Status, order_columns};
 use crate::{
     db::{self, FromRow},
     error::ApiError,
+    ids::{ChannelId, SubscriberId},
 };
 
 /// What the checks need to know of an order's channel, read under the channel lock.
@@ -334,8 +335,8 @@ const SEATED_SQL: &str = concat!(
 /// lock.
 pub async fn is_live_member(
     tx: &Transaction<'_>,
-    subscriber_id: i32,
-    channel_id: i32,
+    subscriber_id: SubscriberId,
+    channel_id: ChannelId,
 ) -> Result<bool, ApiError> {
     Ok(db::row_one(tx, SEATED_SQL, &[&subscriber_id, &channel_id])
         .await?
@@ -360,7 +361,7 @@ pub async fn seat_check(tx: &Transaction<'_>, locked: &LockedOrder) -> Result<Se
         return Ok(SeatCheck::NotNeeded);
     };
     let order = &locked.order;
-    if is_live_member(tx, order.subscriber_id, order.channel_id).await? {
+    if is_live_member(tx, order.subscriber(), order.channel()).await? {
         return Ok(SeatCheck::NotNeeded);
     }
     if let Some(hold_until) = order.hold_until {
@@ -418,8 +419,8 @@ const HOLD_LIMIT_SQL: &str = "SELECT
 /// other and the count cannot be raced past.
 pub async fn hold_limit(
     tx: &Transaction<'_>,
-    subscriber_id: i32,
-    channel_id: i32,
+    subscriber_id: SubscriberId,
+    channel_id: ChannelId,
     rules: HoldRules,
 ) -> Result<Option<(HoldLimit, DateTime<Utc>)>, ApiError> {
     let row = db::row_one(
@@ -485,8 +486,7 @@ pub async fn checkout_decide(
         SeatCheck::Full => Ok(Err(CheckoutRefusal::ChannelFull)),
         SeatCheck::Free => {
             let o = &locked.order;
-            if let Some((limit, until)) =
-                hold_limit(tx, o.subscriber_id, o.channel_id, rules).await?
+            if let Some((limit, until)) = hold_limit(tx, o.subscriber(), o.channel(), rules).await?
             {
                 return Ok(Err(CheckoutRefusal::HoldLimited { limit, until }));
             }

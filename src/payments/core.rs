@@ -46,8 +46,10 @@ use super::{
     star_subscriptions::{self, StarSubscription},
 };
 use crate::{
+    currency::{Mismatch, Money},
     db::{self, FromRow},
     error::ApiError,
+    ids::{ChannelId, SubscriberId},
     memberships::{self, Cause, Membership},
     orders::{
         self,
@@ -55,14 +57,13 @@ use crate::{
     },
 };
 
-/// The gateway name of Telegram Stars payments, the only ones we can refund ourselves.
-pub const TELEGRAM_STARS: &str = "telegram_stars";
+pub use crate::vocabulary::{Gateway, Reason};
 
 /// A payment as every door hands it to [`apply_payment`], after authenticating its sender.
 #[derive(Debug, Clone)]
 pub struct NormalizedPayment {
     /// `[a-z0-9_-]{1,32}`: `wayforpay`, `telegram_stars`, or a door-1 gateway name.
-    pub gateway: String,
+    pub gateway: Gateway,
     /// The gateway's id of this payment, 1..255 characters; unique per gateway.
     pub external_id: String,
     /// Our order reference, as the gateway echoes it.
@@ -76,6 +77,13 @@ pub struct NormalizedPayment {
     pub paid_at: DateTime<Utc>,
     /// The payer's Telegram user id, when the door knows it (Telegram Stars only).
     pub payer_telegram_id: Option<i64>,
+}
+
+impl NormalizedPayment {
+    /// The money the gateway says was paid.
+    pub fn money(&self) -> Money {
+        Money::new(self.amount_minor, &self.currency)
+    }
 }
 
 /// The select list of [`Payment`] (a macro, so SQL constants can splice it).
@@ -98,7 +106,8 @@ pub const COLUMNS: &str = payment_columns!();
     "outcome": "applied", "reason": null, "created_at": "2025-01-01T10:05:01Z"}))]
 pub struct Payment {
     pub id: i64,
-    pub gateway: String,
+    #[schema(value_type = String)]
+    pub gateway: Gateway,
     pub external_id: String,
     pub order_reference: Option<String>,
     pub order_id: Option<i64>,
@@ -111,6 +120,13 @@ pub struct Payment {
     /// Why it was not applied (null when applied).
     pub reason: Option<Reason>,
     pub created_at: DateTime<Utc>,
+}
+
+impl Payment {
+    /// The money paid, as stored.
+    pub fn money(&self) -> Money {
+        Money::new(self.amount_minor, &self.currency)
+    }
 }
 
 impl FromRow for Payment {
@@ -218,60 +234,6 @@ crate::text_enum! {
     }
 }
 
-crate::text_enum! {
-    /// Why a payment was not applied (the payments' `reason` column), or why a Telegram
-    /// pre-checkout was refused (`pre_checkout_decisions.reason`): one vocabulary, so staff read
-    /// the same code for a refused pre-checkout and for a payment that arrives anyway. Each code
-    /// has the text a buyer reads beside it ([`Reason::buyer_message`]).
-    pub enum Reason {
-        UnknownOrder => "unknown_order",
-        OrderCancelled => "order_cancelled",
-        CurrencyMismatch => "currency_mismatch",
-        AmountMismatch => "amount_mismatch",
-        PayerMismatch => "payer_mismatch",
-        AlreadyPaid => "already_paid",
-        ChannelInactive => "channel_inactive",
-        HoldExpired => "hold_expired",
-        NoSeat => "no_seat",
-        /// A Stars charge we never recorded whose refund Telegram lists too (refunded outside
-        /// subgate): kept as `refunded` by the Stars reconcile, granting nothing. Never a
-        /// pre-checkout refusal.
-        RefundedElsewhere => "refunded_elsewhere",
-        /// A renewal charge of an order that started no subscription (or is not paid). Never a
-        /// pre-checkout refusal.
-        UnknownSubscription => "unknown_subscription",
-        /// A renewal charge of a subscription staff or the buyer cancelled. Never a
-        /// pre-checkout refusal.
-        SubscriptionCancelled => "subscription_cancelled",
-        /// A pre-checkout refused by the buyer's hold rules (a cooldown after an unpaid hold,
-        /// or the daily number of holds). Never a payment reason.
-        HoldLimited => "hold_limited",
-    }
-}
-
-impl Reason {
-    /// The text a buyer reads for this code in Telegram's payment form (a refused
-    /// pre-checkout): short, human, and saying what to do. The words live with every other
-    /// buyer-facing text, in [`crate::present::texts`], so an operator rewords them in one place.
-    pub fn buyer_message(self) -> &'static str {
-        crate::present::texts::pre_checkout_refusal(self.as_str())
-    }
-
-    /// Whether a pre-checkout can be refused for this reason (the codes the
-    /// `pre_checkout_decisions` table accepts).
-    pub fn is_pre_checkout_refusal(self) -> bool {
-        !matches!(
-            self,
-            Reason::RefundedElsewhere | Reason::UnknownSubscription | Reason::SubscriptionCancelled
-        )
-    }
-
-    /// Whether a stored payment can carry this reason (the codes the `payments` table accepts).
-    pub fn is_payment_reason(self) -> bool {
-        self != Reason::HoldLimited
-    }
-}
-
 /// What door 3 knows of a Telegram Stars charge's place in a subscription
 /// (`successful_payment.is_recurring`, `is_first_recurring`, `subscription_expiration_date`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -304,11 +266,11 @@ impl Recurrence {
 
 /// The outcome of a payment failing `reason`: only Telegram Stars failing on the seat or a
 /// double payment are refunded by us (`refund_pending`); everything else needs a human.
-pub fn outcome_for(gateway: &str, reason: Option<Reason>) -> Outcome {
+pub fn outcome_for(gateway: &Gateway, reason: Option<Reason>) -> Outcome {
     match reason {
         None => Outcome::Applied,
         Some(Reason::HoldExpired | Reason::NoSeat | Reason::AlreadyPaid)
-            if gateway == TELEGRAM_STARS =>
+            if *gateway == Gateway::TelegramStars =>
         {
             Outcome::RefundPending
         }
@@ -471,7 +433,7 @@ async fn apply_in(
         });
     };
     let membership = if reason.is_some() {
-        memberships::of_pair(tx, locked.order.subscriber_id, locked.order.channel_id).await?
+        memberships::of_pair(tx, locked.order.subscriber(), locked.order.channel()).await?
     } else {
         Some(
             apply(
@@ -552,7 +514,7 @@ async fn lock(
     // ever decided by a subscription ([`is_renewal`], [`starts_subscription`]); no other
     // payment reads or writes one, so it need not look one up.
     let subscription = match &order {
-        Some(l) if p.gateway == TELEGRAM_STARS || recurrence != Recurrence::Unknown => {
+        Some(l) if p.gateway == Gateway::TelegramStars || recurrence != Recurrence::Unknown => {
             star_subscriptions::lock_of_order(tx, l.order.id).await?
         }
         _ => None,
@@ -701,8 +663,8 @@ async fn apply(
     // The term starts now (or at the current expiry), not at `paid_at`: API.md step 4.
     let (mut membership, _) = memberships::extend_at_least(
         tx,
-        locked.order.subscriber_id,
-        locked.order.channel_id,
+        locked.order.subscriber(),
+        locked.order.channel(),
         locked.channel.billing_period_days,
         Cause::Payment(payment.id),
         renews_at.map(slack_after),
@@ -797,7 +759,7 @@ async fn rejudge_renewals(
         EARLIER_RENEWALS_SQL,
         &[
             &locked.order.id,
-            &TELEGRAM_STARS,
+            &Gateway::TelegramStars,
             &Outcome::NeedsReview,
             &Reason::UnknownSubscription,
         ],
@@ -850,8 +812,8 @@ async fn rejudge_renewals(
         subscription.expires_at = renews_at;
         let (m, _) = memberships::extend_at_least(
             tx,
-            locked.order.subscriber_id,
-            locked.order.channel_id,
+            locked.order.subscriber(),
+            locked.order.channel(),
             locked.channel.billing_period_days,
             Cause::Payment(earlier.id),
             Some(slack_after(renews_at)),
@@ -874,7 +836,7 @@ fn is_renewal(
         Recurrence::Renewal(_) => true,
         Recurrence::First(_) | Recurrence::OneOff => false,
         Recurrence::Unknown => {
-            p.gateway == TELEGRAM_STARS
+            p.gateway == Gateway::TelegramStars
                 && locked.is_some_and(|l| l.order.status == orders::Status::Paid)
                 && subscription.is_some_and(|s| {
                     s.charge_id != p.external_id
@@ -900,7 +862,7 @@ async fn starts_subscription(
     Ok(match recurrence {
         Recurrence::First(_) => true,
         Recurrence::OneOff | Recurrence::Renewal(_) => false,
-        Recurrence::Unknown if p.gateway != TELEGRAM_STARS => false,
+        Recurrence::Unknown if p.gateway != Gateway::TelegramStars => false,
         Recurrence::Unknown => db::row_one(tx, RECURRING_SQL, &[&locked.order.channel_id])
             .await?
             .try_get("recurring")?,
@@ -935,7 +897,7 @@ async fn check_renewal(
     let Some(limit) = l.channel.seat_limit else {
         return Ok(None);
     };
-    if seats::is_live_member(tx, o.subscriber_id, o.channel_id).await?
+    if seats::is_live_member(tx, o.subscriber(), o.channel()).await?
         || seats::seats_taken(tx, o.channel_id).await? < i64::from(limit)
     {
         return Ok(None);
@@ -946,11 +908,10 @@ async fn check_renewal(
 /// The payment against its order, in API.md's order: currency, amount, payer (when the door
 /// knows it).
 fn mismatch(p: &NormalizedPayment, l: &LockedOrder) -> Option<Reason> {
-    if p.currency != l.order.currency {
-        return Some(Reason::CurrencyMismatch);
-    }
-    if p.amount_minor != l.order.amount_minor {
-        return Some(Reason::AmountMismatch);
+    match p.money().mismatch(&l.order.price()) {
+        Some(Mismatch::Currency) => return Some(Reason::CurrencyMismatch),
+        Some(Mismatch::Amount) => return Some(Reason::AmountMismatch),
+        None => {}
     }
     if p.payer_telegram_id
         .is_some_and(|payer| payer != l.subscriber_telegram_id)
@@ -1017,7 +978,7 @@ async fn with_membership(
     payment: Payment,
 ) -> Result<Applied, ApiError> {
     let membership = match (payment.subscriber_id, payment.channel_id) {
-        (Some(s), Some(c)) => memberships::of_pair(client, s, c).await?,
+        (Some(s), Some(c)) => memberships::of_pair(client, SubscriberId(s), ChannelId(c)).await?,
         _ => None,
     };
     Ok(Applied {

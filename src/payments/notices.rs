@@ -30,7 +30,7 @@ pub async fn enqueue_payment_notice(
     let Some(user) = user.filter(|u| *u > 0) else {
         return Ok(());
     };
-    let price = render::price(p.amount_minor, &p.currency);
+    let price = render::price(&p.money());
     let title = match p.channel_id {
         Some(id) => match db::row_opt(tx, TITLE_SQL, &[&id]).await? {
             Some(r) => Some(render::title(&r.try_get::<_, String>("title")?, id)),
@@ -45,7 +45,7 @@ pub async fn enqueue_payment_notice(
         (Some(t), _) => texts::payment_in_review(&t, &price, seat_taken),
     };
     if subscription_stopped {
-        text = texts::with_subscription_stopped(&text, p.reason.map(Reason::as_str));
+        text = texts::with_subscription_stopped(&text, p.reason);
     }
     enqueue(
         &**tx,

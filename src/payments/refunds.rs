@@ -6,7 +6,7 @@
 
 use deadpool_postgres::{GenericClient, Pool, Transaction};
 
-use super::core::{self, NormalizedPayment, Outcome, Reason, TELEGRAM_STARS};
+use super::core::{self, Gateway, NormalizedPayment, Outcome, Reason};
 use crate::{db, error::ApiError, orders::seats};
 
 /// What a refund needs to know of its payment.
@@ -63,7 +63,7 @@ pub async fn confirm(
             &charge_ids,
             &users,
             &Outcome::Refunded,
-            &TELEGRAM_STARS,
+            &Gateway::TelegramStars,
             &Outcome::RefundPending,
         ],
     )
@@ -78,7 +78,7 @@ pub async fn known_charges(
     client: &impl GenericClient,
     charge_ids: &[&str],
 ) -> Result<Vec<String>, ApiError> {
-    db::rows(client, KNOWN_SQL, &[&charge_ids, &TELEGRAM_STARS])
+    db::rows(client, KNOWN_SQL, &[&charge_ids, &Gateway::TelegramStars])
         .await?
         .iter()
         .map(|r| r.try_get("external_id").map_err(ApiError::from))

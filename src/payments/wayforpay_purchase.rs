@@ -11,7 +11,7 @@
 use hmac::{Hmac, Mac};
 use md5::Md5;
 
-use super::currency;
+use super::currency::Money;
 
 /// WayForPay's payment page.
 pub const PAY_URL: &str = "https://secure.wayforpay.com/pay";
@@ -25,8 +25,7 @@ pub struct Purchase<'a> {
     pub order_reference: &'a str,
     /// Unix seconds: when the order was made.
     pub order_date: i64,
-    pub amount_minor: i64,
-    pub currency: &'a str,
+    pub price: &'a Money,
     pub product_name: &'a str,
     /// Where WayForPay sends the result (`PUBLIC_URL` + `/api/webhook/wayforpay`).
     pub service_url: &'a str,
@@ -38,14 +37,13 @@ pub struct Purchase<'a> {
 
 /// The decimal text of an amount for WayForPay (`199.00`); `None` for a currency without a
 /// known minor unit.
-pub fn amount_text(amount_minor: i64, currency_code: &str) -> Option<String> {
-    currency::minor_unit_exponent(currency_code)
-        .map(|exponent| currency::minor_to_decimal(amount_minor, exponent))
+pub fn amount_text(price: &Money) -> Option<String> {
+    price.decimal()
 }
 
 /// The hex `merchantSignature` of `p` (see the module doc); `None` for an unknown currency.
 pub fn signature(secret: &[u8], p: &Purchase<'_>) -> Option<String> {
-    let amount = amount_text(p.amount_minor, p.currency)?;
+    let amount = amount_text(p.price)?;
     let order_date = p.order_date.to_string();
     let signed = [
         p.merchant_account,
@@ -53,7 +51,7 @@ pub fn signature(secret: &[u8], p: &Purchase<'_>) -> Option<String> {
         p.order_reference,
         &order_date,
         &amount,
-        p.currency,
+        &p.price.currency,
         p.product_name,
         "1",
         &amount,
@@ -66,7 +64,7 @@ pub fn signature(secret: &[u8], p: &Purchase<'_>) -> Option<String> {
 
 /// The signed Purchase link of `p`; `None` for an unknown currency.
 pub fn url(secret: &[u8], p: &Purchase<'_>) -> Option<String> {
-    let amount = amount_text(p.amount_minor, p.currency)?;
+    let amount = amount_text(p.price)?;
     let signature = signature(secret, p)?;
     let mut query = url::form_urlencoded::Serializer::new(String::new());
     query
@@ -78,7 +76,7 @@ pub fn url(secret: &[u8], p: &Purchase<'_>) -> Option<String> {
         .append_pair("orderReference", p.order_reference)
         .append_pair("orderDate", &p.order_date.to_string())
         .append_pair("amount", &amount)
-        .append_pair("currency", p.currency)
+        .append_pair("currency", &p.price.currency)
         .append_pair("productName[]", p.product_name)
         .append_pair("productCount[]", "1")
         .append_pair("productPrice[]", &amount)
@@ -104,14 +102,13 @@ mod tests {
     /// | openssl dgst -md5 -hmac 'flk3409refn54t54t*FNJRET'`
     const SIG: &str = "f7f64998a06d78d83adc90f3d8584ead";
 
-    fn purchase() -> Purchase<'static> {
+    fn purchase(price: &Money) -> Purchase<'_> {
         Purchase {
             merchant_account: "test_merch_n1",
             merchant_domain: "shop.example.com",
             order_reference: "ord_0123456789abcdef0123456789abcdef",
             order_date: 1_700_000_000,
-            amount_minor: 19900,
-            currency: "UAH",
+            price,
             product_name: "Private «Channel» 🔥",
             service_url: "https://pay.example.com/api/webhook/wayforpay",
             return_url: Some("https://t.me/subgate_bot"),
@@ -121,12 +118,15 @@ mod tests {
 
     #[test]
     fn the_signature_matches_an_independent_computation() {
-        assert_eq!(signature(SECRET, &purchase()).as_deref(), Some(SIG));
+        assert_eq!(
+            signature(SECRET, &purchase(&Money::new(19900, "UAH"))).as_deref(),
+            Some(SIG)
+        );
     }
 
     #[test]
     fn the_link_carries_every_signed_field_as_signed() {
-        let link = url(SECRET, &purchase()).unwrap();
+        let link = url(SECRET, &purchase(&Money::new(19900, "UAH"))).unwrap();
         let parsed = url::Url::parse(&link).unwrap();
         assert_eq!(
             format!(
@@ -156,12 +156,12 @@ mod tests {
 
     #[test]
     fn amounts_follow_the_currency_exponent() {
-        assert_eq!(amount_text(19900, "UAH").as_deref(), Some("199.00"));
-        assert_eq!(amount_text(500, "JPY").as_deref(), Some("500"));
-        assert_eq!(amount_text(1500, "KWD").as_deref(), Some("1.500"));
-        assert_eq!(amount_text(1, "ZZZ"), None);
-        let mut p = purchase();
-        p.currency = "ZZZ";
-        assert!(url(SECRET, &p).is_none());
+        let text = |minor, code| amount_text(&Money::new(minor, code));
+        assert_eq!(text(19900, "UAH").as_deref(), Some("199.00"));
+        assert_eq!(text(500, "JPY").as_deref(), Some("500"));
+        assert_eq!(text(1500, "KWD").as_deref(), Some("1.500"));
+        assert_eq!(text(1, "ZZZ"), None);
+        let unknown = Money::new(19900, "ZZZ");
+        assert!(url(SECRET, &purchase(&unknown)).is_none());
     }
 }

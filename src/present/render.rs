@@ -16,7 +16,7 @@
 use serde_json::{Value, json};
 
 use super::texts;
-use crate::currency;
+use crate::currency::{self, Money};
 
 /// Longest message text.
 pub const MESSAGE_MAX: usize = 4096;
@@ -115,14 +115,18 @@ pub fn title(title: &str, channel_id: i32) -> String {
 }
 
 /// A price as buyers read it: `250 ⭐` for Stars, `99.00 UAH` otherwise.
-pub fn price(amount_minor: i64, currency_code: &str) -> String {
-    if currency_code == "XTR" {
+pub fn price(money: &Money) -> String {
+    let Money {
+        amount_minor,
+        currency: code,
+    } = money;
+    if code == "XTR" {
         return format!("{amount_minor} ⭐");
     }
-    let exponent = currency::minor_unit_exponent(currency_code).unwrap_or(2);
+    let exponent = currency::minor_unit_exponent(code).unwrap_or(2);
     format!(
-        "{} {currency_code}",
-        currency::minor_to_decimal(amount_minor, exponent)
+        "{} {code}",
+        currency::minor_to_decimal(*amount_minor, exponent)
     )
 }
 
@@ -276,7 +280,7 @@ fn entry(o: &OfferView, description_max: usize) -> String {
         lines.push(clip(d, description_max));
     }
     lines.push(texts::price_line(
-        &price(o.price_minor, &o.currency),
+        &price(&Money::new(o.price_minor, &o.currency)),
         &period(o.billing_period_days),
         o.recurring,
     ));
@@ -292,7 +296,7 @@ fn buy_button(o: &OfferView) -> Option<Vec<Value>> {
     (o.availability == Availability::Buyable).then(|| {
         let text = texts::buy_button(
             &clip(&title(&o.title, o.id), TITLE_IN_LIST_MAX),
-            &price(o.price_minor, &o.currency),
+            &price(&Money::new(o.price_minor, &o.currency)),
             o.recurring,
         );
         vec![button(&text, Callback::Buy(o.id))]
@@ -590,10 +594,10 @@ mod tests {
 
     #[test]
     fn prices_and_periods_read_as_people_write_them() {
-        assert_eq!(price(250, "XTR"), "250 ⭐");
-        assert_eq!(price(9900, "UAH"), "99.00 UAH");
-        assert_eq!(price(500, "JPY"), "500 JPY");
-        assert_eq!(price(1500, "KWD"), "1.500 KWD");
+        assert_eq!(price(&Money::new(250, "XTR")), "250 ⭐");
+        assert_eq!(price(&Money::new(9900, "UAH")), "99.00 UAH");
+        assert_eq!(price(&Money::new(500, "JPY")), "500 JPY");
+        assert_eq!(price(&Money::new(1500, "KWD")), "1.500 KWD");
         assert_eq!(period(1), "1 day");
         assert_eq!(period(30), "30 days");
     }

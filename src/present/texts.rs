@@ -9,6 +9,8 @@
 
 use chrono::{DateTime, Utc};
 
+use crate::vocabulary::Reason;
+
 /// A time as buyers read it.
 pub fn day(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M UTC").to_string()
@@ -28,22 +30,29 @@ pub fn not_before(t: DateTime<Utc>) -> String {
 /// The decision could not be made in time.
 pub const PRE_CHECKOUT_BUSY: &str = "Please try again in a moment.";
 
-/// Why a pre-checkout is refused, by its reason code.
-pub fn pre_checkout_refusal(reason: &str) -> &'static str {
+/// Why a pre-checkout is refused, by its reason code. The reasons that never refuse a
+/// pre-checkout (they only describe a stored payment) read as [`PRE_CHECKOUT_BUSY`].
+pub fn pre_checkout_refusal(reason: Reason) -> &'static str {
     match reason {
-        "unknown_order" => "We could not find this order. Please start a new order.",
-        "order_cancelled" => "This order was cancelled. Please start a new order.",
-        "already_paid" => "This order has already been paid.",
-        "payer_mismatch" => "This invoice was issued to another Telegram account.",
-        "currency_mismatch" => "This order cannot be paid with Telegram Stars.",
-        "amount_mismatch" => {
+        Reason::UnknownOrder => "We could not find this order. Please start a new order.",
+        Reason::OrderCancelled => "This order was cancelled. Please start a new order.",
+        Reason::AlreadyPaid => "This order has already been paid.",
+        Reason::PayerMismatch => "This invoice was issued to another Telegram account.",
+        Reason::CurrencyMismatch => "This order cannot be paid with Telegram Stars.",
+        Reason::AmountMismatch => {
             "The invoice amount does not match the order. Please start a new order."
         }
-        "channel_inactive" => "This channel is not accepting subscriptions right now.",
-        "hold_expired" => "This invoice has expired. Please start a new order.",
-        "no_seat" => "This seat has just been taken. Please choose another channel or try later.",
-        "hold_limited" => "You held a seat here recently without paying. Please try again later.",
-        _ => PRE_CHECKOUT_BUSY,
+        Reason::ChannelInactive => "This channel is not accepting subscriptions right now.",
+        Reason::HoldExpired => "This invoice has expired. Please start a new order.",
+        Reason::NoSeat => {
+            "This seat has just been taken. Please choose another channel or try later."
+        }
+        Reason::HoldLimited => {
+            "You held a seat here recently without paying. Please try again later."
+        }
+        Reason::RefundedElsewhere | Reason::UnknownSubscription | Reason::SubscriptionCancelled => {
+            PRE_CHECKOUT_BUSY
+        }
     }
 }
 
@@ -293,13 +302,26 @@ pub fn payment_in_review(title: &str, price: &str, seat_taken: bool) -> String {
 /// A refused Stars subscription charge's notice ([`payment_refunded`] or
 /// [`payment_in_review`]), followed by why the subscription could not go on (the refused
 /// charge's reason code) and that it is cancelled, so Telegram will not charge it again.
-pub fn with_subscription_stopped(notice: &str, reason: Option<&str>) -> String {
+pub fn with_subscription_stopped(notice: &str, reason: Option<Reason>) -> String {
     let why = match reason {
-        Some("channel_inactive") => "The channel is not accepting subscriptions right now, so ",
-        Some("no_seat") => "The channel is full, so ",
-        Some("hold_expired") => "The invoice had expired, so ",
-        Some("already_paid") => "You already have a subscription for this order, so ",
-        _ => "So ",
+        Some(Reason::ChannelInactive) => {
+            "The channel is not accepting subscriptions right now, so "
+        }
+        Some(Reason::NoSeat) => "The channel is full, so ",
+        Some(Reason::HoldExpired) => "The invoice had expired, so ",
+        Some(Reason::AlreadyPaid) => "You already have a subscription for this order, so ",
+        Some(
+            Reason::UnknownOrder
+            | Reason::OrderCancelled
+            | Reason::CurrencyMismatch
+            | Reason::AmountMismatch
+            | Reason::PayerMismatch
+            | Reason::RefundedElsewhere
+            | Reason::UnknownSubscription
+            | Reason::SubscriptionCancelled
+            | Reason::HoldLimited,
+        )
+        | None => "So ",
     };
     format!(
         "{notice}\n\n{why}we cancelled this subscription: you will not be charged for it again."

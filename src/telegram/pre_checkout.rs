@@ -123,7 +123,7 @@ impl Answer {
 struct Decision {
     order_id: Option<i64>,
     refusal: Option<Reason>,
-    /// The buyer's text when it says more than the reason's own ([`Reason::buyer_message`]):
+    /// The buyer's text when it says more than the reason's own ([`texts::pre_checkout_refusal`]):
     /// when they may try again.
     message: Option<String>,
     hold_until: Option<DateTime<Utc>>,
@@ -507,7 +507,7 @@ async fn store(
     let answer = match (d.refusal, &d.message) {
         (None, _) => Answer::approve(),
         (Some(_), Some(message)) => Answer::refuse(message.clone()),
-        (Some(r), None) => Answer::refuse(r.buyer_message()),
+        (Some(r), None) => Answer::refuse(texts::pre_checkout_refusal(r)),
     };
     // The transaction id identifies this transaction should the outcome of its commit have to
     // be read back.
@@ -628,8 +628,15 @@ mod tests {
                     pre_checkout.contains(&code),
                     "{r:?} is a pre-checkout reason"
                 );
-                assert!(r.buyer_message().len() <= 100, "{r:?} message too long");
-                assert_ne!(r.buyer_message(), BUSY_MESSAGE, "{r:?} has its own text");
+                assert!(
+                    texts::pre_checkout_refusal(r).len() <= 100,
+                    "{r:?} message too long"
+                );
+                assert_ne!(
+                    texts::pre_checkout_refusal(r),
+                    BUSY_MESSAGE,
+                    "{r:?} has its own text"
+                );
             }
         }
         let until = chrono::DateTime::<Utc>::MAX_UTC;

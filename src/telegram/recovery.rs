@@ -34,7 +34,7 @@ use crate::{
     db,
     error::ApiError,
     payments::{
-        core::{NormalizedPayment, TELEGRAM_STARS, apply_payment},
+        core::{Gateway, NormalizedPayment, apply_payment},
         refunds,
     },
 };
@@ -222,7 +222,7 @@ async fn recover_missing(
             continue;
         }
         let payment = NormalizedPayment {
-            gateway: TELEGRAM_STARS.to_string(),
+            gateway: Gateway::TelegramStars,
             external_id: t.id.clone(),
             order_reference: payload.to_string(),
             amount_minor: t.amount,

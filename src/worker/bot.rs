@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 use crate::{
     bot::{self, outbox::enqueue_message},
     config::Config,
+    currency::Money,
     effects::{Effect, Kind, Payload, payload::SubscriptionCancel},
     error::ApiError,
     orders,
@@ -127,7 +128,7 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
     let title = render::invoice_title(&f.title, f.channel_id);
     let description =
         render::invoice_description(f.description.as_deref(), &f.title, f.channel_id, f.days);
-    let price = render::price(f.amount_minor, &f.currency);
+    let price = render::price(&Money::new(f.amount_minor, &f.currency));
     let period = render::period(f.days);
     let label = render::clip(&texts::invoice_label(&period), render::INVOICE_TITLE_MAX);
     let stars = StarsInvoice {
@@ -202,8 +203,7 @@ fn card_link(config: &Config, f: &orders::InvoiceFacts, name: &str) -> Result<St
         merchant_domain: domain,
         order_reference: &f.reference,
         order_date: f.order_date,
-        amount_minor: f.amount_minor,
-        currency: &f.currency,
+        price: &Money::new(f.amount_minor, &f.currency),
         product_name: &product,
         service_url: &service_url,
         return_url: return_url.as_deref(),

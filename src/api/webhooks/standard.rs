@@ -31,7 +31,7 @@ use crate::{
     },
     error::ApiError,
     payments::{
-        core::{self, NormalizedPayment, TELEGRAM_STARS},
+        core::{self, Gateway, NormalizedPayment},
         currency, standard_webhooks,
     },
     state::AppState,
@@ -42,9 +42,6 @@ pub const TOLERANCE_SECS: i64 = 300;
 
 /// The only event type that is a payment; others are acknowledged and ignored.
 const PAYMENT_SUCCEEDED: &str = "payment.succeeded";
-
-/// Gateways with their own door: a signed webhook may not speak for them.
-const RESERVED_GATEWAYS: [&str; 2] = ["wayforpay", TELEGRAM_STARS];
 
 /// The body's fields with their JSON types; absence is checked separately (422).
 ///
@@ -160,7 +157,7 @@ fn parse(bytes: &[u8]) -> Result<Option<NormalizedPayment>, ApiError> {
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_' || c == b'-');
         if !shape {
             e.add("gateway", "must match [a-z0-9_-]{1,32}");
-        } else if RESERVED_GATEWAYS.contains(&g) {
+        } else if Gateway::named(g).has_own_door() {
             e.add("gateway", "this gateway has its own door");
         }
     }
@@ -193,7 +190,7 @@ fn parse(bytes: &[u8]) -> Result<Option<NormalizedPayment>, ApiError> {
     });
     e.finish()?;
     Ok(Some(NormalizedPayment {
-        gateway: b.gateway.unwrap(),
+        gateway: b.gateway.unwrap().into(),
         external_id: b.payment_id.unwrap(),
         order_reference: b.order_reference.unwrap(),
         amount_minor: b.amount_minor.unwrap(),

@@ -179,7 +179,7 @@ fn normalize(message: &Message, paid: &SuccessfulPayment) -> Result<NormalizedPa
             (message.chat.kind.as_deref() == Some("private")).then_some(message.chat.id)
         });
     Ok(NormalizedPayment {
-        gateway: core::TELEGRAM_STARS.to_string(),
+        gateway: core::Gateway::TelegramStars,
         external_id: charge_id.clone(),
         order_reference: paid.invoice_payload.clone(),
         amount_minor: paid.total_amount,

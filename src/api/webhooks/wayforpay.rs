@@ -36,9 +36,6 @@ use crate::{
     state::AppState,
 };
 
-/// The gateway name of payments through this door.
-pub const GATEWAY: &str = "wayforpay";
-
 /// `POST /api/webhook/wayforpay`.
 #[utoipa::path(post, path = "/api/webhook/wayforpay", operation_id = "receiveWayForPayCallback",
     tag = "payment doors",
@@ -121,7 +118,7 @@ fn normalize(cb: &Callback) -> Result<NormalizedPayment, ApiError> {
             .ok_or_else(|| ApiError::field("processingDate", "is not a representable Unix time"))?,
     };
     Ok(NormalizedPayment {
-        gateway: GATEWAY.to_string(),
+        gateway: crate::payments::core::Gateway::WayForPay,
         external_id: cb.order_reference.clone(),
         order_reference: cb.order_reference.clone(),
         amount_minor,
