@@ -40,7 +40,7 @@ use crate::{
 pub const GATEWAY: &str = "wayforpay";
 
 /// `POST /api/webhook/wayforpay`.
-#[utoipa::path(post, path = "/api/webhook/wayforpay", operation_id = "receiveWayForPayCallback",
+#[utoipa::path(post, path = "/webhook/wayforpay", operation_id = "receiveWayForPayCallback",
     tag = "payment doors",
     description = "WayForPay's `serviceUrl` callback. Authenticated by its `merchantSignature` \
         (and `merchantAccount`), inside the body.",
