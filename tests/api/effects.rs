@@ -12,7 +12,7 @@ use std::{
     time::Duration,
 };
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use serde_json::{Value, json};
 use subgate::worker::{self, Options, RunReport, Worker};
 
@@ -133,15 +133,6 @@ pub(crate) async fn make_due(app: &TestApp) {
         )
         .await
         .unwrap();
-}
-
-pub(crate) async fn db_now(app: &TestApp) -> DateTime<Utc> {
-    app.db()
-        .await
-        .query_one("SELECT statement_timestamp()", &[])
-        .await
-        .unwrap()
-        .get(0)
 }
 
 pub(crate) async fn membership_status(app: &TestApp, id: i64) -> String {

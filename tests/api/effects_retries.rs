@@ -10,7 +10,7 @@ use subgate::worker::RunReport;
 use crate::{
     effects::*,
     fake_bot::{FakeBot, Reply, TOKEN_SECRET},
-    helpers::TestApp,
+    helpers::{TestApp, db_now},
 };
 
 // ---- 429, 5xx, dead letters ----
