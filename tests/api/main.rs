@@ -26,6 +26,7 @@ mod metrics;
 mod orders;
 mod overview;
 mod payments;
+mod schema;
 mod smoke;
 mod stars_subscriptions;
 mod sweep;
