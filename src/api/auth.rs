@@ -14,7 +14,6 @@ use axum::{
     http::{HeaderMap, request::Parts},
 };
 use serde::Deserialize;
-use serde_json::{Value, json};
 
 use super::{
     ApiJson,
@@ -156,7 +155,7 @@ fn credentials(req: LoginRequest) -> Result<(String, String), ApiError> {
 /// (429 if parallel attempts used an allowance); bcrypt runs on the blocking
 /// pool, and the attempt is judged there, so a dropped request cannot un-count a guess that
 /// was checked.
-#[utoipa::path(post, path = "/api/auth/login", operation_id = "login", tag = "auth",
+#[utoipa::path(post, path = "/auth/login", operation_id = "login", tag = "auth",
     request_body = LoginRequest,
     security(()),
     responses(
@@ -175,7 +174,7 @@ pub async fn login(
     peer: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     ApiJson(req): ApiJson<LoginRequest>,
-) -> Result<axum::Json<Value>, ApiError> {
+) -> Result<axum::Json<Token>, ApiError> {
     let (email, password) = credentials(req)?;
     let peer = peer.map(|axum::Extension(ConnectInfo(addr))| addr);
     let key = (
@@ -215,11 +214,11 @@ pub async fn login(
     };
     let token = auth::issue_token(cfg.jwt_secret.expose().as_bytes(), id, version, cfg.jwt_ttl)?;
     tracing::info!(staff_id = id, "login succeeded");
-    Ok(axum::Json(json!({
-        "access_token": token,
-        "token_type": "Bearer",
-        "expires_in": cfg.jwt_ttl.as_secs(),
-    })))
+    Ok(axum::Json(Token {
+        access_token: token,
+        token_type: "Bearer".into(),
+        expires_in: cfg.jwt_ttl.as_secs(),
+    }))
 }
 
 #[cfg(test)]

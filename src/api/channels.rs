@@ -346,7 +346,7 @@ fn recurring_refused(e: tokio_postgres::Error) -> ApiError {
 }
 
 /// `POST /api/channels`.
-#[utoipa::path(post, path = "/api/channels", operation_id = "createChannel", tag = "channels",
+#[utoipa::path(post, path = "/channels", operation_id = "createChannel", tag = "channels",
     request_body = ChannelInput,
     params(super::idempotency::IdempotencyKey),
     security(("staff_jwt" = [])),
@@ -393,7 +393,7 @@ pub async fn create(
 }
 
 /// `GET /api/channels`.
-#[utoipa::path(get, path = "/api/channels", operation_id = "listChannels", tag = "channels",
+#[utoipa::path(get, path = "/channels", operation_id = "listChannels", tag = "channels",
     params(ListChannels),
     security(("staff_jwt" = [])),
     responses(
@@ -419,7 +419,7 @@ pub async fn list(
 }
 
 /// `GET /api/channels/{id}`.
-#[utoipa::path(get, path = "/api/channels/{id}", operation_id = "getChannel", tag = "channels",
+#[utoipa::path(get, path = "/channels/{id}", operation_id = "getChannel", tag = "channels",
     params(("id" = i32, Path, description = "Channel id.")),
     security(("staff_jwt" = [])),
     responses((status = 200, description = "The channel.", body = Channel)),
@@ -445,7 +445,7 @@ pub async fn get(
 /// memberships — their members are in the current chat — or pending effects aimed at the current
 /// chat ([`chat_change_blocker`]); otherwise it also clears the stored `invite_link`, which
 /// belongs to the old chat (the next grant makes one for the new chat).
-#[utoipa::path(patch, path = "/api/channels/{id}", operation_id = "patchChannel", tag = "channels",
+#[utoipa::path(patch, path = "/channels/{id}", operation_id = "patchChannel", tag = "channels",
     params(("id" = i32, Path, description = "Channel id.")),
     request_body(content = Option<ChannelPatch>, description = "The fields to change; none (or an \
         empty body) changes nothing."),
@@ -549,7 +549,7 @@ async fn chat_change_blocker(
 }
 
 /// `DELETE /api/channels/{id}`: 204, or 409 while memberships, orders or payments refer to it.
-#[utoipa::path(delete, path = "/api/channels/{id}", operation_id = "deleteChannel", tag = "channels",
+#[utoipa::path(delete, path = "/channels/{id}", operation_id = "deleteChannel", tag = "channels",
     params(("id" = i32, Path, description = "Channel id.")),
     security(("staff_jwt" = [])),
     responses(

@@ -43,7 +43,7 @@ pub struct ListEffects {
 }
 
 /// `GET /api/effects` (filters `status`, `kind`, `membership_id`, `payment_id`).
-#[utoipa::path(get, path = "/api/effects", operation_id = "listEffects", tag = "effects",
+#[utoipa::path(get, path = "/effects", operation_id = "listEffects", tag = "effects",
     params(ListEffects),
     security(("staff_jwt" = [])),
     responses(
@@ -71,7 +71,7 @@ pub async fn list(
 }
 
 /// `GET /api/effects/{id}`.
-#[utoipa::path(get, path = "/api/effects/{id}", operation_id = "getEffect", tag = "effects",
+#[utoipa::path(get, path = "/effects/{id}", operation_id = "getEffect", tag = "effects",
     params(("id" = i64, Path, description = "Effect id.")),
     security(("staff_jwt" = [])),
     responses((status = 200, description = "The effect.", body = Effect)),
@@ -93,7 +93,7 @@ pub async fn get(
 /// refund's payment goes back from `refund_failed` to `refund_pending` in the same transaction,
 /// so the worker refunds it instead of skipping it. 409 for a `done` effect, and for one a
 /// worker is performing at this moment (leased). Answers the effect.
-#[utoipa::path(post, path = "/api/effects/{id}/retry", operation_id = "retryEffect", tag = "effects",
+#[utoipa::path(post, path = "/effects/{id}/retry", operation_id = "retryEffect", tag = "effects",
     params(("id" = i64, Path, description = "Effect id."), super::idempotency::IdempotencyKey),
     request_body(content = Option<NoBody>, description = "None, or `{}`."),
     security(("staff_jwt" = [])),
@@ -154,7 +154,7 @@ pub struct RetryFilter {
 /// the filters goes back to the queue as with `POST /api/effects/{id}/retry` (due now, fresh
 /// budget, a refund's payment back to `refund_pending`), in one transaction. Answers
 /// `{"retried": <count>}`.
-#[utoipa::path(post, path = "/api/effects/retry", operation_id = "retryDeadLetters", tag = "effects",
+#[utoipa::path(post, path = "/effects/retry", operation_id = "retryDeadLetters", tag = "effects",
     params(RetryFilter, super::idempotency::IdempotencyKey),
     request_body(content = Option<NoBody>, description = "None, or `{}`."),
     security(("staff_jwt" = [])),
@@ -196,7 +196,7 @@ pub async fn retry_all(
             payment_id = ?filter.payment_id,
             "dead letters sent back to the queue by staff"
         );
-        Ok((StatusCode::OK, json!({"retried": retried})))
+        Ok((StatusCode::OK, json!(Retried { retried })))
     })
 }
 

@@ -9,7 +9,6 @@
 //! wins and both answer it (the other invoice is never shown to anyone).
 
 use axum::{Json, extract::State};
-use serde_json::{Value, json};
 
 use super::{
     ApiJson, PathId,
@@ -31,7 +30,7 @@ const DESCRIPTION_MAX: usize = 255;
 /// `POST /api/orders/{id}/invoice-link` → 200 `{"order": Order}` with `invoice_link` set.
 /// 404 unknown order; 422 not an `XTR` order; 409 order not pending (and no link yet);
 /// 503 without a bot token, in dry-run mode, or when Telegram does not answer.
-#[utoipa::path(post, path = "/api/orders/{id}/invoice-link", operation_id = "createInvoiceLink",
+#[utoipa::path(post, path = "/orders/{id}/invoice-link", operation_id = "createInvoiceLink",
     tag = "orders",
     params(("id" = i64, Path, description = "Order id.")),
     request_body(content = Option<NoBody>, description = "None, or `{}`."),
@@ -48,7 +47,7 @@ pub async fn create(
     staff: Staff,
     PathId(id): PathId<i64>,
     ApiJson(_): ApiJson<NoBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<OrderEnvelope>, ApiError> {
     let client = state.db.get().await?;
     let order = read_order(&client, id).await?;
     if order.currency != "XTR" {
@@ -57,7 +56,7 @@ pub async fn create(
         ));
     }
     if order.invoice_link.is_some() {
-        return Ok(Json(json!({ "order": order })));
+        return Ok(Json(OrderEnvelope { order }));
     }
     if order.status != orders::Status::Pending {
         return Err(ApiError::Conflict(format!(
@@ -99,7 +98,7 @@ pub async fn create(
         staff_id = staff.id,
         "Stars invoice link made"
     );
-    Ok(Json(json!({ "order": order })))
+    Ok(Json(OrderEnvelope { order }))
 }
 
 async fn read_order(client: &deadpool_postgres::Object, id: i64) -> Result<Order, ApiError> {

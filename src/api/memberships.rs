@@ -81,7 +81,7 @@ pub struct PatchMembership {
 }
 
 /// `GET /api/memberships`.
-#[utoipa::path(get, path = "/api/memberships", operation_id = "listMemberships", tag = "memberships",
+#[utoipa::path(get, path = "/memberships", operation_id = "listMemberships", tag = "memberships",
     params(ListMemberships),
     security(("staff_jwt" = [])),
     responses(
@@ -106,7 +106,7 @@ pub async fn list(
 }
 
 /// `GET /api/memberships/{id}`.
-#[utoipa::path(get, path = "/api/memberships/{id}", operation_id = "getMembership", tag = "memberships",
+#[utoipa::path(get, path = "/memberships/{id}", operation_id = "getMembership", tag = "memberships",
     params(("id" = i64, Path, description = "Membership id.")),
     security(("staff_jwt" = [])),
     responses((status = 200, description = "The membership.", body = Membership)),
@@ -124,7 +124,7 @@ pub async fn get(
 }
 
 /// `GET /api/memberships/{id}/events`.
-#[utoipa::path(get, path = "/api/memberships/{id}/events", operation_id = "listMembershipEvents",
+#[utoipa::path(get, path = "/memberships/{id}/events", operation_id = "listMembershipEvents",
     tag = "memberships",
     params(("id" = i64, Path, description = "Membership id."), ListEvents),
     security(("staff_jwt" = [])),
@@ -154,7 +154,7 @@ const SUBSCRIBER_EXISTS_SQL: &str = "SELECT 1 FROM subscribers WHERE id = $1";
 /// `POST /api/memberships`: grant or extend by hand (cause `staff`):
 /// `expires_at = GREATEST(current, now) + days`, `status = active`. 201 when created, 200 when
 /// extended. Staff grants are deliberate and do not check seats.
-#[utoipa::path(post, path = "/api/memberships", operation_id = "grantMembership", tag = "memberships",
+#[utoipa::path(post, path = "/memberships", operation_id = "grantMembership", tag = "memberships",
     request_body = Grant,
     params(super::idempotency::IdempotencyKey),
     security(("staff_jwt" = [])),
@@ -231,7 +231,7 @@ async fn lock_to_channel(
 
 /// `PATCH /api/memberships/{id}`: staff corrections of `expires_at` and/or `status`, written
 /// exactly, recorded as one `staff` event; no seat check, no extension.
-#[utoipa::path(patch, path = "/api/memberships/{id}", operation_id = "patchMembership", tag = "memberships",
+#[utoipa::path(patch, path = "/memberships/{id}", operation_id = "patchMembership", tag = "memberships",
     params(("id" = i64, Path, description = "Membership id.")),
     request_body = PatchMembership,
     security(("staff_jwt" = [])),
@@ -273,7 +273,7 @@ pub async fn patch(
 /// `DELETE /api/memberships/{id}`: 204. Its events go with it; payments stay. A member who
 /// still held access (active or grace) is taken out of the chat: a revoke is enqueued in the
 /// same transaction ([`memberships::delete`]).
-#[utoipa::path(delete, path = "/api/memberships/{id}", operation_id = "deleteMembership", tag = "memberships",
+#[utoipa::path(delete, path = "/memberships/{id}", operation_id = "deleteMembership", tag = "memberships",
     params(("id" = i64, Path, description = "Membership id.")),
     security(("staff_jwt" = [])),
     responses((status = 204, description = "Deleted; a live member is taken out of the chat.")),

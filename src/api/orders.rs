@@ -78,7 +78,7 @@ fn to_value(order: &Order) -> Result<serde_json::Value, ApiError> {
 
 /// `POST /api/orders`: 201 with the order; amount and currency are the channel's price now.
 /// 422 when the subscriber or channel does not exist or the channel is inactive.
-#[utoipa::path(post, path = "/api/orders", operation_id = "createOrder", tag = "orders",
+#[utoipa::path(post, path = "/orders", operation_id = "createOrder", tag = "orders",
     request_body = CreateOrder,
     params(super::idempotency::IdempotencyKey),
     security(("staff_jwt" = [])),
@@ -113,7 +113,7 @@ pub async fn create(
 }
 
 /// `GET /api/orders` (filters `subscriber_id`, `channel_id`, `status`).
-#[utoipa::path(get, path = "/api/orders", operation_id = "listOrders", tag = "orders",
+#[utoipa::path(get, path = "/orders", operation_id = "listOrders", tag = "orders",
     params(ListOrders),
     security(("staff_jwt" = [])),
     responses(
@@ -139,7 +139,7 @@ pub async fn list(
 }
 
 /// `GET /api/orders/{id}`.
-#[utoipa::path(get, path = "/api/orders/{id}", operation_id = "getOrder", tag = "orders",
+#[utoipa::path(get, path = "/orders/{id}", operation_id = "getOrder", tag = "orders",
     params(("id" = i64, Path, description = "Order id.")),
     security(("staff_jwt" = [])),
     responses((status = 200, description = "The order.", body = Order)),
@@ -158,7 +158,7 @@ pub async fn get(
 
 /// `POST /api/orders/{id}/cancel`: pending only (else 409); clears the hold, so its seat is free
 /// at once. Takes the lock order, like every change of a hold.
-#[utoipa::path(post, path = "/api/orders/{id}/cancel", operation_id = "cancelOrder", tag = "orders",
+#[utoipa::path(post, path = "/orders/{id}/cancel", operation_id = "cancelOrder", tag = "orders",
     params(("id" = i64, Path, description = "Order id."), super::idempotency::IdempotencyKey),
     request_body(content = Option<NoBody>, description = "None, or `{}`."),
     security(("staff_jwt" = [])),
@@ -185,7 +185,7 @@ pub async fn cancel(
 /// same decision as an approved Telegram `pre_checkout_query` ([`seats::checkout_locked`]):
 /// a free seat is held once for `HOLD_SECS`; refusals are 409 (not pending, hold expired,
 /// channel full, the subscriber's hold cooldown or daily cap) or 422 (channel inactive).
-#[utoipa::path(post, path = "/api/orders/{id}/checkout", operation_id = "checkoutOrder", tag = "orders",
+#[utoipa::path(post, path = "/orders/{id}/checkout", operation_id = "checkoutOrder", tag = "orders",
     params(("id" = i64, Path, description = "Order id."), super::idempotency::IdempotencyKey),
     request_body(content = Option<NoBody>, description = "None, or `{}`."),
     security(("staff_jwt" = [])),
@@ -213,6 +213,6 @@ pub async fn checkout(
             staff_id = write.staff.id,
             "checkout approved"
         );
-        Ok((StatusCode::OK, json!({ "order": order })))
+        Ok((StatusCode::OK, json!(OrderEnvelope { order })))
     })
 }

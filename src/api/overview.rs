@@ -84,7 +84,7 @@ pub struct EffectCounts {
 pub struct NoParams {}
 
 /// `GET /api/overview`.
-#[utoipa::path(get, path = "/api/overview", operation_id = "getOverview", tag = "operations",
+#[utoipa::path(get, path = "/overview", operation_id = "getOverview", tag = "operations",
     security(("staff_jwt" = [])),
     responses(
         (status = 200, description = "The day's numbers, from one snapshot.", body = Overview),

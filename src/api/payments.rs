@@ -28,7 +28,7 @@ pub struct ListPayments {
 }
 
 /// `GET /api/payments` (filters `outcome`, `order_id`, `subscriber_id`), by id ascending.
-#[utoipa::path(get, path = "/api/payments", operation_id = "listPayments", tag = "payments",
+#[utoipa::path(get, path = "/payments", operation_id = "listPayments", tag = "payments",
     params(ListPayments),
     security(("staff_jwt" = [])),
     responses(
@@ -54,7 +54,7 @@ pub async fn list(
 }
 
 /// `GET /api/payments/{id}`.
-#[utoipa::path(get, path = "/api/payments/{id}", operation_id = "getPayment", tag = "payments",
+#[utoipa::path(get, path = "/payments/{id}", operation_id = "getPayment", tag = "payments",
     params(("id" = i64, Path, description = "Payment id.")),
     security(("staff_jwt" = [])),
     responses((status = 200, description = "The payment.", body = Payment)),

@@ -9,9 +9,7 @@ use axum::{
     extract::{DefaultBodyLimit, MatchedPath, State},
     http::{HeaderName, HeaderValue, Request, StatusCode, header},
     response::{IntoResponse, Response},
-    routing::{get, post},
 };
-use serde_json::{Value, json};
 use tower::ServiceBuilder;
 use tower_http::{
     catch_panic::CatchPanicLayer,
@@ -20,8 +18,11 @@ use tower_http::{
     trace::TraceLayer,
 };
 
+use utoipa::OpenApi;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
 use super::{
-    auth, channels, effects,
+    auth, channels, console, effects,
     error::problem,
     invoice_links, memberships,
     openapi::{self, Health},
@@ -33,68 +34,60 @@ use crate::{error::ApiError, state::AppState};
 /// Largest request body accepted (webhooks and staff JSON are small).
 const BODY_LIMIT: usize = 256 * 1024;
 
+/// Every operation of the service, registered once: the axum routes and the OpenAPI document's
+/// paths both come from these `routes!` calls (each handler's `#[utoipa::path]` names its method
+/// and its path, relative to `/api` for the API), so no route can be served undocumented or
+/// documented unserved. The order is the document's.
+pub fn routes() -> OpenApiRouter<AppState> {
+    let api = OpenApiRouter::new()
+        .routes(routes!(auth::login))
+        .routes(routes!(subscribers::create, subscribers::list))
+        .routes(routes!(
+            subscribers::get,
+            subscribers::patch,
+            subscribers::delete
+        ))
+        .routes(routes!(channels::create, channels::list))
+        .routes(routes!(channels::get, channels::patch, channels::delete))
+        .routes(routes!(memberships::grant, memberships::list))
+        .routes(routes!(
+            memberships::get,
+            memberships::patch,
+            memberships::delete
+        ))
+        .routes(routes!(memberships::events))
+        .routes(routes!(orders::create, orders::list))
+        .routes(routes!(orders::get))
+        .routes(routes!(orders::cancel))
+        .routes(routes!(orders::checkout))
+        .routes(routes!(invoice_links::create))
+        .routes(routes!(effects::list))
+        .routes(routes!(effects::retry_all))
+        .routes(routes!(effects::get))
+        .routes(routes!(effects::retry))
+        .routes(routes!(star_subscriptions::list))
+        .routes(routes!(star_subscriptions::get))
+        .routes(routes!(star_subscriptions::cancel))
+        .routes(routes!(payments::list))
+        .routes(routes!(payments::get))
+        .routes(routes!(standard::receive))
+        .routes(routes!(wayforpay::receive))
+        .routes(routes!(telegram::webhook))
+        .routes(routes!(sweep::run))
+        .routes(routes!(overview::get))
+        .routes(routes!(openapi::openapi_json));
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .nest("/api", api)
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .merge(console::routes())
+}
+
 /// Builds the application. Needs no socket: tests drive it with `tower::ServiceExt::oneshot`.
 pub fn router(state: AppState) -> Router {
     let timeout = state.config.request_timeout;
-    let api = Router::new()
-        .route("/auth/login", post(auth::login))
-        .route(
-            "/subscribers",
-            post(subscribers::create).get(subscribers::list),
-        )
-        .route(
-            "/subscribers/{id}",
-            get(subscribers::get)
-                .patch(subscribers::patch)
-                .delete(subscribers::delete),
-        )
-        .route("/channels", post(channels::create).get(channels::list))
-        .route(
-            "/channels/{id}",
-            get(channels::get)
-                .patch(channels::patch)
-                .delete(channels::delete),
-        )
-        .route(
-            "/memberships",
-            post(memberships::grant).get(memberships::list),
-        )
-        .route(
-            "/memberships/{id}",
-            get(memberships::get)
-                .patch(memberships::patch)
-                .delete(memberships::delete),
-        )
-        .route("/memberships/{id}/events", get(memberships::events))
-        .route("/orders", post(orders::create).get(orders::list))
-        .route("/orders/{id}", get(orders::get))
-        .route("/orders/{id}/cancel", post(orders::cancel))
-        .route("/orders/{id}/checkout", post(orders::checkout))
-        .route("/orders/{id}/invoice-link", post(invoice_links::create))
-        .route("/effects", get(effects::list))
-        .route("/effects/retry", post(effects::retry_all))
-        .route("/effects/{id}", get(effects::get))
-        .route("/effects/{id}/retry", post(effects::retry))
-        .route("/star-subscriptions", get(star_subscriptions::list))
-        .route("/star-subscriptions/{id}", get(star_subscriptions::get))
-        .route(
-            "/star-subscriptions/{id}/cancel",
-            post(star_subscriptions::cancel),
-        )
-        .route("/payments", get(payments::list))
-        .route("/payments/{id}", get(payments::get))
-        .route("/webhook/payment", post(standard::receive))
-        .route("/webhook/wayforpay", post(wayforpay::receive))
-        .route("/webhook/telegram", post(telegram::webhook))
-        .route("/sweep", post(sweep::run))
-        .route("/overview", get(overview::get))
-        .route("/openapi.json", get(openapi::openapi_json));
-
-    Router::new()
-        .nest("/api", api)
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .merge(super::console::router())
+    let (routes, _document) = routes().split_for_parts();
+    routes
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(
@@ -202,8 +195,10 @@ fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
     responses((status = 200, description = "Alive.", body = Health,
         example = json!({"status": "ok"}))),
 )]
-pub async fn healthz() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+pub async fn healthz() -> Json<Health> {
+    Json(Health {
+        status: "ok".into(),
+    })
 }
 
 /// `GET /readyz`: the database answers and is migrated.
@@ -213,7 +208,10 @@ pub async fn healthz() -> Json<Value> {
 )]
 pub async fn readyz(State(state): State<AppState>) -> Response {
     if crate::db::is_ready(&state.db).await {
-        Json(json!({"status": "ready"})).into_response()
+        Json(Health {
+            status: "ready".into(),
+        })
+        .into_response()
     } else {
         ApiError::Unavailable("database unreachable or not migrated".into()).into_response()
     }

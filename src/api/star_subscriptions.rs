@@ -36,7 +36,7 @@ pub struct ListStarSubscriptions {
 }
 
 /// `GET /api/star-subscriptions` (filters `subscriber_id`, `channel_id`, `status`).
-#[utoipa::path(get, path = "/api/star-subscriptions", operation_id = "listStarSubscriptions",
+#[utoipa::path(get, path = "/star-subscriptions", operation_id = "listStarSubscriptions",
     tag = "star subscriptions",
     params(ListStarSubscriptions),
     security(("staff_jwt" = [])),
@@ -66,7 +66,7 @@ pub async fn list(
 }
 
 /// `GET /api/star-subscriptions/{id}`.
-#[utoipa::path(get, path = "/api/star-subscriptions/{id}", operation_id = "getStarSubscription",
+#[utoipa::path(get, path = "/star-subscriptions/{id}", operation_id = "getStarSubscription",
     tag = "star subscriptions",
     params(("id" = i64, Path, description = "Stars subscription id.")),
     security(("staff_jwt" = [])),
@@ -86,7 +86,7 @@ pub async fn get(
 
 /// `POST /api/star-subscriptions/{id}/cancel` → 200 with the cancelled subscription; 409 when it
 /// is cancelled already.
-#[utoipa::path(post, path = "/api/star-subscriptions/{id}/cancel", operation_id = "cancelStarSubscription",
+#[utoipa::path(post, path = "/star-subscriptions/{id}/cancel", operation_id = "cancelStarSubscription",
     tag = "star subscriptions",
     params(("id" = i64, Path, description = "Stars subscription id."),
         super::idempotency::IdempotencyKey),

@@ -132,7 +132,7 @@ fn check_telegram_user_id(e: &mut Errors, v: i64) {
 }
 
 /// `POST /api/subscribers`.
-#[utoipa::path(post, path = "/api/subscribers", operation_id = "createSubscriber", tag = "subscribers",
+#[utoipa::path(post, path = "/subscribers", operation_id = "createSubscriber", tag = "subscribers",
     request_body = CreateSubscriber,
     params(super::idempotency::IdempotencyKey),
     security(("staff_jwt" = [])),
@@ -173,7 +173,7 @@ pub async fn create(
 }
 
 /// `GET /api/subscribers` (filters `telegram_user_id` and `username`).
-#[utoipa::path(get, path = "/api/subscribers", operation_id = "listSubscribers", tag = "subscribers",
+#[utoipa::path(get, path = "/subscribers", operation_id = "listSubscribers", tag = "subscribers",
     params(ListSubscribers),
     security(("staff_jwt" = [])),
     responses(
@@ -215,7 +215,7 @@ pub async fn list(
 }
 
 /// `GET /api/subscribers/{id}`.
-#[utoipa::path(get, path = "/api/subscribers/{id}", operation_id = "getSubscriber", tag = "subscribers",
+#[utoipa::path(get, path = "/subscribers/{id}", operation_id = "getSubscriber", tag = "subscribers",
     params(("id" = i32, Path, description = "Subscriber id.")),
     security(("staff_jwt" = [])),
     responses((status = 200, description = "The subscriber.", body = Subscriber)),
@@ -234,7 +234,7 @@ pub async fn get(
 
 /// `PATCH /api/subscribers/{id}`. Changing `telegram_user_id` is refused while the subscriber
 /// has an active or grace membership (access is tied to that Telegram account).
-#[utoipa::path(patch, path = "/api/subscribers/{id}", operation_id = "patchSubscriber", tag = "subscribers",
+#[utoipa::path(patch, path = "/subscribers/{id}", operation_id = "patchSubscriber", tag = "subscribers",
     params(("id" = i32, Path, description = "Subscriber id.")),
     request_body(content = Option<PatchSubscriber>, description = "The fields to change; none (or an \
         empty body) changes nothing."),
@@ -312,7 +312,7 @@ pub async fn patch(
 /// `DELETE /api/subscribers/{id}`: 204, or 409 when the subscriber has payments (money records
 /// are never deleted). Orders, memberships and their events go with the subscriber; each live
 /// membership's member is taken out of its chat (a revoke per membership, in this transaction).
-#[utoipa::path(delete, path = "/api/subscribers/{id}", operation_id = "deleteSubscriber", tag = "subscribers",
+#[utoipa::path(delete, path = "/subscribers/{id}", operation_id = "deleteSubscriber", tag = "subscribers",
     params(("id" = i32, Path, description = "Subscriber id.")),
     security(("staff_jwt" = [])),
     responses(

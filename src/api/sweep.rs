@@ -41,7 +41,7 @@ impl FromRequestParts<AppState> for SweepCaller {
 ///
 /// The run is spawned, so a client that disconnects (or a request timeout) does not cut it off
 /// between batches; each batch commits on its own either way.
-#[utoipa::path(post, path = "/api/sweep", operation_id = "runSweep", tag = "operations",
+#[utoipa::path(post, path = "/sweep", operation_id = "runSweep", tag = "operations",
     security(("staff_jwt" = []), ("sweep_token" = [])),
     responses((status = 200, description = "What the run did.", body = SweepReport)),
 )]

@@ -2,13 +2,11 @@
 //! pagination — each route's happy path and its 400/404/409/422 answers.
 
 use axum::http::Method;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::helpers::id;
 use crate::{auth::assert_problem, helpers::TestApp};
-
-fn id(v: &Value) -> i64 {
-    v["id"].as_i64().expect("an id")
-}
 
 fn ids(page: &Value) -> Vec<i64> {
     page["items"]
@@ -436,6 +434,26 @@ fn with(mut body: Value, extra: Value) -> Value {
     body
 }
 
+/// A channel as the API answers it: every field present (`seat_limit` may be null, never
+/// missing).
+#[derive(Debug, Deserialize)]
+struct ChannelBody {
+    id: i64,
+    telegram_chat_id: i64,
+    title: String,
+    price_minor: i64,
+    currency: String,
+    billing_period_days: i64,
+    grace_period_days: i64,
+    #[serde(deserialize_with = "Option::deserialize")]
+    seat_limit: Option<i64>,
+    active: bool,
+}
+
+fn channel_body_of(v: &Value) -> ChannelBody {
+    serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("a channel: {e}: {v}"))
+}
+
 #[tokio::test]
 async fn channel_lifecycle() {
     let app = TestApp::spawn().await;
@@ -443,15 +461,16 @@ async fn channel_lifecycle() {
         .post("/api/channels", channel_body(-1001234567890))
         .await
         .expect(201);
-    assert_eq!(c["telegram_chat_id"], -1001234567890i64);
-    assert_eq!(c["title"], "Premium");
-    assert_eq!(c["price_minor"], 19900);
-    assert_eq!(c["currency"], "UAH");
-    assert_eq!(c["billing_period_days"], 30);
-    assert_eq!(c["grace_period_days"], 0, "default grace");
-    assert_eq!(c["seat_limit"], Value::Null, "default unlimited");
-    assert_eq!(c["active"], true, "default active");
-    let path = format!("/api/channels/{}", id(&c));
+    let typed = channel_body_of(&c);
+    assert_eq!(typed.telegram_chat_id, -1001234567890i64);
+    assert_eq!(typed.title, "Premium");
+    assert_eq!(typed.price_minor, 19900);
+    assert_eq!(typed.currency, "UAH");
+    assert_eq!(typed.billing_period_days, 30);
+    assert_eq!(typed.grace_period_days, 0, "default grace");
+    assert_eq!(typed.seat_limit, None, "default unlimited");
+    assert!(typed.active, "default active");
+    let path = format!("/api/channels/{}", typed.id);
     assert_eq!(app.get(&path).await.expect(200), c);
 
     let full = app
@@ -470,9 +489,10 @@ async fn channel_lifecycle() {
         )
         .await
         .expect(201);
-    assert_eq!(full["seat_limit"], 1);
-    assert_eq!(full["active"], false);
-    assert_eq!(full["grace_period_days"], 365);
+    let typed = channel_body_of(&full);
+    assert_eq!(typed.seat_limit, Some(1));
+    assert!(!typed.active);
+    assert_eq!(typed.grace_period_days, 365);
     app.post(
         "/api/channels",
         with(
@@ -504,10 +524,11 @@ async fn channel_lifecycle() {
         )
         .await
         .expect(200);
-    assert_eq!(p["title"], "Renamed");
-    assert_eq!(p["seat_limit"], 10);
-    assert_eq!(p["active"], false);
-    assert_eq!(p["price_minor"], 19900, "untouched");
+    let typed = channel_body_of(&p);
+    assert_eq!(typed.title, "Renamed");
+    assert_eq!(typed.seat_limit, Some(10));
+    assert!(!typed.active);
+    assert_eq!(typed.price_minor, 19900, "untouched");
     let p = app
         .patch(
             &path,
@@ -515,21 +536,23 @@ async fn channel_lifecycle() {
         )
         .await
         .expect(200);
+    let typed = channel_body_of(&p);
     assert_eq!(
         (
-            p["price_minor"].clone(),
-            p["currency"].clone(),
-            p["grace_period_days"].clone()
+            typed.price_minor,
+            typed.currency.as_str(),
+            typed.grace_period_days
         ),
-        (json!(100), json!("USD"), json!(3))
+        (100, "USD", 3)
     );
-    assert_eq!(p["seat_limit"], 10, "absent seat_limit stays");
+    assert_eq!(typed.seat_limit, Some(10), "absent seat_limit stays");
     let p = app
         .patch(&path, json!({"seat_limit": null}))
         .await
         .expect(200);
-    assert_eq!(p["seat_limit"], Value::Null, "null makes it unlimited");
-    assert_eq!(p["title"], "Renamed");
+    let typed = channel_body_of(&p);
+    assert_eq!(typed.seat_limit, None, "null makes it unlimited");
+    assert_eq!(typed.title, "Renamed");
 
     app.delete(&path).await.expect(204);
     assert_problem(&app.get(&path).await, 404);

@@ -14,23 +14,7 @@ use serde_json::{Value, json};
 use tokio::sync::Barrier;
 
 use crate::helpers::{TestApp, TestResponse, payment_event};
-
-fn id(v: &Value) -> i64 {
-    v["id"].as_i64().unwrap()
-}
-
-fn reference(order: &Value) -> String {
-    order["reference"].as_str().unwrap().to_string()
-}
-
-async fn db_now(app: &TestApp) -> DateTime<Utc> {
-    app.db()
-        .await
-        .query_one("SELECT statement_timestamp()", &[])
-        .await
-        .unwrap()
-        .get(0)
-}
+use crate::helpers::{db_now, id, reference};
 
 fn time(v: &Value) -> DateTime<Utc> {
     v.as_str()

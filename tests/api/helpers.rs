@@ -641,3 +641,25 @@ impl TestApp {
             .get(0)
     }
 }
+
+// ---- small helpers shared by the test modules ----
+
+/// The `id` of a record answered by the API.
+pub fn id(v: &Value) -> i64 {
+    v["id"].as_i64().expect("an id")
+}
+
+/// The `reference` of an order answered by the API.
+pub fn reference(order: &Value) -> String {
+    order["reference"].as_str().unwrap().to_string()
+}
+
+/// The database's clock (`statement_timestamp()`), which the service's rules use.
+pub async fn db_now(app: &TestApp) -> chrono::DateTime<chrono::Utc> {
+    app.db()
+        .await
+        .query_one("SELECT statement_timestamp()", &[])
+        .await
+        .unwrap()
+        .get(0)
+}

@@ -31,28 +31,6 @@ fn documented(doc: &Value) -> BTreeSet<(String, String)> {
     ops
 }
 
-/// Every path template the router serves. axum has no public route list; its `Debug` output
-/// names every path of the path router (the fallback router follows it), which is read here.
-/// The methods of each path are then asked of the router itself (below), not read from text.
-fn routed_paths(router: &axum::Router) -> BTreeSet<String> {
-    let debug = format!("{router:?}");
-    let (paths_part, _) = debug
-        .split_once("fallback_router")
-        .expect("axum's Router Debug names its fallback router after its path router");
-    let paths: BTreeSet<String> = paths_part
-        .split('"')
-        .skip(1)
-        .step_by(2)
-        .filter(|s| s.starts_with('/') && !s.contains("__private__"))
-        .map(str::to_string)
-        .collect();
-    assert!(
-        paths.len() > 20 && paths.contains("/api/subscribers/{id}"),
-        "could not read the routes from axum's Debug output (has its format changed?): {paths:?}"
-    );
-    paths
-}
-
 /// The methods the router serves at `path`: a request with a method no route has is answered
 /// 405 with `Allow` listing them (HEAD, implied by GET, left out). No handler runs.
 async fn routed_methods(app: &TestApp, path: &str) -> BTreeSet<String> {
@@ -94,27 +72,81 @@ async fn the_document_is_served_without_authentication() {
     assert!(body["openapi"].as_str().unwrap().starts_with("3.1."));
 }
 
+/// The router and the document come from one registration (`api::router::routes`, utoipa-axum's
+/// `routes!`): every documented path is served with exactly its documented methods.
 #[tokio::test]
-async fn every_route_is_documented_and_every_documented_operation_is_routed() {
+async fn every_documented_operation_is_routed_with_exactly_its_methods() {
     let app = TestApp::spawn().await;
     let doc = document();
+    let documented = documented(&doc);
+    let paths: BTreeSet<&String> = documented.iter().map(|(_, path)| path).collect();
+    assert!(
+        paths.len() > 20 && paths.contains(&"/api/subscribers/{id}".to_string()),
+        "the document lists too few paths: {paths:?}"
+    );
     let mut routed = BTreeSet::new();
-    for path in routed_paths(&app.router) {
-        for method in routed_methods(&app, &path).await {
+    for path in paths {
+        for method in routed_methods(&app, path).await {
             routed.insert((method, path.clone()));
         }
     }
-    let documented = documented(&doc);
     let undocumented: Vec<_> = routed.difference(&documented).collect();
     let unrouted: Vec<_> = documented.difference(&routed).collect();
     assert!(
         undocumented.is_empty(),
-        "routes the OpenAPI document does not describe (add #[utoipa::path] and list the \
-         handler in api::openapi::ApiDoc): {undocumented:?}"
+        "methods served at a documented path that the document does not describe: {undocumented:?}"
     );
     assert!(
         unrouted.is_empty(),
         "operations in the OpenAPI document that no route serves: {unrouted:?}"
+    );
+}
+
+/// No route is added beside the registration that documents it: outside `routes!`, nothing in
+/// `src/api` calls axum's `.route(...)`, builds an axum `Router` or a method router
+/// (`axum::routing`); routers are `OpenApiRouter`s, nested and merged with their documents. (The
+/// metrics listener, `crate::metrics`, is a separate server on its own address.)
+#[test]
+fn routes_are_registered_only_through_the_documented_router() {
+    fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    rust_files(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/api"),
+        &mut files,
+    );
+    let mut found = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            let code = code.replace("OpenApiRouter", "");
+            if [
+                ".route(",
+                ".route_service(",
+                ".nest_service(",
+                "routing::",
+                "Router::new",
+            ]
+            .iter()
+            .any(|pattern| code.contains(pattern))
+            {
+                found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "routes added outside utoipa-axum's routes! (serve them with #[utoipa::path] and \
+         routes! in api::router::routes, so the document describes them): {found:#?}"
     );
 }
 
@@ -332,4 +364,31 @@ async fn real_answers_match_the_document() {
             "invoice_payload": "ord_unknown"}}))
         .await;
     check("post", "/api/webhook/telegram", &update);
+
+    // The bodies handlers build from typed structs (Token, Health, OrderEnvelope, Retried).
+    let login = app
+        .login(crate::helpers::ADMIN_EMAIL, crate::helpers::ADMIN_PASSWORD)
+        .await;
+    assert_eq!(login.status, 200);
+    check("post", "/api/auth/login", &login);
+    for path in ["/healthz", "/readyz"] {
+        let r = app.get(path).await;
+        assert_eq!(r.status, 200, "{path}");
+        check("get", path, &r);
+    }
+    let limited = app
+        .create_channel(-1001000000002, json!({"seat_limit": 5}))
+        .await;
+    let second = app
+        .create_order(
+            subscriber.json()["id"].as_i64().unwrap(),
+            limited["id"].as_i64().unwrap(),
+        )
+        .await;
+    let checkout = app.checkout(second["id"].as_i64().unwrap()).await;
+    assert_eq!(checkout.status, 200);
+    check("post", "/api/orders/{id}/checkout", &checkout);
+    let retried = app.post("/api/effects/retry", Value::Null).await;
+    assert_eq!(retried.status, 200);
+    check("post", "/api/effects/retry", &retried);
 }

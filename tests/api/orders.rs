@@ -4,10 +4,7 @@ use axum::{body::Body, http::Method};
 use serde_json::{Value, json};
 
 use crate::helpers::TestApp;
-
-fn id(v: &Value) -> i64 {
-    v["id"].as_i64().unwrap()
-}
+use crate::helpers::id;
 
 /// Moves the order's hold back past the default cooldown after an unpaid hold (`HOLD_SECS`).
 async fn expire_hold_past_cooldown(app: &TestApp, order_id: i64) {

@@ -4,14 +4,11 @@
 use axum::{body::Body, http::Method};
 use serde_json::{Value, json};
 
+use crate::helpers::id;
 use crate::{
     auth::{assert_bearer_401, assert_problem},
     helpers::{TestApp, payment_event},
 };
-
-fn id(v: &Value) -> i64 {
-    v["id"].as_i64().expect("an id")
-}
 
 /// The overview's row of channel `channel_id`.
 fn channel_row(overview: &Value, channel_id: i64) -> Value {

@@ -9,14 +9,7 @@ use subgate::payments::core::{NormalizedPayment, apply_payment};
 use tokio::sync::Barrier;
 
 use crate::helpers::{TestApp, WEBHOOK_SECRET, payment_event, signed_headers};
-
-fn id(v: &Value) -> i64 {
-    v["id"].as_i64().unwrap()
-}
-
-fn reference(order: &Value) -> String {
-    order["reference"].as_str().unwrap().to_string()
-}
+use crate::helpers::{db_now, id, reference};
 
 /// Every membership row and the number of membership events, to show nothing changed.
 async fn membership_state(app: &TestApp) -> (Vec<(i64, String, DateTime<Utc>)>, i64) {
@@ -40,15 +33,6 @@ async fn order_row(app: &TestApp, order_id: i64) -> Value {
     app.get(&format!("/api/orders/{order_id}"))
         .await
         .expect(200)
-}
-
-async fn db_now(app: &TestApp) -> DateTime<Utc> {
-    app.db()
-        .await
-        .query_one("SELECT statement_timestamp()", &[])
-        .await
-        .unwrap()
-        .get(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

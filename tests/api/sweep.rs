@@ -12,18 +12,10 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use subgate::sweep::{self, Decision, Status};
 
+use crate::helpers::db_now;
 use crate::helpers::{SWEEP_TOKEN, TestApp, url_for};
 
 /// Database time, so back-dating is relative to the clock the sweep reads.
-async fn db_now(app: &TestApp) -> DateTime<Utc> {
-    app.db()
-        .await
-        .query_one("SELECT statement_timestamp()", &[])
-        .await
-        .unwrap()
-        .get(0)
-}
-
 /// `POST /api/sweep` as staff; returns the report.
 async fn sweep_now(app: &TestApp) -> Value {
     let report = app.post("/api/sweep", Value::Null).await.expect(200);

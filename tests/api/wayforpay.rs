@@ -12,14 +12,7 @@ use crate::helpers::{
     TestApp, WAYFORPAY_ACCOUNT, WAYFORPAY_KEY, assert_wayforpay_accept, wayforpay_callback,
     wayforpay_callback_signed,
 };
-
-fn id(v: &Value) -> i64 {
-    v["id"].as_i64().unwrap()
-}
-
-fn reference(order: &Value) -> String {
-    order["reference"].as_str().unwrap().to_string()
-}
+use crate::helpers::{id, reference};
 
 /// A subscriber, a 199.50 UAH channel and a pending order.
 async fn order(app: &TestApp, n: i64) -> Value {

@@ -13,13 +13,12 @@
 use std::sync::OnceLock;
 
 use axum::{
-    Router,
     extract::Path,
     http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header},
     response::{IntoResponse, Redirect, Response},
-    routing::get,
 };
 use sha2::{Digest, Sha256};
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::{currency, error::ApiError};
 
@@ -61,11 +60,11 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-
 
 /// The console's routes: `/console` (redirects to `/console/`), `/console/` (the app) and
 /// `/console/{file}` (its assets and `currencies.json`). No state, no token.
-pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
-    Router::new()
-        .route("/console", get(redirect))
-        .route("/console/", get(index))
-        .route("/console/{file}", get(asset))
+pub fn routes<S: Clone + Send + Sync + 'static>() -> OpenApiRouter<S> {
+    OpenApiRouter::new()
+        .routes(routes!(redirect))
+        .routes(routes!(index))
+        .routes(routes!(asset))
 }
 
 /// `GET /console`: to `/console/`, so the app's relative asset paths resolve.

@@ -22,12 +22,12 @@ use axum::{
 };
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::{
     api::{
         Errors, chars,
-        openapi::{Problem, SignedWebhookAnswer},
+        openapi::{Ignored, Problem, SignedWebhookAnswer},
     },
     error::ApiError,
     payments::{
@@ -78,7 +78,7 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 }
 
 /// `POST /api/webhook/payment`.
-#[utoipa::path(post, path = "/api/webhook/payment", operation_id = "receiveSignedPayment",
+#[utoipa::path(post, path = "/webhook/payment", operation_id = "receiveSignedPayment",
     tag = "payment doors",
     request_body = Body,
     security(("webhook_id" = [], "webhook_timestamp" = [], "webhook_signature" = [])),
@@ -119,7 +119,7 @@ pub async fn receive(
         Ok(Some(p)) => p,
         Ok(None) => {
             tracing::info!(webhook_id, "signed webhook of another type ignored");
-            return Ok(Json(json!({ "ignored": true })).into_response());
+            return Ok(Json(Ignored { ignored: true }).into_response());
         }
         Err(e) => {
             tracing::warn!(

@@ -19,10 +19,9 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use chrono::DateTime;
-use serde_json::json;
 
 use crate::{
-    api::openapi::{Problem, TelegramAnswer},
+    api::openapi::{Empty, Problem, TelegramAnswer},
     effects,
     error::ApiError,
     payments::core::{self, NormalizedPayment},
@@ -40,7 +39,7 @@ pub const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
 const LOG_BODY_LIMIT: usize = 16 * 1024;
 
 /// `POST /api/webhook/telegram`.
-#[utoipa::path(post, path = "/api/webhook/telegram", operation_id = "receiveTelegramUpdate",
+#[utoipa::path(post, path = "/webhook/telegram", operation_id = "receiveTelegramUpdate",
     tag = "payment doors",
     request_body = Update,
     security(("telegram_secret" = [])),
@@ -210,5 +209,5 @@ fn reply(call: WebhookReply) -> Response {
 }
 
 fn empty() -> Response {
-    Json(json!({})).into_response()
+    Json(Empty {}).into_response()
 }

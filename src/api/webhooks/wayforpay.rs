@@ -37,7 +37,7 @@ use crate::{
 };
 
 /// `POST /api/webhook/wayforpay`.
-#[utoipa::path(post, path = "/api/webhook/wayforpay", operation_id = "receiveWayForPayCallback",
+#[utoipa::path(post, path = "/webhook/wayforpay", operation_id = "receiveWayForPayCallback",
     tag = "payment doors",
     description = "WayForPay's `serviceUrl` callback. Authenticated by its `merchantSignature` \
         (and `merchantAccount`), inside the body.",
