@@ -159,7 +159,7 @@ async fn repeated(
             &[&update_id],
         )
         .await?;
-    Ok(Some(row.get(0)))
+    Ok(Some(row.try_get("reply")?))
 }
 
 async fn purge(state: &AppState) {
