@@ -22,7 +22,6 @@ use serde::Serialize;
 use tokio_postgres::Row;
 
 use crate::{
-    config::Config,
     db::{self, FromRow},
     effects,
     error::ApiError,
@@ -140,19 +139,16 @@ impl FromRow for Channel {
 }
 
 impl Channel {
-    /// Fills the read-only `buy_link` from the configured bot username.
-    pub fn with_buy_link(mut self, config: &Config) -> Channel {
-        self.buy_link = buy_link(config, self.id);
+    /// Fills the read-only `buy_link` from the bot's username (`TELEGRAM_BOT_USERNAME`).
+    pub fn with_buy_link(mut self, bot_username: Option<&str>) -> Channel {
+        self.buy_link = buy_link(bot_username, self.id);
         self
     }
 }
 
 /// The deep link that opens channel `id`'s offer in the bot, when the bot's username is known.
-pub fn buy_link(config: &Config, id: i32) -> Option<String> {
-    config
-        .telegram_bot_username
-        .as_ref()
-        .map(|bot| format!("https://t.me/{bot}?start=c{id}"))
+pub fn buy_link(bot_username: Option<&str>, id: i32) -> Option<String> {
+    bot_username.map(|bot| format!("https://t.me/{bot}?start=c{id}"))
 }
 
 /// The fields of a new channel, or of a change. In a new channel an absent field takes its
@@ -451,4 +447,95 @@ pub async fn title(client: &impl GenericClient, id: i32) -> Result<Option<String
         Some(r) => Some(r.try_get("title")?),
         None => None,
     })
+}
+
+/// What an invoice says of a channel: its title and billing period.
+#[derive(Debug, Clone)]
+pub struct Billing {
+    pub title: String,
+    pub billing_period_days: i32,
+}
+
+impl FromRow for Billing {
+    const COLUMNS: &'static str = "title, billing_period_days";
+
+    fn from_row(r: &Row) -> Result<Billing, tokio_postgres::Error> {
+        Ok(Billing {
+            title: r.try_get("title")?,
+            billing_period_days: r.try_get("billing_period_days")?,
+        })
+    }
+}
+
+const BILLING_SQL: &str = "SELECT title, billing_period_days FROM channels WHERE id = $1";
+
+/// Channel `id`'s title and billing period (an error when there is no such channel: the
+/// caller names one an order refers to).
+pub async fn billing(client: &impl GenericClient, id: i32) -> Result<Billing, ApiError> {
+    db::one(client, BILLING_SQL, &[&id]).await
+}
+
+const RECURRING_SQL: &str = "SELECT recurring FROM channels WHERE id = $1";
+
+/// Whether channel `id` is sold as a Telegram Stars subscription (an error when there is no
+/// such channel).
+pub async fn is_recurring(client: &impl GenericClient, id: i32) -> Result<bool, ApiError> {
+    Ok(db::row_one(client, RECURRING_SQL, &[&id])
+        .await?
+        .try_get("recurring")?)
+}
+
+/// A channel's price now, and whether it is on sale: what a new order copies.
+#[derive(Debug, Clone)]
+pub struct Price {
+    pub price_minor: i64,
+    pub currency: String,
+    pub active: bool,
+}
+
+impl FromRow for Price {
+    const COLUMNS: &'static str = "price_minor, currency, active";
+
+    fn from_row(r: &Row) -> Result<Price, tokio_postgres::Error> {
+        Ok(Price {
+            price_minor: r.try_get("price_minor")?,
+            currency: r.try_get("currency")?,
+            active: r.try_get("active")?,
+        })
+    }
+}
+
+const PRICE_SQL: &str = "SELECT price_minor, currency, active FROM channels WHERE id = $1";
+
+/// Channel `id`'s price and whether it is active; `None`: no such channel.
+pub async fn price(client: &impl GenericClient, id: i32) -> Result<Option<Price>, ApiError> {
+    db::opt(client, PRICE_SQL, &[&id]).await
+}
+
+const STORE_INVITE_LINK_SQL: &str = "WITH stored AS (
+         UPDATE channels SET invite_link = $2
+         WHERE id = $1 AND invite_link IS NULL AND telegram_chat_id = $3
+         RETURNING invite_link
+     )
+     SELECT invite_link FROM stored
+     UNION ALL
+     SELECT invite_link FROM channels WHERE id = $1 AND telegram_chat_id = $3
+     LIMIT 1";
+
+/// Keeps `link` as channel `id`'s join link when it has none, and returns the link it keeps
+/// (an earlier one wins). Stored only while the channel is still in chat `chat`: a link must
+/// never outlive a change of the channel's chat; `None` when the channel left that chat (or is
+/// gone).
+pub async fn store_invite_link(
+    client: &impl GenericClient,
+    id: i32,
+    link: &str,
+    chat: i64,
+) -> Result<Option<String>, ApiError> {
+    Ok(
+        match db::row_opt(client, STORE_INVITE_LINK_SQL, &[&id, &link, &chat]).await? {
+            Some(r) => r.try_get("invite_link")?,
+            None => None,
+        },
+    )
 }

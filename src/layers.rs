@@ -247,6 +247,44 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
         .find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
 }
 
+/// Statements over the `channels` and `subscribers` tables (reads, writes, locks) in `src`,
+/// outside the tables' own modules: `(file, statement head)` for each occurrence. A join
+/// inside another owner's statement is not counted.
+fn table_statements_outside_owners(src: &Path) -> Vec<(String, String)> {
+    const OWNERS: [(&str, &str); 2] = [
+        ("channels", "channels.rs"),
+        ("subscribers", "subscribers.rs"),
+    ];
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files.sort();
+    let mut found = Vec::new();
+    for file in files {
+        let relative = file
+            .strip_prefix(src)
+            .unwrap_or(&file)
+            .display()
+            .to_string();
+        let text = fs::read_to_string(&file).expect("a source file");
+        let words: Vec<String> = text
+            .split(|c: char| c.is_whitespace() || c == '"' || c == '(')
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect();
+        for (table, owner) in OWNERS {
+            if relative == owner || relative == "layers.rs" {
+                continue;
+            }
+            for pair in words.windows(2) {
+                if pair[1] == table && matches!(pair[0].as_str(), "from" | "update" | "into") {
+                    found.push((relative.clone(), format!("{} {}", pair[0], pair[1])));
+                }
+            }
+        }
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -279,6 +317,37 @@ mod tests {
                 cycle.join(" → ")
             );
         }
+    }
+
+    /// The statements over `channels` and `subscribers` that stay with another owner: the lock
+    /// order's reads of a channel's terms (`orders::seats`), the subscriber key-share locks of
+    /// membership changes (`memberships`), which `subscribers` cannot offer without a cycle
+    /// (it calls `memberships`), and a subquery of the refunds' statement.
+    const TABLE_STATEMENTS_ELSEWHERE: [(&str, &str, usize); 3] = [
+        ("orders/seats.rs", "from channels", 2),
+        ("memberships.rs", "from subscribers", 2),
+        ("payments/refunds.rs", "from subscribers", 1),
+    ];
+
+    #[test]
+    fn channel_and_subscriber_statements_live_in_their_modules() {
+        let mut counts: BTreeMap<(String, String), usize> = BTreeMap::new();
+        for key in table_statements_outside_owners(&src()) {
+            *counts.entry(key).or_default() += 1;
+        }
+        let allowed: BTreeMap<(String, String), usize> = TABLE_STATEMENTS_ELSEWHERE
+            .iter()
+            .map(|(file, head, n)| ((file.to_string(), head.to_string()), *n))
+            .collect();
+        let offenders: Vec<_> = counts
+            .iter()
+            .filter(|(key, n)| allowed.get(*key).is_none_or(|max| *n > max))
+            .collect();
+        assert!(
+            offenders.is_empty(),
+            "SQL over channels or subscribers belongs in src/channels.rs or src/subscribers.rs \
+             (a join inside another owner's statement aside): {offenders:?}"
+        );
     }
 
     #[test]

@@ -244,7 +244,7 @@ pub async fn create(
     crate::idempotent!(state, write, |tx| {
         let c = channels::create(tx, &fields)
             .await?
-            .with_buy_link(&state.config);
+            .with_buy_link(state.config.telegram_bot_username.as_deref());
         Ok((
             StatusCode::CREATED,
             serde_json::to_value(c).map_err(ApiError::internal)?,
@@ -271,7 +271,7 @@ pub async fn list(
     let items = channels::list(&client, paging.after, q.active, paging.fetch())
         .await?
         .into_iter()
-        .map(|c| c.with_buy_link(&state.config))
+        .map(|c| c.with_buy_link(state.config.telegram_bot_username.as_deref()))
         .collect();
     Ok(Json(paging.page(items, |c: &Channel| c.id as i64)))
 }
@@ -291,7 +291,9 @@ pub async fn get(
     let c = channels::get(&client, id)
         .await?
         .ok_or(ApiError::NotFound("channel"))?;
-    Ok(Json(c.with_buy_link(&state.config)))
+    Ok(Json(c.with_buy_link(
+        state.config.telegram_bot_username.as_deref(),
+    )))
 }
 
 /// `PATCH /api/channels/{id}`: any field; `seat_limit: null` makes the channel unlimited and
@@ -326,7 +328,9 @@ pub async fn patch(
     let fields = b.fields();
     crate::transaction!(state.db, |tx| {
         let c = channels::change(tx, id, &fields).await?;
-        Ok(Json(c.with_buy_link(&state.config)))
+        Ok(Json(c.with_buy_link(
+            state.config.telegram_bot_username.as_deref(),
+        )))
     })
 }
 

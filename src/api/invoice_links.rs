@@ -18,6 +18,7 @@ use super::{
     openapi::{OrderEnvelope, Problem},
 };
 use crate::{
+    channels,
     error::ApiError,
     orders::{self, Order},
     state::AppState,
@@ -65,13 +66,10 @@ pub async fn create(
             order.status
         )));
     }
-    let row = client
-        .query_one(
-            "SELECT title, billing_period_days FROM channels WHERE id = $1",
-            &[&order.channel_id],
-        )
-        .await?;
-    let (title, days): (String, i32) = (row.get(0), row.get(1));
+    let channels::Billing {
+        title,
+        billing_period_days: days,
+    } = channels::billing(&client, order.channel_id).await?;
     drop(client);
 
     let bot = BotApi::from_config(&state.config, DEFAULT_TIMEOUT).ok_or_else(|| {

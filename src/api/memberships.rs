@@ -25,6 +25,7 @@ use crate::{
     memberships::{self, Cause, Event, Membership, Status},
     orders::seats,
     state::AppState,
+    subscribers,
 };
 
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -148,8 +149,6 @@ pub async fn events(
     Ok(Json(paging.page(items, |e| e.id)))
 }
 
-const SUBSCRIBER_EXISTS_SQL: &str = "SELECT 1 FROM subscribers WHERE id = $1";
-
 /// `POST /api/memberships`: grant or extend by hand (cause `staff`):
 /// `expires_at = GREATEST(current, now) + days`, `status = active`. 201 when created, 200 when
 /// extended. Staff grants are deliberate and do not check seats.
@@ -183,10 +182,10 @@ pub async fn grant(
         (subscriber_id.unwrap(), channel_id.unwrap(), b.days.unwrap());
     crate::idempotent!(state, write, |tx| {
         db::lock_pair(tx, subscriber_id, channel_id).await?;
-        let subscriber = db::row_opt(tx, SUBSCRIBER_EXISTS_SQL, &[&subscriber_id]).await?;
+        let subscriber = subscribers::exists(tx, subscriber_id).await?;
         let channel = seats::lock_channel_terms(tx, channel_id).await?.is_some();
         let mut e = Errors::default();
-        if subscriber.is_none() {
+        if !subscriber {
             e.add("subscriber_id", "no such subscriber");
         }
         if !channel {

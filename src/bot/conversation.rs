@@ -145,6 +145,8 @@ async fn availability(
     })
 }
 
+/// The catalogue's view of channel `c` (`present` knows no channel rows: the bot turns the
+/// channel's projection into the view, with what `viewer` may do with it).
 async fn view(
     tx: &Transaction<'_>,
     config: &Config,

@@ -15,8 +15,10 @@ use serde::Serialize;
 use tokio_postgres::Row;
 
 use crate::{
+    channels,
     db::{self, FromRow},
     error::ApiError,
+    subscribers,
 };
 
 crate::text_enum! {
@@ -97,8 +99,6 @@ pub fn new_reference() -> String {
     format!("ord_{}", hex::encode(bytes))
 }
 
-const SUBSCRIBER_EXISTS_SQL: &str = "SELECT 1 FROM subscribers WHERE id = $1";
-const PRICE_SQL: &str = "SELECT price_minor, currency, active FROM channels WHERE id = $1";
 const INSERT_SQL: &str = concat!(
     "INSERT INTO orders (reference, subscriber_id, channel_id, amount_minor, currency)
      VALUES ($1, $2, $3, $4, $5) RETURNING ",
@@ -130,10 +130,10 @@ pub async fn create(
     subscriber_id: i32,
     channel_id: i32,
 ) -> Result<Order, ApiError> {
-    let subscriber = db::row_opt(tx, SUBSCRIBER_EXISTS_SQL, &[&subscriber_id]).await?;
-    let channel = db::row_opt(tx, PRICE_SQL, &[&channel_id]).await?;
+    let subscriber = subscribers::exists(tx, subscriber_id).await?;
+    let channel = channels::price(tx, channel_id).await?;
     let mut errors = std::collections::BTreeMap::new();
-    if subscriber.is_none() {
+    if !subscriber {
         errors.insert(
             "subscriber_id".to_string(),
             "no such subscriber".to_string(),
@@ -143,7 +143,7 @@ pub async fn create(
         None => {
             errors.insert("channel_id".to_string(), "no such channel".to_string());
         }
-        Some(c) if !c.get::<_, bool>(2) => {
+        Some(c) if !c.active => {
             errors.insert(
                 "channel_id".to_string(),
                 "the channel is not active".to_string(),
@@ -154,7 +154,6 @@ pub async fn create(
     let Some(channel) = channel.filter(|_| errors.is_empty()) else {
         return Err(ApiError::Validation(errors));
     };
-    let (price, currency): (i64, String) = (channel.get(0), channel.get(1));
     db::one(
         tx,
         INSERT_SQL,
@@ -162,8 +161,8 @@ pub async fn create(
             &new_reference(),
             &subscriber_id,
             &channel_id,
-            &price,
-            &currency,
+            &channel.price_minor,
+            &channel.currency,
         ],
     )
     .await

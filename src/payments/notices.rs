@@ -8,13 +8,11 @@ use serde_json::json;
 
 use super::core::{Outcome, Payment, Reason};
 use crate::{
-    db,
+    channels,
     effects::{Kind, NewEffect, enqueue},
     error::ApiError,
     present::{render, texts},
 };
-
-const TITLE_SQL: &str = "SELECT title FROM channels WHERE id = $1";
 
 /// Tells the buyer, once, that payment `p` could not be used: it will be refunded (a Stars
 /// payment we refund), or reviewed by staff (any other), or could not be matched to an order;
@@ -33,10 +31,9 @@ pub async fn enqueue_payment_notice(
     };
     let price = render::price(p.amount_minor, &p.currency);
     let title = match p.channel_id {
-        Some(id) => match db::row_opt(tx, TITLE_SQL, &[&id]).await? {
-            Some(r) => Some(render::title(&r.try_get::<_, String>(0)?, id)),
-            None => None,
-        },
+        Some(id) => channels::title(tx, id)
+            .await?
+            .map(|t| render::title(&t, id)),
         None => None,
     };
     let seat_taken = p.reason == Some(Reason::NoSeat);
