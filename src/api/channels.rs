@@ -2,6 +2,9 @@
 //! period, grace period and optional seat limit, what buyers read about them (`description`),
 //! whether the bot sells them as a Telegram Stars subscription (`recurring`), and the deep link
 //! that opens their offer in the bot (`buy_link`, read-only).
+//!
+//! HTTP only: a handler checks the body's fields, calls one function of [`crate::channels`]
+//! (which owns the rows, the SQL and the rules of a change) and renders its answer.
 
 use axum::{
     Json,

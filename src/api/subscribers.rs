@@ -1,4 +1,7 @@
 //! `/api/subscribers`: the buyers, identified by their Telegram user id.
+//!
+//! HTTP only: a handler checks the body's fields, calls one function of [`crate::subscribers`]
+//! (which owns the rows, the SQL and the rules of a change) and renders its answer.
 
 use axum::{
     Json,
