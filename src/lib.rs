@@ -27,6 +27,7 @@
 pub mod api;
 pub mod auth;
 pub mod bot;
+pub mod channels;
 pub mod config;
 pub mod currency;
 pub mod db;
@@ -41,6 +42,7 @@ pub mod payments;
 pub mod present;
 pub mod server;
 pub mod state;
+pub mod subscribers;
 pub mod sweep;
 pub mod telegram;
 pub mod vocabulary;

@@ -2,6 +2,9 @@
 //! period, grace period and optional seat limit, what buyers read about them (`description`),
 //! whether the bot sells them as a Telegram Stars subscription (`recurring`), and the deep link
 //! that opens their offer in the bot (`buy_link`, read-only).
+//!
+//! HTTP only: a handler checks the body's fields, calls one function of [`crate::channels`]
+//! (which owns the rows, the SQL and the rules of a change) and renders its answer.
 
 use axum::{
     Json,
@@ -9,144 +12,21 @@ use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
-use tokio_postgres::Row;
+use serde::Deserialize;
 
 use super::{
     ApiJson, ApiQuery, Errors, Page, Paging, PathId, chars, check_text, not_null, nullable,
 };
 use super::{auth::Staff, idempotency::StaffWrite, openapi::Problem};
 use crate::{
-    config::Config, currency, db::FromRow, effects, error::ApiError, memberships, orders::seats,
+    channels::{self, Channel, RECURRING_PERIOD_DAYS, RECURRING_RULE},
+    currency,
+    error::ApiError,
     state::AppState,
 };
 
-/// The select list of the rows here (a macro, so SQL constants can splice it with `concat!`).
-macro_rules! channel_columns {
-    () => {
-        "id, telegram_chat_id, title, price_minor, currency, billing_period_days, \
-         grace_period_days, seat_limit, active, created_at, updated_at, description, recurring"
-    };
-}
-
-/// The columns read by name into the row type.
-pub const COLUMNS: &str = channel_columns!();
-
-const INSERT_SQL: &str = concat!(
-    "INSERT INTO channels (telegram_chat_id, title, price_minor, currency,
-                             billing_period_days, grace_period_days, seat_limit, active,
-                             description, recurring)
-                         VALUES ($1, $2, $3, $4, $5, COALESCE($6, 0), $7, COALESCE($8, true),
-                                 $9, COALESCE($10, false))
-                         RETURNING ",
-    channel_columns!()
-);
-const LIST_SQL: &str = concat!(
-    "SELECT ",
-    channel_columns!(),
-    " FROM channels
-                 WHERE id > $1::bigint AND ($2::boolean IS NULL OR active = $2)
-                 ORDER BY id LIMIT $3"
-);
-const GET_SQL: &str = concat!(
-    "SELECT ",
-    channel_columns!(),
-    " FROM channels WHERE id = $1"
-);
-const PATCH_SQL: &str = concat!(
-    "UPDATE channels SET
-                         telegram_chat_id = COALESCE($2, telegram_chat_id),
-                         title = COALESCE($3, title),
-                         price_minor = COALESCE($4, price_minor),
-                         currency = COALESCE($5, currency),
-                         billing_period_days = COALESCE($6, billing_period_days),
-                         grace_period_days = COALESCE($7, grace_period_days),
-                         seat_limit = CASE WHEN $8 THEN $9 ELSE seat_limit END,
-                         active = COALESCE($10, active),
-                         invite_link = CASE WHEN $2 <> telegram_chat_id THEN NULL
-                                            ELSE invite_link END,
-                         description = CASE WHEN $11 THEN $12 ELSE description END,
-                         recurring = COALESCE($13, recurring),
-                         updated_at = statement_timestamp()
-                     WHERE id = $1 RETURNING ",
-    channel_columns!()
-);
-
 /// The longest `description`, in characters.
 const DESCRIPTION_MAX: usize = 1000;
-
-/// A private Telegram channel for sale.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-#[schema(example = json!({"id": 1, "telegram_chat_id": -1001000000001_i64, "title": "Premium signals",
-    "price_minor": 19900, "currency": "UAH", "billing_period_days": 30, "grace_period_days": 3,
-    "seat_limit": null, "active": true, "created_at": "2025-01-01T10:00:00Z",
-    "updated_at": "2025-01-01T10:00:00Z", "description": "Daily market signals.",
-    "recurring": false, "buy_link": "https://t.me/subgate_bot?start=c1"}))]
-pub struct Channel {
-    pub id: i32,
-    pub telegram_chat_id: i64,
-    pub title: String,
-    pub price_minor: i64,
-    pub currency: String,
-    pub billing_period_days: i32,
-    pub grace_period_days: i32,
-    pub seat_limit: Option<i32>,
-    pub active: bool,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-    /// Shown to buyers in the bot.
-    pub description: Option<String>,
-    /// Sold as a Telegram Stars subscription renewing every 30 days (`XTR`, 30 days only).
-    pub recurring: bool,
-    /// `https://t.me/<bot>?start=c<id>`: opens this channel's offer in the bot; null without
-    /// `TELEGRAM_BOT_USERNAME`.
-    pub buy_link: Option<String>,
-}
-
-impl FromRow for Channel {
-    const COLUMNS: &'static str = channel_columns!();
-
-    fn from_row(r: &Row) -> Result<Channel, tokio_postgres::Error> {
-        Ok(Channel {
-            id: r.try_get("id")?,
-            telegram_chat_id: r.try_get("telegram_chat_id")?,
-            title: r.try_get("title")?,
-            price_minor: r.try_get("price_minor")?,
-            currency: r.try_get("currency")?,
-            billing_period_days: r.try_get("billing_period_days")?,
-            grace_period_days: r.try_get("grace_period_days")?,
-            seat_limit: r.try_get("seat_limit")?,
-            active: r.try_get("active")?,
-            created_at: r.try_get("created_at")?,
-            updated_at: r.try_get("updated_at")?,
-            description: r.try_get("description")?,
-            recurring: r.try_get("recurring")?,
-            buy_link: None,
-        })
-    }
-}
-
-impl Channel {
-    /// Fills the read-only `buy_link` from the configured bot username.
-    pub fn with_buy_link(mut self, config: &Config) -> Channel {
-        self.buy_link = buy_link(config, self.id);
-        self
-    }
-}
-
-/// The deep link that opens channel `id`'s offer in the bot, when the bot's username is known.
-pub fn buy_link(config: &Config, id: i32) -> Option<String> {
-    config
-        .telegram_bot_username
-        .as_ref()
-        .map(|bot| format!("https://t.me/{bot}?start=c{id}"))
-}
-
-/// Reads a row selected with [`COLUMNS`], with its `buy_link`.
-fn channel(r: &Row, config: &Config) -> Result<Channel, tokio_postgres::Error> {
-    Ok(Channel::from_row(r)?.with_buy_link(config))
-}
 
 /// A new channel.
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -230,6 +110,24 @@ pub struct ChannelPatch {
     #[serde(default, deserialize_with = "nullable")]
     #[schema(value_type = bool)]
     recurring: Option<Option<bool>>,
+}
+
+impl ChannelInput {
+    /// The checked fields, as the domain takes them.
+    fn fields(&self) -> channels::Fields {
+        channels::Fields {
+            telegram_chat_id: self.telegram_chat_id,
+            title: self.title.clone(),
+            price_minor: self.price_minor,
+            currency: self.currency.clone(),
+            billing_period_days: self.billing_period_days,
+            grace_period_days: self.grace_period_days,
+            seat_limit: self.seat_limit,
+            active: self.active,
+            description: self.description.clone(),
+            recurring: self.recurring,
+        }
+    }
 }
 
 impl ChannelPatch {
@@ -326,25 +224,6 @@ fn validate(b: &ChannelInput, create: bool, mut e: Errors) -> Result<(), ApiErro
     e.finish()
 }
 
-/// Telegram sells Stars subscriptions with a 30-day period only.
-const RECURRING_PERIOD_DAYS: i32 = 30;
-const RECURRING_RULE: &str =
-    "is allowed only for XTR (Telegram Stars) channels with billing_period_days 30";
-
-/// The schema's refusal of a recurring channel that is not `XTR` for 30 days, as the same
-/// per-field 422 `validate` gives.
-fn recurring_refused(e: tokio_postgres::Error) -> ApiError {
-    let is_rule = e
-        .as_db_error()
-        .and_then(|d| d.constraint())
-        .is_some_and(|c| c == "channels_recurring_check");
-    if is_rule {
-        ApiError::field("recurring", RECURRING_RULE)
-    } else {
-        ApiError::Db(e)
-    }
-}
-
 /// `POST /api/channels`.
 #[utoipa::path(post, path = "/channels", operation_id = "createChannel", tag = "channels",
     request_body = ChannelInput,
@@ -364,27 +243,11 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let b = &write.body;
     validate(b, true, Errors::default())?;
+    let fields = b.fields();
     crate::idempotent!(state, write, |tx| {
-        let row = tx
-            .query_one(
-                INSERT_SQL,
-                &[
-                    &b.telegram_chat_id,
-                    &b.title,
-                    &b.price_minor,
-                    &b.currency,
-                    &b.billing_period_days,
-                    &b.grace_period_days,
-                    &b.seat_limit.flatten(),
-                    &b.active,
-                    &b.description.clone().flatten(),
-                    &b.recurring,
-                ],
-            )
-            .await
-            .map_err(recurring_refused)?;
-        let c = channel(&row, &state.config)?;
-        tracing::info!(channel_id = c.id, "channel created");
+        let c = channels::create(tx, &fields)
+            .await?
+            .with_buy_link(state.config.telegram_bot_username.as_deref());
         Ok((
             StatusCode::CREATED,
             serde_json::to_value(c).map_err(ApiError::internal)?,
@@ -408,14 +271,12 @@ pub async fn list(
 ) -> Result<Json<Page<Channel>>, ApiError> {
     let paging = Paging::new(q.limit, q.after)?;
     let client = state.db.get().await?;
-    let rows = client
-        .query(LIST_SQL, &[&paging.after, &q.active, &paging.fetch()])
-        .await?;
-    let items = rows
-        .iter()
-        .map(|r| channel(r, &state.config))
-        .collect::<Result<_, _>>()?;
-    Ok(Json(paging.page(items, |c| c.id as i64)))
+    let items = channels::list(&client, paging.after, q.active, paging.fetch())
+        .await?
+        .into_iter()
+        .map(|c| c.with_buy_link(state.config.telegram_bot_username.as_deref()))
+        .collect();
+    Ok(Json(paging.page(items, |c: &Channel| c.id as i64)))
 }
 
 /// `GET /api/channels/{id}`.
@@ -430,11 +291,12 @@ pub async fn get(
     PathId(id): PathId<i32>,
 ) -> Result<Json<Channel>, ApiError> {
     let client = state.db.get().await?;
-    let row = client
-        .query_opt(GET_SQL, &[&id])
+    let c = channels::get(&client, id)
         .await?
         .ok_or(ApiError::NotFound("channel"))?;
-    Ok(Json(channel(&row, &state.config)?))
+    Ok(Json(c.with_buy_link(
+        state.config.telegram_bot_username.as_deref(),
+    )))
 }
 
 /// `PATCH /api/channels/{id}`: any field; `seat_limit: null` makes the channel unlimited and
@@ -443,7 +305,7 @@ pub async fn get(
 ///
 /// A new `telegram_chat_id` is refused with 409 while the channel has live (active or grace)
 /// memberships — their members are in the current chat — or pending effects aimed at the current
-/// chat ([`chat_change_blocker`]); otherwise it also clears the stored `invite_link`, which
+/// chat ([`channels::chat_change_blocker`]); otherwise it also clears the stored `invite_link`, which
 /// belongs to the old chat (the next grant makes one for the new chat).
 #[utoipa::path(patch, path = "/channels/{id}", operation_id = "patchChannel", tag = "channels",
     params(("id" = i32, Path, description = "Channel id.")),
@@ -466,85 +328,12 @@ pub async fn patch(
     let mut e = Errors::default();
     let b = patch.into_input(&mut e);
     validate(&b, false, e)?;
+    let fields = b.fields();
     crate::transaction!(state.db, |tx| {
-        // A new or lower limit must bind every seat decision not yet committed: wait for those
-        // made from the old terms, hold off new ones until this commits (docs/locking.md).
-        if matches!(b.seat_limit, Some(Some(_)))
-            && !seats::lock_for_seat_limit_change(tx, id).await?
-        {
-            return Err(ApiError::NotFound("channel"));
-        }
-        if let Some(new_chat) = b.telegram_chat_id {
-            // `FOR UPDATE` (the lock a change of a unique column takes anyway), before the
-            // check: it waits for every transaction that enqueued an effect under a key-share
-            // lock of this row and holds off new ones until this commits, so the check below
-            // sees all of them.
-            let current: i64 = tx
-                .query_opt(
-                    "SELECT telegram_chat_id FROM channels WHERE id = $1 FOR UPDATE",
-                    &[&id],
-                )
-                .await?
-                .ok_or(ApiError::NotFound("channel"))?
-                .get(0);
-            if new_chat != current
-                && let Some(why) = chat_change_blocker(tx, id, current).await?
-            {
-                return Err(ApiError::Conflict(why));
-            }
-        }
-        let row = tx
-            .query_opt(
-                PATCH_SQL,
-                &[
-                    &id,
-                    &b.telegram_chat_id,
-                    &b.title,
-                    &b.price_minor,
-                    &b.currency,
-                    &b.billing_period_days,
-                    &b.grace_period_days,
-                    &b.seat_limit.is_some(),
-                    &b.seat_limit.flatten(),
-                    &b.active,
-                    &b.description.is_some(),
-                    &b.description.clone().flatten(),
-                    &b.recurring,
-                ],
-            )
-            .await
-            .map_err(recurring_refused)?
-            .ok_or(ApiError::NotFound("channel"))?;
-        Ok(Json(channel(&row, &state.config)?))
-    })
-}
-
-/// Why the channel's chat cannot change now, if it cannot: members in the current chat (a live
-/// membership) or effects still to be performed there (a pending effect whose `chat_id` is the
-/// current chat: a revoke still to kick someone, a grant still to send its link). Either would
-/// act on, or send people to, the wrong chat after the change. The caller holds the channel
-/// row `FOR UPDATE`.
-async fn chat_change_blocker(
-    tx: &deadpool_postgres::Transaction<'_>,
-    channel_id: i32,
-    chat_id: i64,
-) -> Result<Option<String>, ApiError> {
-    let live = memberships::channel_holds_access(tx, channel_id).await?;
-    let pending = effects::pending_in_chat(tx, chat_id).await?;
-    Ok(if live {
-        Some(
-            "telegram_chat_id cannot change while the channel has active or grace memberships \
-             (their members are in the current chat); expire or delete them first"
-                .into(),
-        )
-    } else if pending {
-        Some(
-            "telegram_chat_id cannot change while Telegram effects for the current chat are \
-             pending (GET /api/effects?status=pending); retry once the worker has performed them"
-                .into(),
-        )
-    } else {
-        None
+        let c = channels::change(tx, id, &fields).await?;
+        Ok(Json(c.with_buy_link(
+            state.config.telegram_bot_username.as_deref(),
+        )))
     })
 }
 
@@ -564,20 +353,6 @@ pub async fn delete(
     PathId(id): PathId<i32>,
 ) -> Result<Response, ApiError> {
     let client = state.db.get().await?;
-    let deleted = client
-        .execute("DELETE FROM channels WHERE id = $1", &[&id])
-        .await
-        .map_err(|e| match e.code() {
-            Some(c) if *c == tokio_postgres::error::SqlState::FOREIGN_KEY_VIOLATION => {
-                ApiError::Conflict(
-                    "the channel has memberships, orders or payments; deactivate it instead".into(),
-                )
-            }
-            _ => ApiError::Db(e),
-        })?;
-    if deleted == 0 {
-        return Err(ApiError::NotFound("channel"));
-    }
-    tracing::info!(channel_id = id, "channel deleted");
+    channels::delete(&client, id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -17,6 +17,7 @@ use super::{
     openapi::{OrderEnvelope, Problem},
 };
 use crate::{
+    channels,
     error::ApiError,
     orders::{self, Order},
     state::AppState,
@@ -64,9 +65,10 @@ pub async fn create(
             order.status
         )));
     }
-    let orders::Offered { title, days } = orders::offered(&client, id)
-        .await?
-        .ok_or(ApiError::NotFound("order"))?;
+    let channels::Billing {
+        title,
+        billing_period_days: days,
+    } = channels::billing(&client, order.channel_id).await?;
     drop(client);
 
     let bot = BotApi::from_config(&state.config, DEFAULT_TIMEOUT).ok_or_else(|| {

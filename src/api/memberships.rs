@@ -26,6 +26,7 @@ use crate::{
     memberships::{self, Cause, Event, Membership, Status},
     orders::seats,
     state::AppState,
+    subscribers,
 };
 
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -149,8 +150,6 @@ pub async fn events(
     Ok(Json(paging.page(items, |e| e.id)))
 }
 
-const SUBSCRIBER_EXISTS_SQL: &str = "SELECT 1 FROM subscribers WHERE id = $1";
-
 /// `POST /api/memberships`: grant or extend by hand (cause `staff`):
 /// `expires_at = GREATEST(current, now) + days`, `status = active`. 201 when created, 200 when
 /// extended. Staff grants are deliberate and do not check seats.
@@ -187,10 +186,10 @@ pub async fn grant(
     );
     crate::idempotent!(state, write, |tx| {
         db::lock_pair(tx, subscriber_id, channel_id).await?;
-        let subscriber = db::row_opt(tx, SUBSCRIBER_EXISTS_SQL, &[&subscriber_id]).await?;
+        let subscriber = subscribers::exists(tx, subscriber_id.0).await?;
         let channel = seats::lock_channel_terms(tx, channel_id.0).await?.is_some();
         let mut e = Errors::default();
-        if subscriber.is_none() {
+        if !subscriber {
             e.add("subscriber_id", "no such subscriber");
         }
         if !channel {

@@ -4,7 +4,8 @@
 //!
 //! Read in one read-only REPEATABLE READ transaction, so every number comes from the same
 //! snapshot (a payment applied meanwhile moves a member and the revenue together, or neither).
-//! Seats are counted by [`seats::seats_taken`], the function every seat decision uses.
+//! Seats are counted by [`seats::seats_taken`], the function every seat decision uses; the
+//! channels and their member counts come from [`channels::member_counts`].
 
 use axum::{Json, extract::State};
 use chrono::{DateTime, Utc};
@@ -12,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use tokio_postgres::IsolationLevel;
 
 use super::{ApiQuery, auth::Staff};
-use crate::{error::ApiError, orders::seats, state::AppState, sweep::SweepRun};
+use crate::{channels, error::ApiError, orders::seats, state::AppState, sweep::SweepRun};
 
 /// The body of `GET /api/overview`.
 #[derive(Serialize, utoipa::ToSchema)]
@@ -104,82 +105,72 @@ pub async fn get(
         .read_only(true)
         .start()
         .await?;
-    let rows = tx
-        .query(
-            "SELECT c.id, c.title, c.active, c.seat_limit,
-                    count(m.id) FILTER (WHERE m.status = 'active'),
-                    count(m.id) FILTER (WHERE m.status = 'grace'),
-                    count(m.id) FILTER (WHERE m.status = 'expired')
-             FROM channels c LEFT JOIN memberships m ON m.channel_id = c.id
-             GROUP BY c.id ORDER BY c.id",
-            &[],
-        )
-        .await?;
-    let mut channels = Vec::with_capacity(rows.len());
-    for r in rows {
-        let id: i32 = r.get(0);
-        let seat_limit: Option<i32> = r.get(3);
-        let seats_taken = match seat_limit {
-            Some(_) => Some(seats::seats_taken(&tx, id).await?),
+    let mut channels = Vec::new();
+    for c in channels::member_counts(&tx).await? {
+        let seats_taken = match c.seat_limit {
+            Some(_) => Some(seats::seats_taken(&tx, c.id).await?),
             None => None,
         };
         channels.push(ChannelCounts {
-            id,
-            title: r.get(1),
-            active: r.get(2),
-            seat_limit,
+            id: c.id,
+            title: c.title,
+            active: c.active,
+            seat_limit: c.seat_limit,
             seats_taken,
             members: MemberCounts {
-                active: r.get(4),
-                grace: r.get(5),
-                expired: r.get(6),
+                active: c.members_active,
+                grace: c.members_grace,
+                expired: c.members_expired,
             },
         });
     }
     let revenue_30d = tx
         .query(
-            "SELECT currency, sum(amount_minor)::bigint, count(*) FROM payments
+            "SELECT currency, sum(amount_minor)::bigint AS amount_minor, count(*) AS payments
+             FROM payments
              WHERE outcome = 'applied' AND paid_at > statement_timestamp() - interval '30 days'
              GROUP BY currency ORDER BY currency",
             &[],
         )
         .await?
         .iter()
-        .map(|r| Revenue {
-            currency: r.get(0),
-            amount_minor: r.get(1),
-            payments: r.get(2),
+        .map(|r| {
+            Ok(Revenue {
+                currency: r.try_get("currency")?,
+                amount_minor: r.try_get("amount_minor")?,
+                payments: r.try_get("payments")?,
+            })
         })
-        .collect();
+        .collect::<Result<_, tokio_postgres::Error>>()?;
     let r = tx
         .query_one(
-            "SELECT count(*) FILTER (WHERE outcome = 'needs_review'),
-                    count(*) FILTER (WHERE outcome = 'refund_pending'),
-                    count(*) FILTER (WHERE outcome = 'refund_failed'),
-                    (SELECT count(*) FROM effects WHERE status = 'pending'),
-                    (SELECT count(*) FROM effects WHERE status = 'failed'),
+            "SELECT count(*) FILTER (WHERE outcome = 'needs_review') AS needs_review,
+                    count(*) FILTER (WHERE outcome = 'refund_pending') AS refund_pending,
+                    count(*) FILTER (WHERE outcome = 'refund_failed') AS refund_failed,
+                    (SELECT count(*) FROM effects WHERE status = 'pending') AS effects_pending,
+                    (SELECT count(*) FROM effects WHERE status = 'failed') AS effects_failed,
                     (SELECT at FROM membership_events WHERE cause = 'sweep'
-                      ORDER BY id DESC LIMIT 1),
-                    statement_timestamp()
+                      ORDER BY id DESC LIMIT 1) AS last_sweep_change_at,
+                    statement_timestamp() AS as_of
              FROM payments WHERE outcome IN ('needs_review', 'refund_pending', 'refund_failed')",
             &[],
         )
         .await?;
     tx.commit().await?;
     Ok(Json(Overview {
-        as_of: r.get(6),
+        as_of: r.try_get("as_of")?,
         channels,
         revenue_30d,
         payments: PaymentCounts {
-            needs_review: r.get(0),
-            refund_pending: r.get(1),
-            refund_failed: r.get(2),
+            needs_review: r.try_get("needs_review")?,
+            refund_pending: r.try_get("refund_pending")?,
+            refund_failed: r.try_get("refund_failed")?,
         },
         effects: EffectCounts {
-            pending: r.get(3),
-            failed: r.get(4),
+            pending: r.try_get("effects_pending")?,
+            failed: r.try_get("effects_failed")?,
         },
         last_sweep: state.last_sweep.get(),
-        last_sweep_change_at: r.get(5),
+        last_sweep_change_at: r.try_get("last_sweep_change_at")?,
     }))
 }

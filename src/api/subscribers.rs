@@ -1,4 +1,7 @@
 //! `/api/subscribers`: the buyers, identified by their Telegram user id.
+//!
+//! HTTP only: a handler checks the body's fields, calls one function of [`crate::subscribers`]
+//! (which owns the rows, the SQL and the rules of a change) and renders its answer.
 
 use axum::{
     Json,
@@ -6,81 +9,15 @@ use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
-use tokio_postgres::Row;
+use serde::Deserialize;
 
 use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, check_text, not_null, nullable};
 use super::{auth::Staff, idempotency::StaffWrite, openapi::Problem};
 use crate::{
-    db::{self, FromRow},
     error::ApiError,
-    memberships,
     state::AppState,
+    subscribers::{self, Subscriber},
 };
-
-/// The select list of the rows here (a macro, so SQL constants can splice it with `concat!`).
-macro_rules! subscriber_columns {
-    () => {
-        "id, telegram_user_id, username, display_name, created_at, updated_at"
-    };
-}
-
-const INSERT_SQL: &str = concat!(
-    "INSERT INTO subscribers (telegram_user_id, username, display_name)
-                         VALUES ($1, $2, $3) RETURNING ",
-    subscriber_columns!()
-);
-const LIST_SQL: &str = concat!(
-    "SELECT ",
-    subscriber_columns!(),
-    " FROM subscribers
-                 WHERE id > $1::bigint AND ($2::bigint IS NULL OR telegram_user_id = $2)
-                   AND ($4::text IS NULL OR lower(username) = lower($4))
-                 ORDER BY id LIMIT $3"
-);
-const GET_SQL: &str = concat!(
-    "SELECT ",
-    subscriber_columns!(),
-    " FROM subscribers WHERE id = $1"
-);
-const PATCH_SQL: &str = concat!(
-    "UPDATE subscribers SET
-                         telegram_user_id = COALESCE($2, telegram_user_id),
-                         username = CASE WHEN $3 THEN $4 ELSE username END,
-                         display_name = CASE WHEN $5 THEN $6 ELSE display_name END,
-                         updated_at = statement_timestamp()
-                     WHERE id = $1 RETURNING ",
-    subscriber_columns!()
-);
-
-/// A buyer, identified by their Telegram user id.
-#[derive(Serialize, utoipa::ToSchema)]
-#[schema(example = json!({"id": 1, "telegram_user_id": 100000001, "username": "ann",
-    "display_name": "Ann", "created_at": "2025-01-01T10:00:00Z", "updated_at": "2025-01-01T10:00:00Z"}))]
-pub struct Subscriber {
-    pub id: i32,
-    pub telegram_user_id: i64,
-    pub username: Option<String>,
-    pub display_name: Option<String>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-}
-
-impl FromRow for Subscriber {
-    const COLUMNS: &'static str = subscriber_columns!();
-
-    fn from_row(r: &Row) -> Result<Subscriber, tokio_postgres::Error> {
-        Ok(Subscriber {
-            id: r.try_get("id")?,
-            telegram_user_id: r.try_get("telegram_user_id")?,
-            username: r.try_get("username")?,
-            display_name: r.try_get("display_name")?,
-            created_at: r.try_get("created_at")?,
-            updated_at: r.try_get("updated_at")?,
-        })
-    }
-}
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -150,21 +87,19 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let b = &write.body;
     let mut e = Errors::default();
-    if let Some(id) = e.required("telegram_user_id", b.telegram_user_id) {
+    let telegram_user_id = e.required("telegram_user_id", b.telegram_user_id);
+    if let Some(id) = telegram_user_id {
         check_telegram_user_id(&mut e, id);
     }
     check_text(&mut e, "username", b.username.as_deref(), 64);
     check_text(&mut e, "display_name", b.display_name.as_deref(), 128);
     e.finish()?;
+    let Some(telegram_user_id) = telegram_user_id else {
+        return Err(ApiError::internal("a checked telegram_user_id is missing"));
+    };
+    let (username, display_name) = (b.username.as_deref(), b.display_name.as_deref());
     crate::idempotent!(state, write, |tx| {
-        let row = tx
-            .query_one(
-                INSERT_SQL,
-                &[&b.telegram_user_id, &b.username, &b.display_name],
-            )
-            .await?;
-        let s = Subscriber::from_row(&row)?;
-        tracing::info!(subscriber_id = s.id, "subscriber created");
+        let s = subscribers::create(tx, telegram_user_id, username, display_name).await?;
         Ok((
             StatusCode::CREATED,
             serde_json::to_value(s).map_err(ApiError::internal)?,
@@ -200,15 +135,12 @@ pub async fn list(
         e.finish()?;
     }
     let client = state.db.get().await?;
-    let items: Vec<Subscriber> = db::all(
+    let items = subscribers::list(
         &client,
-        LIST_SQL,
-        &[
-            &paging.after,
-            &q.telegram_user_id,
-            &paging.fetch(),
-            &username,
-        ],
+        paging.after,
+        q.telegram_user_id,
+        username,
+        paging.fetch(),
     )
     .await?;
     Ok(Json(paging.page(items, |s| s.id as i64)))
@@ -226,7 +158,7 @@ pub async fn get(
     PathId(id): PathId<i32>,
 ) -> Result<Json<Subscriber>, ApiError> {
     let client = state.db.get().await?;
-    let s = db::opt(&client, GET_SQL, &[&id])
+    let s = subscribers::get(&client, id)
         .await?
         .ok_or(ApiError::NotFound("subscriber"))?;
     Ok(Json(s))
@@ -270,42 +202,13 @@ pub async fn patch(
         128,
     );
     e.finish()?;
+    let change = subscribers::Change {
+        telegram_user_id,
+        username: b.username,
+        display_name: b.display_name,
+    };
     crate::transaction!(state.db, |tx| {
-        let current = tx
-            .query_opt(
-                "SELECT telegram_user_id FROM subscribers WHERE id = $1 FOR UPDATE",
-                &[&id],
-            )
-            .await?
-            .ok_or(ApiError::NotFound("subscriber"))?;
-        if let Some(new_id) = telegram_user_id
-            && new_id != current.get::<_, i64>(0)
-        {
-            // Memberships are only created under the subscriber row's key-share lock (their
-            // foreign key), and revived under it too (`memberships::extend`, `memberships::lock`
-            // take it), so this check cannot race a membership becoming live. Effects still
-            // pending or failed for the old account do not block the change: each keeps the
-            // account it was enqueued for (a revoke still removes the old one), docs/effects.md.
-            if memberships::subscriber_holds_access(tx, id).await? {
-                return Err(ApiError::Conflict(
-                    "telegram_user_id cannot change while the subscriber has an active or grace membership".into(),
-                ));
-            }
-        }
-        let row = tx
-            .query_one(
-                PATCH_SQL,
-                &[
-                    &id,
-                    &telegram_user_id,
-                    &b.username.is_some(),
-                    &b.username.clone().flatten(),
-                    &b.display_name.is_some(),
-                    &b.display_name.clone().flatten(),
-                ],
-            )
-            .await?;
-        Ok(Json(Subscriber::from_row(&row)?))
+        Ok(Json(subscribers::change(tx, id, &change).await?))
     })
 }
 
@@ -326,41 +229,7 @@ pub async fn delete(
     PathId(id): PathId<i32>,
 ) -> Result<Response, ApiError> {
     crate::transaction!(state.db, |tx| {
-        // Locked first: a new membership, order or payment of this subscriber (each takes a
-        // key-share lock through its foreign key) waits until this commits, so the memberships
-        // deleted below are all there are, and a payment in flight is seen by the check.
-        tx.query_opt("SELECT 1 FROM subscribers WHERE id = $1 FOR UPDATE", &[&id])
-            .await?
-            .ok_or(ApiError::NotFound("subscriber"))?;
-        let has_payments = tx
-            .query_opt(
-                "SELECT 1 FROM payments WHERE subscriber_id = $1 LIMIT 1",
-                &[&id],
-            )
-            .await?
-            .is_some();
-        if has_payments {
-            return Err(ApiError::Conflict(
-                "the subscriber has payments; money records are never deleted".into(),
-            ));
-        }
-        // Before the subscriber: its cascade would remove them without a revoke.
-        let removed = memberships::delete_of_subscriber(tx, id).await?;
-        tx.execute("DELETE FROM subscribers WHERE id = $1", &[&id])
-            .await
-            .map_err(|e| match e.code() {
-                Some(c) if *c == tokio_postgres::error::SqlState::FOREIGN_KEY_VIOLATION => {
-                    ApiError::Conflict(
-                        "the subscriber has payments; money records are never deleted".into(),
-                    )
-                }
-                _ => ApiError::Db(e),
-            })?;
-        tracing::info!(
-            subscriber_id = id,
-            memberships = removed,
-            "subscriber deleted"
-        );
+        subscribers::delete(tx, id).await?;
         Ok(StatusCode::NO_CONTENT.into_response())
     })
 }

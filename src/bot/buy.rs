@@ -33,13 +33,9 @@
 
 use deadpool_postgres::Transaction;
 
-use super::{
-    Gateway,
-    conversation::{ChannelRow, channel},
-    gateway, render, texts,
-    update::Sender,
-};
+use super::{Gateway, gateway, render, texts, update::Sender};
 use crate::{
+    channels::{self, Offer},
     config::Config,
     db,
     effects::{self, NewEffect, Payload},
@@ -48,6 +44,7 @@ use crate::{
         new_reference,
         seats::{self, CheckoutRefusal, HoldLimit},
     },
+    subscribers,
 };
 
 /// The answer to a press: a passing notification, or an alert the buyer must close.
@@ -77,7 +74,7 @@ pub(super) async fn buy(
     from: &Sender,
     channel_id: i32,
 ) -> Result<Answer, ApiError> {
-    let Some(c) = channel(tx, channel_id).await? else {
+    let Some(c) = channels::offer(tx, channel_id).await? else {
         return Ok(alert(texts::BUTTON_INVALID));
     };
     if !c.active {
@@ -183,7 +180,7 @@ fn refused(name: &str, refusal: CheckoutRefusal) -> Answer {
 }
 
 /// Creates or updates the subscriber of Telegram user `from` (username and display name as
-/// Telegram has them now); returns its id.
+/// Telegram has them now, fit for their columns); returns its id.
 async fn upsert_subscriber(tx: &Transaction<'_>, from: &Sender) -> Result<i32, ApiError> {
     let username = from
         .username
@@ -196,29 +193,8 @@ async fn upsert_subscriber(tx: &Transaction<'_>, from: &Sender) -> Result<i32, A
         .collect::<Vec<_>>()
         .join(" ");
     let display_name = Some(clean(&render::one_line(&names), 128)).filter(|n| !n.is_empty());
-    let updated = tx
-        .query_opt(
-            "INSERT INTO subscribers (telegram_user_id, username, display_name)
-             VALUES ($1, $2, $3)
-             ON CONFLICT (telegram_user_id) DO UPDATE
-                 SET username = EXCLUDED.username, display_name = EXCLUDED.display_name,
-                     updated_at = statement_timestamp()
-                 WHERE (subscribers.username, subscribers.display_name)
-                       IS DISTINCT FROM (EXCLUDED.username, EXCLUDED.display_name)
-             RETURNING id",
-            &[&from.id, &username, &display_name],
-        )
-        .await?;
-    if let Some(row) = updated {
-        return Ok(row.get(0));
-    }
-    Ok(tx
-        .query_one(
-            "SELECT id FROM subscribers WHERE telegram_user_id = $1",
-            &[&from.id],
-        )
-        .await?
-        .get(0))
+    subscribers::upsert_from_telegram(tx, from.id, username.as_deref(), display_name.as_deref())
+        .await
 }
 
 /// Text PostgreSQL can store within a `char_length` limit: no NUL, at most `max` characters.
@@ -241,7 +217,8 @@ async fn live_subscription(
             &[&subscriber_id, &channel_id],
         )
         .await?
-        .map(|r| r.get(0)))
+        .map(|r| r.try_get("expires_at"))
+        .transpose()?)
 }
 
 /// The buyer's newest order of the channel that can still be paid as invoiced: pending, not
@@ -251,7 +228,7 @@ async fn live_subscription(
 async fn reusable_order(
     tx: &Transaction<'_>,
     subscriber_id: i32,
-    c: &ChannelRow,
+    c: &Offer,
     open_secs: i64,
 ) -> Result<Option<i64>, ApiError> {
     Ok(tx
@@ -272,7 +249,8 @@ async fn reusable_order(
             ],
         )
         .await?
-        .map(|r| r.get(0)))
+        .map(|r| r.try_get("id"))
+        .transpose()?)
 }
 
 /// Retires the bot's pending orders of the pair that [`reusable_order`] passed over (hold ran
@@ -327,7 +305,7 @@ const RETIRE_SQL: &str = "WITH stale AS (
 async fn create_order(
     tx: &Transaction<'_>,
     subscriber_id: i32,
-    c: &ChannelRow,
+    c: &Offer,
 ) -> Result<i64, ApiError> {
     Ok(tx
         .query_one(
@@ -343,7 +321,7 @@ async fn create_order(
             ],
         )
         .await?
-        .get(0))
+        .try_get("id")?)
 }
 
 /// Enqueues the order's invoice for Telegram user `user_id`, once per order; `false` when it

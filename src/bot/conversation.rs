@@ -8,7 +8,6 @@
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use serde_json::Value;
-use tokio_postgres::Row;
 
 use super::{
     buy, gateway,
@@ -17,10 +16,12 @@ use super::{
     update::{Action, Sender},
 };
 use crate::{
+    channels::{self, Offer},
     config::Config,
     error::ApiError,
     orders::seats,
     payments::star_subscriptions::{self, CancelRefusal, CancelledBy},
+    subscribers,
 };
 
 /// Channels one catalogue message lists at most (fewer when long descriptions fill it).
@@ -117,67 +118,13 @@ async fn button(
     }
 }
 
-/// The columns of [`channel_of`], in order.
-const CHANNEL: &str = "id, title, description, price_minor, currency, billing_period_days, \
-     recurring, seat_limit, active";
-
-/// A channel as the bot sells it.
-#[derive(Debug, Clone)]
-pub(super) struct ChannelRow {
-    pub id: i32,
-    pub title: String,
-    pub description: Option<String>,
-    pub price_minor: i64,
-    pub currency: String,
-    pub billing_period_days: i32,
-    pub recurring: bool,
-    pub seat_limit: Option<i32>,
-    pub active: bool,
-}
-
-fn channel_of(r: &Row) -> ChannelRow {
-    ChannelRow {
-        id: r.get(0),
-        title: r.get(1),
-        description: r.get(2),
-        price_minor: r.get(3),
-        currency: r.get(4),
-        billing_period_days: r.get(5),
-        recurring: r.get(6),
-        seat_limit: r.get(7),
-        active: r.get(8),
-    }
-}
-
-/// Channel `id`, active or not.
-pub(super) async fn channel(tx: &Transaction<'_>, id: i32) -> Result<Option<ChannelRow>, ApiError> {
-    let row = tx
-        .query_opt(
-            &format!("SELECT {CHANNEL} FROM channels WHERE id = $1"),
-            &[&id],
-        )
-        .await?;
-    Ok(row.as_ref().map(channel_of))
-}
-
-/// The subscriber id of Telegram user `user_id`, if they ever bought.
-async fn subscriber_of(tx: &Transaction<'_>, user_id: i64) -> Result<Option<i32>, ApiError> {
-    Ok(tx
-        .query_opt(
-            "SELECT id FROM subscribers WHERE telegram_user_id = $1",
-            &[&user_id],
-        )
-        .await?
-        .map(|r| r.get(0)))
-}
-
 /// Whether `viewer` can buy `c` now: a gateway takes its currency, and a seat is free or the
 /// viewer is a member already (a renewal needs no seat). Read without locks: the buy button
 /// decides again under them.
 async fn availability(
     tx: &Transaction<'_>,
     config: &Config,
-    c: &ChannelRow,
+    c: &Offer,
     viewer: Option<i32>,
 ) -> Result<Availability, ApiError> {
     if gateway(config, &c.currency).is_none() {
@@ -199,10 +146,12 @@ async fn availability(
     })
 }
 
+/// The catalogue's view of channel `c` (`present` knows no channel rows: the bot turns the
+/// channel's projection into the view, with what `viewer` may do with it).
 async fn view(
     tx: &Transaction<'_>,
     config: &Config,
-    c: ChannelRow,
+    c: Offer,
     viewer: Option<i32>,
 ) -> Result<OfferView, ApiError> {
     let availability = availability(tx, config, &c, viewer).await?;
@@ -226,19 +175,12 @@ async fn catalogue(
     intro: Option<&str>,
     after: i32,
 ) -> Result<(render::Rendered, usize), ApiError> {
-    let rows = tx
-        .query(
-            &format!(
-                "SELECT {CHANNEL} FROM channels WHERE active AND id > $1 ORDER BY id LIMIT $2"
-            ),
-            &[&after, &(PAGE + 1)],
-        )
-        .await?;
-    let more = rows.len() as i64 > PAGE;
-    let viewer = subscriber_of(tx, user_id).await?;
+    let channels = channels::active_offers(tx, after, PAGE + 1).await?;
+    let more = channels.len() as i64 > PAGE;
+    let viewer = subscribers::of_telegram_user(tx, user_id).await?;
     let mut offers = Vec::new();
-    for r in rows.iter().take(PAGE as usize) {
-        offers.push(view(tx, config, channel_of(r), viewer).await?);
+    for c in channels.into_iter().take(PAGE as usize) {
+        offers.push(view(tx, config, c, viewer).await?);
     }
     Ok(render::catalogue(intro, &offers, more))
 }
@@ -250,10 +192,10 @@ async fn offer(
     user_id: i64,
     channel_id: i32,
 ) -> Result<Option<OfferView>, ApiError> {
-    let Some(c) = channel(tx, channel_id).await?.filter(|c| c.active) else {
+    let Some(c) = channels::offer(tx, channel_id).await?.filter(|c| c.active) else {
         return Ok(None);
     };
-    let viewer = subscriber_of(tx, user_id).await?;
+    let viewer = subscribers::of_telegram_user(tx, user_id).await?;
     Ok(Some(view(tx, config, c, viewer).await?))
 }
 
@@ -268,8 +210,9 @@ async fn subscriptions(
     let rows = tx
         .query(
             "SELECT m.channel_id, c.title, m.status, m.expires_at, c.active, c.currency,
-                    ss.id, ss.status, ss.expires_at,
-                    ss.expires_at > statement_timestamp()
+                    ss.id AS subscription_id, ss.status AS subscription_status,
+                    ss.expires_at AS subscription_expires_at,
+                    ss.expires_at > statement_timestamp() AS subscription_ahead
              FROM memberships m
              JOIN subscribers s ON s.id = m.subscriber_id
              JOIN channels c ON c.id = m.channel_id
@@ -288,11 +231,11 @@ async fn subscriptions(
     let memberships: Vec<MembershipView> = rows
         .iter()
         .map(|r| {
-            let (active, currency): (bool, String) = (r.get(4), r.get(5));
-            let sub_id: Option<i64> = r.get(6);
-            let sub_status: Option<String> = r.get(7);
-            let sub_expires: Option<DateTime<Utc>> = r.get(8);
-            let sub_future: Option<bool> = r.get(9);
+            let (active, currency): (bool, String) = (r.try_get("active")?, r.try_get("currency")?);
+            let sub_id: Option<i64> = r.try_get("subscription_id")?;
+            let sub_status: Option<String> = r.try_get("subscription_status")?;
+            let sub_expires: Option<DateTime<Utc>> = r.try_get("subscription_expires_at")?;
+            let sub_future: Option<bool> = r.try_get("subscription_ahead")?;
             let subscription = match (sub_id, sub_status.as_deref(), sub_expires) {
                 (Some(id), Some("active"), Some(at)) if sub_future == Some(true) => {
                     Some(SubscriptionView {
@@ -307,16 +250,16 @@ async fn subscriptions(
                 // A subscription Telegram stopped charging: nothing to show.
                 _ => None,
             };
-            MembershipView {
-                channel_id: r.get(0),
-                title: r.get(1),
-                status: r.get(2),
-                expires_at: texts::day(r.get(3)),
+            Ok(MembershipView {
+                channel_id: r.try_get("channel_id")?,
+                title: r.try_get("title")?,
+                status: r.try_get("status")?,
+                expires_at: texts::day(r.try_get("expires_at")?),
                 can_renew: active && gateway(config, &currency).is_some(),
                 subscription,
-            }
+            })
         })
-        .collect();
+        .collect::<Result<_, tokio_postgres::Error>>()?;
     Ok(render::subscriptions(&memberships))
 }
 
@@ -334,7 +277,8 @@ async fn cancel_renewal(
             &[&id],
         )
         .await?
-        .map(|r| r.get(0));
+        .map(|r| r.try_get("telegram_user_id"))
+        .transpose()?;
     if owner != Some(from.id) {
         return Ok(texts::BUTTON_INVALID);
     }

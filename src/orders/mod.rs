@@ -15,10 +15,12 @@ use serde::Serialize;
 use tokio_postgres::Row;
 
 use crate::{
+    channels,
     currency::Money,
     db::{self, FromRow},
     error::ApiError,
     ids::{ChannelId, SubscriberId},
+    subscribers,
 };
 
 crate::text_enum! {
@@ -107,32 +109,6 @@ impl FromRow for Order {
     }
 }
 
-/// The select list of [`ChannelPrice`].
-macro_rules! channel_price_columns {
-    () => {
-        "price_minor, currency, active"
-    };
-}
-
-/// What a new order copies from its channel, and whether the channel sells at all.
-struct ChannelPrice {
-    price_minor: i64,
-    currency: String,
-    active: bool,
-}
-
-impl FromRow for ChannelPrice {
-    const COLUMNS: &'static str = channel_price_columns!();
-
-    fn from_row(r: &Row) -> Result<ChannelPrice, tokio_postgres::Error> {
-        Ok(ChannelPrice {
-            price_minor: r.try_get("price_minor")?,
-            currency: r.try_get("currency")?,
-            active: r.try_get("active")?,
-        })
-    }
-}
-
 /// A new order reference: `ord_` and 32 hex digits of 16 bytes from the operating system's
 /// CSPRNG. Guessing one is as hard as guessing a 128-bit key, so a reference in a payment is
 /// evidence the payer saw our invoice, and references of other buyers cannot be enumerated.
@@ -142,12 +118,6 @@ pub fn new_reference() -> String {
     format!("ord_{}", hex::encode(bytes))
 }
 
-const SUBSCRIBER_EXISTS_SQL: &str = "SELECT 1 FROM subscribers WHERE id = $1";
-const PRICE_SQL: &str = concat!(
-    "SELECT ",
-    channel_price_columns!(),
-    " FROM channels WHERE id = $1"
-);
 const INSERT_SQL: &str = concat!(
     "INSERT INTO orders (reference, subscriber_id, channel_id, amount_minor, currency)
      VALUES ($1, $2, $3, $4, $5) RETURNING ",
@@ -179,10 +149,10 @@ pub async fn create(
     subscriber_id: i32,
     channel_id: i32,
 ) -> Result<Order, ApiError> {
-    let subscriber = db::row_opt(tx, SUBSCRIBER_EXISTS_SQL, &[&subscriber_id]).await?;
-    let channel: Option<ChannelPrice> = db::opt(tx, PRICE_SQL, &[&channel_id]).await?;
+    let subscriber = subscribers::exists(tx, subscriber_id).await?;
+    let channel = channels::price(tx, channel_id).await?;
     let mut errors = std::collections::BTreeMap::new();
-    if subscriber.is_none() {
+    if !subscriber {
         errors.insert(
             "subscriber_id".to_string(),
             "no such subscriber".to_string(),
@@ -377,34 +347,6 @@ pub async fn invoice_facts(
         &[&id, &(unheld_open_secs as f64)],
     )
     .await
-}
-
-const OFFERED_SQL: &str = "SELECT c.title, c.billing_period_days
-     FROM orders o JOIN channels c ON c.id = o.channel_id
-     WHERE o.id = $1";
-
-/// What an order buys, as its channel names it now: the channel's title and its billing
-/// period (a Stars invoice link's title and description).
-#[derive(Debug, Clone)]
-pub struct Offered {
-    pub title: String,
-    pub days: i32,
-}
-
-impl FromRow for Offered {
-    const COLUMNS: &'static str = "c.title, c.billing_period_days";
-
-    fn from_row(r: &Row) -> Result<Offered, tokio_postgres::Error> {
-        Ok(Offered {
-            title: r.try_get("title")?,
-            days: r.try_get("billing_period_days")?,
-        })
-    }
-}
-
-/// What order `id` buys ([`Offered`]), if the order exists.
-pub async fn offered(client: &impl GenericClient, id: i64) -> Result<Option<Offered>, ApiError> {
-    db::opt(client, OFFERED_SQL, &[&id]).await
 }
 
 /// Marks an order paid by a payment (its hold stops counting), as a data-modifying CTE after

@@ -8,7 +8,7 @@
 //! [`lock_order_by_reference`] take the first three, so no caller can get them out of order.
 //! The channel lock serializes every seat decision of one channel: two buyers racing for the
 //! last seat decide one after the other, and the second sees the first one's hold. A staff
-//! PATCH of `seat_limit` locks the channel `FOR UPDATE` first ([`lock_for_seat_limit_change`]),
+//! PATCH of `seat_limit` locks the channel `FOR UPDATE` first ([`crate::channels::lock_for_change`]),
 //! so no decision is made from a limit older than the one it commits.
 //!
 //! Seats taken = live memberships ([`crate::memberships::live_sql!`]: active or grace and
@@ -196,7 +196,7 @@ pub async fn lock_order_of_locked_pair(
 /// Reads the channel's terms under a lock, third in the lock order. Every channel is read
 /// `FOR KEY SHARE`: it blocks no other payment, checkout or foreign-key check (they take the
 /// same mode), but it conflicts with the `FOR UPDATE` a staff PATCH of `seat_limit` takes first
-/// ([`lock_for_seat_limit_change`]), so such a PATCH waits for every transaction that decided
+/// ([`crate::channels::lock_for_change`]), so such a PATCH waits for every transaction that decided
 /// from the old terms, and every later one waits for the PATCH and reads the new limit. A
 /// seat-limited channel is then locked `FOR NO KEY UPDATE` and re-read (a newer limit may have
 /// been committed meanwhile): that serializes its seat decisions. Unlimited channels are not
@@ -235,23 +235,6 @@ impl FromRow for ChannelTerms {
         })
     }
 }
-
-/// Locks a channel row `FOR UPDATE` before its `seat_limit` is set or changed. That mode
-/// conflicts with the `FOR KEY SHARE` every seat decision reads the channel with
-/// ([`lock_channel_terms`]), so it waits until no transaction that read the old limit (or
-/// "no limit") is still running, and holds off new ones until the change commits: no payment,
-/// checkout or pre-checkout can decide from a limit older than the one committed. The caller
-/// takes no other lock of the lock order, before or after. `false`: no such channel.
-pub async fn lock_for_seat_limit_change(
-    tx: &Transaction<'_>,
-    channel_id: i32,
-) -> Result<bool, ApiError> {
-    Ok(db::row_opt(tx, SEAT_LIMIT_LOCK_SQL, &[&channel_id])
-        .await?
-        .is_some())
-}
-
-const SEAT_LIMIT_LOCK_SQL: &str = "SELECT 1 FROM channels WHERE id = $1 FOR UPDATE";
 
 /// How long past its next renewal (`expires_at`) a live Stars subscription holds its seat, and
 /// its membership lasts at least: one day, for Telegram's renewal charge to arrive.

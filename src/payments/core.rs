@@ -46,6 +46,7 @@ use super::{
     star_subscriptions::{self, StarSubscription},
 };
 use crate::{
+    channels,
     currency::{Mismatch, Money},
     db::{self, FromRow},
     error::ApiError,
@@ -848,8 +849,6 @@ fn is_renewal(
     }
 }
 
-const RECURRING_SQL: &str = "SELECT recurring FROM channels WHERE id = $1";
-
 /// Whether an applied first payment starts a Stars subscription: the door says so, or (door
 /// unknown, e.g. the reconcile of a missed update) it is a Stars payment of a `recurring`
 /// channel, whose invoices are subscription links.
@@ -863,9 +862,7 @@ async fn starts_subscription(
         Recurrence::First(_) => true,
         Recurrence::OneOff | Recurrence::Renewal(_) => false,
         Recurrence::Unknown if p.gateway != Gateway::TelegramStars => false,
-        Recurrence::Unknown => db::row_one(tx, RECURRING_SQL, &[&locked.order.channel_id])
-            .await?
-            .try_get("recurring")?,
+        Recurrence::Unknown => channels::is_recurring(tx, locked.order.channel_id).await?,
     })
 }
 

@@ -7,13 +7,11 @@ use deadpool_postgres::Transaction;
 
 use super::core::{Outcome, Payment, Reason};
 use crate::{
-    db,
+    channels,
     effects::{NewEffect, Payload, enqueue, payload::BotMessage},
     error::ApiError,
     present::{render, texts},
 };
-
-const TITLE_SQL: &str = "SELECT title FROM channels WHERE id = $1";
 
 /// Tells the buyer, once, that payment `p` could not be used: it will be refunded (a Stars
 /// payment we refund), or reviewed by staff (any other), or could not be matched to an order;
@@ -32,10 +30,9 @@ pub async fn enqueue_payment_notice(
     };
     let price = render::price(&p.money());
     let title = match p.channel_id {
-        Some(id) => match db::row_opt(tx, TITLE_SQL, &[&id]).await? {
-            Some(r) => Some(render::title(&r.try_get::<_, String>("title")?, id)),
-            None => None,
-        },
+        Some(id) => channels::title(tx, id)
+            .await?
+            .map(|t| render::title(&t, id)),
         None => None,
     };
     let seat_taken = p.reason == Some(Reason::NoSeat);

@@ -28,13 +28,14 @@
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use serde::Serialize;
-use tokio_postgres::{GenericClient, Row};
+use tokio_postgres::Row;
 
 use super::core::Reason;
 use crate::{
     db::{self, FromRow},
     effects::{self, NewEffect, Payload, payload::SubscriptionCancel},
     error::ApiError,
+    subscribers,
 };
 
 /// The only period Telegram accepts for a Stars subscription, in seconds (30 days).
@@ -339,7 +340,7 @@ pub async fn stop(
         &[&s.id, &CancelledBy::Subgate, &Status::Cancelled, &reason],
     )
     .await?;
-    let user = telegram_user_of(&**tx, s.subscriber_id).await?;
+    let user = subscribers::telegram_user_id(tx, s.subscriber_id).await?;
     enqueue_cancel(tx, &stopped, user).await?;
     tracing::warn!(
         subscription_id = s.id,
@@ -388,7 +389,7 @@ pub async fn cancel(
     let no_reason: Option<Reason> = None;
     let s: StarSubscription =
         db::one(tx, CANCEL_SQL, &[&id, &by, &Status::Cancelled, &no_reason]).await?;
-    let user_id = telegram_user_of(&**tx, s.subscriber_id).await?;
+    let user_id = subscribers::telegram_user_id(tx, s.subscriber_id).await?;
     enqueue_cancel(tx, &s, user_id).await?;
     tracing::info!(
         subscription_id = s.id,
@@ -421,19 +422,6 @@ async fn enqueue_cancel(
     )
     .await?;
     Ok(())
-}
-
-async fn telegram_user_of(
-    client: &impl GenericClient,
-    subscriber_id: i32,
-) -> Result<i64, ApiError> {
-    Ok(client
-        .query_one(
-            "SELECT telegram_user_id FROM subscribers WHERE id = $1",
-            &[&subscriber_id],
-        )
-        .await?
-        .try_get("telegram_user_id")?)
 }
 
 /// The select list of [`Cancelled`], over `star_subscriptions ss JOIN channels c LEFT JOIN

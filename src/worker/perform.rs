@@ -9,6 +9,7 @@ use deadpool_postgres::Object;
 
 use super::Worker;
 use crate::{
+    channels,
     effects::{Effect, Kind, Payload, payload},
     error::ApiError,
     memberships::{self, EffectView, Status},
@@ -199,23 +200,11 @@ impl Worker {
         let client = self.state.db.get().await.map_err(ApiError::from)?;
         // Stored only while the channel is still in that chat: a link must never outlive a
         // change of the channel's chat.
-        let row = client
-            .query_opt(
-                "WITH stored AS (
-                     UPDATE channels SET invite_link = $2
-                     WHERE id = $1 AND invite_link IS NULL AND telegram_chat_id = $3
-                     RETURNING invite_link
-                 )
-                 SELECT invite_link FROM stored
-                 UNION ALL
-                 SELECT invite_link FROM channels WHERE id = $1 AND telegram_chat_id = $3
-                 LIMIT 1",
-                &[&channel_id, &link.invite_link, &chat],
-            )
-            .await?;
-        Ok(row
-            .and_then(|r| r.get::<_, Option<String>>("invite_link"))
-            .unwrap_or(link.invite_link))
+        Ok(
+            channels::store_invite_link(&client, channel_id, &link.invite_link, chat)
+                .await?
+                .unwrap_or(link.invite_link),
+        )
     }
 
     async fn receipt(&self, bot: &BotApi, e: &Effect, m: Option<EffectView>) -> Performed {
