@@ -3,6 +3,7 @@
 use axum::{body::Body, http::Method};
 use serde_json::{Value, json};
 
+use crate::bodies::{OrderBody, body_of};
 use crate::helpers::TestApp;
 use crate::helpers::id;
 
@@ -38,21 +39,22 @@ async fn create_copies_the_price_and_makes_an_unguessable_reference() {
         .create_channel(-1, json!({"price_minor": 4200, "currency": "EUR"}))
         .await);
     let o = app.create_order(sub, chan).await;
-    assert_eq!(o["subscriber_id"], sub);
-    assert_eq!(o["channel_id"], chan);
-    assert_eq!(o["amount_minor"], 4200);
-    assert_eq!(o["currency"], "EUR");
-    assert_eq!(o["status"], "pending");
-    assert_eq!(o["hold_until"], Value::Null);
-    assert_eq!(o["invoice_link"], Value::Null);
-    assert_eq!(o["paid_at"], Value::Null);
-    assert!(o["created_at"].is_string());
-    let reference = o["reference"].as_str().unwrap();
+    // The typed read checks every field is there with its type (`created_at` a string).
+    let typed: OrderBody = body_of(&o);
+    assert_eq!(typed.subscriber_id, sub);
+    assert_eq!(typed.channel_id, chan);
+    assert_eq!(typed.amount_minor, 4200);
+    assert_eq!(typed.currency, "EUR");
+    assert_eq!(typed.status, "pending");
+    assert_eq!(typed.hold_until, None);
+    assert_eq!(typed.invoice_link, None);
+    assert_eq!(typed.paid_at, None);
+    let reference = typed.reference.as_str();
     assert_eq!(reference.len(), 4 + 32);
     assert!(reference.starts_with("ord_"));
     assert!(reference[4..].bytes().all(|b| b.is_ascii_hexdigit()));
-    let o2 = app.create_order(sub, chan).await;
-    assert_ne!(o2["reference"], o["reference"]);
+    let o2: OrderBody = body_of(&app.create_order(sub, chan).await);
+    assert_ne!(o2.reference, typed.reference);
 
     // A later price change does not touch existing orders.
     app.patch(
@@ -62,7 +64,7 @@ async fn create_copies_the_price_and_makes_an_unguessable_reference() {
     .await
     .expect(200);
     let again = app
-        .get(&format!("/api/orders/{}", id(&o)))
+        .get(&format!("/api/orders/{}", typed.id))
         .await
         .expect(200);
     assert_eq!(again, o);

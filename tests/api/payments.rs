@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use subgate::payments::core::{NormalizedPayment, apply_payment};
 use tokio::sync::Barrier;
 
+use crate::bodies::{AppliedBody, EventBody, ListBody, OrderBody, body_of};
 use crate::helpers::{TestApp, WEBHOOK_SECRET, payment_event, signed_headers};
 use crate::helpers::{db_now, id, reference};
 
@@ -413,42 +414,38 @@ async fn a_payment_activates_the_membership_and_a_repeat_answers_the_stored_paym
     let before = db_now(&app).await;
     let r = app.post_signed_webhook(&body).await.expect(200);
     let after = db_now(&app).await;
-    assert_eq!(r["duplicate"], false);
-    let p = &r["payment"];
-    assert_eq!(p["gateway"], "acme");
-    assert_eq!(p["external_id"], "pay_a");
-    assert_eq!(p["order_id"], id(&order));
-    assert_eq!(p["subscriber_id"], sub);
-    assert_eq!(p["channel_id"], chan);
-    assert_eq!(p["amount_minor"], 19900);
-    assert_eq!(p["currency"], "UAH");
-    assert_eq!(p["outcome"], "applied");
-    assert_eq!(p["reason"], Value::Null);
-    let m = &r["membership"];
-    assert_eq!(m["status"], "active");
-    assert_eq!(m["subscriber_id"], sub);
+    let applied: AppliedBody = body_of(&r);
+    assert!(!applied.duplicate);
+    let p = &applied.payment;
+    assert_eq!(p.gateway, "acme");
+    assert_eq!(p.external_id, "pay_a");
+    assert_eq!(p.order_id, Some(id(&order)));
+    assert_eq!(p.subscriber_id, Some(sub));
+    assert_eq!(p.channel_id, Some(chan));
+    assert_eq!(p.amount_minor, 19900);
+    assert_eq!(p.currency, "UAH");
+    assert_eq!(p.outcome, "applied");
+    assert_eq!(p.reason, None);
+    let m = applied.membership.as_ref().expect("a membership");
+    assert_eq!(m.status, "active");
+    assert_eq!(m.subscriber_id, sub);
     // GREATEST(no current expiry, database now) + 30 days: the term starts when the payment
     // is applied, however long ago the gateway says it was paid.
-    let expires: DateTime<Utc> = m["expires_at"].as_str().unwrap().parse().unwrap();
+    let expires: DateTime<Utc> = m.expires_at.parse().unwrap();
     assert!(
         before + Duration::days(30) <= expires && expires <= after + Duration::days(30),
         "expires_at {expires} is 30 days after the payment was applied ({before}..{after})"
     );
     assert_eq!(
-        p["paid_at"]
-            .as_str()
-            .unwrap()
-            .parse::<DateTime<Utc>>()
-            .unwrap(),
+        p.paid_at.parse::<DateTime<Utc>>().unwrap(),
         paid_at.parse::<DateTime<Utc>>().unwrap(),
         "paid_at is kept as reported"
     );
-    let o = order_row(&app, id(&order)).await;
-    assert_eq!(o["status"], "paid");
+    let o: OrderBody = body_of(&order_row(&app, id(&order)).await);
+    assert_eq!(o.status, "paid");
     assert_eq!(
-        o["paid_at"]
-            .as_str()
-            .unwrap()
+        o.paid_at
+            .expect("paid_at")
             .parse::<DateTime<Utc>>()
             .unwrap(),
         paid_at.parse::<DateTime<Utc>>().unwrap()
@@ -465,14 +462,15 @@ async fn a_payment_activates_the_membership_and_a_repeat_answers_the_stored_paym
     assert_eq!(membership_state(&app).await, before);
     assert_eq!(app.count("payments").await, 1);
 
-    let events = app
-        .get(&format!("/api/memberships/{}/events", id(m)))
-        .await
-        .expect(200);
-    let items = events["items"].as_array().unwrap();
+    let events: ListBody<EventBody> = body_of(
+        &app.get(&format!("/api/memberships/{}/events", m.id))
+            .await
+            .expect(200),
+    );
+    let items = &events.items;
     assert_eq!(items.len(), 1);
-    assert_eq!(items[0]["cause"], "payment");
-    assert_eq!(items[0]["payment_id"], p["id"]);
+    assert_eq!(items[0].cause, "payment");
+    assert_eq!(items[0].payment_id, Some(p.id));
 }
 
 #[tokio::test]
