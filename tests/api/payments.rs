@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use subgate::payments::core::{NormalizedPayment, apply_payment};
 use tokio::sync::Barrier;
 
-use crate::bodies::{AppliedBody, EventBody, ListBody, OrderBody, body_of};
+use crate::bodies::{AppliedBody, EventBody, ListBody, OrderBody, PaymentBody, body_of};
 use crate::helpers::{TestApp, WEBHOOK_SECRET, payment_event, signed_headers};
 use crate::helpers::{db_now, id, reference};
 
@@ -507,7 +507,12 @@ async fn a_future_paid_at_is_clamped_to_database_now() {
 
 /// Sends one payment and checks it was kept with `reason`, outcome `needs_review`, and that no
 /// membership, event or the order changed.
-async fn expect_refused(app: &TestApp, body: Value, order_id: Option<i64>, reason: &str) -> Value {
+async fn expect_refused(
+    app: &TestApp,
+    body: Value,
+    order_id: Option<i64>,
+    reason: &str,
+) -> AppliedBody {
     let before = membership_state(app).await;
     let order_before = match order_id {
         Some(o) => Some(order_row(app, o).await),
@@ -515,9 +520,10 @@ async fn expect_refused(app: &TestApp, body: Value, order_id: Option<i64>, reaso
     };
     let payments_before = app.count("payments").await;
     let r = app.post_signed_webhook(&body).await.expect(200);
-    assert_eq!(r["duplicate"], false, "{reason}");
-    assert_eq!(r["payment"]["outcome"], "needs_review", "{reason}: {r}");
-    assert_eq!(r["payment"]["reason"], reason, "{r}");
+    let applied: AppliedBody = body_of(&r);
+    assert!(!applied.duplicate, "{reason}");
+    assert_eq!(applied.payment.outcome, "needs_review", "{reason}: {r}");
+    assert_eq!(applied.payment.reason.as_deref(), Some(reason), "{r}");
     assert_eq!(
         app.count("payments").await,
         payments_before + 1,
@@ -531,7 +537,7 @@ async fn expect_refused(app: &TestApp, body: Value, order_id: Option<i64>, reaso
     if let (Some(o), Some(before)) = (order_id, order_before) {
         assert_eq!(order_row(app, o).await, before, "{reason}: order untouched");
     }
-    r
+    applied
 }
 
 #[tokio::test]
@@ -556,10 +562,10 @@ async fn each_failed_check_keeps_the_payment_for_review_and_grants_nothing() {
         "unknown_order",
     )
     .await;
-    assert_eq!(r["payment"]["order_id"], Value::Null);
-    assert_eq!(r["payment"]["subscriber_id"], Value::Null);
-    assert_eq!(r["payment"]["order_reference"], "ord_nope");
-    assert_eq!(r["membership"], Value::Null);
+    assert_eq!(r.payment.order_id, None);
+    assert_eq!(r.payment.subscriber_id, None);
+    assert_eq!(r.payment.order_reference.as_deref(), Some("ord_nope"));
+    assert!(r.membership.is_none());
 
     // order_cancelled
     let order = app.create_order(sub, chan).await;
@@ -573,9 +579,10 @@ async fn each_failed_check_keeps_the_payment_for_review_and_grants_nothing() {
         "order_cancelled",
     )
     .await;
-    assert_eq!(r["payment"]["order_id"], id(&order));
+    assert_eq!(r.payment.order_id, Some(id(&order)));
     assert_eq!(
-        r["membership"]["subscriber_id"], sub,
+        r.membership.as_ref().map(|m| m.subscriber_id),
+        Some(sub),
         "the current membership, unchanged"
     );
 
@@ -658,11 +665,12 @@ async fn each_failed_check_keeps_the_payment_for_review_and_grants_nothing() {
     .await;
 
     // Staff find them all.
-    let review = app
-        .get("/api/payments?outcome=needs_review&limit=200")
-        .await
-        .expect(200);
-    assert_eq!(review["items"].as_array().unwrap().len(), 8);
+    let review: ListBody<PaymentBody> = body_of(
+        &app.get("/api/payments?outcome=needs_review&limit=200")
+            .await
+            .expect(200),
+    );
+    assert_eq!(review.items.len(), 8);
 }
 
 fn stars(reference: &str, external_id: &str, amount: i64, payer: Option<i64>) -> NormalizedPayment {
