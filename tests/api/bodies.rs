@@ -127,3 +127,20 @@ pub struct AppliedBody {
     #[serde(deserialize_with = "Option::deserialize")]
     pub membership: Option<MembershipBody>,
 }
+
+#[test]
+fn a_body_missing_a_nullable_field_or_with_an_extra_one_is_refused() {
+    let full = serde_json::json!({"id": 1, "telegram_user_id": 7, "username": null,
+        "display_name": "Ann", "created_at": "2025-01-01T10:00:00Z",
+        "updated_at": "2025-01-01T10:00:00Z"});
+    let read: SubscriberBody = serde_json::from_value(full.clone()).unwrap();
+    assert_eq!(read.username, None);
+    let mut missing = full.clone();
+    missing.as_object_mut().unwrap().remove("username");
+    assert!(serde_json::from_value::<SubscriberBody>(missing).is_err());
+    let mut extra = full;
+    extra["plan"] = serde_json::json!("gold");
+    assert!(serde_json::from_value::<SubscriberBody>(extra).is_err());
+    let page = serde_json::json!({"items": []});
+    assert!(serde_json::from_value::<ListBody<SubscriberBody>>(page).is_err());
+}
