@@ -823,22 +823,23 @@ async fn payment_after_an_expired_hold_is_refused_and_the_newer_buyers_seat_is_i
         .unwrap();
     let fresh = app.create_order(newer, chan).await;
     let held = app.checkout(id(&fresh)).await.expect(200);
-    let hold_until = held["order"]["hold_until"].clone();
-    assert!(hold_until.is_string(), "the newer buyer holds the seat");
+    let held: OrderBody = body_of(&held["order"]);
+    let hold_until = held.hold_until.expect("the newer buyer holds the seat");
 
     // The late payment of the old invoice cannot take it.
-    let r = app.pay_order(&old, "pay_late").await.expect(200);
-    assert_eq!(r["payment"]["outcome"], "needs_review");
-    assert_eq!(r["payment"]["reason"], "hold_expired");
+    let r: AppliedBody = body_of(&app.pay_order(&old, "pay_late").await.expect(200));
+    assert_eq!(r.payment.outcome, "needs_review");
+    assert_eq!(r.payment.reason.as_deref(), Some("hold_expired"));
     assert_eq!(app.count("memberships").await, 0);
-    assert_eq!(order_row(&app, id(&fresh)).await["hold_until"], hold_until);
+    let fresh_now: OrderBody = body_of(&order_row(&app, id(&fresh)).await);
+    assert_eq!(fresh_now.hold_until, Some(hold_until));
     // Checkout of the old order is refused too: it needs a new order.
     let r = app.checkout(id(&old)).await;
     assert_eq!(r.status.as_u16(), 409);
 
-    let r = app.pay_order(&fresh, "pay_newer").await.expect(200);
-    assert_eq!(r["payment"]["outcome"], "applied");
-    assert_eq!(r["membership"]["subscriber_id"], newer);
+    let r: AppliedBody = body_of(&app.pay_order(&fresh, "pay_newer").await.expect(200));
+    assert_eq!(r.payment.outcome, "applied");
+    assert_eq!(r.membership.map(|m| m.subscriber_id), Some(newer));
 
     // Even with the seat free (no other buyer at all), an expired hold stays expired.
     let chan2 = id(&app.create_channel(-3002, json!({"seat_limit": 5})).await);
@@ -852,8 +853,8 @@ async fn payment_after_an_expired_hold_is_refused_and_the_newer_buyers_seat_is_i
         )
         .await
         .unwrap();
-    let r = app.pay_order(&o, "pay_late2").await.expect(200);
-    assert_eq!(r["payment"]["reason"], "hold_expired");
+    let r: AppliedBody = body_of(&app.pay_order(&o, "pay_late2").await.expect(200));
+    assert_eq!(r.payment.reason.as_deref(), Some("hold_expired"));
 }
 
 #[tokio::test]
