@@ -288,24 +288,21 @@ async fn checkout_holds_once_and_never_extends() {
 
     // Unlimited channel: approved without a hold.
     let free = app.create_order(a, unlimited).await;
-    let r = app.checkout(id(&free)).await.expect(200);
-    assert_eq!(r["order"]["hold_until"], Value::Null);
-    assert_eq!(r["order"]["id"], id(&free));
+    let r: OrderBody = body_of(&app.checkout(id(&free)).await.expect(200)["order"]);
+    assert_eq!(r.hold_until, None);
+    assert_eq!(r.id, id(&free));
 
     // Seat-limited: the first checkout holds for HOLD_SECS (300 s) from database now.
     let o = app.create_order(a, limited).await;
-    let first = app.checkout(id(&o)).await.expect(200);
-    let hold: chrono::DateTime<chrono::Utc> = first["order"]["hold_until"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    let created: chrono::DateTime<chrono::Utc> = o["created_at"].as_str().unwrap().parse().unwrap();
+    let first: OrderBody = body_of(&app.checkout(id(&o)).await.expect(200)["order"]);
+    let hold: chrono::DateTime<chrono::Utc> = first.hold_until.as_deref().unwrap().parse().unwrap();
+    let created: chrono::DateTime<chrono::Utc> =
+        body_of::<OrderBody>(&o).created_at.parse().unwrap();
     let secs = (hold - created).num_seconds();
     assert!((299..=305).contains(&secs), "hold of {secs} s");
     // Again: approved, same hold.
-    let second = app.checkout(id(&o)).await.expect(200);
-    assert_eq!(second["order"]["hold_until"], first["order"]["hold_until"]);
+    let second: OrderBody = body_of(&app.checkout(id(&o)).await.expect(200)["order"]);
+    assert_eq!(second.hold_until, first.hold_until);
 
     // Expired: refused even though the seat is free now.
     expire_hold(&app, id(&o)).await;
@@ -332,12 +329,12 @@ async fn checkout_holds_once_and_never_extends() {
     let r = app.checkout(id(&ob)).await;
     assert_eq!(r.status.as_u16(), 409);
     assert!(r.json()["detail"].as_str().unwrap().contains("full"));
-    assert_eq!(
-        app.get(&format!("/api/orders/{}", id(&ob)))
+    let ob_now: OrderBody = body_of(
+        &app.get(&format!("/api/orders/{}", id(&ob)))
             .await
-            .expect(200)["hold_until"],
-        Value::Null
+            .expect(200),
     );
+    assert_eq!(ob_now.hold_until, None);
 
     // Inactive channel → 422; unknown order → 404.
     app.patch(
