@@ -970,35 +970,29 @@ async fn pagination_across_pages() {
     for i in 1..=7 {
         all.push(id(&app.create_subscriber(1000 + i).await));
     }
-    let p1 = app.get("/api/subscribers?limit=3").await.expect(200);
-    assert_eq!(ids(&p1), all[0..3]);
-    assert_eq!(p1["next_after"], all[2]);
-    let p2 = app
-        .get(&format!(
-            "/api/subscribers?limit=3&after={}",
-            p1["next_after"]
-        ))
-        .await
-        .expect(200);
-    assert_eq!(ids(&p2), all[3..6]);
-    assert_eq!(p2["next_after"], all[5]);
-    let p3 = app
-        .get(&format!(
-            "/api/subscribers?after={}&limit=3",
-            p2["next_after"]
-        ))
-        .await
-        .expect(200);
-    assert_eq!(ids(&p3), all[6..7]);
-    assert_eq!(p3["next_after"], Value::Null);
+    let page = async |query: &str| -> ListBody<SubscriberBody> {
+        body_of(
+            &app.get(&format!("/api/subscribers?{query}"))
+                .await
+                .expect(200),
+        )
+    };
+    let page_ids =
+        |p: &ListBody<SubscriberBody>| -> Vec<i64> { p.items.iter().map(|s| s.id).collect() };
+    let p1 = page("limit=3").await;
+    assert_eq!(page_ids(&p1), all[0..3]);
+    assert_eq!(p1.next_after, Some(all[2]));
+    let p2 = page(&format!("limit=3&after={}", p1.next_after.unwrap())).await;
+    assert_eq!(page_ids(&p2), all[3..6]);
+    assert_eq!(p2.next_after, Some(all[5]));
+    let p3 = page(&format!("after={}&limit=3", p2.next_after.unwrap())).await;
+    assert_eq!(page_ids(&p3), all[6..7]);
+    assert_eq!(p3.next_after, None);
 
     // A page that ends exactly at the last row says so (no empty extra page).
-    let p = app
-        .get(&format!("/api/subscribers?limit=4&after={}", all[2]))
-        .await
-        .expect(200);
-    assert_eq!(ids(&p), all[3..7]);
-    assert_eq!(p["next_after"], Value::Null);
+    let p = page(&format!("limit=4&after={}", all[2])).await;
+    assert_eq!(page_ids(&p), all[3..7]);
+    assert_eq!(p.next_after, None);
     // After the end: empty.
     let p = app
         .get(&format!("/api/subscribers?after={}", all[6]))
