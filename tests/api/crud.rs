@@ -5,6 +5,7 @@ use axum::http::Method;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::bodies::{EventBody, ListBody, MembershipBody, SubscriberBody, body_of};
 use crate::helpers::id;
 use crate::{auth::assert_problem, helpers::TestApp};
 
@@ -111,37 +112,40 @@ async fn subscriber_lifecycle() {
         )
         .await;
     let created = r.expect(201);
-    assert_eq!(created["telegram_user_id"], 9_007_199_254_740_993i64);
-    assert_eq!(created["username"], "ann");
-    assert_eq!(created["display_name"], "Ann A.");
-    assert!(created["created_at"].is_string() && created["updated_at"].is_string());
-    let sid = id(&created);
+    // The typed read checks every field is there with its type (timestamps are strings).
+    let typed: SubscriberBody = body_of(&created);
+    assert_eq!(typed.telegram_user_id, 9_007_199_254_740_993i64);
+    assert_eq!(typed.username.as_deref(), Some("ann"));
+    assert_eq!(typed.display_name.as_deref(), Some("Ann A."));
+    let sid = typed.id;
 
     let path = format!("/api/subscribers/{sid}");
     assert_eq!(app.get(&path).await.expect(200), created);
 
     let list = app.get("/api/subscribers").await.expect(200);
     assert_eq!(list["items"], json!([created]));
-    assert_eq!(list["next_after"], Value::Null);
+    assert_eq!(body_of::<ListBody<SubscriberBody>>(&list).next_after, None);
 
     // Only the given fields change.
-    let patched = app
-        .patch(&path, json!({"display_name": "Ann B."}))
-        .await
-        .expect(200);
-    assert_eq!(patched["display_name"], "Ann B.");
-    assert_eq!(patched["username"], "ann");
-    assert_eq!(patched["telegram_user_id"], created["telegram_user_id"]);
-    assert_eq!(patched["created_at"], created["created_at"]);
-    assert!(patched["updated_at"].as_str() >= created["updated_at"].as_str());
+    let patched: SubscriberBody = body_of(
+        &app.patch(&path, json!({"display_name": "Ann B."}))
+            .await
+            .expect(200),
+    );
+    assert_eq!(patched.display_name.as_deref(), Some("Ann B."));
+    assert_eq!(patched.username.as_deref(), Some("ann"));
+    assert_eq!(patched.telegram_user_id, typed.telegram_user_id);
+    assert_eq!(patched.created_at, typed.created_at);
+    assert!(patched.updated_at >= typed.updated_at);
 
     // An explicit null clears a nullable field; absent leaves it alone.
-    let patched = app
-        .patch(&path, json!({"username": null}))
-        .await
-        .expect(200);
-    assert_eq!(patched["username"], Value::Null);
-    assert_eq!(patched["display_name"], "Ann B.");
+    let patched: SubscriberBody = body_of(
+        &app.patch(&path, json!({"username": null}))
+            .await
+            .expect(200),
+    );
+    assert_eq!(patched.username, None);
+    assert_eq!(patched.display_name.as_deref(), Some("Ann B."));
     let row = app
         .db()
         .await
@@ -154,15 +158,16 @@ async fn subscriber_lifecycle() {
     assert_eq!(row.get::<_, Option<String>>(0), None);
     assert_eq!(row.get::<_, Option<String>>(1).as_deref(), Some("Ann B."));
 
-    let patched = app
-        .patch(&path, json!({"telegram_user_id": 77, "username": "ann2"}))
-        .await
-        .expect(200);
-    assert_eq!(patched["telegram_user_id"], 77);
-    assert_eq!(patched["username"], "ann2");
+    let patched: SubscriberBody = body_of(
+        &app.patch(&path, json!({"telegram_user_id": 77, "username": "ann2"}))
+            .await
+            .expect(200),
+    );
+    assert_eq!(patched.telegram_user_id, 77);
+    assert_eq!(patched.username.as_deref(), Some("ann2"));
     // An empty PATCH is allowed and changes nothing but updated_at.
-    let same = app.patch(&path, json!({})).await.expect(200);
-    assert_eq!(same["telegram_user_id"], 77);
+    let same: SubscriberBody = body_of(&app.patch(&path, json!({})).await.expect(200));
+    assert_eq!(same.telegram_user_id, 77);
 
     app.delete(&path).await.expect(204);
     assert_problem(&app.get(&path).await, 404);
@@ -822,53 +827,51 @@ async fn membership_patch_writes_exactly_the_given_fields_and_one_staff_event() 
     let c = id(&app
         .create_channel(-1, json!({"grace_period_days": 3}))
         .await);
-    let m = grant(&app, s, c, 30).await;
-    let path = format!("/api/memberships/{}", id(&m));
+    let m: MembershipBody = body_of(&grant(&app, s, c, 30).await);
+    let path = format!("/api/memberships/{}", m.id);
     let events_path = format!("{path}/events");
 
-    let events = app.get(&events_path).await.expect(200);
-    assert_eq!(
-        events["items"].as_array().unwrap().len(),
-        1,
-        "creation event"
-    );
-    assert_eq!(events["items"][0]["cause"], "staff");
-    assert_eq!(events["items"][0]["from_status"], Value::Null);
-    assert_eq!(events["next_after"], Value::Null);
+    let events: ListBody<EventBody> = body_of(&app.get(&events_path).await.expect(200));
+    assert_eq!(events.items.len(), 1, "creation event");
+    assert_eq!(events.items[0].cause, "staff");
+    assert_eq!(events.items[0].from_status, None);
+    assert_eq!(events.next_after, None);
 
     // Status only: expires_at untouched.
-    let p = app
-        .patch(&path, json!({"status": "grace"}))
-        .await
-        .expect(200);
-    assert_eq!(p["status"], "grace");
-    assert_eq!(p["expires_at"], m["expires_at"]);
-    let events = app.get(&events_path).await.expect(200);
-    let items = events["items"].as_array().unwrap();
+    let p: MembershipBody = body_of(
+        &app.patch(&path, json!({"status": "grace"}))
+            .await
+            .expect(200),
+    );
+    assert_eq!(p.status, "grace");
+    assert_eq!(p.expires_at, m.expires_at);
+    let events: ListBody<EventBody> = body_of(&app.get(&events_path).await.expect(200));
+    let items = &events.items;
     assert_eq!(items.len(), 2);
     let e = &items[1];
-    assert_eq!(e["cause"], "staff");
-    assert_eq!(e["from_status"], "active");
-    assert_eq!(e["to_status"], "grace");
-    assert_eq!(e["membership_id"], id(&m));
-    assert_eq!(e["payment_id"], Value::Null);
-    assert_eq!(e["expires_at_before"], m["expires_at"]);
-    assert_eq!(e["expires_at_after"], m["expires_at"]);
+    assert_eq!(e.cause, "staff");
+    assert_eq!(e.from_status.as_deref(), Some("active"));
+    assert_eq!(e.to_status, "grace");
+    assert_eq!(e.membership_id, m.id);
+    assert_eq!(e.payment_id, None);
+    assert_eq!(e.expires_at_before.as_ref(), Some(&m.expires_at));
+    assert_eq!(e.expires_at_after, m.expires_at);
 
     // expires_at only, back-dated: written exactly, status untouched, no extension.
     let back = "2020-01-02T03:04:05Z";
-    let p = app
-        .patch(&path, json!({"expires_at": back}))
-        .await
-        .expect(200);
-    assert_eq!(p["expires_at"], back);
-    assert_eq!(p["status"], "grace");
+    let p: MembershipBody = body_of(
+        &app.patch(&path, json!({"expires_at": back}))
+            .await
+            .expect(200),
+    );
+    assert_eq!(p.expires_at, back);
+    assert_eq!(p.status, "grace");
     let row = app
         .db()
         .await
         .query_one(
             "SELECT status, expires_at = '2020-01-02T03:04:05Z'::timestamptz FROM memberships WHERE id = $1",
-            &[&id(&m)],
+            &[&m.id],
         )
         .await
         .unwrap();
@@ -881,18 +884,19 @@ async fn membership_patch_writes_exactly_the_given_fields_and_one_staff_event() 
         .patch(&path, json!({"expires_at": future, "status": "active"}))
         .await
         .expect(200);
+    let typed: MembershipBody = body_of(&p);
     assert_eq!(
-        (p["status"].as_str(), p["expires_at"].as_str()),
-        (Some("active"), Some(future))
+        (typed.status.as_str(), typed.expires_at.as_str()),
+        ("active", future)
     );
-    let events = app.get(&events_path).await.expect(200);
-    let items = events["items"].as_array().unwrap();
+    let events: ListBody<EventBody> = body_of(&app.get(&events_path).await.expect(200));
+    let items = &events.items;
     assert_eq!(items.len(), 4);
-    assert_eq!(items[3]["from_status"], "grace");
-    assert_eq!(items[3]["to_status"], "active");
-    assert_eq!(items[3]["expires_at_before"], back);
-    assert_eq!(items[3]["expires_at_after"], future);
-    assert!(items.iter().all(|e| e["cause"] == "staff"));
+    assert_eq!(items[3].from_status.as_deref(), Some("grace"));
+    assert_eq!(items[3].to_status, "active");
+    assert_eq!(items[3].expires_at_before.as_deref(), Some(back));
+    assert_eq!(items[3].expires_at_after, future);
+    assert!(items.iter().all(|e| e.cause == "staff"));
     // Event paging works like every list.
     let first = app.get(&format!("{events_path}?limit=3")).await.expect(200);
     assert_eq!(first["items"].as_array().unwrap().len(), 3);
@@ -966,35 +970,29 @@ async fn pagination_across_pages() {
     for i in 1..=7 {
         all.push(id(&app.create_subscriber(1000 + i).await));
     }
-    let p1 = app.get("/api/subscribers?limit=3").await.expect(200);
-    assert_eq!(ids(&p1), all[0..3]);
-    assert_eq!(p1["next_after"], all[2]);
-    let p2 = app
-        .get(&format!(
-            "/api/subscribers?limit=3&after={}",
-            p1["next_after"]
-        ))
-        .await
-        .expect(200);
-    assert_eq!(ids(&p2), all[3..6]);
-    assert_eq!(p2["next_after"], all[5]);
-    let p3 = app
-        .get(&format!(
-            "/api/subscribers?after={}&limit=3",
-            p2["next_after"]
-        ))
-        .await
-        .expect(200);
-    assert_eq!(ids(&p3), all[6..7]);
-    assert_eq!(p3["next_after"], Value::Null);
+    let page = async |query: &str| -> ListBody<SubscriberBody> {
+        body_of(
+            &app.get(&format!("/api/subscribers?{query}"))
+                .await
+                .expect(200),
+        )
+    };
+    let page_ids =
+        |p: &ListBody<SubscriberBody>| -> Vec<i64> { p.items.iter().map(|s| s.id).collect() };
+    let p1 = page("limit=3").await;
+    assert_eq!(page_ids(&p1), all[0..3]);
+    assert_eq!(p1.next_after, Some(all[2]));
+    let p2 = page(&format!("limit=3&after={}", p1.next_after.unwrap())).await;
+    assert_eq!(page_ids(&p2), all[3..6]);
+    assert_eq!(p2.next_after, Some(all[5]));
+    let p3 = page(&format!("after={}&limit=3", p2.next_after.unwrap())).await;
+    assert_eq!(page_ids(&p3), all[6..7]);
+    assert_eq!(p3.next_after, None);
 
     // A page that ends exactly at the last row says so (no empty extra page).
-    let p = app
-        .get(&format!("/api/subscribers?limit=4&after={}", all[2]))
-        .await
-        .expect(200);
-    assert_eq!(ids(&p), all[3..7]);
-    assert_eq!(p["next_after"], Value::Null);
+    let p = page(&format!("limit=4&after={}", all[2])).await;
+    assert_eq!(page_ids(&p), all[3..7]);
+    assert_eq!(p.next_after, None);
     // After the end: empty.
     let p = app
         .get(&format!("/api/subscribers?after={}", all[6]))

@@ -13,14 +13,12 @@ use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
 
+use crate::bodies::{AppliedBody, OrderBody, body_of};
 use crate::helpers::{TestApp, TestResponse, payment_event};
 use crate::helpers::{db_now, id, reference};
 
-fn time(v: &Value) -> DateTime<Utc> {
-    v.as_str()
-        .unwrap_or_else(|| panic!("not a time: {v}"))
-        .parse()
-        .unwrap()
+fn time(v: &str) -> DateTime<Utc> {
+    v.parse().unwrap_or_else(|e| panic!("not a time: {v}: {e}"))
 }
 
 // ---- the term starts when the payment is applied ----
@@ -41,18 +39,20 @@ async fn a_delivery_delayed_by_two_days_still_buys_the_whole_one_day_term() {
     let before = db_now(&app).await;
     let r = app.post_signed_webhook(&body).await.expect(200);
     let after = db_now(&app).await;
-    assert_eq!(r["payment"]["outcome"], "applied", "{r}");
+    let applied: AppliedBody = body_of(&r);
+    assert_eq!(applied.payment.outcome, "applied", "{r}");
     // paid_at stays as the gateway reported it, on the payment and on the order.
-    assert_eq!(time(&r["payment"]["paid_at"]), paid_at);
-    let o = app
-        .get(&format!("/api/orders/{}", id(&order)))
-        .await
-        .expect(200);
-    assert_eq!(time(&o["paid_at"]), paid_at);
+    assert_eq!(time(&applied.payment.paid_at), paid_at);
+    let o: OrderBody = body_of(
+        &app.get(&format!("/api/orders/{}", id(&order)))
+            .await
+            .expect(200),
+    );
+    assert_eq!(time(o.paid_at.as_deref().expect("paid_at")), paid_at);
     // The term is a full day from when the payment was applied.
-    let m = &r["membership"];
-    assert_eq!(m["status"], "active");
-    let expires = time(&m["expires_at"]);
+    let m = applied.membership.expect("a membership");
+    assert_eq!(m.status, "active");
+    let expires = time(&m.expires_at);
     assert!(
         before + Duration::days(1) <= expires && expires <= after + Duration::days(1),
         "expires_at {expires} is one day after the payment was applied ({before}..{after})"
@@ -67,12 +67,13 @@ async fn a_delivery_delayed_by_two_days_still_buys_the_whole_one_day_term() {
     let mut body = payment_event("pay_late_2", &reference(&renewal), 19900, "UAH");
     body["paid_at"] = json!(paid_at.to_rfc3339());
     let r = app.post_signed_webhook(&body).await.expect(200);
-    assert_eq!(r["payment"]["outcome"], "applied", "{r}");
+    let applied: AppliedBody = body_of(&r);
+    assert_eq!(applied.payment.outcome, "applied", "{r}");
     assert_eq!(
-        time(&r["membership"]["expires_at"]),
+        time(&applied.membership.expect("a membership").expires_at),
         expires + Duration::days(1)
     );
-    assert_eq!(time(&r["payment"]["paid_at"]), paid_at);
+    assert_eq!(time(&applied.payment.paid_at), paid_at);
 }
 
 // ---- a seat_limit PATCH racing payments, checkouts and pre-checkouts ----

@@ -1,5 +1,6 @@
 //! Integration tests against a real PostgreSQL: one binary (one link), a module per area.
 
+mod bodies;
 mod browser;
 mod fake_bot;
 mod helpers;

@@ -3,6 +3,7 @@
 use axum::{body::Body, http::Method};
 use serde_json::{Value, json};
 
+use crate::bodies::{OrderBody, body_of};
 use crate::helpers::TestApp;
 use crate::helpers::id;
 
@@ -38,21 +39,22 @@ async fn create_copies_the_price_and_makes_an_unguessable_reference() {
         .create_channel(-1, json!({"price_minor": 4200, "currency": "EUR"}))
         .await);
     let o = app.create_order(sub, chan).await;
-    assert_eq!(o["subscriber_id"], sub);
-    assert_eq!(o["channel_id"], chan);
-    assert_eq!(o["amount_minor"], 4200);
-    assert_eq!(o["currency"], "EUR");
-    assert_eq!(o["status"], "pending");
-    assert_eq!(o["hold_until"], Value::Null);
-    assert_eq!(o["invoice_link"], Value::Null);
-    assert_eq!(o["paid_at"], Value::Null);
-    assert!(o["created_at"].is_string());
-    let reference = o["reference"].as_str().unwrap();
+    // The typed read checks every field is there with its type (`created_at` a string).
+    let typed: OrderBody = body_of(&o);
+    assert_eq!(typed.subscriber_id, sub);
+    assert_eq!(typed.channel_id, chan);
+    assert_eq!(typed.amount_minor, 4200);
+    assert_eq!(typed.currency, "EUR");
+    assert_eq!(typed.status, "pending");
+    assert_eq!(typed.hold_until, None);
+    assert_eq!(typed.invoice_link, None);
+    assert_eq!(typed.paid_at, None);
+    let reference = typed.reference.as_str();
     assert_eq!(reference.len(), 4 + 32);
     assert!(reference.starts_with("ord_"));
     assert!(reference[4..].bytes().all(|b| b.is_ascii_hexdigit()));
-    let o2 = app.create_order(sub, chan).await;
-    assert_ne!(o2["reference"], o["reference"]);
+    let o2: OrderBody = body_of(&app.create_order(sub, chan).await);
+    assert_ne!(o2.reference, typed.reference);
 
     // A later price change does not touch existing orders.
     app.patch(
@@ -62,7 +64,7 @@ async fn create_copies_the_price_and_makes_an_unguessable_reference() {
     .await
     .expect(200);
     let again = app
-        .get(&format!("/api/orders/{}", id(&o)))
+        .get(&format!("/api/orders/{}", typed.id))
         .await
         .expect(200);
     assert_eq!(again, o);
@@ -286,24 +288,21 @@ async fn checkout_holds_once_and_never_extends() {
 
     // Unlimited channel: approved without a hold.
     let free = app.create_order(a, unlimited).await;
-    let r = app.checkout(id(&free)).await.expect(200);
-    assert_eq!(r["order"]["hold_until"], Value::Null);
-    assert_eq!(r["order"]["id"], id(&free));
+    let r: OrderBody = body_of(&app.checkout(id(&free)).await.expect(200)["order"]);
+    assert_eq!(r.hold_until, None);
+    assert_eq!(r.id, id(&free));
 
     // Seat-limited: the first checkout holds for HOLD_SECS (300 s) from database now.
     let o = app.create_order(a, limited).await;
-    let first = app.checkout(id(&o)).await.expect(200);
-    let hold: chrono::DateTime<chrono::Utc> = first["order"]["hold_until"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    let created: chrono::DateTime<chrono::Utc> = o["created_at"].as_str().unwrap().parse().unwrap();
+    let first: OrderBody = body_of(&app.checkout(id(&o)).await.expect(200)["order"]);
+    let hold: chrono::DateTime<chrono::Utc> = first.hold_until.as_deref().unwrap().parse().unwrap();
+    let created: chrono::DateTime<chrono::Utc> =
+        body_of::<OrderBody>(&o).created_at.parse().unwrap();
     let secs = (hold - created).num_seconds();
     assert!((299..=305).contains(&secs), "hold of {secs} s");
     // Again: approved, same hold.
-    let second = app.checkout(id(&o)).await.expect(200);
-    assert_eq!(second["order"]["hold_until"], first["order"]["hold_until"]);
+    let second: OrderBody = body_of(&app.checkout(id(&o)).await.expect(200)["order"]);
+    assert_eq!(second.hold_until, first.hold_until);
 
     // Expired: refused even though the seat is free now.
     expire_hold(&app, id(&o)).await;
@@ -330,12 +329,12 @@ async fn checkout_holds_once_and_never_extends() {
     let r = app.checkout(id(&ob)).await;
     assert_eq!(r.status.as_u16(), 409);
     assert!(r.json()["detail"].as_str().unwrap().contains("full"));
-    assert_eq!(
-        app.get(&format!("/api/orders/{}", id(&ob)))
+    let ob_now: OrderBody = body_of(
+        &app.get(&format!("/api/orders/{}", id(&ob)))
             .await
-            .expect(200)["hold_until"],
-        Value::Null
+            .expect(200),
     );
+    assert_eq!(ob_now.hold_until, None);
 
     // Inactive channel → 422; unknown order → 404.
     app.patch(

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use subgate::payments::core::{NormalizedPayment, apply_payment};
 use tokio::sync::Barrier;
 
+use crate::bodies::{AppliedBody, EventBody, ListBody, OrderBody, PaymentBody, body_of};
 use crate::helpers::{TestApp, WEBHOOK_SECRET, payment_event, signed_headers};
 use crate::helpers::{db_now, id, reference};
 
@@ -413,42 +414,38 @@ async fn a_payment_activates_the_membership_and_a_repeat_answers_the_stored_paym
     let before = db_now(&app).await;
     let r = app.post_signed_webhook(&body).await.expect(200);
     let after = db_now(&app).await;
-    assert_eq!(r["duplicate"], false);
-    let p = &r["payment"];
-    assert_eq!(p["gateway"], "acme");
-    assert_eq!(p["external_id"], "pay_a");
-    assert_eq!(p["order_id"], id(&order));
-    assert_eq!(p["subscriber_id"], sub);
-    assert_eq!(p["channel_id"], chan);
-    assert_eq!(p["amount_minor"], 19900);
-    assert_eq!(p["currency"], "UAH");
-    assert_eq!(p["outcome"], "applied");
-    assert_eq!(p["reason"], Value::Null);
-    let m = &r["membership"];
-    assert_eq!(m["status"], "active");
-    assert_eq!(m["subscriber_id"], sub);
+    let applied: AppliedBody = body_of(&r);
+    assert!(!applied.duplicate);
+    let p = &applied.payment;
+    assert_eq!(p.gateway, "acme");
+    assert_eq!(p.external_id, "pay_a");
+    assert_eq!(p.order_id, Some(id(&order)));
+    assert_eq!(p.subscriber_id, Some(sub));
+    assert_eq!(p.channel_id, Some(chan));
+    assert_eq!(p.amount_minor, 19900);
+    assert_eq!(p.currency, "UAH");
+    assert_eq!(p.outcome, "applied");
+    assert_eq!(p.reason, None);
+    let m = applied.membership.as_ref().expect("a membership");
+    assert_eq!(m.status, "active");
+    assert_eq!(m.subscriber_id, sub);
     // GREATEST(no current expiry, database now) + 30 days: the term starts when the payment
     // is applied, however long ago the gateway says it was paid.
-    let expires: DateTime<Utc> = m["expires_at"].as_str().unwrap().parse().unwrap();
+    let expires: DateTime<Utc> = m.expires_at.parse().unwrap();
     assert!(
         before + Duration::days(30) <= expires && expires <= after + Duration::days(30),
         "expires_at {expires} is 30 days after the payment was applied ({before}..{after})"
     );
     assert_eq!(
-        p["paid_at"]
-            .as_str()
-            .unwrap()
-            .parse::<DateTime<Utc>>()
-            .unwrap(),
+        p.paid_at.parse::<DateTime<Utc>>().unwrap(),
         paid_at.parse::<DateTime<Utc>>().unwrap(),
         "paid_at is kept as reported"
     );
-    let o = order_row(&app, id(&order)).await;
-    assert_eq!(o["status"], "paid");
+    let o: OrderBody = body_of(&order_row(&app, id(&order)).await);
+    assert_eq!(o.status, "paid");
     assert_eq!(
-        o["paid_at"]
-            .as_str()
-            .unwrap()
+        o.paid_at
+            .expect("paid_at")
             .parse::<DateTime<Utc>>()
             .unwrap(),
         paid_at.parse::<DateTime<Utc>>().unwrap()
@@ -465,14 +462,15 @@ async fn a_payment_activates_the_membership_and_a_repeat_answers_the_stored_paym
     assert_eq!(membership_state(&app).await, before);
     assert_eq!(app.count("payments").await, 1);
 
-    let events = app
-        .get(&format!("/api/memberships/{}/events", id(m)))
-        .await
-        .expect(200);
-    let items = events["items"].as_array().unwrap();
+    let events: ListBody<EventBody> = body_of(
+        &app.get(&format!("/api/memberships/{}/events", m.id))
+            .await
+            .expect(200),
+    );
+    let items = &events.items;
     assert_eq!(items.len(), 1);
-    assert_eq!(items[0]["cause"], "payment");
-    assert_eq!(items[0]["payment_id"], p["id"]);
+    assert_eq!(items[0].cause, "payment");
+    assert_eq!(items[0].payment_id, Some(p.id));
 }
 
 #[tokio::test]
@@ -509,7 +507,12 @@ async fn a_future_paid_at_is_clamped_to_database_now() {
 
 /// Sends one payment and checks it was kept with `reason`, outcome `needs_review`, and that no
 /// membership, event or the order changed.
-async fn expect_refused(app: &TestApp, body: Value, order_id: Option<i64>, reason: &str) -> Value {
+async fn expect_refused(
+    app: &TestApp,
+    body: Value,
+    order_id: Option<i64>,
+    reason: &str,
+) -> AppliedBody {
     let before = membership_state(app).await;
     let order_before = match order_id {
         Some(o) => Some(order_row(app, o).await),
@@ -517,9 +520,10 @@ async fn expect_refused(app: &TestApp, body: Value, order_id: Option<i64>, reaso
     };
     let payments_before = app.count("payments").await;
     let r = app.post_signed_webhook(&body).await.expect(200);
-    assert_eq!(r["duplicate"], false, "{reason}");
-    assert_eq!(r["payment"]["outcome"], "needs_review", "{reason}: {r}");
-    assert_eq!(r["payment"]["reason"], reason, "{r}");
+    let applied: AppliedBody = body_of(&r);
+    assert!(!applied.duplicate, "{reason}");
+    assert_eq!(applied.payment.outcome, "needs_review", "{reason}: {r}");
+    assert_eq!(applied.payment.reason.as_deref(), Some(reason), "{r}");
     assert_eq!(
         app.count("payments").await,
         payments_before + 1,
@@ -533,7 +537,7 @@ async fn expect_refused(app: &TestApp, body: Value, order_id: Option<i64>, reaso
     if let (Some(o), Some(before)) = (order_id, order_before) {
         assert_eq!(order_row(app, o).await, before, "{reason}: order untouched");
     }
-    r
+    applied
 }
 
 #[tokio::test]
@@ -558,10 +562,10 @@ async fn each_failed_check_keeps_the_payment_for_review_and_grants_nothing() {
         "unknown_order",
     )
     .await;
-    assert_eq!(r["payment"]["order_id"], Value::Null);
-    assert_eq!(r["payment"]["subscriber_id"], Value::Null);
-    assert_eq!(r["payment"]["order_reference"], "ord_nope");
-    assert_eq!(r["membership"], Value::Null);
+    assert_eq!(r.payment.order_id, None);
+    assert_eq!(r.payment.subscriber_id, None);
+    assert_eq!(r.payment.order_reference.as_deref(), Some("ord_nope"));
+    assert!(r.membership.is_none());
 
     // order_cancelled
     let order = app.create_order(sub, chan).await;
@@ -575,9 +579,10 @@ async fn each_failed_check_keeps_the_payment_for_review_and_grants_nothing() {
         "order_cancelled",
     )
     .await;
-    assert_eq!(r["payment"]["order_id"], id(&order));
+    assert_eq!(r.payment.order_id, Some(id(&order)));
     assert_eq!(
-        r["membership"]["subscriber_id"], sub,
+        r.membership.as_ref().map(|m| m.subscriber_id),
+        Some(sub),
         "the current membership, unchanged"
     );
 
@@ -660,11 +665,12 @@ async fn each_failed_check_keeps_the_payment_for_review_and_grants_nothing() {
     .await;
 
     // Staff find them all.
-    let review = app
-        .get("/api/payments?outcome=needs_review&limit=200")
-        .await
-        .expect(200);
-    assert_eq!(review["items"].as_array().unwrap().len(), 8);
+    let review: ListBody<PaymentBody> = body_of(
+        &app.get("/api/payments?outcome=needs_review&limit=200")
+            .await
+            .expect(200),
+    );
+    assert_eq!(review.items.len(), 8);
 }
 
 fn stars(reference: &str, external_id: &str, amount: i64, payer: Option<i64>) -> NormalizedPayment {
@@ -817,22 +823,23 @@ async fn payment_after_an_expired_hold_is_refused_and_the_newer_buyers_seat_is_i
         .unwrap();
     let fresh = app.create_order(newer, chan).await;
     let held = app.checkout(id(&fresh)).await.expect(200);
-    let hold_until = held["order"]["hold_until"].clone();
-    assert!(hold_until.is_string(), "the newer buyer holds the seat");
+    let held: OrderBody = body_of(&held["order"]);
+    let hold_until = held.hold_until.expect("the newer buyer holds the seat");
 
     // The late payment of the old invoice cannot take it.
-    let r = app.pay_order(&old, "pay_late").await.expect(200);
-    assert_eq!(r["payment"]["outcome"], "needs_review");
-    assert_eq!(r["payment"]["reason"], "hold_expired");
+    let r: AppliedBody = body_of(&app.pay_order(&old, "pay_late").await.expect(200));
+    assert_eq!(r.payment.outcome, "needs_review");
+    assert_eq!(r.payment.reason.as_deref(), Some("hold_expired"));
     assert_eq!(app.count("memberships").await, 0);
-    assert_eq!(order_row(&app, id(&fresh)).await["hold_until"], hold_until);
+    let fresh_now: OrderBody = body_of(&order_row(&app, id(&fresh)).await);
+    assert_eq!(fresh_now.hold_until, Some(hold_until));
     // Checkout of the old order is refused too: it needs a new order.
     let r = app.checkout(id(&old)).await;
     assert_eq!(r.status.as_u16(), 409);
 
-    let r = app.pay_order(&fresh, "pay_newer").await.expect(200);
-    assert_eq!(r["payment"]["outcome"], "applied");
-    assert_eq!(r["membership"]["subscriber_id"], newer);
+    let r: AppliedBody = body_of(&app.pay_order(&fresh, "pay_newer").await.expect(200));
+    assert_eq!(r.payment.outcome, "applied");
+    assert_eq!(r.membership.map(|m| m.subscriber_id), Some(newer));
 
     // Even with the seat free (no other buyer at all), an expired hold stays expired.
     let chan2 = id(&app.create_channel(-3002, json!({"seat_limit": 5})).await);
@@ -846,8 +853,8 @@ async fn payment_after_an_expired_hold_is_refused_and_the_newer_buyers_seat_is_i
         )
         .await
         .unwrap();
-    let r = app.pay_order(&o, "pay_late2").await.expect(200);
-    assert_eq!(r["payment"]["reason"], "hold_expired");
+    let r: AppliedBody = body_of(&app.pay_order(&o, "pay_late2").await.expect(200));
+    assert_eq!(r.payment.reason.as_deref(), Some("hold_expired"));
 }
 
 #[tokio::test]

@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use subgate::sweep::{self, Decision, Status};
 
+use crate::bodies::{EventBody, ListBody, body_of};
 use crate::helpers::db_now;
 use crate::helpers::{SWEEP_TOKEN, TestApp, url_for};
 
@@ -157,22 +158,21 @@ async fn active_goes_to_grace_then_expired_once_past_grace() {
         ]
     );
     // And the API shows them in the membership's history, after the staff grant and PATCHes.
-    let events = app
-        .get(&format!("/api/memberships/{id}/events"))
-        .await
-        .expect(200);
-    let causes: Vec<&str> = events["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["cause"].as_str().unwrap())
-        .collect();
+    let events: ListBody<EventBody> = body_of(
+        &app.get(&format!("/api/memberships/{id}/events"))
+            .await
+            .expect(200),
+    );
+    let causes: Vec<&str> = events.items.iter().map(|e| e.cause.as_str()).collect();
     assert_eq!(causes, ["staff", "staff", "sweep", "staff", "sweep"]);
-    let last = &events["items"][4];
-    assert_eq!(last["from_status"], "grace");
-    assert_eq!(last["to_status"], "expired");
-    assert_eq!(last["payment_id"], Value::Null);
-    assert_eq!(last["expires_at_before"], last["expires_at_after"]);
+    let last = &events.items[4];
+    assert_eq!(last.from_status.as_deref(), Some("grace"));
+    assert_eq!(last.to_status, "expired");
+    assert_eq!(last.payment_id, None);
+    assert_eq!(
+        last.expires_at_before.as_ref(),
+        Some(&last.expires_at_after)
+    );
 }
 
 #[tokio::test]

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
 
+use crate::bodies::{ListBody, MembershipBody, OrderBody, PaymentBody, body_of};
 use crate::helpers::{
     TestApp, WAYFORPAY_ACCOUNT, WAYFORPAY_KEY, assert_wayforpay_accept, wayforpay_callback,
     wayforpay_callback_signed,
@@ -31,26 +32,26 @@ async fn an_approved_callback_pays_the_order_and_is_acknowledged() {
     let now = Utc::now().timestamp();
     assert!((ack["time"].as_i64().unwrap() - now).abs() < 60);
 
-    let payments = app.get("/api/payments").await.expect(200);
-    let p = &payments["items"][0];
-    assert_eq!(p["gateway"], "wayforpay");
-    assert_eq!(p["external_id"], reference(&o).as_str());
-    assert_eq!(p["order_id"], id(&o));
-    assert_eq!(p["amount_minor"], 19950, "199.5 UAH in kopiykas");
-    assert_eq!(p["outcome"], "applied");
-    let paid_at: DateTime<Utc> = p["paid_at"].as_str().unwrap().parse().unwrap();
+    let payments: ListBody<PaymentBody> = body_of(&app.get("/api/payments").await.expect(200));
+    let p = &payments.items[0];
+    assert_eq!(p.gateway, "wayforpay");
+    assert_eq!(p.external_id, reference(&o));
+    assert_eq!(p.order_id, Some(id(&o)));
+    assert_eq!(p.amount_minor, 19950, "199.5 UAH in kopiykas");
+    assert_eq!(p.outcome, "applied");
+    let paid_at: DateTime<Utc> = p.paid_at.parse().unwrap();
     let processing: i64 = serde_json::from_str::<Value>(&body).unwrap()["processingDate"]
         .as_i64()
         .unwrap();
     assert_eq!(paid_at.timestamp(), processing, "paid_at is processingDate");
-    assert_eq!(
-        app.get(&format!("/api/orders/{}", id(&o)))
+    let paid_order: OrderBody = body_of(
+        &app.get(&format!("/api/orders/{}", id(&o)))
             .await
-            .expect(200)["status"],
-        "paid"
+            .expect(200),
     );
-    let m = app.get("/api/memberships").await.expect(200);
-    assert_eq!(m["items"][0]["status"], "active");
+    assert_eq!(paid_order.status, "paid");
+    let m: ListBody<MembershipBody> = body_of(&app.get("/api/memberships").await.expect(200));
+    assert_eq!(m.items[0].status, "active");
 
     // The same literal amount written differently is the same money.
     let o2 = order(&app, 2).await;
