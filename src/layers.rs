@@ -403,6 +403,39 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
     }
 
+    /// The pieces of an effect row's payload and key are spelled only in `effects`: a writer
+    /// elsewhere splices its fragments (`effects::expiry_payload_sql!`, the key macros) instead
+    /// of writing its own `to_char` format or key. (This file names the pieces, so it is left
+    /// out of its own scan.)
+    #[test]
+    fn no_writer_spells_an_instant_or_a_key_of_its_own() {
+        let src = src();
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        let pieces = [
+            "to_char(",
+            "jsonb_build_object('expires_at'",
+            "jsonb_build_object('membership_id'",
+            "':ev'",
+            "'reminder:'",
+            "':deleted'",
+        ];
+        let mut offenders = Vec::new();
+        for file in files
+            .iter()
+            .filter(|f| !f.starts_with(src.join("effects")) && **f != src.join("layers.rs"))
+        {
+            let text = fs::read_to_string(file).expect("a source file");
+            for piece in pieces {
+                if text.contains(piece) {
+                    offenders.push(format!("{}: {piece}", file.display()));
+                }
+            }
+        }
+        assert!(files.len() > 20, "the scan found the sources");
+        assert!(offenders.is_empty(), "{offenders:#?}");
+    }
+
     #[test]
     fn no_module_outside_api_refers_to_api() {
         let graph = module_graph(&src());

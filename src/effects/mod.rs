@@ -733,44 +733,6 @@ mod tests {
         assert_eq!(transition_key(Kind::Refund, 9, 41), None);
     }
 
-    /// The pieces of an effect row's payload and key are spelled only here: a writer elsewhere
-    /// splices the fragments instead of writing its own `to_char` format or key.
-    #[test]
-    fn no_writer_spells_an_instant_or_a_key_of_its_own() {
-        fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-            for entry in std::fs::read_dir(dir).unwrap() {
-                let path = entry.unwrap().path();
-                if path.is_dir() {
-                    rust_files(&path, out);
-                } else if path.extension().is_some_and(|e| e == "rs") {
-                    out.push(path);
-                }
-            }
-        }
-        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-        let mut files = Vec::new();
-        rust_files(&src, &mut files);
-        let pieces = [
-            "to_char(",
-            "jsonb_build_object('expires_at'",
-            "jsonb_build_object('membership_id'",
-            "':ev'",
-            "'reminder:'",
-            "':deleted'",
-        ];
-        let mut offenders = Vec::new();
-        for file in files.iter().filter(|f| !f.starts_with(src.join("effects"))) {
-            let text = std::fs::read_to_string(file).unwrap();
-            for piece in pieces {
-                if text.contains(piece) {
-                    offenders.push(format!("{}: {piece}", file.display()));
-                }
-            }
-        }
-        assert!(files.len() > 20, "the scan found the sources");
-        assert!(offenders.is_empty(), "{offenders:#?}");
-    }
-
     #[test]
     fn the_fragments_spell_the_rust_rules() {
         assert_eq!(

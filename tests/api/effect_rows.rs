@@ -11,7 +11,7 @@ use chrono::{DateTime, Duration, SubsecRound, Utc};
 use serde_json::{Value, json};
 use subgate::effects::{self, Kind, NewEffect, Payload, payload};
 
-use crate::helpers::TestApp;
+use crate::{effects::grant, helpers::TestApp};
 
 static UPDATE_ID: AtomicI64 = AtomicI64::new(7_000_000);
 
@@ -27,22 +27,6 @@ async fn channel(app: &TestApp, chat: i64, extra: Value) -> i64 {
     app.create_channel(chat, extra).await["id"]
         .as_i64()
         .unwrap()
-}
-
-/// Staff grant (or extension) of `days`: the extension statement's effect.
-async fn extend(app: &TestApp, s: i64, c: i64, days: i64) -> i64 {
-    let r = app
-        .post(
-            "/api/memberships",
-            json!({"subscriber_id": s, "channel_id": c, "days": days}),
-        )
-        .await;
-    assert!(
-        r.status.is_success(),
-        "{}",
-        String::from_utf8_lossy(&r.bytes)
-    );
-    r.json()["id"].as_i64().unwrap()
 }
 
 async fn patch(app: &TestApp, m: i64, body: Value) {
@@ -242,8 +226,8 @@ async fn every_writer_s_rows_parse_as_their_kind_s_payload_and_follow_the_key_ru
 
     // The extension statement: a grant, then a receipt.
     let a = subscriber(&app, 7101).await;
-    let ma = extend(&app, a, c, 30).await;
-    extend(&app, a, c, 30).await;
+    let ma = grant(&app, a, c, 30).await;
+    grant(&app, a, c, 30).await;
     // The reminder scan, on an expiry of a whole second.
     let soon = whole_second_from_now(&app, Duration::days(2)).await;
     patch(&app, ma, json!({"expires_at": soon})).await;
@@ -259,9 +243,9 @@ async fn every_writer_s_rows_parse_as_their_kind_s_payload_and_follow_the_key_ru
 
     // The sweep's batch: a grace notice (3 days of grace) and a revoke (none).
     let b = subscriber(&app, 7102).await;
-    let mb = extend(&app, b, c, 30).await;
+    let mb = grant(&app, b, c, 30).await;
     let d = subscriber(&app, 7103).await;
-    let md = extend(&app, d, c0, 30).await;
+    let md = grant(&app, d, c0, 30).await;
     let overdue = whole_second_from_now(&app, Duration::hours(-1)).await;
     for m in [mb, md] {
         patch(&app, m, json!({"expires_at": overdue})).await;
@@ -275,12 +259,12 @@ async fn every_writer_s_rows_parse_as_their_kind_s_payload_and_follow_the_key_ru
 
     // Deletions: of a membership, and of a subscriber with a live membership.
     let e = subscriber(&app, 7104).await;
-    let me = extend(&app, e, c, 30).await;
+    let me = grant(&app, e, c, 30).await;
     app.delete(&format!("/api/memberships/{me}"))
         .await
         .expect(204);
     let f = subscriber(&app, 7105).await;
-    extend(&app, f, c, 30).await;
+    grant(&app, f, c, 30).await;
     app.delete(&format!("/api/subscribers/{f}"))
         .await
         .expect(204);
