@@ -40,7 +40,7 @@ const UNKNOWN_CHANNEL: &str = "Sorry, this channel is not available.";
 
 static UPDATE_ID: AtomicI64 = AtomicI64::new(70_000_001);
 
-fn next_id() -> i64 {
+pub(crate) fn next_id() -> i64 {
     UPDATE_ID.fetch_add(1, Ordering::Relaxed)
 }
 
@@ -78,7 +78,7 @@ fn button_update(from: &Value, data: &str) -> Value {
     })
 }
 
-fn pre_checkout_update(query_id: &str, from: i64, payload: &str, amount: i64) -> Value {
+pub(crate) fn pre_checkout_update(query_id: &str, from: i64, payload: &str, amount: i64) -> Value {
     json!({
         "update_id": next_id(),
         "pre_checkout_query": {
@@ -90,7 +90,7 @@ fn pre_checkout_update(query_id: &str, from: i64, payload: &str, amount: i64) ->
 }
 
 /// A Stars `successful_payment`; `subscription`: `(is_first_recurring, renews at)`.
-fn payment_update(
+pub(crate) fn payment_update(
     charge_id: &str,
     from: i64,
     payload: &str,
@@ -137,7 +137,7 @@ async fn run(app: &TestApp) -> RunReport {
 }
 
 /// Delivers an update; asserts 200 and returns the reply body.
-async fn send(app: &TestApp, update: &Value) -> Value {
+pub(crate) async fn send(app: &TestApp, update: &Value) -> Value {
     app.post_telegram_update(update.clone()).await.expect(200)
 }
 

@@ -5,33 +5,15 @@
 //! through `POST /api/webhook/telegram`, the outbox is performed against the fake Bot API, and
 //! the rows are read back.
 
-use std::sync::atomic::{AtomicI64, Ordering};
-
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
 use subgate::{telegram::recovery, worker};
 
 use crate::{
+    bot::{next_id, payment_update, pre_checkout_update, send},
     fake_bot::{FakeBot, TOKEN},
     helpers::TestApp,
 };
-
-static UPDATE_ID: AtomicI64 = AtomicI64::new(90_000_001);
-
-fn next_id() -> i64 {
-    UPDATE_ID.fetch_add(1, Ordering::Relaxed)
-}
-
-fn pre_checkout_update(query_id: &str, from: i64, payload: &str, amount: i64) -> Value {
-    json!({
-        "update_id": next_id(),
-        "pre_checkout_query": {
-            "id": query_id,
-            "from": {"id": from, "is_bot": false, "first_name": "Ann"},
-            "currency": "XTR", "total_amount": amount, "invoice_payload": payload
-        }
-    })
-}
 
 /// A Stars `successful_payment` of a subscription: `first` (`is_first_recurring`), renewing at
 /// `renews_at` (`subscription_expiration_date`).
@@ -42,21 +24,7 @@ fn charge_update(
     first: bool,
     renews_at: DateTime<Utc>,
 ) -> Value {
-    json!({
-        "update_id": next_id(),
-        "message": {
-            "message_id": next_id(),
-            "date": Utc::now().timestamp(),
-            "chat": {"id": from, "type": "private", "first_name": "Ann"},
-            "from": {"id": from, "is_bot": false, "first_name": "Ann"},
-            "successful_payment": {
-                "currency": "XTR", "total_amount": 250, "invoice_payload": payload,
-                "telegram_payment_charge_id": charge_id, "provider_payment_charge_id": "",
-                "is_recurring": true, "is_first_recurring": first,
-                "subscription_expiration_date": renews_at.timestamp()
-            }
-        }
-    })
+    payment_update(charge_id, from, payload, 250, Some((first, renews_at)))
 }
 
 fn text_update(from: i64, text: &str) -> Value {
@@ -79,10 +47,6 @@ async fn app_with(fake: &FakeBot) -> TestApp {
         env.insert("TELEGRAM_BOT_TOKEN".into(), TOKEN.into());
     })
     .await
-}
-
-async fn send(app: &TestApp, update: &Value) -> Value {
-    app.post_telegram_update(update.clone()).await.expect(200)
 }
 
 /// A recurring Stars channel (250 stars, 30 days, no grace); `extra` overrides fields.
