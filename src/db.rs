@@ -59,6 +59,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "staff_token_version",
         include_str!("../migrations/0008_staff_token_version.sql"),
     ),
+    (9, "offers", include_str!("../migrations/0009_offers.sql")),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,

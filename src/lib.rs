@@ -7,6 +7,8 @@
 //! `docs/ARCHITECTURE.md` names every module with what it owns and may call.
 //! - [`api`]: the router ([`router`]), handlers by resource, login, the payment doors, the
 //!   extractors, `Idempotency-Key`, problem+json rendering;
+//! - [`plans`]: the ways a channel is sold (plans, bundles, trials, lifetime);
+//! - [`promo_codes`]: promo codes and their exact uses;
 //! - [`orders`]: orders, the one lock order, seats and holds;
 //! - [`payments`]: the one `apply_payment` core and the pure signature and money code;
 //! - [`memberships`]: every read and write of membership rows (the sweep's batch write aside)
@@ -39,7 +41,9 @@ pub mod memberships;
 pub mod metrics;
 pub mod orders;
 pub mod payments;
+pub mod plans;
 pub mod present;
+pub mod promo_codes;
 pub mod server;
 pub mod state;
 pub mod subscribers;

@@ -21,15 +21,22 @@ use crate::{
     state::AppState,
 };
 
-/// A new order: one billing period of a channel, at its price now.
+/// A new order: a plan (`plan_id`, with an optional `promo_code`), or a channel's default plan
+/// (`channel_id`), at its price now. Exactly one of `plan_id` and `channel_id`.
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(example = json!({"subscriber_id": 1, "channel_id": 1}))]
+#[schema(example = json!({"subscriber_id": 1, "plan_id": 1, "promo_code": "SPRING25"}))]
 pub struct CreateOrder {
     #[schema(required = true, nullable = false)]
     subscriber_id: Option<i32>,
-    #[schema(required = true, nullable = false)]
+    /// A channel: its default plan.
+    #[schema(nullable = false)]
     channel_id: Option<i32>,
+    #[schema(nullable = false)]
+    plan_id: Option<i64>,
+    /// Matched case-insensitively; only with `plan_id`.
+    #[schema(nullable = false)]
+    promo_code: Option<String>,
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -96,15 +103,38 @@ pub async fn create(
     let b = &write.body;
     let mut e = Errors::default();
     let subscriber_id = e.required("subscriber_id", b.subscriber_id);
-    let channel_id = e.required("channel_id", b.channel_id);
+    match (b.channel_id, b.plan_id) {
+        (None, None) => e.add("channel_id", "is required (or plan_id)"),
+        (Some(_), Some(_)) => e.add("plan_id", "give plan_id or channel_id, not both"),
+        _ => {}
+    }
+    if b.promo_code.is_some() && b.plan_id.is_none() {
+        e.add("promo_code", "applies to an order of a plan (plan_id)");
+    }
     e.finish()?;
-    let (subscriber_id, channel_id) = (subscriber_id.unwrap(), channel_id.unwrap());
+    let subscriber_id = subscriber_id.unwrap();
+    let hold_secs = state.config.hold_secs;
     crate::idempotent!(state, write, |tx| {
-        let order = orders::create(tx, subscriber_id, channel_id).await?;
+        // Exactly one of the two is given (checked above).
+        let order = match b.plan_id {
+            Some(plan_id) => {
+                orders::create_for_plan(
+                    tx,
+                    subscriber_id,
+                    plan_id,
+                    b.promo_code.as_deref(),
+                    hold_secs,
+                )
+                .await?
+            }
+            None => orders::create(tx, subscriber_id, b.channel_id.unwrap_or_default()).await?,
+        };
         tracing::info!(
             order_id = order.id,
             subscriber_id,
-            channel_id,
+            channel_id = order.channel_id,
+            plan_id = order.plan_id,
+            promo_code = ?order.promo_code,
             staff_id = write.staff.id,
             "order created"
         );

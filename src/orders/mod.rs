@@ -7,6 +7,7 @@
 //! and checkout do touch the hold, so they lock in the one lock order through [`seats`].
 
 pub mod seats;
+pub mod trials;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Transaction};
@@ -20,7 +21,7 @@ use crate::{
     db::{self, FromRow},
     error::ApiError,
     ids::{ChannelId, SubscriberId},
-    subscribers,
+    plans, promo_codes, subscribers,
 };
 
 crate::text_enum! {
@@ -36,7 +37,9 @@ crate::text_enum! {
 macro_rules! order_columns {
     () => {
         "id, reference, subscriber_id, channel_id, amount_minor, currency, status, hold_until, \
-         invoice_link, superseded_at, created_at, paid_at"
+         invoice_link, superseded_at, created_at, paid_at, plan_id, list_price_minor, \
+         discount_minor, promo_code_id, promo_held_until, \
+         (SELECT pcode.code FROM promo_codes pcode WHERE pcode.id = promo_code_id) AS promo_code"
     };
 }
 pub(crate) use order_columns;
@@ -49,7 +52,8 @@ pub const COLUMNS: &str = order_columns!();
 #[schema(example = json!({"id": 1, "reference": "ord_5f0c1e7a9b2d4c6e8f1a3b5c7d9e0f21",
     "subscriber_id": 1, "channel_id": 1, "amount_minor": 19900, "currency": "UAH",
     "status": "pending", "hold_until": null, "invoice_link": null, "superseded_at": null,
-    "created_at": "2025-01-01T10:00:00Z", "paid_at": null}))]
+    "created_at": "2025-01-01T10:00:00Z", "paid_at": null, "plan_id": 1,
+    "list_price_minor": 19900, "discount_minor": 0, "promo_code": null}))]
 pub struct Order {
     pub id: i64,
     /// Opaque, unguessable (128 bits from the OS CSPRNG): a payment naming it is tied to it.
@@ -69,6 +73,19 @@ pub struct Order {
     pub superseded_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub paid_at: Option<DateTime<Utc>>,
+    /// The plan the order buys (an order made by channel buys the channel's default plan).
+    pub plan_id: i64,
+    /// The plan's price when the order was made.
+    pub list_price_minor: i64,
+    /// What its promo code took off; `amount_minor` = `list_price_minor` − `discount_minor`.
+    pub discount_minor: i64,
+    /// The promo code the order uses, as the code's text.
+    pub promo_code: Option<String>,
+    #[serde(skip)]
+    pub promo_code_id: Option<i64>,
+    /// Until when a pending order holds a use of its promo code.
+    #[serde(skip)]
+    pub promo_held_until: Option<DateTime<Utc>>,
 }
 
 impl Order {
@@ -105,6 +122,12 @@ impl FromRow for Order {
             superseded_at: r.try_get("superseded_at")?,
             created_at: r.try_get("created_at")?,
             paid_at: r.try_get("paid_at")?,
+            plan_id: r.try_get("plan_id")?,
+            list_price_minor: r.try_get("list_price_minor")?,
+            discount_minor: r.try_get("discount_minor")?,
+            promo_code: r.try_get("promo_code")?,
+            promo_code_id: r.try_get("promo_code_id")?,
+            promo_held_until: r.try_get("promo_held_until")?,
         })
     }
 }
@@ -182,6 +205,85 @@ pub async fn create(
             &channel_id,
             &channel.price_minor,
             &channel.currency,
+        ],
+    )
+    .await
+}
+
+const INSERT_FOR_PLAN_SQL: &str = concat!(
+    "INSERT INTO orders (reference, subscriber_id, channel_id, amount_minor, currency, plan_id,
+                         list_price_minor, discount_minor, promo_code_id, promo_held_until)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
+             CASE WHEN $9::bigint IS NULL THEN NULL
+                  ELSE statement_timestamp() + make_interval(secs => $10::float8) END)
+     RETURNING ",
+    order_columns!()
+);
+
+/// Creates an order of `subscriber_id` for plan `plan_id` at the plan's price now, less what
+/// `promo_code` takes off ([`promo_codes::discount_for_new_order`], which takes one use of the
+/// code for this order: it holds it for `hold_secs`). The order's `channel_id` is the plan's
+/// first channel. 422 naming the field when the subscriber or the plan does not exist, the plan
+/// or one of its channels is inactive, or the code cannot be used.
+pub async fn create_for_plan(
+    tx: &Transaction<'_>,
+    subscriber_id: i32,
+    plan_id: i64,
+    promo_code: Option<&str>,
+    hold_secs: i64,
+) -> Result<Order, ApiError> {
+    let subscriber = subscribers::exists(tx, subscriber_id).await?;
+    let plan = plans::get(tx, plan_id).await?;
+    let mut errors = std::collections::BTreeMap::new();
+    if !subscriber {
+        errors.insert(
+            "subscriber_id".to_string(),
+            "no such subscriber".to_string(),
+        );
+    }
+    match &plan {
+        None => {
+            errors.insert("plan_id".to_string(), "no such plan".to_string());
+        }
+        Some(p) if !p.active => {
+            errors.insert("plan_id".to_string(), "the plan is not active".to_string());
+        }
+        Some(p) => {
+            for c in &p.channel_ids {
+                if !channels::price(tx, *c).await?.is_some_and(|c| c.active) {
+                    errors.insert(
+                        "plan_id".to_string(),
+                        "a channel of the plan is not active".to_string(),
+                    );
+                }
+            }
+        }
+    }
+    let Some(plan) = plan.filter(|_| errors.is_empty()) else {
+        return Err(ApiError::Validation(errors));
+    };
+    let discount = match promo_code {
+        Some(code) => Some(
+            promo_codes::discount_for_new_order(tx, code, SubscriberId(subscriber_id), &plan)
+                .await?,
+        ),
+        None => None,
+    };
+    let discount_minor = discount.map_or(0, |d| d.discount_minor);
+    db::one(
+        tx,
+        INSERT_FOR_PLAN_SQL,
+        &[
+            &new_reference(),
+            &subscriber_id,
+            &plan.channel_ids[0],
+            &(plan.price_minor - discount_minor),
+            &plan.currency,
+            &plan.id,
+            &plan.price_minor,
+            &discount_minor,
+            &discount.map(|d| d.promo_code_id),
+            &(hold_secs as f64),
         ],
     )
     .await

@@ -92,6 +92,11 @@ pub struct OrderBody {
     pub created_at: String,
     #[serde(deserialize_with = "Option::deserialize")]
     pub paid_at: Option<String>,
+    pub plan_id: i64,
+    pub list_price_minor: i64,
+    pub discount_minor: i64,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub promo_code: Option<String>,
 }
 
 /// A stored payment.
