@@ -148,6 +148,8 @@ crate::text_enum! {
         Payment => "payment",
         Sweep => "sweep",
         Staff => "staff",
+        Trial => "trial",
+        Promo => "promo",
     }
 }
 
@@ -156,6 +158,10 @@ crate::text_enum! {
 pub enum Cause {
     Payment(i64),
     Staff,
+    /// A trial plan's grant.
+    Trial,
+    /// A free order's grant (a 100 % promo code).
+    Promo,
 }
 
 impl Cause {
@@ -163,7 +169,24 @@ impl Cause {
         match self {
             Cause::Payment(id) => (EventCause::Payment, Some(id)),
             Cause::Staff => (EventCause::Staff, None),
+            Cause::Trial => (EventCause::Trial, None),
+            Cause::Promo => (EventCause::Promo, None),
         }
+    }
+}
+
+/// How long a grant lasts: days from `GREATEST(current expiry, database now)`, or for life
+/// (`expires_at = 'infinity'`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Term {
+    Days(i32),
+    Lifetime,
+}
+
+impl Term {
+    /// A plan's term: `period_days`, or lifetime when it has none.
+    pub fn of_period(period_days: Option<i32>) -> Term {
+        period_days.map_or(Term::Lifetime, Term::Days)
     }
 }
 
@@ -541,7 +564,7 @@ pub async fn extend(
     days: i32,
     cause: Cause,
 ) -> Result<(Membership, bool), ApiError> {
-    extend_at_least(tx, subscriber_id, channel_id, days, cause, None).await
+    extend_at_least(tx, subscriber_id, channel_id, Term::Days(days), cause, None).await
 }
 
 /// [`extend`], with the new term ending no earlier than `at_least` when given: a Stars
@@ -551,10 +574,13 @@ pub async fn extend_at_least(
     tx: &Transaction<'_>,
     subscriber_id: SubscriberId,
     channel_id: ChannelId,
-    days: i32,
+    term: Term,
     cause: Cause,
     at_least: Option<DateTime<Utc>>,
 ) -> Result<(Membership, bool), ApiError> {
+    let Term::Days(days) = term else {
+        return Err(ApiError::internal("lifetime grants are not built yet"));
+    };
     if days < 1 {
         return Err(ApiError::internal(
             "a membership is extended by at least one day",

@@ -666,7 +666,7 @@ async fn apply(
         tx,
         locked.order.subscriber(),
         locked.order.channel(),
-        locked.channel.billing_period_days,
+        memberships::Term::Days(locked.channel.billing_period_days),
         Cause::Payment(payment.id),
         renews_at.map(slack_after),
     )
@@ -815,7 +815,7 @@ async fn rejudge_renewals(
             tx,
             locked.order.subscriber(),
             locked.order.channel(),
-            locked.channel.billing_period_days,
+            memberships::Term::Days(locked.channel.billing_period_days),
             Cause::Payment(earlier.id),
             Some(slack_after(renews_at)),
         )
