@@ -22,6 +22,7 @@ pub mod openapi;
 pub mod orders;
 pub mod overview;
 pub mod payments;
+pub mod promo_codes;
 pub mod router;
 pub mod star_subscriptions;
 pub mod subscribers;
