@@ -1104,3 +1104,83 @@ async fn twenty_lapsed_orders_paid_at_once_never_take_a_code_past_its_limit() {
         );
     }
 }
+
+// ---- the document ----
+
+#[tokio::test]
+async fn promo_code_answers_match_the_document() {
+    use crate::openapi::{assert_valid, document, resolve, response_schema};
+    let app = TestApp::spawn().await;
+    let doc = document();
+    let check = |method: &str, path: &str, r: &TestResponse| {
+        let status = r.status.as_u16();
+        let pointer = response_schema(&doc, method, path, status);
+        let documented = resolve(
+            &doc,
+            &doc["paths"][path][method]["responses"][status.to_string()],
+        );
+        let ctype = r.header("content-type").unwrap_or_default();
+        assert!(
+            documented["content"].get(ctype).is_some(),
+            "{method} {path} {status}: content type {ctype} not documented"
+        );
+        assert_valid(&doc, &pointer, &r.json());
+    };
+    let chan = id(&app.create_channel(-1001, json!({})).await);
+    let plan = default_plan(&app, chan).await;
+    let sub = id(&app.create_subscriber(1).await);
+    let created = app
+        .post(
+            "/api/promo-codes",
+            json!({"code": "DOC", "amount_off_minor": 100, "currency": "UAH",
+                   "plan_ids": [plan], "expires_at": "2999-01-01T00:00:00Z"}),
+        )
+        .await;
+    assert_eq!(created.status, 201);
+    check("post", "/api/promo-codes", &created);
+    let code = id(&created.json());
+    let taken = app
+        .post("/api/promo-codes", json!({"code": "doc", "percent_off": 5}))
+        .await;
+    assert_eq!(taken.status, 409);
+    check("post", "/api/promo-codes", &taken);
+    let invalid = app
+        .post("/api/promo-codes", json!({"code": "D", "percent_off": 500}))
+        .await;
+    assert_eq!(invalid.status, 422);
+    check("post", "/api/promo-codes", &invalid);
+    let o = order(&app, sub, plan, Some("doc")).await;
+    assert_eq!(o.status, 201);
+    check("post", "/api/orders", &o);
+    let refused = order(&app, sub, plan, Some("doc")).await;
+    assert_eq!(refused.status, 422);
+    check("post", "/api/orders", &refused);
+    app.pay_order(&o.json(), "pay_doc").await.expect(200);
+    let list = app.get("/api/promo-codes?active=true").await;
+    assert_eq!(list.status, 200);
+    check("get", "/api/promo-codes", &list);
+    let got = app.get(&format!("/api/promo-codes/{code}")).await;
+    assert_eq!(got.json()["redemptions"], 1);
+    check("get", "/api/promo-codes/{id}", &got);
+    let fixed = app
+        .patch(
+            &format!("/api/promo-codes/{code}"),
+            json!({"code": "OTHER"}),
+        )
+        .await;
+    assert_eq!(fixed.status, 409);
+    check("patch", "/api/promo-codes/{id}", &fixed);
+    let patched = app
+        .patch(
+            &format!("/api/promo-codes/{code}"),
+            json!({"active": false}),
+        )
+        .await;
+    assert_eq!(patched.status, 200);
+    check("patch", "/api/promo-codes/{id}", &patched);
+    let bad = app
+        .patch(&format!("/api/promo-codes/{code}"), json!({"active": null}))
+        .await;
+    assert_eq!(bad.status, 422);
+    check("patch", "/api/promo-codes/{id}", &bad);
+}
