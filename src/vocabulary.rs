@@ -42,6 +42,10 @@ crate::text_enum! {
         /// A pre-checkout refused by the buyer's hold rules (a cooldown after an unpaid hold,
         /// or the daily number of holds). Never a payment reason.
         HoldLimited => "hold_limited",
+        /// The order's promo code use lapsed and the code (or the buyer's share of it) filled
+        /// up meanwhile: the discounted price is no longer available. A payment is kept for
+        /// review (every gateway, Stars too), never applied past the code's limit.
+        PromoExhausted => "promo_exhausted",
     }
 }
 

@@ -23,6 +23,7 @@ pub mod orders;
 pub mod overview;
 pub mod payments;
 pub mod plans;
+pub mod promo_codes;
 pub mod router;
 pub mod star_subscriptions;
 pub mod subscribers;

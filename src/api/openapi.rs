@@ -73,6 +73,7 @@ pub const WEBHOOK_SIGNATURE: &str = "webhook_signature";
         (name = "plans", description = "The ways a channel is sold: one channel or a bundle, paid or a trial, for a period or for life."),
         (name = "memberships", description = "Who may be in which channel until when, and the history of each."),
         (name = "orders", description = "One intent to buy one period of one channel; what every payment names."),
+        (name = "promo codes", description = "Percent or amount off a plan's price, with limits that hold exactly."),
         (name = "payments", description = "Every payment any door stored (read-only)."),
         (name = "effects", description = "The outbox of Telegram effects and its dead letters."),
         (name = "star subscriptions", description = "Telegram Stars subscriptions started in the bot."),

@@ -67,6 +67,11 @@ impl From<CheckoutRefusal> for ApiError {
             CheckoutRefusal::ChannelInactive => {
                 ApiError::Unprocessable("the channel is not active".into())
             }
+            CheckoutRefusal::PromoExhausted => ApiError::Conflict(
+                "this price is no longer available: the order's promo code use lapsed and the \
+                 code has no room left; create a new order"
+                    .into(),
+            ),
             CheckoutRefusal::HoldLimited { limit, until } => ApiError::Conflict(format!(
                 "the subscriber may not hold a seat of this channel again until {} ({})",
                 until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),

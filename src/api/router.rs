@@ -26,7 +26,7 @@ use super::{
     error::problem,
     invoice_links, memberships,
     openapi::{self, Health},
-    orders, overview, payments, plans, star_subscriptions, subscribers, sweep,
+    orders, overview, payments, plans, promo_codes, star_subscriptions, subscribers, sweep,
     webhooks::{standard, telegram, wayforpay},
 };
 use crate::{error::ApiError, state::AppState};
@@ -62,6 +62,8 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(orders::get))
         .routes(routes!(orders::cancel))
         .routes(routes!(orders::checkout))
+        .routes(routes!(promo_codes::create, promo_codes::list))
+        .routes(routes!(promo_codes::get, promo_codes::patch))
         .routes(routes!(invoice_links::create))
         .routes(routes!(effects::list))
         .routes(routes!(effects::retry_all))

@@ -176,6 +176,7 @@ fn refused(name: &str, refusal: CheckoutRefusal) -> Answer {
         CheckoutRefusal::ChannelFull | CheckoutRefusal::HoldExpired => {
             alert(texts::channel_full(name))
         }
+        CheckoutRefusal::PromoExhausted => alert(texts::PROMO_PRICE_GONE),
     }
 }
 

@@ -103,6 +103,17 @@ impl Order {
     pub fn price(&self) -> Money {
         Money::new(self.amount_minor, &self.currency)
     }
+
+    /// The order's use of its promo code, as [`promo_codes::use_still_held`] decides it.
+    pub fn promo_use(&self) -> promo_codes::OrderUse {
+        promo_codes::OrderUse {
+            order_id: self.id,
+            subscriber: self.subscriber(),
+            promo_code_id: self.promo_code_id,
+            promo_held_until: self.promo_held_until,
+            pending: self.status == Status::Pending,
+        }
+    }
 }
 
 impl FromRow for Order {
@@ -157,8 +168,10 @@ const LIST_SQL: &str = concat!(
      ORDER BY id LIMIT $5"
 );
 const GET_SQL: &str = concat!("SELECT ", order_columns!(), " FROM orders WHERE id = $1");
+// A cancelled order gives its seat hold and its promo use back at once.
 const CANCEL_SQL: &str = concat!(
-    "UPDATE orders SET status = $2, hold_until = NULL WHERE id = $1 RETURNING ",
+    "UPDATE orders SET status = $2, hold_until = NULL, promo_held_until = NULL
+     WHERE id = $1 RETURNING ",
     order_columns!()
 );
 const SET_INVOICE_LINK_SQL: &str =
@@ -323,7 +336,8 @@ pub async fn get(client: &impl GenericClient, id: i64) -> Result<Option<Order>, 
     db::opt(client, GET_SQL, &[&id]).await
 }
 
-/// Cancels a pending order and clears its hold, so its seat is free at once; 404 for no such
+/// Cancels a pending order and clears its holds, so its seat and its promo code's use are free
+/// at once; 404 for no such
 /// order, 409 when it is not pending. Takes the lock order, like every change of a hold.
 pub async fn cancel(tx: &Transaction<'_>, id: i64) -> Result<Order, ApiError> {
     let locked = seats::lock_order(tx, id)
@@ -455,11 +469,11 @@ pub async fn invoice_facts(
 /// the CTE `to_mark(order_id, paid_at)`, the payment just stored when it pays its order: the
 /// payment core writes the payment and its order in one statement (one round trip). The
 /// caller holds the order in the lock order ([`seats::lock_order_by_reference`]). `'paid'` is
-/// [`Status::Paid`].
+/// [`Status::Paid`]. A paid order's promo use counts by its status, so its hold is cleared.
 macro_rules! mark_paid_cte {
     () => {
         "paid AS (
-    UPDATE orders o SET status = 'paid', paid_at = m.paid_at
+    UPDATE orders o SET status = 'paid', paid_at = m.paid_at, promo_held_until = NULL
     FROM to_mark m WHERE o.id = m.order_id
 )"
     };

@@ -3,9 +3,10 @@
 //! `pre_checkout_query` and the payment core, so all three decide alike.
 //!
 //! The lock order (API.md "Payment ingestion" 1., `docs/locking.md`): the pair's advisory lock
-//! → the order row `FOR UPDATE` → the channel row `FOR KEY SHARE`, strengthened to
-//! `FOR NO KEY UPDATE` for a seat-limited channel → the membership row. [`lock_order`] and
-//! [`lock_order_by_reference`] take the first three, so no caller can get them out of order.
+//! → the order row `FOR UPDATE` → its promo code's row `FOR UPDATE` (if it uses one) → the
+//! channel row `FOR KEY SHARE`, strengthened to `FOR NO KEY UPDATE` for a seat-limited channel
+//! → the membership row. [`lock_order`] and [`lock_order_by_reference`] take the first four,
+//! so no caller can get them out of order.
 //! The channel lock serializes every seat decision of one channel: two buyers racing for the
 //! last seat decide one after the other, and the second sees the first one's hold. A staff
 //! PATCH of `seat_limit` locks the channel `FOR UPDATE` first ([`crate::channels::lock_for_change`]),
@@ -36,6 +37,7 @@ use crate::{
     db::{self, FromRow},
     error::ApiError,
     ids::{ChannelId, SubscriberId},
+    promo_codes,
 };
 
 /// What the checks need to know of an order's channel, read under the channel lock.
@@ -107,6 +109,9 @@ pub enum CheckoutRefusal {
         limit: HoldLimit,
         until: DateTime<Utc>,
     },
+    /// The order's promo code use lapsed and the code (or the buyer's share of it) filled up
+    /// meanwhile ([`promo_codes::use_still_held`]): its price is no longer available.
+    PromoExhausted,
 }
 
 /// Locks the order with this id in the lock order; `None` when there is no such order (or it
@@ -136,15 +141,19 @@ const PAIR_BY_ID_SQL: &str = "SELECT id, subscriber_id, channel_id,
 const PAIR_BY_REFERENCE_SQL: &str = "SELECT id, subscriber_id, channel_id,
             pg_advisory_xact_lock(subscriber_id, channel_id) IS NULL AS locked
      FROM orders WHERE reference = $1";
-// The order `FOR UPDATE` (in its subquery, which locks it first), then its channel's terms
-// `FOR KEY SHARE` and its subscriber's Telegram id, in one statement. The order's foreign keys
-// keep the channel and the subscriber alive while we hold the order row, so the joins find
-// them whenever the order is found.
+// The order `FOR UPDATE` (in its subquery, which locks it first), then its promo code's row
+// `FOR UPDATE` (in the lateral subquery, locked as soon as the order is: the code row comes
+// between the order and the channel in the lock order, `crate::promo_codes`), then its
+// channel's terms `FOR KEY SHARE` and its subscriber's Telegram id, in one statement. The
+// order's foreign keys keep the channel and the subscriber alive while we hold the order row,
+// so the joins find them whenever the order is found.
 const LOCK_ORDER_SQL: &str = concat!(
     "SELECT o.*, c.active, c.seat_limit, c.billing_period_days, s.telegram_user_id
      FROM (SELECT ",
     order_columns!(),
     " FROM orders WHERE id = $1 FOR UPDATE) AS o
+     LEFT JOIN LATERAL (SELECT pcl.id FROM promo_codes pcl WHERE pcl.id = o.promo_code_id
+                        FOR UPDATE) AS promo_lock ON true
      JOIN channels c ON c.id = o.channel_id
      JOIN subscribers s ON s.id = o.subscriber_id
      FOR KEY SHARE OF c"
@@ -452,7 +461,32 @@ pub async fn checkout_locked(
 
 /// [`checkout_locked`] for an order already locked with [`lock_order`] or
 /// [`lock_order_by_reference`] (the Telegram door finds orders by reference).
+///
+/// An order with a promo code is refused with [`CheckoutRefusal::PromoExhausted`] (after the
+/// pending and active checks, before the seat) when its use lapsed and the code filled up
+/// ([`promo_codes::use_still_held`]); an approved order whose use lapsed holds it again for
+/// `HOLD_SECS` ([`promo_codes::hold_again`]), so a refusal still writes nothing.
 pub async fn checkout_decide(
+    tx: &Transaction<'_>,
+    locked: LockedOrder,
+    rules: HoldRules,
+) -> Result<Result<Order, CheckoutRefusal>, ApiError> {
+    let promo_use = locked.order.promo_use();
+    if promo_use.pending
+        && locked.channel.active
+        && !promo_codes::use_still_held(tx, promo_use).await?
+    {
+        return Ok(Err(CheckoutRefusal::PromoExhausted));
+    }
+    let decision = seat_decide(tx, locked, rules).await?;
+    if decision.is_ok() {
+        promo_codes::hold_again(tx, promo_use, rules.hold_secs).await?;
+    }
+    Ok(decision)
+}
+
+/// The seat part of [`checkout_decide`]: pending, active, the seat and its hold.
+async fn seat_decide(
     tx: &Transaction<'_>,
     locked: LockedOrder,
     rules: HoldRules,

@@ -21,7 +21,7 @@
 //! the order's pair and takes its lock, so a new payment costs one round trip less.
 //!
 //! The checks (API.md order: unknown order, cancelled, currency, amount, payer, already paid,
-//! channel inactive, seat) are reads under those locks, so they are decided first and the
+//! channel inactive, the promo code's use, seat) are reads under those locks, so they are decided first and the
 //! payment row is inserted once, with its final outcome. A payment that fails a check is still
 //! kept (money is never lost), grants nothing, and its buyer is told in one message (an outbox
 //! effect in the same transaction).
@@ -56,6 +56,7 @@ use crate::{
         self,
         seats::{self, LockedOrder, SeatCheck},
     },
+    promo_codes,
 };
 
 pub use crate::vocabulary::{Gateway, Reason};
@@ -938,6 +939,10 @@ async fn check(
     }
     if !l.channel.active {
         return Ok(Some(Reason::ChannelInactive));
+    }
+    // A promo price is paid only while the order holds its code's use, or may take it again.
+    if !promo_codes::use_still_held(tx, o.promo_use()).await? {
+        return Ok(Some(Reason::PromoExhausted));
     }
     Ok(match seats::seat_check(tx, l).await? {
         SeatCheck::NotNeeded | SeatCheck::HoldValid | SeatCheck::Free => None,

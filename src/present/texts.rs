@@ -50,6 +50,7 @@ pub fn pre_checkout_refusal(reason: Reason) -> &'static str {
         Reason::HoldLimited => {
             "You held a seat here recently without paying. Please try again later."
         }
+        Reason::PromoExhausted => "This price is no longer available. Please start a new order.",
         Reason::RefundedElsewhere | Reason::UnknownSubscription | Reason::SubscriptionCancelled => {
             PRE_CHECKOUT_BUSY
         }
@@ -145,6 +146,10 @@ pub const BUTTON_INVALID: &str = "This button is no longer valid. Send /start to
 /// The channel of a buy button is gone or no longer on sale.
 pub const CHANNEL_UNAVAILABLE: &str =
     "Sorry, this channel is not available any more. Send /start to see the channels.";
+
+/// An order's promo code filled up after its use lapsed: its price is gone.
+pub const PROMO_PRICE_GONE: &str =
+    "Sorry, this price is no longer available. Please start a new order.";
 
 /// A seat-limited channel with no free seat: no order is made.
 pub fn channel_full(title: &str) -> String {
@@ -322,6 +327,7 @@ pub fn with_subscription_stopped(notice: &str, reason: Option<Reason>) -> String
             | Reason::HoldLimited,
         )
         | None => "So ",
+        Some(Reason::PromoExhausted) => "The promo price is no longer available, so ",
     };
     format!(
         "{notice}\n\n{why}we cancelled this subscription: you will not be charged for it again."

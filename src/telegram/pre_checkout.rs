@@ -462,6 +462,7 @@ async fn decide_locked(
         Err(CheckoutRefusal::ChannelInactive) => refused(Reason::ChannelInactive),
         Err(CheckoutRefusal::HoldExpired) => refused(Reason::HoldExpired),
         Err(CheckoutRefusal::ChannelFull) => refused(Reason::NoSeat),
+        Err(CheckoutRefusal::PromoExhausted) => refused(Reason::PromoExhausted),
         Err(CheckoutRefusal::HoldLimited { until, .. }) => Decision {
             message: Some(texts::pre_checkout_hold_limited(&texts::not_before(until))),
             ..refused(Reason::HoldLimited)

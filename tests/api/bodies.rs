@@ -99,6 +99,33 @@ pub struct OrderBody {
     pub promo_code: Option<String>,
 }
 
+/// A promo code.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PromoCodeBody {
+    pub id: i64,
+    pub code: String,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub percent_off: Option<i32>,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub amount_off_minor: Option<i64>,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub currency: Option<String>,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub plan_ids: Option<Vec<i64>>,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub max_redemptions: Option<i32>,
+    pub per_buyer_limit: i32,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub expires_at: Option<String>,
+    pub first_purchase_only: bool,
+    pub active: bool,
+    pub redemptions: i64,
+    pub held: i64,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
 /// A stored payment.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

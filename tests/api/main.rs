@@ -29,6 +29,7 @@ mod orders;
 mod overview;
 mod payments;
 mod plans;
+mod promo_codes;
 mod schema;
 mod smoke;
 mod stars_subscriptions;

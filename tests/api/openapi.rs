@@ -14,7 +14,7 @@ const METHODS: [&str; 5] = ["get", "put", "post", "delete", "patch"];
 /// where it comes from.
 const OAS_31_SCHEMA: &str = include_str!("../fixtures/oas-3.1-schema.json");
 
-fn document() -> Value {
+pub(crate) fn document() -> Value {
     serde_json::to_value(subgate::api::openapi::document()).unwrap()
 }
 
@@ -204,7 +204,7 @@ async fn every_operation_is_complete() {
 }
 
 /// A `$ref` to a component, followed once.
-fn resolve<'a>(doc: &'a Value, v: &'a Value) -> &'a Value {
+pub(crate) fn resolve<'a>(doc: &'a Value, v: &'a Value) -> &'a Value {
     match v.get("$ref").and_then(Value::as_str) {
         Some(r) => doc
             .pointer(r.trim_start_matches('#'))
@@ -247,7 +247,7 @@ fn the_document_is_valid_openapi_3_1() {
 
 /// Asserts `instance` is valid against the schema at `pointer` of the document.
 #[track_caller]
-fn assert_valid(doc: &Value, pointer: &str, instance: &Value) {
+pub(crate) fn assert_valid(doc: &Value, pointer: &str, instance: &Value) {
     let mut root = doc.clone();
     root["$ref"] = json!(pointer);
     let validator = jsonschema::draft202012::new(&root)
@@ -263,7 +263,7 @@ fn assert_valid(doc: &Value, pointer: &str, instance: &Value) {
 }
 
 /// The schema of a documented response body: (method, path, status).
-fn response_schema(doc: &Value, method: &str, path: &str, status: u16) -> String {
+pub(crate) fn response_schema(doc: &Value, method: &str, path: &str, status: u16) -> String {
     let op = &doc["paths"][path][method];
     let response = resolve(doc, &op["responses"][status.to_string()]);
     let content = response["content"]

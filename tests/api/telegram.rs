@@ -33,7 +33,7 @@ fn next_update_id() -> i64 {
 
 // ---- updates as Telegram sends them ----
 
-fn pre_checkout_update(
+pub(crate) fn pre_checkout_update(
     query_id: &str,
     from: i64,
     payload: &str,
@@ -52,7 +52,13 @@ fn pre_checkout_update(
     })
 }
 
-fn payment_update(charge_id: &str, from: i64, payload: &str, currency: &str, amount: i64) -> Value {
+pub(crate) fn payment_update(
+    charge_id: &str,
+    from: i64,
+    payload: &str,
+    currency: &str,
+    amount: i64,
+) -> Value {
     json!({
         "update_id": next_update_id(),
         "message": {
