@@ -60,6 +60,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(orders::get))
         .routes(routes!(orders::cancel))
         .routes(routes!(orders::checkout))
+        .routes(routes!(orders::claim))
         .routes(routes!(invoice_links::create))
         .routes(routes!(effects::list))
         .routes(routes!(effects::retry_all))

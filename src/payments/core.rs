@@ -46,7 +46,6 @@ use super::{
     star_subscriptions::{self, StarSubscription},
 };
 use crate::{
-    channels,
     currency::{Mismatch, Money},
     db::{self, FromRow},
     error::ApiError,
@@ -397,11 +396,11 @@ async fn apply_in(
     p: &NormalizedPayment,
     recurrence: Recurrence,
 ) -> Result<Applied, ApiError> {
-    let order_id = match stored_or_lock_pair(tx, p).await? {
+    let pairs = match stored_or_lock_pair(tx, p).await? {
         Start::Stored(payment) => return with_membership(tx, payment).await,
-        Start::Order(order_id) => order_id,
+        Start::Order(pairs) => pairs,
     };
-    let found = lock(tx, p, recurrence, order_id).await?;
+    let found = lock(tx, p, recurrence, pairs.as_ref()).await?;
     let reason = check_found(tx, p, &found).await?;
     // A renewal is never refunded by us: Telegram charged a subscription the buyer keeps.
     let outcome = match reason {
@@ -460,26 +459,27 @@ async fn apply_in(
 enum Start {
     /// This (gateway, external_id) is stored: a repeat, answered from the stored row.
     Stored(Payment),
-    /// A new payment; the id of the order it names (`None`: no such order), whose pair lock is
-    /// now held.
-    Order(Option<i64>),
+    /// A new payment; the pairs of the order it names (`None`: no such order), whose first
+    /// pair lock is now held.
+    Order(Option<seats::Pairs>),
 }
 
 const STORED_OR_PAIR_SQL: &str = concat!(
     "WITH stored AS (SELECT ",
     payment_columns!(),
     " FROM payments WHERE gateway = $2 AND external_id = $3)
-     SELECT s.*, o.id AS order_id_named,
-            CASE WHEN s.id IS NULL AND o.id IS NOT NULL
-                 THEN pg_advisory_xact_lock(o.subscriber_id, o.channel_id) IS NULL END AS locked
+     SELECT s.*, ",
+    seats::pair_columns_sql!("o", "s.id IS NULL AND o.id IS NOT NULL"),
+    "
      FROM (SELECT 1) AS one
      LEFT JOIN stored s ON true
      LEFT JOIN orders o ON o.reference = $1"
 );
 
 /// The transaction's first statement: the stored payment with this (gateway, external_id), if
-/// any, else the order the reference names, with its pair's advisory lock taken (the first lock
-/// of step 1). A stored payment takes no lock (`CASE` evaluates the lock only when there is
+/// any, else the order the reference names and its pairs (one per channel of its plan), with
+/// the first pair's advisory lock taken (the first lock of step 1; a bundle's further pairs are
+/// locked next, in ascending channel id, [`seats::lock_order_of_locked_pair`]). A stored payment takes no lock (`CASE` evaluates the lock only when there is
 /// none), so repeats never queue on the pair lock behind a renewal, a sweep batch or each other,
 /// and write nothing. A repeat racing the first delivery's commit finds nothing yet, waits for
 /// the pair lock like a new payment, and the insert's conflict decides.
@@ -496,19 +496,20 @@ async fn stored_or_lock_pair(
     if row.try_get::<_, Option<i64>>("id")?.is_some() {
         return Ok(Start::Stored(Payment::from_row(&row)?));
     }
-    Ok(Start::Order(row.try_get("order_id_named")?))
+    Ok(Start::Order(seats::Pairs::from_row(&row)?))
 }
 
-/// Step 1: pair (taken by [`stored_or_lock_pair`]) → order → channel (if seat-limited) → the
+/// Step 1: pairs (the first taken by [`stored_or_lock_pair`], a bundle's further ones in
+/// ascending channel id) → order → channels (key share; no key update if seat-limited) → the
 /// order's subscription, if any. An unknown reference needs none.
 async fn lock(
     tx: &Transaction<'_>,
     p: &NormalizedPayment,
     recurrence: Recurrence,
-    order_id: Option<i64>,
+    pairs: Option<&seats::Pairs>,
 ) -> Result<Found, ApiError> {
-    let order = match order_id {
-        Some(id) => seats::lock_order_of_locked_pair(tx, id).await?,
+    let order = match pairs {
+        Some(pairs) => seats::lock_order_of_locked_pair(tx, pairs).await?,
         None => None,
     };
     // Only a Telegram Stars charge (or one whose door knows its place in a subscription) is
@@ -653,7 +654,7 @@ async fn apply(
             Some(s) => Some(star_subscriptions::renewed(tx, s.id, charge).await?),
             None => None,
         }
-    } else if subscription.is_none() && starts_subscription(tx, p, recurrence, locked).await? {
+    } else if subscription.is_none() && starts_subscription(p, recurrence, locked) {
         let s = star_subscriptions::start(tx, locked.order.id, charge).await?;
         let at = s.expires_at;
         started = Some(s);
@@ -662,11 +663,9 @@ async fn apply(
         None
     };
     // The term starts now (or at the current expiry), not at `paid_at`: API.md step 4.
-    let (mut membership, _) = memberships::extend_at_least(
+    let mut membership = extend_every_channel(
         tx,
-        locked.order.subscriber(),
-        locked.order.channel(),
-        memberships::Term::Days(locked.channel.billing_period_days),
+        locked,
         Cause::Payment(payment.id),
         renews_at.map(slack_after),
     )
@@ -677,6 +676,35 @@ async fn apply(
         membership = m;
     }
     Ok(membership)
+}
+
+/// Extends the membership of every channel of the locked order's plan by the plan's term
+/// (read under the locks, at apply time), in ascending channel id (the order of their pair and
+/// channel locks), each with its own event and grant or receipt effect
+/// ([`memberships::extend_at_least`]); returns the membership of the order's own channel, the
+/// one the payment's answer shows. A plan of one channel extends one membership.
+async fn extend_every_channel(
+    tx: &Transaction<'_>,
+    locked: &LockedOrder,
+    cause: Cause,
+    at_least: Option<DateTime<Utc>>,
+) -> Result<Membership, ApiError> {
+    let mut own = None;
+    for channel in &locked.channels {
+        let (m, _) = memberships::extend_at_least(
+            tx,
+            locked.order.subscriber(),
+            channel.id,
+            locked.plan.term(),
+            cause,
+            at_least,
+        )
+        .await?;
+        if channel.id == locked.order.channel() {
+            own = Some(m);
+        }
+    }
+    own.ok_or_else(|| ApiError::internal("an order's channel is not in its plan"))
 }
 
 /// The end of a subscription charge's membership at the earliest: the subscription's next
@@ -714,7 +742,7 @@ async fn stop_subscription(
         star_subscriptions::stop(tx, s, reason).await?;
         return Ok(true);
     }
-    if !starts_subscription(tx, p, recurrence, locked).await? {
+    if !starts_subscription(p, recurrence, locked) {
         return Ok(false);
     }
     let Some(user) = user.filter(|u| *u > 0) else {
@@ -811,11 +839,9 @@ async fn rejudge_renewals(
         };
         let renews_at = star_subscriptions::renewed(tx, subscription.id, charge).await?;
         subscription.expires_at = renews_at;
-        let (m, _) = memberships::extend_at_least(
+        let m = extend_every_channel(
             tx,
-            locked.order.subscriber(),
-            locked.order.channel(),
-            memberships::Term::Days(locked.channel.billing_period_days),
+            locked,
             Cause::Payment(earlier.id),
             Some(slack_after(renews_at)),
         )
@@ -851,19 +877,18 @@ fn is_renewal(
 
 /// Whether an applied first payment starts a Stars subscription: the door says so, or (door
 /// unknown, e.g. the reconcile of a missed update) it is a Stars payment of a `recurring`
-/// channel, whose invoices are subscription links.
-async fn starts_subscription(
-    tx: &Transaction<'_>,
+/// plan, whose invoices are subscription links.
+fn starts_subscription(
     p: &NormalizedPayment,
     recurrence: Recurrence,
     locked: &LockedOrder,
-) -> Result<bool, ApiError> {
-    Ok(match recurrence {
+) -> bool {
+    match recurrence {
         Recurrence::First(_) => true,
         Recurrence::OneOff | Recurrence::Renewal(_) => false,
         Recurrence::Unknown if p.gateway != Gateway::TelegramStars => false,
-        Recurrence::Unknown => channels::is_recurring(tx, locked.order.channel_id).await?,
-    })
+        Recurrence::Unknown => locked.plan.recurring,
+    }
 }
 
 /// The checks of a renewal charge, in order; the first failure wins: the order started a
@@ -885,21 +910,25 @@ async fn check_renewal(
     if let Some(reason) = mismatch(p, l) {
         return Ok(Some(reason));
     }
-    if !l.channel.active {
+    if !l.channels_active() {
         return Ok(Some(Reason::ChannelInactive));
     }
     // No hold: the order's hold (if any) belonged to its first payment. A live member renews
     // without a seat, and so does a buyer whose subscription still holds its seat (until its
-    // renewal date plus a day); someone whose membership already ended needs a free one.
-    let Some(limit) = l.channel.seat_limit else {
-        return Ok(None);
-    };
-    if seats::is_live_member(tx, o.subscriber(), o.channel()).await?
-        || seats::seats_taken(tx, o.channel_id).await? < i64::from(limit)
-    {
-        return Ok(None);
+    // renewal date plus a day, in every channel of its plan); someone whose membership already
+    // ended needs a free one — in every seat-limited channel of the plan, or the renewal
+    // extends none of them.
+    for channel in &l.channels {
+        let Some(limit) = channel.terms.seat_limit else {
+            continue;
+        };
+        if !seats::is_live_member(tx, o.subscriber(), channel.id).await?
+            && seats::seats_taken(tx, channel.id.0).await? >= i64::from(limit)
+        {
+            return Ok(Some(Reason::NoSeat));
+        }
     }
-    Ok(Some(Reason::NoSeat))
+    Ok(None)
 }
 
 /// The payment against its order, in API.md's order: currency, amount, payer (when the door
@@ -936,7 +965,7 @@ async fn check(
     if o.status == orders::Status::Paid {
         return Ok(Some(Reason::AlreadyPaid));
     }
-    if !l.channel.active {
+    if !l.channels_active() {
         return Ok(Some(Reason::ChannelInactive));
     }
     Ok(match seats::seat_check(tx, l).await? {
