@@ -4,32 +4,39 @@
 //! payment SQL itself.
 //!
 //! Exactly once rests on two things, both inside one transaction:
-//! - the lock order (advisory pair lock → order `FOR UPDATE` → seat-limited channel
-//!   `FOR NO KEY UPDATE` → membership; see `docs/locking.md`), so two payments of one order,
-//!   a checkout, a manual grant and the sweep never interleave on the same membership or seat;
+//! - the lock order (the advisory pair locks of every channel of the order's plan, in ascending
+//!   channel id → order `FOR UPDATE` → the plan's channels, key share and, if seat-limited,
+//!   `FOR NO KEY UPDATE`, ascending → memberships; see `docs/locking.md`), so two payments of
+//!   one order, a checkout, a claim, a manual grant and the sweep never interleave on the same
+//!   membership or seat;
 //! - `INSERT … ON CONFLICT (gateway, external_id) DO NOTHING`, issued after the locks: of any
 //!   number of deliveries of one payment, exactly one inserts; every other one finds the stored
 //!   row, answers with it and changes nothing.
 //!
 //! A delivery of a payment that is already stored (the common retry) is answered before any of
-//! that: the transaction's first statement reads the stored row and takes the pair lock only
-//! when there is none ([`stored_or_lock_pair`]), and the answer is built from the stored row and
+//! that: the transaction's first statement reads the stored row and takes the (first) pair
+//! lock only when there is none ([`stored_or_lock_pair`]), and the answer is built from the stored row and
 //! the pair's current membership, with no lock taken and nothing written. So re-deliveries
 //! never queue on the pair lock behind each other, a renewal or a sweep batch. Only a delivery
 //! that finds no stored row (a new payment, or a repeat racing the first delivery's commit)
 //! goes on to the locks, where the insert's conflict still decides. The same statement reads
 //! the order's pair and takes its lock, so a new payment costs one round trip less.
 //!
-//! The checks (API.md order: unknown order, cancelled, currency, amount, payer, already paid,
-//! channel inactive, seat) are reads under those locks, so they are decided first and the
+//! What a payment buys comes from the order's plan, read under those locks: the plan's term
+//! (`period_days`, or lifetime) in **every** channel of the plan — a bundle's payment extends
+//! each membership once, with its own event and effect. The checks (API.md order: unknown
+//! order, cancelled, currency, amount, payer, already paid, channel inactive, seat) judge a
+//! bundle as a whole (any channel inactive, any channel without a seat, an expired hold: the
+//! payment grants nothing anywhere). They are reads under those locks, so they are decided first and the
 //! payment row is inserted once, with its final outcome. A payment that fails a check is still
 //! kept (money is never lost), grants nothing, and its buyer is told in one message (an outbox
 //! effect in the same transaction).
 //!
 //! A renewal charge of a Telegram Stars subscription ([`star_subscriptions`]) is one more
 //! payment of an order that is already paid: it is checked against the subscription instead
-//! (known, not cancelled, same amount, currency and payer, channel active, a seat) and extends
-//! the membership by one period, to at least the subscription's next renewal plus a day. It is
+//! (known, not cancelled, same amount, currency and payer, every channel active, a seat in
+//! every seat-limited one) and extends the membership of every channel of the plan by one
+//! period, to at least the subscription's next renewal plus a day. It is
 //! never `already_paid` and never refunded: a renewal that fails a check is `needs_review`.
 //! Any subscription charge that fails a check stops its subscription in the same transaction
 //! ([`stop_subscription`]), and a renewal that arrived before its subscription's first charge
@@ -211,7 +218,8 @@ pub struct Applied {
     /// is the stored row (even if this delivery's other fields differ).
     pub duplicate: bool,
     pub payment: Payment,
-    /// The membership of the payment's (subscriber, channel) as it stands after this call:
+    /// The membership of the payment's (subscriber, channel) — for a bundle, of the order's own
+    /// channel (the plan's first; the others are extended alike) — as it stands after this call:
     /// the extended one when applied; the untouched current one (if any) when a check failed or
     /// for a duplicate; `None` when there is no membership or the order is unknown.
     pub membership: Option<Membership>,
@@ -280,8 +288,8 @@ pub fn outcome_for(gateway: &Gateway, reason: Option<Reason>) -> Outcome {
 
 /// Applies one payment in one transaction (API.md "Payment ingestion" 1–4): locks in the lock
 /// order, checks against the order, stores the payment once with its outcome, and on success
-/// marks the order paid and extends the membership by the channel's billing period from
-/// `GREATEST(current expiry, database now)`; `paid_at` is kept as reported (a future one
+/// marks the order paid and extends the membership of every channel of the order's plan by the
+/// plan's term (read at apply time) from `GREATEST(current expiry, database now)`; `paid_at` is kept as reported (a future one
 /// clamped to now) on the payment and the order, but never moves the term. A repeat of a stored
 /// (gateway, external_id) changes nothing and returns the stored payment with
 /// `duplicate: true` (a repeat whose amount, currency or order reference differs is logged as a
@@ -631,8 +639,9 @@ pub(super) async fn insert(
 /// Step 4 for a payment that passed (a first payment's order [`store`] already marked paid):
 /// a renewal charge records the subscription's next renewal, and a first charge of a Stars
 /// subscription starts it (the subscription row comes before the membership in the lock
-/// order); then the membership is extended by the channel's period, to at least that next
-/// renewal plus [`star_subscriptions::SLACK_SECS`] for a subscription charge. A subscription
+/// order); then the membership of every channel of the plan is extended by the plan's term, to
+/// at least that next renewal plus [`star_subscriptions::SLACK_SECS`] for a subscription
+/// charge. A subscription
 /// just started then judges again the renewals that arrived before it ([`rejudge_renewals`]).
 async fn apply(
     tx: &Transaction<'_>,
@@ -892,8 +901,9 @@ fn starts_subscription(
 }
 
 /// The checks of a renewal charge, in order; the first failure wins: the order started a
-/// subscription (and is paid), which is not cancelled; currency, amount and payer match; the
-/// channel is active; the buyer is still a member or a seat is free.
+/// subscription (and is paid), which is not cancelled; currency, amount and payer match; every
+/// channel of the plan is active; in every seat-limited one the buyer is still a member (or
+/// its subscription still holds the seat) or a seat is free.
 async fn check_renewal(
     tx: &Transaction<'_>,
     p: &NormalizedPayment,

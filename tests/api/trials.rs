@@ -130,7 +130,7 @@ async fn a_trial_pressed_ten_times_at_once_grants_once() {
         // Ten claims of one order.
         let sub = id(&app.create_subscriber(62_000_000 + round * 2).await);
         let order = id(&order_plan(&app, sub, plan).await);
-        let answers = claim_all(&app, &vec![order; PRESSES]).await;
+        let answers = claim_all(&app, &[order; PRESSES]).await;
         let ok = answers.iter().filter(|(s, _)| *s == 200).count();
         assert_eq!(ok, 1, "round {round}: {answers:?}");
         assert!(
