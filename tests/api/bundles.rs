@@ -516,3 +516,111 @@ async fn a_bundle_with_one_full_channel_is_refused_whole_at_checkout_pre_checkou
     assert!(membership_of(&app, sub, open).await.is_none());
     assert!(membership_of(&app, sub, full).await.is_none());
 }
+
+#[tokio::test]
+async fn a_recurring_stars_bundle_renews_every_channel_and_holds_its_seats() {
+    use crate::bot::payment_update;
+    let app = TestApp::spawn().await;
+    let open = id(&app
+        .create_channel(-56_001, json!({"currency": "XTR", "price_minor": 200}))
+        .await);
+    let limited = id(&app
+        .create_channel(
+            -56_002,
+            json!({"currency": "XTR", "price_minor": 200, "seat_limit": 1}),
+        )
+        .await);
+    // The seat-limited channel is the bundle's second: its orders' channel_id is the other one.
+    let plan = insert_plan(&app, "paid", 300, "XTR", Some(30), &[open, limited]).await;
+    app.db()
+        .await
+        .execute("UPDATE plans SET recurring = true WHERE id = $1", &[&plan])
+        .await
+        .unwrap();
+    let sub = id(&app.create_subscriber(56_001).await);
+    let order = order_plan(&app, sub, plan).await;
+    let reference = reference(&order);
+    let pre = send(
+        &app,
+        &pre_checkout_update("rb-q-1", 56_001, &reference, 300),
+    )
+    .await;
+    assert_eq!(pre["ok"], true, "{pre}");
+    let secs = |t: DateTime<Utc>| DateTime::from_timestamp(t.timestamp(), 0).unwrap();
+    let renews_at = secs(Utc::now() + Duration::days(30));
+    send(
+        &app,
+        &payment_update("rb-1", 56_001, &reference, 300, Some((true, renews_at))),
+    )
+    .await;
+    for ch in [open, limited] {
+        assert_eq!(
+            membership_of(&app, sub, ch).await,
+            Some(("active".into(), renews_at + Duration::days(1))),
+            "channel {ch}"
+        );
+    }
+    // The terms ran out a minute ago and the renewal was due ten seconds ago: the live
+    // subscription still holds its seat in the seat-limited channel of its plan.
+    let db = app.db().await;
+    db.execute(
+        "UPDATE memberships SET expires_at = statement_timestamp() - interval '1 minute'
+         WHERE subscriber_id = $1",
+        &[&(sub as i32)],
+    )
+    .await
+    .unwrap();
+    db.execute(
+        "UPDATE star_subscriptions SET expires_at = statement_timestamp() - interval '10 seconds'",
+        &[],
+    )
+    .await
+    .unwrap();
+    let other = id(&app.create_subscriber(56_002).await);
+    let other_order = app.create_order(other, limited).await;
+    let refused = send(
+        &app,
+        &pre_checkout_update(
+            "rb-q-2",
+            56_002,
+            &super::helpers::reference(&other_order),
+            200,
+        ),
+    )
+    .await;
+    assert_eq!(refused["ok"], false, "{refused}");
+
+    // The renewal extends every channel of the plan.
+    let next = secs(Utc::now() + Duration::days(30));
+    send(
+        &app,
+        &payment_update("rb-2", 56_001, &reference, 300, Some((false, next))),
+    )
+    .await;
+    let (outcome, reason): (String, Option<String>) = {
+        let r = db
+            .query_one(
+                "SELECT outcome, reason FROM payments WHERE external_id = 'rb-2'",
+                &[],
+            )
+            .await
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!((outcome.as_str(), reason), ("applied", None));
+    for ch in [open, limited] {
+        assert_eq!(
+            membership_of(&app, sub, ch).await,
+            Some(("active".into(), next + Duration::days(1))),
+            "channel {ch}"
+        );
+        assert_eq!(
+            app.count(&format!(
+                "membership_events e JOIN memberships m ON m.id = e.membership_id
+                 WHERE m.subscriber_id = {sub} AND m.channel_id = {ch} AND e.cause = 'payment'"
+            ))
+            .await,
+            2
+        );
+    }
+}
