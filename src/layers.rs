@@ -463,11 +463,11 @@ mod tests {
     }
 
     /// The statements over `channels` and `subscribers` that stay with another owner: the lock
-    /// order's reads of a channel's terms (`orders::seats`), the subscriber key-share locks of
+    /// order's reads of a channel's terms, one channel's and a plan's channels' (`orders::seats`), the subscriber key-share locks of
     /// membership changes (`memberships`), which `subscribers` cannot offer without a cycle
     /// (it calls `memberships`), and a subquery of the refunds' statement.
     const TABLE_STATEMENTS_ELSEWHERE: [(&str, &str, usize); 3] = [
-        ("orders/seats.rs", "from channels", 2),
+        ("orders/seats.rs", "from channels", 4),
         ("memberships.rs", "from subscribers", 2),
         ("payments/refunds.rs", "from subscribers", 1),
     ];

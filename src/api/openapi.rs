@@ -150,6 +150,14 @@ pub struct OrderEnvelope {
     pub order: order_domain::Order,
 }
 
+/// `{"order": Order, "memberships": [Membership]}`: a claimed free order (paid now) and the
+/// membership of every channel of its plan after the grant, in ascending channel id.
+#[derive(Serialize, ToSchema)]
+pub struct ClaimEnvelope {
+    pub order: order_domain::Order,
+    pub memberships: Vec<membership_domain::Membership>,
+}
+
 /// `{"retried": n}`: how many dead letters went back to the queue.
 #[derive(Serialize, ToSchema)]
 #[schema(example = json!({"retried": 3}))]

@@ -9,7 +9,7 @@ use super::{
     ApiQuery, Errors, Page, Paging, PathId,
     auth::Staff,
     idempotency::{NoBody, StaffWrite},
-    openapi::{OrderEnvelope, Problem},
+    openapi::{ClaimEnvelope, OrderEnvelope, Problem},
     state_filter,
 };
 use crate::{
@@ -17,6 +17,7 @@ use crate::{
     orders::{
         self, Order,
         seats::{self, CheckoutRefusal},
+        trials,
     },
     state::AppState,
 };
@@ -249,5 +250,43 @@ pub async fn checkout(
             "checkout approved"
         );
         Ok((StatusCode::OK, json!(OrderEnvelope { order })))
+    })
+}
+
+/// `POST /api/orders/{id}/claim` → 200 `{"order": Order, "memberships": [Membership]}`: grants a
+/// free order — a trial plan's, or one a 100 % code made free — through the payment's locked
+/// path ([`trials::claim`]): every channel of its plan for the plan's period, once. 409 with the
+/// reason when it cannot be claimed (not free, not pending, a trial already used or a former
+/// member, a channel full, the plan or a channel inactive, lifetime access already); nothing is
+/// written then.
+#[utoipa::path(post, path = "/orders/{id}/claim", operation_id = "claimOrder", tag = "orders",
+    params(("id" = i64, Path, description = "Order id."), super::idempotency::IdempotencyKey),
+    request_body(content = Option<NoBody>, description = "None, or `{}`."),
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 200, description = "Claimed: the order (paid now) and the membership of every \
+            channel of its plan, in ascending channel id.", body = ClaimEnvelope),
+        (status = 404, description = "No such order.", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The order is not free or not pending, the subscriber had a \
+            trial of or was a member of a channel of the plan, a channel is full, the plan or a \
+            channel is inactive, the subscriber has lifetime access to every channel already, or \
+            this Idempotency-Key is in flight.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "An Idempotency-Key reused for another request.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
+pub async fn claim(
+    State(state): State<AppState>,
+    PathId(id): PathId<i64>,
+    write: StaffWrite<NoBody>,
+) -> Result<Response, ApiError> {
+    crate::idempotent!(state, write, |tx| {
+        let memberships = trials::claim(tx, id)
+            .await?
+            .map_err(|refusal| ApiError::Conflict(refusal.detail().into()))?;
+        let order = orders::get(tx, id)
+            .await?
+            .ok_or_else(|| ApiError::internal("a claimed order vanished"))?;
+        tracing::info!(order_id = id, staff_id = write.staff.id, "order claimed");
+        Ok((StatusCode::OK, json!(ClaimEnvelope { order, memberships })))
     })
 }

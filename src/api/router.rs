@@ -64,6 +64,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(orders::checkout))
         .routes(routes!(promo_codes::create, promo_codes::list))
         .routes(routes!(promo_codes::get, promo_codes::patch))
+        .routes(routes!(orders::claim))
         .routes(routes!(invoice_links::create))
         .routes(routes!(effects::list))
         .routes(routes!(effects::retry_all))

@@ -237,7 +237,9 @@ const INSERT_FOR_PLAN_SQL: &str = concat!(
 /// `promo_code` takes off ([`promo_codes::discount_for_new_order`], which takes one use of the
 /// code for this order: it holds it for `hold_secs`). The order's `channel_id` is the plan's
 /// first channel. 422 naming the field when the subscriber or the plan does not exist, the plan
-/// or one of its channels is inactive, or the code cannot be used.
+/// or one of its channels is inactive, or the code cannot be used. An order a code makes free
+/// (amount 0 of a paid plan) is claimed at once ([`trials::claim`]) and comes back paid; 409
+/// (and no order) when the claim is refused. A trial plan's order stays pending until claimed.
 pub async fn create_for_plan(
     tx: &Transaction<'_>,
     subscriber_id: i32,
@@ -275,6 +277,14 @@ pub async fn create_for_plan(
     let Some(plan) = plan.filter(|_| errors.is_empty()) else {
         return Err(ApiError::Validation(errors));
     };
+    // A code may make the order free, and a free order is claimed at once, in this transaction
+    // ([`trials::claim`]): so the pair locks of the plan's channels come first, before the
+    // code's row, as in every transaction of the lock order (`docs/locking.md`).
+    if promo_code.is_some() {
+        for channel in plan.channels_ascending() {
+            db::lock_pair(tx, SubscriberId(subscriber_id), channel).await?;
+        }
+    }
     let discount = match promo_code {
         Some(code) => Some(
             promo_codes::discount_for_new_order(tx, code, SubscriberId(subscriber_id), &plan)
@@ -283,7 +293,7 @@ pub async fn create_for_plan(
         None => None,
     };
     let discount_minor = discount.map_or(0, |d| d.discount_minor);
-    db::one(
+    let order: Order = db::one(
         tx,
         INSERT_FOR_PLAN_SQL,
         &[
@@ -299,7 +309,17 @@ pub async fn create_for_plan(
             &(hold_secs as f64),
         ],
     )
-    .await
+    .await?;
+    // 100 % off: granted at once, like a trial's claim (a refusal undoes the order too).
+    if order.amount_minor == 0 && plan.kind == plans::Kind::Paid {
+        if let Err(refusal) = trials::claim(tx, order.id).await? {
+            return Err(ApiError::Conflict(refusal.detail().into()));
+        }
+        return get(tx, order.id)
+            .await?
+            .ok_or_else(|| ApiError::internal("a claimed order vanished"));
+    }
+    Ok(order)
 }
 
 /// The filters of [`list`]; `None` matches everything.

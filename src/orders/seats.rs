@@ -1,32 +1,44 @@
 //! Seats of seat-limited channels, the holds that reserve them, and the locking of an order in
 //! the one lock order. Shared by `POST /api/orders/{id}/checkout`, Telegram's
-//! `pre_checkout_query` and the payment core, so all three decide alike.
+//! `pre_checkout_query`, the payment core and free claims ([`super::trials`]), so all of them
+//! decide alike.
 //!
-//! The lock order (API.md "Payment ingestion" 1., `docs/locking.md`): the pair's advisory lock
-//! → the order row `FOR UPDATE` → its promo code's row `FOR UPDATE` (if it uses one) → the
-//! channel row `FOR KEY SHARE`, strengthened to `FOR NO KEY UPDATE` for a seat-limited channel
-//! → the membership row. [`lock_order`] and [`lock_order_by_reference`] take the first four,
-//! so no caller can get them out of order.
-//! The channel lock serializes every seat decision of one channel: two buyers racing for the
-//! last seat decide one after the other, and the second sees the first one's hold. A staff
-//! PATCH of `seat_limit` locks the channel `FOR UPDATE` first ([`crate::channels::lock_for_change`]),
-//! so no decision is made from a limit older than the one it commits.
+//! The lock order (API.md "Payment ingestion" 1., `docs/locking.md`): the pair advisory locks
+//! `(subscriber, channel)` of every channel of the order's plan, in ascending channel id → the
+//! order row `FOR UPDATE` → (the order's promo code row) → the plan's channel rows, each
+//! `FOR KEY SHARE`, and every seat-limited one then `FOR NO KEY UPDATE`, in ascending id → the
+//! membership rows. [`lock_order`] and [`lock_order_by_reference`] take everything before the
+//! memberships, so no caller can get them out of order. A plan of one channel (every default
+//! plan) takes exactly the locks a channel's order always took. The channel lock serializes
+//! every seat decision of one channel: two buyers racing for the last seat decide one after
+//! the other, and the second sees the first one's hold. A staff PATCH of `seat_limit` locks the
+//! channel `FOR UPDATE` first ([`crate::channels::lock_for_change`]), so no decision is made
+//! from a limit older than the one it commits.
 //!
-//! Seats taken = live memberships ([`crate::memberships::live_sql!`]: active or grace and
-//! inside its term plus grace by database time) + distinct subscribers who are not live members
-//! but hold a live Stars subscription of the channel (`subscription_holds_seat_sql!`: active,
-//! and database time before its next renewal plus [`SUBSCRIPTION_SLACK_SECS`]) + distinct
-//! subscribers who are neither, holding a pending order whose `hold_until` is still in the
-//! future. A seated buyer (a live member or live subscriber, [`is_live_member`]) needs no seat
-//! to pay again, so a renewal Telegram charges on its date never finds its seat taken. A hold is
-//! set once, never extended, and an expired hold is never renewed (the buyer needs a new order),
-//! so a late payment of an old invoice cannot take a seat a newer buyer holds.
+//! **Bundles.** An order of a plan of several channels needs a seat in every seat-limited one,
+//! all or nothing ([`seat_check`] judges the order as a whole), and its hold (`hold_until`, one
+//! per order) holds a seat in every seat-limited channel of its plan. So the seat count, the
+//! hold rules and the holds metric count the orders whose *plan* includes a channel
+//! (`plan_channels`), not only those whose `channel_id` is it, and a live Stars subscription
+//! holds its seat in every channel of its order's plan.
 //!
-//! A new hold also obeys the buyer's hold rules ([`HoldRules`], [`hold_limit`]): after an unpaid
-//! hold of a channel runs out the buyer waits `HOLD_COOLDOWN_SECS` before holding a seat of it
-//! again, and takes at most `HOLDS_PER_DAY` holds of it in 24 hours, so nobody keeps a seat from
-//! paying buyers by asking for a new hold each time the last one runs out. Every hold of a pair
-//! is granted under the pair's lock, so the rules hold under concurrent presses.
+//! Seats taken in channel C = live memberships of C ([`crate::memberships::live_sql!`]: active
+//! or grace and inside its term plus grace by database time) + distinct subscribers who are not
+//! live members of C but hold a live Stars subscription of a plan including C
+//! (`subscription_holds_seat_sql!`: active, and database time before its next renewal plus
+//! [`SUBSCRIPTION_SLACK_SECS`]) + distinct subscribers who are neither, holding a pending order
+//! of a plan including C whose `hold_until` is still in the future. A seated buyer (a live
+//! member or live subscriber, [`is_live_member`]) needs no seat of that channel to pay again,
+//! so a renewal Telegram charges on its date never finds its seat taken. A hold is set once,
+//! never extended, and an expired hold is never renewed (the buyer needs a new order), so a
+//! late payment of an old invoice cannot take a seat a newer buyer holds.
+//!
+//! A new hold also obeys the buyer's hold rules ([`HoldRules`], [`hold_limit`]), in every
+//! seat-limited channel it holds a seat of: after an unpaid hold of a channel runs out the
+//! buyer waits `HOLD_COOLDOWN_SECS` before holding a seat of it again, and takes at most
+//! `HOLDS_PER_DAY` holds of it in 24 hours, so nobody keeps a seat from paying buyers by asking
+//! for a new hold each time the last one runs out. Every hold of a pair is granted under the
+//! pair's lock, so the rules hold under concurrent presses.
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
@@ -37,10 +49,11 @@ use crate::{
     db::{self, FromRow},
     error::ApiError,
     ids::{ChannelId, SubscriberId},
-    promo_codes,
+    memberships::Term,
+    plans, promo_codes,
 };
 
-/// What the checks need to know of an order's channel, read under the channel lock.
+/// What the checks need to know of a channel, read under the channel lock.
 #[derive(Debug, Clone)]
 pub struct ChannelTerms {
     pub active: bool,
@@ -48,28 +61,73 @@ pub struct ChannelTerms {
     pub billing_period_days: i32,
 }
 
-/// An order locked in the lock order (pair, order, channel), with its channel's
-/// terms and its subscriber's Telegram user id (the payer every Telegram check compares with).
+/// One channel of a locked order's plan, with its terms read under its lock.
+#[derive(Debug, Clone)]
+pub struct LockedChannel {
+    pub id: ChannelId,
+    pub terms: ChannelTerms,
+}
+
+/// What a payment or a claim needs to know of an order's plan, read (without a lock: its
+/// terms are read at apply time, as the channel's period always was) with the order.
+#[derive(Debug, Clone)]
+pub struct PlanTerms {
+    pub id: i64,
+    pub kind: plans::Kind,
+    /// `None`: lifetime.
+    pub period_days: Option<i32>,
+    pub recurring: bool,
+    pub active: bool,
+}
+
+impl PlanTerms {
+    /// What one purchase (or claim) of the plan grants in each of its channels.
+    pub fn term(&self) -> Term {
+        Term::of_period(self.period_days)
+    }
+}
+
+/// An order locked in the lock order (pairs, order, channels), with its plan's terms, its
+/// channels' terms and its subscriber's Telegram user id (the payer every Telegram check
+/// compares with).
 #[derive(Debug, Clone)]
 pub struct LockedOrder {
     pub order: Order,
+    /// The terms of the order's own channel (`order.channel_id`, the plan's first channel).
     pub channel: ChannelTerms,
+    /// Every channel of the order's plan (the order's own among them), in ascending id: the
+    /// order their locks were taken in and their memberships are written in.
+    pub channels: Vec<LockedChannel>,
+    pub plan: PlanTerms,
     pub subscriber_telegram_id: i64,
 }
 
-/// The seat rule's verdict for one order (API.md "Seats"), before anything is written.
+impl LockedOrder {
+    /// Every channel of the plan is active.
+    pub fn channels_active(&self) -> bool {
+        self.channels.iter().all(|c| c.terms.active)
+    }
+
+    /// The plan's channels, ascending.
+    pub fn channel_ids(&self) -> Vec<ChannelId> {
+        self.channels.iter().map(|c| c.id).collect()
+    }
+}
+
+/// The seat rule's verdict for one order (API.md "Seats"), before anything is written; for a
+/// bundle, the verdict of the whole order over its seat-limited channels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SeatCheck {
-    /// No seat needed: the channel has no limit, or the buyer is already a live member (a
-    /// renewal).
+    /// No seat needed: no channel of the plan has a limit, or the buyer is already a live
+    /// member of every one that has (a renewal).
     NotNeeded,
     /// The order's hold is still valid.
     HoldValid,
-    /// The order was never held and a seat is free now.
+    /// The order was never held and a seat is free now (in every channel that needs one).
     Free,
     /// The order's hold has expired (whether or not seats are free again).
     HoldExpired,
-    /// The order was never held and no seat is free.
+    /// The order was never held and no seat is free (in at least one channel).
     Full,
 }
 
@@ -100,9 +158,9 @@ pub enum CheckoutRefusal {
     NotPending,
     /// The order's hold expired: the buyer needs a new order.
     HoldExpired,
-    /// The order was never held and no seat is free.
+    /// The order was never held and no seat is free (in some channel of its plan).
     ChannelFull,
-    /// The channel is not active.
+    /// A channel of the order's plan is not active.
     ChannelInactive,
     /// The order needs a new hold and a hold rule ([`HoldRules`]) refuses one until `until`.
     HoldLimited {
@@ -113,6 +171,67 @@ pub enum CheckoutRefusal {
     /// meanwhile ([`promo_codes::use_still_held`]): its price is no longer available.
     PromoExhausted,
 }
+
+/// The pairs of an order, as the statement that took the first of their advisory locks read
+/// them (without a row lock: an order's subscriber and plan never change, nor do the channels
+/// of a plan that has orders).
+#[derive(Debug, Clone)]
+pub struct Pairs {
+    pub order_id: i64,
+    pub subscriber: SubscriberId,
+    /// The channels of the order's plan, ascending; the first one's pair lock is held.
+    pub channels: Vec<ChannelId>,
+}
+
+impl Pairs {
+    /// Reads the pairs from a row with `order_id`, `order_subscriber_id` and
+    /// `order_channel_ids` (see [`pair_columns_sql!`]).
+    pub fn from_row(row: &tokio_postgres::Row) -> Result<Option<Pairs>, ApiError> {
+        let Some(order_id) = row.try_get::<_, Option<i64>>("order_id_named")? else {
+            return Ok(None);
+        };
+        Ok(Some(Pairs {
+            order_id,
+            subscriber: SubscriberId(row.try_get("order_subscriber_id")?),
+            channels: row
+                .try_get::<_, Vec<i32>>("order_channel_ids")?
+                .into_iter()
+                .map(ChannelId)
+                .collect(),
+        }))
+    }
+}
+
+/// SQL: the select list that reads order `$o`'s pairs (its id, subscriber and its plan's
+/// channels, ascending) and takes the advisory lock of the first of them — the lowest channel
+/// id — evaluated for each row the statement returns, when `$when` holds (`"true"`: always).
+/// The statement must return at most one row per order (the locks of a bundle's further
+/// channels are taken one statement each, [`lock_further_pairs`], since a lock function in a
+/// select list may be evaluated in any order of the rows). `pair_columns_sql!("o", "true")`.
+macro_rules! pair_columns_sql {
+    ($o:literal, $when:literal) => {
+        concat!(
+            $o,
+            ".id AS order_id_named, ",
+            $o,
+            ".subscriber_id AS order_subscriber_id,
+             ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = ",
+            $o,
+            ".plan_id ORDER BY pc.channel_id) AS order_channel_ids,
+             CASE WHEN ",
+            $when,
+            " THEN pg_advisory_xact_lock(",
+            $o,
+            ".subscriber_id, COALESCE((SELECT min(pc.channel_id) FROM plan_channels pc
+                                        WHERE pc.plan_id = ",
+            $o,
+            ".plan_id), ",
+            $o,
+            ".channel_id)) IS NULL END AS pair_locked"
+        )
+    };
+}
+pub(crate) use pair_columns_sql;
 
 /// Locks the order with this id in the lock order; `None` when there is no such order (or it
 /// was deleted while we waited for the pair lock).
@@ -132,23 +251,32 @@ pub async fn lock_order_by_reference(
     lock_where(tx, PAIR_BY_REFERENCE_SQL, &reference).await
 }
 
-// The pair is read and its advisory lock taken in one statement (one round trip): the lock
-// function runs only for the row the statement returns (the key is unique), never for a row
-// a filter later drops.
-const PAIR_BY_ID_SQL: &str = "SELECT id, subscriber_id, channel_id,
-            pg_advisory_xact_lock(subscriber_id, channel_id) IS NULL AS locked
-     FROM orders WHERE id = $1";
-const PAIR_BY_REFERENCE_SQL: &str = "SELECT id, subscriber_id, channel_id,
-            pg_advisory_xact_lock(subscriber_id, channel_id) IS NULL AS locked
-     FROM orders WHERE reference = $1";
+// The pairs are read and the first advisory lock taken in one statement (one round trip): the
+// lock function runs only for the row the statement returns (the key is unique), never for a
+// row a filter later drops.
+const PAIR_BY_ID_SQL: &str = concat!(
+    "SELECT ",
+    pair_columns_sql!("o", "true"),
+    " FROM orders o WHERE o.id = $1"
+);
+const PAIR_BY_REFERENCE_SQL: &str = concat!(
+    "SELECT ",
+    pair_columns_sql!("o", "true"),
+    " FROM orders o WHERE o.reference = $1"
+);
 // The order `FOR UPDATE` (in its subquery, which locks it first), then its promo code's row
 // `FOR UPDATE` (in the lateral subquery, locked as soon as the order is: the code row comes
-// between the order and the channel in the lock order, `crate::promo_codes`), then its
-// channel's terms `FOR KEY SHARE` and its subscriber's Telegram id, in one statement. The
-// order's foreign keys keep the channel and the subscriber alive while we hold the order row,
-// so the joins find them whenever the order is found.
+// between the order and the channels in the lock order, `crate::promo_codes`), then its own
+// channel's terms `FOR KEY SHARE`, its subscriber's Telegram id and its plan's terms and channels (no lock: a
+// plan's channels cannot change once it has orders, and its period is read at apply time), in
+// one statement. The order's foreign keys keep the channel, the plan and the subscriber alive
+// while we hold the order row, so the joins find them whenever the order is found.
 const LOCK_ORDER_SQL: &str = concat!(
-    "SELECT o.*, c.active, c.seat_limit, c.billing_period_days, s.telegram_user_id
+    "SELECT o.*, c.active, c.seat_limit, c.billing_period_days, s.telegram_user_id,
+            p.kind AS plan_kind, p.period_days AS plan_period_days,
+            p.recurring AS plan_recurring, p.active AS plan_active,
+            ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = o.plan_id
+                  ORDER BY pc.channel_id) AS plan_channel_ids
      FROM (SELECT ",
     order_columns!(),
     " FROM orders WHERE id = $1 FOR UPDATE) AS o
@@ -156,50 +284,150 @@ const LOCK_ORDER_SQL: &str = concat!(
                         FOR UPDATE) AS promo_lock ON true
      JOIN channels c ON c.id = o.channel_id
      JOIN subscribers s ON s.id = o.subscriber_id
+     JOIN plans p ON p.id = o.plan_id
      FOR KEY SHARE OF c"
 );
 
-/// Takes the first three locks of the lock order for the order `pair_sql` finds by `key`.
+/// Takes the locks of the lock order for the order `pair_sql` finds by `key`.
 async fn lock_where(
     tx: &Transaction<'_>,
     pair_sql: &'static str,
     key: &(dyn ToSql + Sync),
 ) -> Result<Option<LockedOrder>, ApiError> {
-    // The pair must be known before its lock can be taken, so it is read by the statement that
-    // takes the lock, from a snapshot taken before the lock was granted. An order's pair never
-    // changes, so the read cannot go stale; only a deletion can intervene, which the locked
-    // re-read below notices.
-    let Some(pair) = db::row_opt(tx, pair_sql, &[key]).await? else {
+    // The pairs must be known before their locks can be taken, so they are read by the
+    // statement that takes the first lock, from a snapshot taken before the lock was granted.
+    // An order's pairs never change, so the read cannot go stale; only a deletion can
+    // intervene, which the locked re-read below notices.
+    let Some(row) = db::row_opt(tx, pair_sql, &[key]).await? else {
         return Ok(None);
     };
-    lock_order_of_locked_pair(tx, pair.try_get("id")?).await
+    let Some(pairs) = Pairs::from_row(&row)? else {
+        return Ok(None);
+    };
+    lock_order_of_locked_pair(tx, &pairs).await
 }
 
-/// The rest of the lock order for order `order_id`, whose pair's advisory lock the caller took
-/// in the statement that read the pair (as [`lock_order`] does; the payment core reads the pair
-/// together with its check for a stored payment): the order `FOR UPDATE`, its channel's terms
-/// and its subscriber's Telegram id. `None` when the order was deleted meanwhile.
+/// The advisory locks of a bundle's further pairs (every channel after the first, whose lock
+/// the statement that read the pairs took), one statement each, in ascending channel id: a
+/// lock function over several rows of one statement has no guaranteed order of evaluation
+/// (not even under an `ORDER BY`, which may sort after the select list is computed), and a
+/// wrong order could deadlock two bundles of one buyer. Nothing for a plan of one channel.
+pub async fn lock_further_pairs(tx: &Transaction<'_>, pairs: &Pairs) -> Result<(), ApiError> {
+    for channel in pairs.channels.iter().skip(1) {
+        db::lock_pair(tx, pairs.subscriber, *channel).await?;
+    }
+    Ok(())
+}
+
+/// The rest of the lock order for the order of `pairs`, whose first pair lock the caller took
+/// in the statement that read them (as [`lock_order`] does; the payment core reads the pairs
+/// together with its check for a stored payment): the further pair locks of a bundle, the
+/// order `FOR UPDATE`, its plan's channels' terms (see [`lock_channels`]) and its subscriber's
+/// Telegram id. `None` when the order was deleted meanwhile.
 pub async fn lock_order_of_locked_pair(
     tx: &Transaction<'_>,
-    order_id: i64,
+    pairs: &Pairs,
 ) -> Result<Option<LockedOrder>, ApiError> {
-    let Some(row) = db::row_opt(tx, LOCK_ORDER_SQL, &[&order_id]).await? else {
+    lock_further_pairs(tx, pairs).await?;
+    let Some(row) = db::row_opt(tx, LOCK_ORDER_SQL, &[&pairs.order_id]).await? else {
         return Ok(None);
     };
     let order = Order::from_row(&row)?;
-    let shared = ChannelTerms::from_row(&row)?;
-    // A seat-limited channel is locked further and re-read ([`lock_channel_terms`]).
-    let channel = match shared.seat_limit {
-        None => shared,
-        Some(_) => db::opt(tx, TERMS_EXCLUSIVE_SQL, &[&order.channel_id])
-            .await?
-            .ok_or_else(|| ApiError::internal("an order's channel is missing"))?,
+    let own = ChannelTerms::from_row(&row)?;
+    let plan = PlanTerms {
+        id: order.plan_id,
+        kind: row.try_get("plan_kind")?,
+        period_days: row.try_get("plan_period_days")?,
+        recurring: row.try_get("plan_recurring")?,
+        active: row.try_get("plan_active")?,
     };
+    let mut ids: Vec<ChannelId> = row
+        .try_get::<_, Vec<i32>>("plan_channel_ids")?
+        .into_iter()
+        .map(ChannelId)
+        .collect();
+    if ids.is_empty() {
+        ids.push(order.channel());
+    }
+    let locked_ids: &[ChannelId] = if pairs.channels.is_empty() {
+        &[ChannelId(order.channel_id)]
+    } else {
+        &pairs.channels
+    };
+    if ids != locked_ids {
+        // Forbidden by the plans' rules (channels are fixed once a plan has orders); the
+        // locks taken do not cover the plan any more, so nothing is decided from them.
+        return Err(ApiError::internal(
+            "the channels of an order's plan changed while it was being locked",
+        ));
+    }
+    // (The promo code row of the order, when it has one, is locked here: after the order,
+    // before the channels' stronger locks.)
+    let channels = lock_channels(tx, &order, own, &ids).await?;
+    let channel = channels
+        .iter()
+        .find(|c| c.id == order.channel())
+        .map(|c| c.terms.clone())
+        .ok_or_else(|| ApiError::internal("an order's channel is not in its plan"))?;
     Ok(Some(LockedOrder {
         order,
         channel,
+        channels,
+        plan,
         subscriber_telegram_id: row.try_get("telegram_user_id")?,
     }))
+}
+
+/// The channel locks of an order whose own channel (`own`, read `FOR KEY SHARE` with the order)
+/// is one of `ids` (the plan's channels, ascending): the others `FOR KEY SHARE` in ascending id,
+/// then every seat-limited one `FOR NO KEY UPDATE` in ascending id, re-read (a newer limit may
+/// have been committed meanwhile). A plan of one unlimited channel takes no further statement,
+/// one of one seat-limited channel one, as before bundles.
+async fn lock_channels(
+    tx: &Transaction<'_>,
+    order: &Order,
+    own: ChannelTerms,
+    ids: &[ChannelId],
+) -> Result<Vec<LockedChannel>, ApiError> {
+    let mut channels = vec![LockedChannel {
+        id: order.channel(),
+        terms: own,
+    }];
+    if ids.len() > 1 {
+        let others: Vec<i32> = ids
+            .iter()
+            .filter(|c| **c != order.channel())
+            .map(|c| c.0)
+            .collect();
+        let rows = db::rows(tx, TERMS_MANY_SHARED_SQL, &[&others]).await?;
+        for r in &rows {
+            channels.push(LockedChannel {
+                id: ChannelId(r.try_get("id")?),
+                terms: ChannelTerms::from_row(r)?,
+            });
+        }
+        channels.sort_by_key(|c| c.id);
+    }
+    let limited: Vec<i32> = channels
+        .iter()
+        .filter(|c| c.terms.seat_limit.is_some())
+        .map(|c| c.id.0)
+        .collect();
+    if !limited.is_empty() {
+        let rows = db::rows(tx, TERMS_MANY_EXCLUSIVE_SQL, &[&limited]).await?;
+        for r in &rows {
+            let id = ChannelId(r.try_get("id")?);
+            if let Some(c) = channels.iter_mut().find(|c| c.id == id) {
+                c.terms = ChannelTerms::from_row(r)?;
+            }
+        }
+    }
+    if channels.len() != ids.len() {
+        return Err(ApiError::internal(
+            "a channel of an order's plan is missing",
+        ));
+    }
+    Ok(channels)
 }
 
 /// Reads the channel's terms under a lock, third in the lock order. Every channel is read
@@ -211,8 +439,8 @@ pub async fn lock_order_of_locked_pair(
 /// been committed meanwhile): that serializes its seat decisions. Unlimited channels are not
 /// locked further: nothing counts their seats, and a stronger lock would serialize every
 /// payment of a popular channel. `None`: no such channel.
-/// Every transaction that takes the channel lock (payments, checkout, pre-checkout, cancel,
-/// manual grant, membership PATCH/DELETE) takes it here.
+/// Every transaction that takes the lock of one channel (manual grant, membership
+/// PATCH/DELETE) takes it here; an order's channels are locked by [`lock_order`] the same way.
 pub async fn lock_channel_terms(
     tx: &Transaction<'_>,
     channel_id: i32,
@@ -232,6 +460,12 @@ const TERMS_SHARED_SQL: &str =
     "SELECT active, seat_limit, billing_period_days FROM channels WHERE id = $1 FOR KEY SHARE";
 const TERMS_EXCLUSIVE_SQL: &str = "SELECT active, seat_limit, billing_period_days FROM channels
      WHERE id = $1 FOR NO KEY UPDATE";
+// A locking `SELECT … ORDER BY` locks the rows as the sort returns them (the row locks are
+// taken above the sort), so these lock in ascending id.
+const TERMS_MANY_SHARED_SQL: &str = "SELECT id, active, seat_limit, billing_period_days
+     FROM channels WHERE id = ANY($1) ORDER BY id FOR KEY SHARE";
+const TERMS_MANY_EXCLUSIVE_SQL: &str = "SELECT id, active, seat_limit, billing_period_days
+     FROM channels WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE";
 
 impl FromRow for ChannelTerms {
     const COLUMNS: &'static str = "active, seat_limit, billing_period_days";
@@ -263,10 +497,59 @@ macro_rules! subscription_holds_seat_sql {
     };
 }
 
+/// SQL: order `$o` is of a plan that includes channel `$c`: its own channel, or a further
+/// channel of its (bundle) plan. For one subscriber's orders (few rows).
+/// `order_covers_sql!("o", "$2")`.
+macro_rules! order_covers_sql {
+    ($o:literal, $c:literal) => {
+        concat!(
+            "(",
+            $o,
+            ".channel_id = ",
+            $c,
+            " OR EXISTS (SELECT 1 FROM plan_channels cpc WHERE cpc.plan_id = ",
+            $o,
+            ".plan_id AND cpc.channel_id = ",
+            $c,
+            "))"
+        )
+    };
+}
+
+/// SQL: Stars subscription `$ss` is of an order whose plan includes channel `$c`: it holds its
+/// seat there. For one subscriber's subscriptions (few rows).
+macro_rules! subscription_covers_sql {
+    ($ss:literal, $c:literal) => {
+        concat!(
+            "(",
+            $ss,
+            ".channel_id = ",
+            $c,
+            " OR EXISTS (SELECT 1 FROM orders so JOIN plan_channels spc ON spc.plan_id = so.plan_id
+                         WHERE so.id = ",
+            $ss,
+            ".order_id AND spc.channel_id = ",
+            $c,
+            "))"
+        )
+    };
+}
+
+/// SQL: the bundle plans that include channel `$1` after their first channel (whose orders'
+/// `channel_id` is another channel), as an array for an index condition.
+macro_rules! further_plans_of_sql {
+    () => {
+        "ARRAY(SELECT bpc.plan_id FROM plan_channels bpc
+               WHERE bpc.channel_id = $1 AND bpc.position > 0)"
+    };
+}
+
 /// The seat count: live memberships of channel `$1`, plus the distinct subscribers who are not
-/// live members but hold a live Stars subscription of it, plus the distinct subscribers who are
-/// neither and hold a valid hold on a pending order of it. Membership is tested with the one
-/// live predicate ([`crate::memberships::live_sql!`]).
+/// live members but hold a live Stars subscription of a plan including it, plus the distinct
+/// subscribers who are neither and hold a valid hold on a pending order of a plan including
+/// it. Membership is tested with the one live predicate ([`crate::memberships::live_sql!`]).
+/// An order or subscription covers `$1` by its own `channel_id` or as a further channel of its
+/// bundle plan (`OR … = ANY (…)`, so each half can use its index: the holds' and `plan_id`'s).
 const SEATS_TAKEN_SQL: &str = concat!(
     "SELECT
        (SELECT count(*) FROM memberships m JOIN channels c ON c.id = m.channel_id
@@ -274,36 +557,45 @@ const SEATS_TAKEN_SQL: &str = concat!(
     crate::memberships::live_sql!("m", "c"),
     ")
      + (SELECT count(DISTINCT ss.subscriber_id) FROM star_subscriptions ss
-         WHERE ss.channel_id = $1 AND ",
+         WHERE (ss.channel_id = $1 OR ss.order_id = ANY (ARRAY(
+                  SELECT bo.id FROM orders bo WHERE bo.plan_id = ANY (",
+    further_plans_of_sql!(),
+    "))))
+           AND ",
     subscription_holds_seat_sql!("ss"),
     "
            AND NOT EXISTS (
                SELECT 1 FROM memberships m JOIN channels c ON c.id = m.channel_id
-                WHERE m.subscriber_id = ss.subscriber_id AND m.channel_id = ss.channel_id
+                WHERE m.subscriber_id = ss.subscriber_id AND m.channel_id = $1
                   AND ",
     crate::memberships::live_sql!("m", "c"),
     "))
      + (SELECT count(DISTINCT o.subscriber_id) FROM orders o
-         WHERE o.channel_id = $1 AND o.status = 'pending'
+         WHERE (o.channel_id = $1 OR o.plan_id = ANY (",
+    further_plans_of_sql!(),
+    "))
+           AND o.status = 'pending'
            AND o.hold_until > statement_timestamp()
            AND NOT EXISTS (
                SELECT 1 FROM memberships m JOIN channels c ON c.id = m.channel_id
-                WHERE m.subscriber_id = o.subscriber_id AND m.channel_id = o.channel_id
+                WHERE m.subscriber_id = o.subscriber_id AND m.channel_id = $1
                   AND ",
     crate::memberships::live_sql!("m", "c"),
     ")
            AND NOT EXISTS (
                SELECT 1 FROM star_subscriptions ss
-                WHERE ss.subscriber_id = o.subscriber_id AND ss.channel_id = o.channel_id
-                  AND ",
+                WHERE ss.subscriber_id = o.subscriber_id AND ",
+    subscription_covers_sql!("ss", "$1"),
+    " AND ",
     subscription_holds_seat_sql!("ss"),
     ")) AS taken"
 );
 
-/// Seats taken in a channel: live memberships, plus live Stars subscribers who are not live
-/// members, plus subscribers who are neither with a pending order whose hold is still valid at
-/// `statement_timestamp()`. Call it under the
-/// channel lock, or the count may be stale by the time it is used.
+/// Seats taken in a channel: live memberships, plus live Stars subscribers (of any plan
+/// including the channel) who are not live members, plus subscribers who are neither with a
+/// pending order of a plan including the channel whose hold is still valid at
+/// `statement_timestamp()`. Call it under the channel lock, or the count may be stale by the
+/// time it is used.
 pub async fn seats_taken(tx: &Transaction<'_>, channel_id: i32) -> Result<i64, ApiError> {
     Ok(db::row_one(tx, SEATS_TAKEN_SQL, &[&channel_id])
         .await?
@@ -316,15 +608,17 @@ const SEATED_SQL: &str = concat!(
     crate::memberships::live_sql!("m", "c"),
     ")
          OR EXISTS (SELECT 1 FROM star_subscriptions ss
-                    WHERE ss.subscriber_id = $1 AND ss.channel_id = $2 AND ",
+                    WHERE ss.subscriber_id = $1 AND ",
+    subscription_covers_sql!("ss", "$2"),
+    " AND ",
     subscription_holds_seat_sql!("ss"),
     ") AS seated"
 );
 
 /// True when the subscriber holds a seat of the channel already: a live member (the one
-/// definition, [`crate::memberships::live_sql!`]), or the holder of a live Stars subscription of it
-/// (`subscription_holds_seat_sql!`). Such a buyer needs no seat. The caller holds the pair
-/// lock.
+/// definition, [`crate::memberships::live_sql!`]), or the holder of a live Stars subscription
+/// of a plan including it (`subscription_holds_seat_sql!`). Such a buyer needs no seat. The
+/// caller holds the pair lock.
 pub async fn is_live_member(
     tx: &Transaction<'_>,
     subscriber_id: SubscriberId,
@@ -335,25 +629,50 @@ pub async fn is_live_member(
         .try_get("seated")?)
 }
 
-const HOLDS_LIVE_SQL: &str = "SELECT count(*) AS held FROM orders
-     WHERE status = 'pending' AND hold_until > statement_timestamp()";
+// One seat per seat-limited channel of the held order's plan.
+const HOLDS_LIVE_SQL: &str = "SELECT count(*) AS held FROM orders o
+     JOIN plan_channels pc ON pc.plan_id = o.plan_id
+     JOIN channels c ON c.id = pc.channel_id
+     WHERE o.status = 'pending' AND o.hold_until > statement_timestamp()
+       AND c.seat_limit IS NOT NULL";
 
-/// Seat holds in force now, in every channel (pending orders whose hold has not run out), over
-/// the holds' partial index: what the metrics sampler reports.
+/// Seats held now, in every channel: pending orders whose hold has not run out, one seat in
+/// each seat-limited channel of their plan (a plan of one channel: one per order): what the metrics sampler reports.
 pub async fn holds_live(client: &impl deadpool_postgres::GenericClient) -> Result<i64, ApiError> {
     Ok(db::row_one(client, HOLDS_LIVE_SQL, &[])
         .await?
         .try_get("held")?)
 }
 
-/// Applies the seat rule of API.md "Seats" to a locked order, reading database time after the
-/// locks. Writes nothing.
-pub async fn seat_check(tx: &Transaction<'_>, locked: &LockedOrder) -> Result<SeatCheck, ApiError> {
-    let Some(limit) = locked.channel.seat_limit else {
+/// Whether every channel of the order's plan is held for life already (`expires_at =
+/// 'infinity'`, in a status that holds access): one more purchase or claim would buy nothing.
+/// The caller holds the pair locks.
+pub async fn held_for_life(tx: &Transaction<'_>, locked: &LockedOrder) -> Result<bool, ApiError> {
+    let ids: Vec<i32> = locked.channels.iter().map(|c| c.id.0).collect();
+    Ok(
+        db::row_one(tx, HELD_FOR_LIFE_SQL, &[&locked.order.subscriber(), &ids])
+            .await?
+            .try_get("for_life")?,
+    )
+}
+
+const HELD_FOR_LIFE_SQL: &str = concat!(
+    "SELECT count(*) = cardinality($2::integer[]) AS for_life FROM memberships m
+     WHERE m.subscriber_id = $1 AND m.channel_id = ANY ($2)
+       AND m.expires_at = 'infinity' AND ",
+    crate::memberships::holds_access_sql!("m")
+);
+
+/// The seat rule of one channel of an order.
+async fn channel_seat_check(
+    tx: &Transaction<'_>,
+    order: &Order,
+    channel: &LockedChannel,
+) -> Result<SeatCheck, ApiError> {
+    let Some(limit) = channel.terms.seat_limit else {
         return Ok(SeatCheck::NotNeeded);
     };
-    let order = &locked.order;
-    if is_live_member(tx, order.subscriber(), order.channel()).await? {
+    if is_live_member(tx, order.subscriber(), channel.id).await? {
         return Ok(SeatCheck::NotNeeded);
     }
     if let Some(hold_until) = order.hold_until {
@@ -363,13 +682,65 @@ pub async fn seat_check(tx: &Transaction<'_>, locked: &LockedOrder) -> Result<Se
             SeatCheck::HoldExpired
         });
     }
-    Ok(
-        if seats_taken(tx, order.channel_id).await? < i64::from(limit) {
-            SeatCheck::Free
-        } else {
-            SeatCheck::Full
-        },
-    )
+    Ok(if seats_taken(tx, channel.id.0).await? < i64::from(limit) {
+        SeatCheck::Free
+    } else {
+        SeatCheck::Full
+    })
+}
+
+/// Applies the seat rule of API.md "Seats" to a locked order, reading database time after the
+/// locks, in every seat-limited channel of its plan, all or nothing: an expired hold or a full
+/// channel anywhere decides the whole order (one hold serves every channel, so an order is
+/// either held everywhere it needs a seat or nowhere). Writes nothing.
+pub async fn seat_check(tx: &Transaction<'_>, locked: &LockedOrder) -> Result<SeatCheck, ApiError> {
+    Ok(seat_needs(tx, locked).await?.0)
+}
+
+/// [`seat_check`], with the channels in which the order needs a seat of its own (not a live
+/// member or subscriber there).
+async fn seat_needs(
+    tx: &Transaction<'_>,
+    locked: &LockedOrder,
+) -> Result<(SeatCheck, Vec<ChannelId>), ApiError> {
+    let mut verdict = SeatCheck::NotNeeded;
+    let mut needed = Vec::new();
+    for channel in &locked.channels {
+        match channel_seat_check(tx, &locked.order, channel).await? {
+            SeatCheck::NotNeeded => {}
+            refused @ (SeatCheck::HoldExpired | SeatCheck::Full) => return Ok((refused, needed)),
+            v @ (SeatCheck::HoldValid | SeatCheck::Free) => {
+                verdict = v;
+                needed.push(channel.id);
+            }
+        }
+    }
+    Ok((verdict, needed))
+}
+
+/// Whether a claim of a free order ([`super::trials`]) finds a seat in every seat-limited
+/// channel of its plan: a live member needs none, a valid hold is its seat, and otherwise (no
+/// hold, or one that ran out: a claim is decided now, not by an old invoice) a seat must be
+/// free now. Writes nothing.
+pub async fn claim_finds_seats(
+    tx: &Transaction<'_>,
+    locked: &LockedOrder,
+) -> Result<bool, ApiError> {
+    for channel in &locked.channels {
+        let Some(limit) = channel.terms.seat_limit else {
+            continue;
+        };
+        match channel_seat_check(tx, &locked.order, channel).await? {
+            SeatCheck::NotNeeded | SeatCheck::HoldValid | SeatCheck::Free => {}
+            SeatCheck::Full => return Ok(false),
+            SeatCheck::HoldExpired => {
+                if seats_taken(tx, channel.id.0).await? >= i64::from(limit) {
+                    return Ok(false);
+                }
+            }
+        }
+    }
+    Ok(true)
 }
 
 const HOLD_VALID_SQL: &str = "SELECT $1::timestamptz > statement_timestamp() AS valid";
@@ -389,20 +760,26 @@ const HOLD_SQL: &str = concat!(
 );
 
 /// When the subscriber `$1` may next hold a seat of channel `$2`, by each rule (NULL: the rule
-/// allows it now). Cooldown: a pending order of the pair (superseded ones included) whose hold
-/// ran out less than `$3` seconds ago. Daily cap: with `$4` or more holds granted in the last
-/// 24 hours, the time the `$4`-th newest leaves that window.
-const HOLD_LIMIT_SQL: &str = "SELECT
-       (SELECT max(hold_until) + make_interval(secs => $3::float8) FROM orders
-         WHERE subscriber_id = $1 AND channel_id = $2 AND status = 'pending'
+/// allows it now), counting the orders of every plan that includes the channel (a bundle's
+/// hold holds a seat there too). Cooldown: a pending order (superseded ones included) whose
+/// hold ran out less than `$3` seconds ago. Daily cap: with `$4` or more holds granted in the
+/// last 24 hours, the time the `$4`-th newest leaves that window.
+const HOLD_LIMIT_SQL: &str = concat!(
+    "SELECT
+       (SELECT max(hold_until) + make_interval(secs => $3::float8) FROM orders o
+         WHERE subscriber_id = $1 AND ",
+    order_covers_sql!("o", "$2"),
+    " AND status = 'pending'
            AND hold_until <= statement_timestamp()
            AND hold_until > statement_timestamp() - make_interval(secs => $3::float8))
          AS cooldown_until,
-       (SELECT held_at + interval '1 day' FROM orders
-         WHERE subscriber_id = $1 AND channel_id = $2
-           AND held_at > statement_timestamp() - interval '1 day'
+       (SELECT held_at + interval '1 day' FROM orders o
+         WHERE subscriber_id = $1 AND ",
+    order_covers_sql!("o", "$2"),
+    " AND held_at > statement_timestamp() - interval '1 day'
          ORDER BY held_at DESC OFFSET $4::bigint - 1 LIMIT 1)
-         AS cap_until";
+         AS cap_until"
+);
 
 /// Whether the hold rules let subscriber `subscriber_id` hold a seat of `channel_id` now:
 /// `Some((rule, until))` when not, with the time they may try again (the later of the two
@@ -437,13 +814,14 @@ pub async fn hold_limit(
 }
 
 /// The checkout decision (API.md "Seats"), taking the locks itself in the lock order:
-/// a channel without a limit or a buyer who is already a member → approve, no hold; an order
-/// never held → hold a free seat for `HOLD_SECS` from `statement_timestamp()` and approve, or
-/// refuse with [`CheckoutRefusal::ChannelFull`] (no free seat) or
-/// [`CheckoutRefusal::HoldLimited`] (the buyer's cooldown or daily cap of holds, [`hold_limit`]);
-/// a valid hold → approve again without extending
-/// it; an expired hold → [`CheckoutRefusal::HoldExpired`]. Checks, in order: the order is
-/// pending, the channel is active, the seat.
+/// no seat-limited channel, or a buyer who is already a member of every one → approve, no
+/// hold; an order never held → hold a free seat (in every seat-limited channel of its plan it
+/// needs one in, by one hold) for `HOLD_SECS` from `statement_timestamp()` and approve, or
+/// refuse with [`CheckoutRefusal::ChannelFull`] (no free seat in one of them: the whole bundle
+/// is refused) or [`CheckoutRefusal::HoldLimited`] (the buyer's cooldown or daily cap of holds
+/// in one of them, [`hold_limit`]); a valid hold → approve again without extending it; an
+/// expired hold → [`CheckoutRefusal::HoldExpired`]. Checks, in order: the order is pending,
+/// every channel is active, the seats.
 ///
 /// `Err(ApiError::NotFound("order"))` when there is no such order. The outer `Result` carries
 /// database failures (roll back); the inner one the refusal (nothing was written, commit or
@@ -494,18 +872,21 @@ async fn seat_decide(
     if locked.order.status != Status::Pending {
         return Ok(Err(CheckoutRefusal::NotPending));
     }
-    if !locked.channel.active {
+    if !locked.channels_active() {
         return Ok(Err(CheckoutRefusal::ChannelInactive));
     }
-    match seat_check(tx, &locked).await? {
+    let (verdict, needed) = seat_needs(tx, &locked).await?;
+    match verdict {
         SeatCheck::NotNeeded | SeatCheck::HoldValid => Ok(Ok(locked.order)),
         SeatCheck::HoldExpired => Ok(Err(CheckoutRefusal::HoldExpired)),
         SeatCheck::Full => Ok(Err(CheckoutRefusal::ChannelFull)),
         SeatCheck::Free => {
             let o = &locked.order;
-            if let Some((limit, until)) = hold_limit(tx, o.subscriber(), o.channel(), rules).await?
-            {
-                return Ok(Err(CheckoutRefusal::HoldLimited { limit, until }));
+            for channel in needed {
+                if let Some((limit, until)) = hold_limit(tx, o.subscriber(), channel, rules).await?
+                {
+                    return Ok(Err(CheckoutRefusal::HoldLimited { limit, until }));
+                }
             }
             let order = db::one(tx, HOLD_SQL, &[&o.id, &(rules.hold_secs as f64)]).await?;
             Ok(Ok(order))

@@ -4,32 +4,39 @@
 //! payment SQL itself.
 //!
 //! Exactly once rests on two things, both inside one transaction:
-//! - the lock order (advisory pair lock → order `FOR UPDATE` → seat-limited channel
-//!   `FOR NO KEY UPDATE` → membership; see `docs/locking.md`), so two payments of one order,
-//!   a checkout, a manual grant and the sweep never interleave on the same membership or seat;
+//! - the lock order (the advisory pair locks of every channel of the order's plan, in ascending
+//!   channel id → order `FOR UPDATE` → the plan's channels, key share and, if seat-limited,
+//!   `FOR NO KEY UPDATE`, ascending → memberships; see `docs/locking.md`), so two payments of
+//!   one order, a checkout, a claim, a manual grant and the sweep never interleave on the same
+//!   membership or seat;
 //! - `INSERT … ON CONFLICT (gateway, external_id) DO NOTHING`, issued after the locks: of any
 //!   number of deliveries of one payment, exactly one inserts; every other one finds the stored
 //!   row, answers with it and changes nothing.
 //!
 //! A delivery of a payment that is already stored (the common retry) is answered before any of
-//! that: the transaction's first statement reads the stored row and takes the pair lock only
-//! when there is none ([`stored_or_lock_pair`]), and the answer is built from the stored row and
+//! that: the transaction's first statement reads the stored row and takes the (first) pair
+//! lock only when there is none ([`stored_or_lock_pair`]), and the answer is built from the stored row and
 //! the pair's current membership, with no lock taken and nothing written. So re-deliveries
 //! never queue on the pair lock behind each other, a renewal or a sweep batch. Only a delivery
 //! that finds no stored row (a new payment, or a repeat racing the first delivery's commit)
 //! goes on to the locks, where the insert's conflict still decides. The same statement reads
 //! the order's pair and takes its lock, so a new payment costs one round trip less.
 //!
-//! The checks (API.md order: unknown order, cancelled, currency, amount, payer, already paid,
-//! channel inactive, the promo code's use, seat) are reads under those locks, so they are decided first and the
+//! What a payment buys comes from the order's plan, read under those locks: the plan's term
+//! (`period_days`, or lifetime) in **every** channel of the plan — a bundle's payment extends
+//! each membership once, with its own event and effect. The checks (API.md order: unknown
+//! order, cancelled, currency, amount, payer, already paid, channel inactive, the promo code's use, seat) judge a
+//! bundle as a whole (any channel inactive, any channel without a seat, an expired hold: the
+//! payment grants nothing anywhere). They are reads under those locks, so they are decided first and the
 //! payment row is inserted once, with its final outcome. A payment that fails a check is still
 //! kept (money is never lost), grants nothing, and its buyer is told in one message (an outbox
 //! effect in the same transaction).
 //!
 //! A renewal charge of a Telegram Stars subscription ([`star_subscriptions`]) is one more
 //! payment of an order that is already paid: it is checked against the subscription instead
-//! (known, not cancelled, same amount, currency and payer, channel active, a seat) and extends
-//! the membership by one period, to at least the subscription's next renewal plus a day. It is
+//! (known, not cancelled, same amount, currency and payer, every channel active, a seat in
+//! every seat-limited one) and extends the membership of every channel of the plan by one
+//! period, to at least the subscription's next renewal plus a day. It is
 //! never `already_paid` and never refunded: a renewal that fails a check is `needs_review`.
 //! Any subscription charge that fails a check stops its subscription in the same transaction
 //! ([`stop_subscription`]), and a renewal that arrived before its subscription's first charge
@@ -46,7 +53,6 @@ use super::{
     star_subscriptions::{self, StarSubscription},
 };
 use crate::{
-    channels,
     currency::{Mismatch, Money},
     db::{self, FromRow},
     error::ApiError,
@@ -213,7 +219,8 @@ pub struct Applied {
     /// is the stored row (even if this delivery's other fields differ).
     pub duplicate: bool,
     pub payment: Payment,
-    /// The membership of the payment's (subscriber, channel) as it stands after this call:
+    /// The membership of the payment's (subscriber, channel) — for a bundle, of the order's own
+    /// channel (the plan's first; the others are extended alike) — as it stands after this call:
     /// the extended one when applied; the untouched current one (if any) when a check failed or
     /// for a duplicate; `None` when there is no membership or the order is unknown.
     pub membership: Option<Membership>,
@@ -282,8 +289,8 @@ pub fn outcome_for(gateway: &Gateway, reason: Option<Reason>) -> Outcome {
 
 /// Applies one payment in one transaction (API.md "Payment ingestion" 1–4): locks in the lock
 /// order, checks against the order, stores the payment once with its outcome, and on success
-/// marks the order paid and extends the membership by the channel's billing period from
-/// `GREATEST(current expiry, database now)`; `paid_at` is kept as reported (a future one
+/// marks the order paid and extends the membership of every channel of the order's plan by the
+/// plan's term (read at apply time) from `GREATEST(current expiry, database now)`; `paid_at` is kept as reported (a future one
 /// clamped to now) on the payment and the order, but never moves the term. A repeat of a stored
 /// (gateway, external_id) changes nothing and returns the stored payment with
 /// `duplicate: true` (a repeat whose amount, currency or order reference differs is logged as a
@@ -398,11 +405,11 @@ async fn apply_in(
     p: &NormalizedPayment,
     recurrence: Recurrence,
 ) -> Result<Applied, ApiError> {
-    let order_id = match stored_or_lock_pair(tx, p).await? {
+    let pairs = match stored_or_lock_pair(tx, p).await? {
         Start::Stored(payment) => return with_membership(tx, payment).await,
-        Start::Order(order_id) => order_id,
+        Start::Order(pairs) => pairs,
     };
-    let found = lock(tx, p, recurrence, order_id).await?;
+    let found = lock(tx, p, recurrence, pairs.as_ref()).await?;
     let reason = check_found(tx, p, &found).await?;
     // A renewal is never refunded by us: Telegram charged a subscription the buyer keeps.
     let outcome = match reason {
@@ -461,26 +468,27 @@ async fn apply_in(
 enum Start {
     /// This (gateway, external_id) is stored: a repeat, answered from the stored row.
     Stored(Payment),
-    /// A new payment; the id of the order it names (`None`: no such order), whose pair lock is
-    /// now held.
-    Order(Option<i64>),
+    /// A new payment; the pairs of the order it names (`None`: no such order), whose first
+    /// pair lock is now held.
+    Order(Option<seats::Pairs>),
 }
 
 const STORED_OR_PAIR_SQL: &str = concat!(
     "WITH stored AS (SELECT ",
     payment_columns!(),
     " FROM payments WHERE gateway = $2 AND external_id = $3)
-     SELECT s.*, o.id AS order_id_named,
-            CASE WHEN s.id IS NULL AND o.id IS NOT NULL
-                 THEN pg_advisory_xact_lock(o.subscriber_id, o.channel_id) IS NULL END AS locked
+     SELECT s.*, ",
+    seats::pair_columns_sql!("o", "s.id IS NULL AND o.id IS NOT NULL"),
+    "
      FROM (SELECT 1) AS one
      LEFT JOIN stored s ON true
      LEFT JOIN orders o ON o.reference = $1"
 );
 
 /// The transaction's first statement: the stored payment with this (gateway, external_id), if
-/// any, else the order the reference names, with its pair's advisory lock taken (the first lock
-/// of step 1). A stored payment takes no lock (`CASE` evaluates the lock only when there is
+/// any, else the order the reference names and its pairs (one per channel of its plan), with
+/// the first pair's advisory lock taken (the first lock of step 1; a bundle's further pairs are
+/// locked next, in ascending channel id, [`seats::lock_order_of_locked_pair`]). A stored payment takes no lock (`CASE` evaluates the lock only when there is
 /// none), so repeats never queue on the pair lock behind a renewal, a sweep batch or each other,
 /// and write nothing. A repeat racing the first delivery's commit finds nothing yet, waits for
 /// the pair lock like a new payment, and the insert's conflict decides.
@@ -497,19 +505,20 @@ async fn stored_or_lock_pair(
     if row.try_get::<_, Option<i64>>("id")?.is_some() {
         return Ok(Start::Stored(Payment::from_row(&row)?));
     }
-    Ok(Start::Order(row.try_get("order_id_named")?))
+    Ok(Start::Order(seats::Pairs::from_row(&row)?))
 }
 
-/// Step 1: pair (taken by [`stored_or_lock_pair`]) → order → channel (if seat-limited) → the
+/// Step 1: pairs (the first taken by [`stored_or_lock_pair`], a bundle's further ones in
+/// ascending channel id) → order → channels (key share; no key update if seat-limited) → the
 /// order's subscription, if any. An unknown reference needs none.
 async fn lock(
     tx: &Transaction<'_>,
     p: &NormalizedPayment,
     recurrence: Recurrence,
-    order_id: Option<i64>,
+    pairs: Option<&seats::Pairs>,
 ) -> Result<Found, ApiError> {
-    let order = match order_id {
-        Some(id) => seats::lock_order_of_locked_pair(tx, id).await?,
+    let order = match pairs {
+        Some(pairs) => seats::lock_order_of_locked_pair(tx, pairs).await?,
         None => None,
     };
     // Only a Telegram Stars charge (or one whose door knows its place in a subscription) is
@@ -631,8 +640,9 @@ pub(super) async fn insert(
 /// Step 4 for a payment that passed (a first payment's order [`store`] already marked paid):
 /// a renewal charge records the subscription's next renewal, and a first charge of a Stars
 /// subscription starts it (the subscription row comes before the membership in the lock
-/// order); then the membership is extended by the channel's period, to at least that next
-/// renewal plus [`star_subscriptions::SLACK_SECS`] for a subscription charge. A subscription
+/// order); then the membership of every channel of the plan is extended by the plan's term, to
+/// at least that next renewal plus [`star_subscriptions::SLACK_SECS`] for a subscription
+/// charge. A subscription
 /// just started then judges again the renewals that arrived before it ([`rejudge_renewals`]).
 async fn apply(
     tx: &Transaction<'_>,
@@ -654,7 +664,7 @@ async fn apply(
             Some(s) => Some(star_subscriptions::renewed(tx, s.id, charge).await?),
             None => None,
         }
-    } else if subscription.is_none() && starts_subscription(tx, p, recurrence, locked).await? {
+    } else if subscription.is_none() && starts_subscription(p, recurrence, locked) {
         let s = star_subscriptions::start(tx, locked.order.id, charge).await?;
         let at = s.expires_at;
         started = Some(s);
@@ -663,11 +673,9 @@ async fn apply(
         None
     };
     // The term starts now (or at the current expiry), not at `paid_at`: API.md step 4.
-    let (mut membership, _) = memberships::extend_at_least(
+    let mut membership = extend_every_channel(
         tx,
-        locked.order.subscriber(),
-        locked.order.channel(),
-        memberships::Term::Days(locked.channel.billing_period_days),
+        locked,
         Cause::Payment(payment.id),
         renews_at.map(slack_after),
     )
@@ -678,6 +686,35 @@ async fn apply(
         membership = m;
     }
     Ok(membership)
+}
+
+/// Extends the membership of every channel of the locked order's plan by the plan's term
+/// (read under the locks, at apply time), in ascending channel id (the order of their pair and
+/// channel locks), each with its own event and grant or receipt effect
+/// ([`memberships::extend_at_least`]); returns the membership of the order's own channel, the
+/// one the payment's answer shows. A plan of one channel extends one membership.
+async fn extend_every_channel(
+    tx: &Transaction<'_>,
+    locked: &LockedOrder,
+    cause: Cause,
+    at_least: Option<DateTime<Utc>>,
+) -> Result<Membership, ApiError> {
+    let mut own = None;
+    for channel in &locked.channels {
+        let (m, _) = memberships::extend_at_least(
+            tx,
+            locked.order.subscriber(),
+            channel.id,
+            locked.plan.term(),
+            cause,
+            at_least,
+        )
+        .await?;
+        if channel.id == locked.order.channel() {
+            own = Some(m);
+        }
+    }
+    own.ok_or_else(|| ApiError::internal("an order's channel is not in its plan"))
 }
 
 /// The end of a subscription charge's membership at the earliest: the subscription's next
@@ -715,7 +752,7 @@ async fn stop_subscription(
         star_subscriptions::stop(tx, s, reason).await?;
         return Ok(true);
     }
-    if !starts_subscription(tx, p, recurrence, locked).await? {
+    if !starts_subscription(p, recurrence, locked) {
         return Ok(false);
     }
     let Some(user) = user.filter(|u| *u > 0) else {
@@ -812,11 +849,9 @@ async fn rejudge_renewals(
         };
         let renews_at = star_subscriptions::renewed(tx, subscription.id, charge).await?;
         subscription.expires_at = renews_at;
-        let (m, _) = memberships::extend_at_least(
+        let m = extend_every_channel(
             tx,
-            locked.order.subscriber(),
-            locked.order.channel(),
-            memberships::Term::Days(locked.channel.billing_period_days),
+            locked,
             Cause::Payment(earlier.id),
             Some(slack_after(renews_at)),
         )
@@ -852,24 +887,24 @@ fn is_renewal(
 
 /// Whether an applied first payment starts a Stars subscription: the door says so, or (door
 /// unknown, e.g. the reconcile of a missed update) it is a Stars payment of a `recurring`
-/// channel, whose invoices are subscription links.
-async fn starts_subscription(
-    tx: &Transaction<'_>,
+/// plan, whose invoices are subscription links.
+fn starts_subscription(
     p: &NormalizedPayment,
     recurrence: Recurrence,
     locked: &LockedOrder,
-) -> Result<bool, ApiError> {
-    Ok(match recurrence {
+) -> bool {
+    match recurrence {
         Recurrence::First(_) => true,
         Recurrence::OneOff | Recurrence::Renewal(_) => false,
         Recurrence::Unknown if p.gateway != Gateway::TelegramStars => false,
-        Recurrence::Unknown => channels::is_recurring(tx, locked.order.channel_id).await?,
-    })
+        Recurrence::Unknown => locked.plan.recurring,
+    }
 }
 
 /// The checks of a renewal charge, in order; the first failure wins: the order started a
-/// subscription (and is paid), which is not cancelled; currency, amount and payer match; the
-/// channel is active; the buyer is still a member or a seat is free.
+/// subscription (and is paid), which is not cancelled; currency, amount and payer match; every
+/// channel of the plan is active; in every seat-limited one the buyer is still a member (or
+/// its subscription still holds the seat) or a seat is free.
 async fn check_renewal(
     tx: &Transaction<'_>,
     p: &NormalizedPayment,
@@ -886,21 +921,25 @@ async fn check_renewal(
     if let Some(reason) = mismatch(p, l) {
         return Ok(Some(reason));
     }
-    if !l.channel.active {
+    if !l.channels_active() {
         return Ok(Some(Reason::ChannelInactive));
     }
     // No hold: the order's hold (if any) belonged to its first payment. A live member renews
     // without a seat, and so does a buyer whose subscription still holds its seat (until its
-    // renewal date plus a day); someone whose membership already ended needs a free one.
-    let Some(limit) = l.channel.seat_limit else {
-        return Ok(None);
-    };
-    if seats::is_live_member(tx, o.subscriber(), o.channel()).await?
-        || seats::seats_taken(tx, o.channel_id).await? < i64::from(limit)
-    {
-        return Ok(None);
+    // renewal date plus a day, in every channel of its plan); someone whose membership already
+    // ended needs a free one — in every seat-limited channel of the plan, or the renewal
+    // extends none of them.
+    for channel in &l.channels {
+        let Some(limit) = channel.terms.seat_limit else {
+            continue;
+        };
+        if !seats::is_live_member(tx, o.subscriber(), channel.id).await?
+            && seats::seats_taken(tx, channel.id.0).await? >= i64::from(limit)
+        {
+            return Ok(Some(Reason::NoSeat));
+        }
     }
-    Ok(Some(Reason::NoSeat))
+    Ok(None)
 }
 
 /// The payment against its order, in API.md's order: currency, amount, payer (when the door
@@ -937,7 +976,7 @@ async fn check(
     if o.status == orders::Status::Paid {
         return Ok(Some(Reason::AlreadyPaid));
     }
-    if !l.channel.active {
+    if !l.channels_active() {
         return Ok(Some(Reason::ChannelInactive));
     }
     // A promo price is paid only while the order holds its code's use, or may take it again.

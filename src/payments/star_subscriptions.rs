@@ -5,11 +5,12 @@
 //! as one more payment of an order that is already paid.
 //!
 //! The first charge starts the subscription ([`start`], in the payment's transaction); every
-//! renewal extends the membership by one period and moves [`StarSubscription::expires_at`]
-//! ([`renewed`]). The membership of a subscription charge lasts at least until the subscription's
+//! renewal extends the membership of every channel of the order's plan (a recurring bundle
+//! renews them all) by the plan's period and moves [`StarSubscription::expires_at`]
+//! ([`renewed`]). The row's `channel_id` is the order's own channel. The membership of a subscription charge lasts at least until the subscription's
 //! next renewal plus [`SLACK_SECS`] (Telegram charges at `subscription_expiration_date`, and its
 //! update arrives a little later), and while the subscription is active that long it holds its
-//! seat (`orders::seats`). Staff (`POST /api/star-subscriptions/{id}/cancel`) or the buyer (the
+//! seat in every channel of its order's plan (`orders::seats`). Staff (`POST /api/star-subscriptions/{id}/cancel`) or the buyer (the
 //! bot's cancel-renewal button) cancel it ([`cancel`]): the row says so at once — a renewal
 //! charge arriving after that is `needs_review` — and an outbox effect asks Telegram to stop
 //! charging (`editUserStarSubscription`). The member keeps access until the membership expires;
@@ -21,8 +22,8 @@
 //! row of its own, cancelled from the start and never the order's subscription ([`refused`]).
 //! So Telegram never goes on charging for access subgate did not give.
 //!
-//! The row lock comes after the channel's in the lock order (pair → order → channel →
-//! subscription → membership): the payment core takes it under the order's locks, and a
+//! The row lock comes after the channels' in the lock order (pairs → order → channels →
+//! subscription → memberships): the payment core takes it under the order's locks, and a
 //! cancellation takes only this one.
 
 use chrono::{DateTime, Utc};
