@@ -851,7 +851,7 @@ pub async fn checkout_decide(
 ) -> Result<Result<Order, CheckoutRefusal>, ApiError> {
     let promo_use = locked.order.promo_use();
     if promo_use.pending
-        && locked.channel.active
+        && locked.channels_active()
         && !promo_codes::use_still_held(tx, promo_use).await?
     {
         return Ok(Err(CheckoutRefusal::PromoExhausted));
