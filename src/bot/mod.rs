@@ -27,6 +27,7 @@
 //! - [`conversation`]: commands and buttons; [`buy`]: the buy button.
 
 mod buy;
+mod codes;
 mod conversation;
 pub mod outbox;
 pub mod update;
