@@ -135,6 +135,7 @@ pub(super) async fn buy(
     } else {
         render::title(&plan.title, first.id)
     };
+    let first_name = render::title(&first.title, first.id);
     let trial = plan.kind == plans::Kind::Trial;
     let gateway = gateway(config, &plan.currency);
     if !trial && gateway.is_none() {
@@ -153,7 +154,15 @@ pub(super) async fn buy(
         return Ok(alert(texts::already_lifetime(&name)));
     }
     if trial {
-        return free(tx, buyer, &plan, &name, None, config.hold_secs).await;
+        return free(
+            tx,
+            buyer,
+            &plan,
+            (&name, &first_name),
+            None,
+            config.hold_secs,
+        )
+        .await;
     }
     let gateway = gateway.expect("checked above for a paid plan");
     if plan.recurring
@@ -165,18 +174,22 @@ pub(super) async fn buy(
         )));
     }
 
-    // The buyer's promo code, when it is meant for this plan: a code meant for other plans is
-    // kept for them; one that cannot be used any more is forgotten.
+    // The buyer's promo code, when it is meant for this plan (a code meant for other plans is
+    // kept for them). One meant for it that cannot be used now is explained and forgotten, and
+    // no order is made: the next press buys at the list price the buyer is then told.
     let code = match codes::stored(tx, buyer).await? {
-        Some(code) => match code.price_for(tx, Some(buyer), &plan).await? {
+        Some(code) if code.covers(&plan) => match code.price_for(tx, Some(buyer), &plan).await? {
             Ok(_) => Some(code),
-            Err(_) if code.refusal().is_some() => {
+            Err(why) => {
                 codes::forget(tx, buyer).await?;
-                None
+                return Ok(alert(texts::code_refused_at_order(
+                    &code.code,
+                    why,
+                    &render::price(&plan.price()),
+                )));
             }
-            Err(_) => None,
         },
-        None => None,
+        _ => None,
     };
 
     let open_secs = super::open_secs(gateway, config.hold_secs);
@@ -212,7 +225,15 @@ pub(super) async fn buy(
         None => None,
     };
     if discount.is_some_and(|d| d.discount_minor >= plan.price_minor) {
-        return free(tx, buyer, &plan, &name, discount, config.hold_secs).await;
+        return free(
+            tx,
+            buyer,
+            &plan,
+            (&name, &first_name),
+            discount,
+            config.hold_secs,
+        )
+        .await;
     }
 
     // Then each channel's row, in ascending id (no order of these pairs is locked yet: the new
@@ -239,7 +260,8 @@ pub(super) async fn buy(
         // The hold rules first: they say when this buyer may try again. A Stars order is held
         // at pre-checkout, which applies them again; refusing now spares the buyer an invoice
         // that would be refused there.
-        if let Some((rule, until)) = seats::hold_limit(tx, buyer, channel, config.hold_rules()).await?
+        if let Some((rule, until)) =
+            seats::hold_limit(tx, buyer, channel, config.hold_rules()).await?
         {
             tracing::info!(subscriber_id, channel_id = channel.0, ?rule, %until,
                 "bot order refused: hold rules");
@@ -282,17 +304,18 @@ pub(super) async fn buy(
 
 /// A free order — a trial's, or one a 100 % code made free — is not invoiced: it is made and
 /// claimed at once ([`trials::claim`], which grants through the locked path and sends the join
-/// link as any grant does). A refused claim leaves no order.
+/// link as any grant does). A refused claim leaves no order. `names`: the plan's, and its
+/// first channel's (what a refusal names).
 async fn free(
     tx: &Transaction<'_>,
     buyer: SubscriberId,
     plan: &Plan,
-    name: &str,
+    (name, channel): (&str, &str),
     discount: Option<crate::promo_codes::Discount>,
     hold_secs: i64,
 ) -> Result<Answer, ApiError> {
     if plan.kind == plans::Kind::Trial && !trials::eligible(tx, buyer, plan).await? {
-        return Ok(alert(texts::trial_used(name)));
+        return Ok(alert(texts::trial_used(channel)));
     }
     let order_id = create_order(tx, buyer, plan, discount, hold_secs).await?;
     if discount.is_some() {
@@ -300,18 +323,28 @@ async fn free(
     }
     match trials::claim(tx, order_id).await? {
         Ok(memberships) => {
-            tracing::info!(order_id, subscriber_id = buyer.0, plan_id = plan.id,
-                granted = memberships.len(), "bot free order granted");
+            tracing::info!(
+                order_id,
+                subscriber_id = buyer.0,
+                plan_id = plan.id,
+                granted = memberships.len(),
+                "bot free order granted"
+            );
             Ok(note(&texts::free_access_granted(name)))
         }
         Err(refusal) => {
-            tracing::info!(order_id, subscriber_id = buyer.0, plan_id = plan.id, ?refusal,
-                "bot free order refused");
+            tracing::info!(
+                order_id,
+                subscriber_id = buyer.0,
+                plan_id = plan.id,
+                ?refusal,
+                "bot free order refused"
+            );
             tx.execute("DELETE FROM orders WHERE id = $1", &[&order_id])
                 .await?;
             Ok(alert(match refusal {
-                ClaimRefusal::TrialUsed => texts::trial_used(name),
-                ClaimRefusal::ChannelFull => texts::channel_full(name),
+                ClaimRefusal::TrialUsed => texts::trial_used(channel),
+                ClaimRefusal::ChannelFull => texts::channel_full(channel),
                 ClaimRefusal::AlreadyLifetime => texts::already_lifetime(name),
                 ClaimRefusal::Inactive => texts::CHANNEL_UNAVAILABLE.to_string(),
                 ClaimRefusal::NotFree | ClaimRefusal::NotPending => {
@@ -338,7 +371,11 @@ async fn discount(
             Ok(Ok(d))
         }
         Err(ApiError::Validation(errors)) => {
-            tracing::info!(promo_code_id = code.id, ?errors, "bot promo code refused at the order");
+            tracing::info!(
+                promo_code_id = code.id,
+                ?errors,
+                "bot promo code refused at the order"
+            );
             tx.batch_execute("ROLLBACK TO SAVEPOINT bot_promo_code")
                 .await?;
             Ok(Err(()))

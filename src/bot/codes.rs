@@ -147,7 +147,11 @@ pub async fn forget(client: &impl GenericClient, buyer: SubscriberId) -> Result<
 /// What a discount leaves to pay of `price_minor`: `percent_off` takes that share rounded down
 /// (the buyer pays at least the rest), `amount_off_minor` that amount; neither takes the price
 /// below one minor unit, except 100 % off, which makes it free.
-pub fn discounted_minor(price_minor: i64, percent_off: Option<i32>, amount_off: Option<i64>) -> i64 {
+pub fn discounted_minor(
+    price_minor: i64,
+    percent_off: Option<i32>,
+    amount_off: Option<i64>,
+) -> i64 {
     match (percent_off, amount_off) {
         (Some(100..), _) => 0,
         (Some(p), _) => (price_minor - price_minor * i64::from(p) / 100).max(1),
@@ -176,7 +180,10 @@ impl Code {
     /// currency for an amount off.
     pub fn covers(&self, plan: &Plan) -> bool {
         plan.kind == plans::Kind::Paid
-            && self.plan_ids.as_ref().is_none_or(|ids| ids.contains(&plan.id))
+            && self
+                .plan_ids
+                .as_ref()
+                .is_none_or(|ids| ids.contains(&plan.id))
             && self.currency.as_ref().is_none_or(|c| *c == plan.currency)
     }
 
@@ -212,7 +219,10 @@ impl Code {
 
     /// What the code gives, as buyers read it ("−25 % on Premium monthly"), or why no plan on
     /// sale takes it (`Err`).
-    pub async fn gives(&self, client: &impl GenericClient) -> Result<Result<String, &'static str>, ApiError> {
+    pub async fn gives(
+        &self,
+        client: &impl GenericClient,
+    ) -> Result<Result<String, &'static str>, ApiError> {
         let rows = db::rows(client, PLAN_NAMES_SQL, &[&self.plan_ids, &self.currency]).await?;
         if rows.is_empty() {
             return Ok(Err(texts::CODE_NO_PLAN));
@@ -227,7 +237,10 @@ impl Code {
             Some(_) => {
                 let names = rows
                     .iter()
-                    .map(|r| r.try_get::<_, String>("name").map(|n| render::clip(&render::one_line(&n), 60)))
+                    .map(|r| {
+                        r.try_get::<_, String>("name")
+                            .map(|n| render::clip(&render::one_line(&n), 60))
+                    })
                     .collect::<Result<Vec<_>, _>>()?;
                 Some(names.join(", "))
             }

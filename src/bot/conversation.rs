@@ -184,7 +184,11 @@ async fn apply_code(
         return Ok(texts::code_refused(&code.code, why));
     }
     codes::store(tx, buyer, &code).await?;
-    tracing::info!(subscriber_id = buyer.0, promo_code_id = code.id, "bot promo code kept");
+    tracing::info!(
+        subscriber_id = buyer.0,
+        promo_code_id = code.id,
+        "bot promo code kept"
+    );
     Ok(texts::code_applied(&code.code, &gives))
 }
 
@@ -285,10 +289,7 @@ async fn plan_view(
         return Ok(None);
     }
     let discounted_minor = match &viewer.code {
-        Some(code) if !trial => code
-            .price_for(tx, viewer.subscriber, plan)
-            .await?
-            .ok(),
+        Some(code) if !trial => code.price_for(tx, viewer.subscriber, plan).await?.ok(),
         _ => None,
     };
     let default_of = plan.is_default.then_some(plan.channel_ids[0]);
@@ -372,9 +373,7 @@ async fn channel_offer(
     let plans = plans::active_of_channel(tx, c.id).await?;
     let viewer = viewer(tx, user_id).await?;
     let mut known = Channels::default();
-    Ok(Some(
-        view(tx, config, c, plans, &mut known, &viewer).await?,
-    ))
+    Ok(Some(view(tx, config, c, plans, &mut known, &viewer).await?))
 }
 
 /// One active plan under its first channel; `None` when there is no such plan, it is not
@@ -388,7 +387,10 @@ async fn plan_offer(
     let Some(plan) = plans::get(tx, plan_id).await?.filter(|p| p.active) else {
         return Ok(None);
     };
-    let Some(c) = channels::offer(tx, plan.channel_ids[0]).await?.filter(|c| c.active) else {
+    let Some(c) = channels::offer(tx, plan.channel_ids[0])
+        .await?
+        .filter(|c| c.active)
+    else {
         return Ok(None);
     };
     let viewer = viewer(tx, user_id).await?;

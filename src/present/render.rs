@@ -680,7 +680,12 @@ mod tests {
 
     use super::*;
 
-    fn plan_view(id: i64, default_of: Option<i32>, name: &str, availability: Availability) -> PlanView {
+    fn plan_view(
+        id: i64,
+        default_of: Option<i32>,
+        name: &str,
+        availability: Availability,
+    ) -> PlanView {
         PlanView {
             id,
             default_of,
@@ -700,7 +705,12 @@ mod tests {
             id,
             title: title.to_string(),
             description: Some("d".repeat(1000)),
-            plans: vec![plan_view(1000 + i64::from(id), Some(id), title, availability)],
+            plans: vec![plan_view(
+                1000 + i64::from(id),
+                Some(id),
+                title,
+                availability,
+            )],
         }
     }
 
@@ -758,9 +768,7 @@ mod tests {
             units(&invoice_description(Some(&long), "T", 1, Some(30))) <= INVOICE_DESCRIPTION_MAX
         );
         let long_title = "🔥".repeat(255);
-        assert!(
-            units(&invoice_description(None, &long_title, 1, None)) <= INVOICE_DESCRIPTION_MAX
-        );
+        assert!(units(&invoice_description(None, &long_title, 1, None)) <= INVOICE_DESCRIPTION_MAX);
     }
 
     #[test]
@@ -830,7 +838,10 @@ mod tests {
         for bad in ["c", "c0", "c-1", "12", "cx", "c99999999999", "c+1"] {
             assert_eq!(deep_link_channel(bad), None, "{bad}");
         }
-        assert_eq!(parse_command("/code  spring25 "), Command::Code(Some("spring25".into())));
+        assert_eq!(
+            parse_command("/code  spring25 "),
+            Command::Code(Some("spring25".into()))
+        );
         assert_eq!(parse_command("/code"), Command::Code(None));
         assert_eq!(deep_link("c12"), Some(DeepLink::Channel(12)));
         assert_eq!(deep_link("p7"), Some(DeepLink::Plan { id: 7, code: None }));
@@ -841,7 +852,15 @@ mod tests {
                 code: Some("SPRING-25".into())
             })
         );
-        for bad in ["p", "p0", "p-X", "p7-", "px", "p1x", &format!("p1-{}", "A".repeat(33))] {
+        for bad in [
+            "p",
+            "p0",
+            "p-X",
+            "p7-",
+            "px",
+            "p1x",
+            &format!("p1-{}", "A".repeat(33)),
+        ] {
             assert_eq!(deep_link(bad), None, "{bad}");
         }
     }
@@ -920,7 +939,10 @@ mod tests {
         long.discounted_minor = Some(19900);
         let b = long.button().unwrap();
         let text = b["text"].as_str().unwrap();
-        assert!(units(text) <= BUTTON_MAX && text.ends_with("199.00 UAH, was 249.00 UAH"), "{text}");
+        assert!(
+            units(text) <= BUTTON_MAX && text.ends_with("199.00 UAH, was 249.00 UAH"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -999,7 +1021,11 @@ mod tests {
                 ..m(6, "active", None)
             },
         ]);
-        assert!(r.text.contains("C5\nActive: lifetime access."), "{}", r.text);
+        assert!(
+            r.text.contains("C5\nActive: lifetime access."),
+            "{}",
+            r.text
+        );
         assert!(
             r.text
                 .contains("Renews automatically on 2030-01-01 00:00 UTC.")

@@ -300,8 +300,7 @@ pub fn card_button(price: &str) -> String {
 // ---- promo codes (/code, deep links with a code) ----
 
 /// `/code` without a code.
-pub const CODE_USAGE: &str =
-    "Send /code followed by your promo code, for example: /code SPRING25";
+pub const CODE_USAGE: &str = "Send /code followed by your promo code, for example: /code SPRING25";
 
 /// A code was stored for the buyer's next order: what it gives (`gives`, [`code_gives`]).
 pub fn code_applied(code: &str, gives: &str) -> String {
