@@ -224,9 +224,8 @@ struct Channels(HashMap<i32, Option<Offer>>);
 
 impl Channels {
     async fn get(&mut self, tx: &Transaction<'_>, id: i32) -> Result<Option<&Offer>, ApiError> {
-        if !self.0.contains_key(&id) {
-            let offer = channels::offer(tx, id).await?;
-            self.0.insert(id, offer);
+        if let std::collections::hash_map::Entry::Vacant(e) = self.0.entry(id) {
+            e.insert(channels::offer(tx, id).await?);
         }
         Ok(self.0.get(&id).and_then(Option::as_ref))
     }
