@@ -194,9 +194,11 @@ pub(super) async fn buy(
 
     let open_secs = super::open_secs(gateway, config.hold_secs);
     let code_id = code.as_ref().map(|c| c.id);
-    if let Some(order_id) = reusable_order(tx, subscriber_id, &plan, open_secs, code_id).await? {
+    if let Some((order_id, order_code)) =
+        reusable_order(tx, subscriber_id, &plan, open_secs, code_id).await?
+    {
         let sent = enqueue_invoice(tx, order_id, from.id).await?;
-        if code.is_some() {
+        if code_id.is_some() && order_code == code_id {
             codes::forget(tx, buyer).await?;
         }
         tracing::info!(order_id, subscriber_id, sent, "bot order reused");
@@ -318,11 +320,11 @@ async fn free(
         return Ok(alert(texts::trial_used(channel)));
     }
     let order_id = create_order(tx, buyer, plan, discount, hold_secs).await?;
-    if discount.is_some() {
-        codes::forget(tx, buyer).await?;
-    }
     match trials::claim(tx, order_id).await? {
         Ok(memberships) => {
+            if discount.is_some() {
+                codes::forget(tx, buyer).await?;
+            }
             tracing::info!(
                 order_id,
                 subscriber_id = buyer.0,
@@ -467,17 +469,18 @@ async fn live_subscription(
 /// The buyer's newest order of the plan that can still be paid as invoiced: pending, not
 /// superseded, and either holding a valid seat hold, or holding none, made at the plan's
 /// current price, younger than `open_secs`, and — when the buyer gave a code since — with that
-/// code. The caller holds the pair locks, which every writer of these orders' state takes.
+/// code. Returns its id and its code. The caller holds the pair locks, which every writer of
+/// these orders' state takes.
 async fn reusable_order(
     tx: &Transaction<'_>,
     subscriber_id: i32,
     plan: &Plan,
     open_secs: i64,
     code_id: Option<i64>,
-) -> Result<Option<i64>, ApiError> {
-    Ok(tx
+) -> Result<Option<(i64, Option<i64>)>, ApiError> {
+    let row = tx
         .query_opt(
-            "SELECT id FROM orders
+            "SELECT id, promo_code_id FROM orders
              WHERE subscriber_id = $1 AND plan_id = $2 AND status = 'pending'
                AND superseded_at IS NULL
                AND (hold_until > statement_timestamp()
@@ -494,9 +497,11 @@ async fn reusable_order(
                 &code_id,
             ],
         )
-        .await?
-        .map(|r| r.try_get("id"))
-        .transpose()?)
+        .await?;
+    Ok(match row {
+        Some(r) => Some((r.try_get("id")?, r.try_get("promo_code_id")?)),
+        None => None,
+    })
 }
 
 /// Retires the buyer's pending bot orders of the plan that [`reusable_order`] passed over (hold ran
