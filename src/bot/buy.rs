@@ -1,17 +1,22 @@
-//! The buy button: from a press to an order and its invoice, in the update's transaction.
+//! The buy button: from a press to an order and its invoice (or its free grant), in the
+//! update's transaction.
 //!
-//! The buyer becomes (or is updated as) a subscriber from Telegram's `from`; then, under the
-//! pair's advisory lock — the lock every transaction touching the buyer's holds and membership
-//! of this channel takes first — the buyer's pending, unexpired order of the channel is reused,
-//! or one is made at the channel's price. Two presses (or two devices) therefore decide one
-//! after the other and the second reuses the first's order; the schema backs this with a unique
-//! index on the bot's pending orders per (subscriber, channel). The invoice is an outbox effect
-//! keyed on the order, so however often the button is pressed, one order gets one invoice.
+//! A button buys a plan: `b:<channel>` the channel's default plan (the button every older
+//! message carries), `p:<plan>` any plan. The buyer becomes (or is updated as) a subscriber
+//! from Telegram's `from`; then, under the pair advisory locks of every channel of the plan
+//! (ascending channel id) — the locks every transaction touching the buyer's holds and
+//! memberships of those channels takes first — the buyer's pending, unexpired order of the plan
+//! is reused, or one is made at the plan's price, less the buyer's promo code when one is meant
+//! for this plan. Two presses (or two devices) therefore decide one after the other and the
+//! second reuses the first's order; the schema backs this with a unique index on the bot's
+//! pending orders per (subscriber, plan). The invoice is an outbox effect keyed on the order, so
+//! however often the button is pressed, one order gets one invoice.
 //!
 //! An order is reusable while it holds a valid seat hold (whatever its age or price: the hold is
 //! the buyer's, and a new order would only extend it), or, holding none, while it is at the
-//! channel's current price and can still be paid as invoiced ([`super::open_secs`]: an hour for
-//! a Stars invoice, at most `HOLD_SECS` for a card link). A superseded order is never reused.
+//! plan's current list price and can still be paid as invoiced ([`super::open_secs`]: an hour
+//! for a Stars invoice, at most `HOLD_SECS` for a card link), and — if the buyer gave a promo
+//! code since it was made — uses that code. A superseded order is never reused.
 //!
 //! A stale order the bot made is retired before a new one is made. One that may still be paid —
 //! a card order (its link may be out), or a Stars order whose pre-checkout was approved (the
@@ -20,12 +25,26 @@
 //! (applied; or `hold_expired`, refunded for Stars, reviewed for cards), and it makes room for
 //! the new order under the one-pending-bot-order index. A superseded order holds no valid hold
 //! (an order holding one is reused instead), so superseding can never give a buyer two seats.
-//! Any other stale order (a Stars invoice never approved) is cancelled: its old invoice is then
-//! refused at pre-checkout.
+//! Any other stale order (a Stars invoice never approved) is cancelled (giving back its code's
+//! use): its old invoice is then refused at pre-checkout.
 //!
-//! A channel that cannot be paid (inactive, no gateway for its currency, full) gets a clear
-//! answer and no order; so does a buyer the hold rules hold back ([`seats::hold_limit`]: a
-//! cooldown after an unpaid hold ran out, a daily cap), told when they can try again.
+//! **Promo codes.** The code the buyer gave (`/code`, a deep link; [`super::codes`]) is decided
+//! under the code's row lock by [`crate::promo_codes::discount_for_new_order`], after the pair
+//! locks and the order rows and before the channel rows (the lock order). When it refuses (the
+//! code filled up since it was shown), the buyer is told, the code is forgotten and no order is
+//! made: a second press buys at the list price. The bot never charges a price the buyer was not
+//! shown. An order made with the code uses it up for the bot (the stored code is forgotten).
+//!
+//! **Free orders.** A trial plan's order, and an order a 100 % code made free, are not
+//! invoiced: they are made and claimed at once ([`trials::claim`]: the locked grant, its join
+//! link sent as for any grant), or refused with a reason and no order left (a trial used
+//! before, a full channel).
+//!
+//! A plan that cannot be paid (inactive, a channel of it inactive, no gateway for its
+//! currency, a channel of it full — all or nothing) gets a clear answer and no order; so does a
+//! buyer with lifetime access to all of it already, and a buyer the hold rules hold back
+//! ([`seats::hold_limit`]: a cooldown after an unpaid hold ran out, a daily cap), told when they
+//! can try again.
 //!
 //! A card order of a seat-limited channel holds its seat now, as a checkout would, for
 //! `HOLD_SECS`: the card link is valid that long, and the payment core then finds the hold. A
@@ -33,17 +52,20 @@
 
 use deadpool_postgres::Transaction;
 
-use super::{Gateway, gateway, render, texts, update::Sender};
+use super::{Gateway, codes, gateway, render, texts, update::Sender};
 use crate::{
-    channels::{self, Offer},
+    channels,
     config::Config,
     db,
     effects::{self, NewEffect, Payload},
     error::ApiError,
+    ids::SubscriberId,
     orders::{
         new_reference,
         seats::{self, CheckoutRefusal, HoldLimit},
+        trials::{self, ClaimRefusal},
     },
+    plans::{self, Plan},
     subscribers,
 };
 
@@ -67,41 +89,118 @@ fn alert(text: impl Into<String>) -> Answer {
     }
 }
 
-/// The buy (or renew) button of channel `channel_id`, pressed by `from`.
+/// What a button buys.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Target {
+    /// A channel's default plan (the buy and renew buttons of a channel sold one way).
+    Channel(i32),
+    /// A plan.
+    Plan(i64),
+}
+
+/// The buy (renew, or try-free) button of `target`, pressed by `from`.
 pub(super) async fn buy(
     tx: &Transaction<'_>,
     config: &Config,
     from: &Sender,
-    channel_id: i32,
+    target: Target,
 ) -> Result<Answer, ApiError> {
-    let Some(c) = channels::offer(tx, channel_id).await? else {
+    let plan = match target {
+        Target::Channel(channel_id) => {
+            match channels::offer(tx, channel_id).await? {
+                None => return Ok(alert(texts::BUTTON_INVALID)),
+                Some(c) if !c.active => return Ok(alert(texts::CHANNEL_UNAVAILABLE)),
+                Some(_) => {}
+            }
+            plans::default_of(tx, channel_id).await?
+        }
+        Target::Plan(plan_id) => plans::get(tx, plan_id).await?,
+    };
+    let Some(plan) = plan else {
         return Ok(alert(texts::BUTTON_INVALID));
     };
-    if !c.active {
+    let mut offers = Vec::new();
+    for id in &plan.channel_ids {
+        match channels::offer(tx, *id).await? {
+            Some(c) if c.active => offers.push(c),
+            _ => return Ok(alert(texts::CHANNEL_UNAVAILABLE)),
+        }
+    }
+    if !plan.active || offers.is_empty() {
         return Ok(alert(texts::CHANNEL_UNAVAILABLE));
     }
-    let name = render::title(&c.title, c.id);
-    let Some(gateway) = gateway(config, &c.currency) else {
-        return Ok(alert(texts::cannot_be_paid(&name)));
+    let first = &offers[0];
+    let name = if plan.is_default {
+        render::title(&first.title, first.id)
+    } else {
+        render::title(&plan.title, first.id)
     };
+    let first_name = render::title(&first.title, first.id);
+    let trial = plan.kind == plans::Kind::Trial;
+    let gateway = gateway(config, &plan.currency);
+    if !trial && gateway.is_none() {
+        return Ok(alert(texts::cannot_be_paid(&name)));
+    }
     let subscriber_id = upsert_subscriber(tx, from).await?;
-    let pair = (
-        crate::ids::SubscriberId(subscriber_id),
-        crate::ids::ChannelId(c.id),
-    );
-    db::lock_pair(tx, pair.0, pair.1).await?;
+    let buyer = SubscriberId(subscriber_id);
+    // The pair locks first, in ascending channel id (every bundle and single-channel
+    // transaction takes them in that order).
+    for channel in plan.channels_ascending() {
+        db::lock_pair(tx, buyer, channel).await?;
+    }
 
-    if c.recurring
-        && let Some(renews_at) = live_subscription(tx, subscriber_id, c.id).await?
+    let lifetime = lifetime_channels(tx, buyer).await?;
+    if plan.channel_ids.iter().all(|c| lifetime.contains(c)) {
+        return Ok(alert(texts::already_lifetime(&name)));
+    }
+    if trial {
+        return free(
+            tx,
+            buyer,
+            &plan,
+            (&name, &first_name),
+            None,
+            config.hold_secs,
+        )
+        .await;
+    }
+    let gateway = gateway.expect("checked above for a paid plan");
+    if plan.recurring
+        && let Some(renews_at) = live_subscription(tx, subscriber_id, first.id).await?
     {
         return Ok(alert(texts::already_subscribed(
             &name,
             &texts::day(renews_at),
         )));
     }
+
+    // The buyer's promo code, when it is meant for this plan (a code meant for other plans is
+    // kept for them). One meant for it that cannot be used now is explained and forgotten, and
+    // no order is made: the next press buys at the list price the buyer is then told.
+    let code = match codes::stored(tx, buyer).await? {
+        Some(code) if code.covers(&plan) => match code.price_for(tx, Some(buyer), &plan).await? {
+            Ok(_) => Some(code),
+            Err(why) => {
+                codes::forget(tx, buyer).await?;
+                return Ok(alert(texts::code_refused_at_order(
+                    &code.code,
+                    why,
+                    &render::price(&plan.price()),
+                )));
+            }
+        },
+        _ => None,
+    };
+
     let open_secs = super::open_secs(gateway, config.hold_secs);
-    if let Some(order_id) = reusable_order(tx, subscriber_id, &c, open_secs).await? {
+    let code_id = code.as_ref().map(|c| c.id);
+    if let Some((order_id, order_code)) =
+        reusable_order(tx, subscriber_id, &plan, open_secs, code_id).await?
+    {
         let sent = enqueue_invoice(tx, order_id, from.id).await?;
+        if code_id.is_some() && order_code == code_id {
+            codes::forget(tx, buyer).await?;
+        }
         tracing::info!(order_id, subscriber_id, sent, "bot order reused");
         return Ok(note(if sent {
             texts::INVOICE_ON_ITS_WAY
@@ -109,37 +208,79 @@ pub(super) async fn buy(
             texts::INVOICE_ALREADY_SENT
         }));
     }
-    retire_stale_orders(tx, subscriber_id, c.id).await?;
+    retire_stale_orders(tx, subscriber_id, plan.id).await?;
 
-    // Third in the lock order (no order of this pair is locked yet: the new one is ours alone).
-    let Some(terms) = seats::lock_channel_terms(tx, c.id).await? else {
-        return Ok(alert(texts::CHANNEL_UNAVAILABLE));
+    // The code's row next (the lock order: pair → order → promo code → channel). The decision
+    // runs inside a savepoint, so a refusal leaves nothing of it behind.
+    let discount = match &code {
+        Some(code) => match discount(tx, code, buyer, &plan).await? {
+            Ok(d) => Some(d),
+            Err(()) => {
+                codes::forget(tx, buyer).await?;
+                return Ok(alert(texts::code_refused_at_order(
+                    &code.code,
+                    texts::CODE_TAKEN,
+                    &render::price(&plan.price()),
+                )));
+            }
+        },
+        None => None,
     };
-    if !terms.active {
-        return Ok(alert(texts::CHANNEL_UNAVAILABLE));
+    if discount.is_some_and(|d| d.discount_minor >= plan.price_minor) {
+        return free(
+            tx,
+            buyer,
+            &plan,
+            (&name, &first_name),
+            discount,
+            config.hold_secs,
+        )
+        .await;
     }
-    if let Some(limit) = terms.seat_limit
-        && !seats::is_live_member(tx, pair.0, pair.1).await?
-    {
+
+    // Then each channel's row, in ascending id (no order of these pairs is locked yet: the new
+    // one is ours alone). All or nothing: one full channel refuses the whole plan.
+    let mut seat_limited = false;
+    for channel in plan.channels_ascending() {
+        let Some(terms) = seats::lock_channel_terms(tx, channel.0).await? else {
+            return Ok(alert(texts::CHANNEL_UNAVAILABLE));
+        };
+        if !terms.active {
+            return Ok(alert(texts::CHANNEL_UNAVAILABLE));
+        }
+        let Some(limit) = terms.seat_limit else {
+            continue;
+        };
+        seat_limited = true;
+        if seats::is_live_member(tx, buyer, channel).await? {
+            continue;
+        }
+        let channel_name = offers
+            .iter()
+            .find(|o| o.id == channel.0)
+            .map_or_else(|| name.clone(), |o| render::title(&o.title, o.id));
         // The hold rules first: they say when this buyer may try again. A Stars order is held
         // at pre-checkout, which applies them again; refusing now spares the buyer an invoice
         // that would be refused there.
         if let Some((rule, until)) =
-            seats::hold_limit(tx, pair.0, pair.1, config.hold_rules()).await?
+            seats::hold_limit(tx, buyer, channel, config.hold_rules()).await?
         {
-            tracing::info!(subscriber_id, channel_id = c.id, ?rule, %until,
+            tracing::info!(subscriber_id, channel_id = channel.0, ?rule, %until,
                 "bot order refused: hold rules");
             return Ok(refused(
-                &name,
+                &channel_name,
                 CheckoutRefusal::HoldLimited { limit: rule, until },
             ));
         }
-        if seats::seats_taken(tx, c.id).await? >= i64::from(limit) {
-            return Ok(alert(texts::channel_full(&name)));
+        if seats::seats_taken(tx, channel.0).await? >= i64::from(limit) {
+            return Ok(alert(texts::channel_full(&channel_name)));
         }
     }
-    let order_id = create_order(tx, subscriber_id, &c).await?;
-    if gateway == Gateway::Card && terms.seat_limit.is_some() {
+    let order_id = create_order(tx, buyer, &plan, discount, config.hold_secs).await?;
+    if discount.is_some() {
+        codes::forget(tx, buyer).await?;
+    }
+    if gateway == Gateway::Card && seat_limited {
         let locked = seats::lock_order(tx, order_id)
             .await?
             .ok_or_else(|| ApiError::internal("a new order vanished"))?;
@@ -155,11 +296,112 @@ pub(super) async fn buy(
     tracing::info!(
         order_id,
         subscriber_id,
-        channel_id = c.id,
+        plan_id = plan.id,
+        channel_id = first.id,
         ?gateway,
         "bot order made"
     );
     Ok(note(texts::INVOICE_ON_ITS_WAY))
+}
+
+/// A free order — a trial's, or one a 100 % code made free — is not invoiced: it is made and
+/// claimed at once ([`trials::claim`], which grants through the locked path and sends the join
+/// link as any grant does). A refused claim leaves no order. `names`: the plan's, and its
+/// first channel's (what a refusal names).
+async fn free(
+    tx: &Transaction<'_>,
+    buyer: SubscriberId,
+    plan: &Plan,
+    (name, channel): (&str, &str),
+    discount: Option<crate::promo_codes::Discount>,
+    hold_secs: i64,
+) -> Result<Answer, ApiError> {
+    if plan.kind == plans::Kind::Trial && !trials::eligible(tx, buyer, plan).await? {
+        return Ok(alert(texts::trial_used(channel)));
+    }
+    let order_id = create_order(tx, buyer, plan, discount, hold_secs).await?;
+    match trials::claim(tx, order_id).await? {
+        Ok(memberships) => {
+            if discount.is_some() {
+                codes::forget(tx, buyer).await?;
+            }
+            tracing::info!(
+                order_id,
+                subscriber_id = buyer.0,
+                plan_id = plan.id,
+                granted = memberships.len(),
+                "bot free order granted"
+            );
+            Ok(note(&texts::free_access_granted(name)))
+        }
+        Err(refusal) => {
+            tracing::info!(
+                order_id,
+                subscriber_id = buyer.0,
+                plan_id = plan.id,
+                ?refusal,
+                "bot free order refused"
+            );
+            tx.execute("DELETE FROM orders WHERE id = $1", &[&order_id])
+                .await?;
+            Ok(alert(match refusal {
+                ClaimRefusal::TrialUsed => texts::trial_used(channel),
+                ClaimRefusal::ChannelFull => texts::channel_full(channel),
+                ClaimRefusal::AlreadyLifetime => texts::already_lifetime(name),
+                ClaimRefusal::Inactive => texts::CHANNEL_UNAVAILABLE.to_string(),
+                ClaimRefusal::NotFree | ClaimRefusal::NotPending => {
+                    texts::BUTTON_INVALID.to_string()
+                }
+            }))
+        }
+    }
+}
+
+/// The discount `code` gives the new order, decided under the code's lock
+/// ([`crate::promo_codes::discount_for_new_order`]) inside a savepoint; `Err(())` when it
+/// refuses (nothing of the decision stays). Other failures are the caller's.
+async fn discount(
+    tx: &Transaction<'_>,
+    code: &codes::Code,
+    buyer: SubscriberId,
+    plan: &Plan,
+) -> Result<Result<crate::promo_codes::Discount, ()>, ApiError> {
+    tx.batch_execute("SAVEPOINT bot_promo_code").await?;
+    match crate::promo_codes::discount_for_new_order(tx, &code.code, buyer, plan).await {
+        Ok(d) => {
+            tx.batch_execute("RELEASE SAVEPOINT bot_promo_code").await?;
+            Ok(Ok(d))
+        }
+        Err(ApiError::Validation(errors)) => {
+            tracing::info!(
+                promo_code_id = code.id,
+                ?errors,
+                "bot promo code refused at the order"
+            );
+            tx.batch_execute("ROLLBACK TO SAVEPOINT bot_promo_code")
+                .await?;
+            Ok(Err(()))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The channels `buyer` has lifetime access to now (a live membership whose `expires_at` is
+/// `infinity`).
+pub(super) async fn lifetime_channels(
+    tx: &Transaction<'_>,
+    buyer: SubscriberId,
+) -> Result<Vec<i32>, ApiError> {
+    let rows = tx
+        .query(
+            "SELECT channel_id FROM memberships
+             WHERE subscriber_id = $1 AND expires_at = 'infinity' AND status <> 'expired'",
+            &[&buyer],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| r.try_get("channel_id").map_err(ApiError::from))
+        .collect()
 }
 
 /// The alert for a refused hold: the channel is full, or the buyer may try again at a given time.
@@ -182,7 +424,10 @@ fn refused(name: &str, refusal: CheckoutRefusal) -> Answer {
 
 /// Creates or updates the subscriber of Telegram user `from` (username and display name as
 /// Telegram has them now, fit for their columns); returns its id.
-async fn upsert_subscriber(tx: &Transaction<'_>, from: &Sender) -> Result<i32, ApiError> {
+pub(super) async fn upsert_subscriber(
+    tx: &Transaction<'_>,
+    from: &Sender,
+) -> Result<i32, ApiError> {
     let username = from
         .username
         .as_deref()
@@ -222,39 +467,45 @@ async fn live_subscription(
         .transpose()?)
 }
 
-/// The buyer's newest order of the channel that can still be paid as invoiced: pending, not
-/// superseded, and either holding a valid seat hold, or holding none, at the channel's current
-/// price and younger than `open_secs`. The caller holds the pair lock, which every writer of
+/// The buyer's newest order of the plan that can still be paid as invoiced: pending, not
+/// superseded, and either holding a valid seat hold, or holding none, made at the plan's
+/// current price, younger than `open_secs`, and — when the buyer gave a code since — with that
+/// code. Returns its id and its code. The caller holds the pair locks, which every writer of
 /// these orders' state takes.
 async fn reusable_order(
     tx: &Transaction<'_>,
     subscriber_id: i32,
-    c: &Offer,
+    plan: &Plan,
     open_secs: i64,
-) -> Result<Option<i64>, ApiError> {
-    Ok(tx
+    code_id: Option<i64>,
+) -> Result<Option<(i64, Option<i64>)>, ApiError> {
+    let row = tx
         .query_opt(
-            "SELECT id FROM orders
-             WHERE subscriber_id = $1 AND channel_id = $2 AND status = 'pending'
+            "SELECT id, promo_code_id FROM orders
+             WHERE subscriber_id = $1 AND plan_id = $2 AND status = 'pending'
                AND superseded_at IS NULL
                AND (hold_until > statement_timestamp()
-                    OR (hold_until IS NULL AND amount_minor = $3 AND currency = $4
-                        AND created_at > statement_timestamp() - make_interval(secs => $5)))
+                    OR (hold_until IS NULL AND list_price_minor = $3 AND currency = $4
+                        AND created_at > statement_timestamp() - make_interval(secs => $5)
+                        AND ($6::bigint IS NULL OR promo_code_id = $6)))
              ORDER BY id DESC LIMIT 1",
             &[
                 &subscriber_id,
-                &c.id,
-                &c.price_minor,
-                &c.currency,
+                &plan.id,
+                &plan.price_minor,
+                &plan.currency,
                 &(open_secs as f64),
+                &code_id,
             ],
         )
-        .await?
-        .map(|r| r.try_get("id"))
-        .transpose()?)
+        .await?;
+    Ok(match row {
+        Some(r) => Some((r.try_get("id")?, r.try_get("promo_code_id")?)),
+        None => None,
+    })
 }
 
-/// Retires the bot's pending orders of the pair that [`reusable_order`] passed over (hold ran
+/// Retires the buyer's pending bot orders of the plan that [`reusable_order`] passed over (hold ran
 /// out, too old, outdated price), making room for the new one under the unique index on the
 /// bot's pending orders. One that may still be paid is superseded, never cancelled: a card order
 /// (its link may have been sent, or be sent by a worker that read it before this), or a Stars
@@ -264,17 +515,17 @@ async fn reusable_order(
 async fn retire_stale_orders(
     tx: &Transaction<'_>,
     subscriber_id: i32,
-    channel_id: i32,
+    plan_id: i64,
 ) -> Result<(), ApiError> {
     let row = tx
-        .query_one(RETIRE_SQL, &[&subscriber_id, &channel_id])
+        .query_one(RETIRE_SQL, &[&subscriber_id, &plan_id])
         .await?;
     let (superseded, cancelled): (i64, i64) =
         (row.try_get("superseded")?, row.try_get("cancelled")?);
     if superseded + cancelled > 0 {
         tracing::info!(
             subscriber_id,
-            channel_id,
+            plan_id,
             superseded,
             cancelled,
             "stale bot orders retired"
@@ -289,36 +540,51 @@ const RETIRE_SQL: &str = "WITH stale AS (
                 OR EXISTS (SELECT 1 FROM pre_checkout_decisions d
                            WHERE d.order_id = o.id AND d.ok) AS may_be_paid
          FROM orders o
-         WHERE o.subscriber_id = $1 AND o.channel_id = $2 AND o.status = 'pending'
+         WHERE o.subscriber_id = $1 AND o.plan_id = $2 AND o.status = 'pending'
            AND o.via_bot AND o.superseded_at IS NULL
      ), superseded AS (
          UPDATE orders o SET superseded_at = statement_timestamp()
          FROM stale s WHERE o.id = s.id AND s.may_be_paid
          RETURNING o.id
      ), cancelled AS (
-         UPDATE orders o SET status = 'cancelled', hold_until = NULL
+         UPDATE orders o SET status = 'cancelled', hold_until = NULL, promo_held_until = NULL
          FROM stale s WHERE o.id = s.id AND NOT s.may_be_paid
          RETURNING o.id
      )
      SELECT (SELECT count(*) FROM superseded) AS superseded,
             (SELECT count(*) FROM cancelled) AS cancelled";
 
+/// Makes the bot's order of `plan` for `buyer` at the plan's price less `discount` (which
+/// holds its code's use for `hold_secs` from now); the order's channel is the plan's first.
 async fn create_order(
     tx: &Transaction<'_>,
-    subscriber_id: i32,
-    c: &Offer,
+    buyer: SubscriberId,
+    plan: &Plan,
+    discount: Option<crate::promo_codes::Discount>,
+    hold_secs: i64,
 ) -> Result<i64, ApiError> {
+    let discount_minor = discount.map_or(0, |d| d.discount_minor);
     Ok(tx
         .query_one(
             "INSERT INTO orders (reference, subscriber_id, channel_id, amount_minor, currency,
-                                 via_bot)
-             VALUES ($1, $2, $3, $4, $5, true) RETURNING id",
+                                 plan_id, list_price_minor, discount_minor, promo_code_id,
+                                 promo_held_until, via_bot)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
+                     CASE WHEN $9::bigint IS NULL THEN NULL
+                          ELSE statement_timestamp() + make_interval(secs => $10::float8) END,
+                     true)
+             RETURNING id",
             &[
                 &new_reference(),
-                &subscriber_id,
-                &c.id,
-                &c.price_minor,
-                &c.currency,
+                &buyer,
+                &plan.channel_ids[0],
+                &(plan.price_minor - discount_minor),
+                &plan.currency,
+                &plan.id,
+                &plan.price_minor,
+                &discount_minor,
+                &discount.map(|d| d.promo_code_id),
+                &(hold_secs as f64),
             ],
         )
         .await?

@@ -5,13 +5,18 @@
 //! `answerCallbackQuery` answering a button. Reads here take no locks (a catalogue may be a
 //! moment stale; the buy button and the payment core decide under locks).
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use serde_json::Value;
 
 use super::{
-    buy, gateway,
-    render::{self, Availability, Callback, Command, MembershipView, OfferView, SubscriptionView},
+    buy, codes, gateway,
+    render::{
+        self, Availability, Callback, Command, DeepLink, MembershipView, OfferView, PlanView,
+        SubscriptionView,
+    },
     texts,
     update::{Action, Sender},
 };
@@ -19,8 +24,10 @@ use crate::{
     channels::{self, Offer},
     config::Config,
     error::ApiError,
-    orders::seats,
+    ids::SubscriberId,
+    orders::{seats, trials},
     payments::star_subscriptions::{self, CancelRefusal, CancelledBy},
+    plans::{self, Plan},
     subscribers,
 };
 
@@ -60,16 +67,40 @@ async fn command(
     tracing::info!(user_id = from.id, ?command, "bot command");
     let rendered = match command {
         Command::Start(None) | Command::Help => catalogue(tx, config, from.id, None, 0).await?.0,
-        Command::Start(Some(payload)) => match render::deep_link_channel(&payload) {
-            Some(id) => match offer(tx, config, from.id, id).await? {
-                Some(o) => render::offer(&o),
+        Command::Start(Some(payload)) => match render::deep_link(&payload) {
+            Some(DeepLink::Channel(id)) => match channel_offer(tx, config, from.id, id).await? {
+                Some(o) => render::offer(None, &o),
                 None => {
                     catalogue(tx, config, from.id, Some(texts::UNKNOWN_CHANNEL), 0)
                         .await?
                         .0
                 }
             },
+            Some(DeepLink::Plan { id, code }) => {
+                let intro = match &code {
+                    Some(code) => Some(apply_code(tx, from, code, Some(id)).await?),
+                    None => None,
+                };
+                match plan_offer(tx, config, from.id, id).await? {
+                    Some(o) => render::offer(intro.as_deref(), &o),
+                    None => {
+                        let intro = match intro {
+                            Some(i) => format!("{}\n\n{i}", texts::UNKNOWN_PLAN),
+                            None => texts::UNKNOWN_PLAN.to_string(),
+                        };
+                        catalogue(tx, config, from.id, Some(&intro), 0).await?.0
+                    }
+                }
+            }
             None => catalogue(tx, config, from.id, None, 0).await?.0,
+        },
+        Command::Code(None) => render::Rendered {
+            text: texts::CODE_USAGE.to_string(),
+            rows: Vec::new(),
+        },
+        Command::Code(Some(code)) => render::Rendered {
+            text: apply_code(tx, from, &code, None).await?,
+            rows: Vec::new(),
         },
         Command::Subscriptions => subscriptions(tx, config, from.id).await?,
         Command::Other => render::Rendered {
@@ -96,15 +127,20 @@ async fn button(
             true,
         ));
     };
+    let bought = match callback {
+        Callback::Buy(channel_id) => Some(buy::Target::Channel(channel_id)),
+        Callback::Plan(plan_id) => Some(buy::Target::Plan(plan_id)),
+        _ => None,
+    };
+    if let Some(target) = bought {
+        let answer = buy::buy(tx, config, from, target).await?;
+        return Ok(render::answer_callback(
+            query_id,
+            &answer.text,
+            answer.alert,
+        ));
+    }
     match callback {
-        Callback::Buy(channel_id) => {
-            let answer = buy::buy(tx, config, from, channel_id).await?;
-            Ok(render::answer_callback(
-                query_id,
-                &answer.text,
-                answer.alert,
-            ))
-        }
         Callback::More(after) => {
             // The page is a second message: the reply answers the button, the outbox sends it.
             let (page, _) = catalogue(tx, config, from.id, None, after).await?;
@@ -115,59 +151,190 @@ async fn button(
             let text = cancel_renewal(tx, from, id).await?;
             Ok(render::answer_callback(query_id, text, true))
         }
+        Callback::Buy(_) | Callback::Plan(_) => unreachable!("handled above"),
     }
 }
 
-/// Whether `viewer` can buy `c` now: a gateway takes its currency, and a seat is free or the
-/// viewer is a member already (a renewal needs no seat). Read without locks: the buy button
-/// decides again under them.
-async fn availability(
+/// `/code CODE` (or a deep link's code, `for_plan` its plan): keeps a usable code for the
+/// buyer's next order and says what it gives; or says why not, keeping any code given before.
+async fn apply_code(
     tx: &Transaction<'_>,
-    config: &Config,
-    c: &Offer,
-    viewer: Option<i32>,
-) -> Result<Availability, ApiError> {
-    if gateway(config, &c.currency).is_none() {
-        return Ok(Availability::NotOnSale);
-    }
-    let Some(limit) = c.seat_limit else {
-        return Ok(Availability::Buyable);
+    from: &Sender,
+    text: &str,
+    for_plan: Option<i64>,
+) -> Result<String, ApiError> {
+    let text = text.trim();
+    let shown = render::clip(&render::one_line(text), 32).to_uppercase();
+    let buyer = SubscriberId(buy::upsert_subscriber(tx, from).await?);
+    let Some(code) = codes::by_text(tx, text, Some(buyer)).await? else {
+        return Ok(texts::code_refused(&shown, texts::CODE_UNKNOWN));
     };
-    if let Some(s) = viewer
-        && seats::is_live_member(tx, crate::ids::SubscriberId(s), crate::ids::ChannelId(c.id))
-            .await?
-    {
-        return Ok(Availability::Buyable);
+    if let Some(why) = code.refusal() {
+        return Ok(texts::code_refused(&code.code, why));
     }
-    Ok(if seats::seats_taken(tx, c.id).await? < i64::from(limit) {
-        Availability::Buyable
-    } else {
-        Availability::Full
+    let gives = match code.gives(tx).await? {
+        Ok(gives) => gives,
+        Err(why) => return Ok(texts::code_refused(&code.code, why)),
+    };
+    if let Some(plan) = match for_plan {
+        Some(id) => plans::get(tx, id).await?,
+        None => None,
+    } && let Err(why) = code.price_for(tx, Some(buyer), &plan).await?
+    {
+        return Ok(texts::code_refused(&code.code, why));
+    }
+    codes::store(tx, buyer, &code).await?;
+    tracing::info!(
+        subscriber_id = buyer.0,
+        promo_code_id = code.id,
+        "bot promo code kept"
+    );
+    Ok(texts::code_applied(&code.code, &gives))
+}
+
+/// Who is looking at the catalogue: their subscriber row if they have one, the promo code they
+/// gave the bot, and the channels they have lifetime access to.
+struct Viewer {
+    subscriber: Option<SubscriberId>,
+    code: Option<codes::Code>,
+    lifetime: Vec<i32>,
+}
+
+async fn viewer(tx: &Transaction<'_>, user_id: i64) -> Result<Viewer, ApiError> {
+    let subscriber = subscribers::of_telegram_user(tx, user_id)
+        .await?
+        .map(SubscriberId);
+    let Some(s) = subscriber else {
+        return Ok(Viewer {
+            subscriber,
+            code: None,
+            lifetime: Vec::new(),
+        });
+    };
+    Ok(Viewer {
+        subscriber,
+        code: codes::stored(tx, s).await?,
+        lifetime: buy::lifetime_channels(tx, s).await?,
     })
 }
 
-/// The catalogue's view of channel `c` (`present` knows no channel rows: the bot turns the
-/// channel's projection into the view, with what `viewer` may do with it).
+/// The channels of plans being shown, read once each.
+#[derive(Default)]
+struct Channels(HashMap<i32, Option<Offer>>);
+
+impl Channels {
+    async fn get(&mut self, tx: &Transaction<'_>, id: i32) -> Result<Option<&Offer>, ApiError> {
+        if let std::collections::hash_map::Entry::Vacant(e) = self.0.entry(id) {
+            e.insert(channels::offer(tx, id).await?);
+        }
+        Ok(self.0.get(&id).and_then(Option::as_ref))
+    }
+}
+
+/// Whether `viewer` can buy `plan` now: a gateway takes its currency (a trial needs none), the
+/// buyer has no lifetime access to all of it already, and each seat-limited channel of it has
+/// a seat free or the viewer is a member there already (a renewal needs no seat). Read without
+/// locks: the buy button decides again under them.
+async fn availability(
+    tx: &Transaction<'_>,
+    config: &Config,
+    plan: &Plan,
+    offers: &[Offer],
+    viewer: &Viewer,
+) -> Result<Availability, ApiError> {
+    if plan.kind == plans::Kind::Paid && gateway(config, &plan.currency).is_none() {
+        return Ok(Availability::NotOnSale);
+    }
+    if plan.channel_ids.iter().all(|c| viewer.lifetime.contains(c)) {
+        return Ok(Availability::Lifetime);
+    }
+    for c in offers {
+        let Some(limit) = c.seat_limit else {
+            continue;
+        };
+        if let Some(s) = viewer.subscriber
+            && seats::is_live_member(tx, s, crate::ids::ChannelId(c.id)).await?
+        {
+            continue;
+        }
+        if seats::seats_taken(tx, c.id).await? >= i64::from(limit) {
+            return Ok(Availability::Full);
+        }
+    }
+    Ok(Availability::Buyable)
+}
+
+/// How `viewer` sees `plan`; `None` when it is not to be shown: a channel of it is gone or not
+/// active, or it is a trial the viewer can no longer use.
+async fn plan_view(
+    tx: &Transaction<'_>,
+    config: &Config,
+    plan: &Plan,
+    known: &mut Channels,
+    viewer: &Viewer,
+) -> Result<Option<PlanView>, ApiError> {
+    let mut offers = Vec::new();
+    for id in &plan.channel_ids {
+        match known.get(tx, *id).await? {
+            Some(o) if o.active => offers.push(o.clone()),
+            _ => return Ok(None),
+        }
+    }
+    let trial = plan.kind == plans::Kind::Trial;
+    if trial
+        && let Some(s) = viewer.subscriber
+        && !trials::eligible(tx, s, plan).await?
+    {
+        return Ok(None);
+    }
+    let discounted_minor = match &viewer.code {
+        Some(code) if !trial => code.price_for(tx, viewer.subscriber, plan).await?.ok(),
+        _ => None,
+    };
+    let default_of = plan.is_default.then_some(plan.channel_ids[0]);
+    let name = match default_of {
+        Some(_) => offers[0].title.clone(),
+        None => plan.title.clone(),
+    };
+    Ok(Some(PlanView {
+        id: plan.id,
+        default_of,
+        name,
+        trial,
+        price: plan.price(),
+        discounted_minor,
+        period_days: plan.period_days,
+        recurring: plan.recurring,
+        bundle_with: offers[1..].iter().map(|o| o.title.clone()).collect(),
+        availability: availability(tx, config, plan, &offers, viewer).await?,
+    }))
+}
+
+/// The catalogue's view of channel `c` with `plans` under it (`present` knows no rows: the bot
+/// turns them into views, with what the viewer may do with each).
 async fn view(
     tx: &Transaction<'_>,
     config: &Config,
     c: Offer,
-    viewer: Option<i32>,
+    plans: Vec<Plan>,
+    known: &mut Channels,
+    viewer: &Viewer,
 ) -> Result<OfferView, ApiError> {
-    let availability = availability(tx, config, &c, viewer).await?;
+    known.0.insert(c.id, Some(c.clone()));
+    let mut views = Vec::new();
+    for p in &plans {
+        views.extend(plan_view(tx, config, p, known, viewer).await?);
+    }
     Ok(OfferView {
         id: c.id,
         title: c.title,
         description: c.description,
-        price_minor: c.price_minor,
-        currency: c.currency,
-        billing_period_days: c.billing_period_days,
-        recurring: c.recurring,
-        availability,
+        plans: views,
     })
 }
 
-/// A page of the catalogue for Telegram user `user_id`: active channels after channel `after`.
+/// A page of the catalogue for Telegram user `user_id`: active channels after channel `after`,
+/// each with its active plans. A bundle is listed once, under its first channel.
 async fn catalogue(
     tx: &Transaction<'_>,
     config: &Config,
@@ -177,16 +344,23 @@ async fn catalogue(
 ) -> Result<(render::Rendered, usize), ApiError> {
     let channels = channels::active_offers(tx, after, PAGE + 1).await?;
     let more = channels.len() as i64 > PAGE;
-    let viewer = subscribers::of_telegram_user(tx, user_id).await?;
+    let viewer = viewer(tx, user_id).await?;
+    let mut known = Channels::default();
     let mut offers = Vec::new();
     for c in channels.into_iter().take(PAGE as usize) {
-        offers.push(view(tx, config, c, viewer).await?);
+        let plans = plans::active_of_channel(tx, c.id)
+            .await?
+            .into_iter()
+            .filter(|p| p.channel_ids.first() == Some(&c.id))
+            .collect();
+        offers.push(view(tx, config, c, plans, &mut known, &viewer).await?);
     }
     Ok(render::catalogue(intro, &offers, more))
 }
 
-/// One active channel's offer; `None` when there is no such channel or it is not active.
-async fn offer(
+/// One active channel with every active plan that includes it (bundles whose first channel is
+/// another included); `None` when there is no such channel or it is not active.
+async fn channel_offer(
     tx: &Transaction<'_>,
     config: &Config,
     user_id: i64,
@@ -195,13 +369,46 @@ async fn offer(
     let Some(c) = channels::offer(tx, channel_id).await?.filter(|c| c.active) else {
         return Ok(None);
     };
-    let viewer = subscribers::of_telegram_user(tx, user_id).await?;
-    Ok(Some(view(tx, config, c, viewer).await?))
+    let plans = plans::active_of_channel(tx, c.id).await?;
+    let viewer = viewer(tx, user_id).await?;
+    let mut known = Channels::default();
+    Ok(Some(view(tx, config, c, plans, &mut known, &viewer).await?))
+}
+
+/// One active plan under its first channel; `None` when there is no such plan, it is not
+/// active, or it is not to be shown to this viewer ([`plan_view`]).
+async fn plan_offer(
+    tx: &Transaction<'_>,
+    config: &Config,
+    user_id: i64,
+    plan_id: i64,
+) -> Result<Option<OfferView>, ApiError> {
+    let Some(plan) = plans::get(tx, plan_id).await?.filter(|p| p.active) else {
+        return Ok(None);
+    };
+    let Some(c) = channels::offer(tx, plan.channel_ids[0])
+        .await?
+        .filter(|c| c.active)
+    else {
+        return Ok(None);
+    };
+    let viewer = viewer(tx, user_id).await?;
+    let mut known = Channels::default();
+    let o = view(tx, config, c, vec![plan.clone()], &mut known, &viewer).await?;
+    if o.plans.is_empty() {
+        return Ok(None);
+    }
+    // The plan's own description, when it has one, says more than the channel's.
+    let description = plan.description.clone().or(o.description.clone());
+    Ok(Some(OfferView { description, ..o }))
 }
 
 /// Memberships listed at most (the renderer sums up the rest it cannot fit).
 const SUBSCRIPTIONS_MAX: i64 = 100;
 
+/// `/subscriptions`: a renew button buys again the plan the buyer last paid for the channel (a
+/// paid plan with a period, still active), else the channel's default plan; a lifetime
+/// membership reads "lifetime" and has nothing to renew.
 async fn subscriptions(
     tx: &Transaction<'_>,
     config: &Config,
@@ -209,7 +416,11 @@ async fn subscriptions(
 ) -> Result<render::Rendered, ApiError> {
     let rows = tx
         .query(
-            "SELECT m.channel_id, c.title, m.status, m.expires_at, c.active, c.currency,
+            "SELECT m.channel_id, c.title, m.status,
+                    CASE WHEN isfinite(m.expires_at) THEN m.expires_at END AS expires_at,
+                    c.active, c.currency,
+                    lp.plan_id AS last_plan_id,
+                    lp.active AND lp.default_of IS NULL AS last_plan_renews,
                     ss.id AS subscription_id, ss.status AS subscription_status,
                     ss.expires_at AS subscription_expires_at,
                     ss.expires_at > statement_timestamp() AS subscription_ahead
@@ -222,6 +433,15 @@ async fn subscriptions(
                    AND x.applied
                  ORDER BY x.id DESC LIMIT 1
              ) ss ON true
+             LEFT JOIN LATERAL (
+                 SELECT o.plan_id, p.active, p.default_of
+                 FROM orders o JOIN plans p ON p.id = o.plan_id
+                 WHERE o.subscriber_id = m.subscriber_id AND o.status = 'paid'
+                   AND p.kind = 'paid' AND p.period_days IS NOT NULL
+                   AND EXISTS (SELECT 1 FROM plan_channels pc
+                               WHERE pc.plan_id = o.plan_id AND pc.channel_id = m.channel_id)
+                 ORDER BY o.paid_at DESC NULLS LAST, o.id DESC LIMIT 1
+             ) lp ON true
              WHERE s.telegram_user_id = $1
              ORDER BY m.status = 'expired', m.expires_at DESC, m.id
              LIMIT $2",
@@ -232,6 +452,7 @@ async fn subscriptions(
         .iter()
         .map(|r| {
             let (active, currency): (bool, String) = (r.try_get("active")?, r.try_get("currency")?);
+            let channel_id: i32 = r.try_get("channel_id")?;
             let sub_id: Option<i64> = r.try_get("subscription_id")?;
             let sub_status: Option<String> = r.try_get("subscription_status")?;
             let sub_expires: Option<DateTime<Utc>> = r.try_get("subscription_expires_at")?;
@@ -250,12 +471,19 @@ async fn subscriptions(
                 // A subscription Telegram stopped charging: nothing to show.
                 _ => None,
             };
+            let last_plan: Option<i64> = r.try_get("last_plan_id")?;
+            let last_renews: Option<bool> = r.try_get("last_plan_renews")?;
+            let renew = match last_plan {
+                Some(plan) if last_renews == Some(true) => Callback::Plan(plan),
+                _ => Callback::Buy(channel_id),
+            };
+            let expires_at: Option<DateTime<Utc>> = r.try_get("expires_at")?;
             Ok(MembershipView {
-                channel_id: r.try_get("channel_id")?,
+                channel_id,
                 title: r.try_get("title")?,
                 status: r.try_get("status")?,
-                expires_at: texts::day(r.try_get("expires_at")?),
-                can_renew: active && gateway(config, &currency).is_some(),
+                expires_at: expires_at.map(texts::day),
+                renew: (active && gateway(config, &currency).is_some()).then_some(renew),
                 subscription,
             })
         })

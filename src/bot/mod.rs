@@ -1,11 +1,15 @@
 //! The buyer side of the bot: a buyer writes to the bot and gets in without staff.
 //!
-//! `/start` and `/help` show the catalogue (the active channels, price, period, a buy button
-//! each), `/start c<id>` (a channel's `buy_link`) one channel's offer, `/subscriptions` the
-//! buyer's memberships with renew and cancel-renewal buttons. A buy button makes (or reuses)
-//! the buyer's order and sends the invoice: Telegram Stars (`sendInvoice`), a Stars subscription
-//! link for a `recurring` channel, or a signed WayForPay card link. The money comes back
-//! through the doors and the one payment core like any other payment.
+//! `/start` and `/help` show the catalogue (the active channels, each with its active plans:
+//! price, period or lifetime, a buy button per plan that can be bought, a "try free" button for
+//! a trial the buyer can still use; a bundle under its first channel), `/start c<id>` (a
+//! channel's `buy_link`) one channel's plans, `/start p<id>` (a plan's) one plan, `/start
+//! p<id>-<CODE>` that plan with a promo code applied, `/code CODE` keeps a code for the next
+//! order ([`codes`]), `/subscriptions` the buyer's memberships with renew and cancel-renewal
+//! buttons. A buy button makes (or reuses) the buyer's order of the plan and sends the invoice:
+//! Telegram Stars (`sendInvoice`), a Stars subscription link for a `recurring` plan, or a signed
+//! WayForPay card link; a free order (a trial, a 100 % code) is claimed at once instead. The
+//! money comes back through the doors and the one payment core like any other payment.
 //!
 //! The shape follows two rules of Telegram's webhook:
 //! - **One call in the reply.** A webhook may answer an update with one Bot API call in its
@@ -24,9 +28,11 @@
 //! - [`render`]: pure rendering and Telegram's limits; [`texts`]: every text buyers read
 //!   (both in `crate::present`, which the payment core and the effects worker use too);
 //! - [`outbox`]: the bot's messages to buyers, through the effects outbox;
-//! - [`conversation`]: commands and buttons; [`buy`]: the buy button.
+//! - [`conversation`]: commands and buttons; [`buy`]: the buy button; [`codes`]: the buyer's
+//!   promo code as the bot keeps and shows it.
 
 mod buy;
+mod codes;
 mod conversation;
 pub mod outbox;
 pub mod update;

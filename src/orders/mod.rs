@@ -405,13 +405,19 @@ pub async fn keep_invoice_link(
         .try_get("invoice_link")?)
 }
 
-/// The select list of [`InvoiceFacts`], over `orders o JOIN channels c`; `$2` is how long an
-/// order without a hold can be paid as invoiced, in seconds.
+/// The select list of [`InvoiceFacts`], over `orders o JOIN channels c JOIN plans p` (the
+/// order's plan: its title, description and terms; a default plan reads as its channel, whose
+/// own title and description it stands for); `$2` is how long an order without a hold can be
+/// paid as invoiced, in seconds.
 macro_rules! invoice_facts_columns {
     () => {
         "o.status, o.reference, o.amount_minor, o.currency, o.invoice_link,
          extract(epoch FROM o.created_at)::bigint AS order_date,
-         c.id AS channel_id, c.title, c.description, c.billing_period_days, c.recurring,
+         c.id AS channel_id,
+         CASE WHEN p.default_of IS NULL THEN p.title ELSE c.title END AS title,
+         CASE WHEN p.default_of IS NULL THEN p.description ELSE c.description END
+             AS description,
+         p.period_days, p.recurring,
          floor(extract(epoch FROM CASE
              WHEN o.hold_until IS NOT NULL THEN o.hold_until - statement_timestamp()
              ELSE o.created_at + make_interval(secs => $2) - statement_timestamp()
@@ -423,11 +429,12 @@ macro_rules! invoice_facts_columns {
 const INVOICE_FACTS_SQL: &str = concat!(
     "SELECT ",
     invoice_facts_columns!(),
-    " FROM orders o JOIN channels c ON c.id = o.channel_id
+    " FROM orders o JOIN channels c ON c.id = o.channel_id JOIN plans p ON p.id = o.plan_id
      WHERE o.id = $1"
 );
 
-/// An order's invoice, as its channel is sold now (what the bot's invoice effect sends).
+/// An order's invoice, as its plan is sold now (what the bot's invoice effect sends); the
+/// amount is the order's (after its discount).
 #[derive(Debug, Clone)]
 pub struct InvoiceFacts {
     pub status: Status,
@@ -439,9 +446,11 @@ pub struct InvoiceFacts {
     /// When the order was made, in Unix seconds.
     pub order_date: i64,
     pub channel_id: i32,
+    /// The plan's title (its channel's, for a default plan).
     pub title: String,
     pub description: Option<String>,
-    pub days: i32,
+    /// The plan's period; `None`: lifetime.
+    pub days: Option<i32>,
     pub recurring: bool,
     /// Seconds the order can still be paid as invoiced: its seat hold, else the time an
     /// unheld order stays open from when it was made.
@@ -463,14 +472,14 @@ impl FromRow for InvoiceFacts {
             channel_id: r.try_get("channel_id")?,
             title: r.try_get("title")?,
             description: r.try_get("description")?,
-            days: r.try_get("billing_period_days")?,
+            days: r.try_get("period_days")?,
             recurring: r.try_get("recurring")?,
             open_secs: r.try_get("open_secs")?,
         })
     }
 }
 
-/// The invoice of order `id` as its channel is sold now, if the order exists; an order
+/// The invoice of order `id` as its plan is sold now, if the order exists; an order
 /// without a hold counts as open for `unheld_open_secs` from when it was made.
 pub async fn invoice_facts(
     client: &impl GenericClient,

@@ -150,3 +150,26 @@ pub async fn claim(
     );
     Ok(Ok(granted))
 }
+
+// ---- whether a buyer may still use a trial (read only; for the bot's catalogue) ----
+
+/// Whether subscriber `subscriber` can still use trial plan `plan`: they never had a trial of
+/// any of its channels (`trial_uses`) and were never a member of any of them (a membership of
+/// any status). A read without locks, for showing the trial button; [`claim`] decides under
+/// the locks.
+pub async fn eligible(
+    client: &impl deadpool_postgres::GenericClient,
+    subscriber: crate::ids::SubscriberId,
+    plan: &crate::plans::Plan,
+) -> Result<bool, ApiError> {
+    let row = crate::db::row_one(
+        client,
+        "SELECT NOT EXISTS (SELECT 1 FROM trial_uses
+                            WHERE subscriber_id = $1 AND channel_id = ANY($2))
+            AND NOT EXISTS (SELECT 1 FROM memberships
+                            WHERE subscriber_id = $1 AND channel_id = ANY($2)) AS eligible",
+        &[&subscriber, &plan.channel_ids],
+    )
+    .await?;
+    Ok(row.try_get("eligible")?)
+}

@@ -139,11 +139,19 @@ pub fn period(days: i32) -> String {
     }
 }
 
+/// What one purchase of a plan lasts: [`period`], or `None` for lifetime access (the texts say
+/// "lifetime" in their own words).
+pub fn term(period_days: Option<i32>) -> Option<String> {
+    period_days.map(period)
+}
+
 /// What a button press asks for. The data is `<letter>:<positive id>` in ASCII.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Callback {
-    /// Buy (or renew) channel `id`.
+    /// Buy (or renew) channel `id`'s default plan.
     Buy(i32),
+    /// Buy plan `id` (a trial plan: start the trial).
+    Plan(i64),
     /// The next page of the catalogue, after channel `id`.
     More(i32),
     /// Cancel the renewal of Stars subscription `id`.
@@ -155,6 +163,7 @@ impl Callback {
     pub fn data(self) -> String {
         match self {
             Callback::Buy(id) => format!("b:{id}"),
+            Callback::Plan(id) => format!("p:{id}"),
             Callback::More(id) => format!("l:{id}"),
             Callback::CancelRenewal(id) => format!("x:{id}"),
         }
@@ -174,6 +183,7 @@ impl Callback {
         match kind {
             "b" => i32::try_from(id).ok().map(Callback::Buy),
             "l" => i32::try_from(id).ok().map(Callback::More),
+            "p" => Some(Callback::Plan(id)),
             "x" => Some(Callback::CancelRenewal(id)),
             _ => None,
         }
@@ -189,12 +199,14 @@ pub enum Command {
     Help,
     /// `/subscriptions`.
     Subscriptions,
+    /// `/code`, with the code if one was given.
+    Code(Option<String>),
     /// Any other text.
     Other,
 }
 
 /// Reads a command: `/start`, `/start <payload>`, `/start@<bot> <payload>`, `/help`,
-/// `/subscriptions`.
+/// `/subscriptions`, `/code <CODE>`.
 pub fn parse_command(text: &str) -> Command {
     let text = text.trim();
     let (head, rest) = match text.split_once(char::is_whitespace) {
@@ -206,6 +218,7 @@ pub fn parse_command(text: &str) -> Command {
         "/start" => Command::Start((!rest.is_empty()).then(|| rest.to_string())),
         "/help" => Command::Help,
         "/subscriptions" => Command::Subscriptions,
+        "/code" => Command::Code((!rest.is_empty()).then(|| rest.to_string())),
         _ => Command::Other,
     }
 }
@@ -219,27 +232,128 @@ pub fn deep_link_channel(payload: &str) -> Option<i32> {
     id.parse().ok().filter(|id: &i32| *id > 0)
 }
 
-/// Whether a channel can be bought now, by this buyer.
+/// What a deep link's payload opens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeepLink {
+    /// `c<id>`: a channel's plans.
+    Channel(i32),
+    /// `p<id>`, or `p<id>-<CODE>`: one plan, with a promo code to apply first.
+    Plan { id: i64, code: Option<String> },
+}
+
+/// Reads a deep-link payload: `c<id>`, `p<id>` or `p<id>-<CODE>` (Telegram allows `A-Z a-z 0-9
+/// _ -` in a start parameter; the code is checked against the promo codes, not here, beyond
+/// its length of 1..32).
+pub fn deep_link(payload: &str) -> Option<DeepLink> {
+    if let Some(id) = deep_link_channel(payload) {
+        return Some(DeepLink::Channel(id));
+    }
+    let rest = payload.strip_prefix('p')?;
+    let (id, code) = match rest.split_once('-') {
+        Some((id, code)) => (id, Some(code)),
+        None => (rest, None),
+    };
+    if id.is_empty() || id.len() > 18 || !id.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let id: i64 = id.parse().ok().filter(|id: &i64| *id > 0)?;
+    let code = match code {
+        Some(c) if c.is_empty() || c.chars().count() > 32 => return None,
+        Some(c) => Some(c.to_string()),
+        None => None,
+    };
+    Some(DeepLink::Plan { id, code })
+}
+
+/// Whether a plan can be bought now, by this buyer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Availability {
     Buyable,
-    /// Seat-limited, no seat free (and the buyer is not a member).
+    /// A channel of the plan is seat-limited with no seat free (and the buyer is not a member).
     Full,
     /// No configured gateway takes its currency.
     NotOnSale,
+    /// The buyer has lifetime access to every channel of the plan already.
+    Lifetime,
 }
 
-/// One channel as the catalogue shows it.
+/// One plan as the bot shows it.
+#[derive(Debug, Clone)]
+pub struct PlanView {
+    pub id: i64,
+    /// The channel this plan is the default plan of: it is named by the channel (its terms are
+    /// the channel's own price fields) and bought with [`Callback::Buy`] of the channel.
+    pub default_of: Option<i32>,
+    /// The plan's title (the channel's, for a default plan).
+    pub name: String,
+    pub trial: bool,
+    /// The list price.
+    pub price: Money,
+    /// What the buyer would pay with their promo code, when one applies to this plan.
+    pub discounted_minor: Option<i64>,
+    /// `None`: lifetime access.
+    pub period_days: Option<i32>,
+    pub recurring: bool,
+    /// The titles of a bundle's other channels (empty: one channel).
+    pub bundle_with: Vec<String>,
+    pub availability: Availability,
+}
+
+impl PlanView {
+    /// The button's callback: a default plan is bought by its channel (the button data every
+    /// earlier message carries), any other by its id.
+    pub fn callback(&self) -> Callback {
+        match self.default_of {
+            Some(channel) => Callback::Buy(channel),
+            None => Callback::Plan(self.id),
+        }
+    }
+
+    /// The price as buyers read it: `199.00 UAH, was 249.00 UAH` when a code applies.
+    fn price_text(&self) -> String {
+        let list = price(&self.price);
+        match self.discounted_minor {
+            Some(now) if now != self.price.amount_minor => {
+                texts::discounted(&price(&Money::new(now, &self.price.currency)), &list)
+            }
+            _ => list,
+        }
+    }
+
+    fn line(&self) -> String {
+        let term = term(self.period_days);
+        if self.trial {
+            return texts::trial_line(term.as_deref().unwrap_or_default());
+        }
+        texts::price_line(&self.price_text(), term.as_deref(), self.recurring)
+    }
+
+    fn button(&self) -> Option<Value> {
+        if self.availability != Availability::Buyable {
+            return None;
+        }
+        if self.trial {
+            let days = term(self.period_days).unwrap_or_default();
+            return Some(button(&texts::trial_button(&days), self.callback()));
+        }
+        let price = self.price_text();
+        // The name gives way, never the price.
+        let room = BUTTON_MAX.saturating_sub(units(&texts::buy_button("", &price, self.recurring)));
+        let name = clip(&one_line(&self.name), room.min(TITLE_IN_LIST_MAX));
+        Some(button(
+            &texts::buy_button(&name, &price, self.recurring),
+            self.callback(),
+        ))
+    }
+}
+
+/// One channel as the catalogue shows it, with the plans listed under it.
 #[derive(Debug, Clone)]
 pub struct OfferView {
     pub id: i32,
     pub title: String,
     pub description: Option<String>,
-    pub price_minor: i64,
-    pub currency: String,
-    pub billing_period_days: i32,
-    pub recurring: bool,
-    pub availability: Availability,
+    pub plans: Vec<PlanView>,
 }
 
 /// A message to send: its text and inline keyboard (rows of buttons).
@@ -268,6 +382,20 @@ pub fn url_button(text: &str, url: &str) -> Value {
     json!({"text": clip(text, BUTTON_MAX), "url": url})
 }
 
+/// Buttons one message carries at most (Telegram allows 100 in an inline keyboard).
+const KEYBOARD_MAX: usize = 90;
+
+fn availability_line(a: Availability) -> Option<&'static str> {
+    match a {
+        Availability::Buyable => None,
+        Availability::Full => Some(texts::FULL),
+        Availability::NotOnSale => Some(texts::NOT_ON_SALE),
+        Availability::Lifetime => Some(texts::HAVE_LIFETIME),
+    }
+}
+
+/// A channel with only its default plan reads as a channel always did (its price line under
+/// its title); any other shows each plan on a line of its own, named.
 fn entry(o: &OfferView, description_max: usize) -> String {
     let name = clip(&title(&o.title, o.id), TITLE_IN_LIST_MAX);
     let mut lines = vec![name];
@@ -279,33 +407,44 @@ fn entry(o: &OfferView, description_max: usize) -> String {
     {
         lines.push(clip(d, description_max));
     }
-    lines.push(texts::price_line(
-        &price(&Money::new(o.price_minor, &o.currency)),
-        &period(o.billing_period_days),
-        o.recurring,
-    ));
-    match o.availability {
-        Availability::Buyable => {}
-        Availability::Full => lines.push(texts::FULL.to_string()),
-        Availability::NotOnSale => lines.push(texts::NOT_ON_SALE.to_string()),
+    match o.plans.as_slice() {
+        [] => lines.push(texts::NOT_ON_SALE.to_string()),
+        [only] if only.default_of == Some(o.id) => {
+            lines.push(only.line());
+            lines.extend(availability_line(only.availability).map(str::to_string));
+        }
+        plans => {
+            for p in plans {
+                let name = clip(&title(&p.name, o.id), TITLE_IN_LIST_MAX);
+                lines.push(texts::plan_line(&name, &p.line()));
+                if !p.bundle_with.is_empty() {
+                    let others: Vec<String> = p
+                        .bundle_with
+                        .iter()
+                        .map(|t| clip(&one_line(t), TITLE_IN_LIST_MAX))
+                        .collect();
+                    lines.push(texts::bundle_line(&others));
+                }
+                if let Some(a) = availability_line(p.availability) {
+                    lines.push(texts::plan_note(a));
+                }
+            }
+        }
     }
     lines.join("\n")
 }
 
-fn buy_button(o: &OfferView) -> Option<Vec<Value>> {
-    (o.availability == Availability::Buyable).then(|| {
-        let text = texts::buy_button(
-            &clip(&title(&o.title, o.id), TITLE_IN_LIST_MAX),
-            &price(&Money::new(o.price_minor, &o.currency)),
-            o.recurring,
-        );
-        vec![button(&text, Callback::Buy(o.id))]
-    })
+fn buttons_of(o: &OfferView) -> Vec<Vec<Value>> {
+    o.plans
+        .iter()
+        .filter_map(PlanView::button)
+        .map(|b| vec![b])
+        .collect()
 }
 
 /// The catalogue: `intro` (if any), then as many of `offers` as fit in one message, each with
-/// its buy button when it can be bought, and a "more" button when offers were left out or
-/// `more_after` says the database has more. Returns the message and how many offers it shows.
+/// a buy button per plan that can be bought, and a "more" button when offers were left out or
+/// `more` says the database has more. Returns the message and how many offers it shows.
 pub fn catalogue(intro: Option<&str>, offers: &[OfferView], more: bool) -> (Rendered, usize) {
     let mut text = String::new();
     if let Some(intro) = intro {
@@ -328,13 +467,17 @@ pub fn catalogue(intro: Option<&str>, offers: &[OfferView], more: bool) -> (Rend
     let mut shown = 0;
     for (i, o) in offers.iter().enumerate() {
         let piece = format!("\n\n{}. {}", i + 1, entry(o, DESCRIPTION_IN_LIST_MAX));
+        let buttons = buttons_of(o);
         // The first entry always fits (its parts are clipped); later ones only if the footer
-        // still fits after them.
-        if shown > 0 && units(&text) + units(&piece) + units(&footer) > MESSAGE_MAX {
+        // (and the "more" button) still fit after them.
+        if shown > 0
+            && (units(&text) + units(&piece) + units(&footer) > MESSAGE_MAX
+                || rows.len() + buttons.len() + 1 > KEYBOARD_MAX)
+        {
             break;
         }
         text.push_str(&piece);
-        rows.extend(buy_button(o));
+        rows.extend(buttons);
         shown += 1;
     }
     text.push_str(&footer);
@@ -351,16 +494,24 @@ pub fn catalogue(intro: Option<&str>, offers: &[OfferView], more: bool) -> (Rend
     )
 }
 
-/// One channel's offer (a deep link): its whole description and its buy button.
-pub fn offer(o: &OfferView) -> Rendered {
-    let text = format!(
+/// One channel's offer (a deep link), or one plan's (its channel with only that plan): the
+/// whole description and the buy buttons, after `intro` if any.
+pub fn offer(intro: Option<&str>, o: &OfferView) -> Rendered {
+    let mut text = String::new();
+    if let Some(intro) = intro {
+        text.push_str(&clip(intro, 500));
+        text.push_str("\n\n");
+    }
+    text.push_str(&format!(
         "{}\n\n{}",
         entry(o, DESCRIPTION_IN_OFFER_MAX),
         texts::CATALOGUE_FOOTER
-    );
+    ));
+    let mut rows = buttons_of(o);
+    rows.truncate(KEYBOARD_MAX);
     Rendered {
         text: clip(&text, MESSAGE_MAX),
-        rows: buy_button(o).into_iter().collect(),
+        rows,
     }
 }
 
@@ -371,10 +522,11 @@ pub struct MembershipView {
     pub title: String,
     /// `active`, `grace` or `expired`.
     pub status: String,
-    /// Already formatted ([`texts::day`]).
-    pub expires_at: String,
-    /// The channel can be bought again now.
-    pub can_renew: bool,
+    /// Already formatted ([`texts::day`]); `None`: lifetime access.
+    pub expires_at: Option<String>,
+    /// The renew button's callback (the plan the buyer last paid for the channel, else its
+    /// default plan), when it can be bought again now.
+    pub renew: Option<Callback>,
     pub subscription: Option<SubscriptionView>,
 }
 
@@ -404,7 +556,7 @@ pub fn subscriptions(memberships: &[MembershipView]) -> Rendered {
         let name = clip(&title(&m.title, m.channel_id), TITLE_IN_LIST_MAX);
         let mut piece = format!(
             "\n\n{name}\n{}",
-            texts::membership_line(&m.status, &m.expires_at)
+            texts::membership_line(&m.status, m.expires_at.as_deref())
         );
         let live = m.status != "expired";
         match &m.subscription {
@@ -432,11 +584,8 @@ pub fn subscriptions(memberships: &[MembershipView]) -> Rendered {
             && m.subscription
                 .as_ref()
                 .is_some_and(|s| s.renews_at.is_some());
-        if m.can_renew && !renewing {
-            rows.push(vec![button(
-                &texts::renew_button(&name),
-                Callback::Buy(m.channel_id),
-            )]);
+        if let Some(renew) = m.renew.filter(|_| !renewing && m.expires_at.is_some()) {
+            rows.push(vec![button(&texts::renew_button(&name), renew)]);
         }
         if let Some(s) = m.subscription.as_ref().filter(|_| renewing) {
             rows.push(vec![button(
@@ -484,24 +633,27 @@ pub fn hold_limited_answer(channel_title: &str, when: &str, cooldown: bool) -> S
     texts::hold_limited(&clip(channel_title, room), when, cooldown)
 }
 
-/// An invoice's title: the channel's title on one line, within Telegram's 32 characters.
-pub fn invoice_title(channel_title: &str, channel_id: i32) -> String {
-    clip(&title(channel_title, channel_id), INVOICE_TITLE_MAX)
+/// An invoice's title: the plan's title (the channel's, for its default plan) on one line,
+/// within Telegram's 32 characters.
+pub fn invoice_title(plan_title: &str, channel_id: i32) -> String {
+    clip(&title(plan_title, channel_id), INVOICE_TITLE_MAX)
 }
 
-/// An invoice's description: the channel's description, or a default naming the period, within
+/// An invoice's description: the plan's description (the channel's, for its default plan), or
+/// a default naming the period (`None`: lifetime) and what it gives access to, within
 /// Telegram's 255 characters and never empty.
 pub fn invoice_description(
     description: Option<&str>,
-    channel_title: &str,
+    plan_title: &str,
     channel_id: i32,
-    days: i32,
+    days: Option<i32>,
 ) -> String {
     let text = match description.map(str::trim).filter(|d| !d.is_empty()) {
         Some(d) => d.to_string(),
-        None => {
-            texts::invoice_description(&clip(&title(channel_title, channel_id), 200), &period(days))
-        }
+        None => texts::invoice_description(
+            &clip(&title(plan_title, channel_id), 200),
+            term(days).as_deref(),
+        ),
     };
     clip(&text, INVOICE_DESCRIPTION_MAX)
 }
@@ -528,16 +680,37 @@ mod tests {
 
     use super::*;
 
+    fn plan_view(
+        id: i64,
+        default_of: Option<i32>,
+        name: &str,
+        availability: Availability,
+    ) -> PlanView {
+        PlanView {
+            id,
+            default_of,
+            name: name.to_string(),
+            trial: false,
+            price: Money::new(250, "XTR"),
+            discounted_minor: None,
+            period_days: Some(30),
+            recurring: false,
+            bundle_with: Vec::new(),
+            availability,
+        }
+    }
+
     fn offer_view(id: i32, title: &str, availability: Availability) -> OfferView {
         OfferView {
             id,
             title: title.to_string(),
             description: Some("d".repeat(1000)),
-            price_minor: 250,
-            currency: "XTR".into(),
-            billing_period_days: 30,
-            recurring: false,
-            availability,
+            plans: vec![plan_view(
+                1000 + i64::from(id),
+                Some(id),
+                title,
+                availability,
+            )],
         }
     }
 
@@ -580,16 +753,22 @@ mod tests {
 
     #[test]
     fn invoice_descriptions_are_never_empty_and_fit() {
-        let d = invoice_description(None, "Title", 1, 30);
+        let d = invoice_description(None, "Title", 1, Some(30));
         assert_eq!(d, "30 days of access to «Title».");
         assert_eq!(
-            invoice_description(Some("  "), "T", 1, 1),
+            invoice_description(Some("  "), "T", 1, Some(1)),
             "1 day of access to «T»."
         );
+        assert_eq!(
+            invoice_description(None, "T", 1, None),
+            "Lifetime access to «T»."
+        );
         let long = "é".repeat(1000);
-        assert!(units(&invoice_description(Some(&long), "T", 1, 30)) <= INVOICE_DESCRIPTION_MAX);
+        assert!(
+            units(&invoice_description(Some(&long), "T", 1, Some(30))) <= INVOICE_DESCRIPTION_MAX
+        );
         let long_title = "🔥".repeat(255);
-        assert!(units(&invoice_description(None, &long_title, 1, 30)) <= INVOICE_DESCRIPTION_MAX);
+        assert!(units(&invoice_description(None, &long_title, 1, None)) <= INVOICE_DESCRIPTION_MAX);
     }
 
     #[test]
@@ -607,6 +786,8 @@ mod tests {
         for c in [
             Callback::Buy(1),
             Callback::Buy(i32::MAX),
+            Callback::Plan(1),
+            Callback::Plan(i64::MAX),
             Callback::More(7),
             Callback::CancelRenewal(i64::MAX),
         ] {
@@ -629,6 +810,9 @@ mod tests {
             "b:1:2",
             "buy:1",
             "b:١",
+            "p:0",
+            "p:",
+            "P:1",
         ] {
             assert_eq!(Callback::parse(forged), None, "{forged:?}");
         }
@@ -654,6 +838,31 @@ mod tests {
         for bad in ["c", "c0", "c-1", "12", "cx", "c99999999999", "c+1"] {
             assert_eq!(deep_link_channel(bad), None, "{bad}");
         }
+        assert_eq!(
+            parse_command("/code  spring25 "),
+            Command::Code(Some("spring25".into()))
+        );
+        assert_eq!(parse_command("/code"), Command::Code(None));
+        assert_eq!(deep_link("c12"), Some(DeepLink::Channel(12)));
+        assert_eq!(deep_link("p7"), Some(DeepLink::Plan { id: 7, code: None }));
+        assert_eq!(
+            deep_link("p7-SPRING-25"),
+            Some(DeepLink::Plan {
+                id: 7,
+                code: Some("SPRING-25".into())
+            })
+        );
+        for bad in [
+            "p",
+            "p0",
+            "p-X",
+            "p7-",
+            "px",
+            "p1x",
+            &format!("p1-{}", "A".repeat(33)),
+        ] {
+            assert_eq!(deep_link(bad), None, "{bad}");
+        }
     }
 
     #[test]
@@ -676,6 +885,64 @@ mod tests {
                 assert!(units(b["text"].as_str().unwrap()) <= BUTTON_MAX);
             }
         }
+    }
+
+    #[test]
+    fn several_plans_are_listed_each_with_its_button_and_the_discount_in_words() {
+        let mut monthly = plan_view(11, Some(1), "Club", Availability::Buyable);
+        monthly.price = Money::new(24900, "UAH");
+        monthly.discounted_minor = Some(19900);
+        let mut life = plan_view(12, None, "Forever", Availability::Buyable);
+        life.period_days = None;
+        let mut trial = plan_view(13, None, "Taster", Availability::Buyable);
+        trial.trial = true;
+        trial.price = Money::new(0, "XTR");
+        trial.period_days = Some(7);
+        let mut bundle = plan_view(14, None, "Both", Availability::Full);
+        bundle.bundle_with = vec!["Other".into()];
+        let o = OfferView {
+            id: 1,
+            title: "Club".into(),
+            description: None,
+            plans: vec![trial, monthly, life, bundle],
+        };
+        let (r, _) = catalogue(None, &[o], false);
+        for part in [
+            "• Taster: free for 7 days",
+            "• Club: 199.00 UAH, was 249.00 UAH for 30 days",
+            "• Forever: 250 ⭐, lifetime access",
+            "• Both: 250 ⭐ for 30 days\n  Also gives access to «Other».\n  Full right now",
+        ] {
+            assert!(r.text.contains(part), "{part:?} in {}", r.text);
+        }
+        let data: Vec<(&str, &str)> = r
+            .rows
+            .iter()
+            .map(|row| {
+                (
+                    row[0]["text"].as_str().unwrap(),
+                    row[0]["callback_data"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            data,
+            [
+                ("Try free for 7 days", "p:13"),
+                ("Buy: Club · 199.00 UAH, was 249.00 UAH", "b:1"),
+                ("Buy: Forever · 250 ⭐", "p:12"),
+            ]
+        );
+        // A long name gives way to the price.
+        let mut long = plan_view(15, None, &"Я".repeat(200), Availability::Buyable);
+        long.price = Money::new(24900, "UAH");
+        long.discounted_minor = Some(19900);
+        let b = long.button().unwrap();
+        let text = b["text"].as_str().unwrap();
+        assert!(
+            units(text) <= BUTTON_MAX && text.ends_with("199.00 UAH, was 249.00 UAH"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -704,7 +971,7 @@ mod tests {
     fn a_single_offer_fits_with_the_longest_description() {
         let mut o = offer_view(4, &"🔥".repeat(255), Availability::Buyable);
         o.description = Some("🔥".repeat(1000));
-        let r = offer(&o);
+        let r = offer(None, &o);
         assert!(units(&r.text) <= MESSAGE_MAX);
         assert_eq!(r.rows.len(), 1);
         let reply = send_message(42, &r);
@@ -722,8 +989,8 @@ mod tests {
             channel_id: id,
             title: format!("C{id}"),
             status: status.into(),
-            expires_at: "2030-01-01 00:00 UTC".into(),
-            can_renew: true,
+            expires_at: Some("2030-01-01 00:00 UTC".into()),
+            renew: Some(Callback::Buy(id)),
             subscription: sub,
         };
         let r = subscriptions(&[
@@ -745,7 +1012,20 @@ mod tests {
                 }),
             ),
             m(4, "expired", None),
+            MembershipView {
+                expires_at: None,
+                ..m(5, "active", None)
+            },
+            MembershipView {
+                renew: Some(Callback::Plan(9)),
+                ..m(6, "active", None)
+            },
         ]);
+        assert!(
+            r.text.contains("C5\nActive: lifetime access."),
+            "{}",
+            r.text
+        );
         assert!(
             r.text
                 .contains("Renews automatically on 2030-01-01 00:00 UTC.")
@@ -756,7 +1036,7 @@ mod tests {
             .iter()
             .map(|row| row[0]["callback_data"].as_str().unwrap())
             .collect();
-        assert_eq!(data, ["b:1", "x:7", "b:3", "b:4"]);
+        assert_eq!(data, ["b:1", "x:7", "b:3", "b:4", "p:9"]);
         assert_eq!(subscriptions(&[]).text, texts::SUBSCRIPTIONS_EMPTY);
     }
 
@@ -767,8 +1047,8 @@ mod tests {
                 channel_id: i,
                 title: "🔥".repeat(255),
                 status: "active".into(),
-                expires_at: "2030-01-01 00:00 UTC".into(),
-                can_renew: true,
+                expires_at: Some("2030-01-01 00:00 UTC".into()),
+                renew: Some(Callback::Buy(i)),
                 subscription: None,
             })
             .collect();

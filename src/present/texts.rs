@@ -109,23 +109,62 @@ pub const MORE_BUTTON: &str = "More channels ›";
 /// Any other message.
 pub const HELP: &str = "I sell access to private channels.\n\n\
      /start shows the channels you can join.\n\
-     /subscriptions shows the channels you have.";
+     /subscriptions shows the channels you have.\n\
+     /code CODE applies a promo code to your next order.";
 
-/// One channel's price line, e.g. `250 ⭐ for 30 days`.
-pub fn price_line(price: &str, period: &str, recurring: bool) -> String {
-    if recurring {
-        format!("{price} every {period}, renews automatically")
-    } else {
-        format!("{price} for {period}")
+/// Before the list, when a deep link named a plan that is unknown or not on sale.
+pub const UNKNOWN_PLAN: &str = "Sorry, this plan is not available.";
+
+/// A plan's price line, e.g. `250 ⭐ for 30 days`; `period` `None`: lifetime access.
+pub fn price_line(price: &str, period: Option<&str>, recurring: bool) -> String {
+    match period {
+        Some(period) if recurring => format!("{price} every {period}, renews automatically"),
+        Some(period) => format!("{price} for {period}"),
+        None => format!("{price}, lifetime access"),
     }
 }
+
+/// A price after a promo code, with the list price in words: `199.00 UAH, was 249.00 UAH`.
+pub fn discounted(price: &str, list_price: &str) -> String {
+    format!("{price}, was {list_price}")
+}
+
+/// A trial plan's line: what it gives, for free.
+pub fn trial_line(period: &str) -> String {
+    format!("free for {period}")
+}
+
+/// One of several plans of a channel, named: `• Yearly: 2000 ⭐ for 365 days`.
+pub fn plan_line(name: &str, line: &str) -> String {
+    format!("• {name}: {line}")
+}
+
+/// Under a bundle: the other channels it gives access to (titles already shortened).
+pub fn bundle_line(other_titles: &[String]) -> String {
+    let names: Vec<String> = other_titles.iter().map(|t| format!("«{t}»")).collect();
+    format!("  Also gives access to {}.", names.join(", "))
+}
+
+/// Under one plan of several: why it cannot be bought now ([`FULL`], [`NOT_ON_SALE`],
+/// [`HAVE_LIFETIME`]).
+pub fn plan_note(note: &str) -> String {
+    format!("  {note}")
+}
+
+/// Shown instead of a buy button when the buyer has lifetime access already.
+pub const HAVE_LIFETIME: &str = "You have lifetime access.";
 
 /// Shown under a seat-limited channel with no free seat.
 pub const FULL: &str = "Full right now: no free seats.";
 /// Shown under a channel whose currency no configured gateway takes.
 pub const NOT_ON_SALE: &str = "Not on sale right now.";
 
-/// The buy button of one channel.
+/// The button of a trial plan, shown only to buyers who can still use it.
+pub fn trial_button(period: &str) -> String {
+    format!("Try free for {period}")
+}
+
+/// The buy button of one plan (`price` may be [`discounted`]).
 pub fn buy_button(title: &str, price: &str, recurring: bool) -> String {
     if recurring {
         format!("Subscribe: {title} · {price}")
@@ -177,6 +216,33 @@ pub fn cannot_be_paid(title: &str) -> String {
     format!("Sorry, «{title}» cannot be paid for right now. Please try again later.")
 }
 
+/// The buyer already has lifetime access to everything the plan gives: no order is made.
+pub fn already_lifetime(title: &str) -> String {
+    format!("You already have lifetime access to «{title}». There is nothing more to buy.")
+}
+
+/// A trial the buyer cannot use: they had a trial of, or were a member of, the channel.
+pub fn trial_used(title: &str) -> String {
+    format!(
+        "You already had a trial or a membership of «{title}»: the free trial is for new \
+         members only."
+    )
+}
+
+/// A trial (or a free order) was granted: the join link comes as a message.
+pub fn free_access_granted(title: &str) -> String {
+    format!("Done! Your free access to «{title}» has started. Your join link is on its way.")
+}
+
+/// The buyer's stored promo code could not be used for this order: the code is forgotten, no
+/// order is made, and a second press buys at the list price.
+pub fn code_refused_at_order(code: &str, why: &str, list_price: &str) -> String {
+    format!(
+        "Your code {code} cannot be used for this order ({why}). Press the button again to \
+         buy at the full price of {list_price}."
+    )
+}
+
 /// The buyer already has a live Stars subscription of the channel.
 pub fn already_subscribed(title: &str, renews_at: &str) -> String {
     format!("You are subscribed to «{title}»; it renews automatically on {renews_at}.")
@@ -189,14 +255,21 @@ pub const RENEWAL_ALREADY_CANCELLED: &str = "This subscription's renewal is alre
 
 // ---- invoices ----
 
-/// The invoice's description when the channel has none.
-pub fn invoice_description(title: &str, period: &str) -> String {
-    format!("{period} of access to «{title}».")
+/// The invoice's description when the plan (or the channel) has none; `period` `None`:
+/// lifetime.
+pub fn invoice_description(title: &str, period: Option<&str>) -> String {
+    match period {
+        Some(period) => format!("{period} of access to «{title}»."),
+        None => format!("Lifetime access to «{title}»."),
+    }
 }
 
-/// The label of the invoice's one price.
-pub fn invoice_label(period: &str) -> String {
-    format!("{period} of access")
+/// The label of the invoice's one price; `period` `None`: lifetime.
+pub fn invoice_label(period: Option<&str>) -> String {
+    match period {
+        Some(period) => format!("{period} of access"),
+        None => "Lifetime access".to_string(),
+    }
 }
 
 /// The message carrying a Stars subscription link.
@@ -213,9 +286,13 @@ pub fn subscription_button(price: &str) -> String {
 }
 
 /// The message carrying a card payment link.
-pub fn card_offer(title: &str, price: &str, period: &str, valid_minutes: i64) -> String {
+pub fn card_offer(title: &str, price: &str, period: Option<&str>, valid_minutes: i64) -> String {
+    let what = match period {
+        Some(period) => format!("{period} of access"),
+        None => "lifetime access".to_string(),
+    };
     format!(
-        "Pay {price} by card for {period} of access to «{title}». \
+        "Pay {price} by card for {what} to «{title}». \
          The payment page is open for {valid_minutes} minutes."
     )
 }
@@ -225,6 +302,44 @@ pub fn card_button(price: &str) -> String {
     format!("Pay {price} by card")
 }
 
+// ---- promo codes (/code, deep links with a code) ----
+
+/// `/code` without a code.
+pub const CODE_USAGE: &str = "Send /code followed by your promo code, for example: /code SPRING25";
+
+/// A code was stored for the buyer's next order: what it gives (`gives`, [`code_gives`]).
+pub fn code_applied(code: &str, gives: &str) -> String {
+    format!(
+        "Code {code} applied: {gives}. It is kept for your next order for one hour; \
+         the prices with it are shown in /start."
+    )
+}
+
+/// What a code takes off (`off`: `25 %` or a price) and on what (`on`: plan titles, or `None`
+/// for every paid plan).
+pub fn code_gives(off: &str, on: Option<&str>) -> String {
+    match on {
+        Some(on) => format!("−{off} on {on}"),
+        None => format!("−{off} on every plan"),
+    }
+}
+
+/// Why a code cannot be used: the text after "This code cannot be used: ".
+pub fn code_refused(code: &str, why: &str) -> String {
+    format!("Sorry, the code {code} cannot be used: {why}.")
+}
+
+/// The reasons of [`code_refused`].
+pub const CODE_UNKNOWN: &str = "there is no such code";
+pub const CODE_INACTIVE: &str = "it is no longer active";
+pub const CODE_EXPIRED: &str = "it has expired";
+pub const CODE_EXHAUSTED: &str = "it has been used up";
+pub const CODE_USED_BY_YOU: &str = "you have used it already";
+pub const CODE_NOT_FOR_PLAN: &str = "it is not valid for this plan";
+pub const CODE_FIRST_PURCHASE: &str = "it is for a first purchase only";
+pub const CODE_NO_PLAN: &str = "no plan on sale takes it";
+pub const CODE_TAKEN: &str = "it is no longer available";
+
 // ---- /subscriptions ----
 
 /// Above the buyer's memberships.
@@ -233,8 +348,14 @@ pub const SUBSCRIPTIONS_HEADER: &str = "Your channels:";
 pub const SUBSCRIPTIONS_EMPTY: &str =
     "You have no channels yet. Send /start to see the channels you can join.";
 
-/// One membership's line.
-pub fn membership_line(status: &str, expires_at: &str) -> String {
+/// One membership's line; `expires_at` `None`: lifetime access.
+pub fn membership_line(status: &str, expires_at: Option<&str>) -> String {
+    let Some(expires_at) = expires_at else {
+        return match status {
+            "expired" => "Lifetime access, ended.".to_string(),
+            _ => "Active: lifetime access.".to_string(),
+        };
+    };
     match status {
         "active" => format!("Active until {expires_at}."),
         "grace" => format!("Expired on {expires_at}; in a short grace period: renew to keep it."),

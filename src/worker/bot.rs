@@ -4,8 +4,10 @@
 //!
 //! - `bot_message`: `sendMessage` of `payload.text` with the optional `payload.reply_markup`
 //!   (a second catalogue page, what happened to a payment, a cancellation confirmed).
-//! - `invoice`: the invoice of a pending order, decided when performed from the order and its
-//!   channel: `sendInvoice` in Stars; for a `recurring` channel a subscription link
+//! - `invoice`: the invoice of a pending order, decided when performed from the order (its
+//!   amount, after any discount) and its plan (title, description, period or lifetime; a
+//!   default plan reads as its channel): `sendInvoice` in Stars; for a `recurring` plan a
+//!   subscription link
 //!   (`createInvoiceLink` with `subscription_period`, stored on the order so a repeat sends the
 //!   same link) as a URL button; otherwise a signed WayForPay Purchase link as a URL button.
 //!   An order that was paid, cancelled or superseded meanwhile gets nothing. A card link's
@@ -129,8 +131,11 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
     let description =
         render::invoice_description(f.description.as_deref(), &f.title, f.channel_id, f.days);
     let price = render::price(&Money::new(f.amount_minor, &f.currency));
-    let period = render::period(f.days);
-    let label = render::clip(&texts::invoice_label(&period), render::INVOICE_TITLE_MAX);
+    let period = render::term(f.days);
+    let label = render::clip(
+        &texts::invoice_label(period.as_deref()),
+        render::INVOICE_TITLE_MAX,
+    );
     let stars = StarsInvoice {
         title: &title,
         description: &description,
@@ -150,7 +155,9 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
                     store_invoice_link(state, bot, order_id, link).await?
                 }
             };
-            let text = texts::subscription_offer(&name, &price, &period);
+            // A recurring plan has a period (the schema: 30 days).
+            let every = period.clone().unwrap_or_else(|| render::period(30));
+            let text = texts::subscription_offer(&name, &price, &every);
             let button = render::url_button(&texts::subscription_button(&price), &link);
             bot.send_message_with_markup(e.user_id, &text, &markup(button))
                 .await?;
@@ -166,7 +173,7 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
                 ));
             }
             let link = card_link(&state.config, &f, &name)?;
-            let text = texts::card_offer(&name, &price, &period, f.open_secs / 60);
+            let text = texts::card_offer(&name, &price, period.as_deref(), f.open_secs / 60);
             let button = render::url_button(&texts::card_button(&price), &link);
             bot.send_message_with_markup(e.user_id, &text, &markup(button))
                 .await?;

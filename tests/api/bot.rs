@@ -31,10 +31,11 @@ use crate::{
 };
 
 const ROUNDS: i64 = 20;
-const BOT: &str = "subgate_test_bot";
-const PUBLIC_URL: &str = "https://pay.example.com";
-const ON_ITS_WAY: &str = "Your invoice is on its way.";
-const ALREADY_SENT: &str = "Your invoice for this channel is in the chat above; it is still valid.";
+pub(crate) const BOT: &str = "subgate_test_bot";
+pub(crate) const PUBLIC_URL: &str = "https://pay.example.com";
+pub(crate) const ON_ITS_WAY: &str = "Your invoice is on its way.";
+pub(crate) const ALREADY_SENT: &str =
+    "Your invoice for this channel is in the chat above; it is still valid.";
 const INVALID: &str = "This button is no longer valid. Send /start to see the channels.";
 const UNKNOWN_CHANNEL: &str = "Sorry, this channel is not available.";
 
@@ -47,12 +48,12 @@ pub(crate) fn next_id() -> i64 {
 // ---- updates as Telegram sends them ----
 
 /// A Telegram user: a person with a username.
-fn person(id: i64) -> Value {
+pub(crate) fn person(id: i64) -> Value {
     json!({"id": id, "is_bot": false, "first_name": "Ann", "last_name": "Buyer",
            "username": format!("buyer{id}"), "language_code": "en"})
 }
 
-fn text_update(from: &Value, text: &str) -> Value {
+pub(crate) fn text_update(from: &Value, text: &str) -> Value {
     json!({
         "update_id": next_id(),
         "message": {
@@ -65,7 +66,7 @@ fn text_update(from: &Value, text: &str) -> Value {
     })
 }
 
-fn button_update(from: &Value, data: &str) -> Value {
+pub(crate) fn button_update(from: &Value, data: &str) -> Value {
     json!({
         "update_id": next_id(),
         "callback_query": {
@@ -121,7 +122,7 @@ pub(crate) fn payment_update(
 // ---- set-up and reads ----
 
 /// An app whose Bot API is `fake`, with the bot's username and a public URL.
-async fn app_with(fake: &FakeBot) -> TestApp {
+pub(crate) async fn app_with(fake: &FakeBot) -> TestApp {
     let url = fake.url.clone();
     TestApp::spawn_with(move |env| {
         env.insert("TELEGRAM_API_URL".into(), url);
@@ -132,7 +133,7 @@ async fn app_with(fake: &FakeBot) -> TestApp {
     .await
 }
 
-async fn run(app: &TestApp) -> RunReport {
+pub(crate) async fn run(app: &TestApp) -> RunReport {
     worker::run_once(&app.state).await.unwrap()
 }
 
@@ -142,14 +143,14 @@ pub(crate) async fn send(app: &TestApp, update: &Value) -> Value {
 }
 
 /// A channel: `extra` overrides the helper's UAH defaults. Returns its id.
-async fn channel(app: &TestApp, chat_id: i64, extra: Value) -> i64 {
+pub(crate) async fn channel(app: &TestApp, chat_id: i64, extra: Value) -> i64 {
     app.create_channel(chat_id, extra).await["id"]
         .as_i64()
         .unwrap()
 }
 
 /// A Stars channel at 250 stars for 30 days.
-async fn stars_channel(app: &TestApp, chat_id: i64, extra: Value) -> i64 {
+pub(crate) async fn stars_channel(app: &TestApp, chat_id: i64, extra: Value) -> i64 {
     let mut body = json!({"currency": "XTR", "price_minor": 250});
     body.as_object_mut()
         .unwrap()
@@ -158,7 +159,7 @@ async fn stars_channel(app: &TestApp, chat_id: i64, extra: Value) -> i64 {
 }
 
 /// The inline keyboard of a reply or call: `(text, callback_data or url)` per button.
-fn buttons(message: &Value) -> Vec<(String, String)> {
+pub(crate) fn buttons(message: &Value) -> Vec<(String, String)> {
     message["reply_markup"]["inline_keyboard"]
         .as_array()
         .map(|rows| {
@@ -178,13 +179,13 @@ fn buttons(message: &Value) -> Vec<(String, String)> {
 }
 
 #[track_caller]
-fn assert_answer(reply: &Value, text: &str) {
+pub(crate) fn assert_answer(reply: &Value, text: &str) {
     assert_eq!(reply["method"], "answerCallbackQuery", "{reply}");
     assert!(reply["callback_query_id"].as_str().is_some(), "{reply}");
     assert_eq!(reply["text"], text, "{reply}");
 }
 
-async fn one_i64(
+pub(crate) async fn one_i64(
     app: &TestApp,
     sql: &str,
     params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
@@ -210,7 +211,11 @@ async fn orders_of(app: &TestApp, user: i64, channel: i64) -> Vec<(i64, String, 
 }
 
 /// `(status, expires_at)` of Telegram user `user`'s membership of `channel`.
-async fn membership_of(app: &TestApp, user: i64, channel: i64) -> Option<(String, DateTime<Utc>)> {
+pub(crate) async fn membership_of(
+    app: &TestApp,
+    user: i64,
+    channel: i64,
+) -> Option<(String, DateTime<Utc>)> {
     app.db()
         .await
         .query_opt(
@@ -249,7 +254,7 @@ async fn pending(app: &TestApp, kind: &str) -> i64 {
 }
 
 /// The texts of the `sendMessage` calls to `user`.
-fn messages_to(fake: &FakeBot, user: i64) -> Vec<String> {
+pub(crate) fn messages_to(fake: &FakeBot, user: i64) -> Vec<String> {
     fake.calls_of("sendMessage")
         .into_iter()
         .filter(|c| c.params["chat_id"] == user)

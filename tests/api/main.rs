@@ -8,6 +8,7 @@ mod helpers;
 mod access;
 mod auth;
 mod bot;
+mod bot_plans;
 mod bundles;
 mod connections;
 mod console;
