@@ -5,8 +5,9 @@
 //! Only reads and the bot's own table: a use of a code is taken when an order is made, under
 //! the code's lock, by [`crate::promo_codes::discount_for_new_order`], which decides again and
 //! may still refuse (the code filled up meanwhile). The price shown here is the price that
-//! decision gives when it agrees: [`discounted_minor`] is the one rule of a discount (percent
-//! rounded down in the buyer's favour of the shop, never below one minor unit, 100 % free).
+//! decision gives when it agrees: [`discounted_minor`] applies the one rule of a discount,
+//! [`promo_codes::discount_minor`] (a percent rounded down, never below one minor unit, 100 %
+//! free).
 
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
@@ -18,6 +19,7 @@ use crate::{
     ids::SubscriberId,
     plans::{self, Plan},
     present::{render, texts},
+    promo_codes,
 };
 
 /// A promo code as the bot reads it, with what stops it now.
@@ -152,12 +154,12 @@ pub fn discounted_minor(
     percent_off: Option<i32>,
     amount_off: Option<i64>,
 ) -> i64 {
-    match (percent_off, amount_off) {
-        (Some(100..), _) => 0,
-        (Some(p), _) => (price_minor - price_minor * i64::from(p) / 100).max(1),
-        (None, Some(off)) => (price_minor - off).max(1),
-        (None, None) => price_minor,
-    }
+    let off = match (percent_off, amount_off) {
+        (Some(p), _) => promo_codes::Off::Percent(p),
+        (None, Some(a)) => promo_codes::Off::Amount(a),
+        (None, None) => return price_minor,
+    };
+    price_minor - promo_codes::discount_minor(price_minor, off)
 }
 
 impl Code {
