@@ -42,6 +42,10 @@ crate::text_enum! {
         /// A pre-checkout refused by the buyer's hold rules (a cooldown after an unpaid hold,
         /// or the daily number of holds). Never a payment reason.
         HoldLimited => "hold_limited",
+        /// The buyer already has live lifetime access to every channel the order buys: the
+        /// payment would buy nothing (refunded for Stars, like a double payment), and a
+        /// pre-checkout is refused.
+        AlreadyLifetime => "already_lifetime",
     }
 }
 

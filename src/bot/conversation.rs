@@ -19,6 +19,7 @@ use crate::{
     channels::{self, Offer},
     config::Config,
     error::ApiError,
+    expiry::Expiry,
     orders::seats,
     payments::star_subscriptions::{self, CancelRefusal, CancelledBy},
     subscribers,
@@ -250,12 +251,16 @@ async fn subscriptions(
                 // A subscription Telegram stopped charging: nothing to show.
                 _ => None,
             };
+            let status: String = r.try_get("status")?;
+            let expires_at: Expiry = r.try_get("expires_at")?;
+            // Live lifetime access is not bought again.
+            let lifetime = expires_at.is_never() && status != "expired";
             Ok(MembershipView {
                 channel_id: r.try_get("channel_id")?,
                 title: r.try_get("title")?,
-                status: r.try_get("status")?,
-                expires_at: texts::day(r.try_get("expires_at")?),
-                can_renew: active && gateway(config, &currency).is_some(),
+                status,
+                expires_at,
+                can_renew: active && !lifetime && gateway(config, &currency).is_some(),
                 subscription,
             })
         })

@@ -265,16 +265,15 @@ impl Recurrence {
     }
 }
 
-/// The outcome of a payment failing `reason`: only Telegram Stars failing on the seat or a
-/// double payment are refunded by us (`refund_pending`); everything else needs a human.
+/// The outcome of a payment failing `reason`: only Telegram Stars failing on the seat, a
+/// double payment or a payment for lifetime access the buyer already has are refunded by us
+/// (`refund_pending`); everything else needs a human.
 pub fn outcome_for(gateway: &Gateway, reason: Option<Reason>) -> Outcome {
     match reason {
         None => Outcome::Applied,
-        Some(Reason::HoldExpired | Reason::NoSeat | Reason::AlreadyPaid)
-            if *gateway == Gateway::TelegramStars =>
-        {
-            Outcome::RefundPending
-        }
+        Some(
+            Reason::HoldExpired | Reason::NoSeat | Reason::AlreadyPaid | Reason::AlreadyLifetime,
+        ) if *gateway == Gateway::TelegramStars => Outcome::RefundPending,
         Some(_) => Outcome::NeedsReview,
     }
 }
@@ -868,7 +867,8 @@ async fn starts_subscription(
 
 /// The checks of a renewal charge, in order; the first failure wins: the order started a
 /// subscription (and is paid), which is not cancelled; currency, amount and payer match; the
-/// channel is active; the buyer is still a member or a seat is free.
+/// channel is active; the buyer's access is not lifetime by now; the buyer is still a member or
+/// a seat is free.
 async fn check_renewal(
     tx: &Transaction<'_>,
     p: &NormalizedPayment,
@@ -887,6 +887,11 @@ async fn check_renewal(
     }
     if !l.channel.active {
         return Ok(Some(Reason::ChannelInactive));
+    }
+    // A renewal of access that is lifetime by now would buy nothing (and stops the
+    // subscription, like any refused renewal).
+    if memberships::lifetime_in_every(tx, o.subscriber(), &[o.channel_id]).await? {
+        return Ok(Some(Reason::AlreadyLifetime));
     }
     // No hold: the order's hold (if any) belonged to its first payment. A live member renews
     // without a seat, and so does a buyer whose subscription still holds its seat (until its
@@ -918,7 +923,9 @@ fn mismatch(p: &NormalizedPayment, l: &LockedOrder) -> Option<Reason> {
     None
 }
 
-/// The checks of API.md step 3 against a locked order, in order; the first failure wins.
+/// The checks of API.md step 3 against a locked order, in order; the first failure wins. After
+/// the channel's: the buyer has no live lifetime access to the order's channel already
+/// (`already_lifetime`), then the seat.
 async fn check(
     tx: &Transaction<'_>,
     p: &NormalizedPayment,
@@ -938,6 +945,11 @@ async fn check(
     }
     if !l.channel.active {
         return Ok(Some(Reason::ChannelInactive));
+    }
+    // The buyer already has lifetime access: the payment would buy nothing (under the pair
+    // lock, so no grant can come between this and the extension).
+    if memberships::lifetime_in_every(tx, o.subscriber(), &[o.channel_id]).await? {
+        return Ok(Some(Reason::AlreadyLifetime));
     }
     Ok(match seats::seat_check(tx, l).await? {
         SeatCheck::NotNeeded | SeatCheck::HoldValid | SeatCheck::Free => None,

@@ -16,7 +16,10 @@
 use serde_json::{Value, json};
 
 use super::texts;
-use crate::currency::{self, Money};
+use crate::{
+    currency::{self, Money},
+    expiry::Expiry,
+};
 
 /// Longest message text.
 pub const MESSAGE_MAX: usize = 4096;
@@ -371,8 +374,8 @@ pub struct MembershipView {
     pub title: String,
     /// `active`, `grace` or `expired`.
     pub status: String,
-    /// Already formatted ([`texts::day`]).
-    pub expires_at: String,
+    /// When it ends (lifetime access: never).
+    pub expires_at: Expiry,
     /// The channel can be bought again now.
     pub can_renew: bool,
     pub subscription: Option<SubscriptionView>,
@@ -404,7 +407,7 @@ pub fn subscriptions(memberships: &[MembershipView]) -> Rendered {
         let name = clip(&title(&m.title, m.channel_id), TITLE_IN_LIST_MAX);
         let mut piece = format!(
             "\n\n{name}\n{}",
-            texts::membership_line(&m.status, &m.expires_at)
+            texts::membership_line(&m.status, m.expires_at)
         );
         let live = m.status != "expired";
         match &m.subscription {
@@ -722,7 +725,7 @@ mod tests {
             channel_id: id,
             title: format!("C{id}"),
             status: status.into(),
-            expires_at: "2030-01-01 00:00 UTC".into(),
+            expires_at: Expiry::At("2030-01-01T00:00:00Z".parse().unwrap()),
             can_renew: true,
             subscription: sub,
         };
@@ -745,10 +748,21 @@ mod tests {
                 }),
             ),
             m(4, "expired", None),
+            MembershipView {
+                expires_at: Expiry::Never,
+                can_renew: false,
+                ..m(5, "active", None)
+            },
         ]);
         assert!(
             r.text
                 .contains("Renews automatically on 2030-01-01 00:00 UTC.")
+        );
+        assert!(r.text.contains("C1\nActive until 2030-01-01 00:00 UTC."));
+        assert!(
+            r.text.contains("C5\nLifetime access: it never expires."),
+            "{}",
+            r.text
         );
         assert!(r.text.contains(texts::RENEWAL_OFF));
         let data: Vec<&str> = r
@@ -767,7 +781,7 @@ mod tests {
                 channel_id: i,
                 title: "🔥".repeat(255),
                 status: "active".into(),
-                expires_at: "2030-01-01 00:00 UTC".into(),
+                expires_at: Expiry::At("2030-01-01T00:00:00Z".parse().unwrap()),
                 can_renew: true,
                 subscription: None,
             })
