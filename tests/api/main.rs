@@ -23,6 +23,7 @@ mod openapi;
 mod ops;
 
 mod idempotency;
+mod lifetime;
 mod logs;
 mod metrics;
 mod orders;
