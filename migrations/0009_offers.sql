@@ -150,6 +150,11 @@ CREATE TABLE bot_promo_codes (
     created_at    timestamptz NOT NULL DEFAULT statement_timestamp()
 );
 
+-- Lifetime access is `expires_at = 'infinity'` (what the code reads as "never"); '-infinity'
+-- is no expiry.
+ALTER TABLE memberships
+    ADD CONSTRAINT memberships_expires_at_check CHECK (expires_at <> '-infinity');
+
 -- Grants without a payment: a trial (`trial`), and a free order of a 100 % code (`promo`).
 ALTER TABLE membership_events
     DROP CONSTRAINT membership_events_cause_check,

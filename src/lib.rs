@@ -12,7 +12,8 @@
 //! - [`orders`]: orders, the one lock order, seats and holds;
 //! - [`payments`]: the one `apply_payment` core and the pure signature and money code;
 //! - [`memberships`]: every read and write of membership rows (the sweep's batch write aside)
-//!   and the events and effects of their changes;
+//!   and the events and effects of their changes; [`expiry`]: when a term ends (an instant, or
+//!   never: lifetime access);
 //! - [`sweep`]: the batched, lock-respecting move of overdue memberships to grace and expired;
 //! - [`bot`]: the buyer side of the bot (catalogue, buy button, invoices, `/subscriptions`);
 //! - [`effects`]: the outbox of Telegram effects; [`worker`]: the effects worker that performs
@@ -35,6 +36,7 @@ pub mod currency;
 pub mod db;
 pub mod effects;
 pub mod error;
+pub mod expiry;
 pub mod idempotency;
 pub mod ids;
 pub mod memberships;

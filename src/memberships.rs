@@ -20,6 +20,12 @@
 //! the effect a change asks for, the worker's "skip this revoke, the member is back" check
 //! (asked of the revoke's own chat and Telegram account).
 //!
+//! **Lifetime.** A lifetime membership has `expires_at = 'infinity'` ([`Expiry::Never`]; a grant
+//! of [`Term::Lifetime`]). Every SQL test of time already handles it — it is never `<=` a real
+//! time (the sweep and reminders never select it) and `infinity + grace` is `infinity` (it is
+//! live while its status holds access) — and every read into Rust goes through [`Expiry`].
+//! Buying again what a buyer holds for life is refused ([`lifetime_in_every`]).
+//!
 //! Every change happens inside a transaction that already holds
 //! `pg_advisory_xact_lock(subscriber_id, channel_id)` ([`crate::db::lock_pair`]) — and, on the
 //! payment path, the order and channel locks after it — so this module takes only the last lock
@@ -35,6 +41,7 @@ use deadpool_postgres::{GenericClient, Transaction};
 use serde::Serialize;
 use tokio_postgres::Row;
 
+pub use crate::expiry::Expiry;
 use crate::{
     db::{self, FromRow},
     effects::{self, Kind},
@@ -108,7 +115,8 @@ pub struct Membership {
     pub subscriber_id: i32,
     pub channel_id: i32,
     pub status: Status,
-    pub expires_at: DateTime<Utc>,
+    /// When the term ends; `"infinity"` for lifetime access.
+    pub expires_at: Expiry,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -131,14 +139,22 @@ impl FromRow for Membership {
 
 impl Membership {
     /// Whether the membership is live at `now` in a channel with `grace_period_days` (the Rust
-    /// twin of [`live_sql!`]; a negative grace counts as zero).
+    /// twin of [`live_sql!`]; a negative grace counts as zero; a lifetime one is live while its
+    /// status holds access).
     pub fn is_live_at(&self, now: DateTime<Utc>, grace_period_days: i32) -> bool {
         let grace = Duration::days(i64::from(grace_period_days.max(0)));
         self.status.holds_access()
-            && self
-                .expires_at
-                .checked_add_signed(grace)
-                .is_none_or(|end| now < end)
+            && self.expires_at.at().is_none_or(|expires_at| {
+                expires_at
+                    .checked_add_signed(grace)
+                    .is_none_or(|end| now < end)
+            })
+    }
+
+    /// Whether this is lifetime access that still holds access: what buying again is refused
+    /// for ([`lifetime_in_every`]).
+    pub fn is_live_lifetime(&self) -> bool {
+        self.status.holds_access() && self.expires_at.is_never()
     }
 }
 
@@ -198,8 +214,8 @@ pub struct Event {
     pub membership_id: i64,
     pub from_status: Option<Status>,
     pub to_status: Status,
-    pub expires_at_before: Option<DateTime<Utc>>,
-    pub expires_at_after: DateTime<Utc>,
+    pub expires_at_before: Option<Expiry>,
+    pub expires_at_after: Expiry,
     pub cause: EventCause,
     pub payment_id: Option<i64>,
     pub at: DateTime<Utc>,
@@ -359,6 +375,37 @@ pub async fn is_live(
         .try_get("found")?)
 }
 
+const LIFETIME_IN_EVERY_SQL: &str = concat!(
+    "SELECT count(*) = (SELECT count(DISTINCT c) FROM unnest($2::integer[]) AS c) AS found
+     FROM memberships m
+     WHERE m.subscriber_id = $1 AND m.channel_id = ANY($2::integer[])
+       AND m.expires_at = 'infinity' AND ",
+    holds_access_sql!("m"),
+);
+
+/// True when the subscriber holds live lifetime access ([`Membership::is_live_lifetime`]) to
+/// every one of `channel_ids` (none given: false): an order or a payment of them would buy
+/// nothing. A lifetime membership is live exactly while its status holds access (`infinity`
+/// plus any grace is never reached), so this is [`live_sql!`] for such rows. Order creation
+/// asks it without the pair lock (a hint: the payment's own check decides); the payment core
+/// and the pre-checkout ask it holding the pair lock.
+pub async fn lifetime_in_every(
+    client: &impl GenericClient,
+    subscriber_id: SubscriberId,
+    channel_ids: &[i32],
+) -> Result<bool, ApiError> {
+    if channel_ids.is_empty() {
+        return Ok(false);
+    }
+    Ok(db::row_one(
+        client,
+        LIFETIME_IN_EVERY_SQL,
+        &[&subscriber_id, &channel_ids],
+    )
+    .await?
+    .try_get("found")?)
+}
+
 const IS_LIVE_IN_CHAT_SQL: &str = concat!(
     "SELECT EXISTS (
          SELECT 1 FROM memberships m
@@ -424,7 +471,7 @@ pub async fn channel_holds_access(tx: &Transaction<'_>, channel_id: i32) -> Resu
 #[derive(Debug, Clone)]
 pub struct EffectView {
     pub status: Status,
-    pub expires_at: DateTime<Utc>,
+    pub expires_at: Expiry,
     pub channel_id: i32,
     pub title: String,
     pub invite_link: Option<String>,
@@ -483,9 +530,12 @@ pub async fn effect_view_in_chat(
 
 /// [`extend`] in one statement (one round trip): the membership as it was (`b`), the upsert
 /// (`m`), its event (`ev`) and its effect (`fx`), returning the membership, the event's id and
-/// the status and `expires_at` it had before. The effect is a receipt when the membership held
-/// access by its status before, else a grant ([`effect_of_extension`]); its row is built as
-/// [`enqueue_effect`] builds one (same payload, key, and channel and subscriber locks).
+/// the status and `expires_at` it had before. `$3` is the term in days, NULL for lifetime
+/// (`'infinity'`). The effect is a receipt when the membership held access by its status
+/// before, else a grant ([`effect_of_extension`]) — and none when a membership that held access
+/// ends no later than before (a lifetime one extended again: `infinity + days` is `infinity`);
+/// its row is built as [`enqueue_effect`] builds one (same payload, key, and channel and
+/// subscriber locks).
 ///
 /// The subscriber row is key-share locked first (`sub`, which the upsert reads its row from,
 /// so the lock is taken before the membership row's): an upsert that updates an existing row
@@ -508,12 +558,15 @@ const EXTEND_SQL: &str = concat!(
      ), m AS (
          INSERT INTO memberships (subscriber_id, channel_id, status, expires_at)
          SELECT sub.id, $2, $4,
-                GREATEST(statement_timestamp() + make_interval(days => $3), $11::timestamptz)
+                CASE WHEN $3::integer IS NULL THEN 'infinity'::timestamptz
+                     ELSE GREATEST(statement_timestamp() + make_interval(days => $3),
+                                   $11::timestamptz) END
          FROM sub
          ON CONFLICT (subscriber_id, channel_id) DO UPDATE
          SET status = $4,
-             expires_at = GREATEST(GREATEST(memberships.expires_at, statement_timestamp())
-                                   + make_interval(days => $3), $11::timestamptz),
+             expires_at = CASE WHEN $3::integer IS NULL THEN 'infinity'::timestamptz
+                               ELSE GREATEST(GREATEST(memberships.expires_at, statement_timestamp())
+                                             + make_interval(days => $3), $11::timestamptz) END,
              updated_at = statement_timestamp()
          RETURNING ",
     membership_columns!(),
@@ -545,13 +598,17 @@ const EXTEND_SQL: &str = concat!(
          ) AS k(kind, key_prefix)
          JOIN sub ON sub.id = m.subscriber_id
          JOIN channels c ON c.id = m.channel_id
+         WHERE b.id IS NULL OR NOT (",
+    holds_access_sql!("b"),
+    ") OR m.expires_at > b.expires_at
          FOR KEY SHARE OF c
      )
      SELECT m.*, ev.id AS event_id, b.status AS status_before, b.expires_at AS expires_at_before
      FROM m JOIN ev ON ev.membership_id = m.id LEFT JOIN b ON true"
 );
 
-/// Grants or extends: `expires_at = GREATEST(current, database now) + days`, `status = active`.
+/// Grants or extends: `expires_at = GREATEST(current, database now) + days`, `status = active`
+/// (a lifetime membership stays lifetime: `infinity + days` is `infinity`).
 /// The term starts when the change is applied, never at a time the caller was told about (a
 /// gateway's `paid_at`): a delayed delivery must not eat days of the term, and a live membership
 /// still extends from its own expiry. Writes the event and enqueues its effect, as
@@ -567,9 +624,13 @@ pub async fn extend(
     extend_at_least(tx, subscriber_id, channel_id, Term::Days(days), cause, None).await
 }
 
-/// [`extend`], with the new term ending no earlier than `at_least` when given: a Stars
+/// [`extend`] by `term`, with the new term ending no earlier than `at_least` when given: a Stars
 /// subscription charge's membership lasts until the subscription's next renewal plus a slack
 /// (`payments::star_subscriptions::SLACK_SECS`), however late the charge is applied.
+/// [`Term::Lifetime`] sets `expires_at = 'infinity'` and `status = active` (`at_least` is moot),
+/// with its event and its grant or receipt like any extension; extending a membership that is
+/// already lifetime and holds access changes nothing but its status and `updated_at`, and
+/// writes its event with no effect (there is nothing new to tell).
 pub async fn extend_at_least(
     tx: &Transaction<'_>,
     subscriber_id: SubscriberId,
@@ -578,16 +639,21 @@ pub async fn extend_at_least(
     cause: Cause,
     at_least: Option<DateTime<Utc>>,
 ) -> Result<(Membership, bool), ApiError> {
-    let Term::Days(days) = term else {
-        return Err(ApiError::internal("lifetime grants are not built yet"));
+    // NULL days: lifetime.
+    let days = match term {
+        Term::Days(days) if days < 1 => {
+            return Err(ApiError::internal(
+                "a membership is extended by at least one day",
+            ));
+        }
+        Term::Days(days) => Some(days),
+        Term::Lifetime => None,
     };
-    if days < 1 {
-        return Err(ApiError::internal(
-            "a membership is extended by at least one day",
-        ));
-    }
     let (cause_name, payment_id) = cause.parts();
-    let (receipt, grant) = (effect_of_extension(true), effect_of_extension(false));
+    // The statement picks one of the two when the term ends later (or the membership did not
+    // hold access), and none otherwise ([`effect_of_extension`]).
+    let later = |held| effect_of_extension(held, true).expect("a later term is told");
+    let (receipt, grant) = (later(true), later(false));
     let prefix = |kind| effects::transition_prefix(kind).expect("a transition's effect");
     let row = db::row_opt(
         tx,
@@ -625,24 +691,28 @@ pub async fn extend_at_least(
         };
         debug_assert_eq!(
             effect_of_change(before.as_ref(), &after),
-            Some(effect_of_extension(
-                status_before.is_some_and(Status::holds_access)
-            ))
+            effect_of_extension(
+                before.as_ref().is_some_and(|b| b.status.holds_access()),
+                before
+                    .as_ref()
+                    .is_none_or(|b| after.expires_at > b.expires_at)
+            )
         );
     }
     Ok((after, status_before.is_none()))
 }
 
 /// The effect an extension asks for, decided by whether the membership held access by its
-/// status before ([`Status::holds_access`]): [`effect_of_change`] of a change to `active` whose
-/// term ends later than before — every extension's does, since it adds at least one day to
-/// `GREATEST(expiry, now)`. A receipt when its member is extended, a grant when the membership
-/// is new or ended.
-fn effect_of_extension(held_access: bool) -> Kind {
-    if held_access {
-        Kind::RenewalReceipt
-    } else {
-        Kind::Grant
+/// status before ([`Status::holds_access`]) and whether its term now ends later:
+/// [`effect_of_change`] of a change to `active`. A grant when the membership is new or ended; a
+/// receipt when its member is extended — every finite expiry ends later, since an extension
+/// adds at least one day to `GREATEST(expiry, now)` or makes it lifetime; nothing when it was
+/// lifetime already (the SQL of [`EXTEND_SQL`] makes the same choice).
+fn effect_of_extension(held_access: bool, ends_later: bool) -> Option<Kind> {
+    match (held_access, ends_later) {
+        (false, _) => Some(Kind::Grant),
+        (true, true) => Some(Kind::RenewalReceipt),
+        (true, false) => None,
     }
 }
 
@@ -659,7 +729,7 @@ const CORRECT_SQL: &str = concat!(
 pub async fn write_correction(
     tx: &Transaction<'_>,
     before: &Membership,
-    expires_at: Option<DateTime<Utc>>,
+    expires_at: Option<Expiry>,
     status: Option<Status>,
 ) -> Result<Membership, ApiError> {
     let after: Membership = db::one(tx, CORRECT_SQL, &[&before.id, &expires_at, &status]).await?;
@@ -848,7 +918,9 @@ const DUE_REMINDERS_SQL: &str = concat!(
 
 /// Enqueues a reminder for every active membership of an active channel whose `expires_at`
 /// is within `reminder_days` from now, once per (membership, expiry) — so once per period: a
-/// renewal moves `expires_at` and the next period gets its own reminder. Returns how many.
+/// renewal moves `expires_at` and the next period gets its own reminder (never for lifetime
+/// access: `infinity` is within no number of days, so the reminder key's epoch is always
+/// finite). Returns how many.
 pub async fn enqueue_due_reminders(
     client: &impl GenericClient,
     reminder_days: u32,
@@ -871,16 +943,25 @@ mod tests {
             subscriber_id: 1,
             channel_id: 1,
             status: Status::parse(status).unwrap(),
-            expires_at: t0 + Duration::days(expires_in_days),
+            expires_at: Expiry::At(t0 + Duration::days(expires_in_days)),
             created_at: t0,
             updated_at: t0,
         }
     }
 
+    fn lifetime(status: &str) -> Membership {
+        Membership {
+            expires_at: Expiry::Never,
+            ..m(status, 0)
+        }
+    }
+
     #[test]
     fn an_extension_asks_for_the_effect_its_change_asks_for() {
-        // Every extension ends at least a day after GREATEST(expiry, now): before expiry, in
-        // grace, long expired, and with an expiry far in the future.
+        // Every extension by days ends at least a day after GREATEST(expiry, now) — before
+        // expiry, in grace, long expired, and with an expiry far in the future — unless it was
+        // lifetime (infinity + days = infinity); a lifetime one ends at infinity.
+        let now = m("active", 0).expires_at;
         for before in [
             None,
             Some(m("active", 5)),
@@ -888,18 +969,38 @@ mod tests {
             Some(m("grace", -1)),
             Some(m("expired", -90)),
             Some(m("expired", 3)),
+            Some(lifetime("active")),
+            Some(lifetime("grace")),
+            Some(lifetime("expired")),
         ] {
-            for days in [1, 30, 3660] {
-                let start = before.as_ref().map_or(m("active", 0).expires_at, |b| {
-                    b.expires_at.max(m("active", 0).expires_at)
-                });
+            for term in [
+                Term::Days(1),
+                Term::Days(30),
+                Term::Days(3660),
+                Term::Lifetime,
+            ] {
+                let start = before.as_ref().map_or(now, |b| b.expires_at.max(now));
                 let mut after = m("active", 0);
-                after.expires_at = start + Duration::days(days);
+                after.expires_at = match (term, start) {
+                    (Term::Days(days), Expiry::At(t)) => {
+                        Expiry::At(t + Duration::days(days.into()))
+                    }
+                    (Term::Days(_), Expiry::Never) | (Term::Lifetime, _) => Expiry::Never,
+                };
                 let held = before.as_ref().is_some_and(|b| b.status.holds_access());
+                let later = before
+                    .as_ref()
+                    .is_none_or(|b| after.expires_at > b.expires_at);
                 assert_eq!(
-                    Some(effect_of_extension(held)),
+                    effect_of_extension(held, later),
                     effect_of_change(before.as_ref(), &after),
-                    "before {before:?}, {days} days"
+                    "before {before:?}, {term:?}"
+                );
+                let was_lifetime = before.as_ref().is_some_and(Membership::is_live_lifetime);
+                assert_eq!(
+                    effect_of_extension(held, later).is_none(),
+                    was_lifetime,
+                    "only a live lifetime membership is told nothing: {before:?}, {term:?}"
                 );
             }
         }
@@ -922,6 +1023,17 @@ mod tests {
             (Some(m("expired", 0)), m("expired", 5), None),
             (Some(m("expired", 0)), m("grace", 5), None),
             (None, m("expired", 0), None),
+            // Lifetime: made lifetime is a renewal (or a grant), ending it a revoke.
+            (
+                Some(m("active", 30)),
+                lifetime("active"),
+                Some(RenewalReceipt),
+            ),
+            (Some(m("expired", 0)), lifetime("active"), Some(Grant)),
+            (None, lifetime("active"), Some(Grant)),
+            (Some(lifetime("active")), lifetime("active"), None),
+            (Some(lifetime("active")), m("active", 30), None),
+            (Some(lifetime("active")), lifetime("expired"), Some(Revoke)),
         ];
         for (before, after, want) in cases {
             assert_eq!(
@@ -958,6 +1070,18 @@ mod tests {
         );
         let expired = m("expired", 30);
         assert!(!expired.is_live_at(t0, 0), "expired is never live");
+        let forever = lifetime("active");
+        assert!(
+            forever.is_live_at(DateTime::<Utc>::MAX_UTC, 0),
+            "lifetime is live"
+        );
+        assert!(lifetime("grace").is_live_at(t0, -3));
+        assert!(
+            !lifetime("expired").is_live_at(t0, 3),
+            "an ended lifetime is not"
+        );
+        assert!(forever.is_live_lifetime() && !lifetime("expired").is_live_lifetime());
+        assert!(!active.is_live_lifetime());
         for s in Status::ALL {
             assert_eq!(s.holds_access(), s != Status::Expired);
         }

@@ -34,6 +34,13 @@
 //!   [`crate::memberships`]: moving it there would split one statement (and one round trip per
 //!   batch) across modules; it uses the same status vocabulary and predicate.
 //!
+//! **Lifetime access** (`expires_at = 'infinity'`, [`crate::expiry::Expiry::Never`]) is never a
+//! candidate: `expires_at <= cutoff` never holds for infinity (the cutoff is the run's start, a
+//! finite database time), so the window's range scan of `memberships_sweep_idx` ends before
+//! the first lifetime row and no statement here reads, locks or writes one. That is also why
+//! the candidates' expiries are plain instants (`DateTime<Utc>`): every row they are read from
+//! is finite.
+//!
 //! A run also purges expired idempotency keys. Every batch is idempotent and commits on its own,
 //! so stopping a run between (or even inside) batches is harmless: the next run carries on.
 

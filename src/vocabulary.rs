@@ -46,6 +46,10 @@ crate::text_enum! {
         /// up meanwhile: the discounted price is no longer available. A payment is kept for
         /// review (every gateway, Stars too), never applied past the code's limit.
         PromoExhausted => "promo_exhausted",
+        /// The buyer already has live lifetime access to every channel the order buys: the
+        /// payment would buy nothing (refunded for Stars, like a double payment), and a
+        /// pre-checkout is refused.
+        AlreadyLifetime => "already_lifetime",
     }
 }
 

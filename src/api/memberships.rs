@@ -11,7 +11,6 @@ use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
-use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use serde::Deserialize;
 
@@ -23,7 +22,7 @@ use crate::{
     db,
     error::ApiError,
     ids::{ChannelId, SubscriberId},
-    memberships::{self, Cause, Event, Membership, Status},
+    memberships::{self, Cause, Event, Expiry, Membership, Status},
     orders::seats,
     state::AppState,
     subscribers,
@@ -68,14 +67,15 @@ pub struct Grant {
     days: Option<i32>,
 }
 
-/// A staff correction: `expires_at` and/or `status`, written exactly.
+/// A staff correction: `expires_at` and/or `status`, written exactly (`"expires_at":
+/// "infinity"` makes it lifetime access).
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"expires_at": "2025-02-01T00:00:00Z", "status": "active"}))]
 pub struct PatchMembership {
     #[serde(default, deserialize_with = "nullable")]
-    #[schema(value_type = DateTime<Utc>)]
-    expires_at: Option<Option<DateTime<Utc>>>,
+    #[schema(value_type = Expiry)]
+    expires_at: Option<Option<Expiry>>,
     #[serde(default, deserialize_with = "nullable")]
     #[schema(value_type = Status)]
     status: Option<Option<String>>,

@@ -90,14 +90,16 @@ fn to_value(order: &Order) -> Result<serde_json::Value, ApiError> {
 }
 
 /// `POST /api/orders`: 201 with the order; amount and currency are the channel's price now.
-/// 422 when the subscriber or channel does not exist or the channel is inactive.
+/// 422 when the subscriber or channel does not exist or the channel is inactive; 409 when the
+/// subscriber already has live lifetime access to what the order would buy.
 #[utoipa::path(post, path = "/orders", operation_id = "createOrder", tag = "orders",
     request_body = CreateOrder,
     params(super::idempotency::IdempotencyKey),
     security(("staff_jwt" = [])),
     responses(
         (status = 201, description = "Created.", body = Order),
-        (status = 409, description = "This Idempotency-Key is in flight.", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The subscriber already has lifetime access to the channel \
+            (or to every channel of the plan), or this Idempotency-Key is in flight.", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid fields, no such subscriber or channel, an inactive \
             channel, or an Idempotency-Key reused for another request.", body = Problem, content_type = "application/problem+json"),
     ),

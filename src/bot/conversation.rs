@@ -24,6 +24,7 @@ use crate::{
     channels::{self, Offer},
     config::Config,
     error::ApiError,
+    expiry::Expiry,
     ids::SubscriberId,
     orders::{seats, trials},
     payments::star_subscriptions::{self, CancelRefusal, CancelledBy},
@@ -417,7 +418,7 @@ async fn subscriptions(
     let rows = tx
         .query(
             "SELECT m.channel_id, c.title, m.status,
-                    CASE WHEN isfinite(m.expires_at) THEN m.expires_at END AS expires_at,
+                    m.expires_at,
                     c.active, c.currency,
                     lp.plan_id AS last_plan_id,
                     lp.active AND lp.default_of IS NULL AS last_plan_renews,
@@ -477,13 +478,17 @@ async fn subscriptions(
                 Some(plan) if last_renews == Some(true) => Callback::Plan(plan),
                 _ => Callback::Buy(channel_id),
             };
-            let expires_at: Option<DateTime<Utc>> = r.try_get("expires_at")?;
+            let status: String = r.try_get("status")?;
+            let expires_at: Expiry = r.try_get("expires_at")?;
+            // Live lifetime access is not bought again.
+            let lifetime = expires_at.is_never() && status != "expired";
             Ok(MembershipView {
                 channel_id,
                 title: r.try_get("title")?,
-                status: r.try_get("status")?,
-                expires_at: expires_at.map(texts::day),
-                renew: (active && gateway(config, &currency).is_some()).then_some(renew),
+                status,
+                expires_at,
+                renew: (active && !lifetime && gateway(config, &currency).is_some())
+                    .then_some(renew),
                 subscription,
             })
         })

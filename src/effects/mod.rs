@@ -16,7 +16,7 @@
 //!
 //! Every effect row's `payload` has its kind's shape ([`Payload`], read back by the worker), and
 //! every SQL statement that inserts effect rows builds their payload and key with the fragments
-//! below (`instant_text_sql!`, `expiry_payload_sql!`, `transition_key_sql!`, …), so an instant
+//! below (`instant_text_sql!`, `expiry_text_sql!`, `expiry_payload_sql!`, `transition_key_sql!`, …), so an instant
 //! and a key are spelled in one place. What is enqueued, and under which `dedupe_key` (unique,
 //! so "at most one per X" is a schema invariant; `docs/effects.md` has the table):
 //!
@@ -141,13 +141,32 @@ macro_rules! instant_text_sql {
 }
 pub(crate) use instant_text_sql;
 
+/// A membership's expiry as every effect payload spells it (`crate::expiry::Expiry`): the
+/// instant as [`instant_text_sql!`] spells it, or `infinity` for lifetime access (`to_char`
+/// of an infinite time is NULL, so the infinite case is spelled by PostgreSQL's own cast).
+/// `$t` is an SQL expression of type `timestamptz`.
+macro_rules! expiry_text_sql {
+    ($t:expr) => {
+        concat!(
+            "CASE WHEN isfinite(",
+            $t,
+            ") THEN ",
+            $crate::effects::instant_text_sql!($t),
+            " ELSE (",
+            $t,
+            ")::text END"
+        )
+    };
+}
+pub(crate) use expiry_text_sql;
+
 /// The payload of a grant, renewal receipt, transition revoke, grace notice or reminder
 /// ([`payload::Expiry`]): `{"expires_at": …}` of the `timestamptz` expression `$expires_at`.
 macro_rules! expiry_payload_sql {
     ($expires_at:expr) => {
         concat!(
             "jsonb_build_object('expires_at', ",
-            $crate::effects::instant_text_sql!($expires_at),
+            $crate::effects::expiry_text_sql!($expires_at),
             ")"
         )
     };
@@ -162,7 +181,7 @@ macro_rules! deleted_revoke_payload_sql {
             "jsonb_build_object('membership_id', ",
             $membership,
             ", 'deleted', true, 'expires_at', ",
-            $crate::effects::instant_text_sql!($expires_at),
+            $crate::effects::expiry_text_sql!($expires_at),
             ")"
         )
     };

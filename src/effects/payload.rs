@@ -8,27 +8,28 @@
 //! records an effect done; that annotation is the staff's, not part of any kind's payload, and
 //! parsing ignores it.
 
-use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 
 use super::Kind;
+use crate::expiry;
 
-/// An instant as the SQL fragment `instant_text_sql!` spells it: UTC, six fractional digits,
-/// `Z` (chrono's own form drops a zero fraction, and PostgreSQL's JSON form uses the session's
-/// offset). Reading accepts any RFC 3339 form.
-fn instant<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::Micros, true))
+/// An expiry as the SQL fragment `expiry_text_sql!` spells it: an instant in UTC with six
+/// fractional digits and a `Z` (chrono's own form drops a zero fraction, and PostgreSQL's JSON
+/// form uses the session's offset), or `infinity` (lifetime). Reading accepts any RFC 3339
+/// form.
+fn instant<S: Serializer>(t: &expiry::Expiry, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&t.to_payload_text())
 }
 
 /// The payload of a grant, renewal receipt, grace notice or reminder: the `expires_at` of the
-/// membership when the effect was enqueued (UTC, microseconds: `2026-01-31T12:00:00.000000Z`).
-/// A reminder or grace notice whose membership has another expiry by the time it is performed
-/// is skipped.
+/// membership when the effect was enqueued (UTC, microseconds: `2026-01-31T12:00:00.000000Z`;
+/// `infinity` for lifetime access). A reminder or grace notice whose membership has another
+/// expiry by the time it is performed is skipped.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Expiry {
     #[serde(serialize_with = "instant")]
-    pub expires_at: DateTime<Utc>,
+    pub expires_at: expiry::Expiry,
 }
 
 /// The payload of a revoke: the expiry it was enqueued for, and for the revoke of a deleted
@@ -37,7 +38,7 @@ pub struct Expiry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Revoke {
     #[serde(serialize_with = "instant")]
-    pub expires_at: DateTime<Utc>,
+    pub expires_at: expiry::Expiry,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub membership_id: Option<i64>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -149,7 +150,7 @@ impl Payload {
     }
 
     /// The membership's `expires_at` the effect was enqueued for: every membership effect's.
-    pub fn expires_at(&self) -> Option<DateTime<Utc>> {
+    pub fn expires_at(&self) -> Option<expiry::Expiry> {
         match self {
             Payload::Grant(p)
             | Payload::RenewalReceipt(p)
@@ -209,7 +210,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             p.expires_at(),
-            Some("2026-01-31T12:00:00Z".parse().unwrap())
+            Some(expiry::Expiry::At("2026-01-31T12:00:00Z".parse().unwrap()))
         );
         assert_eq!(
             p.to_json(),
@@ -217,6 +218,12 @@ mod tests {
             "six digits, Z, as the SQL spells it"
         );
         assert!(Payload::parse(Kind::Reminder, &json!({})).is_err());
+        // Lifetime access: `infinity`, as the SQL spells it.
+        let forever = json!({"expires_at": "infinity"});
+        let p = Payload::parse(Kind::Grant, &forever).unwrap();
+        assert_eq!(p.expires_at(), Some(expiry::Expiry::Never));
+        assert_eq!(p.to_json(), forever);
+        assert!(Payload::parse(Kind::Grant, &json!({"expires_at": null})).is_err());
         assert!(Payload::parse(Kind::BotMessage, &json!({"reply_markup": null})).is_err());
     }
 }

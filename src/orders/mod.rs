@@ -21,7 +21,7 @@ use crate::{
     db::{self, FromRow},
     error::ApiError,
     ids::{ChannelId, SubscriberId},
-    plans, promo_codes, subscribers,
+    memberships, plans, promo_codes, subscribers,
 };
 
 crate::text_enum! {
@@ -179,7 +179,8 @@ const SET_INVOICE_LINK_SQL: &str =
 
 /// Creates an order of `subscriber_id` for `channel_id` at the channel's price now (amount and
 /// currency are copied, so a later price change does not touch it). 422 naming the field when
-/// the subscriber or the channel does not exist or the channel is inactive.
+/// the subscriber or the channel does not exist or the channel is inactive; 409 when the
+/// subscriber already has live lifetime access to it.
 pub async fn create(
     tx: &Transaction<'_>,
     subscriber_id: i32,
@@ -209,6 +210,7 @@ pub async fn create(
     let Some(channel) = channel.filter(|_| errors.is_empty()) else {
         return Err(ApiError::Validation(errors));
     };
+    refuse_lifetime_again(tx, subscriber_id, &[channel_id]).await?;
     db::one(
         tx,
         INSERT_SQL,
@@ -233,11 +235,34 @@ const INSERT_FOR_PLAN_SQL: &str = concat!(
     order_columns!()
 );
 
+/// 409 when the subscriber already holds live lifetime access to every one of `channel_ids`:
+/// the order would buy nothing (API.md "Offers": buying lifetime again is refused while it is
+/// live). Asked without the pair lock, so a lifetime grant racing the order can still slip by;
+/// its payment is then refused as `already_lifetime` by the payment core.
+async fn refuse_lifetime_again(
+    tx: &Transaction<'_>,
+    subscriber_id: i32,
+    channel_ids: &[i32],
+) -> Result<(), ApiError> {
+    if memberships::lifetime_in_every(tx, SubscriberId(subscriber_id), channel_ids).await? {
+        let what = if channel_ids.len() > 1 {
+            "every channel of this plan"
+        } else {
+            "this channel"
+        };
+        return Err(ApiError::Conflict(format!(
+            "the subscriber already has lifetime access to {what}: there is nothing to buy"
+        )));
+    }
+    Ok(())
+}
+
 /// Creates an order of `subscriber_id` for plan `plan_id` at the plan's price now, less what
 /// `promo_code` takes off ([`promo_codes::discount_for_new_order`], which takes one use of the
 /// code for this order: it holds it for `hold_secs`). The order's `channel_id` is the plan's
 /// first channel. 422 naming the field when the subscriber or the plan does not exist, the plan
-/// or one of its channels is inactive, or the code cannot be used. An order a code makes free
+/// or one of its channels is inactive, or the code cannot be used; 409 when the subscriber
+/// already has live lifetime access to every channel of the plan. An order a code makes free
 /// (amount 0 of a paid plan) is claimed at once ([`trials::claim`]) and comes back paid; 409
 /// (and no order) when the claim is refused. A trial plan's order stays pending until claimed.
 pub async fn create_for_plan(
@@ -285,6 +310,7 @@ pub async fn create_for_plan(
             db::lock_pair(tx, SubscriberId(subscriber_id), channel).await?;
         }
     }
+    refuse_lifetime_again(tx, subscriber_id, &plan.channel_ids).await?;
     let discount = match promo_code {
         Some(code) => Some(
             promo_codes::discount_for_new_order(tx, code, SubscriberId(subscriber_id), &plan)

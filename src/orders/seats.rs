@@ -649,19 +649,9 @@ pub async fn holds_live(client: &impl deadpool_postgres::GenericClient) -> Resul
 /// The caller holds the pair locks.
 pub async fn held_for_life(tx: &Transaction<'_>, locked: &LockedOrder) -> Result<bool, ApiError> {
     let ids: Vec<i32> = locked.channels.iter().map(|c| c.id.0).collect();
-    Ok(
-        db::row_one(tx, HELD_FOR_LIFE_SQL, &[&locked.order.subscriber(), &ids])
-            .await?
-            .try_get("for_life")?,
-    )
+    crate::memberships::lifetime_in_every(tx, locked.order.subscriber(), &ids).await
 }
 
-const HELD_FOR_LIFE_SQL: &str = concat!(
-    "SELECT count(*) = cardinality($2::integer[]) AS for_life FROM memberships m
-     WHERE m.subscriber_id = $1 AND m.channel_id = ANY ($2)
-       AND m.expires_at = 'infinity' AND ",
-    crate::memberships::holds_access_sql!("m")
-);
 
 /// The seat rule of one channel of an order.
 async fn channel_seat_check(

@@ -273,16 +273,15 @@ impl Recurrence {
     }
 }
 
-/// The outcome of a payment failing `reason`: only Telegram Stars failing on the seat or a
-/// double payment are refunded by us (`refund_pending`); everything else needs a human.
+/// The outcome of a payment failing `reason`: only Telegram Stars failing on the seat, a
+/// double payment or a payment for lifetime access the buyer already has are refunded by us
+/// (`refund_pending`); everything else needs a human.
 pub fn outcome_for(gateway: &Gateway, reason: Option<Reason>) -> Outcome {
     match reason {
         None => Outcome::Applied,
-        Some(Reason::HoldExpired | Reason::NoSeat | Reason::AlreadyPaid)
-            if *gateway == Gateway::TelegramStars =>
-        {
-            Outcome::RefundPending
-        }
+        Some(
+            Reason::HoldExpired | Reason::NoSeat | Reason::AlreadyPaid | Reason::AlreadyLifetime,
+        ) if *gateway == Gateway::TelegramStars => Outcome::RefundPending,
         Some(_) => Outcome::NeedsReview,
     }
 }
@@ -903,8 +902,9 @@ fn starts_subscription(
 
 /// The checks of a renewal charge, in order; the first failure wins: the order started a
 /// subscription (and is paid), which is not cancelled; currency, amount and payer match; every
-/// channel of the plan is active; in every seat-limited one the buyer is still a member (or
-/// its subscription still holds the seat) or a seat is free.
+/// channel of the plan is active; the buyer's access is not lifetime by now; in every
+/// seat-limited one the buyer is still a member (or its subscription still holds the seat) or a
+/// seat is free.
 async fn check_renewal(
     tx: &Transaction<'_>,
     p: &NormalizedPayment,
@@ -923,6 +923,11 @@ async fn check_renewal(
     }
     if !l.channels_active() {
         return Ok(Some(Reason::ChannelInactive));
+    }
+    // A renewal of access that is lifetime by now would buy nothing (and stops the
+    // subscription, like any refused renewal).
+    if seats::held_for_life(tx, l).await? {
+        return Ok(Some(Reason::AlreadyLifetime));
     }
     // No hold: the order's hold (if any) belonged to its first payment. A live member renews
     // without a seat, and so does a buyer whose subscription still holds its seat (until its
@@ -958,7 +963,9 @@ fn mismatch(p: &NormalizedPayment, l: &LockedOrder) -> Option<Reason> {
     None
 }
 
-/// The checks of API.md step 3 against a locked order, in order; the first failure wins.
+/// The checks of API.md step 3 against a locked order, in order; the first failure wins. After
+/// the channel's: the buyer has no live lifetime access to the order's channel already
+/// (`already_lifetime`), then the seat.
 async fn check(
     tx: &Transaction<'_>,
     p: &NormalizedPayment,
@@ -978,6 +985,11 @@ async fn check(
     }
     if !l.channels_active() {
         return Ok(Some(Reason::ChannelInactive));
+    }
+    // The buyer already has lifetime access: the payment would buy nothing (under the pair
+    // lock, so no grant can come between this and the extension).
+    if seats::held_for_life(tx, l).await? {
+        return Ok(Some(Reason::AlreadyLifetime));
     }
     // A promo price is paid only while the order holds its code's use, or may take it again.
     if !promo_codes::use_still_held(tx, o.promo_use()).await? {

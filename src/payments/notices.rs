@@ -14,7 +14,8 @@ use crate::{
 };
 
 /// Tells the buyer, once, that payment `p` could not be used: it will be refunded (a Stars
-/// payment we refund), or reviewed by staff (any other), or could not be matched to an order;
+/// payment we refund), or reviewed by staff (any other), or could not be matched to an order,
+/// or was not needed (lifetime access the buyer already has);
 /// and, when `subscription_stopped` (a refused Stars subscription charge), that the
 /// subscription is cancelled and will not be charged again. `user` is the payer when the door
 /// knows them, else the order's buyer; without one (a card payment naming no order) nobody can
@@ -38,6 +39,9 @@ pub async fn enqueue_payment_notice(
     let seat_taken = p.reason == Some(Reason::NoSeat);
     let mut text = match (title, p.outcome) {
         (None, _) => texts::payment_unknown_order(&price),
+        (Some(t), outcome) if p.reason == Some(Reason::AlreadyLifetime) => {
+            texts::payment_already_lifetime(&t, &price, outcome == Outcome::RefundPending)
+        }
         (Some(t), Outcome::RefundPending) => texts::payment_refunded(&t, &price, seat_taken),
         (Some(t), _) => texts::payment_in_review(&t, &price, seat_taken),
     };

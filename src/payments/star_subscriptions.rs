@@ -36,6 +36,7 @@ use crate::{
     db::{self, FromRow},
     effects::{self, NewEffect, Payload, payload::SubscriptionCancel},
     error::ApiError,
+    expiry::Expiry,
     subscribers,
 };
 
@@ -458,7 +459,7 @@ pub struct Cancelled {
     pub cancelled_by: Option<CancelledBy>,
     pub channel_id: i32,
     pub title: String,
-    pub access_until: Option<DateTime<Utc>>,
+    pub access_until: Option<Expiry>,
 }
 
 impl FromRow for Cancelled {

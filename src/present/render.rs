@@ -16,7 +16,10 @@
 use serde_json::{Value, json};
 
 use super::texts;
-use crate::currency::{self, Money};
+use crate::{
+    currency::{self, Money},
+    expiry::Expiry,
+};
 
 /// Longest message text.
 pub const MESSAGE_MAX: usize = 4096;
@@ -522,8 +525,8 @@ pub struct MembershipView {
     pub title: String,
     /// `active`, `grace` or `expired`.
     pub status: String,
-    /// Already formatted ([`texts::day`]); `None`: lifetime access.
-    pub expires_at: Option<String>,
+    /// When it ends (lifetime access: never).
+    pub expires_at: Expiry,
     /// The renew button's callback (the plan the buyer last paid for the channel, else its
     /// default plan), when it can be bought again now.
     pub renew: Option<Callback>,
@@ -556,7 +559,7 @@ pub fn subscriptions(memberships: &[MembershipView]) -> Rendered {
         let name = clip(&title(&m.title, m.channel_id), TITLE_IN_LIST_MAX);
         let mut piece = format!(
             "\n\n{name}\n{}",
-            texts::membership_line(&m.status, m.expires_at.as_deref())
+            texts::membership_line(&m.status, m.expires_at)
         );
         let live = m.status != "expired";
         match &m.subscription {
@@ -584,7 +587,7 @@ pub fn subscriptions(memberships: &[MembershipView]) -> Rendered {
             && m.subscription
                 .as_ref()
                 .is_some_and(|s| s.renews_at.is_some());
-        if let Some(renew) = m.renew.filter(|_| !renewing && m.expires_at.is_some()) {
+        if let Some(renew) = m.renew.filter(|_| !renewing && !m.expires_at.is_never()) {
             rows.push(vec![button(&texts::renew_button(&name), renew)]);
         }
         if let Some(s) = m.subscription.as_ref().filter(|_| renewing) {
@@ -989,7 +992,7 @@ mod tests {
             channel_id: id,
             title: format!("C{id}"),
             status: status.into(),
-            expires_at: Some("2030-01-01 00:00 UTC".into()),
+            expires_at: Expiry::At("2030-01-01T00:00:00Z".parse().unwrap()),
             renew: Some(Callback::Buy(id)),
             subscription: sub,
         };
@@ -1013,7 +1016,8 @@ mod tests {
             ),
             m(4, "expired", None),
             MembershipView {
-                expires_at: None,
+                expires_at: Expiry::Never,
+                renew: None,
                 ..m(5, "active", None)
             },
             MembershipView {
@@ -1029,6 +1033,12 @@ mod tests {
         assert!(
             r.text
                 .contains("Renews automatically on 2030-01-01 00:00 UTC.")
+        );
+        assert!(r.text.contains("C1\nActive until 2030-01-01 00:00 UTC."));
+        assert!(
+            r.text.contains("C5\nLifetime access: it never expires."),
+            "{}",
+            r.text
         );
         assert!(r.text.contains(texts::RENEWAL_OFF));
         let data: Vec<&str> = r
@@ -1047,7 +1057,7 @@ mod tests {
                 channel_id: i,
                 title: "🔥".repeat(255),
                 status: "active".into(),
-                expires_at: Some("2030-01-01 00:00 UTC".into()),
+                expires_at: Expiry::At("2030-01-01T00:00:00Z".parse().unwrap()),
                 renew: Some(Callback::Buy(i)),
                 subscription: None,
             })

@@ -9,7 +9,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::vocabulary::Reason;
+use crate::{expiry::Expiry, vocabulary::Reason};
 
 /// A time as buyers read it.
 pub fn day(t: DateTime<Utc>) -> String {
@@ -51,6 +51,7 @@ pub fn pre_checkout_refusal(reason: Reason) -> &'static str {
             "You held a seat here recently without paying. Please try again later."
         }
         Reason::PromoExhausted => "This price is no longer available. Please start a new order.",
+        Reason::AlreadyLifetime => "You already have lifetime access to this channel.",
         Reason::RefundedElsewhere | Reason::UnknownSubscription | Reason::SubscriptionCancelled => {
             PRE_CHECKOUT_BUSY
         }
@@ -74,9 +75,27 @@ pub fn grant(title: &str, until: &str, link: &str) -> String {
     )
 }
 
+/// A payment made the buyer a member for life: the channel's join link.
+pub fn grant_for_life(title: &str, link: &str) -> String {
+    format!(
+        "Payment received, thank you! Your access to «{title}» is yours for life: it never \
+         expires.\n\n\
+         Join here: {link}\n\
+         Tap the link and send a join request: it is approved automatically for members."
+    )
+}
+
 /// A member renewed.
 pub fn renewal_receipt(title: &str, until: &str) -> String {
     format!("Payment received, thank you! Your access to «{title}» now lasts until {until}.")
+}
+
+/// A member's access became lifetime.
+pub fn lifetime_receipt(title: &str) -> String {
+    format!(
+        "Payment received, thank you! Your access to «{title}» is now yours for life: it never \
+         expires."
+    )
 }
 
 /// `REMINDER_DAYS` before the end of a term.
@@ -348,18 +367,17 @@ pub const SUBSCRIPTIONS_HEADER: &str = "Your channels:";
 pub const SUBSCRIPTIONS_EMPTY: &str =
     "You have no channels yet. Send /start to see the channels you can join.";
 
-/// One membership's line; `expires_at` `None`: lifetime access.
-pub fn membership_line(status: &str, expires_at: Option<&str>) -> String {
-    let Some(expires_at) = expires_at else {
-        return match status {
-            "expired" => "Lifetime access, ended.".to_string(),
-            _ => "Active: lifetime access.".to_string(),
-        };
+/// One membership's line (its expiry as [`day`] shows it, or lifetime access).
+pub fn membership_line(status: &str, expires_at: Expiry) -> String {
+    let at = match expires_at {
+        Expiry::At(t) => day(t),
+        Expiry::Never if status == "expired" => return "Ended.".to_string(),
+        Expiry::Never => return "Lifetime access: it never expires.".to_string(),
     };
     match status {
-        "active" => format!("Active until {expires_at}."),
-        "grace" => format!("Expired on {expires_at}; in a short grace period: renew to keep it."),
-        _ => format!("Expired on {expires_at}."),
+        "active" => format!("Active until {at}."),
+        "grace" => format!("Expired on {at}; in a short grace period: renew to keep it."),
+        _ => format!("Expired on {at}."),
     }
 }
 
@@ -436,6 +454,7 @@ pub fn with_subscription_stopped(notice: &str, reason: Option<Reason>) -> String
         Some(Reason::NoSeat) => "The channel is full, so ",
         Some(Reason::HoldExpired) => "The invoice had expired, so ",
         Some(Reason::AlreadyPaid) => "You already have a subscription for this order, so ",
+        Some(Reason::AlreadyLifetime) => "You already have lifetime access to this channel, so ",
         Some(
             Reason::UnknownOrder
             | Reason::OrderCancelled
@@ -452,6 +471,20 @@ pub fn with_subscription_stopped(notice: &str, reason: Option<Reason>) -> String
     };
     format!(
         "{notice}\n\n{why}we cancelled this subscription: you will not be charged for it again."
+    )
+}
+
+/// A payment that would buy nothing: the buyer already has lifetime access to the channel. It
+/// is refunded (`refunded`: a Stars payment we refund) or reviewed by staff.
+pub fn payment_already_lifetime(title: &str, price: &str, refunded: bool) -> String {
+    let then = if refunded {
+        "Your stars will be refunded."
+    } else {
+        "We will review it and get back to you about a refund."
+    };
+    format!(
+        "You already have lifetime access to «{title}», so your payment of {price} was not \
+         needed. {then}"
     )
 }
 

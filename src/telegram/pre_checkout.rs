@@ -21,7 +21,8 @@
 //! the second one reads the first one's stored decision after the lock.
 //!
 //! Checks, in API.md's order: the order exists and is pending, the payer is the order's
-//! subscriber, currency `XTR` and amount match, the channel is active, the seat rule
+//! subscriber, currency `XTR` and amount match, the buyer has no live lifetime access to the
+//! channel already (`already_lifetime`), the channel is active, the seat rule
 //! ([`seats::checkout_decide`], which takes the channel lock and may set the hold, within the
 //! buyer's hold rules: a cooldown after an unpaid hold ran out, a daily cap — refused as
 //! `hold_limited`, telling the buyer when to try again).
@@ -39,6 +40,7 @@ use deadpool_postgres::Pool;
 use crate::{
     db::{self, FromRow},
     error::ApiError,
+    memberships,
     orders::{
         self,
         seats::{self, CheckoutRefusal, HoldRules, LockedOrder},
@@ -445,6 +447,10 @@ async fn decide_locked(
         q,
     ) {
         return Ok(refused(refusal));
+    }
+    // Lifetime access the buyer already has (asked under the pair lock): nothing to buy.
+    if memberships::lifetime_in_every(tx, o.subscriber(), &[o.channel_id]).await? {
+        return Ok(refused(Reason::AlreadyLifetime));
     }
     let status = o.status;
     Ok(match seats::checkout_decide(tx, locked, rules).await? {

@@ -267,7 +267,8 @@ async fn subscription_cancel(
         return Ok(None);
     }
     let name = render::title(&sub.title, sub.channel_id);
-    let until = sub.access_until;
+    // Lifetime access outlasts any subscription: nothing to say about when it ends.
+    let until = sub.access_until.and_then(|e| e.at());
     let text = texts::subscription_cancelled(&name, until.map(texts::day).as_deref());
     let client = state.db.get().await.map_err(ApiError::from)?;
     enqueue_message(

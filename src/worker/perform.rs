@@ -12,7 +12,7 @@ use crate::{
     channels,
     effects::{Effect, Kind, Payload, payload},
     error::ApiError,
-    memberships::{self, EffectView, Status},
+    memberships::{self, EffectView, Expiry, Status},
     payments::{
         core::Outcome,
         refunds::{self, RefundFacts},
@@ -176,7 +176,10 @@ impl Worker {
             Some(link) => link,
             None => self.channel_link(bot, m.channel_id, chat).await?,
         };
-        let text = texts::grant(&m.title, &texts::day(m.expires_at), &link);
+        let text = match m.expires_at {
+            Expiry::At(t) => texts::grant(&m.title, &texts::day(t), &link),
+            Expiry::Never => texts::grant_for_life(&m.title, &link),
+        };
         bot.send_message(e.user_id, &text).await?;
         Ok(None)
     }
@@ -217,7 +220,10 @@ impl Worker {
         if !m.status.holds_access() {
             return Ok(Some(format!("skipped: the membership is {} now", m.status)));
         }
-        let text = texts::renewal_receipt(&m.title, &texts::day(m.expires_at));
+        let text = match m.expires_at {
+            Expiry::At(t) => texts::renewal_receipt(&m.title, &texts::day(t)),
+            Expiry::Never => texts::lifetime_receipt(&m.title),
+        };
         bot.send_message(e.user_id, &text).await?;
         Ok(None)
     }
@@ -271,10 +277,14 @@ impl Worker {
                 "skipped: the membership changed since (renewed or ended)".into(),
             ));
         }
+        // Never enqueued for lifetime access (its term has no end to tell of).
+        let Expiry::At(at) = m.expires_at else {
+            return Ok(Some("skipped: lifetime access never ends".into()));
+        };
         let text = if status == Status::Active {
-            texts::reminder(&m.title, &texts::day(m.expires_at))
+            texts::reminder(&m.title, &texts::day(at))
         } else {
-            texts::grace_notice(&m.title, &texts::day(m.expires_at))
+            texts::grace_notice(&m.title, &texts::day(at))
         };
         bot.send_message(e.user_id, &text).await?;
         Ok(None)

@@ -179,7 +179,9 @@ async fn check_key(app: &TestApp, row: &Row, typed: &Payload) {
         }
         Payload::Reminder(p) => Some(effects::reminder_key(
             row.membership_id.expect("a reminder's membership"),
-            p.expires_at,
+            p.expires_at
+                .at()
+                .expect("a reminder's expiry is an instant"),
         )),
         Payload::Refund(p) => {
             let payment = row.payment_id.expect("a refund's payment");

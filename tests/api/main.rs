@@ -25,6 +25,7 @@ mod openapi;
 mod ops;
 
 mod idempotency;
+mod lifetime;
 mod logs;
 mod metrics;
 mod orders;

@@ -426,3 +426,59 @@ async fn real_answers_match_the_document() {
     let deleted = app.delete(&plan_path).await;
     assert_eq!(deleted.status, 204);
 }
+
+/// Lifetime access matches the document: a membership, its events and its PATCH answer with
+/// `"expires_at": "infinity"`, and the 409 of ordering it again.
+#[tokio::test]
+async fn lifetime_answers_match_the_document() {
+    let app = TestApp::spawn().await;
+    let doc = document();
+    let check = |method: &str, path: &str, r: &crate::helpers::TestResponse| {
+        let pointer = response_schema(&doc, method, path, r.status.as_u16());
+        assert_valid(&doc, &pointer, &r.json());
+    };
+    let subscriber = app.create_subscriber(100000001).await["id"].clone();
+    let channel = app.create_channel(-1001000000001, json!({})).await["id"].clone();
+    let m = app
+        .post(
+            "/api/memberships",
+            json!({"subscriber_id": subscriber, "channel_id": channel, "days": 30}),
+        )
+        .await
+        .expect(201);
+    let path = format!("/api/memberships/{}", m["id"]);
+    let patched = app.patch(&path, json!({"expires_at": "infinity"})).await;
+    assert_eq!(patched.json()["expires_at"], "infinity");
+    check("patch", "/api/memberships/{id}", &patched);
+    check("get", "/api/memberships/{id}", &app.get(&path).await);
+    check(
+        "get",
+        "/api/memberships",
+        &app.get("/api/memberships").await,
+    );
+    let events = app.get(&format!("{path}/events")).await;
+    assert_eq!(events.json()["items"][1]["expires_at_after"], "infinity");
+    check("get", "/api/memberships/{id}/events", &events);
+    let again = app
+        .post(
+            "/api/orders",
+            json!({"subscriber_id": subscriber, "channel_id": channel}),
+        )
+        .await;
+    assert_eq!(again.status, 409);
+    check("post", "/api/orders", &again);
+    // The schema names both forms, and refuses anything else.
+    let expiry = "#/components/schemas/Expiry";
+    assert_valid(&doc, expiry, &json!("infinity"));
+    assert_valid(&doc, expiry, &json!("2025-01-31T10:00:00Z"));
+    assert!(
+        jsonschema::draft202012::new(&{
+            let mut root = doc.clone();
+            root["$ref"] = json!(expiry);
+            root
+        })
+        .unwrap()
+        .validate(&json!(42))
+        .is_err()
+    );
+}
