@@ -180,8 +180,6 @@ struct Terms {
     per_buyer_limit: i32,
     first_purchase_only: bool,
     active: bool,
-    /// `expires_at` has passed, by database time.
-    expired: bool,
 }
 
 impl Terms {
@@ -195,7 +193,7 @@ impl Terms {
 
 impl FromRow for Terms {
     const COLUMNS: &'static str = "id, percent_off, amount_off_minor, currency, plan_ids, \
-        max_redemptions, per_buyer_limit, first_purchase_only, active, expired";
+        max_redemptions, per_buyer_limit, first_purchase_only, active";
 
     fn from_row(r: &Row) -> Result<Terms, tokio_postgres::Error> {
         Ok(Terms {
@@ -208,7 +206,6 @@ impl FromRow for Terms {
             per_buyer_limit: r.try_get("per_buyer_limit")?,
             first_purchase_only: r.try_get("first_purchase_only")?,
             active: r.try_get("active")?,
-            expired: r.try_get("expired")?,
         })
     }
 }
@@ -217,8 +214,7 @@ impl FromRow for Terms {
 macro_rules! terms_columns {
     () => {
         "id, percent_off, amount_off_minor, currency, plan_ids, max_redemptions, \
-         per_buyer_limit, first_purchase_only, active, \
-         coalesce(expires_at <= statement_timestamp(), false) AS expired"
+         per_buyer_limit, first_purchase_only, active"
     };
 }
 
@@ -227,18 +223,25 @@ const LOCK_BY_CODE_SQL: &str = concat!(
     terms_columns!(),
     " FROM promo_codes WHERE code = $1 FOR UPDATE"
 );
-// `$2`: the order's `promo_held_until`, compared with database time after the lock.
 const LOCK_BY_ID_SQL: &str = concat!(
     "SELECT ",
     terms_columns!(),
-    ", coalesce($2::timestamptz > statement_timestamp(), false) AS still_held
-     FROM promo_codes WHERE id = $1 FOR UPDATE"
+    " FROM promo_codes WHERE id = $1 FOR UPDATE"
 );
-// A code's uses, and subscriber `$2`'s uses of it.
-const USES_SQL: &str = concat!(
-    "SELECT count(*) AS uses, count(*) FILTER (WHERE o.subscriber_id = $2) AS buyer_uses
-     FROM orders o WHERE o.promo_code_id = $1 AND ",
-    holds_use_sql!("o")
+// What database time decides, read by a statement after the code's lock (a locking
+// statement's own `statement_timestamp()` is from before its wait): code `$1`'s uses,
+// subscriber `$2`'s uses of it, whether `$3` (an order's `promo_held_until`) is still ahead,
+// and whether the code has expired.
+const NOW_SQL: &str = concat!(
+    "SELECT (SELECT count(*) FROM orders o WHERE o.promo_code_id = $1 AND ",
+    holds_use_sql!("o"),
+    ") AS uses,
+       (SELECT count(*) FROM orders o WHERE o.promo_code_id = $1 AND o.subscriber_id = $2 AND ",
+    holds_use_sql!("o"),
+    ") AS buyer_uses,
+       coalesce($3::timestamptz > statement_timestamp(), false) AS still_held,
+       coalesce((SELECT pc.expires_at <= statement_timestamp() FROM promo_codes pc
+                 WHERE pc.id = $1), false) AS expired"
 );
 // A purchase: a paid order of a paid plan (a trial is not one) covering one of channels `$2`.
 const BOUGHT_BEFORE_SQL: &str = "SELECT EXISTS (
@@ -276,10 +279,11 @@ pub async fn discount_for_new_order(
     let Some(t) = db::opt::<Terms>(tx, LOCK_BY_CODE_SQL, &[&code]).await? else {
         return Err(refused("no such promo code"));
     };
+    let now = now(tx, t.id, subscriber, None).await?;
     if !t.active {
         return Err(refused("this promo code is not active"));
     }
-    if t.expired {
+    if now.expired {
         return Err(refused("this promo code has expired"));
     }
     if plan.kind != plans::Kind::Paid {
@@ -297,11 +301,12 @@ pub async fn discount_for_new_order(
             plan.currency
         )));
     }
-    let (uses, buyer_uses) = uses(tx, t.id, subscriber).await?;
-    if t.max_redemptions.is_some_and(|max| uses >= i64::from(max)) {
+    if t.max_redemptions
+        .is_some_and(|max| now.uses >= i64::from(max))
+    {
         return Err(refused("this promo code has been used up"));
     }
-    if buyer_uses >= i64::from(t.per_buyer_limit) {
+    if now.buyer_uses >= i64::from(t.per_buyer_limit) {
         return Err(refused(if t.per_buyer_limit == 1 {
             "the subscriber has already used this promo code".to_string()
         } else {
@@ -354,14 +359,14 @@ pub async fn use_still_held(tx: &Transaction<'_>, order: OrderUse) -> Result<boo
     if !order.pending {
         return Ok(true);
     }
-    let row = db::row_one(tx, LOCK_BY_ID_SQL, &[&code_id, &order.promo_held_until]).await?;
-    if row.try_get::<_, bool>("still_held")? {
+    let t = db::one::<Terms>(tx, LOCK_BY_ID_SQL, &[&code_id]).await?;
+    let now = now(tx, t.id, order.subscriber, order.promo_held_until).await?;
+    if now.still_held {
         return Ok(true);
     }
-    let t = Terms::from_row(&row)?;
-    let (uses, buyer_uses) = uses(tx, t.id, order.subscriber).await?;
-    Ok(t.max_redemptions.is_none_or(|max| uses < i64::from(max))
-        && buyer_uses < i64::from(t.per_buyer_limit))
+    Ok(t.max_redemptions
+        .is_none_or(|max| now.uses < i64::from(max))
+        && now.buyer_uses < i64::from(t.per_buyer_limit))
 }
 
 /// After [`use_still_held`] said yes and the checkout approved `order`: a use whose hold lapsed
@@ -385,14 +390,30 @@ pub async fn hold_again(
     Ok(())
 }
 
-/// Code `id`'s uses, and subscriber `subscriber`'s uses of it. The caller holds the code's lock.
-async fn uses(
+/// What database time decides about code `id` now ([`NOW_SQL`]).
+struct Now {
+    uses: i64,
+    buyer_uses: i64,
+    /// `held_until` is still ahead.
+    still_held: bool,
+    expired: bool,
+}
+
+/// Code `id`'s uses, subscriber `subscriber`'s uses of it, whether `held_until` is still ahead
+/// and whether the code expired, by database time. The caller holds the code's lock.
+async fn now(
     tx: &Transaction<'_>,
     id: i64,
     subscriber: SubscriberId,
-) -> Result<(i64, i64), ApiError> {
-    let row = db::row_one(tx, USES_SQL, &[&id, &subscriber]).await?;
-    Ok((row.try_get("uses")?, row.try_get("buyer_uses")?))
+    held_until: Option<DateTime<Utc>>,
+) -> Result<Now, ApiError> {
+    let row = db::row_one(tx, NOW_SQL, &[&id, &subscriber, &held_until]).await?;
+    Ok(Now {
+        uses: row.try_get("uses")?,
+        buyer_uses: row.try_get("buyer_uses")?,
+        still_held: row.try_get("still_held")?,
+        expired: row.try_get("expired")?,
+    })
 }
 
 /// Whether the subscriber bought access to any of `channels` before (a paid order of a paid
