@@ -780,7 +780,7 @@
           p.channel_ids.length > 1 ? [' ', badge('bundle')] : null],
         badge(p.kind),
         p.kind === 'trial' ? 'free' : money(p.price_minor, p.currency),
-        periodText(p.period_days),
+        h('span', { class: 'nowrap' }, periodText(p.period_days)),
         String(p.position),
         [p.active ? badge('active') : badge('inactive'), p.recurring ? [' ', badge('recurring')] : null],
         p.buy_link ? copyable(p.buy_link, `plan-${p.id}-buy-link`, 'Buy link of plan ' + p.title) : '—',
@@ -861,6 +861,7 @@
       for (const box of bundle.querySelectorAll('input')) {
         const self = Number(box.dataset.channel) === firstId;
         box.disabled = self;
+        box.closest('.field').hidden = self;
         if (self) box.checked = false;
       }
       const trial = kind.value === 'trial';
@@ -1008,7 +1009,7 @@
     await pagedList(section, '/promo-codes', live, (items) => table('Promo codes',
       ['Code', 'Discount', 'Plans', 'Uses', 'Per buyer', 'Expires', 'Status', 'Actions'],
       items.map((c) => [
-        link(`#/promo-codes/${c.id}`, h('code', {}, c.code)),
+        link(`#/promo-codes/${c.id}`, h('code', { class: 'nowrap' }, c.code)),
         discountText(c),
         c.plan_ids === null
           ? 'every paid plan'
@@ -1049,10 +1050,12 @@
         : h('p', { class: 'empty' }, 'No paid plans yet.'),
       h('p', { class: 'field-error', id: `${f}-plan_ids-error` }));
     const sync = () => {
+      // Only the inputs of the kind of discount chosen are shown and sent.
       const pct = kind.value === 'percent';
-      percent.disabled = !pct;
-      amount.disabled = pct;
-      currency.disabled = pct;
+      for (const [el, off] of [[percent, !pct], [amount, pct], [currency, pct]]) {
+        el.disabled = off;
+        el.closest('.field').hidden = off;
+      }
     };
     kind.addEventListener('change', sync);
     const form = h('form', { id: f, class: 'card', method: 'post', novalidate: true },
@@ -1325,8 +1328,8 @@
           o.plan_id ? link(`#/plans/${o.plan_id}`, planName(planMap, o.plan_id)) : '—',
           channelName(chans, o.channel_id),
           money(o.list_price_minor === undefined ? o.amount_minor : o.list_price_minor, o.currency),
-          o.discount_minor ? ['− ', money(o.discount_minor, o.currency)] : '—',
-          o.promo_code ? h('code', {}, o.promo_code) : '—',
+          o.discount_minor ? h('span', { class: 'nowrap' }, '− ', money(o.discount_minor, o.currency)) : '—',
+          o.promo_code ? h('code', { class: 'nowrap' }, o.promo_code) : '—',
           money(o.amount_minor, o.currency),
           badge(o.status),
           when(o.created_at),
