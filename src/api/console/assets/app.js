@@ -71,7 +71,9 @@
         h('caption', { class: 'visually-hidden' }, caption),
         h('thead', {}, h('tr', {}, columns.map((c) => h('th', { scope: 'col' }, c)))),
         h('tbody', {}, rows.map((cells) => h('tr', {},
-          cells.map((cell, i) => h('td', { 'data-label': columns[i] }, cell)))))));
+          // A cell of several parts is one box, so a phone's card keeps it beside its label.
+          cells.map((cell, i) => h('td', { 'data-label': columns[i] },
+            Array.isArray(cell) ? h('span', { class: 'cell' }, cell) : cell)))))));
   }
 
   /** A definition list from [term, description] pairs. */
