@@ -168,7 +168,9 @@ for s in 1 2 3; do
     for c in 1 2; do api POST /api/orders "{\"subscriber_id\": $s, \"channel_id\": $c}" >/dev/null; done
 done
 api POST /api/memberships '{"subscriber_id": 1, "channel_id": 1, "days": 30}' >/dev/null
-log "seeded 3 subscribers, 2 channels, 6 orders, 1 membership"
+api POST /api/plans '{"title": "Fuzz lifetime", "channel_ids": [1], "price_minor": 99900, "period_days": null}' >/dev/null
+api POST /api/plans '{"title": "Fuzz trial", "channel_ids": [2], "kind": "trial", "period_days": 7}' >/dev/null
+log "seeded 3 subscribers, 2 channels (with their default plans), 2 more plans, 6 orders, 1 membership"
 
 # ------------------------------------------------------------------ fuzz
 log "running schemathesis (at most ${FUZZ_MAX_EXAMPLES:-50} cases per operation and phase, ${FUZZ_MAX_TIME:-300} s)"

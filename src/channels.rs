@@ -10,7 +10,13 @@
 //!   `invite_link`, which belongs to the old chat;
 //! - a new or lower `seat_limit` binds every seat decision not yet committed: the row is locked
 //!   `FOR UPDATE` first ([`lock_for_change`], `docs/locking.md`);
-//! - a channel that memberships, orders or payments refer to is never deleted (deactivate it).
+//! - a channel that memberships, orders or payments refer to is never deleted (deactivate it),
+//!   nor one that a plan other than its default plan includes (a bundle, a trial: the plan
+//!   goes first);
+//! - its `currency` does not change while a plan other than its default plan includes it
+//!   ([`currency_change_blocker`]), so a plan's currency stays the currency of each of its
+//!   channels (`crate::plans`); the channel's default plan follows its price fields (the
+//!   schema's triggers, migration 0009).
 //!
 //! The lock-order statements that read a channel's terms under a seat decision
 //! (`orders::seats::lock_channel_terms`) and the statements of other owners that join channels
@@ -79,6 +85,15 @@ const PATCH_SQL: &str = concat!(
     channel_columns!()
 );
 const LOCK_SQL: &str = "SELECT telegram_chat_id FROM channels WHERE id = $1 FOR UPDATE";
+// A plan other than the channel's default plan that includes it with another currency: the
+// channel's currency cannot become `$2`. (The one read of `plans` here: the rule guards the
+// channel's column; `crate::plans` calls this module, so it cannot be asked.)
+const CURRENCY_BLOCKER_SQL: &str =
+    "SELECT p.id FROM plan_channels pc JOIN plans p ON p.id = pc.plan_id
+     WHERE pc.channel_id = $1 AND p.default_of IS DISTINCT FROM $1 AND p.currency <> $2
+     ORDER BY p.id LIMIT 5";
+const LOCK_FOR_PLAN_SQL: &str =
+    "SELECT id, currency FROM channels WHERE id = ANY($1) ORDER BY id FOR SHARE";
 const DELETE_SQL: &str = "DELETE FROM channels WHERE id = $1";
 
 /// Telegram sells Stars subscriptions with a 30-day period only.
@@ -236,13 +251,21 @@ pub async fn change(tx: &Transaction<'_>, id: i32, f: &Fields) -> Result<Channel
     // chat takes the same lock (the one a change of a unique column takes anyway) before its
     // check: it waits for every transaction that enqueued an effect under a key-share lock of
     // this row and holds off new ones until this commits, so the check sees all of them.
-    if matches!(f.seat_limit, Some(Some(_))) || f.telegram_chat_id.is_some() {
+    // A new currency takes it too, so every plan made with the old currency is committed (a
+    // plan's write reads its channels `FOR SHARE`, [`lock_for_plan`]) before the check looks.
+    if matches!(f.seat_limit, Some(Some(_))) || f.telegram_chat_id.is_some() || f.currency.is_some()
+    {
         let current = lock_for_change(tx, id)
             .await?
             .ok_or(ApiError::NotFound("channel"))?;
         if let Some(new_chat) = f.telegram_chat_id
             && new_chat != current
             && let Some(why) = chat_change_blocker(tx, id, current).await?
+        {
+            return Err(ApiError::Conflict(why));
+        }
+        if let Some(currency) = &f.currency
+            && let Some(why) = currency_change_blocker(tx, id, currency).await?
         {
             return Err(ApiError::Conflict(why));
         }
@@ -317,14 +340,73 @@ pub async fn chat_change_blocker(
     })
 }
 
+/// Why the channel's currency cannot become `currency`, if it cannot: plans other than its
+/// default plan include it with their own (its current) currency, which must stay the currency
+/// of each of their channels. The caller holds the channel row `FOR UPDATE`
+/// ([`lock_for_change`]), so no plan including it is being written meanwhile.
+pub async fn currency_change_blocker(
+    tx: &Transaction<'_>,
+    channel_id: i32,
+    currency: &str,
+) -> Result<Option<String>, ApiError> {
+    let plans: Vec<i64> = db::rows(tx, CURRENCY_BLOCKER_SQL, &[&channel_id, &currency])
+        .await?
+        .iter()
+        .map(|r| r.try_get("id"))
+        .collect::<Result<_, _>>()?;
+    Ok((!plans.is_empty()).then(|| {
+        let ids: Vec<String> = plans.iter().map(i64::to_string).collect();
+        format!(
+            "currency cannot change while plans other than the channel's default plan include              it (plan {}): a plan's currency is the currency of each of its channels; delete              those plans or take the channel out of them first",
+            ids.join(", ")
+        )
+    }))
+}
+
+/// A channel as a plan's write sees it: its currency, which must be the plan's.
+#[derive(Debug, Clone)]
+pub struct PlanChannel {
+    pub id: i32,
+    pub currency: String,
+}
+
+impl FromRow for PlanChannel {
+    const COLUMNS: &'static str = "id, currency";
+
+    fn from_row(r: &Row) -> Result<PlanChannel, tokio_postgres::Error> {
+        Ok(PlanChannel {
+            id: r.try_get("id")?,
+            currency: r.try_get("currency")?,
+        })
+    }
+}
+
+/// Channels `ids` that exist, by ascending id, locked `FOR SHARE` until the transaction ends:
+/// a plan being made of them or changed to them sees currencies that cannot change before it
+/// commits (a currency change locks the row `FOR UPDATE`, [`change`]), and the channels cannot
+/// be deleted meanwhile. Locked in ascending id order, like a bundle's pair locks.
+pub async fn lock_for_plan(
+    tx: &Transaction<'_>,
+    ids: &[i32],
+) -> Result<Vec<PlanChannel>, ApiError> {
+    db::all(tx, LOCK_FOR_PLAN_SQL, &[&ids]).await
+}
+
 /// Deletes channel `id`: 404 when there is none, 409 while memberships, orders or payments
-/// refer to it (their foreign keys).
+/// refer to it (their foreign keys), or a plan other than its default plan includes it. Its
+/// default plan goes with it (the schema's trigger), unless orders refer to that plan.
 pub async fn delete(client: &impl GenericClient, id: i32) -> Result<(), ApiError> {
     let deleted = client
         .execute(DELETE_SQL, &[&id])
         .await
-        .map_err(|e| match e.code() {
-            Some(c) if *c == tokio_postgres::error::SqlState::FOREIGN_KEY_VIOLATION => {
+        .map_err(|e| match e.as_db_error() {
+            Some(d) if d.constraint() == Some("plan_channels_channel_id_fkey") => {
+                ApiError::Conflict(
+                    "plans other than the channel's default plan include it (a bundle or a                      trial); delete those plans or take the channel out of them first"
+                        .into(),
+                )
+            }
+            Some(d) if *d.code() == tokio_postgres::error::SqlState::FOREIGN_KEY_VIOLATION => {
                 ApiError::Conflict(
                     "the channel has memberships, orders or payments; deactivate it instead".into(),
                 )

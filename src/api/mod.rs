@@ -22,6 +22,7 @@ pub mod openapi;
 pub mod orders;
 pub mod overview;
 pub mod payments;
+pub mod plans;
 pub mod router;
 pub mod star_subscriptions;
 pub mod subscribers;

@@ -70,6 +70,7 @@ pub const WEBHOOK_SIGNATURE: &str = "webhook_signature";
         (name = "auth", description = "Staff login: a bearer JWT for every other staff route."),
         (name = "subscribers", description = "The buyers, by Telegram user id."),
         (name = "channels", description = "The private channels for sale, with price, period, grace and seats."),
+        (name = "plans", description = "The ways a channel is sold: one channel or a bundle, paid or a trial, for a period or for life."),
         (name = "memberships", description = "Who may be in which channel until when, and the history of each."),
         (name = "orders", description = "One intent to buy one period of one channel; what every payment names."),
         (name = "payments", description = "Every payment any door stored (read-only)."),
@@ -276,6 +277,7 @@ text_enum_schemas! {
         "`active` until `expires_at`, then `grace` for the channel's grace period, then `expired`.",
     membership_domain::EventCause => "EventCause": "Who made a membership change.",
     order_domain::Status => "OrderStatus": "`pending` until a payment pays it or staff cancel it.",
+    crate::plans::Kind => "PlanKind": "`paid`, or a free `trial` (once per buyer and channel).",
     core::Outcome => "PaymentOutcome": "What became of a stored payment.",
     core::Reason => "PaymentReason":
         "Why a payment was not applied (or a Telegram pre-checkout refused).",

@@ -26,7 +26,7 @@ use super::{
     error::problem,
     invoice_links, memberships,
     openapi::{self, Health},
-    orders, overview, payments, star_subscriptions, subscribers, sweep,
+    orders, overview, payments, plans, star_subscriptions, subscribers, sweep,
     webhooks::{standard, telegram, wayforpay},
 };
 use crate::{error::ApiError, state::AppState};
@@ -49,6 +49,8 @@ pub fn routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(channels::create, channels::list))
         .routes(routes!(channels::get, channels::patch, channels::delete))
+        .routes(routes!(plans::create, plans::list))
+        .routes(routes!(plans::get, plans::patch, plans::delete))
         .routes(routes!(memberships::grant, memberships::list))
         .routes(routes!(
             memberships::get,

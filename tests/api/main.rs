@@ -28,6 +28,7 @@ mod metrics;
 mod orders;
 mod overview;
 mod payments;
+mod plans;
 mod schema;
 mod smoke;
 mod stars_subscriptions;

@@ -391,4 +391,38 @@ async fn real_answers_match_the_document() {
     let retried = app.post("/api/effects/retry", Value::Null).await;
     assert_eq!(retried.status, 200);
     check("post", "/api/effects/retry", &retried);
+
+    // Plans: made, listed, read, changed, refused and deleted.
+    let plan = app
+        .post(
+            "/api/plans",
+            json!({"title": "Both", "channel_ids": [channel["id"], limited["id"]],
+                   "price_minor": 29900, "period_days": null}),
+        )
+        .await;
+    assert_eq!(plan.status, 201);
+    check("post", "/api/plans", &plan);
+    let invalid = app
+        .post("/api/plans", json!({"title": "", "channel_ids": []}))
+        .await;
+    assert_eq!(invalid.status, 422);
+    check("post", "/api/plans", &invalid);
+    let plans = app.get("/api/plans").await;
+    assert_eq!(plans.status, 200);
+    check("get", "/api/plans", &plans);
+    let plan_path = format!("/api/plans/{}", plan.json()["id"]);
+    let read = app.get(&plan_path).await;
+    check("get", "/api/plans/{id}", &read);
+    let changed = app.patch(&plan_path, json!({"active": false})).await;
+    assert_eq!(changed.status, 200);
+    check("patch", "/api/plans/{id}", &changed);
+    let refused = app.patch(&plan_path, json!({"kind": "trial"})).await;
+    assert_eq!(refused.status, 422);
+    check("patch", "/api/plans/{id}", &refused);
+    let default_plan = plans.json()["items"][0]["id"].as_i64().unwrap();
+    let kept = app.delete(&format!("/api/plans/{default_plan}")).await;
+    assert_eq!(kept.status, 409);
+    check("delete", "/api/plans/{id}", &kept);
+    let deleted = app.delete(&plan_path).await;
+    assert_eq!(deleted.status, 204);
 }
