@@ -887,7 +887,7 @@
 
     const form = h('form', { id: f, class: 'card', method: 'post', novalidate: true },
       p.is_default
-        ? h('p', { class: 'hint' }, 'This is the channel’s default plan: its price, currency, period and recurring are the channel’s own fields (change them on the channel’s page).')
+        ? h('p', { class: 'hint' }, 'This is the channel’s default plan: its price, currency, period and recurring are the channel’s own fields (a change here changes the channel too); it stays a paid plan of that one channel with a period.')
         : null,
       h('div', { class: 'grid' },
         field('Title', input('title', { value: p.title, required: true, maxlength: 255 }), 'Shown to buyers in the bot.'),
@@ -995,8 +995,10 @@
       : [money(c.amount_off_minor, c.currency), ' off'];
   }
 
+  /** "3 of 10", or "3 (no limit)"; with the uses pending orders hold now, when the API says. */
   function usesText(c) {
-    return c.max_redemptions === null ? `${c.redemptions} (no limit)` : `${c.redemptions} of ${c.max_redemptions}`;
+    const used = c.max_redemptions === null ? `${c.redemptions} (no limit)` : `${c.redemptions} of ${c.max_redemptions}`;
+    return c.held ? `${used}, ${c.held} held by pending orders` : used;
   }
 
   async function renderPromoCodes() {
