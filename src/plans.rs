@@ -173,6 +173,20 @@ pub async fn get(client: &impl GenericClient, id: i64) -> Result<Option<Plan>, A
     db::opt(client, GET_SQL, &[&id]).await
 }
 
+const KEY_SHARE_SQL: &str = "SELECT id FROM plans WHERE id = $1 FOR KEY SHARE";
+
+/// Plan `id` for an order being made of it, its row locked `FOR KEY SHARE` first (the lock the
+/// order's foreign key takes anyway, taken before the plan is read): a change of the plan's
+/// kind, currency or channels (row `FOR UPDATE`, [`change`]) either committed before, and the
+/// read that follows the lock sees its terms, or waits for the order and then sees it and is
+/// refused. Read in a statement of its own after the lock, so it sees what the lock waited for.
+pub async fn get_for_order(tx: &Transaction<'_>, id: i64) -> Result<Option<Plan>, ApiError> {
+    if db::row_opt(tx, KEY_SHARE_SQL, &[&id]).await?.is_none() {
+        return Ok(None);
+    }
+    get(tx, id).await
+}
+
 /// Channel `channel_id`'s default plan (`None`: no such channel).
 pub async fn default_of(
     client: &impl GenericClient,

@@ -233,7 +233,7 @@ pub async fn create_for_plan(
     hold_secs: i64,
 ) -> Result<Order, ApiError> {
     let subscriber = subscribers::exists(tx, subscriber_id).await?;
-    let plan = plans::get(tx, plan_id).await?;
+    let plan = plans::get_for_order(tx, plan_id).await?;
     let mut errors = std::collections::BTreeMap::new();
     if !subscriber {
         errors.insert(

@@ -1001,3 +1001,76 @@ async fn migration_9_gives_each_channel_a_default_plan_and_each_order_that_plan(
         std::panic::resume_unwind(panic);
     }
 }
+
+/// An order of a plan while the plan's channels (and so its currency) change: the order is
+/// either made first, and the change refused (409), or made after, of the new channels at the
+/// new currency; never an order of the old terms on a plan that no longer has them.
+#[tokio::test]
+async fn an_order_and_a_change_of_its_plans_channels_never_disagree() {
+    let app = Arc::new(TestApp::spawn().await);
+    let a = id(&app.create_channel(-1001000000001, json!({})).await);
+    let b = id(&app
+        .create_channel(-1001000000002, json!({"currency": "USD"}))
+        .await);
+    for round in 0..10 {
+        let plan = id(&app
+            .post(
+                "/api/plans",
+                json!({"title": "Race", "channel_ids": [a], "price_minor": 100,
+                       "period_days": 30}),
+            )
+            .await
+            .expect(201));
+        let s = id(&app.create_subscriber(200000000 + round).await);
+        let barrier = Arc::new(Barrier::new(2));
+        let (order, patch) = tokio::join!(
+            {
+                let (app, barrier) = (app.clone(), barrier.clone());
+                async move {
+                    barrier.wait().await;
+                    app.post("/api/orders", json!({"subscriber_id": s, "plan_id": plan}))
+                        .await
+                }
+            },
+            {
+                let (app, barrier) = (app.clone(), barrier.clone());
+                async move {
+                    barrier.wait().await;
+                    app.patch(&format!("/api/plans/{plan}"), json!({"channel_ids": [b]}))
+                        .await
+                }
+            }
+        );
+        assert_eq!(order.status, 201, "round {round}");
+        assert!(
+            patch.status == 200 || patch.status == 409,
+            "round {round}: {}",
+            patch.status
+        );
+        let disagreeing = app
+            .count(&format!(
+                "orders o JOIN plans p ON p.id = o.plan_id
+                 WHERE p.id = {plan} AND (o.currency <> p.currency OR o.channel_id <> ALL (
+                     SELECT channel_id FROM plan_channels pc WHERE pc.plan_id = p.id))"
+            ))
+            .await;
+        assert_eq!(
+            disagreeing, 0,
+            "round {round}: the order has its plan's terms"
+        );
+        let order = order.json();
+        let expected = if patch.status == 200 {
+            (b, "USD")
+        } else {
+            (a, "UAH")
+        };
+        assert_eq!(
+            (
+                order["channel_id"].as_i64().unwrap(),
+                order["currency"].as_str().unwrap()
+            ),
+            expected,
+            "round {round}"
+        );
+    }
+}
