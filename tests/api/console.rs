@@ -737,12 +737,11 @@ async fn offers(browser: &Browser, app: &TestApp, base: &str, shots: &Shots, cha
     let r = app.pay_order(&order, "pay-promo-1").await.expect(200);
     assert_eq!(r["payment"]["outcome"], "applied");
 
-    // Its use is counted; then the code is deactivated from the list.
-    browser.refresh().await;
-    browser.wait_text("main h1", "Sign in").await;
-    browser.fill("#login-email", ADMIN_EMAIL).await;
-    browser.fill("#login-password", ADMIN_PASSWORD).await;
-    browser.click("#login button[type=submit]").await;
+    // Its use is counted (the list is read again when shown); then the code is deactivated
+    // from the list.
+    browser.click("a[href='#/plans']").await;
+    browser.wait_text("main h1", "Plans").await;
+    browser.click("a[href='#/promo-codes']").await;
     browser.wait_text("main h1", "Promo codes").await;
     browser.wait_text("main table", "1 of 10").await;
     shot(browser, shots, "13-promo-codes").await;
@@ -789,11 +788,6 @@ async fn offers(browser: &Browser, app: &TestApp, base: &str, shots: &Shots, cha
     browser
         .goto(&format!("{base}/console/#/subscribers/{cat_id}"))
         .await;
-    browser.refresh().await;
-    browser.wait_text("main h1", "Sign in").await;
-    browser.fill("#login-email", ADMIN_EMAIL).await;
-    browser.fill("#login-password", ADMIN_PASSWORD).await;
-    browser.click("#login button[type=submit]").await;
     browser
         .wait_text("main h1", "Subscriber @user100000003")
         .await;
