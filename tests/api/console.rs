@@ -545,8 +545,8 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
 
 /// Selling plans: a plan made from its channel's page (a bad field answered next to the field,
 /// then fixed), a lifetime bundle, a promo code with its uses and its deactivation, an order
-/// bought with the code on the buyer's page (list price, discount, code), and a lifetime
-/// membership shown as "lifetime".
+/// bought with the code on the buyer's page (list price, discount, code), and a membership made
+/// lifetime by a staff correction, shown as "lifetime".
 async fn offers(browser: &Browser, app: &TestApp, base: &str, shots: &Shots, channel_id: i32) {
     let review = app
         .create_channel(-1001000000002, json!({"title": "Weekly review"}))
@@ -775,16 +775,7 @@ async fn offers(browser: &Browser, app: &TestApp, base: &str, shots: &Shots, cha
         "an inactive code sells nothing"
     );
 
-    // ---- the buyer's page: the order's list price, discount and code; lifetime access shown
-    // as such (a lifetime purchase leaves `expires_at` at infinity).
-    app.db()
-        .await
-        .execute(
-            "UPDATE memberships SET expires_at = 'infinity' WHERE subscriber_id = $1",
-            &[&(cat_id as i32)],
-        )
-        .await
-        .unwrap();
+    // ---- the buyer's page: the order's list price, discount and code.
     browser
         .goto(&format!("{base}/console/#/subscribers/{cat_id}"))
         .await;
@@ -799,7 +790,43 @@ async fn offers(browser: &Browser, app: &TestApp, base: &str, shots: &Shots, cha
             && orders.contains("UAH 1,125.00"),
         "list price, discount, amount: {orders}"
     );
+    // Lifetime access, given by a staff correction, is shown as such.
+    let membership: i64 = app
+        .db()
+        .await
+        .query_one(
+            "SELECT id FROM memberships WHERE subscriber_id = $1",
+            &[&(cat_id as i32)],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    browser
+        .click(&format!(
+            "main table button[aria-controls='correct-{membership}']"
+        ))
+        .await;
+    browser
+        .click(&format!("#correct-{membership}-lifetime"))
+        .await;
+    browser
+        .click(&format!("#correct-{membership} button[type=submit]"))
+        .await;
+    browser
+        .wait_text("#status", "Corrected: active for life.")
+        .await;
     let memberships = browser.wait_text("#sub-memberships + *", "lifetime").await;
     assert!(memberships.contains("Premium signals"), "{memberships}");
+    let lifetime: bool = app
+        .db()
+        .await
+        .query_one(
+            "SELECT expires_at = 'infinity' FROM memberships WHERE id = $1",
+            &[&membership],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(lifetime, "expires_at is infinity");
     shot(browser, shots, "14-subscriber-discount").await;
 }

@@ -1351,20 +1351,32 @@
     const f = `correct-${m.id}`;
     const lifetime = isLifetime(m.expires_at);
     const local = lifetime ? '' : toLocalInput(m.expires_at);
+    const expires = h('input', { id: `${f}-expires_at`, name: 'expires_at', type: 'datetime-local', value: local, step: 60, disabled: lifetime });
+    const forLife = h('input', { id: `${f}-lifetime`, name: 'lifetime', type: 'checkbox', checked: lifetime });
+    forLife.addEventListener('change', () => { expires.disabled = forLife.checked; });
     const form = h('form', { id: f, class: 'card', method: 'post', hidden: true, novalidate: true },
       h('h3', {}, `Correct ${channelName(chans, m.channel_id)}`),
       h('p', { class: 'hint' }, `Writes exactly these values (no seat check, no extension), recorded as one staff event. Times are in ${timeZone}.`),
       h('div', { class: 'grid' },
-        field('Expires at', h('input', { id: `${f}-expires_at`, name: 'expires_at', type: 'datetime-local', value: local, step: 60 }),
-          lifetime ? 'Lifetime access: leave it empty to keep it for life, or set when it ends.' : null),
+        field('Expires at', expires),
         field('Status', h('select', { id: `${f}-status`, name: 'status' },
           ['active', 'grace', 'expired'].map((st) => h('option', { value: st, selected: st === m.status }, st))))),
+      field('Lifetime (never expires)', forLife, lifetime ? 'Untick and set when it ends to end lifetime access.' : null),
       h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Save correction')));
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
       const body = {};
-      const value = form.elements.expires_at.value;
-      if (value && value !== local) body.expires_at = new Date(value).toISOString();
+      const value = expires.value;
+      if (forLife.checked) {
+        if (!lifetime) body.expires_at = 'infinity';
+      } else if (lifetime && !value) {
+        const errors = { expires_at: 'set when the access ends, or keep Lifetime ticked' };
+        showFieldErrors(form, new ApiError(422, { errors }));
+        fail(new ApiError(422, { detail: 'Some fields are invalid', errors }));
+        return;
+      } else if (value && value !== local) {
+        body.expires_at = new Date(value).toISOString();
+      }
       if (form.elements.status.value !== m.status) body.status = form.elements.status.value;
       if (!Object.keys(body).length) { say('Nothing changed.'); return; }
       await busy(form, async () => {
