@@ -357,7 +357,9 @@ pub async fn currency_change_blocker(
     Ok((!plans.is_empty()).then(|| {
         let ids: Vec<String> = plans.iter().map(i64::to_string).collect();
         format!(
-            "currency cannot change while plans other than the channel's default plan include              it (plan {}): a plan's currency is the currency of each of its channels; delete              those plans or take the channel out of them first",
+            "currency cannot change while plans other than the channel's default plan include \
+             it (plan {}): a plan's currency is the currency of each of its channels; delete \
+             those plans or take the channel out of them first",
             ids.join(", ")
         )
     }))
@@ -402,7 +404,8 @@ pub async fn delete(client: &impl GenericClient, id: i32) -> Result<(), ApiError
         .map_err(|e| match e.as_db_error() {
             Some(d) if d.constraint() == Some("plan_channels_channel_id_fkey") => {
                 ApiError::Conflict(
-                    "plans other than the channel's default plan include it (a bundle or a                      trial); delete those plans or take the channel out of them first"
+                    "plans other than the channel's default plan include it (a bundle or a \
+                     trial); delete those plans or take the channel out of them first"
                         .into(),
                 )
             }
