@@ -18,6 +18,8 @@
   let exponents = {};
   /** Channels by id, for titles and currencies (refreshed after channel writes). */
   let channelCache = null;
+  /** Plans by id, for titles in orders and promo codes (refreshed after plan writes). */
+  let planCache = null;
   /** Bumped by every render: a slow render that lost the race draws nothing. */
   let renderSeq = 0;
   /** Where to go after signing in. */
@@ -69,7 +71,9 @@
         h('caption', { class: 'visually-hidden' }, caption),
         h('thead', {}, h('tr', {}, columns.map((c) => h('th', { scope: 'col' }, c)))),
         h('tbody', {}, rows.map((cells) => h('tr', {},
-          cells.map((cell, i) => h('td', { 'data-label': columns[i] }, cell)))))));
+          // A cell of several parts is one box, so a phone's card keeps it beside its label.
+          cells.map((cell, i) => h('td', { 'data-label': columns[i] },
+            Array.isArray(cell) ? h('span', { class: 'cell' }, cell) : cell)))))));
   }
 
   /** A definition list from [term, description] pairs. */
@@ -99,11 +103,25 @@
   const dateFormat = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'short' });
   const timeZone = Intl.DateTimeFormat().resolvedOptions().timeZone;
 
-  /** A time in the viewer's time zone, with the exact UTC instant as its machine value. */
+  /**
+   * A time in the viewer's time zone, with the exact UTC instant as its machine value. A
+   * lifetime membership's `expires_at` ("infinity") is shown as "lifetime".
+   */
   function when(iso) {
     if (!iso) return '—';
+    if (isLifetime(iso)) return h('span', { class: 'lifetime' }, 'lifetime');
     const d = new Date(iso);
     return h('time', { datetime: iso, title: iso }, dateFormat.format(d));
+  }
+
+  /** The API's spelling of an expiry that never comes (PostgreSQL's 'infinity'). */
+  function isLifetime(iso) {
+    return iso === 'infinity';
+  }
+
+  /** "until 1 Dec 2026, 10:00", or "for life": an expiry in a sentence. */
+  function untilText(iso) {
+    return isLifetime(iso) ? 'for life' : 'until ' + dateFormat.format(new Date(iso));
   }
 
   function exponentOf(currency) {
@@ -165,6 +183,8 @@
     refunded_elsewhere: 'A Stars charge refunded in another tool; nothing was granted.',
     unknown_subscription: 'A renewal charge of a Stars subscription we have no record of.',
     subscription_cancelled: 'A renewal charge of a Stars subscription that had been cancelled.',
+    promo_exhausted: 'The order’s promo code had no use left when the money arrived (its hold had lapsed and the code filled up).',
+    already_lifetime: 'The buyer already had lifetime access to every channel of the plan.',
   };
 
   const ADVICE = {
@@ -180,6 +200,8 @@
     refunded_elsewhere: 'Nothing to do.',
     unknown_subscription: 'Find the buyer in Telegram; grant by hand or refund the Stars in Telegram.',
     subscription_cancelled: 'Grant by hand if the renewal should count, or refund the Stars in Telegram.',
+    promo_exhausted: 'Grant the days by hand if the discount should stand (raise the code’s limit first if you like), or refund through the gateway.',
+    already_lifetime: 'Nothing was bought: refund it through the gateway (Stars are refunded automatically).',
   };
 
   function reasonText(reason) {
@@ -356,6 +378,7 @@
     if (session && session.timer) clearTimeout(session.timer);
     session = null;
     channelCache = null;
+    planCache = null;
     $('who').hidden = true;
     $('nav').hidden = true;
     if (location.hash && !location.hash.startsWith('#/sign-in')) afterLogin = location.hash;
@@ -408,6 +431,14 @@
           if (id === 'new') return await renderChannelForm(null);
           if (id) return await renderChannelForm(Number(id));
           return await renderChannels();
+        case 'plans':
+          if (id === 'new') return await renderPlanForm(null, params);
+          if (id) return await renderPlanForm(Number(id), params);
+          return await renderPlans(params);
+        case 'promo-codes':
+          if (id === 'new') return await renderPromoForm(null);
+          if (id) return await renderPromoForm(Number(id));
+          return await renderPromoCodes();
         case 'subscribers':
           if (id) return await renderSubscriber(Number(id), params);
           return await renderSubscribers(params);
@@ -573,6 +604,10 @@
 
   async function renderChannelForm(id) {
     const existing = id ? await api('GET', `/channels/${id}`) : null;
+    // The channel's plans (an error is shown in their section, not instead of the channel).
+    const [channelPlans, chans] = existing
+      ? await Promise.all([all(`/plans?channel_id=${id}`).catch((err) => err), channels(true)])
+      : [null, null];
     const { main, live } = page(existing ? `Channel: ${existing.title}` : 'New channel');
     if (!live()) return;
     const c = existing || {
@@ -618,6 +653,18 @@
       ]));
     }
     main.append(form);
+    if (existing) {
+      const section = h('section', { id: 'channel-plans', 'aria-labelledby': 'channel-plans-title' },
+        h('h2', { id: 'channel-plans-title' }, 'Plans'),
+        h('p', { class: 'hint' }, 'The ways this channel is sold, in the bot’s order (cheapest first, then position). The default plan carries the price fields above.'));
+      if (channelPlans instanceof Error) {
+        section.append(h('p', { class: 'error-text' }, 'The plans could not be loaded: ' + describe(channelPlans)));
+      } else {
+        section.append(plansTable(catalogueOrder(channelPlans), chans, () => renderChannelForm(id)));
+      }
+      section.append(h('p', {}, link(`#/plans/new?channel_id=${existing.id}`, 'New plan for this channel', { class: 'button' })));
+      main.append(section);
+    }
 
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
@@ -672,6 +719,7 @@
             say(`Created channel “${saved.title}”.`);
           }
           channelCache = null;
+          planCache = null;
           go(`#/channels/${saved.id}`);
         } catch (err) {
           showFieldErrors(form, err, { price_minor: 'price' });
@@ -680,6 +728,432 @@
       });
     });
     form.elements.title.focus();
+  }
+
+  // ------------------------------------------------------------------ plans
+
+  async function plans(refresh) {
+    if (!planCache || refresh) {
+      const list = await all('/plans');
+      planCache = new Map(list.map((p) => [p.id, p]));
+    }
+    return planCache;
+  }
+
+  function planName(map, id) {
+    const p = map.get(id);
+    return p ? p.title : 'Plan #' + id;
+  }
+
+  /** "30 days", "1 day", or "lifetime" (a plan without a period). */
+  function periodText(days) {
+    if (days === null || days === undefined) return 'lifetime';
+    return `${days} day${days === 1 ? '' : 's'}`;
+  }
+
+  /** The bot's catalogue order: cheapest first, then position, then id. */
+  function catalogueOrder(list) {
+    return list.slice().sort((a, b) => (a.price_minor - b.price_minor) || (a.position - b.position) || (a.id - b.id));
+  }
+
+  /** Turns a plan or a promo code on or off (`PATCH … {"active"}`), then redraws. */
+  function activeToggle(path, item, label, redraw) {
+    const b = h('button', {
+      type: 'button', class: item.active ? 'danger small' : 'secondary small',
+      'aria-label': `${item.active ? 'Deactivate' : 'Activate'} ${label}`,
+    }, item.active ? 'Deactivate' : 'Activate');
+    b.addEventListener('click', () => busy(b, async () => {
+      try {
+        const saved = await api('PATCH', path, { active: !item.active });
+        planCache = null;
+        await redraw();
+        say(`${label[0].toUpperCase()}${label.slice(1)} is ${saved.active ? 'active again' : 'deactivated'}.`);
+      } catch (err) { fail(err); }
+    }));
+    return b;
+  }
+
+  function plansTable(items, chans, redraw) {
+    return table('Plans',
+      ['Plan', 'Channels', 'Kind', 'Price', 'Period', 'Position', 'Status', 'Buy link', 'Actions'],
+      items.map((p) => [
+        [link(`#/plans/${p.id}`, p.title), p.is_default ? [' ', badge('default')] : null],
+        [p.channel_ids.map((c, i) => [i ? ' + ' : '', link(`#/channels/${c}`, channelName(chans, c))]),
+          p.channel_ids.length > 1 ? [' ', badge('bundle')] : null],
+        badge(p.kind),
+        p.kind === 'trial' ? 'free' : money(p.price_minor, p.currency),
+        h('span', { class: 'nowrap' }, periodText(p.period_days)),
+        String(p.position),
+        [p.active ? badge('active') : badge('inactive'), p.recurring ? [' ', badge('recurring')] : null],
+        p.buy_link ? copyable(p.buy_link, `plan-${p.id}-buy-link`, 'Buy link of plan ' + p.title) : '—',
+        activeToggle(`/plans/${p.id}`, p, `plan “${p.title}”`, redraw),
+      ]), 'No plans.');
+  }
+
+  async function renderPlans(params) {
+    const { main, live } = page('Plans');
+    const chans = await channels(true);
+    if (!live()) return;
+    const channelId = params.get('channel_id') || '';
+    const active = params.get('active') || '';
+    const filter = h('form', { id: 'plfilter', class: 'card inline', method: 'post' },
+      field('Channel', h('select', { id: 'plfilter-channel', name: 'channel_id' },
+        h('option', { value: '' }, 'All channels'),
+        Array.from(chans.values()).map((c) => h('option', { value: String(c.id), selected: String(c.id) === channelId }, c.title)))),
+      field('Status', h('select', { id: 'plfilter-active', name: 'active' },
+        [['', 'Any status'], ['true', 'active'], ['false', 'inactive']]
+          .map(([v, t]) => h('option', { value: v, selected: v === active }, t)))),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Show')));
+    filter.addEventListener('submit', (e) => {
+      e.preventDefault();
+      const q = new URLSearchParams();
+      if (filter.elements.channel_id.value) q.set('channel_id', filter.elements.channel_id.value);
+      if (filter.elements.active.value) q.set('active', filter.elements.active.value);
+      go('#/plans?' + q);
+    });
+    main.append(
+      h('p', {}, link('#/plans/new' + (channelId ? '?channel_id=' + channelId : ''), 'New plan', { class: 'button' })),
+      filter);
+    const q = new URLSearchParams();
+    if (channelId) q.set('channel_id', channelId);
+    if (active) q.set('active', active);
+    const section = h('section', {});
+    main.append(section);
+    await pagedList(section, '/plans' + (q.toString() ? '?' + q : ''), live,
+      (items) => plansTable(items, chans, () => renderPlans(params)));
+  }
+
+  async function renderPlanForm(id, params) {
+    const [existing, chans] = await Promise.all([id ? api('GET', `/plans/${id}`) : null, channels(true)]);
+    const { main, live } = page(existing ? `Plan: ${existing.title}` : 'New plan');
+    if (!live()) return;
+    if (!chans.size) {
+      main.append(h('p', {}, 'A plan sells channels: ', link('#/channels/new', 'create a channel first.')));
+      return;
+    }
+    const preset = chans.get(Number(params.get('channel_id'))) || chans.values().next().value;
+    const p = existing || {
+      title: '', description: null, channel_ids: [preset.id], kind: 'paid', price_minor: null,
+      currency: preset.currency, period_days: preset.billing_period_days, recurring: false,
+      active: true, position: 0, is_default: false,
+    };
+    const f = 'plan';
+    const input = (name, attrs) => h('input', Object.assign({ id: `${f}-${name}`, name }, attrs));
+    const first = h('select', { id: `${f}-channel_ids`, name: 'channel_id', required: true },
+      Array.from(chans.values()).map((c) => h('option', { value: String(c.id), selected: c.id === p.channel_ids[0] },
+        `${c.title} (${c.currency})${c.active ? '' : ' (inactive)'}`)));
+    const also = Array.from(chans.values()).map((c) => field(c.title,
+      input(`bundle-${c.id}`, { type: 'checkbox', checked: p.channel_ids.slice(1).includes(c.id), dataset: { channel: String(c.id) } })));
+    const bundle = h('fieldset', { class: 'field group', id: `${f}-bundle` },
+      h('legend', {}, 'Also grants (a bundle)'),
+      h('p', { class: 'hint' }, 'One payment grants every channel ticked here too; all of them in the plan’s currency.'),
+      also);
+    const kind = h('select', { id: `${f}-kind`, name: 'kind' },
+      [['paid', 'paid'], ['trial', 'free trial (once per buyer and channel)']]
+        .map(([v, t]) => h('option', { value: v, selected: v === p.kind }, t)));
+    const lifetime = input('lifetime', { type: 'checkbox', checked: p.period_days === null });
+    const period = input('period_days', { value: p.period_days === null ? '' : String(p.period_days), type: 'number', min: 1, max: 3660 });
+    const price = input('price', {
+      value: p.price_minor === null ? '' : minorToDecimal(p.price_minor, exponentOf(p.currency)),
+      inputmode: 'decimal',
+    });
+    const currency = input('currency', { value: p.currency, list: 'currency-codes', maxlength: 3, autocapitalize: 'characters' });
+    const sync = () => {
+      const firstId = Number(first.value);
+      for (const box of bundle.querySelectorAll('input')) {
+        const self = Number(box.dataset.channel) === firstId;
+        box.disabled = self;
+        box.closest('.field').hidden = self;
+        if (self) box.checked = false;
+      }
+      const trial = kind.value === 'trial';
+      price.disabled = trial;
+      if (trial) { price.value = '0'; lifetime.checked = false; }
+      lifetime.disabled = trial;
+      period.disabled = lifetime.checked;
+      if (lifetime.checked) period.value = '';
+      period.max = trial ? 90 : 3660;
+    };
+    first.addEventListener('change', () => {
+      const c = chans.get(Number(first.value));
+      if (c && !existing) currency.value = c.currency;
+      sync();
+    });
+    kind.addEventListener('change', () => {
+      if (kind.value === 'paid' && price.value === '0') price.value = '';
+      sync();
+    });
+    lifetime.addEventListener('change', sync);
+
+    const form = h('form', { id: f, class: 'card', method: 'post', novalidate: true },
+      p.is_default
+        ? h('p', { class: 'hint' }, 'This is the channel’s default plan: its price, currency, period and recurring are the channel’s own fields (a change here changes the channel too); it stays a paid plan of that one channel with a period.')
+        : null,
+      h('div', { class: 'grid' },
+        field('Title', input('title', { value: p.title, required: true, maxlength: 255 }), 'Shown to buyers in the bot.'),
+        field('Channel', first, 'The first channel: the channel of the plan’s orders.'),
+        field('Kind', kind),
+        field('Currency', currency, 'The channels’ currency (ISO 4217, or XTR for Telegram Stars).'),
+        field('Price', price, 'In currency units, e.g. 199.00 (Stars: whole stars); a trial is free.'),
+        field('Period (days)', period, 'Days of access per purchase; a trial 1..90.'),
+        field('Position', input('position', { value: String(p.position), type: 'number', step: 1 }), 'Display order among plans of the same price.')),
+      field('Lifetime (no end)', lifetime, 'Access that never expires; buying it again is refused while it is live.'),
+      bundle,
+      field('Description (shown to buyers)', h('textarea', { id: `${f}-description`, name: 'description', rows: 3, maxlength: 1000 }, p.description || '')),
+      field('Active (on sale)', input('active', { type: 'checkbox', checked: p.active })),
+      field('Recurring (Telegram Stars subscription)', input('recurring', { type: 'checkbox', checked: !!p.recurring }),
+        'XTR and a 30-day period only; renews by itself every 30 days.'),
+      existing ? h('div', { class: 'field' }, h('span', { class: 'label' }, 'Buy link'),
+        existing.buy_link
+          ? copyable(existing.buy_link, 'plan-buy-link', 'Buy link')
+          : h('p', { class: 'hint' }, 'None: set TELEGRAM_BOT_USERNAME to sell through the bot.')) : null,
+      h('datalist', { id: 'currency-codes' }, Object.keys(exponents).map((code) => h('option', { value: code }))),
+      h('div', { class: 'actions' },
+        h('button', { type: 'submit' }, existing ? 'Save changes' : 'Create plan'),
+        link(`#/channels/${p.channel_ids[0]}`, 'Back to the channel', { class: 'button secondary' }),
+        link('#/plans', 'All plans', { class: 'button secondary' })));
+    if (existing) {
+      main.append(facts([
+        ['Created', when(existing.created_at)],
+        ['Updated', when(existing.updated_at)],
+        ['Promo codes', link('#/promo-codes', 'List the promo codes')],
+      ]));
+    }
+    main.append(form);
+    sync();
+
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      const v = (name) => form.elements[name].value.trim();
+      const clientErrors = {};
+      const cur = currency.value.trim().toUpperCase();
+      const trial = kind.value === 'trial';
+      let priceMinor = 0;
+      if (!trial) {
+        priceMinor = decimalToMinor(price.value, exponentOf(cur));
+        if (priceMinor === null) {
+          clientErrors.price = `must be an amount such as ${minorToDecimal(19900, exponentOf(cur))} (${exponentOf(cur)} decimal places at most)`;
+        }
+      }
+      const channelIds = [Number(first.value)].concat(Array.from(bundle.querySelectorAll('input'))
+        .filter((box) => box.checked && !box.disabled).map((box) => Number(box.dataset.channel)));
+      const wanted = {
+        title: v('title'),
+        description: v('description') === '' ? null : form.elements.description.value,
+        channel_ids: channelIds,
+        kind: kind.value,
+        price_minor: priceMinor,
+        currency: cur,
+        period_days: lifetime.checked ? null : (period.value.trim() === '' ? undefined : Number(period.value)),
+        position: v('position') === '' ? 0 : Number(v('position')),
+        active: form.elements.active.checked,
+        recurring: form.elements.recurring.checked,
+      };
+      if (wanted.period_days === undefined) clientErrors.period_days = 'is required (or tick Lifetime)';
+      if (Object.keys(clientErrors).length) {
+        showFieldErrors(form, new ApiError(422, { errors: clientErrors }));
+        fail(new ApiError(422, { detail: 'Some fields are invalid', errors: clientErrors }));
+        return;
+      }
+      // A new plan sends every field (a null period is lifetime); an edit sends what changed.
+      const body = {};
+      for (const [k, val] of Object.entries(wanted)) {
+        if (!existing) {
+          if (!(k === 'description' && val === null)) body[k] = val;
+        } else if (JSON.stringify(val) !== JSON.stringify(existing[k] === undefined ? null : existing[k])) {
+          body[k] = val;
+        }
+      }
+      await busy(form, async () => {
+        try {
+          let saved;
+          if (existing) {
+            if (!Object.keys(body).length) { say('Nothing changed.'); return; }
+            saved = await api('PATCH', `/plans/${existing.id}`, body);
+            say(`Saved plan “${saved.title}”.`);
+          } else {
+            saved = await post(form, '/plans', body);
+            say(`Created plan “${saved.title}”.`);
+          }
+          planCache = null;
+          go(`#/plans/${saved.id}`);
+        } catch (err) {
+          showFieldErrors(form, err, { price_minor: 'price' });
+          fail(err);
+        }
+      });
+    });
+    form.elements.title.focus();
+  }
+
+  // ------------------------------------------------------------------ promo codes
+
+  /** "25 % off", or "₴50.00 off". */
+  function discountText(c) {
+    return c.percent_off !== null && c.percent_off !== undefined
+      ? `${c.percent_off} % off`
+      : [money(c.amount_off_minor, c.currency), ' off'];
+  }
+
+  /** "3 of 10", or "3 (no limit)"; with the uses pending orders hold now, when the API says. */
+  function usesText(c) {
+    const used = c.max_redemptions === null ? `${c.redemptions} (no limit)` : `${c.redemptions} of ${c.max_redemptions}`;
+    return c.held ? `${used}, ${c.held} held by pending orders` : used;
+  }
+
+  async function renderPromoCodes() {
+    const { main, live } = page('Promo codes');
+    const planMap = await plans(true);
+    if (!live()) return;
+    main.append(
+      h('p', {}, link('#/promo-codes/new', 'New promo code', { class: 'button' })),
+      h('p', { class: 'hint' }, 'Uses are paid orders with the code (a pending order holds one use for a while, like a seat hold). A used code cannot be deleted: deactivate it.'));
+    const section = h('section', {});
+    main.append(section);
+    await pagedList(section, '/promo-codes', live, (items) => table('Promo codes',
+      ['Code', 'Discount', 'Plans', 'Uses', 'Per buyer', 'Expires', 'Status', 'Actions'],
+      items.map((c) => [
+        link(`#/promo-codes/${c.id}`, h('code', { class: 'nowrap' }, c.code)),
+        discountText(c),
+        c.plan_ids === null
+          ? 'every paid plan'
+          : c.plan_ids.map((pid, i) => [i ? ', ' : '', link(`#/plans/${pid}`, planName(planMap, pid))]),
+        usesText(c),
+        [String(c.per_buyer_limit), c.first_purchase_only ? [' ', h('span', { class: 'muted' }, '(first purchase only)')] : null],
+        c.expires_at ? [when(c.expires_at), new Date(c.expires_at) < new Date() ? [' ', badge('expired')] : null] : 'never',
+        c.active ? badge('active') : badge('inactive'),
+        activeToggle(`/promo-codes/${c.id}`, c, `promo code ${c.code}`, () => renderPromoCodes()),
+      ]), 'No promo codes yet.'));
+  }
+
+  async function renderPromoForm(id) {
+    const [existing, planMap] = await Promise.all([id ? api('GET', `/promo-codes/${id}`) : null, plans(true)]);
+    const { main, live } = page(existing ? `Promo code ${existing.code}` : 'New promo code');
+    if (!live()) return;
+    const c = existing || {
+      code: '', percent_off: null, amount_off_minor: null, currency: null, plan_ids: null,
+      max_redemptions: null, per_buyer_limit: 1, expires_at: null, first_purchase_only: false, active: true,
+    };
+    const f = 'promo';
+    const input = (name, attrs) => h('input', Object.assign({ id: `${f}-${name}`, name }, attrs));
+    const byAmount = c.amount_off_minor !== null && c.amount_off_minor !== undefined;
+    const kind = h('select', { id: `${f}-discount`, name: 'discount' },
+      [['percent', 'percent off'], ['amount', 'amount off']].map(([v, t]) => h('option', { value: v, selected: (v === 'amount') === byAmount }, t)));
+    const percent = input('percent_off', { value: c.percent_off === null ? '' : String(c.percent_off), type: 'number', min: 1, max: 100 });
+    const currency = input('currency', { value: c.currency || '', list: 'currency-codes', maxlength: 3, autocapitalize: 'characters' });
+    const amount = input('amount_off', {
+      value: byAmount ? minorToDecimal(c.amount_off_minor, exponentOf(c.currency)) : '', inputmode: 'decimal',
+    });
+    const paid = Array.from(planMap.values()).filter((p) => p.kind === 'paid');
+    const planBoxes = h('fieldset', { class: 'field group', id: `${f}-plan_ids`, tabindex: '-1', 'aria-describedby': `${f}-plan_ids-error` },
+      h('legend', {}, 'Plans'),
+      h('p', { class: 'hint' }, 'None ticked: every paid plan.'),
+      paid.length
+        ? paid.map((p) => field(`${p.title} (${p.kind === 'trial' ? 'free' : minorToDecimal(p.price_minor, exponentOf(p.currency)) + ' ' + p.currency}, ${periodText(p.period_days)})`,
+          input(`plan-${p.id}`, { type: 'checkbox', checked: !!(c.plan_ids && c.plan_ids.includes(p.id)), dataset: { plan: String(p.id) } })))
+        : h('p', { class: 'empty' }, 'No paid plans yet.'),
+      h('p', { class: 'field-error', id: `${f}-plan_ids-error` }));
+    const sync = () => {
+      // Only the inputs of the kind of discount chosen are shown and sent.
+      const pct = kind.value === 'percent';
+      for (const [el, off] of [[percent, !pct], [amount, pct], [currency, pct]]) {
+        el.disabled = off;
+        el.closest('.field').hidden = off;
+      }
+    };
+    kind.addEventListener('change', sync);
+    const form = h('form', { id: f, class: 'card', method: 'post', novalidate: true },
+      h('div', { class: 'grid' },
+        field('Code', input('code', { value: c.code, required: true, maxlength: 32, autocapitalize: 'characters', autocomplete: 'off' }),
+          '3..32 of A-Z, 0-9, _ and -; buyers may type it in any case.'),
+        field('Discount', kind),
+        field('Percent off', percent, '1..100; 100 makes a free order, granted at once.'),
+        field('Amount off', amount, 'In currency units; never below one minor unit.'),
+        field('Currency of the amount', currency, 'The plans’ currency.'),
+        field('Uses at most', input('max_redemptions', { value: c.max_redemptions === null ? '' : String(c.max_redemptions), type: 'number', min: 1 }),
+          'Empty for unlimited.'),
+        field('Uses per buyer', input('per_buyer_limit', { value: String(c.per_buyer_limit), type: 'number', min: 1 })),
+        field('Expires at', input('expires_at', { value: c.expires_at ? toLocalInput(c.expires_at) : '', type: 'datetime-local', step: 60 }),
+          `Empty: never. In ${timeZone}.`)),
+      planBoxes,
+      field('First purchase only', input('first_purchase_only', { type: 'checkbox', checked: c.first_purchase_only }),
+        'Only buyers with no paid order of the plan’s channels.'),
+      field('Active', input('active', { type: 'checkbox', checked: c.active })),
+      h('datalist', { id: 'currency-codes' }, Object.keys(exponents).map((code) => h('option', { value: code }))),
+      h('div', { class: 'actions' },
+        h('button', { type: 'submit' }, existing ? 'Save changes' : 'Create promo code'),
+        link('#/promo-codes', 'Back to promo codes', { class: 'button secondary' })));
+    if (existing) {
+      main.append(facts([
+        ['Uses', usesText(existing)],
+        ['Created', when(existing.created_at)],
+      ]));
+    }
+    main.append(form);
+    sync();
+
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      const v = (name) => form.elements[name].value.trim();
+      const int = (name) => (v(name) === '' ? null : Number(v(name)));
+      const clientErrors = {};
+      const pct = kind.value === 'percent';
+      const cur = currency.value.trim().toUpperCase();
+      let amountMinor = null;
+      if (!pct) {
+        amountMinor = decimalToMinor(amount.value, exponentOf(cur));
+        if (amountMinor === null) clientErrors.amount_off_minor = `must be an amount such as ${minorToDecimal(5000, exponentOf(cur))}`;
+      }
+      const ticked = Array.from(planBoxes.querySelectorAll('input')).filter((b) => b.checked).map((b) => Number(b.dataset.plan));
+      const wanted = {
+        code: v('code').toUpperCase(),
+        percent_off: pct ? int('percent_off') : null,
+        amount_off_minor: amountMinor,
+        currency: pct ? null : cur,
+        plan_ids: ticked.length ? ticked : null,
+        max_redemptions: int('max_redemptions'),
+        per_buyer_limit: int('per_buyer_limit') === null ? 1 : int('per_buyer_limit'),
+        expires_at: v('expires_at') === '' ? null : new Date(v('expires_at')).toISOString(),
+        first_purchase_only: form.elements.first_purchase_only.checked,
+        active: form.elements.active.checked,
+      };
+      if (Object.keys(clientErrors).length) {
+        showFieldErrors(form, new ApiError(422, { errors: clientErrors }), { amount_off_minor: 'amount_off' });
+        fail(new ApiError(422, { detail: 'Some fields are invalid', errors: clientErrors }));
+        return;
+      }
+      // A new code sends what was filled in; an edit sends only what changed. An unchanged
+      // expiry is compared at the minute the input shows.
+      const body = {};
+      for (const [k, val] of Object.entries(wanted)) {
+        if (!existing) {
+          if (val !== null) body[k] = val;
+          continue;
+        }
+        const before = existing[k] === undefined ? null : existing[k];
+        if (k === 'expires_at' && before !== null && val !== null && toLocalInput(before) === v('expires_at')) continue;
+        if (JSON.stringify(val) !== JSON.stringify(before)) body[k] = val;
+      }
+      await busy(form, async () => {
+        try {
+          let saved;
+          if (existing) {
+            if (!Object.keys(body).length) { say('Nothing changed.'); return; }
+            saved = await api('PATCH', `/promo-codes/${existing.id}`, body);
+            say(`Saved promo code ${saved.code}.`);
+            go(`#/promo-codes/${saved.id}`);
+          } else {
+            saved = await post(form, '/promo-codes', body);
+            say(`Created promo code ${saved.code}.`);
+            go('#/promo-codes');
+          }
+        } catch (err) {
+          showFieldErrors(form, err, { amount_off_minor: 'amount_off' });
+          fail(err);
+        }
+      });
+    });
+    form.elements.code.focus();
   }
 
   // ------------------------------------------------------------------ subscribers
@@ -762,9 +1236,11 @@
   }
 
   async function renderSubscriber(id, params) {
-    const [s, chans, memberships, orders, payments] = await Promise.all([
+    const [s, chans, planMap, memberships, orders, payments] = await Promise.all([
       api('GET', `/subscribers/${id}`),
       channels(),
+      // Plan titles only name the orders' plans: without them the orders show plan ids.
+      plans().catch(() => new Map()),
       all(`/memberships?subscriber_id=${id}`),
       all(`/orders?subscriber_id=${id}`),
       all(`/payments?subscriber_id=${id}`),
@@ -839,7 +1315,7 @@
         try {
           const m = await post(grant, '/memberships', body);
           await renderSubscriber(id, new URLSearchParams());
-          say(`Granted ${body.days} days of ${channelName(chans, body.channel_id)}: ${m.status} until ${dateFormat.format(new Date(m.expires_at))}.`);
+          say(`Granted ${body.days} days of ${channelName(chans, body.channel_id)}: ${m.status} ${untilText(m.expires_at)}.`);
         } catch (err) {
           showFieldErrors(grant, err);
           fail(err);
@@ -850,10 +1326,14 @@
     if (preset) select.focus();
 
     main.append(h('section', { 'aria-labelledby': 'sub-orders' }, h('h2', { id: 'sub-orders' }, 'Orders'),
-      table('Orders', ['Order', 'Channel', 'Amount', 'Status', 'Created', 'Paid'],
+      table('Orders', ['Order', 'Plan', 'Channel', 'List price', 'Discount', 'Code', 'Amount', 'Status', 'Created', 'Paid'],
         orders.map((o) => [
           [`#${o.id} `, h('code', {}, o.reference)],
+          o.plan_id ? link(`#/plans/${o.plan_id}`, planName(planMap, o.plan_id)) : '—',
           channelName(chans, o.channel_id),
+          money(o.list_price_minor === undefined ? o.amount_minor : o.list_price_minor, o.currency),
+          o.discount_minor ? h('span', { class: 'nowrap' }, '− ', money(o.discount_minor, o.currency)) : '—',
+          o.promo_code ? h('code', { class: 'nowrap' }, o.promo_code) : '—',
           money(o.amount_minor, o.currency),
           badge(o.status),
           when(o.created_at),
@@ -869,27 +1349,41 @@
 
   function correctionForm(m, chans) {
     const f = `correct-${m.id}`;
-    const local = toLocalInput(m.expires_at);
+    const lifetime = isLifetime(m.expires_at);
+    const local = lifetime ? '' : toLocalInput(m.expires_at);
+    const expires = h('input', { id: `${f}-expires_at`, name: 'expires_at', type: 'datetime-local', value: local, step: 60, disabled: lifetime });
+    const forLife = h('input', { id: `${f}-lifetime`, name: 'lifetime', type: 'checkbox', checked: lifetime });
+    forLife.addEventListener('change', () => { expires.disabled = forLife.checked; });
     const form = h('form', { id: f, class: 'card', method: 'post', hidden: true, novalidate: true },
       h('h3', {}, `Correct ${channelName(chans, m.channel_id)}`),
       h('p', { class: 'hint' }, `Writes exactly these values (no seat check, no extension), recorded as one staff event. Times are in ${timeZone}.`),
       h('div', { class: 'grid' },
-        field('Expires at', h('input', { id: `${f}-expires_at`, name: 'expires_at', type: 'datetime-local', value: local, step: 60 })),
+        field('Expires at', expires),
         field('Status', h('select', { id: `${f}-status`, name: 'status' },
           ['active', 'grace', 'expired'].map((st) => h('option', { value: st, selected: st === m.status }, st))))),
+      field('Lifetime (never expires)', forLife, lifetime ? 'Untick and set when it ends to end lifetime access.' : null),
       h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Save correction')));
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
       const body = {};
-      const value = form.elements.expires_at.value;
-      if (value && value !== local) body.expires_at = new Date(value).toISOString();
+      const value = expires.value;
+      if (forLife.checked) {
+        if (!lifetime) body.expires_at = 'infinity';
+      } else if (lifetime && !value) {
+        const errors = { expires_at: 'set when the access ends, or keep Lifetime ticked' };
+        showFieldErrors(form, new ApiError(422, { errors }));
+        fail(new ApiError(422, { detail: 'Some fields are invalid', errors }));
+        return;
+      } else if (value && value !== local) {
+        body.expires_at = new Date(value).toISOString();
+      }
       if (form.elements.status.value !== m.status) body.status = form.elements.status.value;
       if (!Object.keys(body).length) { say('Nothing changed.'); return; }
       await busy(form, async () => {
         try {
           const saved = await api('PATCH', `/memberships/${m.id}`, body);
           await renderSubscriber(m.subscriber_id, new URLSearchParams());
-          say(`Corrected: ${saved.status} until ${dateFormat.format(new Date(saved.expires_at))}.`);
+          say(`Corrected: ${saved.status} ${untilText(saved.expires_at)}.`);
         } catch (err) {
           showFieldErrors(form, err);
           fail(err);
