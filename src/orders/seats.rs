@@ -652,7 +652,6 @@ pub async fn held_for_life(tx: &Transaction<'_>, locked: &LockedOrder) -> Result
     crate::memberships::lifetime_in_every(tx, locked.order.subscriber(), &ids).await
 }
 
-
 /// The seat rule of one channel of an order.
 async fn channel_seat_check(
     tx: &Transaction<'_>,

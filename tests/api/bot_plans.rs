@@ -713,7 +713,10 @@ async fn a_buyer_with_lifetime_access_is_told_so_and_no_order_is_made() {
     assert!(orders_of(&app, 7371).await.is_empty());
 
     let reply = send(&app, &text_update(&buyer, "/subscriptions")).await;
-    assert_contains(text(&reply), &["Forever club\nLifetime access: it never expires."]);
+    assert_contains(
+        text(&reply),
+        &["Forever club\nLifetime access: it never expires."],
+    );
     assert!(buttons(&reply).is_empty(), "nothing to renew: {reply}");
 }
 
