@@ -61,7 +61,7 @@ use crate::{
     error::ApiError,
     ids::SubscriberId,
     orders::{
-        new_reference,
+        self,
         seats::{self, CheckoutRefusal, HoldLimit},
         trials::{self, ClaimRefusal},
     },
@@ -563,32 +563,11 @@ async fn create_order(
     discount: Option<crate::promo_codes::Discount>,
     hold_secs: i64,
 ) -> Result<i64, ApiError> {
-    let discount_minor = discount.map_or(0, |d| d.discount_minor);
-    Ok(tx
-        .query_one(
-            "INSERT INTO orders (reference, subscriber_id, channel_id, amount_minor, currency,
-                                 plan_id, list_price_minor, discount_minor, promo_code_id,
-                                 promo_held_until, via_bot)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
-                     CASE WHEN $9::bigint IS NULL THEN NULL
-                          ELSE statement_timestamp() + make_interval(secs => $10::float8) END,
-                     true)
-             RETURNING id",
-            &[
-                &new_reference(),
-                &buyer,
-                &plan.channel_ids[0],
-                &(plan.price_minor - discount_minor),
-                &plan.currency,
-                &plan.id,
-                &plan.price_minor,
-                &discount_minor,
-                &discount.map(|d| d.promo_code_id),
-                &(hold_secs as f64),
-            ],
-        )
-        .await?
-        .try_get("id")?)
+    Ok(
+        orders::insert_for_plan(tx, buyer, plan, discount, hold_secs, true)
+            .await?
+            .id,
+    )
 }
 
 /// Enqueues the order's invoice for Telegram user `user_id`, once per order; `false` when it

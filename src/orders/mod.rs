@@ -227,13 +227,48 @@ pub async fn create(
 
 const INSERT_FOR_PLAN_SQL: &str = concat!(
     "INSERT INTO orders (reference, subscriber_id, channel_id, amount_minor, currency, plan_id,
-                         list_price_minor, discount_minor, promo_code_id, promo_held_until)
+                         list_price_minor, discount_minor, promo_code_id, promo_held_until,
+                         via_bot)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
              CASE WHEN $9::bigint IS NULL THEN NULL
-                  ELSE statement_timestamp() + make_interval(secs => $10::float8) END)
+                  ELSE statement_timestamp() + make_interval(secs => $10::float8) END,
+             $11)
      RETURNING ",
     order_columns!()
 );
+
+/// Inserts a new order of `plan` for `subscriber` at the plan's price less `discount` (whose
+/// use the caller took under the code's lock: the order holds it for `hold_secs`); its
+/// `channel_id` is the plan's first channel. `via_bot`: the bot's own order (one pending per
+/// buyer and plan). The checks are the caller's ([`create_for_plan`], the bot's buy press).
+pub async fn insert_for_plan(
+    tx: &Transaction<'_>,
+    subscriber: SubscriberId,
+    plan: &plans::Plan,
+    discount: Option<promo_codes::Discount>,
+    hold_secs: i64,
+    via_bot: bool,
+) -> Result<Order, ApiError> {
+    let discount_minor = discount.map_or(0, |d| d.discount_minor);
+    db::one(
+        tx,
+        INSERT_FOR_PLAN_SQL,
+        &[
+            &new_reference(),
+            &subscriber,
+            &plan.channel_ids[0],
+            &(plan.price_minor - discount_minor),
+            &plan.currency,
+            &plan.id,
+            &plan.price_minor,
+            &discount_minor,
+            &discount.map(|d| d.promo_code_id),
+            &(hold_secs as f64),
+            &via_bot,
+        ],
+    )
+    .await
+}
 
 /// 409 when the subscriber already holds live lifetime access to every one of `channel_ids`:
 /// the order would buy nothing (API.md "Offers": buying lifetime again is refused while it is
@@ -318,22 +353,13 @@ pub async fn create_for_plan(
         ),
         None => None,
     };
-    let discount_minor = discount.map_or(0, |d| d.discount_minor);
-    let order: Order = db::one(
+    let order = insert_for_plan(
         tx,
-        INSERT_FOR_PLAN_SQL,
-        &[
-            &new_reference(),
-            &subscriber_id,
-            &plan.channel_ids[0],
-            &(plan.price_minor - discount_minor),
-            &plan.currency,
-            &plan.id,
-            &plan.price_minor,
-            &discount_minor,
-            &discount.map(|d| d.promo_code_id),
-            &(hold_secs as f64),
-        ],
+        SubscriberId(subscriber_id),
+        &plan,
+        discount,
+        hold_secs,
+        false,
     )
     .await?;
     // 100 % off: granted at once, like a trial's claim (a refusal undoes the order too).
