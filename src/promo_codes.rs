@@ -168,18 +168,19 @@ pub struct Discount {
     pub discount_minor: i64,
 }
 
-/// The terms of a code that decide a use, read under its lock.
+/// The terms of a code that decide a use, read under its lock (or, for a
+/// [`Preview`], without one).
 #[derive(Debug, Clone)]
-struct Terms {
-    id: i64,
-    percent_off: Option<i32>,
-    amount_off_minor: Option<i64>,
-    currency: Option<String>,
-    plan_ids: Option<Vec<i64>>,
-    max_redemptions: Option<i32>,
-    per_buyer_limit: i32,
-    first_purchase_only: bool,
-    active: bool,
+pub struct Terms {
+    pub id: i64,
+    pub percent_off: Option<i32>,
+    pub amount_off_minor: Option<i64>,
+    pub currency: Option<String>,
+    pub plan_ids: Option<Vec<i64>>,
+    pub max_redemptions: Option<i32>,
+    pub per_buyer_limit: i32,
+    pub first_purchase_only: bool,
+    pub active: bool,
 }
 
 impl Terms {
@@ -260,6 +261,96 @@ fn refused(message: impl Into<String>) -> ApiError {
     ApiError::field("promo_code", message)
 }
 
+/// Why a code gives no new use now ([`Preview::refusal`], [`discount_for_new_order`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    Inactive,
+    Expired,
+    /// The plan is a trial.
+    NotPaidPlan,
+    /// The plan is not in the code's `plan_ids`.
+    NotForPlan,
+    /// An amount-off code of another currency than the plan's (the code's currency).
+    OtherCurrency(String),
+    /// Its uses reached `max_redemptions`.
+    Exhausted,
+    /// The buyer's uses reached `per_buyer_limit` (the limit).
+    UsedByBuyer(i32),
+    /// First purchase only, and the buyer bought access to the plan's channels before.
+    FirstPurchase,
+}
+
+impl Refusal {
+    /// The 422's message on `promo_code` (plan `plan`).
+    fn message(&self, plan: &Plan) -> String {
+        match self {
+            Refusal::Inactive => "this promo code is not active".into(),
+            Refusal::Expired => "this promo code has expired".into(),
+            Refusal::NotPaidPlan => "promo codes apply to paid plans only".into(),
+            Refusal::NotForPlan => "this promo code does not apply to this plan".into(),
+            Refusal::OtherCurrency(c) => format!(
+                "this promo code takes {c} off; this plan is sold in {}",
+                plan.currency
+            ),
+            Refusal::Exhausted => "this promo code has been used up".into(),
+            Refusal::UsedByBuyer(1) => "the subscriber has already used this promo code".into(),
+            Refusal::UsedByBuyer(limit) => format!(
+                "the subscriber has already used this promo code the {limit} times it allows"
+            ),
+            Refusal::FirstPurchase => {
+                "this promo code is for a first purchase only; the subscriber has bought access \
+                 to this plan's channels before"
+                    .into()
+            }
+        }
+    }
+}
+
+/// The rule of a new use, but for a first purchase (which needs a read): active, not expired,
+/// meant for `plan` (when given: a paid plan, in `plan_ids`, of the code's currency), room in
+/// `max_redemptions` (`uses`) and in `per_buyer_limit` (`buyer_uses`), in that order. Pure.
+fn refusal(
+    t: &Terms,
+    uses: i64,
+    buyer_uses: i64,
+    expired: bool,
+    plan: Option<&Plan>,
+) -> Option<Refusal> {
+    if !t.active {
+        return Some(Refusal::Inactive);
+    }
+    if expired {
+        return Some(Refusal::Expired);
+    }
+    if let Some(why) = plan.and_then(|p| plan_refusal(t, p)) {
+        return Some(why);
+    }
+    if t.max_redemptions.is_some_and(|max| uses >= i64::from(max)) {
+        return Some(Refusal::Exhausted);
+    }
+    if buyer_uses >= i64::from(t.per_buyer_limit) {
+        return Some(Refusal::UsedByBuyer(t.per_buyer_limit));
+    }
+    None
+}
+
+/// Why code `t` is not meant for `plan`, if it is not. Pure.
+fn plan_refusal(t: &Terms, plan: &Plan) -> Option<Refusal> {
+    if plan.kind != plans::Kind::Paid {
+        return Some(Refusal::NotPaidPlan);
+    }
+    if t.plan_ids
+        .as_ref()
+        .is_some_and(|ids| !ids.contains(&plan.id))
+    {
+        return Some(Refusal::NotForPlan);
+    }
+    t.currency
+        .as_deref()
+        .filter(|c| *c != plan.currency)
+        .map(|c| Refusal::OtherCurrency(c.to_string()))
+}
+
 /// The discount `code` (any case) gives subscriber `subscriber` on a new order of `plan`, taking
 /// one use of it for the order (the caller inserts the order in the same transaction, with
 /// `promo_held_until` = database now + `HOLD_SECS`). A 422 naming `promo_code` when the code is
@@ -280,52 +371,132 @@ pub async fn discount_for_new_order(
         return Err(refused("no such promo code"));
     };
     let now = now(tx, t.id, subscriber, None).await?;
-    if !t.active {
-        return Err(refused("this promo code is not active"));
-    }
-    if now.expired {
-        return Err(refused("this promo code has expired"));
-    }
-    if plan.kind != plans::Kind::Paid {
-        return Err(refused("promo codes apply to paid plans only"));
-    }
-    if t.plan_ids
-        .as_ref()
-        .is_some_and(|ids| !ids.contains(&plan.id))
-    {
-        return Err(refused("this promo code does not apply to this plan"));
-    }
-    if let Some(c) = t.currency.as_deref().filter(|c| *c != plan.currency) {
-        return Err(refused(format!(
-            "this promo code takes {c} off; this plan is sold in {}",
-            plan.currency
-        )));
-    }
-    if t.max_redemptions
-        .is_some_and(|max| now.uses >= i64::from(max))
-    {
-        return Err(refused("this promo code has been used up"));
-    }
-    if now.buyer_uses >= i64::from(t.per_buyer_limit) {
-        return Err(refused(if t.per_buyer_limit == 1 {
-            "the subscriber has already used this promo code".to_string()
-        } else {
-            format!(
-                "the subscriber has already used this promo code the {} times it allows",
-                t.per_buyer_limit
-            )
-        }));
+    if let Some(why) = refusal(&t, now.uses, now.buyer_uses, now.expired, Some(plan)) {
+        return Err(refused(why.message(plan)));
     }
     if t.first_purchase_only && bought_before(tx, subscriber, &plan.channel_ids).await? {
-        return Err(refused(
-            "this promo code is for a first purchase only; the subscriber has bought access to \
-             this plan's channels before",
-        ));
+        return Err(refused(Refusal::FirstPurchase.message(plan)));
     }
     Ok(Discount {
         promo_code_id: t.id,
         discount_minor: discount_minor(plan.price_minor, t.off()),
     })
+}
+
+/// [`Preview`]'s select list over `promo_codes pc`; `$2`: the buyer (may be NULL).
+macro_rules! preview_columns {
+    () => {
+        concat!(
+            "pc.id, pc.code, pc.percent_off, pc.amount_off_minor, pc.currency, pc.plan_ids, \
+             pc.max_redemptions, pc.per_buyer_limit, pc.first_purchase_only, pc.active, \
+             coalesce(pc.expires_at <= statement_timestamp(), false) AS expired, \
+             (SELECT count(*) FROM orders o WHERE o.promo_code_id = pc.id AND ",
+            holds_use_sql!("o"),
+            ") AS uses, \
+             (SELECT count(*) FROM orders o WHERE o.promo_code_id = pc.id \
+                AND o.subscriber_id = $2 AND ",
+            holds_use_sql!("o"),
+            ") AS buyer_uses"
+        )
+    };
+}
+
+/// A code as a buyer would find it now, for showing prices with it: read without a lock and
+/// writing nothing. The same rule as [`discount_for_new_order`] over what one statement read,
+/// so that decision, taken later under the code's lock, agrees unless a use was taken meanwhile.
+#[derive(Debug, Clone)]
+pub struct Preview {
+    /// Its text (upper case).
+    pub code: String,
+    pub terms: Terms,
+    uses: i64,
+    buyer_uses: i64,
+    expired: bool,
+}
+
+impl FromRow for Preview {
+    const COLUMNS: &'static str = preview_columns!();
+
+    fn from_row(r: &Row) -> Result<Preview, tokio_postgres::Error> {
+        Ok(Preview {
+            code: r.try_get("code")?,
+            terms: Terms::from_row(r)?,
+            uses: r.try_get("uses")?,
+            buyer_uses: r.try_get("buyer_uses")?,
+            expired: r.try_get("expired")?,
+        })
+    }
+}
+
+const PREVIEW_BY_CODE_SQL: &str = concat!(
+    "SELECT ",
+    preview_columns!(),
+    " FROM promo_codes pc WHERE pc.code = $1"
+);
+const PREVIEW_BY_ID_SQL: &str = concat!(
+    "SELECT ",
+    preview_columns!(),
+    " FROM promo_codes pc WHERE pc.id = $1"
+);
+
+/// The code with text `code` (any case) as `buyer` (if known) would find it now; `None` when
+/// there is no such code. Read-only.
+pub async fn preview(
+    client: &impl GenericClient,
+    code: &str,
+    buyer: Option<SubscriberId>,
+) -> Result<Option<Preview>, ApiError> {
+    let Some(code) = normalize(code) else {
+        return Ok(None);
+    };
+    db::opt(client, PREVIEW_BY_CODE_SQL, &[&code, &buyer]).await
+}
+
+/// Code `id` as `buyer` (if known) would find it now; `None` when there is no such code.
+/// Read-only.
+pub async fn preview_by_id(
+    client: &impl GenericClient,
+    id: i64,
+    buyer: Option<SubscriberId>,
+) -> Result<Option<Preview>, ApiError> {
+    db::opt(client, PREVIEW_BY_ID_SQL, &[&id, &buyer]).await
+}
+
+impl Preview {
+    /// Why the code gives no new use now for any plan (inactive, expired, used up, or by this
+    /// buyer).
+    pub fn refusal(&self) -> Option<Refusal> {
+        refusal(&self.terms, self.uses, self.buyer_uses, self.expired, None)
+    }
+
+    /// Whether the code is meant for `plan` at all (a paid plan in its list, in its currency).
+    pub fn covers(&self, plan: &Plan) -> bool {
+        plan_refusal(&self.terms, plan).is_none()
+    }
+
+    /// What the code would take off a new order of `plan` by `buyer` (a first purchase is not
+    /// checked for an unknown buyer), or why it would be refused. Read-only.
+    pub async fn discount_on(
+        &self,
+        client: &impl GenericClient,
+        buyer: Option<SubscriberId>,
+        plan: &Plan,
+    ) -> Result<Result<Discount, Refusal>, ApiError> {
+        let t = &self.terms;
+        if let Some(why) = refusal(t, self.uses, self.buyer_uses, self.expired, Some(plan)) {
+            return Ok(Err(why));
+        }
+        if t.first_purchase_only
+            && let Some(buyer) = buyer
+            && bought_before(client, buyer, &plan.channel_ids).await?
+        {
+            return Ok(Err(Refusal::FirstPurchase));
+        }
+        Ok(Ok(Discount {
+            promo_code_id: t.id,
+            discount_minor: discount_minor(plan.price_minor, t.off()),
+        }))
+    }
 }
 
 /// What [`use_still_held`] needs of an order (`orders::Order::promo_use`; this module sits
@@ -419,12 +590,12 @@ async fn now(
 /// Whether the subscriber bought access to any of `channels` before (a paid order of a paid
 /// plan covering one of them).
 async fn bought_before(
-    tx: &Transaction<'_>,
+    client: &impl GenericClient,
     subscriber: SubscriberId,
     channels: &[i32],
 ) -> Result<bool, ApiError> {
     Ok(
-        db::row_one(tx, BOUGHT_BEFORE_SQL, &[&subscriber, &channels])
+        db::row_one(client, BOUGHT_BEFORE_SQL, &[&subscriber, &channels])
             .await?
             .try_get("bought")?,
     )
@@ -800,6 +971,42 @@ mod tests {
         assert_eq!(discount_minor(19900, Off::Amount(19900)), 19899);
         assert_eq!(discount_minor(19900, Off::Amount(i64::MAX)), 19899);
         assert_eq!(discount_minor(1, Off::Amount(5)), 0);
+    }
+
+    fn terms() -> Terms {
+        Terms {
+            id: 1,
+            percent_off: Some(10),
+            amount_off_minor: None,
+            currency: None,
+            plan_ids: Some(vec![7]),
+            max_redemptions: Some(2),
+            per_buyer_limit: 1,
+            first_purchase_only: false,
+            active: true,
+        }
+    }
+
+    #[test]
+    fn a_use_is_refused_in_one_order_and_without_a_plan_only_for_the_code_itself() {
+        let t = terms();
+        assert_eq!(refusal(&t, 1, 0, false, None), None);
+        assert_eq!(refusal(&t, 2, 0, false, None), Some(Refusal::Exhausted));
+        assert_eq!(
+            refusal(&t, 1, 1, false, None),
+            Some(Refusal::UsedByBuyer(1))
+        );
+        assert_eq!(refusal(&t, 2, 1, true, None), Some(Refusal::Expired));
+        let off = Terms {
+            active: false,
+            ..terms()
+        };
+        assert_eq!(refusal(&off, 2, 1, true, None), Some(Refusal::Inactive));
+        let unlimited = Terms {
+            max_redemptions: None,
+            ..terms()
+        };
+        assert_eq!(refusal(&unlimited, i64::MAX, 0, false, None), None);
     }
 
     #[test]

@@ -183,7 +183,7 @@ pub(super) async fn buy(
             Err(why) => {
                 codes::forget(tx, buyer).await?;
                 return Ok(alert(texts::code_refused_at_order(
-                    &code.code,
+                    code.text(),
                     why,
                     &render::price(&plan.price()),
                 )));
@@ -193,7 +193,7 @@ pub(super) async fn buy(
     };
 
     let open_secs = super::open_secs(gateway, config.hold_secs);
-    let code_id = code.as_ref().map(|c| c.id);
+    let code_id = code.as_ref().map(codes::Code::id);
     if let Some((order_id, order_code)) =
         reusable_order(tx, subscriber_id, &plan, open_secs, code_id).await?
     {
@@ -218,7 +218,7 @@ pub(super) async fn buy(
             Err(()) => {
                 codes::forget(tx, buyer).await?;
                 return Ok(alert(texts::code_refused_at_order(
-                    &code.code,
+                    code.text(),
                     texts::CODE_TAKEN,
                     &render::price(&plan.price()),
                 )));
@@ -367,14 +367,14 @@ async fn discount(
     plan: &Plan,
 ) -> Result<Result<crate::promo_codes::Discount, ()>, ApiError> {
     tx.batch_execute("SAVEPOINT bot_promo_code").await?;
-    match crate::promo_codes::discount_for_new_order(tx, &code.code, buyer, plan).await {
+    match crate::promo_codes::discount_for_new_order(tx, code.text(), buyer, plan).await {
         Ok(d) => {
             tx.batch_execute("RELEASE SAVEPOINT bot_promo_code").await?;
             Ok(Ok(d))
         }
         Err(ApiError::Validation(errors)) => {
             tracing::info!(
-                promo_code_id = code.id,
+                promo_code_id = code.id(),
                 ?errors,
                 "bot promo code refused at the order"
             );

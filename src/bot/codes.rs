@@ -4,100 +4,34 @@
 //!
 //! Only reads and the bot's own table: a use of a code is taken when an order is made, under
 //! the code's lock, by [`crate::promo_codes::discount_for_new_order`], which decides again and
-//! may still refuse (the code filled up meanwhile). The price shown here is the price that
-//! decision gives when it agrees: [`discounted_minor`] applies the one rule of a discount,
-//! [`promo_codes::discount_minor`] (a percent rounded down, never below one minor unit, 100 %
-//! free).
+//! may still refuse (the code filled up meanwhile). What a code gives here is what that
+//! decision gives when it agrees: the look at a code is [`promo_codes::preview`], the same rule
+//! read without a lock; this module only says it in the buyer's words.
 
 use deadpool_postgres::GenericClient;
-use tokio_postgres::Row;
 
 use crate::{
     currency::Money,
-    db::{self, FromRow},
+    db,
     error::ApiError,
     ids::SubscriberId,
-    plans::{self, Plan},
+    plans::Plan,
     present::{render, texts},
-    promo_codes,
+    promo_codes::{self, Refusal},
 };
 
-/// A promo code as the bot reads it, with what stops it now.
+/// A promo code as the bot reads it, with what stops it now ([`promo_codes::Preview`]).
 #[derive(Debug, Clone)]
-pub struct Code {
-    pub id: i64,
-    pub code: String,
-    pub percent_off: Option<i32>,
-    pub amount_off_minor: Option<i64>,
-    pub currency: Option<String>,
-    pub plan_ids: Option<Vec<i64>>,
-    pub first_purchase_only: bool,
-    active: bool,
-    expired: bool,
-    exhausted: bool,
-    used_by_buyer: bool,
-}
+pub struct Code(promo_codes::Preview);
 
-/// `$1`: the code's id or text (see the callers' `WHERE`), `$2`: the buyer (may be NULL). Uses
-/// are paid orders plus pending orders whose hold of the use is still valid.
-macro_rules! code_columns {
-    () => {
-        "pc.id, pc.code, pc.percent_off, pc.amount_off_minor, pc.currency, pc.plan_ids,
-         pc.first_purchase_only, pc.active,
-         coalesce(pc.expires_at <= statement_timestamp(), false) AS expired,
-         coalesce((SELECT count(*) FROM orders o WHERE o.promo_code_id = pc.id
-                     AND (o.status = 'paid' OR (o.status = 'pending'
-                          AND o.promo_held_until > statement_timestamp())))
-                  >= pc.max_redemptions, false) AS exhausted,
-         (SELECT count(*) FROM orders o WHERE o.promo_code_id = pc.id
-            AND o.subscriber_id = $2
-            AND (o.status = 'paid' OR (o.status = 'pending'
-                 AND o.promo_held_until > statement_timestamp())))
-         >= pc.per_buyer_limit AS used_by_buyer"
-    };
-}
-
-impl FromRow for Code {
-    const COLUMNS: &'static str = code_columns!();
-
-    fn from_row(r: &Row) -> Result<Code, tokio_postgres::Error> {
-        Ok(Code {
-            id: r.try_get("id")?,
-            code: r.try_get("code")?,
-            percent_off: r.try_get("percent_off")?,
-            amount_off_minor: r.try_get("amount_off_minor")?,
-            currency: r.try_get("currency")?,
-            plan_ids: r.try_get("plan_ids")?,
-            first_purchase_only: r.try_get("first_purchase_only")?,
-            active: r.try_get("active")?,
-            expired: r.try_get("expired")?,
-            exhausted: r.try_get("exhausted")?,
-            used_by_buyer: r.try_get("used_by_buyer")?,
-        })
-    }
-}
-
-const BY_TEXT_SQL: &str = concat!(
-    "SELECT ",
-    code_columns!(),
-    " FROM promo_codes pc WHERE pc.code = upper($1)"
-);
-const STORED_SQL: &str = concat!(
-    "SELECT ",
-    code_columns!(),
-    " FROM bot_promo_codes b JOIN promo_codes pc ON pc.id = b.promo_code_id
-     WHERE b.subscriber_id = $2 AND b.until > statement_timestamp() AND $1::text IS NULL"
-);
+const STORED_SQL: &str = "SELECT promo_code_id FROM bot_promo_codes
+     WHERE subscriber_id = $1 AND until > statement_timestamp()";
 const STORE_SQL: &str = "INSERT INTO bot_promo_codes (subscriber_id, promo_code_id, until)
      VALUES ($1, $2, statement_timestamp() + interval '1 hour')
      ON CONFLICT (subscriber_id) DO UPDATE
          SET promo_code_id = EXCLUDED.promo_code_id, until = EXCLUDED.until,
              created_at = statement_timestamp()";
 const FORGET_SQL: &str = "DELETE FROM bot_promo_codes WHERE subscriber_id = $1";
-const FIRST_PURCHASE_SQL: &str = "SELECT NOT EXISTS (
-         SELECT 1 FROM orders o JOIN plan_channels pc ON pc.plan_id = o.plan_id
-         WHERE o.subscriber_id = $1 AND o.status = 'paid' AND o.list_price_minor > 0
-           AND pc.channel_id = ANY($2)) AS first";
 const PLAN_NAMES_SQL: &str = "SELECT p.id, coalesce(c.title, p.title) AS name
      FROM plans p LEFT JOIN channels c ON c.id = p.default_of
      WHERE p.active AND p.kind = 'paid'
@@ -111,15 +45,7 @@ pub async fn by_text(
     text: &str,
     buyer: Option<SubscriberId>,
 ) -> Result<Option<Code>, ApiError> {
-    // A text the schema could never hold is no code (and no query).
-    let valid = (3..=32).contains(&text.len())
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if !valid {
-        return Ok(None);
-    }
-    db::opt(client, BY_TEXT_SQL, &[&text, &buyer]).await
+    Ok(promo_codes::preview(client, text, buyer).await?.map(Code))
 }
 
 /// The code buyer `buyer` gave the bot in the last hour, if any.
@@ -127,7 +53,13 @@ pub async fn stored(
     client: &impl GenericClient,
     buyer: SubscriberId,
 ) -> Result<Option<Code>, ApiError> {
-    db::opt(client, STORED_SQL, &[&None::<String>, &Some(buyer)]).await
+    let Some(row) = db::row_opt(client, STORED_SQL, &[&buyer]).await? else {
+        return Ok(None);
+    };
+    let id: i64 = row.try_get("promo_code_id")?;
+    Ok(promo_codes::preview_by_id(client, id, Some(buyer))
+        .await?
+        .map(Code))
 }
 
 /// Keeps `code` for `buyer`'s next order, for an hour from now (in place of any earlier one).
@@ -136,7 +68,7 @@ pub async fn store(
     buyer: SubscriberId,
     code: &Code,
 ) -> Result<(), ApiError> {
-    db::execute(client, STORE_SQL, &[&buyer, &code.id]).await?;
+    db::execute(client, STORE_SQL, &[&buyer, &code.id()]).await?;
     Ok(())
 }
 
@@ -146,47 +78,39 @@ pub async fn forget(client: &impl GenericClient, buyer: SubscriberId) -> Result<
     Ok(())
 }
 
-/// What a discount leaves to pay of `price_minor`: `percent_off` takes that share rounded down
-/// (the buyer pays at least the rest), `amount_off_minor` that amount; neither takes the price
-/// below one minor unit, except 100 % off, which makes it free.
-pub fn discounted_minor(
-    price_minor: i64,
-    percent_off: Option<i32>,
-    amount_off: Option<i64>,
-) -> i64 {
-    let off = match (percent_off, amount_off) {
-        (Some(p), _) => promo_codes::Off::Percent(p),
-        (None, Some(a)) => promo_codes::Off::Amount(a),
-        (None, None) => return price_minor,
-    };
-    price_minor - promo_codes::discount_minor(price_minor, off)
+/// A refusal as buyers read it.
+fn why(refusal: &Refusal) -> &'static str {
+    match refusal {
+        Refusal::Inactive => texts::CODE_INACTIVE,
+        Refusal::Expired => texts::CODE_EXPIRED,
+        Refusal::Exhausted => texts::CODE_EXHAUSTED,
+        Refusal::UsedByBuyer(_) => texts::CODE_USED_BY_YOU,
+        Refusal::NotPaidPlan | Refusal::NotForPlan | Refusal::OtherCurrency(_) => {
+            texts::CODE_NOT_FOR_PLAN
+        }
+        Refusal::FirstPurchase => texts::CODE_FIRST_PURCHASE,
+    }
 }
 
 impl Code {
+    pub fn id(&self) -> i64 {
+        self.0.terms.id
+    }
+
+    /// Its text (upper case).
+    pub fn text(&self) -> &str {
+        &self.0.code
+    }
+
     /// Why the code cannot be used at all now (for any plan), as buyers read it.
     pub fn refusal(&self) -> Option<&'static str> {
-        if !self.active {
-            Some(texts::CODE_INACTIVE)
-        } else if self.expired {
-            Some(texts::CODE_EXPIRED)
-        } else if self.exhausted {
-            Some(texts::CODE_EXHAUSTED)
-        } else if self.used_by_buyer {
-            Some(texts::CODE_USED_BY_YOU)
-        } else {
-            None
-        }
+        self.0.refusal().as_ref().map(why)
     }
 
     /// Whether the code is meant for `plan` at all: a paid plan in its list (or any), in its
     /// currency for an amount off.
     pub fn covers(&self, plan: &Plan) -> bool {
-        plan.kind == plans::Kind::Paid
-            && self
-                .plan_ids
-                .as_ref()
-                .is_none_or(|ids| ids.contains(&plan.id))
-            && self.currency.as_ref().is_none_or(|c| *c == plan.currency)
+        self.0.covers(plan)
     }
 
     /// What `buyer` would pay for `plan` with this code, or why the code does not apply.
@@ -196,27 +120,10 @@ impl Code {
         buyer: Option<SubscriberId>,
         plan: &Plan,
     ) -> Result<Result<i64, &'static str>, ApiError> {
-        if let Some(why) = self.refusal() {
-            return Ok(Err(why));
-        }
-        if !self.covers(plan) {
-            return Ok(Err(texts::CODE_NOT_FOR_PLAN));
-        }
-        if self.first_purchase_only
-            && let Some(buyer) = buyer
-        {
-            let first: bool = db::row_one(client, FIRST_PURCHASE_SQL, &[&buyer, &plan.channel_ids])
-                .await?
-                .try_get("first")?;
-            if !first {
-                return Ok(Err(texts::CODE_FIRST_PURCHASE));
-            }
-        }
-        Ok(Ok(discounted_minor(
-            plan.price_minor,
-            self.percent_off,
-            self.amount_off_minor,
-        )))
+        Ok(match self.0.discount_on(client, buyer, plan).await? {
+            Ok(d) => Ok(plan.price_minor - d.discount_minor),
+            Err(refusal) => Err(why(&refusal)),
+        })
     }
 
     /// What the code gives, as buyers read it ("−25 % on Premium monthly"), or why no plan on
@@ -225,16 +132,25 @@ impl Code {
         &self,
         client: &impl GenericClient,
     ) -> Result<Result<String, &'static str>, ApiError> {
-        let rows = db::rows(client, PLAN_NAMES_SQL, &[&self.plan_ids, &self.currency]).await?;
+        let rows = db::rows(
+            client,
+            PLAN_NAMES_SQL,
+            &[&self.0.terms.plan_ids, &self.0.terms.currency],
+        )
+        .await?;
         if rows.is_empty() {
             return Ok(Err(texts::CODE_NO_PLAN));
         }
-        let off = match (self.percent_off, self.amount_off_minor, &self.currency) {
+        let off = match (
+            self.0.terms.percent_off,
+            self.0.terms.amount_off_minor,
+            &self.0.terms.currency,
+        ) {
             (Some(p), _, _) => format!("{p} %"),
             (None, Some(a), Some(c)) => render::price(&Money::new(a, c)),
             _ => return Ok(Err(texts::CODE_NO_PLAN)),
         };
-        let on = match &self.plan_ids {
+        let on = match &self.0.terms.plan_ids {
             None => None,
             Some(_) => {
                 let names = rows
@@ -248,22 +164,5 @@ impl Code {
             }
         };
         Ok(Ok(texts::code_gives(&off, on.as_deref())))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::discounted_minor;
-
-    #[test]
-    fn a_discount_rounds_its_share_down_and_never_goes_below_one_unit_unless_free() {
-        assert_eq!(discounted_minor(24900, Some(20), None), 19920);
-        assert_eq!(discounted_minor(999, Some(25), None), 750);
-        assert_eq!(discounted_minor(250, Some(33), None), 168);
-        assert_eq!(discounted_minor(1, Some(99), None), 1);
-        assert_eq!(discounted_minor(250, Some(100), None), 0);
-        assert_eq!(discounted_minor(24900, None, Some(5000)), 19900);
-        assert_eq!(discounted_minor(100, None, Some(500)), 1);
-        assert_eq!(discounted_minor(100, None, None), 100);
     }
 }

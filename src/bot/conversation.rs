@@ -171,26 +171,26 @@ async fn apply_code(
         return Ok(texts::code_refused(&shown, texts::CODE_UNKNOWN));
     };
     if let Some(why) = code.refusal() {
-        return Ok(texts::code_refused(&code.code, why));
+        return Ok(texts::code_refused(code.text(), why));
     }
     let gives = match code.gives(tx).await? {
         Ok(gives) => gives,
-        Err(why) => return Ok(texts::code_refused(&code.code, why)),
+        Err(why) => return Ok(texts::code_refused(code.text(), why)),
     };
     if let Some(plan) = match for_plan {
         Some(id) => plans::get(tx, id).await?,
         None => None,
     } && let Err(why) = code.price_for(tx, Some(buyer), &plan).await?
     {
-        return Ok(texts::code_refused(&code.code, why));
+        return Ok(texts::code_refused(code.text(), why));
     }
     codes::store(tx, buyer, &code).await?;
     tracing::info!(
         subscriber_id = buyer.0,
-        promo_code_id = code.id,
+        promo_code_id = code.id(),
         "bot promo code kept"
     );
-    Ok(texts::code_applied(&code.code, &gives))
+    Ok(texts::code_applied(code.text(), &gives))
 }
 
 /// Who is looking at the catalogue: their subscriber row if they have one, the promo code they
