@@ -534,42 +534,6 @@ pub async fn title(client: &impl GenericClient, id: i32) -> Result<Option<String
     })
 }
 
-/// What an invoice says of a channel: its title and billing period.
-#[derive(Debug, Clone)]
-pub struct Billing {
-    pub title: String,
-    pub billing_period_days: i32,
-}
-
-impl FromRow for Billing {
-    const COLUMNS: &'static str = "title, billing_period_days";
-
-    fn from_row(r: &Row) -> Result<Billing, tokio_postgres::Error> {
-        Ok(Billing {
-            title: r.try_get("title")?,
-            billing_period_days: r.try_get("billing_period_days")?,
-        })
-    }
-}
-
-const BILLING_SQL: &str = "SELECT title, billing_period_days FROM channels WHERE id = $1";
-
-/// Channel `id`'s title and billing period (an error when there is no such channel: the
-/// caller names one an order refers to).
-pub async fn billing(client: &impl GenericClient, id: i32) -> Result<Billing, ApiError> {
-    db::one(client, BILLING_SQL, &[&id]).await
-}
-
-const RECURRING_SQL: &str = "SELECT recurring FROM channels WHERE id = $1";
-
-/// Whether channel `id` is sold as a Telegram Stars subscription (an error when there is no
-/// such channel).
-pub async fn is_recurring(client: &impl GenericClient, id: i32) -> Result<bool, ApiError> {
-    Ok(db::row_one(client, RECURRING_SQL, &[&id])
-        .await?
-        .try_get("recurring")?)
-}
-
 /// A channel's price now, and whether it is on sale: what a new order copies.
 #[derive(Debug, Clone)]
 pub struct Price {

@@ -17,16 +17,12 @@ use super::{
     openapi::{OrderEnvelope, Problem},
 };
 use crate::{
-    channels,
     error::ApiError,
     orders::{self, Order},
+    present::{render, texts},
     state::AppState,
     telegram::bot_api::{BotApi, DEFAULT_TIMEOUT},
 };
-
-/// Telegram's limits on an invoice's title and description, in characters.
-const TITLE_MAX: usize = 32;
-const DESCRIPTION_MAX: usize = 255;
 
 /// `POST /api/orders/{id}/invoice-link` → 200 `{"order": Order}` with `invoice_link` set.
 /// 404 unknown order; 422 not an `XTR` order; 409 order not pending (and no link yet);
@@ -65,10 +61,11 @@ pub async fn create(
             order.status
         )));
     }
-    let channels::Billing {
-        title,
-        billing_period_days: days,
-    } = channels::billing(&client, order.channel_id).await?;
+    // The invoice says what the bot's own invoice says: the order's plan (title, description,
+    // period or lifetime) and the order's amount.
+    let f = orders::invoice_facts(&client, id, state.config.hold_secs)
+        .await?
+        .ok_or(ApiError::NotFound("order"))?;
     drop(client);
 
     let bot = BotApi::from_config(&state.config, DEFAULT_TIMEOUT).ok_or_else(|| {
@@ -79,13 +76,16 @@ pub async fn create(
             "TELEGRAM_DRY_RUN is on: no invoice link is made".into(),
         ));
     }
-    let description = format!("{days} days of access to {title}");
+    let period = render::term(f.days);
     let link = bot
         .create_stars_invoice_link(
-            &clip(&title, TITLE_MAX),
-            &clip(&description, DESCRIPTION_MAX),
+            &render::invoice_title(&f.title, f.channel_id),
+            &render::invoice_description(f.description.as_deref(), &f.title, f.channel_id, f.days),
             &order.reference,
-            &clip(&format!("{days} days of access"), TITLE_MAX),
+            &render::clip(
+                &texts::invoice_label(period.as_deref()),
+                render::INVOICE_TITLE_MAX,
+            ),
             order.amount_minor,
         )
         .await
@@ -107,9 +107,4 @@ async fn read_order(client: &deadpool_postgres::Object, id: i64) -> Result<Order
     orders::get(client, id)
         .await?
         .ok_or(ApiError::NotFound("order"))
-}
-
-/// `s` cut to at most `max` characters (never inside a character).
-fn clip(s: &str, max: usize) -> String {
-    s.chars().take(max).collect()
 }

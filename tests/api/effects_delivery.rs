@@ -507,6 +507,38 @@ async fn invoice_links_are_made_once_for_stars_orders() {
         link.as_str()
     );
 
+    // An order of another plan: the link says that plan's title and term, as the bot's
+    // invoice of it does.
+    let plan = app
+        .post(
+            "/api/plans",
+            json!({"title": "For life", "channel_ids": [c], "price_minor": 900,
+                   "period_days": null}),
+        )
+        .await
+        .expect(201);
+    let lifetime = app
+        .post(
+            "/api/orders",
+            json!({"subscriber_id": s, "plan_id": plan["id"]}),
+        )
+        .await
+        .expect(201);
+    app.post(
+        &format!("/api/orders/{}/invoice-link", lifetime["id"]),
+        Value::Null,
+    )
+    .await
+    .expect(200);
+    let calls = fake.calls_of("createInvoiceLink");
+    let p = &calls.last().unwrap().params;
+    assert_eq!(p["title"], "For life");
+    assert_eq!(
+        p["prices"],
+        json!([{"label": "Lifetime access", "amount": 900}])
+    );
+    assert_eq!(calls.len(), 2);
+
     // A card order: 422. Unknown: 404. A cancelled order without a link: 409.
     let card = channel(&app, -1_001_000_000_802, json!({})).await;
     let card_order = app.create_order(s, card).await;
