@@ -192,9 +192,16 @@ impl Terms {
     }
 }
 
+/// The terms' select list (a macro, for `concat!`).
+macro_rules! terms_columns {
+    () => {
+        "id, percent_off, amount_off_minor, currency, plan_ids, max_redemptions, \
+         per_buyer_limit, first_purchase_only, active"
+    };
+}
+
 impl FromRow for Terms {
-    const COLUMNS: &'static str = "id, percent_off, amount_off_minor, currency, plan_ids, \
-        max_redemptions, per_buyer_limit, first_purchase_only, active";
+    const COLUMNS: &'static str = terms_columns!();
 
     fn from_row(r: &Row) -> Result<Terms, tokio_postgres::Error> {
         Ok(Terms {
@@ -209,14 +216,6 @@ impl FromRow for Terms {
             active: r.try_get("active")?,
         })
     }
-}
-
-/// The terms' select list (a macro, for `concat!`).
-macro_rules! terms_columns {
-    () => {
-        "id, percent_off, amount_off_minor, currency, plan_ids, max_redemptions, \
-         per_buyer_limit, first_purchase_only, active"
-    };
 }
 
 const LOCK_BY_CODE_SQL: &str = concat!(
