@@ -20,7 +20,7 @@ use crate::{
         one_i64, person, pre_checkout_update, run, send, stars_channel, text_update,
     },
     fake_bot::FakeBot,
-    helpers::{TestApp, db_now},
+    helpers::{NewPlan, TestApp, db_now},
 };
 
 /// A plan of `channels` (the first is the plan's first channel); returns its id.
@@ -35,32 +35,15 @@ async fn plan(
     period_days: Option<i32>,
     position: i32,
 ) -> i64 {
-    let db = app.db().await;
-    let id: i64 = db
-        .query_one(
-            "INSERT INTO plans (title, kind, price_minor, currency, period_days, position)
-             VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
-            &[
-                &title,
-                &kind,
-                &price_minor,
-                &currency,
-                &period_days,
-                &position,
-            ],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    for (i, c) in channels.iter().enumerate() {
-        db.execute(
-            "INSERT INTO plan_channels (plan_id, channel_id, position) VALUES ($1, $2, $3)",
-            &[&id, &(*c as i32), &(i as i16)],
-        )
-        .await
-        .unwrap();
-    }
-    id
+    let plan = NewPlan {
+        title,
+        kind,
+        price_minor,
+        currency,
+        period_days,
+        position,
+    };
+    app.insert_plan(plan, channels).await
 }
 
 async fn paid_plan(

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tokio::sync::Barrier;
 
 use crate::bot::{pre_checkout_update, send};
-use crate::helpers::{TestApp, db_now, id, payment_event, reference};
+use crate::helpers::{NewPlan, TestApp, db_now, id, payment_event, reference};
 
 /// Inserts a plan over `channels` (in the plan's order: the first is its orders' channel) with
 /// raw SQL; returns its id.
@@ -23,25 +23,15 @@ pub(crate) async fn insert_plan(
     period_days: Option<i32>,
     channels: &[i64],
 ) -> i64 {
-    let db = app.db().await;
-    let plan: i64 = db
-        .query_one(
-            "INSERT INTO plans (title, kind, price_minor, currency, period_days)
-             VALUES ('Plan', $1, $2, $3, $4) RETURNING id",
-            &[&kind, &price_minor, &currency, &period_days],
-        )
-        .await
-        .unwrap()
-        .get("id");
-    for (position, channel) in channels.iter().enumerate() {
-        db.execute(
-            "INSERT INTO plan_channels (plan_id, channel_id, position) VALUES ($1, $2, $3)",
-            &[&plan, &(*channel as i32), &(position as i16)],
-        )
-        .await
-        .unwrap();
-    }
-    plan
+    let plan = NewPlan {
+        title: "Plan",
+        kind,
+        price_minor,
+        currency,
+        period_days,
+        position: 0,
+    };
+    app.insert_plan(plan, channels).await
 }
 
 /// `POST /api/orders {"subscriber_id", "plan_id"}` → the order.

@@ -283,6 +283,17 @@ impl TestResponse {
     }
 }
 
+/// A plan [`TestApp::insert_plan`] writes.
+pub struct NewPlan<'a> {
+    pub title: &'a str,
+    pub kind: &'a str,
+    pub price_minor: i64,
+    pub currency: &'a str,
+    /// `None`: lifetime.
+    pub period_days: Option<i32>,
+    pub position: i32,
+}
+
 impl TestApp {
     /// A new app with the default test configuration.
     pub async fn spawn() -> TestApp {
@@ -310,6 +321,38 @@ impl TestApp {
     /// A direct connection to this test's database, for checking rows.
     pub async fn db(&self) -> deadpool_postgres::Object {
         self.state.db.get().await.expect("test database connection")
+    }
+
+    /// Inserts `plan` over `channels` with raw SQL (in the plan's order: the first is its
+    /// orders' channel); returns its id. The plans API has tests of its own; the others make
+    /// the plans they need directly.
+    pub async fn insert_plan(&self, plan: NewPlan<'_>, channels: &[i64]) -> i64 {
+        let db = self.db().await;
+        let id: i64 = db
+            .query_one(
+                "INSERT INTO plans (title, kind, price_minor, currency, period_days, position)
+                 VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+                &[
+                    &plan.title,
+                    &plan.kind,
+                    &plan.price_minor,
+                    &plan.currency,
+                    &plan.period_days,
+                    &plan.position,
+                ],
+            )
+            .await
+            .unwrap()
+            .get("id");
+        for (position, channel) in channels.iter().enumerate() {
+            db.execute(
+                "INSERT INTO plan_channels (plan_id, channel_id, position) VALUES ($1, $2, $3)",
+                &[&id, &(*channel as i32), &(position as i16)],
+            )
+            .await
+            .unwrap();
+        }
+        id
     }
 
     /// Sends a request through the router (no socket).

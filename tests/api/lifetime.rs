@@ -15,7 +15,7 @@ use subgate::{
 };
 
 use crate::bot::{payment_update, pre_checkout_update, send};
-use crate::helpers::{TestApp, id, reference};
+use crate::helpers::{NewPlan, TestApp, id, reference};
 
 /// A subscriber (Telegram user `user`) with a 30-day membership of a new channel; `extra`
 /// overrides the channel's fields. Returns (membership, subscriber id, channel id).
@@ -309,26 +309,15 @@ async fn the_sweep_reminders_seats_and_join_requests_treat_lifetime_as_live_fore
 
 /// A plan of `channels` with no period (lifetime), made in SQL; returns its id.
 async fn lifetime_plan(app: &TestApp, channels: &[i64], currency: &str, price: i64) -> i64 {
-    let client = app.db().await;
-    let plan: i64 = client
-        .query_one(
-            "INSERT INTO plans (title, price_minor, currency, period_days)
-             VALUES ('Forever', $1, $2, NULL) RETURNING id",
-            &[&price, &currency],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    for (position, channel) in channels.iter().enumerate() {
-        client
-            .execute(
-                "INSERT INTO plan_channels (plan_id, channel_id, position) VALUES ($1, $2, $3)",
-                &[&plan, &(*channel as i32), &(position as i16)],
-            )
-            .await
-            .unwrap();
-    }
-    plan
+    let plan = NewPlan {
+        title: "Forever",
+        kind: "paid",
+        price_minor: price,
+        currency,
+        period_days: None,
+        position: 0,
+    };
+    app.insert_plan(plan, channels).await
 }
 
 #[tokio::test]

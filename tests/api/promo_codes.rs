@@ -15,7 +15,7 @@ use subgate::payments::core::{Gateway, NormalizedPayment, apply_payment};
 use tokio::sync::Barrier;
 
 use crate::bodies::{PromoCodeBody, body_of};
-use crate::helpers::{TestApp, TestResponse, db_now, id, reference};
+use crate::helpers::{NewPlan, TestApp, TestResponse, db_now, id, reference};
 use crate::telegram::{payment_update, pre_checkout_update};
 
 const ROUNDS: usize = 6;
@@ -30,20 +30,15 @@ async fn paid_plan(app: &TestApp, channel: i64, price: i64, currency: &str) -> i
 
 async fn plan(app: &TestApp, channel: i64, kind: &str, price: i64, currency: &str) -> i64 {
     let period = if kind == "trial" { 7 } else { 30 };
-    app.db()
-        .await
-        .query_one(
-            "WITH p AS (
-                 INSERT INTO plans (title, kind, price_minor, currency, period_days)
-                 VALUES ('Extra plan', $1, $2, $3, $4) RETURNING id
-             )
-             INSERT INTO plan_channels (plan_id, channel_id, position)
-             SELECT id, $5, 0 FROM p RETURNING plan_id",
-            &[&kind, &price, &currency, &period, &(channel as i32)],
-        )
-        .await
-        .unwrap()
-        .get(0)
+    let plan = NewPlan {
+        title: "Extra plan",
+        kind,
+        price_minor: price,
+        currency,
+        period_days: Some(period),
+        position: 0,
+    };
+    app.insert_plan(plan, &[channel]).await
 }
 
 /// Channel `channel`'s default plan.
