@@ -323,6 +323,28 @@
     return result;
   }
 
+  /**
+   * Saves a form's resource: a PATCH of what changed to `existing` (nothing changed: says so),
+   * else a POST to `path` under the form's idempotency key; says what was saved, then
+   * `done(saved, created)`. The API's field errors show next to their inputs (`fields` maps an
+   * API field to its input's name where they differ).
+   */
+  async function saveResource(form, existing, body, { path, name, fields, done }) {
+    await busy(form, async () => {
+      try {
+        if (existing && !Object.keys(body).length) { say('Nothing changed.'); return; }
+        const saved = existing
+          ? await api('PATCH', `${path}/${existing.id}`, body)
+          : await post(form, path, body);
+        say(`${existing ? 'Saved' : 'Created'} ${name(saved)}.`);
+        done(saved, !existing);
+      } catch (err) {
+        showFieldErrors(form, err, fields);
+        fail(err);
+      }
+    });
+  }
+
   /** Every page of a list, for the small lists the console joins on (channels). */
   async function all(path) {
     const items = [];
@@ -707,24 +729,15 @@
           body[k] = val;
         }
       }
-      await busy(form, async () => {
-        try {
-          let saved;
-          if (existing) {
-            if (!Object.keys(body).length) { say('Nothing changed.'); return; }
-            saved = await api('PATCH', `/channels/${existing.id}`, body);
-            say(`Saved channel “${saved.title}”.`);
-          } else {
-            saved = await post(form, '/channels', body);
-            say(`Created channel “${saved.title}”.`);
-          }
+      await saveResource(form, existing, body, {
+        path: '/channels',
+        name: (saved) => `channel “${saved.title}”`,
+        fields: { price_minor: 'price' },
+        done: (saved) => {
           channelCache = null;
           planCache = null;
           go(`#/channels/${saved.id}`);
-        } catch (err) {
-          showFieldErrors(form, err, { price_minor: 'price' });
-          fail(err);
-        }
+        },
       });
     });
     form.elements.title.focus();
@@ -964,23 +977,14 @@
           body[k] = val;
         }
       }
-      await busy(form, async () => {
-        try {
-          let saved;
-          if (existing) {
-            if (!Object.keys(body).length) { say('Nothing changed.'); return; }
-            saved = await api('PATCH', `/plans/${existing.id}`, body);
-            say(`Saved plan “${saved.title}”.`);
-          } else {
-            saved = await post(form, '/plans', body);
-            say(`Created plan “${saved.title}”.`);
-          }
+      await saveResource(form, existing, body, {
+        path: '/plans',
+        name: (saved) => `plan “${saved.title}”`,
+        fields: { price_minor: 'price' },
+        done: (saved) => {
           planCache = null;
           go(`#/plans/${saved.id}`);
-        } catch (err) {
-          showFieldErrors(form, err, { price_minor: 'price' });
-          fail(err);
-        }
+        },
       });
     });
     form.elements.title.focus();
@@ -1134,23 +1138,11 @@
         if (k === 'expires_at' && before !== null && val !== null && toLocalInput(before) === v('expires_at')) continue;
         if (JSON.stringify(val) !== JSON.stringify(before)) body[k] = val;
       }
-      await busy(form, async () => {
-        try {
-          let saved;
-          if (existing) {
-            if (!Object.keys(body).length) { say('Nothing changed.'); return; }
-            saved = await api('PATCH', `/promo-codes/${existing.id}`, body);
-            say(`Saved promo code ${saved.code}.`);
-            go(`#/promo-codes/${saved.id}`);
-          } else {
-            saved = await post(form, '/promo-codes', body);
-            say(`Created promo code ${saved.code}.`);
-            go('#/promo-codes');
-          }
-        } catch (err) {
-          showFieldErrors(form, err, { amount_off_minor: 'amount_off' });
-          fail(err);
-        }
+      await saveResource(form, existing, body, {
+        path: '/promo-codes',
+        name: (saved) => `promo code ${saved.code}`,
+        fields: { amount_off_minor: 'amount_off' },
+        done: (saved, created) => go(created ? '#/promo-codes' : `#/promo-codes/${saved.id}`),
       });
     });
     form.elements.code.focus();
