@@ -375,6 +375,26 @@ pub async fn is_live(
         .try_get("found")?)
 }
 
+const LIFETIME_CHANNELS_SQL: &str = concat!(
+    "SELECT m.channel_id FROM memberships m
+     WHERE m.subscriber_id = $1 AND m.expires_at = 'infinity' AND ",
+    holds_access_sql!("m"),
+    " ORDER BY m.channel_id"
+);
+
+/// The channels the subscriber holds live lifetime access to (as [`lifetime_in_every`] counts
+/// it): what the bot's catalogue and buy press show as held for life.
+pub async fn lifetime_channels(
+    client: &impl GenericClient,
+    subscriber_id: SubscriberId,
+) -> Result<Vec<i32>, ApiError> {
+    db::rows(client, LIFETIME_CHANNELS_SQL, &[&subscriber_id])
+        .await?
+        .iter()
+        .map(|r| r.try_get("channel_id").map_err(ApiError::from))
+        .collect()
+}
+
 const LIFETIME_IN_EVERY_SQL: &str = concat!(
     "SELECT count(*) = (SELECT count(DISTINCT c) FROM unnest($2::integer[]) AS c) AS found
      FROM memberships m

@@ -149,7 +149,7 @@ pub(super) async fn buy(
         db::lock_pair(tx, buyer, channel).await?;
     }
 
-    let lifetime = lifetime_channels(tx, buyer).await?;
+    let lifetime = crate::memberships::lifetime_channels(tx, buyer).await?;
     if plan.channel_ids.iter().all(|c| lifetime.contains(c)) {
         return Ok(alert(texts::already_lifetime(&name)));
     }
@@ -384,24 +384,6 @@ async fn discount(
         }
         Err(e) => Err(e),
     }
-}
-
-/// The channels `buyer` has lifetime access to now (a live membership whose `expires_at` is
-/// `infinity`).
-pub(super) async fn lifetime_channels(
-    tx: &Transaction<'_>,
-    buyer: SubscriberId,
-) -> Result<Vec<i32>, ApiError> {
-    let rows = tx
-        .query(
-            "SELECT channel_id FROM memberships
-             WHERE subscriber_id = $1 AND expires_at = 'infinity' AND status <> 'expired'",
-            &[&buyer],
-        )
-        .await?;
-    rows.iter()
-        .map(|r| r.try_get("channel_id").map_err(ApiError::from))
-        .collect()
 }
 
 /// The alert for a refused hold: the channel is full, or the buyer may try again at a given time.

@@ -215,7 +215,7 @@ async fn viewer(tx: &Transaction<'_>, user_id: i64) -> Result<Viewer, ApiError> 
     Ok(Viewer {
         subscriber,
         code: codes::stored(tx, s).await?,
-        lifetime: buy::lifetime_channels(tx, s).await?,
+        lifetime: crate::memberships::lifetime_channels(tx, s).await?,
     })
 }
 
