@@ -38,7 +38,8 @@ use crate::{
 macro_rules! channel_columns {
     () => {
         "id, telegram_chat_id, title, price_minor, currency, billing_period_days, \
-         grace_period_days, seat_limit, active, created_at, updated_at, description, recurring"
+         grace_period_days, seat_limit, active, created_at, updated_at, description, recurring, \
+         telegram_status"
     };
 }
 
@@ -108,7 +109,7 @@ pub const RECURRING_RULE: &str =
     "price_minor": 19900, "currency": "UAH", "billing_period_days": 30, "grace_period_days": 3,
     "seat_limit": null, "active": true, "created_at": "2025-01-01T10:00:00Z",
     "updated_at": "2025-01-01T10:00:00Z", "description": "Daily market signals.",
-    "recurring": false, "buy_link": "https://t.me/subgate_bot?start=c1"}))]
+    "recurring": false, "buy_link": "https://t.me/subgate_bot?start=c1", "telegram_status": "ok"}))]
 pub struct Channel {
     pub id: i32,
     pub telegram_chat_id: i64,
@@ -128,6 +129,19 @@ pub struct Channel {
     /// `https://t.me/<bot>?start=c<id>`: opens this channel's offer in the bot; null without
     /// `TELEGRAM_BOT_USERNAME`.
     pub buy_link: Option<String>,
+    /// Whether the bot can manage the chat's members (read-only; from Telegram).
+    #[schema(value_type = String, example = "ok")]
+    pub telegram_status: TelegramStatus,
+}
+
+crate::text_enum! {
+    /// Whether the bot can act in a channel's chat, as Telegram last told us.
+    pub enum TelegramStatus {
+        /// The bot is an administrator that may invite and ban users.
+        Ok => "ok",
+        /// The bot lost those rights, or was removed: the chat's access effects wait.
+        NoRights => "no_rights",
+    }
 }
 
 impl FromRow for Channel {
@@ -149,6 +163,7 @@ impl FromRow for Channel {
             description: r.try_get("description")?,
             recurring: r.try_get("recurring")?,
             buy_link: None,
+            telegram_status: r.try_get("telegram_status")?,
         })
     }
 }
@@ -584,6 +599,26 @@ pub async fn store_invite_link(
     Ok(
         match db::row_opt(client, STORE_INVITE_LINK_SQL, &[&id, &link, &chat]).await? {
             Some(r) => r.try_get("invite_link")?,
+            None => None,
+        },
+    )
+}
+
+const SET_TELEGRAM_STATUS_SQL: &str = "UPDATE channels
+     SET telegram_status = $2, telegram_status_at = statement_timestamp()
+     WHERE telegram_chat_id = $1 AND telegram_status <> $2
+     RETURNING id";
+
+/// Records what Telegram told us about the bot's rights in chat `chat`. Returns the channel's
+/// id when its status changed (nothing is written when it already was `status`).
+pub async fn set_telegram_status(
+    client: &impl GenericClient,
+    chat: i64,
+    status: TelegramStatus,
+) -> Result<Option<i32>, ApiError> {
+    Ok(
+        match db::row_opt(client, SET_TELEGRAM_STATUS_SQL, &[&chat, &status]).await? {
+            Some(r) => Some(r.try_get("id")?),
             None => None,
         },
     )

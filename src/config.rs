@@ -18,6 +18,8 @@
 //! | `WAYFORPAY_MERCHANT_ACCOUNT` | our WayForPay merchant account | unset: door answers 503 |
 //! | `WAYFORPAY_SECRET_KEY` | WayForPay merchant secret key, at least 16 bytes (set both or neither) | unset: door answers 503 |
 //! | `WAYFORPAY_DOMAIN` | merchant domain name signed into the bot's WayForPay purchase links | the host of `PUBLIC_URL` |
+//! | `WAYFORPAY_API_URL` | WayForPay's API endpoint, asked `CHECK_STATUS` about card orders whose callback has not come | `https://api.wayforpay.com/api` |
+//! | `RECONCILE_AFTER_SECS` | how long a card order with an issued purchase link stays pending before WayForPay is asked about it, 1..=86400 | `600` |
 //! | `TELEGRAM_WEBHOOK_SECRET` | `secret_token` given to `setWebhook`, 16..=256 of `A-Za-z0-9_-` | unset: door answers 503 |
 //! | `TELEGRAM_BOT_TOKEN` | bot token for Bot API calls, `<bot id>:<secret>` from @BotFather | unset: effects stay queued |
 //! | `TELEGRAM_API_URL` | Bot API base URL | `https://api.telegram.org` |
@@ -29,6 +31,8 @@
 //! | `HOLD_SECS` | how long a checkout holds a seat, 1..=86400 | `300` |
 //! | `HOLD_COOLDOWN_SECS` | how long a buyer whose hold ran out unpaid waits before holding a seat of that channel again, 0..=86400 (0: no wait) | `HOLD_SECS` |
 //! | `HOLDS_PER_DAY` | seat holds one buyer may take of one channel in 24 hours, 1..=1000 | `3` |
+//! | `AUDIT_INTERVAL_SECS` | audit every active channel's member list against the database every N seconds, 0..=604800 (0: never) | `0` |
+//! | `AUDIT_FIX` | `true`: the scheduled audits also repair what they find (unban, revoke) | `false` (report only) |
 //! | `ADMIN_EMAIL` / `ADMIN_PASSWORD` | first staff account, created once at start-up (set both or neither; password 8..=72 bytes) | unset |
 //! | `BCRYPT_COST` | bcrypt cost for new password hashes, 4..=31 | `12` |
 //! | `DB_POOL_SIZE` | maximum database connections, 1..=1000 | `16` |
@@ -120,6 +124,10 @@ pub struct Config {
     /// The merchant domain of WayForPay purchase links (`WAYFORPAY_DOMAIN`, else `PUBLIC_URL`'s
     /// host).
     pub wayforpay_domain: Option<String>,
+    /// `WAYFORPAY_API_URL`, without a trailing slash.
+    pub wayforpay_api_url: String,
+    /// `RECONCILE_AFTER_SECS`.
+    pub reconcile_after: Duration,
     pub telegram_webhook_secret: Option<Secret>,
     pub telegram_bot_token: Option<Secret>,
     pub telegram_api_url: String,
@@ -133,6 +141,10 @@ pub struct Config {
     /// `HOLD_COOLDOWN_SECS` (default `HOLD_SECS`).
     pub hold_cooldown_secs: i64,
     pub holds_per_day: i64,
+    /// `AUDIT_INTERVAL_SECS`; `None`: no scheduled audit.
+    pub audit_interval: Option<Duration>,
+    /// `AUDIT_FIX`.
+    pub audit_fix: bool,
     pub admin_email: Option<String>,
     pub admin_password: Option<Secret>,
     pub bcrypt_cost: u32,
@@ -199,6 +211,8 @@ impl Config {
             login_account_max_failures: auth.login_account_max_failures,
             webhook_keys: doors.webhook_keys,
             wayforpay: doors.wayforpay,
+            wayforpay_api_url: doors.wayforpay_api_url,
+            reconcile_after: doors.reconcile_after,
             telegram_webhook_secret: telegram.webhook_secret,
             telegram_bot_token: telegram.bot_token,
             telegram_api_url: telegram.api_url,
@@ -210,6 +224,8 @@ impl Config {
             hold_secs: jobs.hold_secs,
             hold_cooldown_secs: jobs.hold_cooldown_secs,
             holds_per_day: jobs.holds_per_day,
+            audit_interval: jobs.audit_interval,
+            audit_fix: jobs.audit_fix,
         })
     }
 
@@ -423,6 +439,8 @@ struct PaymentDoors {
     webhook_keys: Vec<WebhookKey>,
     wayforpay: Option<WayForPayConfig>,
     wayforpay_domain: Option<String>,
+    wayforpay_api_url: String,
+    reconcile_after: Duration,
 }
 
 impl PaymentDoors {
@@ -478,10 +496,25 @@ impl PaymentDoors {
                 "WAYFORPAY_DOMAIN must be a domain name, e.g. pay.example.com",
             )?
             .map(|d| d.trim().to_ascii_lowercase());
+        let wayforpay_api_url = vars
+            .get("WAYFORPAY_API_URL")
+            .unwrap_or_else(|| "https://api.wayforpay.com/api".to_string())
+            .trim_end_matches('/')
+            .to_string();
+        if url::Url::parse(&wayforpay_api_url).is_err() {
+            return Err(err("WAYFORPAY_API_URL must be an absolute URL"));
+        }
         Ok(PaymentDoors {
             webhook_keys,
             wayforpay,
             wayforpay_domain,
+            wayforpay_api_url,
+            reconcile_after: Duration::from_secs(vars.int(
+                "RECONCILE_AFTER_SECS",
+                600,
+                1,
+                86_400,
+            )?),
         })
     }
 }
@@ -556,6 +589,8 @@ struct Jobs {
     hold_secs: i64,
     hold_cooldown_secs: i64,
     holds_per_day: i64,
+    audit_interval: Option<Duration>,
+    audit_fix: bool,
 }
 
 impl Jobs {
@@ -574,6 +609,11 @@ impl Jobs {
             hold_secs: hold_secs as i64,
             hold_cooldown_secs: vars.int("HOLD_COOLDOWN_SECS", hold_secs, 0, 86_400)? as i64,
             holds_per_day: vars.int("HOLDS_PER_DAY", 3, 1, 1000)? as i64,
+            audit_interval: match vars.int("AUDIT_INTERVAL_SECS", 0, 0, 604_800)? {
+                0 => None,
+                n => Some(Duration::from_secs(n)),
+            },
+            audit_fix: vars.flag("AUDIT_FIX")?,
         })
     }
 }

@@ -60,6 +60,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("../migrations/0008_staff_token_version.sql"),
     ),
     (9, "offers", include_str!("../migrations/0009_offers.sql")),
+    (
+        10,
+        "telegram_truth",
+        include_str!("../migrations/0010_telegram_truth.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,

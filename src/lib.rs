@@ -36,6 +36,7 @@ pub mod currency;
 pub mod db;
 pub mod effects;
 pub mod error;
+pub mod exemptions;
 pub mod expiry;
 pub mod idempotency;
 pub mod ids;

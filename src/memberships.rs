@@ -166,6 +166,8 @@ crate::text_enum! {
         Staff => "staff",
         Trial => "trial",
         Promo => "promo",
+        /// The payment that bought the term was refunded at the gateway.
+        Refund => "refund",
     }
 }
 

@@ -50,6 +50,9 @@ crate::text_enum! {
         /// payment would buy nothing (refunded for Stars, like a double payment), and a
         /// pre-checkout is refused.
         AlreadyLifetime => "already_lifetime",
+        /// An applied payment the gateway later reported `Refunded` or `Voided`: its outcome
+        /// becomes `refunded` and what it bought is taken back. Never a pre-checkout refusal.
+        RefundedAtGateway => "refunded_at_gateway",
     }
 }
 
@@ -59,7 +62,10 @@ impl Reason {
     pub fn is_pre_checkout_refusal(self) -> bool {
         !matches!(
             self,
-            Reason::RefundedElsewhere | Reason::UnknownSubscription | Reason::SubscriptionCancelled
+            Reason::RefundedElsewhere
+                | Reason::UnknownSubscription
+                | Reason::SubscriptionCancelled
+                | Reason::RefundedAtGateway
         )
     }
 

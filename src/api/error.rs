@@ -80,6 +80,7 @@ fn unique_message(constraint: &str) -> String {
         "staff_accounts_email_key" => "a staff account with this email already exists".into(),
         "payments_one_applied_per_order" => "this order is already paid".into(),
         "promo_codes_code_key" => "a promo code with this code already exists".into(),
+        "channel_exemptions_pkey" => "this user is already exempt in this channel".into(),
         other => format!("conflicts with an existing record ({other})"),
     }
 }

@@ -86,6 +86,8 @@ crate::text_enum! {
         Invoice => "invoice",
         /// Staff or the buyer cancelled a Stars subscription: `editUserStarSubscription`.
         SubscriptionCancel => "subscription_cancel",
+        /// An audit found a live member banned in the chat: `unbanChatMember(only_if_banned)`.
+        Unban => "unban",
     }
 }
 
@@ -350,6 +352,49 @@ pub async fn enqueue(client: &impl GenericClient, e: &NewEffect) -> Result<Optio
         )
         .await?;
     Ok(row.map(|r| r.try_get("id")).transpose()?)
+}
+
+/// Enqueues the revoke or unban that a look at Telegram asks for, not a membership change: a
+/// user who joined chat `chat` without live access (`found` chat_member, `marker` the update's
+/// date), or a wrong row an audit fixes (`found` audit, `marker` the audit's id). Keyed
+/// `{kind}:{chat}:{user}:{found}:{marker}`, so one sighting is one effect however often it is
+/// reported. Returns the effect's id, `None` when it was enqueued before.
+pub async fn enqueue_found(
+    client: &impl GenericClient,
+    kind: Kind,
+    chat: i64,
+    user: i64,
+    found: payload::Found,
+    marker: i64,
+) -> Result<Option<i64>, ApiError> {
+    let payload = match kind {
+        Kind::Unban => Payload::Unban(payload::Unban { found }),
+        _ => Payload::Revoke(payload::Revoke {
+            expires_at: None,
+            membership_id: None,
+            deleted: false,
+            found: Some(found),
+        }),
+    };
+    let new = NewEffect {
+        membership_id: None,
+        payment_id: None,
+        order_id: None,
+        chat_id: Some(chat),
+        user_id: user,
+        dedupe_key: Some(found_key(payload.kind(), chat, user, found, marker)),
+        payload,
+    };
+    enqueue(client, &new).await
+}
+
+/// The key of an effect [`enqueue_found`] writes.
+pub fn found_key(kind: Kind, chat: i64, user: i64, found: payload::Found, marker: i64) -> String {
+    let found = match found {
+        payload::Found::ChatMember => "chat_member",
+        payload::Found::Audit => "audit",
+    };
+    format!("{kind}:{chat}:{user}:{found}:{marker}")
 }
 
 /// The sweep's effects, as the last data-modifying CTE of its batch write

@@ -22,6 +22,30 @@ fn instant<S: Serializer>(t: &expiry::Expiry, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&t.to_payload_text())
 }
 
+/// [`instant`] of an expiry that may be absent (serialized only when present).
+fn some_instant<S: Serializer>(t: &Option<expiry::Expiry>, s: S) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => instant(t, s),
+        None => s.serialize_none(),
+    }
+}
+
+/// Where a revoke or an unban that no membership change enqueued comes from: Telegram told us
+/// a user joined the chat without live access (`chat_member`), or an audit of the member list
+/// found the row wrong and was asked to fix it (`audit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Found {
+    ChatMember,
+    Audit,
+}
+
+/// The payload of an unban: what found the live member banned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unban {
+    pub found: Found,
+}
+
 /// The payload of a grant, renewal receipt, grace notice or reminder: the `expires_at` of the
 /// membership when the effect was enqueued (UTC, microseconds: `2026-01-31T12:00:00.000000Z`;
 /// `infinity` for lifetime access). A reminder or grace notice whose membership has another
@@ -37,12 +61,21 @@ pub struct Expiry {
 /// `deleted: true`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Revoke {
-    #[serde(serialize_with = "instant")]
-    pub expires_at: expiry::Expiry,
+    /// The expiry it was enqueued for; absent for a revoke no membership change enqueued
+    /// (`found`).
+    #[serde(
+        default,
+        serialize_with = "some_instant",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub expires_at: Option<expiry::Expiry>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub membership_id: Option<i64>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deleted: bool,
+    /// A user found in the chat without live access (a `chat_member` update, an audit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub found: Option<Found>,
 }
 
 /// The payload of a Stars refund: the charge being refunded, and `verify: true` once an attempt
@@ -92,6 +125,7 @@ pub enum Payload {
     BotMessage(BotMessage),
     Invoice(Invoice),
     SubscriptionCancel(SubscriptionCancel),
+    Unban(Unban),
 }
 
 impl Payload {
@@ -109,6 +143,7 @@ impl Payload {
             Payload::BotMessage(_) => Kind::BotMessage,
             Payload::Invoice(_) => Kind::Invoice,
             Payload::SubscriptionCancel(_) => Kind::SubscriptionCancel,
+            Payload::Unban(_) => Kind::Unban,
         }
     }
 
@@ -129,6 +164,7 @@ impl Payload {
             Kind::BotMessage => Payload::BotMessage(read(json)?),
             Kind::Invoice => Payload::Invoice(read(json)?),
             Kind::SubscriptionCancel => Payload::SubscriptionCancel(read(json)?),
+            Kind::Unban => Payload::Unban(read(json)?),
         })
     }
 
@@ -145,6 +181,7 @@ impl Payload {
             Payload::BotMessage(p) => serde_json::to_value(p),
             Payload::Invoice(p) => serde_json::to_value(p),
             Payload::SubscriptionCancel(p) => serde_json::to_value(p),
+            Payload::Unban(p) => serde_json::to_value(p),
         };
         json.expect("a payload serializes to JSON")
     }
@@ -156,7 +193,7 @@ impl Payload {
             | Payload::RenewalReceipt(p)
             | Payload::Reminder(p)
             | Payload::GraceNotice(p) => Some(p.expires_at),
-            Payload::Revoke(p) => Some(p.expires_at),
+            Payload::Revoke(p) => p.expires_at,
             _ => None,
         }
     }
@@ -182,6 +219,7 @@ mod tests {
                 Kind::BotMessage => json!({"text": "hi", "reply_markup": {"inline_keyboard": []}}),
                 Kind::Invoice => json!({}),
                 Kind::SubscriptionCancel => json!({"subscription_id": 3}),
+                Kind::Unban => json!({"found": "audit"}),
             };
             let p = Payload::parse(kind, &json).unwrap();
             assert_eq!(p.kind(), kind);

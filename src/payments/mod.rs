@@ -7,6 +7,7 @@
 //! doors themselves are HTTP handlers (`api::webhooks`); no door touches membership SQL.
 
 pub mod core;
+pub mod gateway_refunds;
 pub mod notices;
 pub mod refunds;
 pub mod standard_webhooks;

@@ -52,9 +52,10 @@ pub fn pre_checkout_refusal(reason: Reason) -> &'static str {
         }
         Reason::PromoExhausted => "This price is no longer available. Please start a new order.",
         Reason::AlreadyLifetime => "You already have lifetime access to this channel.",
-        Reason::RefundedElsewhere | Reason::UnknownSubscription | Reason::SubscriptionCancelled => {
-            PRE_CHECKOUT_BUSY
-        }
+        Reason::RefundedElsewhere
+        | Reason::UnknownSubscription
+        | Reason::SubscriptionCancelled
+        | Reason::RefundedAtGateway => PRE_CHECKOUT_BUSY,
     }
 }
 
@@ -464,6 +465,7 @@ pub fn with_subscription_stopped(notice: &str, reason: Option<Reason>) -> String
             | Reason::RefundedElsewhere
             | Reason::UnknownSubscription
             | Reason::SubscriptionCancelled
+            | Reason::RefundedAtGateway
             | Reason::HoldLimited,
         )
         | None => "So ",

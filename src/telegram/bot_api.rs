@@ -498,6 +498,24 @@ impl BotApi {
         .await
     }
 
+    /// `getMe`: the cheapest call, used as the probe that tells whether Telegram answers.
+    pub async fn get_me(&self) -> Result<Value, BotError> {
+        self.call("getMe", &json!({})).await
+    }
+
+    /// `getChatMember`: the user's status in the chat now.
+    pub async fn get_chat_member(
+        &self,
+        chat_id: i64,
+        user_id: i64,
+    ) -> Result<crate::telegram::types::ChatMember, BotError> {
+        self.call(
+            "getChatMember",
+            &json!({"chat_id": chat_id, "user_id": user_id}),
+        )
+        .await
+    }
+
     /// `createChatInviteLink(creates_join_request = true)`.
     pub async fn create_join_request_link(
         &self,
@@ -690,6 +708,8 @@ fn dry_run_result(method: &str) -> Value {
         }
         "createInvoiceLink" => json!("https://t.me/$dry-run"),
         "getStarTransactions" => json!({"transactions": []}),
+        "getMe" => json!({"id": 0, "is_bot": true, "first_name": "dry run"}),
+        "getChatMember" => json!({"status": "left", "user": {"id": 0, "is_bot": false}}),
         "sendMessage" | "sendInvoice" => {
             json!({"message_id": 0, "date": 0, "chat": {"id": 0, "type": "private"}})
         }

@@ -20,6 +20,26 @@ pub struct Update {
     pub pre_checkout_query: Option<PreCheckoutQuery>,
     #[serde(default)]
     pub chat_join_request: Option<ChatJoinRequest>,
+    /// The bot's own status in a chat changed (made or no longer an administrator, removed).
+    /// One that does not read as a `ChatMemberUpdated` is left out (ignored, not refused).
+    #[serde(default, deserialize_with = "lenient")]
+    pub my_chat_member: Option<ChatMemberUpdated>,
+    /// A member's status in a chat changed (joined, left, banned); sent only to an
+    /// administrator bot that asked for `chat_member` in `allowed_updates`. Read leniently, like
+    /// `my_chat_member`.
+    #[serde(default, deserialize_with = "lenient")]
+    pub chat_member: Option<ChatMemberUpdated>,
+}
+
+/// An optional field that is dropped when it does not read as `T`: an update kind we only
+/// observe is never a reason to refuse the whole update.
+fn lenient<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    let value = Option::<serde_json::Value>::deserialize(d)?;
+    Ok(value.and_then(|v| serde_json::from_value(v).ok()))
 }
 
 /// A message; subgate only cares about service messages carrying a `successful_payment`.
@@ -101,6 +121,83 @@ pub struct ChatJoinRequest {
     /// Unix time of the request.
     #[serde(default)]
     pub date: Option<i64>,
+}
+
+/// `ChatMemberUpdated`: a chat member's status before and after a change.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[schema(as = TelegramChatMemberUpdated)]
+pub struct ChatMemberUpdated {
+    pub chat: Chat,
+    /// Who made the change.
+    pub from: User,
+    /// Unix time of the change.
+    pub date: i64,
+    pub old_chat_member: ChatMember,
+    pub new_chat_member: ChatMember,
+    /// The link the user joined by, when they did.
+    #[serde(default)]
+    pub invite_link: Option<ChatInviteLink>,
+}
+
+/// `ChatMember` (any of its six kinds, told apart by `status`), as an update carries it and
+/// `getChatMember` answers it.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[schema(as = TelegramChatMember)]
+pub struct ChatMember {
+    /// `creator`, `administrator`, `member`, `restricted`, `left` or `kicked`.
+    pub status: String,
+    pub user: User,
+    /// `restricted` only: whether the user is in the chat.
+    #[serde(default)]
+    pub is_member: Option<bool>,
+    /// `administrator` only.
+    #[serde(default)]
+    pub can_invite_users: Option<bool>,
+    /// `administrator` only.
+    #[serde(default)]
+    pub can_restrict_members: Option<bool>,
+}
+
+impl ChatMember {
+    /// In the chat now: creator, administrator, member, or restricted but still a member.
+    pub fn in_chat(&self) -> bool {
+        match self.status.as_str() {
+            "creator" | "administrator" | "member" => true,
+            "restricted" => self.is_member.unwrap_or(false),
+            _ => false,
+        }
+    }
+
+    /// An owner or administrator of the chat (never removed by subgate).
+    pub fn is_admin(&self) -> bool {
+        matches!(self.status.as_str(), "creator" | "administrator")
+    }
+
+    /// Banned from the chat (`kicked`).
+    pub fn is_banned(&self) -> bool {
+        self.status == "kicked"
+    }
+
+    /// What the bot needs to do its work in a channel: to be its creator, or an administrator
+    /// who may invite users (the join link, approvals) and ban them (revokes).
+    pub fn can_manage_members(&self) -> bool {
+        match self.status.as_str() {
+            "creator" => true,
+            "administrator" => {
+                self.can_invite_users.unwrap_or(false) && self.can_restrict_members.unwrap_or(false)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// `ChatInviteLink`, as an update carries it (only what we read).
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[schema(as = TelegramChatInviteLink)]
+pub struct ChatInviteLink {
+    pub invite_link: String,
+    #[serde(default)]
+    pub is_revoked: bool,
 }
 
 #[cfg(test)]

@@ -136,7 +136,7 @@ impl Worker {
                 // account's, and its renewal must not spare the old account. (A revoke of a
                 // deleted membership names none.)
                 let m = match (kind, e.membership_id, e.chat_id) {
-                    (Kind::Revoke, _, Some(chat)) => {
+                    (Kind::Revoke | Kind::Unban, _, Some(chat)) => {
                         memberships::effect_view_in_chat(&client, chat, e.user_id).await
                     }
                     (_, Some(id), _) => memberships::effect_view(&client, id).await,
@@ -151,6 +151,7 @@ impl Worker {
                     Kind::Grant => self.grant(bot, e, m).await,
                     Kind::RenewalReceipt => self.receipt(bot, e, m).await,
                     Kind::Revoke => self.revoke(bot, e, m).await,
+                    Kind::Unban => self.unban(bot, e, m).await,
                     Kind::Reminder => self.notice(bot, e, m, Status::Active).await,
                     _ => self.notice(bot, e, m, Status::Grace).await,
                 };
@@ -251,6 +252,19 @@ impl Worker {
             }
             Err(err) => return Err(err.into()),
         }
+        bot.unban_chat_member(chat, e.user_id).await?;
+        Ok(None)
+    }
+
+    /// Lifts a ban of a live member (an audit found them banned), while their account still
+    /// holds access in the chat; `m` is that account's membership there.
+    async fn unban(&self, bot: &BotApi, e: &Effect, m: Option<EffectView>) -> Performed {
+        if !m.is_some_and(|m| m.status.holds_access()) {
+            return Ok(Some(
+                "skipped: the user holds no access in the chat now".into(),
+            ));
+        }
+        let chat = e.chat_id.ok_or_else(no_chat)?;
         bot.unban_chat_member(chat, e.user_id).await?;
         Ok(None)
     }

@@ -132,6 +132,22 @@ async fn check_key(app: &TestApp, row: &Row, typed: &Payload) {
     let key = row.dedupe_key.clone();
     let want = match typed {
         Payload::Revoke(payload::Revoke {
+            found: Some(found), ..
+        })
+        | Payload::Unban(payload::Unban { found }) => {
+            // `{kind}:{chat}:{user}:{found}:{marker}`, the marker being the update's date or the
+            // audit's id.
+            let k = key.as_deref().unwrap();
+            let marker = k.rsplit(':').next().unwrap().parse().unwrap();
+            Some(effects::found_key(
+                row.kind,
+                row.chat_id.unwrap(),
+                row.user_id,
+                *found,
+                marker,
+            ))
+        }
+        Payload::Revoke(payload::Revoke {
             deleted: true,
             membership_id,
             ..
@@ -341,6 +357,16 @@ async fn every_writer_s_rows_parse_as_their_kind_s_payload_and_follow_the_key_ru
         .await
         .unwrap();
     }
+    // The one writer of a revoke or an unban that a look at Telegram asks for (a `chat_member`
+    // update, an audit's fix).
+    for (kind, found, marker) in [
+        (Kind::Revoke, payload::Found::ChatMember, 1_700_000_000),
+        (Kind::Unban, payload::Found::Audit, 3),
+    ] {
+        effects::enqueue_found(&**client, kind, -1007106, 7106, found, marker)
+            .await
+            .unwrap();
+    }
     drop(client);
 
     let rows = rows(&app).await;
@@ -374,7 +400,7 @@ async fn every_writer_s_rows_parse_as_their_kind_s_payload_and_follow_the_key_ru
     // Both deletion writers, both sweep transitions, and the correction's revoke are there.
     let revokes = rows.iter().filter(|r| r.kind == Kind::Revoke).count();
     assert_eq!(
-        revokes, 4,
-        "staff, sweep, membership delete, subscriber delete"
+        revokes, 5,
+        "staff, sweep, membership delete, subscriber delete, found in the chat"
     );
 }

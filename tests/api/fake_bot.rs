@@ -32,6 +32,8 @@ use serde_json::{Value, json};
 pub const TOKEN: &str = "123456:ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef";
 /// Its secret half, which must never appear in logs or errors either.
 pub const TOKEN_SECRET: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef";
+/// The bot's own user id (the token's first half).
+pub const BOT_ID: i64 = 123456;
 
 /// One recorded call.
 #[derive(Debug, Clone)]
@@ -77,6 +79,17 @@ struct FakeState {
     cancelled_subscriptions: HashSet<(i64, String)>,
     transactions: Vec<Value>,
     counter: u64,
+    /// Every method answers this while set (a whole-API outage), before anything else.
+    outage: Option<Reply>,
+    /// Chat administrators other than the bot (`getChatMember` says `administrator`).
+    admins: HashSet<(i64, i64)>,
+    /// Chats where the bot is no longer an administrator: member management is refused.
+    no_rights: HashSet<i64>,
+    /// Users Telegram does not know (`getChatMember` answers "user not found").
+    unknown_users: HashSet<i64>,
+    /// Invite links made (chat, link), and the revoked ones.
+    links: Vec<(i64, String)>,
+    revoked_links: HashSet<String>,
 }
 
 /// A call held open by [`FakeBot::hold`] until the test releases it.
@@ -275,6 +288,112 @@ impl FakeBot {
         });
     }
 
+    /// Every method answers `reply` (e.g. `ServerError`, `Hang`) until [`FakeBot::end_outage`].
+    pub fn start_outage(&self, reply: Reply) {
+        self.with(|s| s.outage = Some(reply));
+    }
+
+    pub fn end_outage(&self) {
+        self.with(|s| s.outage = None);
+    }
+
+    /// Makes `user` an administrator of `chat` (in the chat, never to be removed).
+    pub fn add_admin(&self, chat: i64, user: i64) {
+        self.with(|s| {
+            s.admins.insert((chat, user));
+            s.members.insert((chat, user));
+        });
+    }
+
+    /// Takes the bot's admin rights in `chat` away (`false`) or gives them back (`true`).
+    /// Telegram revokes the links a demoted administrator made, so demoting revokes them.
+    pub fn set_bot_rights(&self, chat: i64, rights: bool) {
+        self.with(|s| {
+            if rights {
+                s.no_rights.remove(&chat);
+            } else {
+                s.no_rights.insert(chat);
+                let made: Vec<String> = s
+                    .links
+                    .iter()
+                    .filter(|(c, _)| *c == chat)
+                    .map(|(_, l)| l.clone())
+                    .collect();
+                s.revoked_links.extend(made);
+            }
+        });
+    }
+
+    /// Makes `user` unknown to Telegram (a deleted account).
+    pub fn add_unknown_user(&self, user: i64) {
+        self.with(|s| s.unknown_users.insert(user));
+    }
+
+    /// The users in `chat` now, sorted.
+    pub fn members_of(&self, chat: i64) -> Vec<i64> {
+        let mut users: Vec<i64> = self.with(|s| {
+            s.members
+                .iter()
+                .filter(|(c, _)| *c == chat)
+                .map(|(_, u)| *u)
+                .collect()
+        });
+        users.sort_unstable();
+        users
+    }
+
+    /// The invite links made for `chat`, oldest first.
+    pub fn links_of(&self, chat: i64) -> Vec<String> {
+        self.with(|s| {
+            s.links
+                .iter()
+                .filter(|(c, _)| *c == chat)
+                .map(|(_, l)| l.clone())
+                .collect()
+        })
+    }
+
+    /// Revokes an invite link (as an administrator might in the app).
+    pub fn revoke_link(&self, link: &str) {
+        self.with(|s| s.revoked_links.insert(link.to_string()));
+    }
+
+    pub fn is_revoked(&self, link: &str) -> bool {
+        self.with(|s| s.revoked_links.contains(link))
+    }
+
+    /// `user` follows `link` (a join-request link): Telegram opens a join request, unless the
+    /// link is revoked or unknown (false), the user is banned (false) or already in (true, no
+    /// request).
+    pub fn follow_link(&self, user: i64, link: &str) -> bool {
+        self.with(|s| {
+            let Some(chat) = s.links.iter().find(|(_, l)| l == link).map(|(c, _)| *c) else {
+                return false;
+            };
+            if s.revoked_links.contains(link) || s.banned.contains(&(chat, user)) {
+                return false;
+            }
+            if !s.members.contains(&(chat, user)) {
+                s.open_requests.insert((chat, user));
+            }
+            true
+        })
+    }
+
+    /// The chat an invite link belongs to.
+    pub fn chat_of_link(&self, link: &str) -> Option<i64> {
+        self.with(|s| s.links.iter().find(|(_, l)| l == link).map(|(c, _)| *c))
+    }
+
+    pub fn has_open_request(&self, chat: i64, user: i64) -> bool {
+        self.with(|s| s.open_requests.contains(&(chat, user)))
+    }
+
+    /// Removes `user` from `chat` as if they left by themselves.
+    pub fn leave(&self, chat: i64, user: i64) {
+        self.with(|s| s.members.remove(&(chat, user)));
+    }
+
     /// Appends an outgoing transaction to `user` carrying `charge_id` (a refund).
     pub fn add_refund_transaction(&self, charge_id: &str, user: i64, amount: i64) {
         self.with(|s| {
@@ -330,12 +449,13 @@ async fn handle(
                 s.member_overlaps += 1;
             }
         }
-        let reply = s
-            .queued
-            .get_mut(&method)
-            .and_then(VecDeque::pop_front)
-            .or_else(|| s.sticky.get(&method).cloned())
-            .unwrap_or(Reply::Ok);
+        let reply = s.outage.clone().unwrap_or_else(|| {
+            s.queued
+                .get_mut(&method)
+                .and_then(VecDeque::pop_front)
+                .or_else(|| s.sticky.get(&method).cloned())
+                .unwrap_or(Reply::Ok)
+        });
         let hold = s.holds.get_mut(&method).and_then(VecDeque::pop_front);
         (reply, s.delay, hold)
     };
@@ -395,7 +515,50 @@ fn perform(state: &Arc<Mutex<FakeState>>, method: &str, p: &Value) -> Response {
         p["chat_id"].as_i64().unwrap_or(0),
         p["user_id"].as_i64().unwrap_or(0),
     );
+    let manages_members = matches!(
+        method,
+        "banChatMember"
+            | "unbanChatMember"
+            | "approveChatJoinRequest"
+            | "declineChatJoinRequest"
+            | "createChatInviteLink"
+    );
+    if manages_members && s.no_rights.contains(&pair.0) {
+        return error(400, "Bad Request: CHAT_ADMIN_REQUIRED", None);
+    }
     match method {
+        "getMe" => ok(json!({"id": BOT_ID, "is_bot": true, "first_name": "Bot",
+                             "username": "subgate_test_bot"})),
+        "getChatMember" => {
+            let (chat, user) = pair;
+            let who = json!({"id": user, "is_bot": user == BOT_ID, "first_name": "U"});
+            if user == BOT_ID {
+                return if s.no_rights.contains(&chat) {
+                    ok(json!({"status": "member", "user": who}))
+                } else {
+                    ok(json!({"status": "administrator", "user": who,
+                              "can_invite_users": true, "can_restrict_members": true}))
+                };
+            }
+            if s.unknown_users.contains(&user) {
+                return error(400, "Bad Request: user not found", None);
+            }
+            let status = if s.admins.contains(&pair) {
+                "administrator"
+            } else if s.banned.contains(&pair) {
+                "kicked"
+            } else if s.members.contains(&pair) {
+                "member"
+            } else {
+                "left"
+            };
+            ok(json!({"status": status, "user": who}))
+        }
+        "banChatMember" if s.admins.contains(&pair) => error(
+            400,
+            "Bad Request: user is an administrator of the chat",
+            None,
+        ),
         "banChatMember" => {
             s.banned.insert(pair);
             s.members.remove(&pair);
@@ -425,12 +588,16 @@ fn perform(state: &Arc<Mutex<FakeState>>, method: &str, p: &Value) -> Response {
             }
             ok(json!(true))
         }
-        "createChatInviteLink" => ok(json!({
-            "invite_link": format!("https://t.me/+fake{n}"),
-            "creator": {"id": 123456, "is_bot": true, "first_name": "Bot"},
-            "creates_join_request": p["creates_join_request"],
-            "is_primary": false, "is_revoked": false
-        })),
+        "createChatInviteLink" => {
+            let link = format!("https://t.me/+fake{n}");
+            s.links.push((pair.0, link.clone()));
+            ok(json!({
+                "invite_link": link,
+                "creator": {"id": 123456, "is_bot": true, "first_name": "Bot"},
+                "creates_join_request": p["creates_join_request"],
+                "is_primary": false, "is_revoked": false
+            }))
+        }
         "sendMessage" => ok(json!({
             "message_id": n, "date": 0,
             "chat": {"id": p["chat_id"], "type": "private"},
