@@ -58,6 +58,21 @@ impl Callback {
     pub fn is_approved(&self) -> bool {
         self.transaction_status == "Approved"
     }
+
+    /// True when WayForPay reports the transaction as refunded or voided
+    /// ([`is_refund_status`]): what the payment bought is taken back.
+    #[must_use]
+    pub fn is_refund(&self) -> bool {
+        is_refund_status(&self.transaction_status)
+    }
+}
+
+/// True for a `transactionStatus` that says the money went back to the buyer: `Refunded` (a
+/// refund after settlement) or `Voided` (the authorisation released before it). A callback and
+/// a `CHECK_STATUS` answer spell it alike.
+#[must_use]
+pub fn is_refund_status(status: &str) -> bool {
+    matches!(status, "Refunded" | "Voided")
 }
 
 impl fmt::Debug for Callback {
