@@ -427,6 +427,30 @@ mod tests {
     }
 
     #[test]
+    fn only_refunded_and_voided_take_a_payment_back() {
+        for status in ["Refunded", "Voided"] {
+            assert!(is_refund_status(status), "{status}");
+        }
+        for status in [
+            "Approved",
+            "Declined",
+            "Expired",
+            "Pending",
+            "InProcessing",
+            "RefundInProcessing",
+            "WaitingAuthComplete",
+            "refunded",
+            "",
+        ] {
+            assert!(!is_refund_status(status), "{status}");
+        }
+        let mut cb = parsed("199.5", SIG_199_5);
+        assert!(!cb.is_refund());
+        cb.transaction_status = "Voided".into();
+        assert!(cb.is_refund() && !cb.is_approved());
+    }
+
+    #[test]
     fn tampered_fields_fail() {
         let good = parsed("199.5", SIG_199_5);
         let tampers: [fn(&mut Callback); 9] = [
