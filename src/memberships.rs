@@ -1,7 +1,8 @@
 //! Memberships: the row that says who may be in which channel until when. This module is the
 //! one home of membership reads and writes — grants and extensions (payments and staff grants,
-//! [`extend`]), staff corrections ([`write_correction`]), deletions ([`delete`]), the reads of
-//! the staff API, the payment core, the seat rule, join requests and the effects worker — and of
+//! [`extend`]), staff corrections ([`write_correction`]), what a payment refunded at the gateway
+//! bought taken back ([`take_back`]), deletions ([`delete`]), the reads of the staff API, the
+//! payment core, the seat rule, join requests and the effects worker — and of
 //! the events and Telegram effects of every change ([`record_event`]). The one exception is the
 //! sweep's batch write, a single statement that writes its transitions, their events and their
 //! effects together (`crate::sweep::apply_batch`); it selects its rows with
@@ -180,6 +181,8 @@ pub enum Cause {
     Trial,
     /// A free order's grant (a 100 % promo code).
     Promo,
+    /// The payment's refund at the gateway: what it bought taken back ([`take_back`]).
+    Refund(i64),
 }
 
 impl Cause {
@@ -189,6 +192,7 @@ impl Cause {
             Cause::Staff => (EventCause::Staff, None),
             Cause::Trial => (EventCause::Trial, None),
             Cause::Promo => (EventCause::Promo, None),
+            Cause::Refund(id) => (EventCause::Refund, Some(id)),
         }
     }
 }
@@ -757,6 +761,104 @@ pub async fn write_correction(
     let after: Membership = db::one(tx, CORRECT_SQL, &[&before.id, &expires_at, &status]).await?;
     record_event(tx, Some(before), &after, Cause::Staff).await?;
     Ok(after)
+}
+
+const EXTENDED_BY_SQL: &str = "SELECT DISTINCT m.subscriber_id, m.channel_id
+     FROM membership_events e JOIN memberships m ON m.id = e.membership_id
+     WHERE e.payment_id = $1 AND e.cause = $2
+     ORDER BY m.channel_id";
+
+/// The (subscriber, channel) pairs of the memberships payment `payment_id` extended (its
+/// `payment` events), in ascending channel id: a bundle's payment extended one per channel of
+/// its plan. A membership deleted since is not among them (its events went with it). Read
+/// without a lock; the caller locks the pairs in the lock order and then [`take_back`] reads
+/// the events again under the membership's lock.
+pub async fn extended_by(
+    client: &impl GenericClient,
+    payment_id: i64,
+) -> Result<Vec<(SubscriberId, ChannelId)>, ApiError> {
+    db::rows(
+        client,
+        EXTENDED_BY_SQL,
+        &[&payment_id, &EventCause::Payment],
+    )
+    .await?
+    .iter()
+    .map(|r| Ok((r.try_get("subscriber_id")?, r.try_get("channel_id")?)))
+    .collect()
+}
+
+/// What a payment bought in membership `$1` (its `payment` events, `$2` the payment): the time
+/// each extension added — `expires_at_after − GREATEST(expires_at_before, at)`, since an
+/// extension ends at `GREATEST(current, now) + term` and its event is written by the same
+/// statement (`at` is that statement's now); a first grant has no `before` and `GREATEST`
+/// skips the NULL — as an interval of plain microseconds (never calendar days, so the time
+/// taken back is exactly the time added, whatever the session's time zone), and whether it made
+/// the membership lifetime (ended now instead: nothing is left of an infinite term). An
+/// extension of a membership that was lifetime already bought nothing. The new expiry is the
+/// current one minus that time, so what later payments added stays; at or before now the
+/// membership is `expired` (its grace does not apply: the term was never paid for). Nothing is
+/// written when nothing changes (no such events, or a current expiry of `infinity` that a later
+/// lifetime purchase set).
+const TAKE_BACK_SQL: &str = concat!(
+    "WITH bought AS (
+         SELECT bool_or(e.expires_at_after = 'infinity'
+                        AND e.expires_at_before IS DISTINCT FROM 'infinity') AS for_life,
+                COALESCE(sum(extract(epoch FROM e.expires_at_after)
+                             - extract(epoch FROM GREATEST(e.expires_at_before, e.at)))
+                         FILTER (WHERE e.expires_at_after <> 'infinity'), 0) AS secs
+         FROM membership_events e
+         WHERE e.membership_id = $1 AND e.payment_id = $2 AND e.cause = $3
+     ), target AS (
+         SELECT m.id,
+                CASE WHEN b.for_life THEN statement_timestamp()
+                     ELSE m.expires_at
+                          - interval '1 microsecond' * round(b.secs * 1000000)::float8 END
+                    AS expires_at
+         FROM memberships m CROSS JOIN bought b
+         WHERE m.id = $1 AND (b.for_life OR b.secs > 0)
+     )
+     UPDATE memberships m
+     SET expires_at = t.expires_at,
+         status = CASE WHEN t.expires_at <= statement_timestamp() THEN $4 ELSE m.status END,
+         updated_at = statement_timestamp()
+     FROM target t
+     WHERE m.id = t.id AND m.expires_at <> t.expires_at
+     RETURNING ",
+    "m.id, m.subscriber_id, m.channel_id, m.status, m.expires_at, m.created_at, m.updated_at"
+);
+
+/// Takes back from the locked membership `before` ([`lock`]) what payment `payment_id` bought
+/// in it ([`TAKE_BACK_SQL`]), recorded as one `refund` event naming the payment
+/// ([`record_event`]): a membership that ends by it goes to `expired`, and its revoke is
+/// enqueued keyed on that event like every other ending. An `expired` membership is left
+/// alone (its member is out already; nothing it holds is this payment's). Returns the
+/// membership after the change; `None` when nothing changed. The caller holds the lock order
+/// up to the membership row.
+pub async fn take_back(
+    tx: &Transaction<'_>,
+    before: &Membership,
+    payment_id: i64,
+) -> Result<Option<Membership>, ApiError> {
+    if !before.status.holds_access() {
+        return Ok(None);
+    }
+    let Some(after) = db::opt::<Membership>(
+        tx,
+        TAKE_BACK_SQL,
+        &[
+            &before.id,
+            &payment_id,
+            &EventCause::Payment,
+            &Status::Expired,
+        ],
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+    record_event(tx, Some(before), &after, Cause::Refund(payment_id)).await?;
+    Ok(Some(after))
 }
 
 const EVENT_SQL: &str = "INSERT INTO membership_events

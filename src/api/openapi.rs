@@ -237,7 +237,8 @@ pub struct WayForPayCallback {
     pub auth_code: Option<String>,
     #[schema(required = false)]
     pub card_pan: Option<String>,
-    /// Only `Approved` is a payment; any other status is acknowledged and nothing is stored.
+    /// Only `Approved` is a payment; `Refunded` and `Voided` take back what the payment of
+    /// this `orderReference` bought; any other status is acknowledged and nothing is stored.
     pub transaction_status: String,
     /// A number or a numeric string.
     #[schema(value_type = Value)]

@@ -1,6 +1,7 @@
 //! Payments: the one transaction that turns a payment into access ([`core`]), the notice to a
 //! buyer whose payment could not be used ([`notices`]), Telegram Stars subscriptions
-//! ([`star_subscriptions`]), the payment side of Stars refunds ([`refunds`]), and the pure code
+//! ([`star_subscriptions`]), the payment side of Stars refunds ([`refunds`]), a refund made at
+//! the gateway taking back what its payment bought ([`gateway_refunds`]), and the pure code
 //! the doors use to authenticate and read what gateways send — Standard Webhooks signatures
 //! ([`standard_webhooks`]), WayForPay's signatures and callback ([`wayforpay`]) and its
 //! Purchase links ([`wayforpay_purchase`]). Money in minor units is [`crate::currency`]. The

@@ -58,6 +58,21 @@ impl Callback {
     pub fn is_approved(&self) -> bool {
         self.transaction_status == "Approved"
     }
+
+    /// True when WayForPay reports the transaction as refunded or voided
+    /// ([`is_refund_status`]): what the payment bought is taken back.
+    #[must_use]
+    pub fn is_refund(&self) -> bool {
+        is_refund_status(&self.transaction_status)
+    }
+}
+
+/// True for a `transactionStatus` that says the money went back to the buyer: `Refunded` (a
+/// refund after settlement) or `Voided` (the authorisation released before it). A callback and
+/// a `CHECK_STATUS` answer spell it alike.
+#[must_use]
+pub fn is_refund_status(status: &str) -> bool {
+    matches!(status, "Refunded" | "Voided")
 }
 
 impl fmt::Debug for Callback {
@@ -409,6 +424,30 @@ mod tests {
         let cb = parse_callback(b.as_bytes()).unwrap();
         assert_eq!(cb.amount_literal, "199.5");
         assert!(verify_signature(SECRET, &cb));
+    }
+
+    #[test]
+    fn only_refunded_and_voided_take_a_payment_back() {
+        for status in ["Refunded", "Voided"] {
+            assert!(is_refund_status(status), "{status}");
+        }
+        for status in [
+            "Approved",
+            "Declined",
+            "Expired",
+            "Pending",
+            "InProcessing",
+            "RefundInProcessing",
+            "WaitingAuthComplete",
+            "refunded",
+            "",
+        ] {
+            assert!(!is_refund_status(status), "{status}");
+        }
+        let mut cb = parsed("199.5", SIG_199_5);
+        assert!(!cb.is_refund());
+        cb.transaction_status = "Voided".into();
+        assert!(cb.is_refund() && !cb.is_approved());
     }
 
     #[test]

@@ -20,6 +20,7 @@ mod effects_config;
 mod effects_delivery;
 mod effects_refunds;
 mod effects_retries;
+mod gateway_refunds;
 mod hardening_payments;
 mod openapi;
 mod ops;

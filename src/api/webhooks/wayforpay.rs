@@ -9,7 +9,11 @@
 //! - `Approved` becomes a [`NormalizedPayment`] (gateway `wayforpay`, external id and order
 //!   reference = `orderReference`, `paid_at` = `processingDate`, or now when absent) and goes
 //!   through the core; whatever its checks say (applied, needs_review, duplicate) it is stored
-//!   and acknowledged.
+//!   and acknowledged;
+//! - `Refunded` or `Voided` takes back what the payment `(wayforpay, orderReference)` bought
+//!   ([`gateway_refunds::refund_at_gateway`]: the payment becomes `refunded`, its memberships
+//!   are shortened, once however often it is reported) and is acknowledged whatever it found —
+//!   also when no such payment is applied (unknown, kept for review): the result is logged.
 //!
 //! A correctly signed `Approved` callback whose amount or currency cannot be turned into minor
 //! units (an unknown currency, a malformed or over-precise amount) cannot be stored: the schema
@@ -29,8 +33,8 @@ use crate::{
     api::openapi::{Problem, WayForPayAck, WayForPayCallback},
     error::ApiError,
     payments::{
-        core::{self, NormalizedPayment},
-        currency,
+        core::{self, Gateway, NormalizedPayment},
+        currency, gateway_refunds,
         wayforpay::{self, Callback},
     },
     state::AppState,
@@ -44,7 +48,8 @@ use crate::{
     request_body = WayForPayCallback,
     security(()),
     responses(
-        (status = 200, description = "Acknowledged (and stored when `Approved`).", body = WayForPayAck),
+        (status = 200, description = "Acknowledged (and stored when `Approved`; what the payment \
+            bought taken back when `Refunded` or `Voided`).", body = WayForPayAck),
         (status = 400, description = "Not a WayForPay callback: nothing is trusted or stored.", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "The signature does not verify, or the merchant account is \
             not ours.", body = Problem, content_type = "application/problem+json"),
@@ -86,6 +91,11 @@ pub async fn receive(State(state): State<AppState>, body: Bytes) -> Result<Respo
             );
         })?;
         core::apply_payment(&state.db, payment).await?;
+    } else if cb.is_refund() {
+        // Whatever it finds (refunded now, reported before, never applied, unknown), the
+        // callback is acknowledged: it is logged, and nothing more can be done with it.
+        gateway_refunds::refund_at_gateway(&state.db, Gateway::WayForPay, &cb.order_reference)
+            .await?;
     } else {
         tracing::info!(
             order_reference = %cb.order_reference,
