@@ -14,22 +14,22 @@ use crate::{
     helpers::{TestApp, id},
 };
 
-const CHAT: i64 = -1001000000777;
+pub(crate) const CHAT: i64 = -1001000000777;
 
 // Users of the fixture: (telegram user id, live?, where Telegram has them).
-const FINE_IN: i64 = 9101; // live, a member: fine
-const BANNED: i64 = 9102; // live, banned: live_but_banned
-const AWAY: i64 = 9103; // live, not in the chat: live_not_in_chat
-const STAYED: i64 = 9104; // expired, still a member: not_live_but_in_chat
-const ADMIN: i64 = 9105; // expired, a chat administrator: exempt
-const LISTED: i64 = 9106; // expired, a member, on the exemption list: exempt
-const GONE: i64 = 9107; // live, unknown to Telegram: unknown_to_telegram
-const FINE_OUT: i64 = 9108; // expired, not in the chat: fine
+pub(crate) const FINE_IN: i64 = 9101; // live, a member: fine
+pub(crate) const BANNED: i64 = 9102; // live, banned: live_but_banned
+pub(crate) const AWAY: i64 = 9103; // live, not in the chat: live_not_in_chat
+pub(crate) const STAYED: i64 = 9104; // expired, still a member: not_live_but_in_chat
+pub(crate) const ADMIN: i64 = 9105; // expired, a chat administrator: exempt
+pub(crate) const LISTED: i64 = 9106; // expired, a member, on the exemption list: exempt
+pub(crate) const GONE: i64 = 9107; // live, unknown to Telegram: unknown_to_telegram
+pub(crate) const FINE_OUT: i64 = 9108; // expired, not in the chat: fine
 
 /// A channel of chat `chat` with the eight users above, as memberships written in SQL (so no
 /// effect is queued by the fixture itself), and their places in the fake's chat. Returns the
 /// channel id.
-async fn fixture(app: &TestApp, fake: &FakeBot, chat: i64) -> i64 {
+pub(crate) async fn fixture(app: &TestApp, fake: &FakeBot, chat: i64) -> i64 {
     let channel = id(&app.create_channel(chat, json!({})).await);
     let users = [
         (FINE_IN, true),
