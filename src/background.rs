@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::MissedTickBehavior;
 
 use crate::{
-    AppState,
+    AppState, audits, channels,
     shutdown::ShutdownSignal,
     sweep, telegram,
     worker::{Options, Worker},
@@ -19,6 +19,10 @@ pub async fn run(state: AppState, shutdown: ShutdownSignal) {
         loops.spawn(sweep_loop(state.clone(), shutdown.clone(), every));
     }
     loops.spawn(effects_loop(state.clone(), shutdown.clone()));
+    loops.spawn(audit_start_up(state.clone()));
+    if let Some(every) = state.config.audit_interval {
+        loops.spawn(audit_loop(state.clone(), shutdown.clone(), every));
+    }
     loops.spawn(crate::metrics::sample_loop(
         state.db.clone(),
         shutdown.clone(),
@@ -96,6 +100,88 @@ pub async fn effects_loop(state: AppState, shutdown: ShutdownSignal) {
             last_reconcile = Some(tokio::time::Instant::now());
             if let Err(e) = telegram::recovery::reconcile(&state.db, &state.config).await {
                 tracing::error!(error = %e, "Stars reconcile failed; trying again later");
+            }
+        }
+    }
+}
+
+/// At start-up: a running audit whose heartbeat stopped was left by a dead process; it is
+/// marked failed (`interrupted`, see [`audits`]).
+async fn audit_start_up(state: AppState) {
+    let result = match state.db.get().await {
+        Ok(client) => audits::interrupt_stale(&client, None).await,
+        Err(e) => Err(e.into()),
+    };
+    match result {
+        Ok(0) => {}
+        Ok(n) => tracing::warn!(
+            audits = n,
+            "audits left running by a dead process marked failed"
+        ),
+        Err(e) => tracing::warn!(error = %e, "stale audits could not be looked for"),
+    }
+}
+
+/// `AUDIT_INTERVAL_SECS`: every `every` (the first at start-up), an audit of every active
+/// channel, one channel at a time, with `fix` from `AUDIT_FIX`. A channel whose audit is
+/// running (asked for by staff) is skipped this time. Without a bot token (or in dry-run mode)
+/// it says so once and stops. On shutdown the audit in progress stops between two users and is
+/// recorded failed (interrupted).
+pub async fn audit_loop(state: AppState, shutdown: ShutdownSignal, every: Duration) {
+    let Some(bot) = audits::bot(&state.config) else {
+        tracing::warn!(
+            "AUDIT_INTERVAL_SECS is set but TELEGRAM_BOT_TOKEN is not (or TELEGRAM_DRY_RUN is \
+             on): scheduled audits are skipped"
+        );
+        return;
+    };
+    let fix = state.config.audit_fix;
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.wait() => break,
+        }
+        let stop = || shutdown.is_triggered();
+        if let Err(e) = audit_every_channel(&state, &bot, fix, &stop).await {
+            tracing::error!(error = %e, "scheduled audits failed; trying again at the next tick");
+        }
+    }
+}
+
+/// One scheduled round: an audit of each active channel in id order, each run to its end
+/// before the next starts.
+async fn audit_every_channel(
+    state: &AppState,
+    bot: &crate::telegram::bot_api::BotApi,
+    fix: bool,
+    stop: &(dyn Fn() -> bool + Sync),
+) -> Result<(), crate::error::ApiError> {
+    let mut after = 0i64;
+    loop {
+        let page = {
+            let client = state.db.get().await?;
+            channels::list(&client, after, Some(true), 100).await?
+        };
+        let Some(last) = page.last() else {
+            return Ok(());
+        };
+        after = i64::from(last.id);
+        for channel in page {
+            if stop() {
+                return Ok(());
+            }
+            match audits::start(&state.db, channel.id, fix).await? {
+                audits::Start::Started(id) => {
+                    audits::run(&state.db, bot, id, stop).await?;
+                }
+                audits::Start::Running(id) => tracing::info!(
+                    audit_id = id,
+                    channel_id = channel.id,
+                    "scheduled audit skipped: one is running"
+                ),
+                audits::Start::NoChannel => {}
             }
         }
     }

@@ -65,6 +65,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "telegram_truth",
         include_str!("../migrations/0010_telegram_truth.sql"),
     ),
+    (11, "audit", include_str!("../migrations/0011_audit.sql")),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,

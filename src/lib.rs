@@ -28,6 +28,7 @@
 //!   one error type.
 
 pub mod api;
+pub mod audits;
 pub mod auth;
 pub mod bot;
 pub mod channels;

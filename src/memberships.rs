@@ -490,6 +490,53 @@ pub async fn channel_holds_access(tx: &Transaction<'_>, channel_id: i32) -> Resu
         .try_get("found")?)
 }
 
+/// A membership of a channel as an audit of its chat sees it: whose it is (the subscriber's
+/// Telegram account now) and whether it is live now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditSubject {
+    pub membership_id: i64,
+    pub subscriber_id: i32,
+    pub telegram_user_id: i64,
+    pub live: bool,
+}
+
+impl FromRow for AuditSubject {
+    const COLUMNS: &'static str = "membership_id, subscriber_id, telegram_user_id, live";
+
+    fn from_row(r: &Row) -> Result<AuditSubject, tokio_postgres::Error> {
+        Ok(AuditSubject {
+            membership_id: r.try_get("membership_id")?,
+            subscriber_id: r.try_get("subscriber_id")?,
+            telegram_user_id: r.try_get("telegram_user_id")?,
+            live: r.try_get("live")?,
+        })
+    }
+}
+
+const AUDIT_SUBJECTS_SQL: &str = concat!(
+    "SELECT m.id AS membership_id, m.subscriber_id, s.telegram_user_id, (",
+    live_sql!("m", "c"),
+    ") AS live
+     FROM memberships m
+     JOIN subscribers s ON s.id = m.subscriber_id
+     JOIN channels c ON c.id = m.channel_id
+     WHERE m.channel_id = $1
+       AND ($2::bigint[] IS NULL OR s.telegram_user_id = ANY($2::bigint[]))
+     ORDER BY s.telegram_user_id"
+);
+
+/// Everyone who ever had a membership of channel `channel_id` (expired ones included: one row
+/// per subscriber, a membership being unique per pair), by Telegram user id, with whether that
+/// membership is live now ([`live_sql!`]); only the accounts in `users` when given. What an
+/// audit of the channel's chat asks Telegram about. Reads without locks.
+pub async fn audit_subjects(
+    client: &impl GenericClient,
+    channel_id: i32,
+    users: Option<&[i64]>,
+) -> Result<Vec<AuditSubject>, ApiError> {
+    db::all(client, AUDIT_SUBJECTS_SQL, &[&channel_id, &users]).await
+}
+
 /// A membership as the effects worker needs it before acting: as it is now, with its
 /// channel's title and join link and its subscriber's Telegram account now — which differs
 /// from an effect's `user_id` when the subscriber's `telegram_user_id` changed since the effect

@@ -82,6 +82,8 @@ pub const EFFECTS_DEAD_LETTERS: &str = "subgate_effects_dead_letters";
 pub const BOT_API_CALLS: &str = "subgate_bot_api_calls_total";
 /// Counter: Bot API calls Telegram answered with 429, by `method`.
 pub const BOT_API_RATE_LIMITED: &str = "subgate_bot_api_rate_limited_total";
+/// Counter: users an audit of a channel's member list found wrong or notable, by `category`.
+pub const AUDIT_FINDINGS: &str = "subgate_audit_findings_total";
 /// Gauge (at scrape): the pool's `DB_POOL_SIZE`.
 pub const DB_POOL_MAX: &str = "subgate_db_pool_max_connections";
 /// Gauge (at scrape): connections open in the pool.
@@ -190,6 +192,10 @@ fn describe() {
     describe_gauge!(EFFECTS_DEAD_LETTERS, "Dead-lettered effects (sampled).");
     describe_counter!(BOT_API_CALLS, "Bot API calls by method and result.");
     describe_counter!(BOT_API_RATE_LIMITED, "Bot API calls answered 429.");
+    describe_counter!(
+        AUDIT_FINDINGS,
+        "Users audits of member lists found, by category."
+    );
     describe_gauge!(DB_POOL_MAX, "Maximum database connections (DB_POOL_SIZE).");
     describe_gauge!(DB_POOL_SIZE, "Database connections open.");
     describe_gauge!(DB_POOL_IN_USE, "Database connections in use.");
@@ -399,6 +405,11 @@ impl Drop for SweepRun {
             counter!(SWEEP_RUNS, "result" => "error").increment(1);
         }
     }
+}
+
+/// An audit found a user of `category` (`crate::audits::Category`).
+pub fn audit_finding(category: &'static str) {
+    counter!(AUDIT_FINDINGS, "category" => category).increment(1);
 }
 
 /// A Bot API call was made (not a dry run, not held back by the pacer); `outcome` is `ok` or

@@ -81,6 +81,7 @@ fn unique_message(constraint: &str) -> String {
         "payments_one_applied_per_order" => "this order is already paid".into(),
         "promo_codes_code_key" => "a promo code with this code already exists".into(),
         "channel_exemptions_pkey" => "this user is already exempt in this channel".into(),
+        "audits_one_running" => "an audit of this channel is running".into(),
         other => format!("conflicts with an existing record ({other})"),
     }
 }

@@ -75,6 +75,7 @@ pub const WEBHOOK_SIGNATURE: &str = "webhook_signature";
         (name = "orders", description = "One intent to buy one period of one channel; what every payment names."),
         (name = "promo codes", description = "Percent or amount off a plan's price, with limits that hold exactly."),
         (name = "payments", description = "Every payment any door stored (read-only)."),
+        (name = "audits", description = "Checks of a channel's member list in Telegram against the database."),
         (name = "effects", description = "The outbox of Telegram effects and its dead letters."),
         (name = "star subscriptions", description = "Telegram Stars subscriptions started in the bot."),
         (name = "payment doors", description = "Where gateways and Telegram report payments."),
@@ -296,6 +297,8 @@ text_enum_schemas! {
         "`active` (renews) or `cancelled`.",
     crate::payments::star_subscriptions::CancelledBy => "CancelledBy":
         "Who cancelled a Stars subscription.",
+    crate::audits::Status => "AuditStatus":
+        "`running`, then `done` or `failed` (see `error`).",
     crate::effects::Status => "EffectStatus":
         "`pending` (queued or being retried), `done`, or `failed` (a dead letter).",
 }

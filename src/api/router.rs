@@ -22,7 +22,7 @@ use utoipa::OpenApi;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{
-    auth, channels, console, effects,
+    audits, auth, channels, console, effects,
     error::problem,
     invoice_links, memberships,
     openapi::{self, Health},
@@ -49,6 +49,9 @@ pub fn routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(channels::create, channels::list))
         .routes(routes!(channels::get, channels::patch, channels::delete))
+        .routes(routes!(audits::start))
+        .routes(routes!(audits::list))
+        .routes(routes!(audits::get))
         .routes(routes!(plans::create, plans::list))
         .routes(routes!(plans::get, plans::patch, plans::delete))
         .routes(routes!(memberships::grant, memberships::list))

@@ -233,6 +233,14 @@ impl FakeBot {
         self.with(|s| s.members.insert((chat, user)));
     }
 
+    /// Bans `user` in `chat` (as an administrator might in the app): out of it, and kicked.
+    pub fn ban(&self, chat: i64, user: i64) {
+        self.with(|s| {
+            s.members.remove(&(chat, user));
+            s.banned.insert((chat, user));
+        });
+    }
+
     /// Opens a join request of `user` to `chat` (approve/decline then succeed once).
     pub fn open_join_request(&self, chat: i64, user: i64) {
         self.with(|s| s.open_requests.insert((chat, user)));

@@ -6,12 +6,14 @@ mod fake_bot;
 mod helpers;
 
 mod access;
+mod audits;
 mod auth;
 mod bot;
 mod bot_plans;
 mod bundles;
 mod connections;
 mod console;
+mod console_audit;
 mod crud;
 mod effect_rows;
 mod effects;

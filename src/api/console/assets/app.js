@@ -451,6 +451,7 @@
         case 'overview': return await renderOverview();
         case 'channels':
           if (id === 'new') return await renderChannelForm(null);
+          if (id && parts[2] === 'audit') return await renderAudit(Number(id));
           if (id) return await renderChannelForm(Number(id));
           return await renderChannels();
         case 'plans':
@@ -672,6 +673,7 @@
         ['Created', when(existing.created_at)],
         ['Updated', when(existing.updated_at)],
         ['Members', link(`#/memberships?channel_id=${existing.id}`, 'List its memberships')],
+        ['Member list in Telegram', link(`#/channels/${existing.id}/audit`, 'Audit it', { id: 'channel-audit-link' })],
       ]));
     }
     main.append(form);
@@ -1674,6 +1676,82 @@
     main.append(
       h('p', {}, 'The sweep moves memberships past their expiry to grace, and past their grace to expired (removing the member from the channel). It also runs on its schedule when SWEEP_INTERVAL_SECS is set.'),
       h('p', {}, button), result, last);
+  }
+
+  // ------------------------------------------------------------------ audits
+
+  /** The categories of an audit's report: [key, title, what it means]. */
+  const AUDIT_CATEGORIES = [
+    ['live_but_banned', 'Paid but banned', 'Live access, but banned in the chat. Fix unbans them.'],
+    ['not_live_but_in_chat', 'In the chat without access', 'No live membership, but in the chat. Fix removes them.'],
+    ['live_not_in_chat', 'Paid but not in the chat', 'Informational: they may still join with their link.'],
+    ['exempt', 'Exempt', 'Chat administrators and users on the exemption list: never touched.'],
+    ['unknown_to_telegram', 'Unknown to Telegram', 'Deleted accounts: nothing to do.'],
+  ];
+
+  /**
+   * A channel's member list audited against Telegram: the latest report (counts, then the
+   * users of each category), "Run audit" (report only) and "Fix" (audit and repair). A running
+   * audit is looked at again every second while the page shows.
+   */
+  async function renderAudit(channelId, refresh) {
+    const [channel, latest] = await Promise.all([
+      api('GET', `/channels/${channelId}`),
+      api('GET', `/audits?channel_id=${channelId}&limit=1`),
+    ]);
+    const { main, live } = page(`Audit: ${channel.title}`, !refresh);
+    if (!live()) return;
+    const audit = latest.items[0] || null;
+    const running = audit && audit.status === 'running';
+    const startButton = (id, label, fix) => {
+      const b = h('button', { type: 'button', id, class: fix ? 'danger' : null, disabled: running }, label);
+      b.addEventListener('click', () => busy(b, async () => {
+        try {
+          const r = await post(b, `/channels/${channelId}/audit`, { fix });
+          say(`Audit #${r.audit_id} started${fix ? ' (fixing what it finds)' : ''}.`);
+          await renderAudit(channelId, true);
+        } catch (err) { fail(err); }
+      }));
+      return b;
+    };
+    main.append(
+      h('p', {}, 'An audit asks Telegram about everyone who ever had a membership of this channel and compares the chat with the database. “Run audit” only reports; “Fix” audits again and queues the unban or removal each wrong row needs (administrators and exempt users are never touched).'),
+      h('div', { class: 'actions' },
+        startButton('run-audit', 'Run audit', false),
+        startButton('fix-audit', 'Fix', true),
+        link(`#/channels/${channelId}`, 'Back to the channel', { class: 'button secondary' })));
+    const section = h('section', { id: 'audit-report', 'aria-labelledby': 'audit-report-title' },
+      h('h2', { id: 'audit-report-title' }, 'Latest report'));
+    main.append(section);
+    if (!audit) {
+      section.append(h('p', { class: 'empty' }, 'This channel has not been audited yet.'));
+      return;
+    }
+    section.append(facts([
+      ['Audit', [`#${audit.id} `, badge(audit.status), audit.fix ? [' ', badge('fix', 'info')] : null]],
+      ['Checked', `${audit.checked} of ${audit.total}`],
+      ['Started', when(audit.started_at)],
+      ['Finished', when(audit.finished_at)],
+      audit.error ? ['Error', h('span', { class: 'error-text' }, audit.error)] : null,
+    ]));
+    section.append(table('Findings by category', ['Category', 'Users', 'Meaning'],
+      AUDIT_CATEGORIES.map(([key, title, meaning]) => [
+        title, h('span', { id: `audit-count-${key}` }, String(audit.counts[key])), meaning])));
+    for (const [key, title] of AUDIT_CATEGORIES) {
+      const rows = audit.rows[key] || [];
+      if (!rows.length) continue;
+      section.append(h('h3', {}, title),
+        table(title, ['Telegram user', 'Subscriber', 'Membership', 'Telegram says'],
+          rows.map((r) => [
+            h('span', { class: `audit-user-${key}` }, String(r.telegram_user_id)),
+            link(`#/subscribers/${r.subscriber_id}`, `Subscriber #${r.subscriber_id}`),
+            `#${r.membership_id}`,
+            r.telegram_status || 'unknown',
+          ])));
+    }
+    if (running) {
+      setTimeout(() => { if (live()) renderAudit(channelId, true).catch(fail); }, 1000);
+    }
   }
 
   // ------------------------------------------------------------------ start
