@@ -24,7 +24,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::{
     auth, channels, console, effects,
     error::problem,
-    invoice_links, memberships,
+    exemptions, invoice_links, memberships,
     openapi::{self, Health},
     orders, overview, payments, plans, promo_codes, star_subscriptions, subscribers, sweep,
     webhooks::{standard, telegram, wayforpay},
@@ -49,6 +49,8 @@ pub fn routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(channels::create, channels::list))
         .routes(routes!(channels::get, channels::patch, channels::delete))
+        .routes(routes!(exemptions::list, exemptions::create))
+        .routes(routes!(exemptions::delete))
         .routes(routes!(plans::create, plans::list))
         .routes(routes!(plans::get, plans::patch, plans::delete))
         .routes(routes!(memberships::grant, memberships::list))

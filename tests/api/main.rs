@@ -10,6 +10,7 @@ mod auth;
 mod bot;
 mod bot_plans;
 mod bundles;
+mod chat_members;
 mod connections;
 mod console;
 mod crud;
