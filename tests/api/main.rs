@@ -13,6 +13,7 @@ mod bundles;
 mod chat_members;
 mod connections;
 mod console;
+mod console_rights;
 mod crud;
 mod effect_rows;
 mod effects;
