@@ -23,6 +23,11 @@ pub async fn run(state: AppState, shutdown: ShutdownSignal) {
     if let Some(every) = state.config.audit_interval {
         loops.spawn(audit_loop(state.clone(), shutdown.clone(), every));
     }
+    loops.spawn(telegram::members::probe_loop(
+        state.db.clone(),
+        state.config.clone(),
+        shutdown.clone(),
+    ));
     loops.spawn(crate::metrics::sample_loop(
         state.db.clone(),
         shutdown.clone(),

@@ -623,3 +623,68 @@ pub async fn set_telegram_status(
         },
     )
 }
+
+const ID_BY_CHAT_SQL: &str = "SELECT id FROM channels WHERE telegram_chat_id = $1";
+
+/// The id of the channel whose chat is `chat`; `None`: no channel sells that chat.
+pub async fn id_by_chat(client: &impl GenericClient, chat: i64) -> Result<Option<i32>, ApiError> {
+    Ok(match db::row_opt(client, ID_BY_CHAT_SQL, &[&chat]).await? {
+        Some(r) => Some(r.try_get("id")?),
+        None => None,
+    })
+}
+
+const FORGET_INVITE_LINK_SQL: &str = "UPDATE channels SET invite_link = NULL
+     WHERE telegram_chat_id = $1 AND invite_link IS NOT NULL
+       AND ($2::text IS NULL OR invite_link = $2)
+     RETURNING id";
+
+/// Forgets the join link stored for chat `chat` — only when it is `link`, with `Some` (Telegram
+/// reported that link revoked), or whatever it is, with `None` (the bot's rights came back:
+/// Telegram revokes the links of a demoted administrator). The next grant makes and stores a
+/// new one. Returns the channel's id when a link was forgotten.
+pub async fn forget_invite_link(
+    client: &impl GenericClient,
+    chat: i64,
+    link: Option<&str>,
+) -> Result<Option<i32>, ApiError> {
+    Ok(
+        match db::row_opt(client, FORGET_INVITE_LINK_SQL, &[&chat, &link]).await? {
+            Some(r) => Some(r.try_get("id")?),
+            None => None,
+        },
+    )
+}
+
+/// A channel whose bot lacks the rights to manage its members.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[schema(as = ChannelWithoutRights)]
+pub struct WithoutRights {
+    pub id: i32,
+    pub title: String,
+    pub telegram_chat_id: i64,
+    /// When Telegram told us (null when never recorded).
+    pub since: Option<DateTime<Utc>>,
+}
+
+impl FromRow for WithoutRights {
+    const COLUMNS: &'static str = "id, title, telegram_chat_id, since";
+
+    fn from_row(r: &Row) -> Result<WithoutRights, tokio_postgres::Error> {
+        Ok(WithoutRights {
+            id: r.try_get("id")?,
+            title: r.try_get("title")?,
+            telegram_chat_id: r.try_get("telegram_chat_id")?,
+            since: r.try_get("since")?,
+        })
+    }
+}
+
+const WITHOUT_RIGHTS_SQL: &str =
+    "SELECT id, title, telegram_chat_id, telegram_status_at AS since FROM channels
+     WHERE telegram_status = 'no_rights' ORDER BY id";
+
+/// Every channel marked `no_rights`, by id.
+pub async fn without_rights(client: &impl GenericClient) -> Result<Vec<WithoutRights>, ApiError> {
+    db::all(client, WITHOUT_RIGHTS_SQL, &[]).await
+}

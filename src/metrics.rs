@@ -93,6 +93,10 @@ pub const DB_POOL_IN_USE: &str = "subgate_db_pool_in_use";
 /// Gauge (at scrape): requests waiting for a connection.
 pub const DB_POOL_WAITING: &str = "subgate_db_pool_waiting";
 
+/// Gauge (sampled): channels where the bot lacks the rights to manage members (`no_rights`).
+pub const CHANNELS_NO_RIGHTS: &str = "subgate_channels_no_rights";
+/// Gauge (sampled): pending access effects waiting in chats where the bot has no rights.
+pub const EFFECTS_PAUSED_NO_RIGHTS: &str = "subgate_effects_paused_no_rights";
 /// How often [`sample_loop`] reads the database gauges.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(15);
 
@@ -190,6 +194,14 @@ fn describe() {
         "Age of the oldest pending effect (sampled)."
     );
     describe_gauge!(EFFECTS_DEAD_LETTERS, "Dead-lettered effects (sampled).");
+    describe_gauge!(
+        CHANNELS_NO_RIGHTS,
+        "Channels where the bot cannot manage members (sampled)."
+    );
+    describe_gauge!(
+        EFFECTS_PAUSED_NO_RIGHTS,
+        "Access effects paused by missing bot rights (sampled)."
+    );
     describe_counter!(BOT_API_CALLS, "Bot API calls by method and result.");
     describe_counter!(BOT_API_RATE_LIMITED, "Bot API calls answered 429.");
     describe_counter!(
@@ -299,6 +311,8 @@ pub async fn sample_database(pool: &Pool) -> Result<(), ApiError> {
     let client = pool.get().await?;
     let queue = crate::effects::queue_depths(&client).await?;
     let held = crate::orders::seats::holds_live(&client).await?;
+    let no_rights = crate::channels::without_rights(&client).await?.len();
+    let paused = crate::effects::paused_by_rights(&client).await?;
 
     let mut oldest_pending: f64 = 0.0;
     let mut dead_letters: i64 = 0;
@@ -319,6 +333,8 @@ pub async fn sample_database(pool: &Pool) -> Result<(), ApiError> {
     gauge!(EFFECTS_OLDEST_PENDING).set(oldest_pending.max(0.0));
     gauge!(EFFECTS_DEAD_LETTERS).set(dead_letters as f64);
     gauge!(SEATS_HELD).set(held as f64);
+    gauge!(CHANNELS_NO_RIGHTS).set(no_rights as f64);
+    gauge!(EFFECTS_PAUSED_NO_RIGHTS).set(paused as f64);
     Ok(())
 }
 

@@ -16,6 +16,7 @@ pub mod channels;
 pub mod console;
 pub mod effects;
 pub mod error;
+pub mod exemptions;
 pub mod idempotency;
 pub mod invoice_links;
 pub mod memberships;

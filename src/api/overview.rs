@@ -1,6 +1,7 @@
 //! `GET /api/overview`: the day's numbers on one page, for the staff console's first screen —
 //! members by status and seats per channel, revenue by currency over the last 30 days, payments
-//! and Telegram effects waiting for staff, and the last sweep.
+//! and Telegram effects waiting for staff, the channels where the bot lost its rights, and the
+//! last sweep.
 //!
 //! Read in one read-only REPEATABLE READ transaction, so every number comes from the same
 //! snapshot (a payment applied meanwhile moves a member and the revenue together, or neither).
@@ -13,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use tokio_postgres::IsolationLevel;
 
 use super::{ApiQuery, auth::Staff};
-use crate::{channels, error::ApiError, orders::seats, state::AppState, sweep::SweepRun};
+use crate::{channels, effects, error::ApiError, orders::seats, state::AppState, sweep::SweepRun};
 
 /// The body of `GET /api/overview`.
 #[derive(Serialize, utoipa::ToSchema)]
@@ -29,6 +30,9 @@ pub struct Overview {
     pub payments: PaymentCounts,
     /// Telegram effects still to perform and dead letters.
     pub effects: EffectCounts,
+    /// The channels where the bot lacks the rights to manage members (`telegram_status`
+    /// `no_rights`), by id: their access effects wait until the rights are back.
+    pub channels_without_rights: Vec<channels::WithoutRights>,
     /// The last sweep this server process finished (null after a restart until one runs).
     pub last_sweep: Option<SweepRun>,
     /// When a sweep last changed a membership (from `membership_events`, any process).
@@ -77,6 +81,9 @@ pub struct PaymentCounts {
 pub struct EffectCounts {
     pub pending: i64,
     pub failed: i64,
+    /// Pending access effects (grants, revokes, join decisions, unbans) waiting in chats
+    /// where the bot has no rights (counted in `pending` too).
+    pub paused_no_rights: i64,
 }
 
 /// `GET /api/overview` takes no parameters (an unknown one is a 400, as on every list).
@@ -124,6 +131,8 @@ pub async fn get(
             },
         });
     }
+    let channels_without_rights = channels::without_rights(&tx).await?;
+    let paused_no_rights = effects::paused_by_rights(&tx).await?;
     let revenue_30d = tx
         .query(
             "SELECT currency, sum(amount_minor)::bigint AS amount_minor, count(*) AS payments
@@ -169,7 +178,9 @@ pub async fn get(
         effects: EffectCounts {
             pending: r.try_get("effects_pending")?,
             failed: r.try_get("effects_failed")?,
+            paused_no_rights,
         },
+        channels_without_rights,
         last_sweep: state.last_sweep.get(),
         last_sweep_change_at: r.try_get("last_sweep_change_at")?,
     }))

@@ -24,7 +24,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::{
     audits, auth, channels, console, effects,
     error::problem,
-    invoice_links, memberships,
+    exemptions, invoice_links, memberships,
     openapi::{self, Health},
     orders, overview, payments, plans, promo_codes, star_subscriptions, subscribers, sweep,
     webhooks::{standard, telegram, wayforpay},
@@ -52,6 +52,8 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(audits::start))
         .routes(routes!(audits::list))
         .routes(routes!(audits::get))
+        .routes(routes!(exemptions::list, exemptions::create))
+        .routes(routes!(exemptions::delete))
         .routes(routes!(plans::create, plans::list))
         .routes(routes!(plans::get, plans::patch, plans::delete))
         .routes(routes!(memberships::grant, memberships::list))

@@ -760,6 +760,35 @@ pub async fn retry_all(tx: &Transaction<'_>, filter: &Filter) -> Result<i64, Api
     Ok(row.try_get("retried")?)
 }
 
+const WAKE_CHAT_SQL: &str = "UPDATE effects
+     SET next_attempt_at = statement_timestamp(), updated_at = statement_timestamp()
+     WHERE chat_id = $1 AND status = 'pending' AND next_attempt_at > statement_timestamp()";
+
+/// Makes every pending effect of chat `chat` due now: the bot's rights there came back, and the
+/// effects that waited for them (backing off while refused) should not wait out their back-off.
+/// Returns how many were woken.
+pub async fn wake_chat(
+    client: &impl deadpool_postgres::GenericClient,
+    chat: i64,
+) -> Result<u64, ApiError> {
+    db::execute(client, WAKE_CHAT_SQL, &[&chat]).await
+}
+
+const PAUSED_BY_RIGHTS_SQL: &str = "SELECT count(*) AS paused FROM effects e
+     JOIN channels c ON c.telegram_chat_id = e.chat_id
+     WHERE e.status = 'pending' AND c.telegram_status = 'no_rights'
+       AND e.kind IN ('grant', 'revoke', 'join_approve', 'join_decline', 'unban')";
+
+/// Pending access effects (grant, revoke, join decisions, unban) waiting in chats where the
+/// bot has no rights.
+pub async fn paused_by_rights(
+    client: &impl deadpool_postgres::GenericClient,
+) -> Result<i64, ApiError> {
+    Ok(db::row_one(client, PAUSED_BY_RIGHTS_SQL, &[])
+        .await?
+        .try_get("paused")?)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -13,10 +13,13 @@
 //! - [`pre_checkout`]: the stored, time-boxed pre-checkout decision and the seat hold;
 //! - [`join_request_decision`]: who may join a channel (the door and the effects worker
 //!   decide alike);
+//! - [`members`]: `my_chat_member` / `chat_member` (the bot's rights in a channel, users who
+//!   joined without access) and the rights probe;
 //! - [`recovery`]: Telegram payment recovery, the Stars reconcile (missed payments, refunds
 //!   confirmed or made outside subgate).
 
 pub mod bot_api;
+pub mod members;
 pub mod pre_checkout;
 pub mod recovery;
 pub mod types;

@@ -593,11 +593,18 @@ async fn database_gauges_are_sampled_from_the_database() {
         "the set-up queued one grant each"
     );
 
+    // The bot lost its rights in the open channel, whose grant is the pending one: paused.
+    app.post_telegram_update(crate::chat_members::bot_demoted(-1_001_000_007_402))
+        .await
+        .expect(200);
+
     subgate::metrics::sample_database(&app.state.db)
         .await
         .unwrap();
     let m = scrape(&app).await;
     assert_eq!(m.get("subgate_seats_held", &[]), 2.0);
+    assert_eq!(m.get("subgate_channels_no_rights", &[]), 1.0);
+    assert_eq!(m.get("subgate_effects_paused_no_rights", &[]), 1.0);
     assert_eq!(m.get("subgate_effects_dead_letters", &[]), 1.0);
     let age = m.get("subgate_effects_oldest_pending_age_seconds", &[]);
     assert!((3600.0..3700.0).contains(&age), "{age}");

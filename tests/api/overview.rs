@@ -31,7 +31,11 @@ async fn overview_counts_members_seats_revenue_and_what_waits_for_staff() {
         empty["payments"],
         json!({"needs_review": 0, "refund_pending": 0, "refund_failed": 0})
     );
-    assert_eq!(empty["effects"], json!({"pending": 0, "failed": 0}));
+    assert_eq!(
+        empty["effects"],
+        json!({"pending": 0, "failed": 0, "paused_no_rights": 0})
+    );
+    assert_eq!(empty["channels_without_rights"], json!([]));
     assert_eq!(empty["last_sweep"], Value::Null);
     assert_eq!(empty["last_sweep_change_at"], Value::Null);
     assert!(empty["as_of"].is_string());

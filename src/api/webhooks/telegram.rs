@@ -10,6 +10,8 @@
 //! what we want, and deduplication by charge id makes it harmless. A body that is not an
 //! `Update` is 400 and logged in full for reconciliation (updates carry no secrets; the token
 //! is in the header). Update kinds we do not handle get 200 `{}` so they are not re-sent.
+//! `my_chat_member` and `chat_member` (the bot's rights, users joining) are decided by
+//! [`crate::telegram::members`] and answered `{}`.
 
 use axum::{
     Json,
@@ -27,7 +29,7 @@ use crate::{
     payments::core::{self, NormalizedPayment},
     state::AppState,
     telegram::{
-        self, JoinDecision, WebhookReply, join_request_decision, pre_checkout,
+        self, JoinDecision, WebhookReply, join_request_decision, members, pre_checkout,
         types::{ChatJoinRequest, Message, PreCheckoutQuery, SuccessfulPayment, Update},
     },
 };
@@ -86,6 +88,14 @@ pub async fn webhook(
     }
     if let Some(request) = &update.chat_join_request {
         return join_request(&state, request).await;
+    }
+    if let Some(changed) = &update.my_chat_member {
+        members::my_chat_member(&state.db, changed).await?;
+        return Ok(empty());
+    }
+    if let Some(changed) = &update.chat_member {
+        members::chat_member(&state.db, changed).await?;
+        return Ok(empty());
     }
     // Buyers talking to the bot (commands, buttons); everything else is ignored there.
     match crate::bot::handle(&state, &body).await? {

@@ -521,6 +521,7 @@
     const { main, live } = page('Overview');
     const o = await api('GET', '/overview');
     if (!live()) return;
+    main.append(rightsBanner(o.channels_without_rights || []));
     const attention = [
       ['Payments needing review', o.payments.needs_review, '#/payments?outcome=needs_review'],
       ['Refunds that failed', o.payments.refund_failed, '#/payments?outcome=refund_failed'],
@@ -601,7 +602,8 @@
           `${c.billing_period_days} days`,
           `${c.grace_period_days} days`,
           c.seat_limit === null ? 'unlimited' : String(c.seat_limit),
-          [c.active ? badge('active') : badge('inactive'), c.recurring ? [' ', badge('recurring')] : null],
+          [c.active ? badge('active') : badge('inactive'), c.recurring ? [' ', badge('recurring')] : null,
+            c.telegram_status === 'no_rights' ? [' ', badge('no rights', 'no_rights')] : null],
           c.buy_link ? copyable(c.buy_link, `channel-${c.id}-buy-link`, 'Buy link of ' + c.title) : '—',
         ]),
         'No channels yet.'));
@@ -674,6 +676,7 @@
         ['Updated', when(existing.updated_at)],
         ['Members', link(`#/memberships?channel_id=${existing.id}`, 'List its memberships')],
         ['Member list in Telegram', link(`#/channels/${existing.id}/audit`, 'Audit it', { id: 'channel-audit-link' })],
+        ['Bot in the chat', rightsText(existing.telegram_status)],
       ]));
     }
     main.append(form);
@@ -688,6 +691,9 @@
       }
       section.append(h('p', {}, link(`#/plans/new?channel_id=${existing.id}`, 'New plan for this channel', { class: 'button' })));
       main.append(section);
+      const exempt = await exemptionsSection(existing);
+      if (!live()) return;
+      main.append(exempt);
     }
 
     form.addEventListener('submit', async (e) => {
@@ -743,6 +749,96 @@
       });
     });
     form.elements.title.focus();
+  }
+
+  // ------------------------------------------------------------------ bot rights, exemptions
+
+  /** The overview's banner naming the channels where the bot lost its admin rights (nothing when none). */
+  function rightsBanner(list) {
+    if (!list.length) return null;
+    return h('div', { id: 'rights-banner', class: 'banner warn', role: 'region', 'aria-label': 'Bot rights' },
+      h('p', {}, h('strong', {}, 'The bot has lost its admin rights in: '),
+        list.map((c, i) => [i ? ', ' : '', link(`#/channels/${c.id}`, c.title)]), '.'),
+      h('p', { class: 'hint' }, 'Joins, grants and removals there wait until the bot is an administrator again '
+        + 'with the rights to invite users and ban users (checked every few minutes, or at once when Telegram tells us).'));
+  }
+
+  function rightsText(status) {
+    return status === 'no_rights'
+      ? h('span', { id: 'channel-rights' }, badge('no rights', 'no_rights'),
+        ' The bot cannot invite or ban users here: access changes wait until it is an administrator with those rights again.')
+      : h('span', { id: 'channel-rights' }, badge('ok', 'active'), ' The bot can manage members.');
+  }
+
+  /** A channel's exemption list: users its chat may hold without a membership, with add and remove. */
+  async function exemptionsSection(channel) {
+    const path = `/channels/${channel.id}/exemptions`;
+    const section = h('section', { id: 'channel-exemptions', 'aria-labelledby': 'channel-exemptions-title' },
+      h('h2', { id: 'channel-exemptions-title' }, 'Exempt users'),
+      h('p', { class: 'hint' }, 'Telegram users who may be in the chat without a membership (staff, guests): '
+        + 'never removed for joining without access.'));
+    const holder = h('div', { id: 'exemptions-list' });
+    const draw = async () => {
+      let items;
+      try {
+        items = (await api('GET', path)).items;
+      } catch (err) {
+        holder.replaceChildren(h('p', { class: 'error-text' }, 'The exemptions could not be loaded: ' + describe(err)));
+        return;
+      }
+      holder.replaceChildren(table('Exempt users', ['Telegram user id', 'Note', 'Since', ''],
+        items.map((x) => [
+          String(x.telegram_user_id),
+          x.note || '—',
+          when(x.created_at),
+          h('button', {
+            type: 'button', class: 'secondary small', 'aria-label': `Remove the exemption of ${x.telegram_user_id}`,
+            onclick: async (e) => {
+              await busy(e.currentTarget, async () => {
+                try {
+                  await api('DELETE', `${path}/${x.telegram_user_id}`);
+                  say(`User ${x.telegram_user_id} is no longer exempt.`);
+                  await draw();
+                } catch (err) { fail(err); }
+              });
+            },
+          }, 'Remove'),
+        ]), 'No exempt users.'));
+    };
+    const f = 'exemption';
+    const form = h('form', { id: f, class: 'card', method: 'post', novalidate: true },
+      h('div', { class: 'grid' },
+        field('Telegram user id', h('input', { id: `${f}-telegram_user_id`, name: 'telegram_user_id', inputmode: 'numeric', required: true })),
+        field('Note', h('input', { id: `${f}-note`, name: 'note', maxlength: 255 }), 'Optional: who they are.')),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Add exemption')));
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      const raw = form.elements.telegram_user_id.value.trim();
+      const note = form.elements.note.value.trim();
+      if (!/^\d+$/.test(raw)) {
+        const errors = { telegram_user_id: 'must be a positive whole number' };
+        showFieldErrors(form, new ApiError(422, { errors }));
+        fail(new ApiError(422, { detail: 'Some fields are invalid', errors }));
+        return;
+      }
+      const body = { telegram_user_id: Number(raw) };
+      if (note) body.note = note;
+      await busy(form, async () => {
+        try {
+          await post(form, path, body);
+          showFieldErrors(form, null);
+          form.reset();
+          say(`User ${raw} is exempt in “${channel.title}”.`);
+          await draw();
+        } catch (err) {
+          showFieldErrors(form, err);
+          fail(err);
+        }
+      });
+    });
+    await draw();
+    section.append(holder, form);
+    return section;
   }
 
   // ------------------------------------------------------------------ plans
