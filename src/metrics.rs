@@ -82,6 +82,14 @@ pub const EFFECTS_DEAD_LETTERS: &str = "subgate_effects_dead_letters";
 pub const BOT_API_CALLS: &str = "subgate_bot_api_calls_total";
 /// Counter: Bot API calls Telegram answered with 429, by `method`.
 pub const BOT_API_RATE_LIMITED: &str = "subgate_bot_api_rate_limited_total";
+/// Counter: card payments whose callback never came, found by asking WayForPay
+/// (`CHECK_STATUS`) and stored.
+pub const RECONCILIATION_FOUND: &str = "subgate_reconciliation_found_total";
+/// Counter: `CHECK_STATUS` calls by `result` (`approved`, `refunded`, `not_paid`, `error`: no
+/// answer, or one not believed).
+pub const RECONCILIATION_CHECKS: &str = "subgate_reconciliation_checks_total";
+/// Gauge (sampled): card orders being chased at the gateway (`gateway_checks` `chasing`).
+pub const RECONCILIATION_PENDING: &str = "subgate_reconciliation_pending";
 /// Gauge (at scrape): the pool's `DB_POOL_SIZE`.
 pub const DB_POOL_MAX: &str = "subgate_db_pool_max_connections";
 /// Gauge (at scrape): connections open in the pool.
@@ -190,6 +198,15 @@ fn describe() {
     describe_gauge!(EFFECTS_DEAD_LETTERS, "Dead-lettered effects (sampled).");
     describe_counter!(BOT_API_CALLS, "Bot API calls by method and result.");
     describe_counter!(BOT_API_RATE_LIMITED, "Bot API calls answered 429.");
+    describe_counter!(
+        RECONCILIATION_FOUND,
+        "Lost card callbacks found by CHECK_STATUS and stored."
+    );
+    describe_counter!(RECONCILIATION_CHECKS, "CHECK_STATUS calls by result.");
+    describe_gauge!(
+        RECONCILIATION_PENDING,
+        "Card orders being asked about at the gateway (sampled)."
+    );
     describe_gauge!(DB_POOL_MAX, "Maximum database connections (DB_POOL_SIZE).");
     describe_gauge!(DB_POOL_SIZE, "Database connections open.");
     describe_gauge!(DB_POOL_IN_USE, "Database connections in use.");
@@ -293,6 +310,7 @@ pub async fn sample_database(pool: &Pool) -> Result<(), ApiError> {
     let client = pool.get().await?;
     let queue = crate::effects::queue_depths(&client).await?;
     let held = crate::orders::seats::holds_live(&client).await?;
+    let chasing = crate::payments::reconcile::chasing(&client).await?;
 
     let mut oldest_pending: f64 = 0.0;
     let mut dead_letters: i64 = 0;
@@ -313,6 +331,7 @@ pub async fn sample_database(pool: &Pool) -> Result<(), ApiError> {
     gauge!(EFFECTS_OLDEST_PENDING).set(oldest_pending.max(0.0));
     gauge!(EFFECTS_DEAD_LETTERS).set(dead_letters as f64);
     gauge!(SEATS_HELD).set(held as f64);
+    gauge!(RECONCILIATION_PENDING).set(chasing as f64);
     Ok(())
 }
 
@@ -353,6 +372,16 @@ pub fn payment(gateway: &Gateway, duplicate: bool, outcome: &str, reason: Option
     counter!(PAYMENTS, "door" => door, "gateway" => gateway, "outcome" => outcome,
         "reason" => reason)
     .increment(1);
+}
+
+/// A `CHECK_STATUS` call ended: `result` is `approved`, `refunded`, `not_paid` or `error`.
+pub fn reconciliation_check(result: &'static str) {
+    counter!(RECONCILIATION_CHECKS, "result" => result).increment(1);
+}
+
+/// A lost card callback was found by `CHECK_STATUS` and its payment stored.
+pub fn reconciliation_found() {
+    counter!(RECONCILIATION_FOUND).increment(1);
 }
 
 /// Times a pre-checkout decision and counts its answer by `label` (`approved`, `busy`,

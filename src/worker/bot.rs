@@ -32,7 +32,7 @@ use crate::{
     effects::{Effect, Kind, Payload, payload::SubscriptionCancel},
     error::ApiError,
     orders,
-    payments::{star_subscriptions, wayforpay_purchase},
+    payments::{reconcile, star_subscriptions, wayforpay_purchase},
     present::{render, texts},
     state::AppState,
     telegram::bot_api::{BotApi, BotError, StarsInvoice},
@@ -177,6 +177,10 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
             let button = render::url_button(&texts::card_button(&price), &link);
             bot.send_message_with_markup(e.user_id, &text, &markup(button))
                 .await?;
+            if !bot.is_dry_run() {
+                // From now on a lost callback is possible: the reconciliation will ask.
+                reconcile::link_issued(&state.db, order_id, state.config.reconcile_after).await?;
+            }
         }
         None => {
             return Err(BotFailure::Permanent(format!(

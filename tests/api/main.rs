@@ -3,6 +3,7 @@
 mod bodies;
 mod browser;
 mod fake_bot;
+mod fake_wayforpay;
 mod helpers;
 
 mod access;
@@ -33,6 +34,7 @@ mod overview;
 mod payments;
 mod plans;
 mod promo_codes;
+mod reconciliation;
 mod schema;
 mod smoke;
 mod stars_subscriptions;

@@ -593,10 +593,22 @@ async fn database_gauges_are_sampled_from_the_database() {
         "the set-up queued one grant each"
     );
 
+    // Card orders asked about at the gateway: two still chased, one found.
+    db.execute(
+        "INSERT INTO gateway_checks (order_id, gateway, next_check_at, state)
+         SELECT id, 'wayforpay', now(), CASE WHEN id = (SELECT min(id) FROM orders)
+                                             THEN 'found' ELSE 'chasing' END
+         FROM orders",
+        &[],
+    )
+    .await
+    .unwrap();
+
     subgate::metrics::sample_database(&app.state.db)
         .await
         .unwrap();
     let m = scrape(&app).await;
+    assert_eq!(m.get("subgate_reconciliation_pending", &[]), 2.0);
     assert_eq!(m.get("subgate_seats_held", &[]), 2.0);
     assert_eq!(m.get("subgate_effects_dead_letters", &[]), 1.0);
     let age = m.get("subgate_effects_oldest_pending_age_seconds", &[]);
