@@ -13,6 +13,7 @@ mod bot_plans;
 mod bundles;
 mod connections;
 mod console;
+mod console_reconciliation;
 mod crud;
 mod effect_rows;
 mod effects;

@@ -22,7 +22,7 @@ use crate::{
 };
 
 /// An app whose Bot API and WayForPay API are the fakes.
-async fn app_with(bot: &FakeBot, wfp: &FakeWayForPay) -> TestApp {
+pub(crate) async fn app_with(bot: &FakeBot, wfp: &FakeWayForPay) -> TestApp {
     let (bot_url, wfp_url) = (bot.url.clone(), wfp.url.clone());
     TestApp::spawn_with(move |env| {
         env.insert("TELEGRAM_API_URL".into(), bot_url);
@@ -36,7 +36,7 @@ async fn app_with(bot: &FakeBot, wfp: &FakeWayForPay) -> TestApp {
 }
 
 /// A card order whose purchase link the bot sent to `user`: `(order id, reference, channel)`.
-async fn card_link(app: &TestApp, user: i64) -> (i64, String, i64) {
+pub(crate) async fn card_link(app: &TestApp, user: i64) -> (i64, String, i64) {
     let c = channel(app, -100_300_000 - user, json!({"title": "Card club"})).await;
     let buyer = person(user);
     send(app, &text_update(&buyer, "/start")).await;
@@ -87,7 +87,7 @@ async fn check(app: &TestApp, order: i64) -> Row {
 }
 
 /// Makes the order's check due now.
-async fn due(app: &TestApp, order: i64) {
+pub(crate) async fn due(app: &TestApp, order: i64) {
     app.db()
         .await
         .execute(
@@ -98,7 +98,7 @@ async fn due(app: &TestApp, order: i64) {
         .unwrap();
 }
 
-async fn pass(app: &TestApp) -> Report {
+pub(crate) async fn pass(app: &TestApp) -> Report {
     reconcile::run_once(&app.state).await.unwrap()
 }
 
