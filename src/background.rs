@@ -19,10 +19,7 @@ pub async fn run(state: AppState, shutdown: ShutdownSignal) {
         loops.spawn(sweep_loop(state.clone(), shutdown.clone(), every));
     }
     loops.spawn(effects_loop(state.clone(), shutdown.clone()));
-    loops.spawn(crate::payments::reconcile::run_loop(
-        state.clone(),
-        shutdown.clone(),
-    ));
+    loops.spawn(crate::reconcile::run_loop(state.clone(), shutdown.clone()));
     loops.spawn(crate::metrics::sample_loop(
         state.db.clone(),
         shutdown.clone(),

@@ -310,7 +310,7 @@ pub async fn sample_database(pool: &Pool) -> Result<(), ApiError> {
     let client = pool.get().await?;
     let queue = crate::effects::queue_depths(&client).await?;
     let held = crate::orders::seats::holds_live(&client).await?;
-    let chasing = crate::payments::reconcile::chasing(&client).await?;
+    let chasing = crate::gateway_checks::chasing(&client).await?;
 
     let mut oldest_pending: f64 = 0.0;
     let mut dead_letters: i64 = 0;

@@ -298,7 +298,7 @@ text_enum_schemas! {
         "Who cancelled a Stars subscription.",
     crate::effects::Status => "EffectStatus":
         "`pending` (queued or being retried), `done`, or `failed` (a dead letter).",
-    crate::payments::reconcile::State => "ReconciliationState":
+    crate::gateway_checks::State => "ReconciliationState":
         "`chasing` (asked again later), `found` (the gateway's answer was stored as a payment), \
          `gave_up` (not paid 72 hours after the link) or `settled` (paid, cancelled or refunded).",
 }

@@ -1,6 +1,6 @@
 //! `GET /api/reconciliation`: the card orders asked about at the gateway because their callback
 //! had not come — what is being chased, what was found, what was given up on — with how many
-//! are in each state. [`crate::payments::reconcile`] owns them and does the asking.
+//! are in each state. [`crate::gateway_checks`] owns them; [`crate::reconcile`] does the asking.
 
 use axum::{Json, extract::State};
 use serde::{Deserialize, Serialize};
@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::{ApiQuery, Paging, auth::Staff, openapi::Problem, state_filter};
 use crate::{
     error::ApiError,
-    payments::reconcile::{self, Check, Counts},
+    gateway_checks::{self, Check, Counts},
     state::AppState,
 };
 
@@ -21,7 +21,7 @@ pub struct ListChecks {
     limit: Option<i64>,
     /// Return order ids greater than this (the previous page's `next_after`).
     after: Option<i64>,
-    #[param(value_type = Option<reconcile::State>)]
+    #[param(value_type = Option<gateway_checks::State>)]
     state: Option<String>,
 }
 
@@ -52,10 +52,10 @@ pub async fn list(
     ApiQuery(q): ApiQuery<ListChecks>,
 ) -> Result<Json<ChecksPage>, ApiError> {
     let paging = Paging::new(q.limit, q.after)?;
-    let filter = state_filter::<reconcile::State>("state", q.state.as_deref())?;
+    let filter = state_filter::<gateway_checks::State>("state", q.state.as_deref())?;
     let client = state.db.get().await?;
-    let items = reconcile::list(&client, filter, paging.after, paging.fetch()).await?;
-    let counts = reconcile::counts(&client).await?;
+    let items = gateway_checks::list(&client, filter, paging.after, paging.fetch()).await?;
+    let counts = gateway_checks::counts(&client).await?;
     let page = paging.page(items, |c| c.order_id);
     Ok(Json(ChecksPage {
         items: page.items,

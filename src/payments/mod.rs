@@ -3,14 +3,12 @@
 //! ([`star_subscriptions`]), the payment side of Stars refunds ([`refunds`]), and the pure code
 //! the doors use to authenticate and read what gateways send — Standard Webhooks signatures
 //! ([`standard_webhooks`]), WayForPay's signatures and callback ([`wayforpay`]) and its
-//! Purchase links ([`wayforpay_purchase`]); the reconciliation that asks WayForPay about card
-//! orders whose callback has not come ([`reconcile`]). Money in minor units is [`crate::currency`]. The
+//! Purchase links ([`wayforpay_purchase`]). Money in minor units is [`crate::currency`]. The
 //! doors themselves are HTTP handlers (`api::webhooks`); no door touches membership SQL.
 
 pub mod core;
 pub mod gateway_refunds;
 pub mod notices;
-pub mod reconcile;
 pub mod refunds;
 pub mod standard_webhooks;
 pub mod star_subscriptions;

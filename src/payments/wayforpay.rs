@@ -1,6 +1,6 @@
 //! WayForPay `serviceUrl` callbacks for Door 2 (`POST /api/webhook/wayforpay`): parsing, signature
 //! verification and the acknowledgement WayForPay expects back; the `CHECK_STATUS` request the
-//! reconciliation sends (`crate::payments::reconcile`) and its answer, which carries the same
+//! reconciliation sends (`crate::reconcile`) and its answer, which carries the same
 //! signed fields as a callback and is read by the same code; and [`normalize`], the one way an
 //! `Approved` report (callback or answer) becomes a payment.
 //!

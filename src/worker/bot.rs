@@ -31,8 +31,8 @@ use crate::{
     currency::Money,
     effects::{Effect, Kind, Payload, payload::SubscriptionCancel},
     error::ApiError,
-    orders,
-    payments::{reconcile, star_subscriptions, wayforpay_purchase},
+    gateway_checks, orders,
+    payments::{star_subscriptions, wayforpay_purchase},
     present::{render, texts},
     state::AppState,
     telegram::bot_api::{BotApi, BotError, StarsInvoice},
@@ -179,7 +179,8 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
                 .await?;
             if !bot.is_dry_run() {
                 // From now on a lost callback is possible: the reconciliation will ask.
-                reconcile::link_issued(&state.db, order_id, state.config.reconcile_after).await?;
+                gateway_checks::link_issued(&state.db, order_id, state.config.reconcile_after)
+                    .await?;
             }
         }
         None => {

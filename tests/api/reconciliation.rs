@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
-use subgate::payments::reconcile::{self, Checker, Report};
+use subgate::reconcile::{self, Checker, Report};
 
 use crate::{
     bot::{button_update, channel, membership_of, person, run, send, text_update},

@@ -1,7 +1,7 @@
-//! A card payment whose callback never came is found by asking the gateway. This module owns
-//! the `gateway_checks` table: one row per WayForPay order whose purchase link the bot sent
-//! ([`link_issued`]), first due [`Config::reconcile_after`] later, chased with `CHECK_STATUS`
-//! until it settles, for at most [`GIVE_UP_AFTER`] from when the link was sent.
+//! A card payment whose callback never came is found by asking the gateway. The rows being
+//! chased are [`crate::gateway_checks`] (one per WayForPay order whose purchase link the bot
+//! sent, first due `RECONCILE_AFTER_SECS` later); this module makes the calls and acts on the
+//! answers, for at most [`GIVE_UP_AFTER`] from when the link was sent.
 //!
 //! A pass ([`run_once`], every [`EVERY`] in `subgate serve`):
 //! 1. rows whose order is no longer pending (its callback came, staff cancelled it) become
@@ -12,9 +12,9 @@
 //!    over `merchantAccount;orderReference`;
 //! 3. the answer is believed only when its `merchantSignature` (over the callback's fields) and
 //!    `merchantAccount` verify and it names the order asked about. Then `Approved` goes through
-//!    [`core::apply_payment`] exactly as the callback would ([`wayforpay::normalize`]: gateway
+//!    [`crate::payments::core::apply_payment`] exactly as the callback would ([`crate::payments::wayforpay::normalize`]: gateway
 //!    `wayforpay`, external id = order reference, so the late callback is a duplicate) and the
-//!    row is `found`; `Refunded`/`Voided` is handed to [`gateway_refunds::refund_at_gateway`]
+//!    row is `found`; `Refunded`/`Voided` is handed to [`crate::payments::gateway_refunds::refund_at_gateway`]
 //!    and the row is `settled`; any other status (`Declined`, `Expired`, `InProcessing`, …),
 //!    an unsigned or badly signed answer, an error or a timeout leaves the order pending and the
 //!    row is asked again after a back-off ([`backoff`]: 1 min doubling to 1 h, jittered), the
@@ -25,205 +25,35 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
+use chrono::Utc;
 use rand::Rng;
-use serde::Serialize;
-use tokio_postgres::Row;
 
-use super::{
-    core,
-    gateway_refunds::{self, GatewayRefund},
-    wayforpay::{self, Status as WayForPayStatus},
-};
 use crate::{
     config::{Config, WayForPayConfig},
-    db::{self, FromRow},
     error::ApiError,
-    orders,
+    gateway_checks::{self, Due, State},
+    payments::{
+        core,
+        gateway_refunds::{self, GatewayRefund},
+        wayforpay::{self, Status as WayForPayStatus},
+    },
     shutdown::ShutdownSignal,
     state::AppState,
     vocabulary::Gateway,
 };
 
+pub use crate::gateway_checks::GIVE_UP_AFTER;
+
 /// How often `subgate serve` runs a pass.
 pub const EVERY: Duration = Duration::from_secs(30);
 /// How long one `CHECK_STATUS` call may take.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long an order is chased, from when its purchase link was sent.
-pub const GIVE_UP_AFTER: Duration = Duration::from_secs(72 * 3600);
 /// The first back-off, doubled at each answer that settles nothing, up to [`BACKOFF_MAX`].
 pub const BACKOFF_FIRST: Duration = Duration::from_secs(60);
 /// The longest back-off.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(3600);
 /// The most checks one pass makes; the rest wait for the next pass.
 pub const PASS_MAX: usize = 200;
-
-crate::text_enum! {
-    /// Where a check stands: the `state` column.
-    pub enum State {
-        /// Still pending at the gateway's last word; asked again at `next_check_at`.
-        Chasing => "chasing",
-        /// WayForPay said `Approved` and we stored the payment (`payment_id`).
-        Found => "found",
-        /// Still not paid 72 hours after the link was sent: no longer asked about.
-        GaveUp => "gave_up",
-        /// Nothing left to find: the order was paid (its callback came) or cancelled, or the
-        /// gateway reported the payment refunded.
-        Settled => "settled",
-    }
-}
-
-/// The select list of [`Check`], over `gateway_checks g JOIN orders o`.
-macro_rules! check_columns {
-    () => {
-        "g.order_id, o.reference, g.gateway, g.state, g.attempts, g.next_check_at, \
-         g.last_checked_at, g.last_status, g.last_error, g.payment_id, o.purchase_link_at, \
-         g.created_at, g.updated_at"
-    };
-}
-
-/// One order being (or once) asked about at the gateway, as staff see it.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-#[schema(example = json!({"order_id": 7, "reference": "ord_5f0c1e7a9b2d4c6e8f1a3b5c7d9e0f21",
-    "gateway": "wayforpay", "state": "found", "attempts": 2,
-    "next_check_at": "2025-01-01T10:12:00Z", "last_checked_at": "2025-01-01T10:12:00Z",
-    "last_status": "Approved", "last_error": null, "payment_id": 12,
-    "purchase_link_at": "2025-01-01T10:00:00Z", "created_at": "2025-01-01T10:00:00Z",
-    "updated_at": "2025-01-01T10:12:00Z"}))]
-pub struct Check {
-    pub order_id: i64,
-    /// The order's reference: what WayForPay is asked about (`orderReference`).
-    pub reference: String,
-    #[schema(value_type = String)]
-    pub gateway: Gateway,
-    pub state: State,
-    /// Calls made (answers, errors and timeouts alike).
-    pub attempts: i32,
-    /// When it is asked next (while `chasing`).
-    pub next_check_at: DateTime<Utc>,
-    pub last_checked_at: Option<DateTime<Utc>>,
-    /// The last believed `transactionStatus` (`Declined`, `Approved`, …).
-    pub last_status: Option<String>,
-    /// Why the last call told us nothing: a transport error, a timeout, an HTTP status, an
-    /// unsigned or badly signed answer (`null` after a believed answer).
-    pub last_error: Option<String>,
-    /// The payment stored from the gateway's answer (`found`).
-    pub payment_id: Option<i64>,
-    /// When the buyer was sent the purchase link.
-    pub purchase_link_at: Option<DateTime<Utc>>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-}
-
-impl FromRow for Check {
-    const COLUMNS: &'static str = check_columns!();
-
-    fn from_row(r: &Row) -> Result<Check, tokio_postgres::Error> {
-        Ok(Check {
-            order_id: r.try_get("order_id")?,
-            reference: r.try_get("reference")?,
-            gateway: r.try_get("gateway")?,
-            state: r.try_get("state")?,
-            attempts: r.try_get("attempts")?,
-            next_check_at: r.try_get("next_check_at")?,
-            last_checked_at: r.try_get("last_checked_at")?,
-            last_status: r.try_get("last_status")?,
-            last_error: r.try_get("last_error")?,
-            payment_id: r.try_get("payment_id")?,
-            purchase_link_at: r.try_get("purchase_link_at")?,
-            created_at: r.try_get("created_at")?,
-            updated_at: r.try_get("updated_at")?,
-        })
-    }
-}
-
-/// How many checks are in each state.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct Counts {
-    pub chasing: i64,
-    pub found: i64,
-    pub gave_up: i64,
-    pub settled: i64,
-}
-
-// ---- the link ----
-
-const INSERT_SQL: &str = "INSERT INTO gateway_checks (order_id, gateway, next_check_at)
-     VALUES ($1, $2, statement_timestamp() + make_interval(secs => $3))
-     ON CONFLICT (order_id) DO NOTHING";
-
-/// The bot sent the buyer a WayForPay purchase link for order `order_id`: records when on the
-/// order (the first time counts) and starts chasing it `after` from now, in one transaction.
-/// A resent link changes nothing.
-pub async fn link_issued(
-    pool: &deadpool_postgres::Pool,
-    order_id: i64,
-    after: Duration,
-) -> Result<(), ApiError> {
-    let after = after.as_secs_f64();
-    crate::transaction!(pool, |tx| {
-        if orders::record_purchase_link(tx, order_id).await?.is_some() {
-            db::execute(tx, INSERT_SQL, &[&order_id, &Gateway::WayForPay, &after]).await?;
-        }
-        Ok(())
-    })
-}
-
-// ---- reading ----
-
-const LIST_SQL: &str = concat!(
-    "SELECT ",
-    check_columns!(),
-    " FROM gateway_checks g JOIN orders o ON o.id = g.order_id
-     WHERE g.order_id > $1 AND ($2::text IS NULL OR g.state = $2::text)
-     ORDER BY g.order_id LIMIT $3"
-);
-const GET_SQL: &str = concat!(
-    "SELECT ",
-    check_columns!(),
-    " FROM gateway_checks g JOIN orders o ON o.id = g.order_id WHERE g.order_id = $1"
-);
-const COUNTS_SQL: &str = "SELECT state, count(*) AS n FROM gateway_checks GROUP BY state";
-
-/// Up to `limit` checks with an order id above `after`, by order id, in `state` if given.
-pub async fn list(
-    client: &impl GenericClient,
-    state: Option<State>,
-    after: i64,
-    limit: i64,
-) -> Result<Vec<Check>, ApiError> {
-    db::all(client, LIST_SQL, &[&after, &state, &limit]).await
-}
-
-/// The check of order `order_id`, if it was ever chased.
-pub async fn get(client: &impl GenericClient, order_id: i64) -> Result<Option<Check>, ApiError> {
-    db::opt(client, GET_SQL, &[&order_id]).await
-}
-
-/// How many checks are in each state (a scan of a table that holds one row per card order).
-pub async fn counts(client: &impl GenericClient) -> Result<Counts, ApiError> {
-    let mut counts = Counts::default();
-    for r in db::rows(client, COUNTS_SQL, &[]).await? {
-        let n: i64 = r.try_get("n")?;
-        match r.try_get::<_, State>("state")? {
-            State::Chasing => counts.chasing = n,
-            State::Found => counts.found = n,
-            State::GaveUp => counts.gave_up = n,
-            State::Settled => counts.settled = n,
-        }
-    }
-    Ok(counts)
-}
-
-const CHASING_SQL: &str = "SELECT count(*) AS n FROM gateway_checks WHERE state = 'chasing'";
-
-/// How many orders are being chased (the metrics' pending gauge), over the due index.
-pub async fn chasing(client: &impl GenericClient) -> Result<i64, ApiError> {
-    Ok(db::row_one(client, CHASING_SQL, &[]).await?.try_get("n")?)
-}
-
-// ---- the pass ----
 
 /// What one pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -276,12 +106,6 @@ pub struct Checker {
     timeout: Duration,
 }
 
-/// A claimed row.
-struct Due {
-    order_id: i64,
-    reference: String,
-}
-
 /// What a call told us.
 enum Answer {
     /// A verified answer (its signature and merchant account checked).
@@ -304,55 +128,6 @@ enum Record<'a> {
         payment_id: Option<i64>,
     },
 }
-
-/// The deadline of a row, over `gateway_checks g JOIN orders o` (`$2` is [`GIVE_UP_AFTER`] in
-/// seconds).
-macro_rules! deadline {
-    () => {
-        "(COALESCE(o.purchase_link_at, g.created_at) + make_interval(secs => $2))"
-    };
-}
-
-const SETTLE_UNASKED_SQL: &str = "UPDATE gateway_checks g
-     SET state = 'settled', updated_at = statement_timestamp()
-     FROM orders o
-     WHERE o.id = g.order_id AND g.state = 'chasing' AND o.status <> 'pending'";
-
-const CLAIM_SQL: &str = "UPDATE gateway_checks g
-     SET next_check_at = statement_timestamp() + make_interval(secs => $1)
-     FROM orders o
-     WHERE o.id = g.order_id
-       AND g.order_id = (
-           SELECT c.order_id FROM gateway_checks c JOIN orders p ON p.id = c.order_id
-           WHERE c.state = 'chasing' AND c.next_check_at <= statement_timestamp()
-             AND p.status = 'pending'
-           ORDER BY c.next_check_at LIMIT 1
-           FOR UPDATE OF c SKIP LOCKED)
-     RETURNING g.order_id, o.reference";
-
-const AGAIN_SQL: &str = concat!(
-    "UPDATE gateway_checks g SET
-         attempts = g.attempts + 1,
-         last_checked_at = statement_timestamp(),
-         last_status = COALESCE($3, g.last_status),
-         last_error = $4,
-         state = CASE WHEN statement_timestamp() >= ",
-    deadline!(),
-    " THEN 'gave_up' ELSE 'chasing' END,
-         next_check_at = LEAST(statement_timestamp() + make_interval(secs => $5), ",
-    deadline!(),
-    "),
-         updated_at = statement_timestamp()
-     FROM orders o
-     WHERE o.id = g.order_id AND g.order_id = $1 AND g.state = 'chasing'
-     RETURNING g.state"
-);
-
-const CLOSE_SQL: &str = "UPDATE gateway_checks SET
-         state = $2, last_status = $3, payment_id = $4, last_error = NULL,
-         attempts = attempts + 1,
-         last_checked_at = statement_timestamp(), updated_at = statement_timestamp()
-     WHERE order_id = $1 AND state = 'chasing'";
 
 /// The wait before asking again after `attempts` calls (≥ 1): [`BACKOFF_FIRST`] doubled per
 /// call up to [`BACKOFF_MAX`], times `jitter` (drawn from 0.8..1.2, so many orders whose links
@@ -391,20 +166,16 @@ impl Checker {
         let mut report = Report::default();
         {
             let client = state.db.get().await?;
-            report.settled_unasked = db::execute(&client, SETTLE_UNASKED_SQL, &[]).await?;
+            report.settled_unasked = gateway_checks::settle_unasked(&client).await?;
         }
         // A claim outlasts the call, so no other process asks about the same order meanwhile.
-        let lease = (self.timeout + Duration::from_secs(60)).as_secs_f64();
+        let lease = self.timeout + Duration::from_secs(60);
         while report.checked < PASS_MAX && !stop() {
             let due = {
                 let client = state.db.get().await?;
-                db::row_opt(&client, CLAIM_SQL, &[&lease]).await?
+                gateway_checks::claim(&client, lease).await?
             };
-            let Some(row) = due else { break };
-            let due = Due {
-                order_id: row.try_get("order_id")?,
-                reference: row.try_get("reference")?,
-            };
+            let Some(due) = due else { break };
             report.checked += 1;
             let answer = self.ask(&state.config, wfp, &due.reference).await;
             self.settle(state, &due, answer, &mut report).await?;
@@ -585,25 +356,11 @@ impl Checker {
         let client = state.db.get().await?;
         match record {
             Record::Again { status, error } => {
-                let attempts: i32 = db::row_opt(
-                    &client,
-                    "SELECT attempts + 1 AS n FROM gateway_checks WHERE order_id = $1",
-                    &[&due.order_id],
-                )
-                .await?
-                .map_or(Ok(1), |r| r.try_get("n"))?;
+                let attempts = gateway_checks::attempts(&client, due.order_id).await? + 1;
                 let jitter = rand::thread_rng().gen_range(0.8..1.2);
-                let wait = backoff(attempts, jitter).as_secs_f64();
-                let give_up = GIVE_UP_AFTER.as_secs_f64();
-                let row = db::row_opt(
-                    &client,
-                    AGAIN_SQL,
-                    &[&due.order_id, &give_up, &status, &error, &wait],
-                )
-                .await?;
-                if let Some(row) = row
-                    && row.try_get::<_, State>("state")? == State::GaveUp
-                {
+                let wait = backoff(attempts, jitter);
+                let now = gateway_checks::again(&client, due.order_id, status, error, wait).await?;
+                if now == Some(State::GaveUp) {
                     report.gave_up += 1;
                     tracing::warn!(
                         order_id = due.order_id,
@@ -617,12 +374,7 @@ impl Checker {
                 status,
                 payment_id,
             } => {
-                db::execute(
-                    &client,
-                    CLOSE_SQL,
-                    &[&due.order_id, &state, &status, &payment_id],
-                )
-                .await?;
+                gateway_checks::close(&client, due.order_id, state, status, payment_id).await?;
             }
         }
         Ok(())
