@@ -28,6 +28,7 @@ pub async fn run(state: AppState, shutdown: ShutdownSignal) {
         state.config.clone(),
         shutdown.clone(),
     ));
+    loops.spawn(crate::reconcile::run_loop(state.clone(), shutdown.clone()));
     loops.spawn(crate::metrics::sample_loop(
         state.db.clone(),
         shutdown.clone(),

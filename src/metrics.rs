@@ -84,6 +84,14 @@ pub const BOT_API_CALLS: &str = "subgate_bot_api_calls_total";
 pub const BOT_API_RATE_LIMITED: &str = "subgate_bot_api_rate_limited_total";
 /// Counter: users an audit of a channel's member list found wrong or notable, by `category`.
 pub const AUDIT_FINDINGS: &str = "subgate_audit_findings_total";
+/// Counter: card payments whose callback never came, found by asking WayForPay
+/// (`CHECK_STATUS`) and stored.
+pub const RECONCILIATION_FOUND: &str = "subgate_reconciliation_found_total";
+/// Counter: `CHECK_STATUS` calls by `result` (`approved`, `refunded`, `not_paid`, `error`: no
+/// answer, or one not believed).
+pub const RECONCILIATION_CHECKS: &str = "subgate_reconciliation_checks_total";
+/// Gauge (sampled): card orders being chased at the gateway (`gateway_checks` `chasing`).
+pub const RECONCILIATION_PENDING: &str = "subgate_reconciliation_pending";
 /// Gauge (at scrape): the pool's `DB_POOL_SIZE`.
 pub const DB_POOL_MAX: &str = "subgate_db_pool_max_connections";
 /// Gauge (at scrape): connections open in the pool.
@@ -208,6 +216,15 @@ fn describe() {
         AUDIT_FINDINGS,
         "Users audits of member lists found, by category."
     );
+    describe_counter!(
+        RECONCILIATION_FOUND,
+        "Lost card callbacks found by CHECK_STATUS and stored."
+    );
+    describe_counter!(RECONCILIATION_CHECKS, "CHECK_STATUS calls by result.");
+    describe_gauge!(
+        RECONCILIATION_PENDING,
+        "Card orders being asked about at the gateway (sampled)."
+    );
     describe_gauge!(DB_POOL_MAX, "Maximum database connections (DB_POOL_SIZE).");
     describe_gauge!(DB_POOL_SIZE, "Database connections open.");
     describe_gauge!(DB_POOL_IN_USE, "Database connections in use.");
@@ -313,6 +330,7 @@ pub async fn sample_database(pool: &Pool) -> Result<(), ApiError> {
     let held = crate::orders::seats::holds_live(&client).await?;
     let no_rights = crate::channels::without_rights(&client).await?.len();
     let paused = crate::effects::paused_by_rights(&client).await?;
+    let chasing = crate::gateway_checks::chasing(&client).await?;
 
     let mut oldest_pending: f64 = 0.0;
     let mut dead_letters: i64 = 0;
@@ -335,6 +353,7 @@ pub async fn sample_database(pool: &Pool) -> Result<(), ApiError> {
     gauge!(SEATS_HELD).set(held as f64);
     gauge!(CHANNELS_NO_RIGHTS).set(no_rights as f64);
     gauge!(EFFECTS_PAUSED_NO_RIGHTS).set(paused as f64);
+    gauge!(RECONCILIATION_PENDING).set(chasing as f64);
     Ok(())
 }
 
@@ -375,6 +394,16 @@ pub fn payment(gateway: &Gateway, duplicate: bool, outcome: &str, reason: Option
     counter!(PAYMENTS, "door" => door, "gateway" => gateway, "outcome" => outcome,
         "reason" => reason)
     .increment(1);
+}
+
+/// A `CHECK_STATUS` call ended: `result` is `approved`, `refunded`, `not_paid` or `error`.
+pub fn reconciliation_check(result: &'static str) {
+    counter!(RECONCILIATION_CHECKS, "result" => result).increment(1);
+}
+
+/// A lost card callback was found by `CHECK_STATUS` and its payment stored.
+pub fn reconciliation_found() {
+    counter!(RECONCILIATION_FOUND).increment(1);
 }
 
 /// Times a pre-checkout decision and counts its answer by `label` (`approved`, `busy`,

@@ -26,6 +26,7 @@ pub mod overview;
 pub mod payments;
 pub mod plans;
 pub mod promo_codes;
+pub mod reconciliation;
 pub mod router;
 pub mod star_subscriptions;
 pub mod subscribers;

@@ -77,6 +77,7 @@ pub const WEBHOOK_SIGNATURE: &str = "webhook_signature";
         (name = "payments", description = "Every payment any door stored (read-only)."),
         (name = "audits", description = "Checks of a channel's member list in Telegram against the database."),
         (name = "effects", description = "The outbox of Telegram effects and its dead letters."),
+        (name = "reconciliation", description = "Card orders asked about at the gateway when their callback has not come."),
         (name = "star subscriptions", description = "Telegram Stars subscriptions started in the bot."),
         (name = "payment doors", description = "Where gateways and Telegram report payments."),
         (name = "operations", description = "Overview, sweep, health, readiness and this document."),
@@ -301,6 +302,9 @@ text_enum_schemas! {
         "`running`, then `done` or `failed` (see `error`).",
     crate::effects::Status => "EffectStatus":
         "`pending` (queued or being retried), `done`, or `failed` (a dead letter).",
+    crate::gateway_checks::State => "ReconciliationState":
+        "`chasing` (asked again later), `found` (the gateway's answer was stored as a payment), \
+         `gave_up` (not paid 72 hours after the link) or `settled` (paid, cancelled or refunded).",
 }
 
 /// The security schemes.

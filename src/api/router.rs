@@ -26,7 +26,8 @@ use super::{
     error::problem,
     exemptions, invoice_links, memberships,
     openapi::{self, Health},
-    orders, overview, payments, plans, promo_codes, star_subscriptions, subscribers, sweep,
+    orders, overview, payments, plans, promo_codes, reconciliation, star_subscriptions,
+    subscribers, sweep,
     webhooks::{standard, telegram, wayforpay},
 };
 use crate::{error::ApiError, state::AppState};
@@ -80,6 +81,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(star_subscriptions::cancel))
         .routes(routes!(payments::list))
         .routes(routes!(payments::get))
+        .routes(routes!(reconciliation::list))
         .routes(routes!(standard::receive))
         .routes(routes!(wayforpay::receive))
         .routes(routes!(telegram::webhook))

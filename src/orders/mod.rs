@@ -457,6 +457,23 @@ pub async fn keep_invoice_link(
         .try_get("invoice_link")?)
 }
 
+const RECORD_PURCHASE_LINK_SQL: &str = "UPDATE orders
+     SET purchase_link_at = COALESCE(purchase_link_at, statement_timestamp())
+     WHERE id = $1
+     RETURNING purchase_link_at";
+
+/// Records that the buyer was given a card purchase link for order `id` (the first time
+/// counts: a resent link changes nothing); returns when, `None` for no such order.
+pub async fn record_purchase_link(
+    client: &impl GenericClient,
+    id: i64,
+) -> Result<Option<DateTime<Utc>>, ApiError> {
+    Ok(db::row_opt(client, RECORD_PURCHASE_LINK_SQL, &[&id])
+        .await?
+        .map(|r| r.try_get("purchase_link_at"))
+        .transpose()?)
+}
+
 /// The select list of [`InvoiceFacts`], over `orders o JOIN channels c JOIN plans p` (the
 /// order's plan: its title, description and terms; a default plan reads as its channel, whose
 /// own title and description it stands for); `$2` is how long an order without a hold can be

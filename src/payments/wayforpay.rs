@@ -1,5 +1,10 @@
 //! WayForPay `serviceUrl` callbacks for Door 2 (`POST /api/webhook/wayforpay`): parsing, signature
-//! verification and the acknowledgement WayForPay expects back.
+//! verification and the acknowledgement WayForPay expects back; the `CHECK_STATUS` request the
+//! reconciliation sends (`crate::reconcile`) and its answer, which carries the same
+//! signed fields as a callback and is read by the same code; and [`normalize`], the one way an
+//! `Approved` report (callback or answer) becomes a payment.
+//!
+//! `CHECK_STATUS` is signed HMAC-MD5 over `merchantAccount;orderReference`.
 //!
 //! WayForPay signs `merchantAccount;orderReference;amount;currency;authCode;cardPan;
 //! transactionStatus;reasonCode` with HMAC-MD5 and sends it as lower-case hex in
@@ -17,11 +22,18 @@
 
 use std::fmt;
 
+use chrono::{DateTime, Utc};
 use hmac::{Hmac, Mac};
 use md5::Md5;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use subtle::ConstantTimeEq;
+
+use super::{
+    core::{Gateway, NormalizedPayment},
+    currency,
+};
+use crate::error::ApiError;
 
 type HmacMd5 = Hmac<Md5>;
 
@@ -321,6 +333,118 @@ pub fn acknowledgement(secret: &[u8], order_reference: &str, time_unix: i64) -> 
         "status": "accept",
         "time": time_unix,
         "signature": signature,
+    })
+}
+
+/// The `transactionType` of a status request.
+pub const CHECK_STATUS: &str = "CHECK_STATUS";
+
+/// What a `transactionStatus` means to us. WayForPay's statuses are open-ended text; only
+/// these two settle anything, every other one (`Declined`, `Expired`, `InProcessing`,
+/// `Pending`, `WaitingAuthComplete`, …) leaves the order to be paid or asked about again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// `Approved`: paid.
+    Approved,
+    /// `Refunded` or `Voided`: the money went back to the buyer.
+    Refunded,
+    /// Anything else: not paid (yet).
+    NotPaid,
+}
+
+impl Callback {
+    /// The meaning of `transactionStatus`.
+    #[must_use]
+    pub fn status(&self) -> Status {
+        match self.transaction_status.as_str() {
+            "Approved" => Status::Approved,
+            "Refunded" | "Voided" => Status::Refunded,
+            _ => Status::NotPaid,
+        }
+    }
+}
+
+/// The hex `merchantSignature` of a `CHECK_STATUS` request: HMAC-MD5(secret,
+/// `merchantAccount;orderReference`).
+pub fn check_status_signature(
+    secret: &[u8],
+    merchant_account: &str,
+    order_reference: &str,
+) -> String {
+    hmac_md5_hex(secret, &[merchant_account, order_reference])
+}
+
+/// The JSON body of a `CHECK_STATUS` request for `order_reference`, signed.
+pub fn check_status_request(
+    secret: &[u8],
+    merchant_account: &str,
+    order_reference: &str,
+) -> serde_json::Value {
+    serde_json::json!({
+        "transactionType": CHECK_STATUS,
+        "merchantAccount": merchant_account,
+        "orderReference": order_reference,
+        "merchantSignature": check_status_signature(secret, merchant_account, order_reference),
+        "apiVersion": 1,
+    })
+}
+
+/// Parses a `CHECK_STATUS` answer. It carries the callback's fields, signed over the same
+/// text, so it is read by [`parse_callback`] and checked by [`verify_signature`] before any
+/// value is believed. An answer without them (WayForPay's "order not found" carries only
+/// `reason` and `reasonCode`) is a [`ParseError`]; [`answer_reason`] says what it said.
+pub fn parse_check_status(body: &[u8]) -> Result<Callback, ParseError> {
+    parse_callback(body)
+}
+
+/// `reason (reasonCode)` of an answer that is not a status report, for the log and the check's
+/// `last_error`: only these two fields are read (never the card PAN), and clipped.
+pub fn answer_reason(body: &[u8]) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let reason = value.get("reason").and_then(serde_json::Value::as_str);
+    let code = value.get("reasonCode").map(|c| match c {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    });
+    let text = match (reason, code) {
+        (Some(r), Some(c)) => format!("{r} ({c})"),
+        (Some(r), None) => r.to_owned(),
+        (None, Some(c)) => format!("reasonCode {c}"),
+        (None, None) => return None,
+    };
+    Some(text.chars().take(200).collect())
+}
+
+/// Turns a verified `Approved` report (a callback, or a `CHECK_STATUS` answer) into the
+/// payment the core applies: gateway `wayforpay`, external id and order reference =
+/// `orderReference` (so the callback and the answer of one payment are one payment),
+/// `paid_at` = `processingDate`, or `now` when absent. A 422 naming the field when its money
+/// cannot be represented.
+pub fn normalize(cb: &Callback, now: DateTime<Utc>) -> Result<NormalizedPayment, ApiError> {
+    let exponent = currency::minor_unit_exponent(&cb.currency)
+        .ok_or_else(|| ApiError::field("currency", "is not a known ISO 4217 currency"))?;
+    let amount_minor = currency::decimal_to_minor(&cb.amount_literal, exponent)
+        .map_err(|e| ApiError::field("amount", e.to_string()))?;
+    let external = cb.order_reference.chars().count();
+    if !(1..=255).contains(&external) {
+        return Err(ApiError::field(
+            "orderReference",
+            "must be 1 to 255 characters",
+        ));
+    }
+    let paid_at = match cb.processing_date {
+        None => now,
+        Some(secs) => DateTime::from_timestamp(secs, 0)
+            .ok_or_else(|| ApiError::field("processingDate", "is not a representable Unix time"))?,
+    };
+    Ok(NormalizedPayment {
+        gateway: Gateway::WayForPay,
+        external_id: cb.order_reference.clone(),
+        order_reference: cb.order_reference.clone(),
+        amount_minor,
+        currency: cb.currency.clone(),
+        paid_at,
+        payer_telegram_id: None,
     })
 }
 
@@ -672,5 +796,84 @@ mod tests {
             "amount must be a JSON number"
         );
         let _: &dyn std::error::Error = &ParseError::Missing("amount");
+    }
+
+    /// `printf '%s' 'test_merch_n1;DH783023' | openssl dgst -md5 -hmac 'flk3409refn54t54t*FNJRET'`
+    const CHECK_SIG: &str = "b1877c0b08a7d49a579f18ed68855ec6";
+
+    #[test]
+    fn a_check_status_request_is_signed_over_account_and_reference() {
+        assert_eq!(
+            check_status_signature(SECRET, "test_merch_n1", "DH783023"),
+            CHECK_SIG
+        );
+        let body = check_status_request(SECRET, "test_merch_n1", "DH783023");
+        assert_eq!(
+            body,
+            serde_json::json!({"transactionType": "CHECK_STATUS",
+                "merchantAccount": "test_merch_n1", "orderReference": "DH783023",
+                "merchantSignature": CHECK_SIG, "apiVersion": 1})
+        );
+    }
+
+    #[test]
+    fn a_check_status_answer_is_verified_like_a_callback() {
+        let answer =
+            body("199.5", SIG_199_5).replace("\"fee\":0,", "\"refundAmount\":0,\"fee\":0,");
+        let cb = parse_check_status(answer.as_bytes()).unwrap();
+        assert!(verify_signature(SECRET, &cb));
+        assert_eq!(cb.status(), Status::Approved);
+        let forged = body("1.5", SIG_199_5);
+        assert!(!verify_signature(
+            SECRET,
+            &parse_check_status(forged.as_bytes()).unwrap()
+        ));
+        let not_found = br#"{"reason":"Order not found","reasonCode":1112}"#;
+        assert_eq!(
+            parse_check_status(not_found).unwrap_err(),
+            ParseError::Missing("amount")
+        );
+        assert_eq!(
+            answer_reason(not_found).as_deref(),
+            Some("Order not found (1112)")
+        );
+        assert_eq!(answer_reason(b"<html>"), None);
+    }
+
+    #[test]
+    fn statuses_mean_paid_refunded_or_not_yet() {
+        let mut cb = parsed("199.5", SIG_199_5);
+        for (text, status) in [
+            ("Approved", Status::Approved),
+            ("Refunded", Status::Refunded),
+            ("Voided", Status::Refunded),
+            ("Declined", Status::NotPaid),
+            ("Expired", Status::NotPaid),
+            ("InProcessing", Status::NotPaid),
+            ("inProcessing", Status::NotPaid),
+            ("Pending", Status::NotPaid),
+            ("approved", Status::NotPaid),
+        ] {
+            cb.transaction_status = text.into();
+            assert_eq!(cb.status(), status, "{text}");
+        }
+    }
+
+    #[test]
+    fn normalize_reads_the_money_and_the_time() {
+        let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let mut cb = parsed("199.5", SIG_199_5);
+        let p = normalize(&cb, now).unwrap();
+        assert_eq!(p.gateway, Gateway::WayForPay);
+        assert_eq!(
+            (p.external_id.as_str(), p.order_reference.as_str()),
+            ("ord_abc", "ord_abc")
+        );
+        assert_eq!((p.amount_minor, p.currency.as_str()), (19950, "UAH"));
+        assert_eq!(p.paid_at.timestamp(), 1_700_000_100);
+        cb.processing_date = None;
+        assert_eq!(normalize(&cb, now).unwrap().paid_at, now);
+        cb.currency = "ZZZ".into();
+        assert!(normalize(&cb, now).is_err());
     }
 }

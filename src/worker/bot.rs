@@ -31,7 +31,7 @@ use crate::{
     currency::Money,
     effects::{Effect, Kind, Payload, payload::SubscriptionCancel},
     error::ApiError,
-    orders,
+    gateway_checks, orders,
     payments::{star_subscriptions, wayforpay_purchase},
     present::{render, texts},
     state::AppState,
@@ -177,6 +177,11 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
             let button = render::url_button(&texts::card_button(&price), &link);
             bot.send_message_with_markup(e.user_id, &text, &markup(button))
                 .await?;
+            if !bot.is_dry_run() {
+                // From now on a lost callback is possible: the reconciliation will ask.
+                gateway_checks::link_issued(&state.db, order_id, state.config.reconcile_after)
+                    .await?;
+            }
         }
         None => {
             return Err(BotFailure::Permanent(format!(

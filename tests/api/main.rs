@@ -3,6 +3,7 @@
 mod bodies;
 mod browser;
 mod fake_bot;
+mod fake_wayforpay;
 mod helpers;
 
 mod access;
@@ -15,6 +16,7 @@ mod chat_members;
 mod connections;
 mod console;
 mod console_audit;
+mod console_reconciliation;
 mod console_rights;
 mod crud;
 mod effect_rows;
@@ -38,6 +40,7 @@ mod overview;
 mod payments;
 mod plans;
 mod promo_codes;
+mod reconciliation;
 mod schema;
 mod smoke;
 mod stars_subscriptions;

@@ -597,11 +597,22 @@ async fn database_gauges_are_sampled_from_the_database() {
     app.post_telegram_update(crate::chat_members::bot_demoted(-1_001_000_007_402))
         .await
         .expect(200);
+    // Card orders asked about at the gateway: two still chased, one found.
+    db.execute(
+        "INSERT INTO gateway_checks (order_id, gateway, next_check_at, state)
+         SELECT id, 'wayforpay', now(), CASE WHEN id = (SELECT min(id) FROM orders)
+                                             THEN 'found' ELSE 'chasing' END
+         FROM orders",
+        &[],
+    )
+    .await
+    .unwrap();
 
     subgate::metrics::sample_database(&app.state.db)
         .await
         .unwrap();
     let m = scrape(&app).await;
+    assert_eq!(m.get("subgate_reconciliation_pending", &[]), 2.0);
     assert_eq!(m.get("subgate_seats_held", &[]), 2.0);
     assert_eq!(m.get("subgate_channels_no_rights", &[]), 1.0);
     assert_eq!(m.get("subgate_effects_paused_no_rights", &[]), 1.0);

@@ -6,10 +6,10 @@
 //! 401, nothing stored). From there on the caller is WayForPay, and every answer that reports
 //! success carries the signed `accept` acknowledgement so WayForPay stops retrying:
 //! - a status other than `Approved` is not a payment: acknowledged, nothing stored;
-//! - `Approved` becomes a [`NormalizedPayment`] (gateway `wayforpay`, external id and order
-//!   reference = `orderReference`, `paid_at` = `processingDate`, or now when absent) and goes
-//!   through the core; whatever its checks say (applied, needs_review, duplicate) it is stored
-//!   and acknowledged;
+//! - `Approved` becomes a payment by [`wayforpay::normalize`] (gateway `wayforpay`, external id
+//!   and order reference = `orderReference`, `paid_at` = `processingDate`, or now when absent),
+//!   shared with the reconciliation's `CHECK_STATUS`, and goes through the core; whatever its checks say
+//!   (applied, needs_review, duplicate) it is stored and acknowledged;
 //! - `Refunded` or `Voided` takes back what the payment `(wayforpay, orderReference)` bought
 //!   ([`gateway_refunds::refund_at_gateway`]: the payment becomes `refunded`, its memberships
 //!   are shortened, once however often it is reported) and is acknowledged whatever it found —
@@ -27,15 +27,14 @@ use axum::{
     extract::State,
     response::{IntoResponse, Response},
 };
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 
 use crate::{
     api::openapi::{Problem, WayForPayAck, WayForPayCallback},
     error::ApiError,
     payments::{
-        core::{self, Gateway, NormalizedPayment},
-        currency, gateway_refunds,
-        wayforpay::{self, Callback},
+        core::{self, Gateway},
+        gateway_refunds, wayforpay,
     },
     state::AppState,
 };
@@ -83,7 +82,7 @@ pub async fn receive(State(state): State<AppState>, body: Bytes) -> Result<Respo
     }
 
     if cb.is_approved() {
-        let payment = normalize(&cb).inspect_err(|e| {
+        let payment = wayforpay::normalize(&cb, Utc::now()).inspect_err(|e| {
             tracing::warn!(
                 error = %e,
                 callback = ?cb,
@@ -106,34 +105,4 @@ pub async fn receive(State(state): State<AppState>, body: Bytes) -> Result<Respo
     }
     let ack = wayforpay::acknowledgement(key, &cb.order_reference, Utc::now().timestamp());
     Ok(Json(ack).into_response())
-}
-
-/// Turns a verified `Approved` callback into a payment; 422 naming the field when its money
-/// cannot be represented.
-fn normalize(cb: &Callback) -> Result<NormalizedPayment, ApiError> {
-    let exponent = currency::minor_unit_exponent(&cb.currency)
-        .ok_or_else(|| ApiError::field("currency", "is not a known ISO 4217 currency"))?;
-    let amount_minor = currency::decimal_to_minor(&cb.amount_literal, exponent)
-        .map_err(|e| ApiError::field("amount", e.to_string()))?;
-    let external = cb.order_reference.chars().count();
-    if !(1..=255).contains(&external) {
-        return Err(ApiError::field(
-            "orderReference",
-            "must be 1 to 255 characters",
-        ));
-    }
-    let paid_at = match cb.processing_date {
-        None => Utc::now(),
-        Some(secs) => DateTime::from_timestamp(secs, 0)
-            .ok_or_else(|| ApiError::field("processingDate", "is not a representable Unix time"))?,
-    };
-    Ok(NormalizedPayment {
-        gateway: crate::payments::core::Gateway::WayForPay,
-        external_id: cb.order_reference.clone(),
-        order_reference: cb.order_reference.clone(),
-        amount_minor,
-        currency: cb.currency.clone(),
-        paid_at,
-        payer_telegram_id: None,
-    })
 }

@@ -467,6 +467,7 @@
           return await renderSubscribers(params);
         case 'memberships': return await renderMemberships(params);
         case 'payments': return await renderPayments(params);
+        case 'reconciliation': return await renderReconciliation(params);
         case 'effects': return await renderEffects(params);
         case 'sweep': return await renderSweep();
         default: {
@@ -1664,6 +1665,57 @@
         `Grant ${channelName(chans, p.channel_id)} by hand`, { class: 'button small' }));
     }
     return out;
+  }
+
+  // ------------------------------------------------------------------ reconciliation
+
+  const CHECK_STATES = [
+    ['chasing', 'being chased'], ['found', 'found'], ['gave_up', 'given up'], ['settled', 'settled'],
+  ];
+
+  /** Card orders asked about at WayForPay (CHECK_STATUS) because their callback had not come. */
+  async function renderReconciliation(params) {
+    const { main, live } = page('Reconciliation');
+    const state = params.get('state') || '';
+    const path = '/reconciliation' + (state ? '?state=' + encodeURIComponent(state) : '');
+    const first = await api('GET', path + (state ? '&' : '?') + 'limit=1');
+    if (!live()) return;
+    const filter = h('form', { id: 'rfilter', class: 'card inline', method: 'post' },
+      field('State', h('select', { id: 'rfilter-state', name: 'state' },
+        h('option', { value: '', selected: state === '' }, 'every state'),
+        CHECK_STATES.map(([v, t]) => h('option', { value: v, selected: v === state }, t)))),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Show')));
+    filter.addEventListener('submit', (e) => {
+      e.preventDefault();
+      const v = filter.elements.state.value;
+      go('#/reconciliation' + (v ? '?state=' + encodeURIComponent(v) : ''));
+    });
+    const c = first.counts;
+    main.append(
+      h('p', {}, 'A card order whose purchase link the bot sent and whose WayForPay callback has not come is asked about at WayForPay (CHECK_STATUS), with back-off, for up to 72 hours. A payment found this way goes through the same checks as its callback would; the late callback changes nothing.'),
+      h('section', { id: 'reconciliation-counts', 'aria-label': 'Counts' }, facts([
+        ['Being chased', String(c.chasing)],
+        ['Found', String(c.found)],
+        ['Given up', String(c.gave_up)],
+        ['Settled', String(c.settled)],
+      ])),
+      filter);
+    const section = h('section', {});
+    main.append(section);
+    await pagedList(section, path, live, (items) => table('Reconciliation',
+      ['Order', 'State', 'Link sent', 'Asked', 'Last answer', 'Next check', 'Payment'],
+      items.map((k) => [
+        [`#${k.order_id} `, h('code', {}, k.reference)],
+        badge(k.state.replaceAll('_', ' '), k.state),
+        when(k.purchase_link_at),
+        [String(k.attempts), k.attempts === 1 ? ' time' : ' times',
+          k.last_checked_at ? [', last ', when(k.last_checked_at)] : ''],
+        k.last_error
+          ? h('span', { class: 'error-text' }, k.last_error)
+          : (k.last_status || '—'),
+        k.state === 'chasing' ? when(k.next_check_at) : '—',
+        k.payment_id ? `#${k.payment_id}` : '—',
+      ]), state === 'chasing' ? 'No card order is being chased.' : 'No card orders match.'));
   }
 
   // ------------------------------------------------------------------ effects

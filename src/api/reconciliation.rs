@@ -1,0 +1,65 @@
+//! `GET /api/reconciliation`: the card orders asked about at the gateway because their callback
+//! had not come — what is being chased, what was found, what was given up on — with how many
+//! are in each state. [`crate::gateway_checks`] owns them; [`crate::reconcile`] does the asking.
+
+use axum::{Json, extract::State};
+use serde::{Deserialize, Serialize};
+
+use super::{ApiQuery, Paging, auth::Staff, openapi::Problem, state_filter};
+use crate::{
+    error::ApiError,
+    gateway_checks::{self, Check, Counts},
+    state::AppState,
+};
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListChecks {
+    /// Rows per page.
+    #[param(minimum = 1, maximum = 200, default = 50)]
+    limit: Option<i64>,
+    /// Return order ids greater than this (the previous page's `next_after`).
+    after: Option<i64>,
+    #[param(value_type = Option<gateway_checks::State>)]
+    state: Option<String>,
+}
+
+/// A page of checks, by order id, and the number of checks in each state (of all of them, not
+/// only this page or filter).
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ChecksPage {
+    pub items: Vec<Check>,
+    /// Pass as `after` for the next page; null on the last one.
+    pub next_after: Option<i64>,
+    pub counts: Counts,
+}
+
+/// `GET /api/reconciliation` (filter `state`), by order id ascending.
+#[utoipa::path(get, path = "/reconciliation", operation_id = "listReconciliation",
+    tag = "reconciliation",
+    params(ListChecks),
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 200, description = "A page of card orders asked about at WayForPay \
+            (`CHECK_STATUS`), by order id, with the count per state.", body = ChecksPage),
+        (status = 422, description = "`limit` out of range or an unknown `state`.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    _: Staff,
+    ApiQuery(q): ApiQuery<ListChecks>,
+) -> Result<Json<ChecksPage>, ApiError> {
+    let paging = Paging::new(q.limit, q.after)?;
+    let filter = state_filter::<gateway_checks::State>("state", q.state.as_deref())?;
+    let client = state.db.get().await?;
+    let items = gateway_checks::list(&client, filter, paging.after, paging.fetch()).await?;
+    let counts = gateway_checks::counts(&client).await?;
+    let page = paging.page(items, |c| c.order_id);
+    Ok(Json(ChecksPage {
+        items: page.items,
+        next_after: page.next_after,
+        counts,
+    }))
+}
