@@ -12,6 +12,7 @@ mod bot_plans;
 mod bundles;
 mod connections;
 mod console;
+mod convergence;
 mod crud;
 mod effect_rows;
 mod effects;
