@@ -14,13 +14,17 @@
 //! and the effect is claimed again — which is safe because every effect is harmless when
 //! repeated. A database error while recording gives the lease back, so the effect is due again.
 //!
-//! **Ordering.** The effects of one chat member (`chat_id`, `user_id`) are performed one at a
-//! time, in creation (`id`) order: an effect is claimed only when no earlier effect of that
-//! member is `pending` and no pending effect of that member is leased. The claim re-checks this
-//! under a per-member advisory lock, so two claims racing for one member decide one after the
-//! other. A revoke is thus never overtaken by a later grant of the same member (nor the other
-//! way round), and a revoke whose membership is live again when it is performed is skipped.
-//! Refunds name no chat and are not ordered. Dead letters (`failed`) hold nothing back.
+//! **Ordering.** The access effects of one chat member (`chat_id`, `user_id`) — grant, revoke,
+//! join approve and decline, unban ([`is_access`]) — are performed one at a time, in creation
+//! (`id`) order: one is claimed only when no earlier access effect of that member is `pending`
+//! and none of that member's pending access effects is leased. The claim re-checks this under a
+//! per-member advisory lock, so two claims racing for one member decide one after the other. A
+//! revoke is thus never overtaken by a later grant of the same member (nor the other way
+//! round), and a revoke whose membership is live again when it is performed is skipped.
+//! Messages (receipts, reminders, notices, bot messages, invoices) and subscription
+//! cancellations are not ordered: a message backing off never holds back an access change, nor
+//! the other way round. Refunds name no chat and are not ordered. Dead letters (`failed`) hold
+//! nothing back.
 //!
 //! **Results.** Done; a transient failure (timeout, transport, 5xx, a 401/404 that means our
 //! configuration is wrong) is retried with capped exponential backoff and jitter for
@@ -321,25 +325,52 @@ enum Recorded {
     Superseded,
 }
 
-/// The test of a claim's ordering rule for effect `$1` of member (`$2`, `$3`): no other pending
-/// effect of the member is earlier, and none is leased.
-const FIRST_OF_MEMBER_SQL: &str = "SELECT NOT EXISTS (
+/// The access kinds, which are ordered per member (as a SQL list; the partial index
+/// `effects_member_access_idx` covers exactly these).
+macro_rules! access_kinds_sql {
+    () => {
+        "('grant', 'revoke', 'join_approve', 'join_decline', 'unban')"
+    };
+}
+
+/// Whether effects of `kind` change who is in a chat, and so are ordered per member.
+pub fn is_access(kind: Kind) -> bool {
+    matches!(
+        kind,
+        Kind::Grant | Kind::Revoke | Kind::JoinApprove | Kind::JoinDecline | Kind::Unban
+    )
+}
+
+/// The test of a claim's ordering rule for access effect `$1` of member (`$2`, `$3`): no other
+/// pending access effect of the member is earlier, and none is leased.
+const FIRST_OF_MEMBER_SQL: &str = concat!(
+    "SELECT NOT EXISTS (
     SELECT 1 FROM effects b
     WHERE b.chat_id = $2 AND b.user_id = $3 AND b.status = 'pending' AND b.id <> $1
-      AND (b.id < $1 OR b.lease_until > statement_timestamp())) AS first";
+      AND b.kind IN ",
+    access_kinds_sql!(),
+    "
+      AND (b.id < $1 OR b.lease_until > statement_timestamp())) AS first"
+);
 
-const CANDIDATE_SQL: &str = "SELECT id, chat_id, user_id FROM effects e
+const CANDIDATE_SQL: &str = concat!(
+    "SELECT id, kind, chat_id, user_id FROM effects e
      WHERE status = 'pending' AND next_attempt_at <= statement_timestamp()
        AND (lease_until IS NULL OR lease_until <= statement_timestamp())
        AND NOT (id = ANY($1))
-       AND NOT EXISTS (
+       AND NOT (e.kind IN ",
+    access_kinds_sql!(),
+    " AND EXISTS (
            SELECT 1 FROM effects b
            WHERE b.chat_id = e.chat_id AND b.user_id = e.user_id
-             AND b.status = 'pending' AND b.id <> e.id
-             AND (b.id < e.id OR b.lease_until > statement_timestamp()))
+             AND b.status = 'pending' AND b.kind IN ",
+    access_kinds_sql!(),
+    " AND b.id <> e.id
+             AND (b.id < e.id OR b.lease_until > statement_timestamp())))
      ORDER BY next_attempt_at, id
      LIMIT 1
-     FOR UPDATE SKIP LOCKED";
+     FOR UPDATE SKIP LOCKED"
+);
 
 const MEMBER_LOCK_SQL: &str = "SELECT pg_advisory_xact_lock(
          hashtextextended('subgate effects ' || $1::bigint || ':' || $2::bigint, 0))";
@@ -354,11 +385,12 @@ const LEASE_SQL: &str = concat!(
 );
 
 /// Claims the next due effect (see the module doc): the first due one, by due time then id,
-/// that is not leased, not in `exclude`, and the first pending effect of its chat member with
-/// none of that member's effects leased. For an effect naming a chat, the rule is checked
-/// again in a fresh statement under the member's advisory lock — held until the claim commits
-/// — so of two claims racing for one member, the second sees the first's lease; a candidate
-/// that fails the check is passed over. Commits the lease and a new token.
+/// that is not leased, not in `exclude`, and — for an access effect — the first pending access
+/// effect of its chat member with none of that member's access effects leased. For an access
+/// effect the rule is checked again in a fresh statement under the member's advisory lock —
+/// held until the claim commits — so of two claims racing for one member, the second sees the
+/// first's lease; a candidate that fails the check is passed over. Commits the lease and a new
+/// token.
 async fn claim(
     client: &mut Object,
     exclude: &[i64],
@@ -371,12 +403,14 @@ async fn claim(
             tx.rollback().await?;
             return Ok(None);
         };
-        let (id, chat, user): (i64, Option<i64>, i64) = (
+        let (id, kind, chat, user): (i64, Kind, Option<i64>, i64) = (
             candidate.try_get("id")?,
+            candidate.try_get("kind")?,
             candidate.try_get("chat_id")?,
             candidate.try_get("user_id")?,
         );
         if let Some(chat) = chat
+            && is_access(kind)
             && !first_of_member(&tx, id, chat, user).await?
         {
             tx.rollback().await?;

@@ -18,6 +18,7 @@ mod effect_rows;
 mod effects;
 mod effects_concurrency;
 mod effects_config;
+mod effects_convergence;
 mod effects_delivery;
 mod effects_refunds;
 mod effects_retries;
