@@ -59,7 +59,9 @@ pub const STARS_RECONCILE: Duration = Duration::from_secs(600);
 /// [`STARS_RECONCILE`] (all three first at start-up). Without `TELEGRAM_BOT_TOKEN` (and without dry-run) it says
 /// so once and stops: effects stay queued until a restart with a token. On shutdown, the
 /// effect being performed is finished and recorded; no new one is claimed. An effect left
-/// claimed by a process that was killed mid-call is claimed again when its lease runs out.
+/// claimed by a process that was killed mid-call is claimed again when its lease (30 s, renewed
+/// while a live worker performs it) runs out. The one worker is kept across polls, so an outage
+/// it found holds claims back until its probe (at most every few seconds) answers.
 pub async fn effects_loop(state: AppState, shutdown: ShutdownSignal) {
     let worker = Worker::new(state.clone(), Options::default());
     if !worker.is_enabled() {

@@ -623,3 +623,12 @@ pub async fn set_telegram_status(
         },
     )
 }
+
+/// The chats whose bot lacks its admin rights (`telegram_status = 'no_rights'`), as a subquery
+/// (a macro, so SQL constants can splice it with `concat!`): their access effects wait.
+macro_rules! no_rights_chats_sql {
+    () => {
+        "SELECT telegram_chat_id FROM channels WHERE telegram_status = 'no_rights'"
+    };
+}
+pub(crate) use no_rights_chats_sql;

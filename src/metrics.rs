@@ -82,6 +82,9 @@ pub const EFFECTS_DEAD_LETTERS: &str = "subgate_effects_dead_letters";
 pub const BOT_API_CALLS: &str = "subgate_bot_api_calls_total";
 /// Counter: Bot API calls Telegram answered with 429, by `method`.
 pub const BOT_API_RATE_LIMITED: &str = "subgate_bot_api_rate_limited_total";
+/// Histogram: seconds from a payment's commit (its grant's enqueueing, in the payment's
+/// transaction) to the grant message recorded done.
+pub const PAYMENT_GRANT_DURATION: &str = "subgate_payment_grant_seconds";
 /// Gauge (at scrape): the pool's `DB_POOL_SIZE`.
 pub const DB_POOL_MAX: &str = "subgate_db_pool_max_connections";
 /// Gauge (at scrape): connections open in the pool.
@@ -102,6 +105,10 @@ const HTTP_BUCKETS: [f64; 13] = [
 /// Pre-checkout buckets, up to Telegram's 10 s (the decision answers within 8 s).
 const PRE_CHECKOUT_BUCKETS: [f64; 14] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 5.0, 6.0, 8.0, 10.0,
+];
+/// Payment-to-grant buckets: a second when all is well, up to the hour an outage may take.
+const PAYMENT_GRANT_BUCKETS: [f64; 13] = [
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0,
 ];
 /// Sweep run buckets: a few rows take milliseconds, a million about a minute.
 const SWEEP_BUCKETS: [f64; 12] = [
@@ -130,6 +137,12 @@ pub fn install() -> Result<PrometheusHandle, String> {
             })
             .and_then(|b| {
                 b.set_buckets_for_metric(Matcher::Full(SWEEP_DURATION.into()), &SWEEP_BUCKETS)
+            })
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    Matcher::Full(PAYMENT_GRANT_DURATION.into()),
+                    &PAYMENT_GRANT_BUCKETS,
+                )
             })
             .expect("bucket lists are not empty");
         let recorder = builder.build_recorder();
@@ -190,6 +203,11 @@ fn describe() {
     describe_gauge!(EFFECTS_DEAD_LETTERS, "Dead-lettered effects (sampled).");
     describe_counter!(BOT_API_CALLS, "Bot API calls by method and result.");
     describe_counter!(BOT_API_RATE_LIMITED, "Bot API calls answered 429.");
+    describe_histogram!(
+        PAYMENT_GRANT_DURATION,
+        Unit::Seconds,
+        "Time from a payment's commit to its grant message."
+    );
     describe_gauge!(DB_POOL_MAX, "Maximum database connections (DB_POOL_SIZE).");
     describe_gauge!(DB_POOL_SIZE, "Database connections open.");
     describe_gauge!(DB_POOL_IN_USE, "Database connections in use.");
@@ -409,6 +427,11 @@ pub fn bot_api_call(method: &str, outcome: &'static str) {
         counter!(BOT_API_RATE_LIMITED, "method" => method.clone()).increment(1);
     }
     counter!(BOT_API_CALLS, "method" => method, "result" => outcome).increment(1);
+}
+
+/// The worker recorded a payment's grant done, `secs` after the payment committed.
+pub fn payment_granted(secs: f64) {
+    histogram!(PAYMENT_GRANT_DURATION).record(secs.max(0.0));
 }
 
 /// The HTTP layer: times every request by matched route, method and status class, and counts

@@ -61,8 +61,8 @@ pub use payload::Payload;
 crate::text_enum! {
     /// What an effect does on Telegram.
     pub enum Kind {
-        /// A membership became active from none or expired: unban (only if banned), then send
-        /// the buyer the channel's join-request link.
+        /// A membership became active from none or expired: send the buyer the channel's
+        /// join-request link (unbanning first only a user subgate banned there).
         Grant => "grant",
         /// An active or grace member renewed: a short receipt.
         RenewalReceipt => "renewal_receipt",

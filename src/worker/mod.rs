@@ -2,17 +2,20 @@
 //! transaction and no database connection, and records the result.
 //!
 //! **Lease.** A claim is its own short transaction: it picks a due effect nobody holds
-//! (`FOR UPDATE SKIP LOCKED`), sets `lease_until` to now + [`Options::lease`], increments
-//! `lease_token` and commits. The reads the effect needs — the membership as it is now, the
-//! payment's outcome, the join decision — are made next on the same connection, which goes back
-//! to the pool before the first Bot API call. Telegram is then called with nothing held, so a
-//! slow or hanging Bot API never keeps a row lock, a transaction or a pool connection: staff
-//! edits and payments never wait for Telegram, and lanes cannot starve the pool. The result is
-//! recorded in a new short transaction, and only while the effect still carries this claim's
-//! token: a worker whose lease ran out and was claimed again records nothing (`superseded`). An
-//! attempt is cut off before its lease ends; a lease left behind (a worker that died) expires
-//! and the effect is claimed again — which is safe because every effect is harmless when
-//! repeated. A database error while recording gives the lease back, so the effect is due again.
+//! (`FOR UPDATE SKIP LOCKED`), sets `lease_until` to now + [`Options::lease`] ([`LEASE`], 30 s),
+//! increments `lease_token` and commits. The reads the effect needs — the membership as it is
+//! now, the payment's outcome, the join decision — are made next on the same connection, which
+//! goes back to the pool before the first Bot API call. Telegram is then called with nothing
+//! held, so a slow or hanging Bot API never keeps a row lock, a transaction or a pool
+//! connection: staff edits and payments never wait for Telegram, and lanes cannot starve the
+//! pool. While the attempt runs, a heartbeat renews the lease every third of it (one short
+//! statement, under the claim's token); a renewal that finds the claim superseded abandons the
+//! attempt. An attempt is capped at [`ATTEMPT_CAP`]. The result is recorded in a new short
+//! transaction, and only while the effect still carries this claim's token: a worker whose
+//! claim was taken over records nothing (`superseded`). A worker that died (kill -9) renews
+//! nothing, so its claim is taken over one lease later — safe, because every effect is harmless
+//! when repeated. A database error while recording gives the lease back, so the effect is due
+//! again.
 //!
 //! **Ordering.** The access effects of one chat member (`chat_id`, `user_id`) — grant, revoke,
 //! join approve and decline, unban ([`is_access`]) — are performed one at a time, in creation
@@ -27,14 +30,24 @@
 //! nothing back.
 //!
 //! **Results.** Done; a transient failure (timeout, transport, 5xx, a 401/404 that means our
-//! configuration is wrong) is retried with capped exponential backoff and jitter for
-//! [`Options::retry_horizon`] (72 hours) counted from the effect's first failure — not a number
-//! of attempts, so a Telegram outage of hours dead-letters nothing — and only then dead-lettered
-//! (`failed`); Telegram's 429 reschedules at `retry_after` without counting as a failure; any
-//! other refusal (4xx) is definite: `failed` at once, for staff to read
+//! configuration is wrong) first asks whether Telegram answers at all: one `getMe` probe shared
+//! by the lanes ([`health`]). If the probe fails too, it is an outage: the effect is put back due
+//! at once without counting the failure (`attempts` and `first_failed_at` unchanged), the worker
+//! claims nothing more and probes every [`PROBE_EVERY`] until Telegram answers, then the backlog
+//! drains at the pacer's rate. If the probe answers, the failure is the effect's own: retried
+//! with capped exponential backoff and jitter for [`Options::retry_horizon`] (72 hours) counted
+//! from the effect's first failure, and only then dead-lettered (`failed`). Telegram's 429
+//! reschedules at `retry_after` without counting as a failure. A chat-management call refused
+//! because the bot lacks its admin rights marks the channel `no_rights` and pauses the effect
+//! (pending, not counted); claims skip the access effects of such a chat until its status is
+//! `ok` again. Any other refusal (4xx) is definite: `failed` at once, for staff to read
 //! (`GET /api/effects?status=failed`) and retry (`POST /api/effects/{id}/retry`, or
 //! `POST /api/effects/retry` for every dead letter matching a filter). A refund that is
 //! dead-lettered leaves its payment `refund_failed`; sending it back makes it `refund_pending`.
+//!
+//! **Bans.** A grant unbans only a user subgate banned in the chat ([`bans`]: a revoke writes
+//! its row before the ban and its record step removes it once the unban is done), so a fresh
+//! grant is one `sendMessage`.
 //!
 //! A run is three named steps per effect — [`claim`], `perform` (the Bot API calls of each kind,
 //! [`perform`](self::perform)) and [`record`] — over lanes that share one report. The worker is
@@ -43,8 +56,12 @@
 //! module both enqueues and performs. The Stars reconcile is payment recovery, not an effect:
 //! [`crate::telegram::recovery`].
 
+mod bans;
 mod bot;
+mod health;
 mod perform;
+
+pub use self::health::PROBE_EVERY;
 
 use std::{
     collections::HashSet,
@@ -55,8 +72,12 @@ use std::{
 use deadpool_postgres::{Object, Transaction};
 use serde::Serialize;
 
-use self::perform::{Attempt, Failure};
+use self::{
+    health::Health,
+    perform::{Attempt, Failure},
+};
 use crate::{
+    channels::{self, TelegramStatus},
     db,
     effects::{self, Effect, Kind, Status, effect_columns},
     error::ApiError,
@@ -79,7 +100,8 @@ pub struct Options {
     pub call_timeout: Duration,
     /// The most effects one run performs.
     pub max_effects: u64,
-    /// How long a claim lasts; an attempt is cut off before its lease ends.
+    /// How long a claim lasts unless renewed: a live worker renews it every third of it while
+    /// it performs the effect, so a dead worker's claim is taken over this long after it died.
     pub lease: Duration,
 }
 
@@ -97,9 +119,12 @@ impl Default for Options {
 
 /// Transient failures are retried for this long after an effect's first failure.
 pub const RETRY_HORIZON: Duration = Duration::from_secs(72 * 3600);
-/// The default lease of a claim: far longer than an attempt takes (a few calls of at most
-/// [`DEFAULT_TIMEOUT`] each), short enough that an effect left by a dead worker is soon retried.
-pub const LEASE: Duration = Duration::from_secs(300);
+/// The default lease of a claim, renewed every third of it while the attempt runs: an effect
+/// left by a dead worker is claimed again within this (plus a poll).
+pub const LEASE: Duration = Duration::from_secs(30);
+/// The longest one attempt may take (a few calls of at most [`DEFAULT_TIMEOUT`] each, and the
+/// pacer's waits); a longer one is abandoned and counted as a transient failure.
+pub const ATTEMPT_CAP: Duration = Duration::from_secs(120);
 /// First retry delay; each further attempt doubles it, up to [`BACKOFF_CAP`].
 const BACKOFF_BASE: Duration = Duration::from_secs(10);
 const BACKOFF_CAP: Duration = Duration::from_secs(3600);
@@ -132,6 +157,12 @@ pub struct RunReport {
     /// Attempts whose lease had run out and been claimed again by another worker: the newer
     /// claim records the result, this one recorded nothing.
     pub superseded: u64,
+    /// Put back while Telegram was unreachable (the probe failed too): due again at once, the
+    /// failure not counted.
+    pub outage: u64,
+    /// Paused because the bot lacks its admin rights in the chat (the channel is marked
+    /// `no_rights`): they wait, not counted, until the rights are back.
+    pub paused: u64,
     /// Reminders and refunds enqueued by this run's scans.
     pub enqueued: u64,
 }
@@ -145,6 +176,8 @@ impl RunReport {
             + self.failed
             + self.unrecorded
             + self.superseded
+            + self.outage
+            + self.paused
     }
 
     /// Counts one attempt's result.
@@ -155,6 +188,8 @@ impl RunReport {
             Recorded::RateLimited => self.rate_limited += 1,
             Recorded::Failed => self.failed += 1,
             Recorded::Superseded => self.superseded += 1,
+            Recorded::Outage => self.outage += 1,
+            Recorded::Paused => self.paused += 1,
         }
     }
 }
@@ -178,6 +213,8 @@ pub struct Worker {
     state: AppState,
     bot: Option<BotApi>,
     options: Options,
+    /// Whether Telegram answers, shared by the lanes and kept across runs.
+    health: Health,
 }
 
 impl Worker {
@@ -189,6 +226,7 @@ impl Worker {
             state,
             bot,
             options,
+            health: Health::default(),
         }
     }
 
@@ -200,7 +238,8 @@ impl Worker {
     /// One run: enqueue refunds of `refund_pending` payments and, with `scan`, due reminders;
     /// then perform due effects with [`Options::concurrency`] lanes until none is due,
     /// `max_effects` are done or `stop` says so (checked between effects). An effect is
-    /// attempted at most once per run.
+    /// attempted at most once per run. While Telegram is unreachable nothing is claimed; a
+    /// probe, at most every [`PROBE_EVERY`], decides when to resume.
     pub async fn run(
         &self,
         scan: bool,
@@ -270,9 +309,10 @@ impl Worker {
         bot: &BotApi,
         seen: &Mutex<HashSet<i64>>,
     ) -> Result<Option<Recorded>, ApiError> {
+        if !self.health.may_claim(bot).await {
+            return Ok(None);
+        }
         let started = Instant::now();
-        // The attempt ends before the lease does: its clock starts before the claim commits.
-        let deadline = tokio::time::Instant::now() + self.options.lease.mul_f64(0.9);
         let mut client = self.state.db.get().await?;
         let exclude: Vec<i64> = seen
             .lock()
@@ -288,14 +328,31 @@ impl Worker {
         seen.lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(effect.id);
-        let attempt = tokio::time::timeout_at(deadline, self.perform(client, bot, &effect))
-            .await
-            .unwrap_or_else(|_| {
+        let since = tokio::time::Instant::now();
+        let work = tokio::time::timeout(ATTEMPT_CAP, self.perform(client, bot, &effect));
+        let mut attempt = tokio::select! {
+            attempt = work => attempt.unwrap_or_else(|_| {
                 Attempt::from(Err(Failure::Retry(format!(
-                    "the attempt took longer than its lease ({} s) allows; abandoned",
-                    self.options.lease.as_secs()
+                    "the attempt took longer than {} s; abandoned",
+                    ATTEMPT_CAP.as_secs()
                 ))))
-            });
+            }),
+            () = self.heartbeat(effect.id, token) => {
+                tracing::warn!(
+                    effect_id = effect.id,
+                    kind = %effect.kind,
+                    "effect claimed again by another worker while being performed; attempt \
+                     abandoned, nothing recorded"
+                );
+                return Ok(Some(Recorded::Superseded));
+            }
+        };
+        // A transient failure: Telegram's, or this effect's own? One shared probe decides.
+        if let Err(Failure::Retry(error)) = &attempt.result
+            && !self.health.answers(bot, since).await
+        {
+            attempt.result = Err(Failure::Outage(error.clone()));
+        }
         let recorded = match record(&self.state, &effect, token, attempt, &self.options).await {
             Ok(recorded) => recorded,
             Err(e) => {
@@ -314,6 +371,32 @@ impl Worker {
     }
 }
 
+impl Worker {
+    /// Renews the claim (`lease_until` = now + lease) every third of the lease while the
+    /// attempt runs; returns only when the claim was found superseded (claimed again, after
+    /// this worker failed to renew it in time). A renewal that fails on a database error is
+    /// tried again at the next beat.
+    async fn heartbeat(&self, id: i64, token: i64) {
+        let lease = self.options.lease;
+        let every = lease / 3;
+        loop {
+            tokio::time::sleep(every).await;
+            let renewed = async {
+                let client = self.state.db.get().await?;
+                db::row_opt(&client, RENEW_SQL, &[&id, &token, &lease.as_secs_f64()]).await
+            }
+            .await;
+            match renewed {
+                Ok(Some(_)) => {}
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(effect_id = id, error = %e, "lease not renewed; trying again");
+                }
+            }
+        }
+    }
+}
+
 /// How an attempt was recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Recorded {
@@ -323,7 +406,16 @@ enum Recorded {
     Failed,
     /// The lease had been claimed again: nothing recorded.
     Superseded,
+    /// Put back, uncounted, while Telegram was unreachable.
+    Outage,
+    /// Paused: the bot lacks its rights in the chat.
+    Paused,
 }
+
+const RENEW_SQL: &str =
+    "UPDATE effects SET lease_until = statement_timestamp() + make_interval(secs => $3)
+     WHERE id = $1 AND lease_token = $2 AND status = 'pending'
+     RETURNING id";
 
 /// The access kinds, which are ordered per member (as a SQL list; the partial index
 /// `effects_member_access_idx` covers exactly these).
@@ -367,6 +459,11 @@ const CANDIDATE_SQL: &str = concat!(
     access_kinds_sql!(),
     " AND b.id <> e.id
              AND (b.id < e.id OR b.lease_until > statement_timestamp())))
+       AND NOT (e.kind IN ",
+    access_kinds_sql!(),
+    " AND e.chat_id IN (",
+    channels::no_rights_chats_sql!(),
+    "))
      ORDER BY next_attempt_at, id
      LIMIT 1
      FOR UPDATE SKIP LOCKED"
@@ -446,7 +543,21 @@ const DONE_SQL: &str = "UPDATE effects SET status = 'done', attempts = attempts 
          payload = CASE WHEN $2::text IS NULL THEN payload
                         ELSE payload || jsonb_build_object('note', $2::text) END
      WHERE id = $1 AND lease_token = $3 AND status = 'pending'
-     RETURNING status";
+     RETURNING status,
+         extract(epoch FROM statement_timestamp() - created_at)::float8 AS age_secs";
+
+/// Put back due now, neither `attempts` nor `first_failed_at` touched (an outage; a pause for
+/// missing rights, only while the chat is marked `no_rights`: `$5`).
+const PUT_BACK_SQL: &str = concat!(
+    "UPDATE effects SET next_attempt_at = statement_timestamp(), last_error = $2,
+         payload = CASE WHEN $3 THEN payload || '{\"verify\": true}' ELSE payload END,
+         lease_until = NULL, updated_at = statement_timestamp()
+     WHERE id = $1 AND lease_token = $4 AND status = 'pending'
+       AND (NOT $5 OR chat_id IN (",
+    channels::no_rights_chats_sql!(),
+    "))
+     RETURNING status"
+);
 
 const RATE_LIMITED_SQL: &str = "UPDATE effects SET
          next_attempt_at = statement_timestamp() + make_interval(secs => $2),
@@ -483,6 +594,7 @@ async fn record(
         result,
         refunded,
         verify,
+        cleared_ban,
     } = attempt;
     let mut client = state.db.get().await?;
     let tx = client.transaction().await?;
@@ -490,7 +602,48 @@ async fn record(
         Err(Failure::Db(err)) => return Err(err),
         Ok(note) => {
             let written = db::row_opt(&tx, DONE_SQL, &[&e.id, &note, &token]).await?;
+            if let Some(row) = &written {
+                if cleared_ban && let Some(chat) = e.chat_id {
+                    bans::clear(&tx, chat, e.user_id).await?;
+                }
+                if e.kind == Kind::Grant && e.payment_id.is_some() {
+                    crate::metrics::payment_granted(row.try_get("age_secs")?);
+                }
+            }
             (written, Recorded::Done, None)
+        }
+        Err(Failure::Outage(error)) => {
+            let error = format!(
+                "Telegram is unreachable (getMe failed too); not counted as a failure: {error}"
+            );
+            let written =
+                db::row_opt(&tx, PUT_BACK_SQL, &[&e.id, &error, &verify, &token, &false]).await?;
+            (written, Recorded::Outage, Some(error))
+        }
+        Err(Failure::NoRights(error)) => {
+            let error = format!(
+                "paused: the bot lacks its admin rights in the chat; resumes when they are \
+                 back: {error}"
+            );
+            if let Some(chat) = e.chat_id
+                && let Some(channel) =
+                    channels::set_telegram_status(&tx, chat, TelegramStatus::NoRights).await?
+            {
+                tracing::warn!(
+                    channel_id = channel,
+                    chat_id = chat,
+                    "the bot lacks its admin rights in the chat: its access effects pause"
+                );
+            }
+            match db::row_opt(&tx, PUT_BACK_SQL, &[&e.id, &error, &verify, &token, &true]).await? {
+                Some(written) => (Some(written), Recorded::Paused, Some(error)),
+                // No channel in that chat (or the claim is gone): an ordinary refusal.
+                None => {
+                    let written =
+                        record_failure(&tx, e, token, true, &error, verify, options).await?;
+                    (written, Recorded::Retry, Some(error))
+                }
+            }
         }
         Err(Failure::RateLimited { secs, error }) => {
             // Telegram's pace, not the effect's fault: not a failure. A little jitter on top,
@@ -585,6 +738,12 @@ fn log_recorded(e: &Effect, recorded: Recorded, error: &str) {
         }
         Recorded::Failed => {
             tracing::warn!(effect_id = e.id, kind = %e.kind, error = %error, "effect dead-lettered");
+        }
+        Recorded::Outage => {
+            tracing::info!(effect_id = e.id, kind = %e.kind, error = %error, "Telegram unreachable; effect put back, not counted");
+        }
+        Recorded::Paused => {
+            tracing::info!(effect_id = e.id, kind = %e.kind, error = %error, "effect paused until the bot's rights are back");
         }
         Recorded::Done | Recorded::Superseded => {}
     }

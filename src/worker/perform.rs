@@ -2,16 +2,21 @@
 //! returned to the pool before the first Bot API call; then the calls, each kind by its own
 //! rule. Every effect is harmless when repeated and re-checks the state it acts on: a grant,
 //! receipt or notice whose membership changed since is skipped, a revoke whose member holds
-//! access again is skipped, a join request is decided again by the door's rule
-//! ([`join_request_decision`]), a refund is made only while its payment is `refund_pending`.
+//! access again (or is exempt in the channel, or a chat administrator) is skipped, a join
+//! request is decided again by the door's rule ([`join_request_decision`]), a refund is made
+//! only while its payment is `refund_pending`.
+//!
+//! A call that manages the chat (ban, unban, join answers, the join link) refused because the
+//! bot lacks its rights there is [`Failure::NoRights`]: the effect pauses, it does not fail.
 
 use deadpool_postgres::Object;
 
-use super::Worker;
+use super::{Worker, bans};
 use crate::{
     channels,
     effects::{Effect, Kind, Payload, payload},
     error::ApiError,
+    exemptions,
     memberships::{self, EffectView, Expiry, Status},
     payments::{
         core::Outcome,
@@ -39,6 +44,41 @@ pub(super) enum Failure {
     RateLimited { secs: u64, error: String },
     /// Telegram refused for good: dead letter.
     Permanent(String),
+    /// The bot lacks its admin rights in the effect's chat: paused until they are back.
+    NoRights(String),
+    /// A transient failure while Telegram answers nothing (the probe failed too): not the
+    /// effect's fault, not counted.
+    Outage(String),
+}
+
+/// What Telegram says when the bot may not manage a chat (not an administrator, too few
+/// rights, removed from it).
+const NO_RIGHTS: [&str; 5] = [
+    "CHAT_ADMIN_REQUIRED",
+    "not enough rights",
+    "need administrator rights",
+    "bot was kicked",
+    "bot is not a member",
+];
+
+/// Whether a refusal of a chat-management call means the bot lacks its rights in the chat.
+pub(super) fn lacks_rights(e: &BotError) -> bool {
+    matches!(
+        e,
+        BotError::Api {
+            code: 400 | 403,
+            ..
+        }
+    ) && NO_RIGHTS.iter().any(|n| e.mentions(n))
+}
+
+/// The failure of a call that manages the effect's chat: missing rights pause the effect.
+fn chat_failure(e: BotError) -> Failure {
+    if lacks_rights(&e) {
+        Failure::NoRights(e.to_string())
+    } else {
+        Failure::from(e)
+    }
 }
 
 impl From<ApiError> for Failure {
@@ -92,6 +132,8 @@ pub(super) struct Attempt {
     pub(super) refunded: Option<i64>,
     /// The refund call's outcome is unknown: look for it before calling again.
     pub(super) verify: bool,
+    /// Done, the user is not banned by us in the chat (any more): forget its `chat_bans` row.
+    pub(super) cleared_ban: bool,
 }
 
 impl From<Performed> for Attempt {
@@ -100,6 +142,17 @@ impl From<Performed> for Attempt {
             result,
             refunded: None,
             verify: false,
+            cleared_ban: false,
+        }
+    }
+}
+
+impl Attempt {
+    /// `result`, which once done leaves the user unbanned by us in the effect's chat.
+    fn clearing_ban(result: Performed) -> Attempt {
+        Attempt {
+            cleared_ban: result.is_ok(),
+            ..Attempt::from(result)
         }
     }
 }
@@ -128,15 +181,41 @@ impl Worker {
                     Err(err) => Attempt::from(Err(Failure::Db(err))),
                 }
             }
+            Kind::Grant => {
+                let Some(chat) = e.chat_id else {
+                    return Attempt::from(Err(no_chat()));
+                };
+                let facts = async {
+                    let m = match e.membership_id {
+                        Some(id) => memberships::effect_view(&client, id).await?,
+                        None => None,
+                    };
+                    Ok::<_, ApiError>((m, bans::banned_by_us(&client, chat, e.user_id).await?))
+                }
+                .await;
+                drop(client);
+                match facts {
+                    Ok((m, banned)) => self.grant(bot, e, chat, m, banned).await,
+                    Err(err) => Attempt::from(Err(Failure::Db(err))),
+                }
+            }
+            Kind::Revoke => {
+                let Some(chat) = e.chat_id else {
+                    return Attempt::from(Err(no_chat()));
+                };
+                let skip = revoke_skip(&client, e, chat).await;
+                drop(client);
+                match skip {
+                    Ok(Some(skip)) => Attempt::from(Ok(Some(skip))),
+                    Ok(None) => self.revoke(bot, e, chat).await,
+                    Err(err) => Attempt::from(Err(Failure::Db(err))),
+                }
+            }
             _ => {
-                // A revoke is decided on its own chat and user: whether that Telegram account
-                // holds access in that chat now (its membership renewed, or a new grant after
-                // a delete), which must not be undone. Not on the membership it names: after a
-                // change of the subscriber's `telegram_user_id` that membership is another
-                // account's, and its renewal must not spare the old account. (A revoke of a
-                // deleted membership names none.)
+                // An unban is decided on its own chat and user, like a revoke (see
+                // [`revoke_skip`]).
                 let m = match (kind, e.membership_id, e.chat_id) {
-                    (Kind::Revoke | Kind::Unban, _, Some(chat)) => {
+                    (Kind::Unban, _, Some(chat)) => {
                         memberships::effect_view_in_chat(&client, chat, e.user_id).await
                     }
                     (_, Some(id), _) => memberships::effect_view(&client, id).await,
@@ -147,32 +226,50 @@ impl Worker {
                     Ok(m) => m,
                     Err(err) => return Attempt::from(Err(Failure::Db(err))),
                 };
-                let performed = match kind {
-                    Kind::Grant => self.grant(bot, e, m).await,
-                    Kind::RenewalReceipt => self.receipt(bot, e, m).await,
-                    Kind::Revoke => self.revoke(bot, e, m).await,
+                match kind {
+                    Kind::RenewalReceipt => self.receipt(bot, e, m).await.into(),
                     Kind::Unban => self.unban(bot, e, m).await,
-                    Kind::Reminder => self.notice(bot, e, m, Status::Active).await,
-                    _ => self.notice(bot, e, m, Status::Grace).await,
-                };
-                performed.into()
+                    Kind::Reminder => self.notice(bot, e, m, Status::Active).await.into(),
+                    _ => self.notice(bot, e, m, Status::Grace).await.into(),
+                }
             }
         }
     }
 
-    /// Unban (only if banned: a member inside stays inside), then the join link.
-    async fn grant(&self, bot: &BotApi, e: &Effect, m: Option<EffectView>) -> Performed {
+    /// The join link in one `sendMessage` (the channel's stored link, else one made and
+    /// stored now). Only a user subgate banned in the chat (`banned`: a `chat_bans` row, left
+    /// by a revoke whose unban was lost) is unbanned first (only if banned: a member inside
+    /// stays inside).
+    async fn grant(
+        &self,
+        bot: &BotApi,
+        e: &Effect,
+        chat: i64,
+        m: Option<EffectView>,
+        banned: bool,
+    ) -> Attempt {
         let Some(m) = m else {
-            return Ok(Some("skipped: the membership was deleted".into()));
+            return Attempt::from(Ok(Some("skipped: the membership was deleted".into())));
         };
         if let Some(skip) = account_changed(e, &m) {
-            return Ok(Some(skip));
+            return Attempt::from(Ok(Some(skip)));
         }
         if !m.status.holds_access() {
-            return Ok(Some(format!("skipped: the membership is {} now", m.status)));
+            return Attempt::from(Ok(Some(format!(
+                "skipped: the membership is {} now",
+                m.status
+            ))));
         }
-        let chat = e.chat_id.ok_or_else(no_chat)?;
-        bot.unban_chat_member(chat, e.user_id).await?;
+        if banned {
+            if let Err(err) = bot.unban_chat_member(chat, e.user_id).await {
+                return Attempt::from(Err(chat_failure(err)));
+            }
+            return Attempt::clearing_ban(self.grant_message(bot, e, chat, m).await);
+        }
+        Attempt::from(self.grant_message(bot, e, chat, m).await)
+    }
+
+    async fn grant_message(&self, bot: &BotApi, e: &Effect, chat: i64, m: EffectView) -> Performed {
         let link = match m.invite_link {
             Some(link) => link,
             None => self.channel_link(bot, m.channel_id, chat).await?,
@@ -197,7 +294,8 @@ impl Worker {
     ) -> Result<String, Failure> {
         let link = bot
             .create_join_request_link(chat, "subgate members")
-            .await?;
+            .await
+            .map_err(chat_failure)?;
         if bot.is_dry_run() {
             return Ok(link.invite_link);
         }
@@ -229,44 +327,51 @@ impl Worker {
         Ok(None)
     }
 
-    /// Ban, then unban only if banned: out of the channel now, free to rejoin after paying.
-    /// Skipped when the effect's own Telegram account holds access in the chat again (a
-    /// renewal overtook the expiry); `m` is that account's membership there.
-    async fn revoke(&self, bot: &BotApi, e: &Effect, m: Option<EffectView>) -> Performed {
-        if let Some(m) = m
-            && m.status.holds_access()
-        {
-            return Ok(Some(format!(
-                "skipped: the membership is {} again (renewed)",
-                m.status
-            )));
-        }
-        let chat = e.chat_id.ok_or_else(no_chat)?;
+    /// Ban, then unban only if banned: out of the channel now, free to rejoin after paying
+    /// (the ban's `chat_bans` row, written by [`revoke_skip`], goes once this is recorded
+    /// done). Telegram's "an administrator", "never in the chat" and "no such user" mean there
+    /// is nobody to remove: done, with a note.
+    async fn revoke(&self, bot: &BotApi, e: &Effect, chat: i64) -> Attempt {
         match bot.ban_chat_member(chat, e.user_id).await {
             Ok(_) => {}
+            Err(err) if err.mentions("user is an administrator of the chat") => {
+                return Attempt::clearing_ban(Ok(Some(format!(
+                    "skipped: the user is an administrator of the chat ({err})"
+                ))));
+            }
             // Never in the chat (or gone from Telegram): nothing to remove.
             Err(err)
                 if err.mentions("PARTICIPANT_ID_INVALID") || err.mentions("user not found") =>
             {
-                return Ok(Some(format!("nothing to remove: {err}")));
+                return Attempt::clearing_ban(Ok(Some(format!("nothing to remove: {err}"))));
             }
-            Err(err) => return Err(err.into()),
+            Err(err) => return Attempt::from(Err(chat_failure(err))),
         }
-        bot.unban_chat_member(chat, e.user_id).await?;
-        Ok(None)
+        Attempt::clearing_ban(
+            bot.unban_chat_member(chat, e.user_id)
+                .await
+                .map(|_| None)
+                .map_err(chat_failure),
+        )
     }
 
     /// Lifts a ban of a live member (an audit found them banned), while their account still
     /// holds access in the chat; `m` is that account's membership there.
-    async fn unban(&self, bot: &BotApi, e: &Effect, m: Option<EffectView>) -> Performed {
+    async fn unban(&self, bot: &BotApi, e: &Effect, m: Option<EffectView>) -> Attempt {
         if !m.is_some_and(|m| m.status.holds_access()) {
-            return Ok(Some(
+            return Attempt::from(Ok(Some(
                 "skipped: the user holds no access in the chat now".into(),
-            ));
+            )));
         }
-        let chat = e.chat_id.ok_or_else(no_chat)?;
-        bot.unban_chat_member(chat, e.user_id).await?;
-        Ok(None)
+        let Some(chat) = e.chat_id else {
+            return Attempt::from(Err(no_chat()));
+        };
+        Attempt::clearing_ban(
+            bot.unban_chat_member(chat, e.user_id)
+                .await
+                .map(|_| None)
+                .map_err(chat_failure),
+        )
     }
 
     /// A reminder (`status` active) or grace notice (`status` grace): sent only while the
@@ -349,6 +454,7 @@ impl Worker {
             result: Ok(note),
             refunded: Some(payment_id),
             verify: false,
+            cleared_ban: false,
         };
         if verify {
             let search = RefundSearch {
@@ -367,6 +473,7 @@ impl Worker {
                         result: Err(err.into()),
                         refunded: None,
                         verify: true,
+                        cleared_ban: false,
                     };
                 }
             }
@@ -382,11 +489,13 @@ impl Worker {
                 ))),
                 refunded: None,
                 verify: true,
+                cleared_ban: false,
             },
             Err(err) => Attempt {
                 result: Err(err.into()),
                 refunded: None,
                 verify,
+                cleared_ban: false,
             },
         }
     }
@@ -425,9 +534,34 @@ impl Worker {
             {
                 Ok(Some(format!("already settled: {err}")))
             }
-            Err(err) => Err(err.into()),
+            Err(err) => Err(chat_failure(err)),
         }
     }
+}
+
+/// Whether a revoke of `chat` is skipped, read on the claim's connection before any call; when
+/// it is not, the ban about to be made is written down first ([`bans::record`]).
+///
+/// A revoke is decided on its own chat and user: whether that Telegram account holds access in
+/// that chat now (its membership renewed, or a new grant after a delete), which must not be
+/// undone — not on the membership it names: after a change of the subscriber's
+/// `telegram_user_id` that membership is another account's, and its renewal must not spare the
+/// old account. (A revoke of a deleted membership names none.) A user exempt in the channel is
+/// never removed.
+async fn revoke_skip(client: &Object, e: &Effect, chat: i64) -> Result<Option<String>, ApiError> {
+    if let Some(m) = memberships::effect_view_in_chat(client, chat, e.user_id).await?
+        && m.status.holds_access()
+    {
+        return Ok(Some(format!(
+            "skipped: the membership is {} again (renewed)",
+            m.status
+        )));
+    }
+    if exemptions::exempt_in_chat(client, chat, e.user_id).await? {
+        return Ok(Some("skipped: the user is exempt in this channel".into()));
+    }
+    bans::record(client, chat, e.user_id).await?;
+    Ok(None)
 }
 
 /// The skip note of a grant, receipt or notice enqueued for a Telegram account that is no

@@ -349,10 +349,7 @@ async fn a_buyer_starts_buys_pays_gets_in_and_sees_the_subscription() {
     // The grant message with the join link.
     fake.clear_calls();
     run(&app).await;
-    assert_eq!(
-        fake.methods(),
-        ["unbanChatMember", "createChatInviteLink", "sendMessage"]
-    );
+    assert_eq!(fake.methods(), ["createChatInviteLink", "sendMessage"]);
     let grant = &messages_to(&fake, 7001)[0];
     assert!(
         grant.contains("Rust Weekly") && grant.contains("https://t.me/+fake"),
@@ -826,7 +823,22 @@ async fn renewals_of_unknown_subscriptions_are_reviewed_and_staff_can_cancel() {
         .await
         .expect(422);
     assert_eq!(pending(&app, "subscription_cancel").await, 1);
-    run(&app).await;
+    // The buyer's messages (grants, notices) share one chat's pace of one per second: a run
+    // may leave some of them rate-limited for a moment. Runs until the cancellation is made.
+    for _ in 0..5 {
+        run(&app).await;
+        if fake.subscription_cancelled(7006, "rec-1") {
+            break;
+        }
+        app.db()
+            .await
+            .execute(
+                "UPDATE effects SET next_attempt_at = now() WHERE status = 'pending'",
+                &[],
+            )
+            .await
+            .unwrap();
+    }
     assert!(fake.subscription_cancelled(7006, "rec-1"));
     // The member keeps access until expiry.
     assert_eq!(membership_of(&app, 7006, r).await.unwrap().0, "active");

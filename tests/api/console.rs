@@ -376,7 +376,7 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
 
     // ---- a dead-lettered effect with Telegram's words, retried from the console.
     fake.script(
-        "unbanChatMember",
+        "sendMessage",
         Reply::Error(400, "Bad Request: chat not found".into()),
     );
     subgate::worker::run_once(&app.state).await.unwrap();

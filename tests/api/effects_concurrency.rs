@@ -157,7 +157,6 @@ async fn the_effects_of_one_member_run_one_at_a_time_in_creation_order() {
             assert_eq!(
                 methods,
                 [
-                    "unbanChatMember",
                     "sendMessage",
                     "approveChatJoinRequest",
                     "approveChatJoinRequest"
@@ -230,7 +229,7 @@ async fn telegram_is_called_with_no_transaction_or_connection_held() {
     let c = channel(&app, chat, json!({"seat_limit": 5})).await;
     let m = grant(&app, s, c, 30).await;
     let id = effects_of(&app, "grant").await[0]["id"].as_i64().unwrap();
-    let hold = fake.hold("unbanChatMember");
+    let hold = fake.hold("createChatInviteLink");
     let state = app.state.clone();
     let running = tokio::spawn(async move {
         let options = Options {
@@ -332,14 +331,16 @@ async fn an_expired_lease_is_claimed_again_and_the_late_worker_records_nothing()
     grant(&app, s, c, 30).await;
     let id = effects_of(&app, "grant").await[0]["id"].as_i64().unwrap();
     // The first worker's call is held, and answers 500 when it is let go.
-    fake.script("unbanChatMember", Reply::ServerError);
-    let hold = fake.hold("unbanChatMember");
+    fake.script("createChatInviteLink", Reply::ServerError);
+    let hold = fake.hold("createChatInviteLink");
     let state = app.state.clone();
     // One lane, so that only the other worker can claim the effect again; a patient client,
-    // so that its call is still held when the other worker has finished.
+    // so that its call is still held when the other worker has finished; a long lease, so that
+    // its renewal cannot come between the lease running out below and the other's claim.
     let late = tokio::spawn(async move {
         let options = Options {
             concurrency: 1,
+            lease: Duration::from_secs(300),
             call_timeout: Duration::from_secs(120),
             ..Options::default()
         };

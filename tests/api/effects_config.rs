@@ -123,18 +123,19 @@ async fn the_bot_token_never_reaches_logs_errors_or_the_api() {
     let c = channel(&dead, -1_001_000_000_901, json!({})).await;
     grant(&dead, s, c, 30).await;
     relisten();
-    assert_eq!(run(&dead).await.retried, 1);
+    // The probe fails too: an outage, put back without counting.
+    assert_eq!(run(&dead).await.outage, 1);
     // 2. A fake that answers 500, then hangs (timeouts), then refuses.
     let fake = FakeBot::start().await;
     let app = app_with(&fake).await;
     let s = subscriber_id(&app, 6902).await;
     let c = channel(&app, -1_001_000_000_902, json!({})).await;
     grant(&app, s, c, 30).await;
-    fake.script("unbanChatMember", Reply::ServerError);
-    fake.script("unbanChatMember", Reply::Hang);
+    fake.script("sendMessage", Reply::ServerError);
+    fake.script("sendMessage", Reply::Hang);
     fake.script(
-        "unbanChatMember",
-        Reply::Error(403, "Forbidden: bot is not a member".into()),
+        "sendMessage",
+        Reply::Error(403, "Forbidden: bot was blocked by the user".into()),
     );
     let mut errors = Vec::new();
     for _ in 0..3 {

@@ -35,19 +35,8 @@ async fn a_payment_grants_exactly_once_and_a_duplicate_webhook_grants_nothing() 
 
     let report = run(&app).await;
     assert_eq!(report.done, 1, "{report:?}");
-    assert_eq!(
-        fake.methods(),
-        ["unbanChatMember", "createChatInviteLink", "sendMessage"]
-    );
-    let unban = &fake.calls_of("unbanChatMember")[0].params;
-    assert_eq!(
-        unban["only_if_banned"], true,
-        "a member inside must never be kicked"
-    );
-    assert_eq!(
-        (unban["chat_id"].as_i64(), unban["user_id"].as_i64()),
-        (Some(chat), Some(user))
-    );
+    // Subgate never banned them: no unban, only the link and the message.
+    assert_eq!(fake.methods(), ["createChatInviteLink", "sendMessage"]);
     let link = &fake.calls_of("createChatInviteLink")[0].params;
     assert_eq!(link["creates_join_request"], true);
     let message = &fake.calls_of("sendMessage")[0].params;
@@ -85,7 +74,7 @@ async fn a_payment_grants_exactly_once_and_a_duplicate_webhook_grants_nothing() 
     let order2 = app.create_order(s2, c).await;
     app.pay_order(&order2, "pay-grant-2").await.expect(200);
     run(&app).await;
-    assert_eq!(fake.methods(), ["unbanChatMember", "sendMessage"]);
+    assert_eq!(fake.methods(), ["sendMessage"], "a grant is one call");
     assert!(
         fake.calls_of("sendMessage")[0].params["text"]
             .as_str()
@@ -288,10 +277,7 @@ async fn a_worker_dying_after_the_call_but_before_recording_repeats_harmlessly()
     break_recording(&app).await;
     let report = run(&app).await;
     assert_eq!(report.unrecorded, 1, "{report:?}");
-    assert_eq!(
-        fake.methods(),
-        ["unbanChatMember", "createChatInviteLink", "sendMessage"]
-    );
+    assert_eq!(fake.methods(), ["createChatInviteLink", "sendMessage"]);
     let g = &effects_of(&app, "grant").await[0];
     assert_eq!(
         (g["status"].as_str(), g["attempts"].as_i64()),
@@ -304,7 +290,7 @@ async fn a_worker_dying_after_the_call_but_before_recording_repeats_harmlessly()
         effect(&app, g["id"].as_i64().unwrap()).await["status"],
         "done"
     );
-    assert_eq!(fake.methods()[0], "unbanChatMember");
+    assert_eq!(fake.methods(), ["sendMessage"]);
     assert!(
         fake.is_member(chat, user),
         "repeating the grant never kicked the member"

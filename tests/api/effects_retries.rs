@@ -23,7 +23,7 @@ async fn a_429_waits_retry_after() {
     let s = subscriber(&app, user).await;
     let c = channel(&app, chat, json!({})).await;
     grant(&app, s, c, 30).await;
-    fake.script("unbanChatMember", Reply::TooManyRequests(30));
+    fake.script("sendMessage", Reply::TooManyRequests(30));
     let before = db_now(&app).await;
     let report = run(&app).await;
     assert_eq!(report.rate_limited, 1, "{report:?}");
@@ -68,7 +68,7 @@ async fn server_errors_back_off_for_72_hours_then_dead_letter_visible_to_staff_a
     let c = channel(&app, chat, json!({})).await;
     grant(&app, s, c, 30).await;
     let id = effects_of(&app, "grant").await[0]["id"].as_i64().unwrap();
-    fake.always("unbanChatMember", Reply::ServerError);
+    fake.always("sendMessage", Reply::ServerError);
     let mut last_delay = 0.0;
     let mut first_failed = None;
     for attempt in 1..=10 {
@@ -110,7 +110,7 @@ async fn server_errors_back_off_for_72_hours_then_dead_letter_visible_to_staff_a
     let report = run(&app).await;
     assert_eq!(report.failed, 1, "{report:?}");
     assert_eq!(effect(&app, id).await["attempts"], 12);
-    assert_eq!(fake.calls_of("unbanChatMember").len(), 12);
+    assert_eq!(fake.calls_of("sendMessage").len(), 12);
     let failed = app.get("/api/effects?status=failed").await.expect(200);
     let items = failed["items"].as_array().unwrap();
     assert_eq!(items.len(), 1);
@@ -121,10 +121,10 @@ async fn server_errors_back_off_for_72_hours_then_dead_letter_visible_to_staff_a
     // A dead letter stays put.
     make_due(&app).await;
     run(&app).await;
-    assert_eq!(fake.calls_of("unbanChatMember").len(), 12);
+    assert_eq!(fake.calls_of("sendMessage").len(), 12);
 
     // Staff fix the cause and send it back, with a fresh budget.
-    fake.reset("unbanChatMember");
+    fake.reset("sendMessage");
     let retried = app
         .post(&format!("/api/effects/{id}/retry"), Value::Null)
         .await
@@ -158,7 +158,7 @@ async fn a_definite_refusal_is_a_dead_letter_at_once() {
     let c = channel(&app, -1_001_000_000_108, json!({})).await;
     grant(&app, s, c, 30).await;
     fake.script(
-        "unbanChatMember",
+        "sendMessage",
         Reply::Error(400, "Bad Request: chat not found".into()),
     );
     assert_eq!(run(&app).await.failed, 1);
@@ -187,7 +187,7 @@ async fn fifteen_failures_in_a_row_leave_the_effect_pending_until_telegram_answe
         } else {
             Reply::ServerError
         };
-        fake.script("unbanChatMember", reply);
+        fake.script("sendMessage", reply);
     }
     for attempt in 1..=15 {
         let report = worker(&app, 300).run(false, &|| false).await.unwrap();
@@ -209,14 +209,14 @@ async fn fifteen_failures_in_a_row_leave_the_effect_pending_until_telegram_answe
         (e["status"].as_str(), e["attempts"].as_i64()),
         (Some("done"), Some(16))
     );
-    assert_eq!(fake.calls_of("sendMessage").len(), 1);
+    assert_eq!(fake.calls_of("sendMessage").len(), 16);
 }
 
 #[tokio::test]
 async fn bulk_retry_sends_back_the_dead_letters_matching_the_filters() {
     let fake = FakeBot::start().await;
     let app = app_with(&fake).await;
-    // A refused refund, then two grants refused (the bot was not an admin).
+    // A refused refund, then two grants refused (the buyers blocked the bot).
     let p = refund_pending_payment(&app, 6011, -1_001_000_000_211, "ch-bulk-1", "ch-bulk-2").await;
     let c = channel(&app, -1_001_000_000_113, json!({})).await;
     let mut memberships = Vec::new();
@@ -229,8 +229,8 @@ async fn bulk_retry_sends_back_the_dead_letters_matching_the_filters() {
         Reply::Error(400, "Bad Request: BALANCE_TOO_LOW".into()),
     );
     fake.always(
-        "unbanChatMember",
-        Reply::Error(403, "Forbidden: not enough rights".into()),
+        "sendMessage",
+        Reply::Error(403, "Forbidden: bot was blocked by the user".into()),
     );
     assert_eq!(run(&app).await.failed, 3);
     assert_eq!(payment_outcome(&app, p).await, "refund_failed");
@@ -260,7 +260,7 @@ async fn bulk_retry_sends_back_the_dead_letters_matching_the_filters() {
     // Staff fix the causes, then send the dead letters back: by kind (the list's own filters,
     // `status=failed` included, are accepted), by membership, then the rest.
     fake.reset("refundStarPayment");
-    fake.reset("unbanChatMember");
+    fake.reset("sendMessage");
     let r = app
         .post("/api/effects/retry?status=failed&kind=refund", Value::Null)
         .await

@@ -94,7 +94,7 @@ async fn a_dead_lettered_revoke_sent_back_after_a_change_removes_the_old_account
     // account and is granted again.
     fake.script(
         "banChatMember",
-        Reply::Error(400, "Bad Request: not enough rights".into()),
+        Reply::Error(400, "Bad Request: CHANNEL_PRIVATE".into()),
     );
     patch_membership(&app, m, json!({"status": "expired"})).await;
     run(&app).await;
@@ -105,7 +105,7 @@ async fn a_dead_lettered_revoke_sent_back_after_a_change_removes_the_old_account
     run(&app).await;
     fake.clear_calls();
 
-    // Staff fix the rights and send the dead letter back: it removes the old account.
+    // Staff fix the cause and send the dead letter back: it removes the old account.
     let id = revoke["id"].as_i64().unwrap();
     app.post(&format!("/api/effects/{id}/retry"), Value::Null)
         .await
