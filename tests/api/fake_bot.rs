@@ -91,6 +91,8 @@ struct FakeState {
     /// Invite links made (chat, link), and the revoked ones.
     links: Vec<(i64, String)>,
     revoked_links: HashSet<String>,
+    /// The `sendMessage` calls performed (answered ok, or performed then hung), in order.
+    delivered: Vec<Call>,
 }
 
 /// A call held open by [`FakeBot::hold`] until the test releases it.
@@ -203,6 +205,17 @@ impl FakeBot {
 
     pub fn clear_calls(&self) {
         self.with(|s| s.calls.clear());
+    }
+
+    /// The messages Telegram delivered (`sendMessage` calls performed), oldest first; a call
+    /// answered with an error or left hanging delivered nothing.
+    pub fn delivered_messages(&self) -> Vec<Call> {
+        self.with(|s| s.delivered.clone())
+    }
+
+    /// Calls being answered right now (held or delayed; a hanging one is not counted).
+    pub fn in_flight(&self) -> usize {
+        self.with(|s| s.in_flight.values().sum())
     }
 
     /// Overlapping calls about the same (chat, user) seen so far.
@@ -608,12 +621,18 @@ fn perform(state: &Arc<Mutex<FakeState>>, method: &str, p: &Value) -> Response {
                 "is_primary": false, "is_revoked": false
             }))
         }
-        "sendMessage" => ok(json!({
+        "sendMessage" => {
+            s.delivered.push(Call {
+                method: method.to_string(),
+                params: p.clone(),
+            });
+            ok(json!({
             "message_id": n, "date": 0,
             "chat": {"id": p["chat_id"], "type": "private"},
             "text": p["text"],
             "reply_markup": p["reply_markup"]
-        })),
+            }))
+        }
         "sendInvoice" => ok(json!({
             "message_id": n, "date": 0,
             "chat": {"id": p["chat_id"], "type": "private"},

@@ -18,6 +18,7 @@ mod console;
 mod console_audit;
 mod console_reconciliation;
 mod console_rights;
+mod convergence;
 mod crud;
 mod effect_rows;
 mod effects;
