@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use subgate::telegram::{bot_api::BotApi, members};
 
 use crate::{
-    effects::{app_with, channel, grant, next_id, run, settle, subscriber},
+    effects::{app_with, channel, grant, join_request_update, next_id, run, settle, subscriber},
     fake_bot::{BOT_ID, FakeBot},
     helpers::TestApp,
 };
@@ -328,6 +328,48 @@ async fn a_revoked_link_reported_in_an_update_is_forgotten() {
         .await
         .expect(200);
     assert_eq!(stored_link(&app, c).await, None);
+}
+
+#[tokio::test]
+async fn a_link_revoked_in_telegram_is_made_again_and_the_next_buyer_gets_in_by_it() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let chat = -1_001_000_021_351;
+    let c = channel(&app, chat, json!({})).await;
+    let first = subscriber(&app, 21_351).await;
+    grant(&app, first, c, 30).await;
+    run(&app).await;
+    let old = stored_link(&app, c)
+        .await
+        .expect("the first grant made the link");
+    assert_eq!(fake.links_of(chat), vec![old.clone()]);
+
+    // An administrator revokes it in the app: nobody gets in by it any more, and the next
+    // update that carries it says so.
+    fake.revoke_link(&old);
+    assert!(
+        !fake.follow_link(21_352, &old),
+        "a revoked link opens no request"
+    );
+    let mut update = joined(chat, 21_351, "member", 1_700_000_351);
+    update["chat_member"]["invite_link"] = json!({"invite_link": old, "creator": {"id": BOT_ID},
+        "creates_join_request": true, "is_primary": false, "is_revoked": true});
+    app.post_telegram_update(update).await.expect(200);
+    assert_eq!(stored_link(&app, c).await, None);
+
+    // The next buyer's grant makes a new link, once, and it lets them in.
+    let second = subscriber(&app, 21_352).await;
+    grant(&app, second, c, 30).await;
+    run(&app).await;
+    let new = stored_link(&app, c).await.expect("a new link is stored");
+    assert_eq!(fake.links_of(chat), vec![old, new.clone()]);
+    assert!(!fake.is_revoked(&new));
+    assert!(fake.follow_link(21_352, &new));
+    app.post_telegram_update(join_request_update(chat, 21_352, 1_700_000_352))
+        .await
+        .expect(200);
+    run(&app).await;
+    assert!(fake.is_member(chat, 21_352), "{:?}", fake.methods());
 }
 
 #[tokio::test]

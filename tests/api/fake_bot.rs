@@ -60,7 +60,6 @@ pub enum Reply {
 }
 
 #[derive(Default)]
-#[allow(dead_code)] // BASE-ONLY
 struct FakeState {
     calls: Vec<Call>,
     /// Replies used once each, in order, per method; then `sticky`, then `Reply::Ok`.
@@ -121,7 +120,6 @@ pub struct FakeBot {
     state: Arc<Mutex<FakeState>>,
 }
 
-#[allow(dead_code)] // BASE-ONLY: removed once the member-list methods are all used
 impl FakeBot {
     /// Starts the server on a free port.
     pub async fn start() -> FakeBot {
@@ -410,11 +408,6 @@ impl FakeBot {
 
     pub fn has_open_request(&self, chat: i64, user: i64) -> bool {
         self.with(|s| s.open_requests.contains(&(chat, user)))
-    }
-
-    /// Removes `user` from `chat` as if they left by themselves.
-    pub fn leave(&self, chat: i64, user: i64) {
-        self.with(|s| s.members.remove(&(chat, user)));
     }
 
     /// Appends an outgoing transaction to `user` carrying `charge_id` (a refund).
