@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use tokio::time::MissedTickBehavior;
-
 use crate::{
     AppState, audits, channels,
     shutdown::ShutdownSignal,
@@ -41,13 +39,8 @@ pub async fn run(state: AppState, shutdown: ShutdownSignal) {
 /// logged and the next tick tries again; on shutdown a run in progress stops between batches.
 /// A run longer than the interval delays the next tick instead of stacking runs.
 pub async fn sweep_loop(state: AppState, shutdown: ShutdownSignal, every: Duration) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = shutdown.wait() => break,
-        }
+    let mut ticks = shutdown.ticks(every);
+    while ticks.next().await {
         let stop = || shutdown.is_triggered();
         let result = sweep::sweep_until(&state.db, sweep::DEFAULT_BATCH_SIZE, stop).await;
         state.last_sweep.record(sweep::Trigger::Schedule, &result);
@@ -84,15 +77,10 @@ pub async fn effects_loop(state: AppState, shutdown: ShutdownSignal) {
     if state.config.telegram_dry_run {
         tracing::info!("TELEGRAM_DRY_RUN=true: Bot API calls are logged, not made");
     }
-    let mut tick = tokio::time::interval(EFFECTS_POLL);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut ticks = shutdown.ticks(EFFECTS_POLL);
     let mut last_scan: Option<tokio::time::Instant> = None;
     let mut last_reconcile: Option<tokio::time::Instant> = None;
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = shutdown.wait() => break,
-        }
+    while ticks.next().await {
         let due = |last: Option<tokio::time::Instant>, every: Duration| {
             last.is_none_or(|t| t.elapsed() >= every)
         };
@@ -144,13 +132,8 @@ pub async fn audit_loop(state: AppState, shutdown: ShutdownSignal, every: Durati
         return;
     };
     let fix = state.config.audit_fix;
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = shutdown.wait() => break,
-        }
+    let mut ticks = shutdown.ticks(every);
+    while ticks.next().await {
         let stop = || shutdown.is_triggered();
         if let Err(e) = audit_every_channel(&state, &bot, fix, &stop).await {
             tracing::error!(error = %e, "scheduled audits failed; trying again at the next tick");

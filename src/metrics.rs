@@ -37,7 +37,6 @@ use axum::{
 use deadpool_postgres::Pool;
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use tokio::time::MissedTickBehavior;
 
 use crate::{
     effects::Kind, error::ApiError, server::ConnectionLimits, shutdown::ShutdownSignal,
@@ -312,13 +311,8 @@ pub async fn sample_loop(pool: Pool, shutdown: ShutdownSignal) {
     let Some(handle) = handle() else {
         return;
     };
-    let mut tick = tokio::time::interval(SAMPLE_EVERY);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = shutdown.wait() => break,
-        }
+    let mut ticks = shutdown.ticks(SAMPLE_EVERY);
+    while ticks.next().await {
         if let Err(e) = sample_database(&pool).await {
             tracing::warn!(error = %e, "metrics: database gauges not sampled");
         }

@@ -86,13 +86,8 @@ pub async fn run_loop(state: AppState, shutdown: ShutdownSignal) {
         return;
     }
     let checker = Checker::new(CHECK_TIMEOUT);
-    let mut tick = tokio::time::interval(EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = shutdown.wait() => break,
-        }
+    let mut ticks = shutdown.ticks(EVERY);
+    while ticks.next().await {
         let stop = || shutdown.is_triggered();
         if let Err(e) = checker.run(&state, &stop).await {
             tracing::error!(error = %e, "reconciliation pass failed; trying again at the next tick");

@@ -1,8 +1,11 @@
 //! A shutdown signal that any number of background loops can wait on.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
-use tokio::sync::watch;
+use tokio::{
+    sync::watch,
+    time::{Interval, MissedTickBehavior},
+};
 
 /// Cloneable; `trigger` once, every `wait` returns.
 #[derive(Clone)]
@@ -38,5 +41,32 @@ impl ShutdownSignal {
     pub async fn wait(&self) {
         let mut rx = self.rx.clone();
         let _ = rx.wait_for(|v| *v).await;
+    }
+
+    /// The ticks of a background loop: every `every` (the first at once; a run longer than the
+    /// interval delays the next tick instead of stacking runs), until shutdown.
+    pub fn ticks(&self, every: Duration) -> Ticks<'_> {
+        let mut interval = tokio::time::interval(every);
+        interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        Ticks {
+            interval,
+            shutdown: self,
+        }
+    }
+}
+
+/// See [`ShutdownSignal::ticks`].
+pub struct Ticks<'a> {
+    interval: Interval,
+    shutdown: &'a ShutdownSignal,
+}
+
+impl Ticks<'_> {
+    /// Waits for the next tick: true, or false once shutdown is signalled (the loop ends).
+    pub async fn next(&mut self) -> bool {
+        tokio::select! {
+            _ = self.interval.tick() => true,
+            _ = self.shutdown.wait() => false,
+        }
     }
 }

@@ -20,7 +20,6 @@
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
-use tokio::time::MissedTickBehavior;
 
 use crate::{
     channels::{self, TelegramStatus},
@@ -208,13 +207,8 @@ pub async fn probe_loop(pool: Pool, config: std::sync::Arc<Config>, shutdown: Sh
     let Some(bot) = BotApi::from_config(&config, PROBE_TIMEOUT) else {
         return;
     };
-    let mut tick = tokio::time::interval(PROBE_EVERY);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = shutdown.wait() => break,
-        }
+    let mut ticks = shutdown.ticks(PROBE_EVERY);
+    while ticks.next().await {
         if let Err(e) = probe_once(&pool, &bot).await {
             tracing::error!(error = %e, "rights probe failed; trying again at the next tick");
         }

@@ -77,7 +77,7 @@ async fn shot(browser: &Browser, shots: &Shots, name: &str) {
 }
 
 /// Serves the app's router on a free local port, as `subgate serve` does.
-async fn serve(app: &TestApp) -> String {
+pub(crate) async fn serve(app: &TestApp) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let service = app

@@ -2,10 +2,7 @@
 //! run (the counts and the users of each category as the API reports them, nothing queued),
 //! then "Fix" (the repairs queued, and performed by the worker, the fake chat's list right).
 
-use std::net::SocketAddr;
-
 use serde_json::json;
-use tokio::net::TcpListener;
 
 use crate::{
     audits::{ADMIN, BANNED, CHAT, FINE_IN, LISTED, STAYED, fixture},
@@ -14,17 +11,6 @@ use crate::{
     fake_bot::FakeBot,
     helpers::{ADMIN_EMAIL, ADMIN_PASSWORD, TestApp},
 };
-
-async fn serve(app: &TestApp) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let service = app
-        .router
-        .clone()
-        .into_make_service_with_connect_info::<SocketAddr>();
-    tokio::spawn(async move { axum::serve(listener, service).await });
-    format!("http://{addr}")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_audit_page_runs_a_report_then_fixes_the_chat() {

@@ -2,29 +2,16 @@
 //! one found, one still chased after a declined answer, one whose answer was not believed —
 //! with the counts per state, what WayForPay last said, and the state filter.
 
-use std::net::SocketAddr;
-
 use futures::FutureExt;
-use tokio::net::TcpListener;
 
 use crate::{
     browser::Browser,
+    console::serve,
     fake_bot::FakeBot,
     fake_wayforpay::{FakeWayForPay, Script},
     helpers::{ADMIN_EMAIL, ADMIN_PASSWORD, TestApp},
     reconciliation::{app_with, card_link, due, pass},
 };
-
-async fn serve(app: &TestApp) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let service = app
-        .router
-        .clone()
-        .into_make_service_with_connect_info::<SocketAddr>();
-    tokio::spawn(async move { axum::serve(listener, service).await });
-    format!("http://{addr}")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_shows_what_is_chased_and_what_was_found() {

@@ -2,28 +2,15 @@
 //! when the bot lost its admin rights in a channel, the channel's view with the bot's status, and
 //! its exemption list managed from that view — checked on the page and in the database.
 
-use std::net::SocketAddr;
-
 use serde_json::json;
-use tokio::net::TcpListener;
 
 use crate::{
     browser::Browser,
     chat_members::{bot_demoted, member, my_chat_member_update},
+    console::serve,
     fake_bot::BOT_ID,
     helpers::{ADMIN_EMAIL, ADMIN_PASSWORD, TestApp},
 };
-
-async fn serve(app: &TestApp) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let service = app
-        .router
-        .clone()
-        .into_make_service_with_connect_info::<SocketAddr>();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, service).await });
-    format!("http://{addr}")
-}
 
 async fn exempt_users(app: &TestApp) -> Vec<(i64, Option<String>)> {
     app.db()
