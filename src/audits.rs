@@ -134,6 +134,7 @@ pub struct Finding {
 
 /// How many users fell in each category (every category, 0 included).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[schema(as = AuditCounts)]
 #[serde(default)]
 pub struct Counts {
     pub live_not_in_chat: i64,

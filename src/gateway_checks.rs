@@ -103,6 +103,7 @@ impl FromRow for Check {
 
 /// How many checks are in each state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[schema(as = ReconciliationCounts)]
 pub struct Counts {
     pub chasing: i64,
     pub found: i64,

@@ -7,9 +7,10 @@ use serde_json::json;
 use crate::{
     audits::{ADMIN, BANNED, CHAT, FINE_IN, LISTED, STAYED, fixture},
     browser::Browser,
+    console::serve,
     effects::{app_with, run},
     fake_bot::FakeBot,
-    helpers::{ADMIN_EMAIL, ADMIN_PASSWORD, TestApp},
+    helpers::{ADMIN_EMAIL, ADMIN_PASSWORD},
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

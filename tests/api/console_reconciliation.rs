@@ -9,7 +9,7 @@ use crate::{
     console::serve,
     fake_bot::FakeBot,
     fake_wayforpay::{FakeWayForPay, Script},
-    helpers::{ADMIN_EMAIL, ADMIN_PASSWORD, TestApp},
+    helpers::{ADMIN_EMAIL, ADMIN_PASSWORD},
     reconciliation::{app_with, card_link, due, pass},
 };
 

@@ -43,6 +43,19 @@ pub(crate) async fn run(app: &TestApp) -> RunReport {
     worker::run_once(&app.state).await.unwrap()
 }
 
+/// Runs the worker, making what is left pending due again (a message paced behind another one
+/// to the same buyer, rate-limited for a moment), until nothing is pending; at most 10 runs.
+pub(crate) async fn run_until_done(app: &TestApp) {
+    for _ in 0..10 {
+        run(app).await;
+        if app.count("effects WHERE status = 'pending'").await == 0 {
+            return;
+        }
+        make_due(app).await;
+    }
+    panic!("effects still pending after 10 runs");
+}
+
 /// A worker whose Bot API calls time out after `ms` milliseconds.
 pub(crate) fn worker(app: &TestApp, ms: u64) -> Worker {
     Worker::new(
