@@ -21,13 +21,16 @@ pub struct Update {
     #[serde(default)]
     pub chat_join_request: Option<ChatJoinRequest>,
     /// The bot's own status in a chat changed (made or no longer an administrator, removed).
-    /// One that does not read as a `ChatMemberUpdated` is left out (ignored, not refused).
+    /// One that does not read as a `ChatMemberUpdated` is left out (ignored, not refused), so
+    /// the document promises any object here.
     #[serde(default, deserialize_with = "lenient")]
+    #[schema(value_type = Option<Object>)]
     pub my_chat_member: Option<ChatMemberUpdated>,
     /// A member's status in a chat changed (joined, left, banned); sent only to an
     /// administrator bot that asked for `chat_member` in `allowed_updates`. Read leniently, like
     /// `my_chat_member`.
     #[serde(default, deserialize_with = "lenient")]
+    #[schema(value_type = Option<Object>)]
     pub chat_member: Option<ChatMemberUpdated>,
 }
 
