@@ -34,15 +34,22 @@ pub struct Update {
     pub chat_member: Option<ChatMemberUpdated>,
 }
 
-/// An optional field that is dropped when it does not read as `T`: an update kind we only
-/// observe is never a reason to refuse the whole update.
+/// An optional object field that is dropped when it does not read as `T`: an update kind we
+/// only observe is never a reason to refuse the whole update (one that is not even an object
+/// is not a Telegram update: refused).
 fn lenient<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: serde::de::DeserializeOwned,
 {
-    let value = Option::<serde_json::Value>::deserialize(d)?;
-    Ok(value.and_then(|v| serde_json::from_value(v).ok()))
+    use serde::de::Error;
+    match Option::<serde_json::Value>::deserialize(d)? {
+        None => Ok(None),
+        Some(v) if v.is_object() => Ok(serde_json::from_value(v).ok()),
+        Some(_) => Err(D::Error::custom(
+            "an update's object field is not an object",
+        )),
+    }
 }
 
 /// A message; subgate only cares about service messages carrying a `successful_payment`.
@@ -206,6 +213,24 @@ pub struct ChatInviteLink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn member_updates_are_read_leniently_but_must_be_objects() {
+        let u: Update =
+            serde_json::from_str(r#"{"update_id": 1, "my_chat_member": {"chat": {"id": -1}}}"#)
+                .unwrap();
+        assert!(
+            u.my_chat_member.is_none(),
+            "an unreadable object is ignored"
+        );
+        assert!(serde_json::from_str::<Update>(r#"{"update_id": 1, "chat_member": 5}"#).is_err());
+        assert!(
+            serde_json::from_str::<Update>(r#"{"update_id": 1, "chat_member": null}"#)
+                .unwrap()
+                .chat_member
+                .is_none()
+        );
+    }
 
     #[test]
     fn parses_a_successful_payment_and_ignores_unknown_fields() {
