@@ -387,7 +387,7 @@ fn join_request_update(chat_id: i64, from: i64) -> Value {
     })
 }
 
-async fn invite_link(app: &TestApp, channel_id: i64) -> Option<String> {
+pub(crate) async fn invite_link(app: &TestApp, channel_id: i64) -> Option<String> {
     app.db()
         .await
         .query_one(

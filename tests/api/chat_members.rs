@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use subgate::telegram::{bot_api::BotApi, members};
 
 use crate::{
+    access::invite_link,
     effects::{app_with, channel, grant, join_request_update, next_id, run, settle, subscriber},
     fake_bot::{BOT_ID, FakeBot},
     helpers::TestApp,
@@ -66,18 +67,6 @@ async fn status_of(app: &TestApp, channel_id: i64) -> String {
         .to_string()
 }
 
-async fn stored_link(app: &TestApp, channel_id: i64) -> Option<String> {
-    app.db()
-        .await
-        .query_one(
-            "SELECT invite_link FROM channels WHERE id = $1",
-            &[&(channel_id as i32)],
-        )
-        .await
-        .unwrap()
-        .get(0)
-}
-
 /// The revokes found by `chat_member` updates, as (chat, user, status).
 async fn found_revokes(app: &TestApp) -> Vec<(i64, i64, String)> {
     app.db()
@@ -105,7 +94,7 @@ async fn lost_rights_mark_the_channel_and_rights_back_clear_the_link_and_wake_it
     let s = subscriber(&app, 21_001).await;
     grant(&app, s, c, 30).await;
     run(&app).await;
-    let link = stored_link(&app, c).await.expect("the grant stored a link");
+    let link = invite_link(&app, c).await.expect("the grant stored a link");
     assert_eq!(status_of(&app, c).await, "ok");
 
     // Demoted to an administrator who may invite but not ban: not enough.
@@ -152,7 +141,7 @@ async fn lost_rights_mark_the_channel_and_rights_back_clear_the_link_and_wake_it
         json!({})
     );
     assert_eq!(status_of(&app, c).await, "ok");
-    assert_eq!(stored_link(&app, c).await, None, "{link} is forgotten");
+    assert_eq!(invite_link(&app, c).await, None, "{link} is forgotten");
     let due: bool = app
         .db()
         .await
@@ -169,7 +158,7 @@ async fn lost_rights_mark_the_channel_and_rights_back_clear_the_link_and_wake_it
     assert_eq!(overview["effects"]["paused_no_rights"], json!(0));
     // The grant goes out with a new link.
     run(&app).await;
-    let new_link = stored_link(&app, c).await.expect("a new link");
+    let new_link = invite_link(&app, c).await.expect("a new link");
     assert_ne!(new_link, link);
 }
 
@@ -323,11 +312,11 @@ async fn a_revoked_link_reported_in_an_update_is_forgotten() {
     app.post_telegram_update(with_link(stored, false))
         .await
         .expect(200);
-    assert_eq!(stored_link(&app, c).await.as_deref(), Some(stored));
+    assert_eq!(invite_link(&app, c).await.as_deref(), Some(stored));
     app.post_telegram_update(with_link(stored, true))
         .await
         .expect(200);
-    assert_eq!(stored_link(&app, c).await, None);
+    assert_eq!(invite_link(&app, c).await, None);
 }
 
 #[tokio::test]
@@ -339,7 +328,7 @@ async fn a_link_revoked_in_telegram_is_made_again_and_the_next_buyer_gets_in_by_
     let first = subscriber(&app, 21_351).await;
     grant(&app, first, c, 30).await;
     run(&app).await;
-    let old = stored_link(&app, c)
+    let old = invite_link(&app, c)
         .await
         .expect("the first grant made the link");
     assert_eq!(fake.links_of(chat), vec![old.clone()]);
@@ -355,13 +344,13 @@ async fn a_link_revoked_in_telegram_is_made_again_and_the_next_buyer_gets_in_by_
     update["chat_member"]["invite_link"] = json!({"invite_link": old, "creator": {"id": BOT_ID},
         "creates_join_request": true, "is_primary": false, "is_revoked": true});
     app.post_telegram_update(update).await.expect(200);
-    assert_eq!(stored_link(&app, c).await, None);
+    assert_eq!(invite_link(&app, c).await, None);
 
     // The next buyer's grant makes a new link, once, and it lets them in.
     let second = subscriber(&app, 21_352).await;
     grant(&app, second, c, 30).await;
     run(&app).await;
-    let new = stored_link(&app, c).await.expect("a new link is stored");
+    let new = invite_link(&app, c).await.expect("a new link is stored");
     assert_eq!(fake.links_of(chat), vec![old, new.clone()]);
     assert!(!fake.is_revoked(&new));
     assert!(fake.follow_link(21_352, &new));

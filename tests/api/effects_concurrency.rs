@@ -91,14 +91,7 @@ async fn the_effects_of_one_member_run_one_at_a_time_in_creation_order() {
     let app = app_with(&fake).await;
     let chat = -1_001_000_000_110;
     let c = channel(&app, chat, json!({})).await;
-    app.db()
-        .await
-        .execute(
-            "UPDATE channels SET invite_link = 'https://t.me/+stored' WHERE id = $1",
-            &[&(c as i32)],
-        )
-        .await
-        .unwrap();
+    crate::effects_convergence::store_link(&app, c).await;
     // Long enough to overlap the pacer's spacing of calls (25 per second).
     fake.set_delay(Duration::from_millis(60));
     for round in 0..12i64 {

@@ -37,7 +37,7 @@ async fn one_i64(app: &TestApp, sql: &str, id: i64) -> i64 {
 }
 
 /// Stores a join link on channel `c`, so a grant needs no `createChatInviteLink`.
-async fn store_link(app: &TestApp, c: i64) {
+pub(crate) async fn store_link(app: &TestApp, c: i64) {
     app.db()
         .await
         .execute(
