@@ -725,6 +725,9 @@ async fn a_stars_subscription_renews_twice_then_is_cancelled() {
         (Some("cancelled"), Some("buyer"))
     );
 
+    // Every message so far is out (a message paced behind another to this buyer may still
+    // wait a moment).
+    crate::effects::run_until_done(&app).await;
     // A renewal charge after the cancellation is reviewed, never applied or refunded.
     send(
         &app,
