@@ -833,14 +833,7 @@ async fn renewals_of_unknown_subscriptions_are_reviewed_and_staff_can_cancel() {
         if fake.subscription_cancelled(7006, "rec-1") {
             break;
         }
-        app.db()
-            .await
-            .execute(
-                "UPDATE effects SET next_attempt_at = now() WHERE status = 'pending'",
-                &[],
-            )
-            .await
-            .unwrap();
+        crate::effects::make_due(&app).await;
     }
     assert!(fake.subscription_cancelled(7006, "rec-1"));
     // The member keeps access until expiry.
