@@ -120,8 +120,13 @@ for name in "${config_vars[@]}"; do unset "$name"; done
 
 secrets="$WORK/dev-secrets.env"
 rm -f "$secrets"
+# Door 4's signing secret, for the server and for hooks.py (the API key is never used: the fuzz
+# makes no bot orders).
+STRIPE_WEBHOOK_SECRET="whsec_fuzz_$(head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+export STRIPE_WEBHOOK_SECRET
 log "starting the server on 127.0.0.1:$port (database $db_name, Bot API stand-in on :$bot_port); log: $WORK/server.log"
 SUBGATE_DEV_SECRETS="$secrets" DATABASE_URL="$db_url" BIND_ADDR="127.0.0.1:$port" \
+    STRIPE_SECRET_KEY="sk_test_fuzz_not_a_real_key" STRIPE_WEBHOOK_SECRET="$STRIPE_WEBHOOK_SECRET" \
     BCRYPT_COST=4 LOGIN_MAX_FAILURES=1000 TELEGRAM_BOT_TOKEN="123456:fuzz-token-for-the-stand-in-bot" TELEGRAM_API_URL="http://127.0.0.1:$bot_port" \
     "$ROOT/scripts/run-dev.sh" >"$WORK/server.log" 2>&1 &
 server=$!

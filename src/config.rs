@@ -19,6 +19,9 @@
 //! | `WAYFORPAY_SECRET_KEY` | WayForPay merchant secret key, at least 16 bytes (set both or neither) | unset: door answers 503 |
 //! | `WAYFORPAY_DOMAIN` | merchant domain name signed into the bot's WayForPay purchase links | the host of `PUBLIC_URL` |
 //! | `WAYFORPAY_API_URL` | WayForPay's API endpoint, asked `CHECK_STATUS` about card orders whose callback has not come | `https://api.wayforpay.com/api` |
+//! | `STRIPE_SECRET_KEY` | Stripe secret API key (`sk_…` or a restricted `rk_…`), for the bot's Checkout Sessions (set both Stripe secrets or neither) | unset: door 4 answers 503, the bot sells no card plan through Stripe |
+//! | `STRIPE_WEBHOOK_SECRET` | the signing secret (`whsec_…`) of the Stripe webhook endpoint pointing at `/api/webhook/stripe` | unset: door 4 answers 503 |
+//! | `STRIPE_API_URL` | Stripe's API base URL | `https://api.stripe.com` |
 //! | `RECONCILE_AFTER_SECS` | how long a card order with an issued purchase link stays pending before WayForPay is asked about it, 1..=86400 | `600` |
 //! | `TELEGRAM_WEBHOOK_SECRET` | `secret_token` given to `setWebhook`, 16..=256 of `A-Za-z0-9_-` | unset: door answers 503 |
 //! | `TELEGRAM_BOT_TOKEN` | bot token for Bot API calls, `<bot id>:<secret>` from @BotFather | unset: effects stay queued |
@@ -103,6 +106,17 @@ pub struct WayForPayConfig {
     pub secret_key: Secret,
 }
 
+/// Stripe credentials (door 4 and the bot's Checkout Sessions).
+#[derive(Debug, Clone)]
+pub struct StripeConfig {
+    /// `STRIPE_SECRET_KEY`.
+    pub secret_key: Secret,
+    /// `STRIPE_WEBHOOK_SECRET`: the key of `Stripe-Signature`, the whole `whsec_…` text.
+    pub webhook_secret: Secret,
+    /// `STRIPE_API_URL`, without a trailing slash.
+    pub api_url: String,
+}
+
 /// The whole configuration, typed.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -128,6 +142,7 @@ pub struct Config {
     pub wayforpay_api_url: String,
     /// `RECONCILE_AFTER_SECS`.
     pub reconcile_after: Duration,
+    pub stripe: Option<StripeConfig>,
     pub telegram_webhook_secret: Option<Secret>,
     pub telegram_bot_token: Option<Secret>,
     pub telegram_api_url: String,
@@ -213,6 +228,7 @@ impl Config {
             wayforpay: doors.wayforpay,
             wayforpay_api_url: doors.wayforpay_api_url,
             reconcile_after: doors.reconcile_after,
+            stripe: doors.stripe,
             telegram_webhook_secret: telegram.webhook_secret,
             telegram_bot_token: telegram.bot_token,
             telegram_api_url: telegram.api_url,
@@ -433,7 +449,8 @@ impl StaffAuth {
 }
 
 /// `WEBHOOK_SECRET`, `WEBHOOK_SECRETS` (door 1); `WAYFORPAY_MERCHANT_ACCOUNT`,
-/// `WAYFORPAY_SECRET_KEY` (door 2), `WAYFORPAY_DOMAIN` (the bot's purchase links). A door
+/// `WAYFORPAY_SECRET_KEY` (door 2), `WAYFORPAY_DOMAIN` (the bot's purchase links);
+/// `STRIPE_SECRET_KEY`, `STRIPE_WEBHOOK_SECRET`, `STRIPE_API_URL` (door 4). A door
 /// without its secret stays closed.
 struct PaymentDoors {
     webhook_keys: Vec<WebhookKey>,
@@ -441,6 +458,7 @@ struct PaymentDoors {
     wayforpay_domain: Option<String>,
     wayforpay_api_url: String,
     reconcile_after: Duration,
+    stripe: Option<StripeConfig>,
 }
 
 impl PaymentDoors {
@@ -504,7 +522,43 @@ impl PaymentDoors {
         if url::Url::parse(&wayforpay_api_url).is_err() {
             return Err(err("WAYFORPAY_API_URL must be an absolute URL"));
         }
+        let stripe_api_url = vars
+            .get("STRIPE_API_URL")
+            .unwrap_or_else(|| "https://api.stripe.com".to_string())
+            .trim_end_matches('/')
+            .to_string();
+        if url::Url::parse(&stripe_api_url).is_err() {
+            return Err(err("STRIPE_API_URL must be an absolute URL"));
+        }
+        let stripe = match (
+            vars.get("STRIPE_SECRET_KEY"),
+            vars.get("STRIPE_WEBHOOK_SECRET"),
+        ) {
+            (Some(key), Some(webhook_secret)) => {
+                let key = key.trim().to_string();
+                if !(key.starts_with("sk_") || key.starts_with("rk_")) || key.len() < 16 {
+                    return Err(err(
+                        "STRIPE_SECRET_KEY must be a Stripe secret key (sk_… or rk_…)",
+                    ));
+                }
+                let webhook_secret = webhook_secret.trim().to_string();
+                if !webhook_secret.starts_with("whsec_") || webhook_secret.len() < 16 {
+                    return Err(err(
+                        "STRIPE_WEBHOOK_SECRET must be a Stripe signing secret (whsec_…)",
+                    ));
+                }
+                Some(StripeConfig {
+                    secret_key: Secret(key),
+                    webhook_secret: Secret(webhook_secret),
+                    api_url: stripe_api_url,
+                })
+            }
+            (None, None) => None,
+            (Some(_), None) => return Err(err("STRIPE_WEBHOOK_SECRET is not set")),
+            (None, Some(_)) => return Err(err("STRIPE_SECRET_KEY is not set")),
+        };
         Ok(PaymentDoors {
+            stripe,
             webhook_keys,
             wayforpay,
             wayforpay_domain,
@@ -677,6 +731,7 @@ mod tests {
         assert!(!c.trust_proxy);
         assert!(c.webhook_keys.is_empty());
         assert!(c.wayforpay.is_none());
+        assert!(c.stripe.is_none());
         assert!(c.telegram_webhook_secret.is_none());
         assert!(c.telegram_bot_token.is_none());
         assert_eq!(c.telegram_api_url, "https://api.telegram.org");
@@ -724,6 +779,9 @@ mod tests {
             ),
             ("WAYFORPAY_MERCHANT_ACCOUNT", "test_merch_n1"),
             ("WAYFORPAY_SECRET_KEY", "flk3409refn54t54t*FNJRET"),
+            ("STRIPE_SECRET_KEY", " sk_test_0123456789abcdef "),
+            ("STRIPE_WEBHOOK_SECRET", "whsec_0123456789abcdef"),
+            ("STRIPE_API_URL", "http://127.0.0.1:12111/"),
             ("TELEGRAM_WEBHOOK_SECRET", "abcdefghijklmnop_-"),
             ("TELEGRAM_BOT_TOKEN", "123456:AAbbCCddEEffGGhhIIjjKK"),
             ("TELEGRAM_API_URL", "http://127.0.0.1:9999/"),
@@ -769,6 +827,10 @@ mod tests {
         assert_eq!(c.jwt_ttl, Duration::from_secs(60));
         assert!(c.trust_proxy);
         assert_eq!(c.webhook_keys.len(), 3);
+        let stripe = c.stripe.clone().unwrap();
+        assert_eq!(stripe.secret_key.expose(), "sk_test_0123456789abcdef");
+        assert_eq!(stripe.webhook_secret.expose(), "whsec_0123456789abcdef");
+        assert_eq!(stripe.api_url, "http://127.0.0.1:12111");
         let wfp = c.wayforpay.unwrap();
         assert_eq!(wfp.merchant_account, "test_merch_n1");
         assert_eq!(wfp.secret_key.expose(), "flk3409refn54t54t*FNJRET");
@@ -892,6 +954,32 @@ mod tests {
                     ("WAYFORPAY_SECRET_KEY", "0123456789abcde"),
                 ],
                 "WAYFORPAY_SECRET_KEY must be at least 16 bytes".into(),
+            ),
+            (
+                vec![("STRIPE_SECRET_KEY", "sk_test_0123456789abcdef")],
+                "STRIPE_WEBHOOK_SECRET is not set".into(),
+            ),
+            (
+                vec![("STRIPE_WEBHOOK_SECRET", "whsec_0123456789abcdef")],
+                "STRIPE_SECRET_KEY is not set".into(),
+            ),
+            (
+                vec![
+                    ("STRIPE_SECRET_KEY", "pk_test_0123456789abcdef"),
+                    ("STRIPE_WEBHOOK_SECRET", "whsec_0123456789abcdef"),
+                ],
+                "STRIPE_SECRET_KEY must be a Stripe secret key (sk_… or rk_…)".into(),
+            ),
+            (
+                vec![
+                    ("STRIPE_SECRET_KEY", "sk_test_0123456789abcdef"),
+                    ("STRIPE_WEBHOOK_SECRET", "0123456789abcdef0123"),
+                ],
+                "STRIPE_WEBHOOK_SECRET must be a Stripe signing secret (whsec_…)".into(),
+            ),
+            (
+                vec![("STRIPE_API_URL", "not a url")],
+                "STRIPE_API_URL must be an absolute URL".into(),
             ),
             (
                 vec![("TELEGRAM_WEBHOOK_SECRET", "short_secret")],

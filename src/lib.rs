@@ -1,6 +1,6 @@
-//! subgate sells access to private Telegram channels: payments come in through three doors
-//! (a signed card-gateway webhook, WayForPay's callback, Telegram Stars), and each payment turns
-//! into channel access exactly once.
+//! subgate sells access to private Telegram channels: payments come in through four doors
+//! (a signed card-gateway webhook, WayForPay's callback, Telegram Stars, Stripe), and each
+//! payment turns into channel access exactly once.
 //!
 //! The crate is a library with a thin binary (`main.rs` parses the CLI). Layers point down:
 //! [`api`] (HTTP: every route and handler, the doors included) → the domain modules → [`db`].

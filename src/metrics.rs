@@ -371,11 +371,12 @@ pub async fn sample_database(pool: &Pool) -> Result<(), ApiError> {
 
 // ---- events ----
 
-/// The door a payment came through, told by its gateway: door 1 refuses the two gateways that
-/// have doors of their own.
+/// The door a payment came through, told by its gateway: door 1 refuses the gateways that have
+/// doors of their own.
 fn door_and_gateway(gateway: &Gateway) -> (&'static str, &'static str) {
     match gateway {
         Gateway::WayForPay => ("wayforpay", Gateway::WAYFORPAY),
+        Gateway::Stripe => ("stripe", Gateway::STRIPE),
         Gateway::TelegramStars => ("telegram", Gateway::TELEGRAM_STARS),
         Gateway::Standard(_) => ("webhook", "other"),
     }

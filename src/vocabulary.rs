@@ -77,7 +77,7 @@ impl Reason {
 
 /// Who took a payment's money: the `gateway` column of `payments` (`text`), the `gateway` of a
 /// payment in JSON (a plain string), and the first half of a payment's dedupe key (gateway,
-/// external id). The two gateways with doors of their own are variants; any other name is a
+/// external id). The three gateways with doors of their own are variants; any other name is a
 /// door-1 card gateway's.
 ///
 /// Build one from a name with [`Gateway::named`] (or `From<&str>`), which never wraps a reserved
@@ -88,6 +88,8 @@ pub enum Gateway {
     TelegramStars,
     /// WayForPay's card payments (door 2).
     WayForPay,
+    /// Stripe's Checkout payments (door 4).
+    Stripe,
     /// A card gateway of door 1, by the name it signs its events with (`[a-z0-9_-]{1,32}`,
     /// never one of the two names above).
     Standard(String),
@@ -98,12 +100,15 @@ impl Gateway {
     pub const TELEGRAM_STARS: &'static str = "telegram_stars";
     /// The spelling of [`Gateway::WayForPay`].
     pub const WAYFORPAY: &'static str = "wayforpay";
+    /// The spelling of [`Gateway::Stripe`].
+    pub const STRIPE: &'static str = "stripe";
 
     /// The gateway of this name: one of the two with a door of their own, or a door-1 gateway.
     pub fn named(name: &str) -> Gateway {
         match name {
             Gateway::TELEGRAM_STARS => Gateway::TelegramStars,
             Gateway::WAYFORPAY => Gateway::WayForPay,
+            Gateway::STRIPE => Gateway::Stripe,
             other => Gateway::Standard(other.to_string()),
         }
     }
@@ -113,6 +118,7 @@ impl Gateway {
         match self {
             Gateway::TelegramStars => Gateway::TELEGRAM_STARS,
             Gateway::WayForPay => Gateway::WAYFORPAY,
+            Gateway::Stripe => Gateway::STRIPE,
             Gateway::Standard(name) => name,
         }
     }
@@ -120,7 +126,7 @@ impl Gateway {
     /// Whether this name belongs to a gateway with a door of its own, so door 1 refuses it.
     pub fn has_own_door(&self) -> bool {
         match self {
-            Gateway::TelegramStars | Gateway::WayForPay => true,
+            Gateway::TelegramStars | Gateway::WayForPay | Gateway::Stripe => true,
             Gateway::Standard(_) => false,
         }
     }
@@ -205,6 +211,7 @@ mod tests {
         for (name, gateway) in [
             ("telegram_stars", Gateway::TelegramStars),
             ("wayforpay", Gateway::WayForPay),
+            ("stripe", Gateway::Stripe),
             ("acme", Gateway::Standard("acme".into())),
         ] {
             assert_eq!(Gateway::named(name), gateway);
@@ -217,6 +224,7 @@ mod tests {
         }
         assert!(Gateway::TelegramStars.has_own_door());
         assert!(Gateway::WayForPay.has_own_door());
+        assert!(Gateway::Stripe.has_own_door());
         assert!(!Gateway::named("acme").has_own_door());
     }
 }

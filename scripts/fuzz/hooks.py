@@ -1,4 +1,4 @@
-"""Schemathesis hooks for `make fuzz`: valid signatures for two payment doors.
+"""Schemathesis hooks for `make fuzz`: valid signatures for three payment doors.
 
 A signature covers the exact bytes sent, so no static credential in schemathesis.toml can pass
 these doors; without one the fuzzer would only ever see 401s there and never reach the parsing,
@@ -13,6 +13,10 @@ validation and payment core behind them.
 - door 2 (`POST /api/webhook/wayforpay`), whose signature is a body field: when the body is an
   object with a string `merchantSignature`, `merchantAccount` is set to ours and the signature
   computed (HMAC-MD5 with WAYFORPAY_SECRET_KEY over the signed fields, as their JSON text).
+
+- door 4 (`POST /api/webhook/stripe`): schemathesis.toml gives `Stripe-Signature` the same
+  placeholder; it is replaced by `t=<now>,v1=<hex HMAC-SHA256 with STRIPE_WEBHOOK_SECRET over
+  "t.body">` of the bytes sent.
 
 Door 3's secret header is a static value, given in schemathesis.toml. scripts/fuzz-api.sh
 exports the secrets of the server it started.
@@ -78,13 +82,9 @@ def _sign_standard(case, kwargs):
     keys = [_header(case.headers, name) for name in STANDARD_HEADERS]
     if any(key is None or case.headers[key] != PLACEHOLDER for key in keys):
         return
-    if case.body is None or type(case.body).__name__ == "NotSet":
-        body = b""
-    else:
-        try:
-            body = json.dumps(case.body).encode()
-        except (TypeError, ValueError):
-            return  # not JSON (raw bytes): sent unsigned, and refused
+    body = _body_bytes(case)
+    if body is None:
+        return  # not JSON (raw bytes): sent unsigned, and refused
     secret = base64.b64decode(os.environ["WEBHOOK_SECRET"].removeprefix("whsec_"))
     msg_id = "msg_" + uuid.uuid4().hex
     timestamp = str(int(time.time()))
@@ -95,6 +95,31 @@ def _sign_standard(case, kwargs):
     case.headers["webhook-timestamp"] = timestamp
     case.headers["webhook-signature"] = "v1," + base64.b64encode(tag).decode()
     # The exact bytes signed are the bytes sent.
+    kwargs["data"] = body
+
+
+def _body_bytes(case):
+    """The JSON bytes of the case's body (b"" for none), or None when it is not JSON."""
+    if case.body is None or type(case.body).__name__ == "NotSet":
+        return b""
+    try:
+        return json.dumps(case.body).encode()
+    except (TypeError, ValueError):
+        return None
+
+
+def _sign_stripe(case, kwargs):
+    key = _header(case.headers, "stripe-signature")
+    if key is None or case.headers[key] != PLACEHOLDER:
+        return
+    body = _body_bytes(case)
+    if body is None:
+        return  # not JSON (raw bytes): sent unsigned, and refused
+    secret = os.environ["STRIPE_WEBHOOK_SECRET"].encode()
+    timestamp = str(int(time.time()))
+    tag = hmac.new(secret, timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+    del case.headers[key]
+    case.headers["Stripe-Signature"] = f"t={timestamp},v1={tag}"
     kwargs["data"] = body
 
 
@@ -138,3 +163,5 @@ def before_call(ctx, case, kwargs):
         _sign_standard(case, kwargs)
     elif path == "/api/webhook/wayforpay":
         _sign_wayforpay(case)
+    elif path == "/api/webhook/stripe":
+        _sign_stripe(case, kwargs)

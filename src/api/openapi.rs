@@ -52,12 +52,13 @@ pub const TELEGRAM_SECRET: &str = "telegram_secret";
 pub const WEBHOOK_ID: &str = "webhook_id";
 pub const WEBHOOK_TIMESTAMP: &str = "webhook_timestamp";
 pub const WEBHOOK_SIGNATURE: &str = "webhook_signature";
+pub const STRIPE_SIGNATURE: &str = "stripe_signature";
 
 #[derive(OpenApi)]
 #[openapi(
     info(
         title = "subgate",
-        description = "Sells access to private Telegram channels: the staff REST API, the three \
+        description = "Sells access to private Telegram channels: the staff REST API, the four \
             payment doors and the operations endpoints. Errors are RFC 9457 problem documents \
             (`application/problem+json`); every response carries `x-request-id`. Staff POSTs that \
             commit in one transaction honour an optional `Idempotency-Key`. Lists are \
@@ -202,6 +203,41 @@ pub struct Ignored {
 pub enum SignedWebhookAnswer {
     Applied(Box<core::Applied>),
     Ignored(Ignored),
+}
+
+/// Door 4's answer to a full refund: what taking it back found (`refunded` now,
+/// `already_refunded`, `not_applied`, `unknown_payment`).
+#[derive(Serialize, ToSchema)]
+pub struct StripeRefundAnswer {
+    pub refund: String,
+}
+
+/// Door 4's answer: what the payment core did, what a refund took back, or that the event
+/// was ignored.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum StripeAnswer {
+    Applied(Box<core::Applied>),
+    Refund(StripeRefundAnswer),
+    Ignored(Ignored),
+}
+
+/// A Stripe event (`checkout.session.completed`, `charge.refunded`, or any other type,
+/// ignored), as Stripe sends it; only the fields read are described.
+#[derive(Serialize, ToSchema)]
+#[schema(example = json!({"id": "evt_1", "object": "event", "type": "checkout.session.completed",
+    "created": 1735689600, "data": {"object": {"id": "cs_1", "object": "checkout.session",
+    "payment_status": "paid", "payment_intent": "pi_1", "amount_total": 1999, "currency": "usd",
+    "client_reference_id": "ord_5f0c1e7a9b2d4c6e8f1a3b5c7d9e0f21"}}}))]
+pub struct StripeEvent {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Unix seconds.
+    pub created: i64,
+    /// `{"object": {...}}`: a Checkout Session or a Charge.
+    #[schema(value_type = Object)]
+    pub data: serde_json::Value,
 }
 
 /// `{}`: nothing to do.
@@ -365,6 +401,14 @@ impl Modify for SecuritySchemes {
                     "webhook-signature",
                     "Standard Webhooks v1: `v1,<base64 HMAC-SHA256 of id.timestamp.body>` with \
                      a key of `WEBHOOK_SECRET(S)`; several may be sent, space-separated.",
+                ),
+            ),
+            (
+                STRIPE_SIGNATURE,
+                header(
+                    "Stripe-Signature",
+                    "Stripe's `t=<unix>,v1=<hex HMAC-SHA256 of t.body>` with \
+                     `STRIPE_WEBHOOK_SECRET`; any `v1` may match; `t` within 5 minutes.",
                 ),
             ),
             (

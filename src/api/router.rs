@@ -28,7 +28,7 @@ use super::{
     openapi::{self, Health},
     orders, overview, payments, plans, promo_codes, reconciliation, star_subscriptions,
     subscribers, sweep,
-    webhooks::{standard, telegram, wayforpay},
+    webhooks::{standard, stripe, telegram, wayforpay},
 };
 use crate::{error::ApiError, state::AppState};
 
@@ -85,6 +85,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(standard::receive))
         .routes(routes!(wayforpay::receive))
         .routes(routes!(telegram::webhook))
+        .routes(routes!(stripe::receive))
         .routes(routes!(sweep::run))
         .routes(routes!(overview::get))
         .routes(routes!(openapi::openapi_json));

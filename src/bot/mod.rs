@@ -73,20 +73,49 @@ pub fn open_secs(gateway: Gateway, hold_secs: i64) -> i64 {
 pub enum Gateway {
     /// Telegram Stars (`XTR`), through door 3.
     Stars,
-    /// A card, on a WayForPay Purchase page, through door 2.
+    /// A card, on a WayForPay Purchase page (door 2) or a Stripe Checkout page (door 4),
+    /// whichever are configured ([`card_pages`]); the buyer picks when both are.
     Card,
 }
 
+/// The card payment pages the bot can offer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CardPages {
+    /// WayForPay is configured with a domain and the service's public URL (its `serviceUrl`).
+    pub wayforpay: bool,
+    /// Stripe is configured, and the buyer can be sent back somewhere after paying (the bot's
+    /// chat, else `PUBLIC_URL`).
+    pub stripe: bool,
+}
+
+/// Which card pages are configured.
+pub fn card_pages(config: &Config) -> CardPages {
+    CardPages {
+        wayforpay: config.wayforpay.is_some()
+            && config.wayforpay_domain.is_some()
+            && config.public_url.is_some(),
+        stripe: config.stripe.is_some() && stripe_return_url(config).is_some(),
+    }
+}
+
+/// Where a Stripe Checkout page sends the buyer afterwards: the bot's chat, else the service's
+/// public URL.
+pub fn stripe_return_url(config: &Config) -> Option<String> {
+    config
+        .telegram_bot_username
+        .as_ref()
+        .map(|u| format!("https://t.me/{u}"))
+        .or_else(|| config.public_url.clone())
+}
+
 /// The gateway that takes `currency`, if one is configured: Stars always; any other currency
-/// when WayForPay is configured with a domain and the service's public URL (its `serviceUrl`).
+/// when a card page is configured ([`card_pages`]).
 pub fn gateway(config: &Config, currency: &str) -> Option<Gateway> {
     if currency == "XTR" {
         return Some(Gateway::Stars);
     }
-    let card = config.wayforpay.is_some()
-        && config.wayforpay_domain.is_some()
-        && config.public_url.is_some();
-    card.then_some(Gateway::Card)
+    let pages = card_pages(config);
+    (pages.wayforpay || pages.stripe).then_some(Gateway::Card)
 }
 
 /// Handles an update that no payment door decided: a buyer's command or button press gets the

@@ -491,6 +491,8 @@ macro_rules! invoice_facts_columns {
              WHEN o.hold_until IS NOT NULL THEN o.hold_until - statement_timestamp()
              ELSE o.created_at + make_interval(secs => $2) - statement_timestamp()
          END))::bigint AS open_secs,
+         extract(epoch FROM COALESCE(o.hold_until,
+             o.created_at + make_interval(secs => $2)))::bigint AS closes_at,
          o.superseded_at IS NOT NULL AS superseded"
     };
 }
@@ -524,6 +526,8 @@ pub struct InvoiceFacts {
     /// Seconds the order can still be paid as invoiced: its seat hold, else the time an
     /// unheld order stays open from when it was made.
     pub open_secs: i64,
+    /// When that is, in Unix seconds.
+    pub closes_at: i64,
 }
 
 impl FromRow for InvoiceFacts {
@@ -544,6 +548,7 @@ impl FromRow for InvoiceFacts {
             days: r.try_get("period_days")?,
             recurring: r.try_get("recurring")?,
             open_secs: r.try_get("open_secs")?,
+            closes_at: r.try_get("closes_at")?,
         })
     }
 }

@@ -4,7 +4,8 @@
 //! the gateway taking back what its payment bought ([`gateway_refunds`]), and the pure code
 //! the doors use to authenticate and read what gateways send — Standard Webhooks signatures
 //! ([`standard_webhooks`]), WayForPay's signatures and callback ([`wayforpay`]) and its
-//! Purchase links ([`wayforpay_purchase`]). Money in minor units is [`crate::currency`]. The
+//! Purchase links ([`wayforpay_purchase`]), Stripe's signatures, events and Checkout Sessions
+//! ([`stripe`]). Money in minor units is [`crate::currency`]. The
 //! doors themselves are HTTP handlers (`api::webhooks`); no door touches membership SQL.
 
 pub mod core;
@@ -13,6 +14,7 @@ pub mod notices;
 pub mod refunds;
 pub mod standard_webhooks;
 pub mod star_subscriptions;
+pub mod stripe;
 pub mod wayforpay;
 pub mod wayforpay_purchase;
 

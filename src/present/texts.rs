@@ -322,6 +322,11 @@ pub fn card_button(price: &str) -> String {
     format!("Pay {price} by card")
 }
 
+/// The button of one of two card payment pages, naming its gateway.
+pub fn card_button_via(price: &str, gateway: &str) -> String {
+    format!("Pay {price} by card ({gateway})")
+}
+
 // ---- promo codes (/code, deep links with a code) ----
 
 /// `/code` without a code.

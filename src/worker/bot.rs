@@ -9,7 +9,9 @@
 //!   default plan reads as its channel): `sendInvoice` in Stars; for a `recurring` plan a
 //!   subscription link
 //!   (`createInvoiceLink` with `subscription_period`, stored on the order so a repeat sends the
-//!   same link) as a URL button; otherwise a signed WayForPay Purchase link as a URL button.
+//!   same link) as a URL button; otherwise a card page as a URL button: a signed WayForPay
+//!   Purchase link, or a Stripe Checkout Session made now (keyed on the order, so a repeat of
+//!   the effect finds the same session), or both buttons when both gateways are configured.
 //!   An order that was paid, cancelled or superseded meanwhile gets nothing. A card link's
 //!   `orderTimeout` is what is left of the time the order can be paid as invoiced: its seat
 //!   hold, else [`bot::open_secs`] from when it was made — never longer than a hold. WayForPay
@@ -32,7 +34,7 @@ use crate::{
     effects::{Effect, Kind, Payload, payload::SubscriptionCancel},
     error::ApiError,
     gateway_checks, orders,
-    payments::{star_subscriptions, wayforpay_purchase},
+    payments::{star_subscriptions, stripe, wayforpay_purchase},
     present::{render, texts},
     state::AppState,
     telegram::bot_api::{BotApi, BotError, StarsInvoice},
@@ -47,6 +49,8 @@ pub enum BotFailure {
     Bot(BotError),
     /// Cannot succeed as it stands (missing data or configuration): dead letter.
     Permanent(String),
+    /// Another service (a payment gateway's API) failed in a way worth retrying.
+    Retry(String),
 }
 
 impl From<ApiError> for BotFailure {
@@ -172,12 +176,38 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
                         .into(),
                 ));
             }
-            let link = card_link(&state.config, &f, &name)?;
+            let pages = bot::card_pages(&state.config);
+            let wayforpay = if pages.wayforpay {
+                Some(card_link(&state.config, &f, &name)?)
+            } else {
+                None
+            };
+            let stripe = if pages.stripe {
+                stripe_session(&state.config, &f, &name).await?
+            } else {
+                None
+            };
+            let buttons: Vec<Value> = match (&wayforpay, &stripe) {
+                (Some(w), Some(s)) => vec![
+                    render::url_button(&texts::card_button_via(&price, "WayForPay"), w),
+                    render::url_button(&texts::card_button_via(&price, "Stripe"), s),
+                ],
+                (Some(link), None) | (None, Some(link)) => {
+                    vec![render::url_button(&texts::card_button(&price), link)]
+                }
+                (None, None) => {
+                    return Ok(Some(
+                        "skipped: the order can no longer be paid as invoiced (too late for a \
+                         Stripe Checkout page)"
+                            .into(),
+                    ));
+                }
+            };
             let text = texts::card_offer(&name, &price, period.as_deref(), f.open_secs / 60);
-            let button = render::url_button(&texts::card_button(&price), &link);
-            bot.send_message_with_markup(e.user_id, &text, &markup(button))
+            let markup = json!({"inline_keyboard": buttons.into_iter().map(|b| vec![b]).collect::<Vec<_>>()});
+            bot.send_message_with_markup(e.user_id, &text, &markup)
                 .await?;
-            if !bot.is_dry_run() {
+            if wayforpay.is_some() && !bot.is_dry_run() {
                 // From now on a lost callback is possible: the reconciliation will ask.
                 gateway_checks::link_issued(&state.db, order_id, state.config.reconcile_after)
                     .await?;
@@ -186,7 +216,8 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
         None => {
             return Err(BotFailure::Permanent(format!(
                 "no gateway takes {}: configure WayForPay (WAYFORPAY_MERCHANT_ACCOUNT, \
-                 WAYFORPAY_SECRET_KEY, PUBLIC_URL) and retry",
+                 WAYFORPAY_SECRET_KEY, PUBLIC_URL) or Stripe (STRIPE_SECRET_KEY, \
+                 STRIPE_WEBHOOK_SECRET) and retry",
                 f.currency
             )));
         }
@@ -223,6 +254,48 @@ fn card_link(config: &Config, f: &orders::InvoiceFacts, name: &str) -> Result<St
     };
     wayforpay_purchase::url(wfp.secret_key.expose().as_bytes(), &purchase)
         .ok_or_else(|| BotFailure::Permanent(format!("{} has no known minor unit", f.currency)))
+}
+
+/// The URL of the order's Stripe Checkout page, made now (or found again: the call is keyed on
+/// the order, [`stripe::create_checkout_session`]); `None` when the page could no longer be
+/// open for the half hour Stripe requires before the order closes.
+async fn stripe_session(
+    config: &Config,
+    f: &orders::InvoiceFacts,
+    name: &str,
+) -> Result<Option<String>, BotFailure> {
+    let missing = || BotFailure::Permanent("Stripe is not configured".into());
+    let stripe_config = config.stripe.as_ref().ok_or_else(missing)?;
+    let return_url = bot::stripe_return_url(config).ok_or_else(missing)?;
+    let expires_at = stripe::checkout_expires_at(f.order_date, f.closes_at);
+    // A minute of slack for the call itself.
+    if chrono::Utc::now().timestamp() + stripe::MIN_SESSION_SECS + 60 > expires_at {
+        return Ok(None);
+    }
+    let product = render::clip(name, 120);
+    let checkout = stripe::Checkout {
+        order_reference: &f.reference,
+        amount_minor: f.amount_minor,
+        currency: &f.currency,
+        product_name: &product,
+        return_url: &return_url,
+        expires_at,
+    };
+    match stripe::create_checkout_session(
+        &stripe_config.api_url,
+        stripe_config.secret_key.expose(),
+        &checkout,
+    )
+    .await
+    {
+        Ok(session) => {
+            tracing::info!(order_reference = %f.reference, session = %session.id,
+                "Stripe Checkout Session made");
+            Ok(Some(session.url))
+        }
+        Err(stripe::ApiCallError::Transient(why)) => Err(BotFailure::Retry(why)),
+        Err(e @ stripe::ApiCallError::Refused(_)) => Err(BotFailure::Permanent(e.to_string())),
+    }
 }
 
 /// Stores a new subscription link on the order (the first stored wins, so a repeat of the

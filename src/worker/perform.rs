@@ -118,6 +118,7 @@ impl From<super::bot::BotFailure> for Failure {
             super::bot::BotFailure::Db(e) => Failure::Db(e),
             super::bot::BotFailure::Bot(e) => Failure::from(e),
             super::bot::BotFailure::Permanent(why) => Failure::Permanent(why),
+            super::bot::BotFailure::Retry(why) => Failure::Retry(why),
         }
     }
 }

@@ -3,6 +3,7 @@
 mod bodies;
 mod browser;
 mod fake_bot;
+mod fake_stripe;
 mod fake_wayforpay;
 mod helpers;
 
@@ -46,6 +47,7 @@ mod reconciliation;
 mod schema;
 mod smoke;
 mod stars_subscriptions;
+mod stripe;
 mod sweep;
 mod telegram;
 mod tls;

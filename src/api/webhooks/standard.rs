@@ -56,7 +56,7 @@ struct Body {
     #[serde(rename = "type")]
     #[schema(required = true, nullable = false)]
     kind: Option<String>,
-    /// The gateway's name, `[a-z0-9_-]{1,32}`; not `wayforpay` or `telegram_stars`.
+    /// The gateway's name, `[a-z0-9_-]{1,32}`; not `wayforpay`, `stripe` or `telegram_stars`.
     #[schema(nullable = false, pattern = "^[a-z0-9_-]{1,32}$")]
     gateway: Option<String>,
     /// The gateway's id of the payment (unique per gateway).
@@ -244,6 +244,7 @@ mod tests {
         assert_eq!(status(&GOOD.replace("\"UAH\"", "\"uah\"")), 422);
         assert_eq!(status(&GOOD.replace("\"acme\"", "\"wayforpay\"")), 422);
         assert_eq!(status(&GOOD.replace("\"acme\"", "\"telegram_stars\"")), 422);
+        assert_eq!(status(&GOOD.replace("\"acme\"", "\"stripe\"")), 422);
         assert_eq!(status(&GOOD.replace("\"acme\"", "\"Acme\"")), 422);
         assert_eq!(
             status(&GOOD.replace("2025-01-01T00:00:00Z", "yesterday")),

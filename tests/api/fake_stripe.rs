@@ -1,0 +1,140 @@
+//! A fake Stripe API: a real HTTP server on a free local port that makes Checkout Sessions
+//! (`POST /v1/checkout/sessions`) the way Stripe does — basic auth with the secret key, a
+//! form body, and `Idempotency-Key`: a repeat of a key with the same parameters gets the session
+//! the first request made (a repeat with other parameters is refused, as Stripe refuses it). It
+//! keeps every request, so a test can count sessions and read what was sent, and can be told to
+//! lose its next answers (the session is made, the caller gets a 500) to drive retries.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+use axum::{
+    Json, Router,
+    extract::State,
+    http::{HeaderMap, StatusCode},
+    response::IntoResponse,
+    routing::post,
+};
+use base64::Engine;
+use serde_json::{Value, json};
+
+/// The secret key the fake accepts.
+pub const SECRET_KEY: &str = "sk_test_subgate_fake_0123456789";
+/// The webhook signing secret of the tests' Stripe endpoint.
+pub const WEBHOOK_SECRET: &str = "whsec_subgate_test_stripe_signing";
+
+/// A request received.
+#[derive(Clone, Debug)]
+pub struct Received {
+    pub idempotency_key: Option<String>,
+    pub form: HashMap<String, String>,
+}
+
+#[derive(Default)]
+struct FakeState {
+    /// Idempotency key → (the form, the session made).
+    sessions: HashMap<String, (HashMap<String, String>, Value)>,
+    made: usize,
+    received: Vec<Received>,
+    /// Answers to lose (500 after the session is made).
+    lose: usize,
+}
+
+pub struct FakeStripe {
+    /// The value of `STRIPE_API_URL`.
+    pub url: String,
+    state: Arc<Mutex<FakeState>>,
+}
+
+impl FakeStripe {
+    pub async fn start() -> FakeStripe {
+        let state = Arc::new(Mutex::new(FakeState::default()));
+        let app = Router::new()
+            .route("/v1/checkout/sessions", post(create))
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        FakeStripe {
+            url: format!("http://{addr}"),
+            state,
+        }
+    }
+
+    /// Sessions made (a repeat of a key makes none).
+    pub fn sessions_made(&self) -> usize {
+        self.state.lock().unwrap().made
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.state.lock().unwrap().received.clone()
+    }
+
+    /// The next `n` answers are lost: the session is made, the caller gets a 500.
+    pub fn lose_answers(&self, n: usize) {
+        self.state.lock().unwrap().lose = n;
+    }
+}
+
+fn error(status: StatusCode, message: &str) -> axum::response::Response {
+    (
+        status,
+        Json(json!({"error": {"type": "invalid_request_error", "message": message}})),
+    )
+        .into_response()
+}
+
+async fn create(
+    State(state): State<Arc<Mutex<FakeState>>>,
+    headers: HeaderMap,
+    body: String,
+) -> axum::response::Response {
+    let expected = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{SECRET_KEY}:"))
+    );
+    if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some(expected.as_str()) {
+        return error(StatusCode::UNAUTHORIZED, "Invalid API Key provided");
+    }
+    let form: HashMap<String, String> = serde_urlencoded::from_str(&body).unwrap();
+    let key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let mut s = state.lock().unwrap();
+    s.received.push(Received {
+        idempotency_key: key.clone(),
+        form: form.clone(),
+    });
+    let key = key.unwrap_or_else(|| format!("none-{}", s.received.len()));
+    let session = match s.sessions.get(&key) {
+        Some((sent, _)) if *sent != form => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "Keys for idempotent requests can only be used with the same parameters they were first used with.",
+            );
+        }
+        Some((_, session)) => session.clone(),
+        None => {
+            s.made += 1;
+            let id = format!("cs_test_{}", s.made);
+            let session = json!({
+                "id": id, "object": "checkout.session",
+                "url": format!("https://checkout.stripe.com/c/pay/{id}"),
+                "client_reference_id": form.get("client_reference_id"),
+                "payment_status": "unpaid",
+            });
+            s.sessions.insert(key, (form, session.clone()));
+            session
+        }
+    };
+    if s.lose > 0 {
+        s.lose -= 1;
+        return error(StatusCode::INTERNAL_SERVER_ERROR, "answer lost");
+    }
+    Json(session).into_response()
+}
