@@ -261,6 +261,8 @@ const LIST_SQL: &str = concat!(
        AND ($2::integer IS NULL OR subscriber_id = $2)
        AND ($3::integer IS NULL OR channel_id = $3)
        AND ($4::text IS NULL OR status = $4::text)
+       AND ($6::timestamptz IS NULL OR created_at >= $6)
+       AND ($7::timestamptz IS NULL OR created_at < $7)
      ORDER BY id LIMIT $5"
 );
 const OF_PAIR_SQL: &str = concat!(
@@ -290,6 +292,10 @@ pub struct Filter {
     pub subscriber_id: Option<i32>,
     pub channel_id: Option<i32>,
     pub status: Option<Status>,
+    /// Created at or after this time.
+    pub from: Option<DateTime<Utc>>,
+    /// Created before this time.
+    pub to: Option<DateTime<Utc>>,
 }
 
 /// Up to `limit` memberships with an id above `after`, by id, matching `filter`.
@@ -308,6 +314,8 @@ pub async fn list(
             &filter.channel_id,
             &filter.status,
             &limit,
+            &filter.from,
+            &filter.to,
         ],
     )
     .await

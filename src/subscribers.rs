@@ -41,6 +41,8 @@ const LIST_SQL: &str = concat!(
     " FROM subscribers
                  WHERE id > $1::bigint AND ($2::bigint IS NULL OR telegram_user_id = $2)
                    AND ($4::text IS NULL OR lower(username) = lower($4))
+                   AND ($5::timestamptz IS NULL OR created_at >= $5)
+                   AND ($6::timestamptz IS NULL OR created_at < $6)
                  ORDER BY id LIMIT $3"
 );
 const GET_SQL: &str = concat!(
@@ -141,16 +143,34 @@ pub async fn create(
 pub async fn list(
     client: &impl GenericClient,
     after: i64,
-    telegram_user_id: Option<i64>,
-    username: Option<&str>,
+    filter: &Filter,
     limit: i64,
 ) -> Result<Vec<Subscriber>, ApiError> {
     db::all(
         client,
         LIST_SQL,
-        &[&after, &telegram_user_id, &limit, &username],
+        &[
+            &after,
+            &filter.telegram_user_id,
+            &limit,
+            &filter.username,
+            &filter.from,
+            &filter.to,
+        ],
     )
     .await
+}
+
+/// What a list of subscribers is narrowed to.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub telegram_user_id: Option<i64>,
+    /// Compared without case.
+    pub username: Option<String>,
+    /// Created at or after this time.
+    pub from: Option<DateTime<Utc>>,
+    /// Created before this time.
+    pub to: Option<DateTime<Utc>>,
 }
 
 /// Subscriber `id`.

@@ -11,11 +11,12 @@ use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
+use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use serde::Deserialize;
 
 use super::{
-    ApiJson, ApiQuery, Errors, Page, Paging, PathId, auth::Staff, idempotency::StaffWrite,
+    ApiJson, ApiQuery, Errors, Page, Paging, PathId, auth::Staff, exports, idempotency::StaffWrite,
     not_null, nullable, openapi::Problem, state_filter,
 };
 use crate::{
@@ -100,10 +101,75 @@ pub async fn list(
         subscriber_id: q.subscriber_id,
         channel_id: q.channel_id,
         status: state_filter::<Status>("status", q.status.as_deref())?,
+        ..memberships::Filter::default()
     };
     let client = state.db.get().await?;
     let items = memberships::list(&client, &filter, paging.after, paging.fetch()).await?;
     Ok(Json(paging.page(items, |m| m.id)))
+}
+
+/// `GET /api/memberships.csv`: the filters of the list, plus `from`/`to`.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ExportMemberships {
+    subscriber_id: Option<i32>,
+    channel_id: Option<i32>,
+    #[param(value_type = Option<Status>)]
+    status: Option<String>,
+    /// Created at or after this time (RFC 3339).
+    from: Option<DateTime<Utc>>,
+    /// Created before this time (RFC 3339).
+    to: Option<DateTime<Utc>>,
+}
+
+/// The columns of `memberships.csv`, as [`Membership`] serializes.
+const CSV_COLUMNS: &[&str] = &[
+    "id",
+    "subscriber_id",
+    "channel_id",
+    "status",
+    "expires_at",
+    "created_at",
+    "updated_at",
+];
+
+/// `GET /api/memberships.csv`: every membership the list's filters (and `from`/`to`) select.
+#[utoipa::path(get, path = "/memberships.csv", operation_id = "exportMemberships", tag = "memberships",
+    params(ExportMemberships),
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 200, description = "RFC 4180 CSV with a header row, streamed: the columns of \
+            a Membership (`expires_at` is `infinity` for lifetime access).", body = String, content_type = "text/csv"),
+        (status = 422, description = "An unknown `status`, or `from` after `to`.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
+pub async fn export(
+    State(state): State<AppState>,
+    _: Staff,
+    ApiQuery(q): ApiQuery<ExportMemberships>,
+) -> Result<Response, ApiError> {
+    exports::check_window(q.from, q.to)?;
+    let filter = memberships::Filter {
+        subscriber_id: q.subscriber_id,
+        channel_id: q.channel_id,
+        status: state_filter::<Status>("status", q.status.as_deref())?,
+        from: q.from,
+        to: q.to,
+    };
+    let pool = state.db.clone();
+    exports::csv(
+        "memberships.csv",
+        CSV_COLUMNS,
+        move |after| {
+            let (pool, filter) = (pool.clone(), filter.clone());
+            async move {
+                memberships::list(&pool.get().await?, &filter, after, exports::PAGE).await
+            }
+        },
+        |m: &Membership| m.id,
+    )
+    .await
 }
 
 /// `GET /api/memberships/{id}`.

@@ -17,6 +17,7 @@ pub mod console;
 pub mod effects;
 pub mod error;
 pub mod exemptions;
+pub mod exports;
 pub mod idempotency;
 pub mod invoice_links;
 pub mod memberships;

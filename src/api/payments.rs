@@ -2,10 +2,11 @@
 //! that need a human (`outcome=needs_review`) or a refund. Payments are written only by
 //! [`crate::payments::core::apply_payment`] and never deleted.
 
-use axum::{Json, extract::State};
+use axum::{Json, extract::State, response::Response};
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use super::{ApiQuery, Page, Paging, PathId, auth::Staff, openapi::Problem, state_filter};
+use super::{ApiQuery, Page, Paging, PathId, auth::Staff, exports, openapi::Problem, state_filter};
 use crate::{
     error::ApiError,
     payments::core::{self, Outcome, Payment},
@@ -25,6 +26,74 @@ pub struct ListPayments {
     outcome: Option<String>,
     order_id: Option<i64>,
     subscriber_id: Option<i32>,
+}
+
+/// `GET /api/payments.csv`: the filters of the list, plus `from`/`to`.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ExportPayments {
+    #[param(value_type = Option<Outcome>)]
+    outcome: Option<String>,
+    order_id: Option<i64>,
+    subscriber_id: Option<i32>,
+    /// Stored at or after this time (RFC 3339).
+    from: Option<DateTime<Utc>>,
+    /// Stored before this time (RFC 3339).
+    to: Option<DateTime<Utc>>,
+}
+
+/// The columns of `payments.csv`, as [`Payment`] serializes.
+const CSV_COLUMNS: &[&str] = &[
+    "id",
+    "gateway",
+    "external_id",
+    "order_reference",
+    "order_id",
+    "subscriber_id",
+    "channel_id",
+    "amount_minor",
+    "currency",
+    "paid_at",
+    "outcome",
+    "reason",
+    "created_at",
+];
+
+/// `GET /api/payments.csv`: every payment the list's filters (and `from`/`to`) select, by id.
+#[utoipa::path(get, path = "/payments.csv", operation_id = "exportPayments", tag = "payments",
+    params(ExportPayments),
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 200, description = "RFC 4180 CSV with a header row, streamed: the columns of \
+            a Payment.", body = String, content_type = "text/csv"),
+        (status = 422, description = "An unknown `outcome`, or `from` after `to`.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
+pub async fn export(
+    State(state): State<AppState>,
+    _: Staff,
+    ApiQuery(q): ApiQuery<ExportPayments>,
+) -> Result<Response, ApiError> {
+    exports::check_window(q.from, q.to)?;
+    let filter = core::Filter {
+        outcome: state_filter::<Outcome>("outcome", q.outcome.as_deref())?,
+        order_id: q.order_id,
+        subscriber_id: q.subscriber_id,
+        from: q.from,
+        to: q.to,
+    };
+    let pool = state.db.clone();
+    exports::csv(
+        "payments.csv",
+        CSV_COLUMNS,
+        move |after| {
+            let (pool, filter) = (pool.clone(), filter.clone());
+            async move { core::list(&pool.get().await?, &filter, after, exports::PAGE).await }
+        },
+        |p: &Payment| p.id,
+    )
+    .await
 }
 
 /// `GET /api/payments` (filters `outcome`, `order_id`, `subscriber_id`), by id ascending.
@@ -47,6 +116,7 @@ pub async fn list(
         outcome,
         order_id: q.order_id,
         subscriber_id: q.subscriber_id,
+        ..core::Filter::default()
     };
     let client = state.db.get().await?;
     let items = core::list(&client, &filter, paging.after, paging.fetch()).await?;

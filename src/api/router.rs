@@ -43,6 +43,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
     let api = OpenApiRouter::new()
         .routes(routes!(auth::login))
         .routes(routes!(subscribers::create, subscribers::list))
+        .routes(routes!(subscribers::export))
         .routes(routes!(
             subscribers::get,
             subscribers::patch,
@@ -58,6 +59,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(plans::create, plans::list))
         .routes(routes!(plans::get, plans::patch, plans::delete))
         .routes(routes!(memberships::grant, memberships::list))
+        .routes(routes!(memberships::export))
         .routes(routes!(
             memberships::get,
             memberships::patch,
@@ -80,6 +82,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(star_subscriptions::get))
         .routes(routes!(star_subscriptions::cancel))
         .routes(routes!(payments::list))
+        .routes(routes!(payments::export))
         .routes(routes!(payments::get))
         .routes(routes!(reconciliation::list))
         .routes(routes!(standard::receive))

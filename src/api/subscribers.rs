@@ -9,10 +9,11 @@ use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
 use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, check_text, not_null, nullable};
-use super::{auth::Staff, idempotency::StaffWrite, openapi::Problem};
+use super::{auth::Staff, exports, idempotency::StaffWrite, openapi::Problem};
 use crate::{
     error::ApiError,
     state::AppState,
@@ -122,28 +123,89 @@ pub async fn list(
     ApiQuery(q): ApiQuery<ListSubscribers>,
 ) -> Result<Json<Page<Subscriber>>, ApiError> {
     let paging = Paging::new(q.limit, q.after)?;
-    let username = q
-        .username
-        .as_deref()
-        .map(|u| u.strip_prefix('@').unwrap_or(u));
-    if let Some(u) = username {
-        let mut e = Errors::default();
-        if u.is_empty() {
-            e.add("username", "must not be empty");
-        }
-        check_text(&mut e, "username", Some(u), 64);
-        e.finish()?;
-    }
+    let filter = subscribers::Filter {
+        telegram_user_id: q.telegram_user_id,
+        username: username_filter(q.username.as_deref())?,
+        ..subscribers::Filter::default()
+    };
     let client = state.db.get().await?;
-    let items = subscribers::list(
-        &client,
-        paging.after,
-        q.telegram_user_id,
-        username,
-        paging.fetch(),
-    )
-    .await?;
+    let items = subscribers::list(&client, paging.after, &filter, paging.fetch()).await?;
     Ok(Json(paging.page(items, |s| s.id as i64)))
+}
+
+/// The `username` filter: without a leading `@`, not empty, at most 64 characters.
+fn username_filter(username: Option<&str>) -> Result<Option<String>, ApiError> {
+    let Some(u) = username.map(|u| u.strip_prefix('@').unwrap_or(u)) else {
+        return Ok(None);
+    };
+    let mut e = Errors::default();
+    if u.is_empty() {
+        e.add("username", "must not be empty");
+    }
+    check_text(&mut e, "username", Some(u), 64);
+    e.finish()?;
+    Ok(Some(u.to_string()))
+}
+
+/// `GET /api/subscribers.csv`: the filters of the list, plus `from`/`to`.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ExportSubscribers {
+    telegram_user_id: Option<i64>,
+    /// Telegram username, case-insensitive, with or without the leading `@`.
+    username: Option<String>,
+    /// Created at or after this time (RFC 3339).
+    from: Option<DateTime<Utc>>,
+    /// Created before this time (RFC 3339).
+    to: Option<DateTime<Utc>>,
+}
+
+/// The columns of `subscribers.csv`, as [`Subscriber`] serializes.
+const CSV_COLUMNS: &[&str] = &[
+    "id",
+    "telegram_user_id",
+    "username",
+    "display_name",
+    "created_at",
+    "updated_at",
+];
+
+/// `GET /api/subscribers.csv`: every subscriber the list's filters (and `from`/`to`) select.
+#[utoipa::path(get, path = "/subscribers.csv", operation_id = "exportSubscribers", tag = "subscribers",
+    params(ExportSubscribers),
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 200, description = "RFC 4180 CSV with a header row, streamed: the columns of \
+            a Subscriber.", body = String, content_type = "text/csv"),
+        (status = 422, description = "An empty or too long `username`, or `from` after `to`.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
+pub async fn export(
+    State(state): State<AppState>,
+    _: Staff,
+    ApiQuery(q): ApiQuery<ExportSubscribers>,
+) -> Result<Response, ApiError> {
+    exports::check_window(q.from, q.to)?;
+    let filter = subscribers::Filter {
+        telegram_user_id: q.telegram_user_id,
+        username: username_filter(q.username.as_deref())?,
+        from: q.from,
+        to: q.to,
+    };
+    let pool = state.db.clone();
+    exports::csv(
+        "subscribers.csv",
+        CSV_COLUMNS,
+        move |after| {
+            let (pool, filter) = (pool.clone(), filter.clone());
+            async move {
+                subscribers::list(&pool.get().await?, after, &filter, exports::PAGE).await
+            }
+        },
+        |s: &Subscriber| i64::from(s.id),
+    )
+    .await
 }
 
 /// `GET /api/subscribers/{id}`.

@@ -165,6 +165,10 @@ pub struct Filter {
     pub outcome: Option<Outcome>,
     pub order_id: Option<i64>,
     pub subscriber_id: Option<i32>,
+    /// Stored at or after this time.
+    pub from: Option<DateTime<Utc>>,
+    /// Stored before this time.
+    pub to: Option<DateTime<Utc>>,
 }
 
 const LIST_SQL: &str = concat!(
@@ -175,6 +179,8 @@ const LIST_SQL: &str = concat!(
        AND ($2::text IS NULL OR outcome = $2::text)
        AND ($3::bigint IS NULL OR order_id = $3)
        AND ($4::integer IS NULL OR subscriber_id = $4)
+       AND ($6::timestamptz IS NULL OR created_at >= $6)
+       AND ($7::timestamptz IS NULL OR created_at < $7)
      ORDER BY id LIMIT $5"
 );
 const GET_SQL: &str = concat!(
@@ -199,6 +205,8 @@ pub async fn list(
             &filter.order_id,
             &filter.subscriber_id,
             &limit,
+            &filter.from,
+            &filter.to,
         ],
     )
     .await

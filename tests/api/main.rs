@@ -29,6 +29,7 @@ mod effects_convergence;
 mod effects_delivery;
 mod effects_refunds;
 mod effects_retries;
+mod exports;
 mod gateway_refunds;
 mod hardening_payments;
 mod openapi;
