@@ -27,6 +27,11 @@ pub async fn run(state: AppState, shutdown: ShutdownSignal) {
         shutdown.clone(),
     ));
     loops.spawn(crate::reconcile::run_loop(state.clone(), shutdown.clone()));
+    loops.spawn(crate::outbound::run_loop(
+        state.db.clone(),
+        state.config.outbound_allow_private,
+        shutdown.clone(),
+    ));
     loops.spawn(crate::metrics::sample_loop(
         state.db.clone(),
         shutdown.clone(),

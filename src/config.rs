@@ -28,6 +28,7 @@
 //! | `TELEGRAM_API_URL` | Bot API base URL | `https://api.telegram.org` |
 //! | `TELEGRAM_DRY_RUN` | `true`: log Bot API calls instead of making them | `false` |
 //! | `TELEGRAM_BOT_USERNAME` | the bot's username (without `@`), for deep links and channels' `buy_link` | unset: `buy_link` is null |
+//! | `OUTBOUND_ALLOW_PRIVATE` | `true`: outbound webhook endpoints may be `http://` and resolve to private, loopback or link-local addresses (development and tests only) | `false` |
 //! | `REMINDER_DAYS` | days before expiry to remind a member, 0..=365 (0: off) | `3` |
 //! | `SWEEP_TOKEN` | bearer token cron may use for `POST /api/sweep`, at least 32 bytes | unset |
 //! | `SWEEP_INTERVAL_SECS` | run the sweep inside the server every N seconds (0: never) | `0` |
@@ -150,6 +151,8 @@ pub struct Config {
     /// The bot's username, without `@`.
     pub telegram_bot_username: Option<String>,
     pub reminder_days: u32,
+    /// `OUTBOUND_ALLOW_PRIVATE`.
+    pub outbound_allow_private: bool,
     pub sweep_token: Option<Secret>,
     pub sweep_interval: Option<Duration>,
     pub hold_secs: i64,
@@ -235,6 +238,7 @@ impl Config {
             telegram_dry_run: telegram.dry_run,
             telegram_bot_username: telegram.bot_username,
             reminder_days: jobs.reminder_days,
+            outbound_allow_private: jobs.outbound_allow_private,
             sweep_token: jobs.sweep_token,
             sweep_interval: jobs.sweep_interval,
             hold_secs: jobs.hold_secs,
@@ -638,6 +642,7 @@ impl Telegram {
 /// `HOLDS_PER_DAY`: the background jobs and the seat hold.
 struct Jobs {
     reminder_days: u32,
+    outbound_allow_private: bool,
     sweep_token: Option<Secret>,
     sweep_interval: Option<Duration>,
     hold_secs: i64,
@@ -652,6 +657,7 @@ impl Jobs {
         let hold_secs = vars.int("HOLD_SECS", 300, 1, 86_400)?;
         Ok(Jobs {
             reminder_days: vars.int("REMINDER_DAYS", 3, 0, 365)? as u32,
+            outbound_allow_private: vars.flag("OUTBOUND_ALLOW_PRIVATE")?,
             sweep_token: vars
                 .get("SWEEP_TOKEN")
                 .map(|t| long_enough("SWEEP_TOKEN", t, 32))

@@ -45,6 +45,7 @@ pub mod ids;
 pub mod memberships;
 pub mod metrics;
 pub mod orders;
+pub mod outbound;
 pub mod payments;
 pub mod plans;
 pub mod present;

@@ -108,6 +108,12 @@ pub const CHANNELS_NO_RIGHTS: &str = "subgate_channels_no_rights";
 /// Gauge (sampled): pending access effects waiting in chats where the bot has no rights.
 pub const EFFECTS_PAUSED_NO_RIGHTS: &str = "subgate_effects_paused_no_rights";
 /// How often [`sample_loop`] reads the database gauges.
+/// Gauge: outbound webhook deliveries waiting to be sent to enabled endpoints (sampled by the
+/// deliverer every [`SAMPLE_EVERY`]).
+pub const OUTBOUND_QUEUE: &str = "subgate_outbound_webhook_queue_depth";
+/// Counter: outbound webhook attempts by `result`: `delivered`, `retry` (failed, tried again
+/// later) or `failed` (failed for good: the schedule ran out, or `410 Gone`).
+pub const OUTBOUND_ATTEMPTS: &str = "subgate_outbound_webhook_attempts_total";
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(15);
 
 /// Request latency buckets, in seconds (webhooks and staff requests; the request timeout is
@@ -242,6 +248,11 @@ fn describe() {
         Unit::Seconds,
         "Time from a payment's commit to its grant message."
     );
+    describe_gauge!(
+        OUTBOUND_QUEUE,
+        "Outbound webhook deliveries waiting for enabled endpoints (sampled)."
+    );
+    describe_counter!(OUTBOUND_ATTEMPTS, "Outbound webhook attempts by result.");
     describe_gauge!(DB_POOL_MAX, "Maximum database connections (DB_POOL_SIZE).");
     describe_gauge!(DB_POOL_SIZE, "Database connections open.");
     describe_gauge!(DB_POOL_IN_USE, "Database connections in use.");
@@ -412,6 +423,16 @@ pub fn payment(gateway: &Gateway, duplicate: bool, outcome: &str, reason: Option
 /// A `CHECK_STATUS` call ended: `result` is `approved`, `refunded`, `not_paid` or `error`.
 pub fn reconciliation_check(result: &'static str) {
     counter!(RECONCILIATION_CHECKS, "result" => result).increment(1);
+}
+
+/// The outbound webhook queue's depth, as the deliverer read it.
+pub fn outbound_queue(depth: i64) {
+    gauge!(OUTBOUND_QUEUE).set(depth as f64);
+}
+
+/// An outbound webhook attempt ended: `delivered`, `retry` or `failed`.
+pub fn outbound_attempt(result: &'static str) {
+    counter!(OUTBOUND_ATTEMPTS, "result" => result).increment(1);
 }
 
 /// A lost card callback was found by `CHECK_STATUS` and its payment stored.

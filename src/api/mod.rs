@@ -32,6 +32,7 @@ pub mod router;
 pub mod star_subscriptions;
 pub mod subscribers;
 pub mod sweep;
+pub mod webhook_endpoints;
 pub mod webhooks;
 
 use std::collections::BTreeMap;

@@ -80,6 +80,7 @@ pub const STRIPE_SIGNATURE: &str = "stripe_signature";
         (name = "effects", description = "The outbox of Telegram effects and its dead letters."),
         (name = "reconciliation", description = "Card orders asked about at the gateway when their callback has not come."),
         (name = "star subscriptions", description = "Telegram Stars subscriptions started in the bot."),
+        (name = "webhook endpoints", description = "The owner's endpoints for outbound webhooks (Standard Webhooks), their deliveries and replays."),
         (name = "payment doors", description = "Where gateways and Telegram report payments."),
         (name = "operations", description = "Overview, sweep, health, readiness and this document."),
         (name = "console", description = "The staff console: a static app on this API (no token needed for its files)."),

@@ -27,7 +27,7 @@ use super::{
     exemptions, invoice_links, memberships,
     openapi::{self, Health},
     orders, overview, payments, plans, promo_codes, reconciliation, star_subscriptions,
-    subscribers, sweep,
+    subscribers, sweep, webhook_endpoints,
     webhooks::{standard, stripe, telegram, wayforpay},
 };
 use crate::{error::ApiError, state::AppState};
@@ -85,6 +85,15 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(payments::export))
         .routes(routes!(payments::get))
         .routes(routes!(reconciliation::list))
+        .routes(routes!(webhook_endpoints::create, webhook_endpoints::list))
+        .routes(routes!(
+            webhook_endpoints::get,
+            webhook_endpoints::patch,
+            webhook_endpoints::delete
+        ))
+        .routes(routes!(webhook_endpoints::rotate))
+        .routes(routes!(webhook_endpoints::deliveries))
+        .routes(routes!(webhook_endpoints::replay))
         .routes(routes!(standard::receive))
         .routes(routes!(wayforpay::receive))
         .routes(routes!(telegram::webhook))

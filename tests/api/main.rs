@@ -40,6 +40,7 @@ mod lifetime;
 mod logs;
 mod metrics;
 mod orders;
+mod outbound;
 mod overview;
 mod payments;
 mod plans;
