@@ -17,6 +17,7 @@ mod chat_members;
 mod connections;
 mod console;
 mod console_audit;
+mod console_integrations;
 mod console_reconciliation;
 mod console_rights;
 mod convergence;

@@ -20,9 +20,9 @@ use crate::helpers::{TestApp, id};
 
 /// One request the receiver got.
 #[derive(Clone, Debug)]
-struct Got {
-    headers: HeaderMap,
-    body: Bytes,
+pub(crate) struct Got {
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
 }
 
 #[derive(Default)]
@@ -32,13 +32,13 @@ struct ReceiverState {
     script: Vec<(u16, Option<&'static str>)>,
 }
 
-struct Receiver {
-    url: String,
+pub(crate) struct Receiver {
+    pub(crate) url: String,
     state: Arc<Mutex<ReceiverState>>,
 }
 
 impl Receiver {
-    async fn start() -> Receiver {
+    pub(crate) async fn start() -> Receiver {
         let state = Arc::new(Mutex::new(ReceiverState::default()));
         let app = Router::new()
             .route("/hook", post(receive))
@@ -56,7 +56,7 @@ impl Receiver {
         self.state.lock().unwrap().script = script.to_vec();
     }
 
-    fn got(&self) -> Vec<Got> {
+    pub(crate) fn got(&self) -> Vec<Got> {
         self.state.lock().unwrap().got.clone()
     }
 }
@@ -80,7 +80,7 @@ async fn receive(
     }
 }
 
-async fn app() -> TestApp {
+pub(crate) async fn app() -> TestApp {
     TestApp::spawn_with(|env| {
         env.insert("OUTBOUND_ALLOW_PRIVATE".into(), "true".into());
     })
@@ -100,7 +100,7 @@ async fn endpoint(app: &TestApp, url: &str, types: &[&str]) -> (i64, String) {
 }
 
 /// Runs the deliverer once.
-async fn deliver(app: &TestApp) -> usize {
+pub(crate) async fn deliver(app: &TestApp) -> usize {
     outbound::deliver_due(&app.state.db, app.state.config.outbound_allow_private)
         .await
         .unwrap()
@@ -129,7 +129,7 @@ fn verified(got: &Got, secret: &str) -> Value {
 }
 
 /// A paid order: its payment is applied and its membership activated.
-async fn paid_order(app: &TestApp, user: i64, chat: i64) -> Value {
+pub(crate) async fn paid_order(app: &TestApp, user: i64, chat: i64) -> Value {
     let s = app.create_subscriber(user).await;
     let c = app.create_channel(chat, json!({})).await;
     let o = app.create_order(id(&s), id(&c)).await;

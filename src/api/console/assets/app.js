@@ -470,6 +470,9 @@
         case 'reconciliation': return await renderReconciliation(params);
         case 'effects': return await renderEffects(params);
         case 'sweep': return await renderSweep();
+        case 'webhooks':
+          if (id) return await renderWebhookDeliveries(Number(id));
+          return await renderWebhooks();
         default: {
           const { main } = page('Not found');
           main.append(h('p', {}, 'There is no such page. ', link('#/overview', 'Go to the overview.')));
@@ -1265,8 +1268,10 @@
     let path = '/subscribers';
     if (/^\d+$/.test(q)) path += '?telegram_user_id=' + q;
     else if (q) path += '?username=' + encodeURIComponent(q.replace(/^@/, ''));
+    const csvPath = '/subscribers.csv' + (path.includes('?') ? path.slice(path.indexOf('?')) : '');
     const results = h('section', { 'aria-labelledby': 'sub-results' },
-      h('h2', { id: 'sub-results' }, q ? `Results for “${q}”` : 'All subscribers'));
+      h('h2', { id: 'sub-results' }, q ? `Results for “${q}”` : 'All subscribers'),
+      h('p', { class: 'actions' }, downloadButton('Download CSV', csvPath, 'subscribers.csv')));
     main.append(results);
     await pagedList(results, path, live, (items) => table('Subscribers',
       ['Subscriber', 'Telegram id', 'Username', 'Name', 'Since'],
@@ -1324,6 +1329,38 @@
     };
     more.addEventListener('click', () => busy(more, () => load().catch(fail)));
     await load();
+  }
+
+  /**
+   * A button that downloads `/api<path>` (a CSV export) as `filename`. The token is in memory
+   * only, so the file is fetched with it and handed to the browser as a blob.
+   */
+  function downloadButton(label, path, filename) {
+    const b = h('button', { type: 'button', class: 'secondary small csv' }, label);
+    b.addEventListener('click', () => busy(b, async () => {
+      try {
+        const res = await fetch('/api' + path, {
+          headers: { authorization: 'Bearer ' + session.token, accept: 'text/csv' },
+          cache: 'no-store', credentials: 'omit',
+        });
+        if (!res.ok) {
+          let data = null;
+          try { data = await res.json(); } catch (_) { /* not a problem document */ }
+          throw new ApiError(res.status, data || { detail: res.statusText });
+        }
+        const blob = await res.blob();
+        const text = await blob.text();
+        const rows = Math.max(0, text.split('\r\n').filter((l) => l).length - 1);
+        const url = URL.createObjectURL(blob);
+        const a = h('a', { href: url, download: filename, hidden: true });
+        document.body.append(a);
+        a.click();
+        a.remove();
+        setTimeout(() => URL.revokeObjectURL(url), 10000);
+        say(`Downloaded ${filename}: ${rows} ${rows === 1 ? 'row' : 'rows'}.`);
+      } catch (err) { fail(err); }
+    }));
+    return b;
   }
 
   async function renderSubscriber(id, params) {
@@ -1584,6 +1621,8 @@
     const q = new URLSearchParams();
     if (channelId) q.set('channel_id', channelId);
     if (status) q.set('status', status);
+    main.append(h('p', { class: 'actions' },
+      downloadButton('Download CSV', '/memberships.csv?' + q, 'memberships.csv')));
     const section = h('section', {});
     main.append(section);
     await pagedList(section, '/memberships?' + q, live, (items) => table('Memberships',
@@ -1616,9 +1655,12 @@
       go('#/payments?outcome=' + encodeURIComponent(filter.elements.outcome.value));
     });
     main.append(filter);
+    const query = outcome ? '?outcome=' + encodeURIComponent(outcome) : '';
+    main.append(h('p', { class: 'actions' },
+      downloadButton('Download CSV', '/payments.csv' + query, 'payments.csv')));
     const section = h('section', {});
     main.append(section);
-    const path = '/payments' + (outcome ? '?outcome=' + encodeURIComponent(outcome) : '');
+    const path = '/payments' + query;
     await pagedList(section, path, live, (items) => paymentsTable(items, chans));
   }
 
@@ -1665,6 +1707,123 @@
         `Grant ${channelName(chans, p.channel_id)} by hand`, { class: 'button small' }));
     }
     return out;
+  }
+
+  // ------------------------------------------------------------------ webhooks
+
+  const EVENT_TYPES = [
+    'payment.applied', 'payment.needs_review', 'payment.refunded', 'membership.activated',
+    'membership.renewed', 'membership.grace', 'membership.expired', 'membership.deleted',
+    'trial.started',
+  ];
+
+  /** The owner's endpoints for outbound webhooks: create (secret shown once), rotate, enable. */
+  async function renderWebhooks() {
+    const { main, live } = page('Webhooks');
+    main.append(h('p', { class: 'hint' },
+      'Events for your own systems, signed with Standard Webhooks. A secret is shown once, ' +
+      'when it is made: store it in the receiver.'));
+    const secretSlot = h('div', { id: 'webhook-secret' });
+    const form = h('form', { id: 'wform', class: 'card', method: 'post' },
+      h('h2', {}, 'New endpoint'),
+      field('URL', h('input', { id: 'wform-url', name: 'url', type: 'url', required: true, autocomplete: 'off' }),
+        'https:// only; it must not resolve to a private address.'),
+      h('fieldset', { id: 'wform-event_types' },
+        h('legend', {}, 'Events'),
+        EVENT_TYPES.map((t) => field(t, h('input', { id: 'wform-type-' + t.replace('.', '-'), name: 'event_types', type: 'checkbox', value: t })))),
+      h('p', { class: 'field-error', id: 'wform-event_types-error' }),
+      field('Description', h('input', { id: 'wform-description', name: 'description', type: 'text', maxlength: 500 })),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Create endpoint')));
+    const section = h('section', { 'aria-labelledby': 'wlist' }, h('h2', { id: 'wlist' }, 'Endpoints'));
+    const showSecret = (endpoint, secret, what) => {
+      secretSlot.replaceChildren(h('div', { class: 'card notice', role: 'region', 'aria-label': 'New secret' },
+        h('p', {}, `${what} for ${endpoint.url}. Copy it now: it is not shown again.`),
+        copyable(secret, 'webhook-secret-text', 'secret')));
+    };
+    const redraw = async () => {
+      section.replaceChildren(h('h2', { id: 'wlist' }, 'Endpoints'));
+      await pagedList(section, '/webhook-endpoints', live, (items) => table('Endpoints',
+        ['Endpoint', 'URL', 'Events', 'Status', 'Actions'],
+        items.map((e) => [
+          link(`#/webhooks/${e.id}`, '#' + e.id),
+          [h('code', {}, e.url), e.description ? h('span', { class: 'muted' }, ' ' + e.description) : null],
+          e.event_types.join(', '),
+          e.enabled
+            ? [badge('enabled', 'active'), e.failing_since ? [' failing since ', when(e.failing_since)] : null]
+            : badge('disabled: ' + e.disabled_reason, 'expired'),
+          [
+            link(`#/webhooks/${e.id}`, 'Deliveries', { class: 'button small secondary' }), ' ',
+            actionButton(e.enabled ? 'Disable' : 'Enable', `endpoint #${e.id}`, async () => {
+              await api('PATCH', `/webhook-endpoints/${e.id}`, { enabled: !e.enabled });
+              await redraw();
+              say(`Endpoint #${e.id} is ${e.enabled ? 'disabled' : 'enabled again'}.`);
+            }), ' ',
+            actionButton('Rotate secret', `endpoint #${e.id}`, async () => {
+              const r = await api('POST', `/webhook-endpoints/${e.id}/rotate`);
+              showSecret(r, r.secret, 'New secret (the old one also signs for 24 hours)');
+              await redraw();
+            }),
+          ],
+        ]), 'No endpoints yet.'));
+    };
+    form.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const types = Array.from(form.querySelectorAll('input[name=event_types]:checked')).map((c) => c.value);
+      const body = { url: form.elements.url.value.trim(), event_types: types };
+      const description = form.elements.description.value.trim();
+      if (description) body.description = description;
+      busy(form, async () => {
+        try {
+          const created = await api('POST', '/webhook-endpoints', body);
+          showSecret(created, created.secret, 'Endpoint created');
+          form.reset();
+          say(`Created endpoint #${created.id}.`);
+          await redraw();
+        } catch (err) {
+          showFieldErrors(form, err, { url: 'url', event_types: 'event_types', description: 'description' });
+          fail(err);
+        }
+      });
+    });
+    main.append(secretSlot, form, section);
+    await redraw();
+  }
+
+  function actionButton(text, what, work) {
+    const b = h('button', { type: 'button', class: 'secondary small', 'aria-label': `${text} ${what}` }, text);
+    b.addEventListener('click', () => busy(b, () => work().catch(fail)));
+    return b;
+  }
+
+  /** One endpoint's deliveries with every attempt, and a replay for each. */
+  async function renderWebhookDeliveries(id) {
+    const endpoint = await api('GET', `/webhook-endpoints/${id}`);
+    const { main, live } = page(`Deliveries to #${id}`);
+    main.append(h('p', {}, h('code', {}, endpoint.url), ' ', link('#/webhooks', 'All endpoints')));
+    const section = h('section', {});
+    main.append(section);
+    const redraw = async () => {
+      section.replaceChildren();
+      await pagedList(section, `/webhook-endpoints/${id}/deliveries`, live, (items) => table('Deliveries',
+        ['Delivery', 'Event', 'Status', 'Attempts', 'Next attempt', 'Actions'],
+        items.map((d) => [
+          ['#' + d.id, ' ', h('code', {}, d.msg_id)],
+          d.event_type,
+          badge(d.status, d.status === 'delivered' ? 'active' : d.status === 'failed' ? 'expired' : 'grace'),
+          d.attempts.length
+            ? h('ul', { class: 'attempts' }, d.attempts.map((a) => h('li', {}, when(a.at), ' ',
+              a.status_code ? `HTTP ${a.status_code}` : 'no answer', ` in ${a.latency_ms} ms`,
+              a.error ? ` — ${a.error}` : '')))
+            : 'none yet',
+          d.next_attempt_at ? when(d.next_attempt_at) : '—',
+          actionButton('Replay', `delivery #${d.id}`, async () => {
+            await api('POST', `/webhook-deliveries/${d.id}/replay`);
+            await redraw();
+            say(`Delivery #${d.id} will be sent again now.`);
+          }),
+        ]), 'Nothing sent to this endpoint yet.'));
+    };
+    await redraw();
   }
 
   // ------------------------------------------------------------------ reconciliation
