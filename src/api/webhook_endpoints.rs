@@ -1,17 +1,17 @@
 //! `/api/webhook-endpoints` and `/api/webhook-deliveries`: the owner's endpoints for outbound
 //! webhooks (the domain is [`crate::outbound`]). The secret is shown once, when made (create,
-//! rotate); every other answer leaves it out.
+//! rotate; a replay of the same `Idempotency-Key` shows the same answer, as for every staff
+//! POST); every other answer leaves it out.
 
-use axum::{
-    Json,
-    extract::State,
-    http::StatusCode,
-    response::{IntoResponse, Response},
-};
+use axum::{Json, extract::State, http::StatusCode, response::Response};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    ApiJson, ApiQuery, Errors, Page, Paging, PathId, auth::Staff, check_text, not_null, nullable,
+    ApiJson, ApiQuery, Errors, Page, Paging, PathId,
+    auth::Staff,
+    check_text,
+    idempotency::{NoBody, StaffWrite},
+    not_null, nullable,
     openapi::Problem,
 };
 use crate::{
@@ -107,40 +107,45 @@ fn check_event_types(e: &mut Errors, types: &[String]) -> Vec<String> {
 #[utoipa::path(post, path = "/webhook-endpoints", operation_id = "createWebhookEndpoint",
     tag = "webhook endpoints",
     request_body = CreateEndpoint,
+    params(super::idempotency::IdempotencyKey),
     security(("staff_jwt" = [])),
     responses(
-        (status = 201, description = "Created; `secret` is shown this once.", body = EndpointWithSecret),
+        (status = 201, description = "Created; `secret` is shown this once (a replay of the same \
+            Idempotency-Key shows the same answer).", body = EndpointWithSecret),
+        (status = 409, description = "This Idempotency-Key is in flight.", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid fields: a URL that is not https or resolves to a \
-            private address, an unknown event type.", body = Problem, content_type = "application/problem+json"),
+            private address, an unknown event type; or an Idempotency-Key reused for another \
+            request.", body = Problem, content_type = "application/problem+json"),
     ),
 )]
 pub async fn create(
     State(state): State<AppState>,
-    _: Staff,
-    ApiJson(b): ApiJson<CreateEndpoint>,
+    write: StaffWrite<CreateEndpoint>,
 ) -> Result<Response, ApiError> {
+    let b = &write.body;
     let mut e = Errors::default();
-    let url = e.required("url", b.url);
+    let url = e.required("url", b.url.clone());
     if let Some(url) = &url {
         check_url(&mut e, &state, url).await;
     }
     let types = e
-        .required("event_types", b.event_types)
+        .required("event_types", b.event_types.clone())
         .map(|t| check_event_types(&mut e, &t));
     check_text(&mut e, "description", b.description.as_deref(), 500);
     e.finish()?;
     let (Some(url), Some(types)) = (url, types) else {
         return Err(ApiError::internal("checked endpoint fields are missing"));
     };
-    let client = state.db.get().await?;
-    let (endpoint, secret) =
-        outbound::create(&client, &url, b.description.as_deref(), &types).await?;
-    tracing::info!(endpoint_id = endpoint.id, url = %endpoint.url, "webhook endpoint created");
-    Ok((
-        StatusCode::CREATED,
-        Json(EndpointWithSecret { endpoint, secret }),
-    )
-        .into_response())
+    let description = b.description.as_deref();
+    crate::idempotent!(state, write, |tx| {
+        let (endpoint, secret) = outbound::create(tx, &url, description, &types).await?;
+        tracing::info!(endpoint_id = endpoint.id, url = %endpoint.url, "webhook endpoint created");
+        Ok((
+            StatusCode::CREATED,
+            serde_json::to_value(EndpointWithSecret { endpoint, secret })
+                .map_err(ApiError::internal)?,
+        ))
+    })
 }
 
 /// `GET /api/webhook-endpoints`.
@@ -255,21 +260,31 @@ pub async fn delete(
 /// (a second `v1,` signature) for 24 hours.
 #[utoipa::path(post, path = "/webhook-endpoints/{id}/rotate", operation_id = "rotateWebhookEndpointSecret",
     tag = "webhook endpoints",
-    params(("id" = i64, Path, description = "Endpoint id.")),
+    params(("id" = i64, Path, description = "Endpoint id."), super::idempotency::IdempotencyKey),
+    request_body(content = Option<NoBody>, description = "None, or `{}`."),
     security(("staff_jwt" = [])),
-    responses((status = 200, description = "The new secret, shown this once.", body = EndpointWithSecret)),
+    responses(
+        (status = 200, description = "The new secret, shown this once.", body = EndpointWithSecret),
+        (status = 409, description = "This Idempotency-Key is in flight.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "An Idempotency-Key reused for another request.", body = Problem, content_type = "application/problem+json"),
+    ),
 )]
 pub async fn rotate(
     State(state): State<AppState>,
-    _: Staff,
     PathId(id): PathId<i64>,
-) -> Result<Json<EndpointWithSecret>, ApiError> {
-    let client = state.db.get().await?;
-    let (endpoint, secret) = outbound::rotate(&client, id)
-        .await?
-        .ok_or(ApiError::NotFound("webhook endpoint"))?;
-    tracing::info!(endpoint_id = id, "webhook endpoint secret rotated");
-    Ok(Json(EndpointWithSecret { endpoint, secret }))
+    write: StaffWrite<NoBody>,
+) -> Result<Response, ApiError> {
+    crate::idempotent!(state, write, |tx| {
+        let (endpoint, secret) = outbound::rotate(tx, id)
+            .await?
+            .ok_or(ApiError::NotFound("webhook endpoint"))?;
+        tracing::info!(endpoint_id = id, "webhook endpoint secret rotated");
+        Ok((
+            StatusCode::OK,
+            serde_json::to_value(EndpointWithSecret { endpoint, secret })
+                .map_err(ApiError::internal)?,
+        ))
+    })
 }
 
 /// `GET /api/webhook-endpoints/{id}/deliveries`: each event sent to it, with every attempt.
@@ -298,27 +313,34 @@ pub async fn deliveries(
 /// and body), from the start of the retry schedule.
 #[utoipa::path(post, path = "/webhook-deliveries/{id}/replay", operation_id = "replayWebhookDelivery",
     tag = "webhook endpoints",
-    params(("id" = i64, Path, description = "Delivery id.")),
+    params(("id" = i64, Path, description = "Delivery id."), super::idempotency::IdempotencyKey),
+    request_body(content = Option<NoBody>, description = "None, or `{}`."),
     security(("staff_jwt" = [])),
     responses(
         (status = 200, description = "Queued to be sent now.", body = Delivery),
-        (status = 409, description = "It is due now or being sent already.", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "It is due now or being sent already, or this \
+            Idempotency-Key is in flight.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "An Idempotency-Key reused for another request.", body = Problem, content_type = "application/problem+json"),
     ),
 )]
 pub async fn replay(
     State(state): State<AppState>,
-    _: Staff,
     PathId(id): PathId<i64>,
-) -> Result<Json<Delivery>, ApiError> {
-    let client = state.db.get().await?;
-    match outbound::replay(&client, id).await? {
-        None => Err(ApiError::NotFound("webhook delivery")),
-        Some(Err(outbound::ReplayRefusal::InFlight)) => Err(ApiError::Conflict(
-            "the delivery is due now or being sent already".into(),
-        )),
-        Some(Ok(d)) => {
-            tracing::info!(delivery_id = id, "webhook delivery replayed");
-            Ok(Json(d))
+    write: StaffWrite<NoBody>,
+) -> Result<Response, ApiError> {
+    crate::idempotent!(state, write, |tx| {
+        match outbound::replay(tx, id).await? {
+            None => Err(ApiError::NotFound("webhook delivery")),
+            Some(Err(outbound::ReplayRefusal::InFlight)) => Err(ApiError::Conflict(
+                "the delivery is due now or being sent already".into(),
+            )),
+            Some(Ok(d)) => {
+                tracing::info!(delivery_id = id, "webhook delivery replayed");
+                Ok((
+                    StatusCode::OK,
+                    serde_json::to_value(d).map_err(ApiError::internal)?,
+                ))
+            }
         }
-    }
+    })
 }

@@ -511,6 +511,25 @@ async fn endpoint_urls_must_be_https_and_public() {
         .expect(422);
     assert_eq!(app.count("webhook_endpoints").await, 0);
 
+    // A retried create (same Idempotency-Key) answers the first answer: one endpoint, one secret.
+    let body = json!({"url": "https://1.1.1.1/hook", "event_types": ["payment.applied"]});
+    let create = || {
+        app.staff_with(
+            axum::http::Method::POST,
+            "/api/webhook-endpoints",
+            body.clone(),
+            &[("idempotency-key", "create-endpoint-1")],
+        )
+    };
+    let first = create().await.expect(201);
+    let again = create().await;
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.expect(201)["secret"], first["secret"]);
+    assert_eq!(app.count("webhook_endpoints").await, 1);
+    app.delete(&format!("/api/webhook-endpoints/{}", id(&first)))
+        .await
+        .expect(204);
+
     // The address is checked again when sending: an endpoint that resolves to a private address
     // now is not called, and the attempt says why.
     app.db()

@@ -1774,7 +1774,7 @@
       if (description) body.description = description;
       busy(form, async () => {
         try {
-          const created = await api('POST', '/webhook-endpoints', body);
+          const created = await post(form, '/webhook-endpoints', body);
           showSecret(created, created.secret, 'Endpoint created');
           form.reset();
           say(`Created endpoint #${created.id}.`);
