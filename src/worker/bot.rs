@@ -163,7 +163,7 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
             let every = period.clone().unwrap_or_else(|| render::period(30));
             let text = texts::subscription_offer(&name, &price, &every);
             let button = render::url_button(&texts::subscription_button(&price), &link);
-            bot.send_message_with_markup(e.user_id, &text, &markup(button))
+            bot.send_message_with_markup(e.user_id, &text, &markup(vec![button]))
                 .await?;
         }
         Some(bot::Gateway::Stars) => {
@@ -204,8 +204,7 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
                 }
             };
             let text = texts::card_offer(&name, &price, period.as_deref(), f.open_secs / 60);
-            let markup = json!({"inline_keyboard": buttons.into_iter().map(|b| vec![b]).collect::<Vec<_>>()});
-            bot.send_message_with_markup(e.user_id, &text, &markup)
+            bot.send_message_with_markup(e.user_id, &text, &markup(buttons))
                 .await?;
             if wayforpay.is_some() && !bot.is_dry_run() {
                 // From now on a lost callback is possible: the reconciliation will ask.
@@ -225,8 +224,10 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
     Ok(None)
 }
 
-fn markup(button: Value) -> Value {
-    json!({"inline_keyboard": [[button]]})
+/// An inline keyboard of `buttons`, one a row.
+fn markup(buttons: Vec<Value>) -> Value {
+    let rows: Vec<Vec<Value>> = buttons.into_iter().map(|b| vec![b]).collect();
+    json!({ "inline_keyboard": rows })
 }
 
 /// The signed WayForPay Purchase link of an order.
