@@ -153,7 +153,10 @@ pub async fn create(
     tag = "webhook endpoints",
     params(ListParams),
     security(("staff_jwt" = [])),
-    responses((status = 200, description = "A page of endpoints, by id.", body = Page<Endpoint>)),
+    responses(
+        (status = 200, description = "A page of endpoints, by id.", body = Page<Endpoint>),
+        (status = 422, description = "`limit` out of range.", body = Problem, content_type = "application/problem+json"),
+    ),
 )]
 pub async fn list(
     State(state): State<AppState>,
@@ -292,7 +295,10 @@ pub async fn rotate(
     tag = "webhook endpoints",
     params(("id" = i64, Path, description = "Endpoint id."), ListParams),
     security(("staff_jwt" = [])),
-    responses((status = 200, description = "A page of deliveries, by id.", body = Page<Delivery>)),
+    responses(
+        (status = 200, description = "A page of deliveries, by id.", body = Page<Delivery>),
+        (status = 422, description = "`limit` out of range.", body = Problem, content_type = "application/problem+json"),
+    ),
 )]
 pub async fn deliveries(
     State(state): State<AppState>,
