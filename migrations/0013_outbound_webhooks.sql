@@ -161,6 +161,13 @@ BEGIN
     IF kind IS NULL AND NEW.cause <> 'trial' THEN
         RETURN NULL;
     END IF;
+    -- Without an endpoint that wants it, not even the membership is read.
+    IF NOT EXISTS (SELECT 1 FROM webhook_endpoints
+                   WHERE disabled_at IS NULL
+                     AND (kind = ANY (event_types)
+                          OR (NEW.cause = 'trial' AND 'trial.started' = ANY (event_types)))) THEN
+        RETURN NULL;
+    END IF;
     SELECT * INTO m FROM memberships WHERE id = NEW.membership_id;
     IF kind IS NOT NULL THEN
         PERFORM webhook_emit(kind, webhook_membership_json(m));
