@@ -603,3 +603,48 @@ async fn a_refund_at_the_gateway_and_a_trial_are_reported() {
     assert_eq!(of("membership.expired")["data"]["channel_id"], c);
     assert_eq!(of("trial.started")["data"]["channel_id"], trial_channel);
 }
+
+/// Two deliverers (two processes) running at once never send one delivery twice.
+#[tokio::test]
+async fn concurrent_deliverers_send_each_delivery_once() {
+    let app = std::sync::Arc::new(app().await);
+    let receiver = Receiver::start().await;
+    endpoint(
+        &app,
+        &receiver.url,
+        &["payment.applied", "membership.activated"],
+    )
+    .await;
+    for round in 0..5 {
+        paid_order(&app, 9400 + round, -100_940_000 - round).await;
+        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(3));
+        let tasks: Vec<_> = (0..3)
+            .map(|_| {
+                let (app, barrier) = (app.clone(), barrier.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    deliver(&app).await
+                })
+            })
+            .collect();
+        let mut sent = 0;
+        for t in tasks {
+            sent += t.await.unwrap();
+        }
+        assert_eq!(sent, 2, "round {round}: two deliveries, each claimed once");
+    }
+    let got = receiver.got();
+    let mut ids: Vec<String> = got
+        .iter()
+        .map(|g| g.headers["webhook-id"].to_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 10);
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 10, "no event sent twice");
+    assert_eq!(
+        app.count("webhook_deliveries WHERE status = 'delivered'")
+            .await,
+        10
+    );
+}

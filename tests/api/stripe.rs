@@ -383,3 +383,43 @@ async fn with_both_gateways_the_buyer_picks_one_of_two_buttons() {
     assert_eq!(b[1].1, "https://checkout.stripe.com/c/pay/cs_test_1");
     assert_eq!(stripe.sessions_made(), 1);
 }
+
+/// Stripe sending the same event several times at once: one payment, one term.
+#[tokio::test]
+async fn concurrent_redeliveries_of_one_event_apply_once() {
+    let app = std::sync::Arc::new(stripe_app("http://127.0.0.1:9").await);
+    for round in 0..5 {
+        let (c, o) = order(&app, 8200 + round, -100_820_000 - round).await;
+        let event = session_completed(&reference(&o), &format!("pi_race_{round}"), 19900, "uah");
+        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(6));
+        let tasks: Vec<_> = (0..6)
+            .map(|_| {
+                let (app, event, barrier) = (app.clone(), event.clone(), barrier.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    post_event(&app, &event).await.expect(200)
+                })
+            })
+            .collect();
+        let mut fresh = 0;
+        for t in tasks {
+            if t.await.unwrap()["duplicate"] == false {
+                fresh += 1;
+            }
+        }
+        assert_eq!(fresh, 1, "round {round}");
+        let days: f64 = app
+            .db()
+            .await
+            .query_one(
+                "SELECT extract(epoch FROM expires_at - created_at)::float8 / 86400
+                 FROM memberships WHERE channel_id = $1",
+                &[&(c as i32)],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!((29.9..30.1).contains(&days), "one term of 30 days: {days}");
+    }
+    assert_eq!(app.count("payments").await, 5);
+}
