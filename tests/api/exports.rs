@@ -5,6 +5,7 @@ use axum::{
     body::Body,
     http::{Method, Request},
 };
+use futures::FutureExt;
 use http_body_util::BodyExt;
 use serde_json::json;
 use tower::ServiceExt;
@@ -260,4 +261,110 @@ async fn two_hundred_thousand_rows_stream_in_pages_of_bounded_size() {
     assert!(frames >= pages, "{frames} pieces for {pages} pages");
     assert!(largest <= 1000 * 128, "largest piece {largest} bytes");
     assert!(total > 15_000_000, "{total} bytes in all");
+}
+
+/// The peak resident memory of process `pid` (`VmHWM`), in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/<pid>/status")
+}
+
+/// The same 200,000-row export from a real `subgate serve` process: its peak resident memory
+/// grows by far less than the file's size (the rows held as records would take several times
+/// that), so the file never sits in the server's memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_exporting_200_000_rows_keeps_its_memory_flat() {
+    const ROWS: i64 = 200_000;
+    let db_name = crate::helpers::fresh_database().await;
+    let url = crate::helpers::url_for(&db_name);
+    {
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        client
+            .execute(
+                "INSERT INTO subscribers (telegram_user_id, username, display_name)
+                 SELECT g, 'user' || g, 'Buyer number ' || g || ' of the test export'
+                 FROM generate_series(1, $1::bigint) g",
+                &[&ROWS],
+            )
+            .await
+            .unwrap();
+    }
+    let bind = format!("127.0.0.1:{}", crate::ops::free_port());
+    let mut child = crate::ops::subgate(
+        &["serve"],
+        &[
+            ("DATABASE_URL", url.as_str()),
+            ("JWT_SECRET", crate::helpers::JWT_SECRET),
+            ("BCRYPT_COST", "4"),
+            ("BIND_ADDR", bind.as_str()),
+            ("ADMIN_EMAIL", "boss@example.com"),
+            ("ADMIN_PASSWORD", "boss password 1"),
+            ("LOG_FORMAT", "json"),
+        ],
+    )
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    let walked = std::panic::AssertUnwindSafe(async {
+        let http = reqwest::Client::new();
+        let base = format!("http://{bind}");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let token = loop {
+            if let Ok(r) = http
+                .post(format!("{base}/api/auth/login"))
+                .json(&json!({"email": "boss@example.com", "password": "boss password 1"}))
+                .send()
+                .await
+                && r.status() == 200
+            {
+                let body: serde_json::Value = r.json().await.unwrap();
+                break body["access_token"].as_str().unwrap().to_string();
+            }
+            assert!(std::time::Instant::now() < deadline, "serve never answered");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        };
+        let export = || {
+            http.get(format!("{base}/api/subscribers.csv"))
+                .bearer_auth(&token)
+                .send()
+        };
+        // One small export first, so what any request allocates once is in the baseline.
+        let warm = export().await.unwrap();
+        assert_eq!(warm.status(), 200);
+        let mut warm = warm;
+        warm.chunk().await.unwrap().unwrap();
+        drop(warm);
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+
+        let before = peak_rss_kib(child.id());
+        let mut response = export().await.unwrap();
+        let (mut total, mut lines) = (0usize, 0usize);
+        while let Some(chunk) = response.chunk().await.unwrap() {
+            total += chunk.len();
+            lines += chunk.iter().filter(|b| **b == b'\n').count();
+        }
+        let after = peak_rss_kib(child.id());
+        assert_eq!(lines, ROWS as usize + 1);
+        let grown = after.saturating_sub(before);
+        assert!(total > 20_000_000, "{total} bytes");
+        assert!(
+            grown * 1024 < total as u64 / 2,
+            "the server's peak memory grew by {grown} KiB for a file of {total} bytes"
+        );
+    })
+    .catch_unwind()
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    if let Err(panic) = walked {
+        std::panic::resume_unwind(panic);
+    }
 }

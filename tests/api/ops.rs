@@ -563,7 +563,7 @@ fn config_debug_output_shows_no_secret() {
 // ---------------------------------------------------------------- the binary
 
 /// A command for the built binary with a cleared environment plus `vars`.
-fn subgate(args: &[&str], vars: &[(&str, &str)]) -> Command {
+pub(crate) fn subgate(args: &[&str], vars: &[(&str, &str)]) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.args(args).env_clear();
     for (k, v) in vars {
@@ -815,7 +815,7 @@ async fn migrate_is_idempotent_and_safe_when_two_start_together() {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
