@@ -16,7 +16,10 @@ use crate::{
     error::ApiError,
     ids::SubscriberId,
     plans::Plan,
-    present::{render, texts},
+    present::{
+        render,
+        texts::{self, CodeRefusal, Language},
+    },
     promo_codes::{self, Refusal},
 };
 
@@ -79,16 +82,16 @@ pub async fn forget(client: &impl GenericClient, buyer: SubscriberId) -> Result<
 }
 
 /// A refusal as buyers read it.
-fn why(refusal: &Refusal) -> &'static str {
+fn why(refusal: &Refusal) -> CodeRefusal {
     match refusal {
-        Refusal::Inactive => texts::CODE_INACTIVE,
-        Refusal::Expired => texts::CODE_EXPIRED,
-        Refusal::Exhausted => texts::CODE_EXHAUSTED,
-        Refusal::UsedByBuyer(_) => texts::CODE_USED_BY_YOU,
+        Refusal::Inactive => CodeRefusal::Inactive,
+        Refusal::Expired => CodeRefusal::Expired,
+        Refusal::Exhausted => CodeRefusal::Exhausted,
+        Refusal::UsedByBuyer(_) => CodeRefusal::UsedByYou,
         Refusal::NotPaidPlan | Refusal::NotForPlan | Refusal::OtherCurrency(_) => {
-            texts::CODE_NOT_FOR_PLAN
+            CodeRefusal::NotForPlan
         }
-        Refusal::FirstPurchase => texts::CODE_FIRST_PURCHASE,
+        Refusal::FirstPurchase => CodeRefusal::FirstPurchase,
     }
 }
 
@@ -103,7 +106,7 @@ impl Code {
     }
 
     /// Why the code cannot be used at all now (for any plan), as buyers read it.
-    pub fn refusal(&self) -> Option<&'static str> {
+    pub fn refusal(&self) -> Option<CodeRefusal> {
         self.0.refusal().as_ref().map(why)
     }
 
@@ -119,7 +122,7 @@ impl Code {
         client: &impl GenericClient,
         buyer: Option<SubscriberId>,
         plan: &Plan,
-    ) -> Result<Result<i64, &'static str>, ApiError> {
+    ) -> Result<Result<i64, CodeRefusal>, ApiError> {
         Ok(match self.0.discount_on(client, buyer, plan).await? {
             Ok(d) => Ok(plan.price_minor - d.discount_minor),
             Err(refusal) => Err(why(&refusal)),
@@ -131,7 +134,8 @@ impl Code {
     pub async fn gives(
         &self,
         client: &impl GenericClient,
-    ) -> Result<Result<String, &'static str>, ApiError> {
+        l: Language,
+    ) -> Result<Result<String, CodeRefusal>, ApiError> {
         let rows = db::rows(
             client,
             PLAN_NAMES_SQL,
@@ -139,16 +143,16 @@ impl Code {
         )
         .await?;
         if rows.is_empty() {
-            return Ok(Err(texts::CODE_NO_PLAN));
+            return Ok(Err(CodeRefusal::NoPlan));
         }
         let off = match (
             self.0.terms.percent_off,
             self.0.terms.amount_off_minor,
             &self.0.terms.currency,
         ) {
-            (Some(p), _, _) => format!("{p} %"),
-            (None, Some(a), Some(c)) => render::price(&Money::new(a, c)),
-            _ => return Ok(Err(texts::CODE_NO_PLAN)),
+            (Some(p), _, _) => texts::percent(l, p.into()),
+            (None, Some(a), Some(c)) => render::price(l, &Money::new(a, c)),
+            _ => return Ok(Err(CodeRefusal::NoPlan)),
         };
         let on = match &self.0.terms.plan_ids {
             None => None,
@@ -163,6 +167,6 @@ impl Code {
                 Some(names.join(", "))
             }
         };
-        Ok(Ok(texts::code_gives(&off, on.as_deref())))
+        Ok(Ok(texts::code_gives(l, &off, on.as_deref())))
     }
 }

@@ -21,7 +21,9 @@ use crate::{
     db::{self, FromRow},
     error::ApiError,
     ids::{ChannelId, SubscriberId},
-    memberships, plans, promo_codes, subscribers,
+    memberships, plans,
+    present::locale::Language,
+    promo_codes, subscribers,
 };
 
 crate::text_enum! {
@@ -491,7 +493,8 @@ macro_rules! invoice_facts_columns {
              WHEN o.hold_until IS NOT NULL THEN o.hold_until - statement_timestamp()
              ELSE o.created_at + make_interval(secs => $2) - statement_timestamp()
          END))::bigint AS open_secs,
-         o.superseded_at IS NOT NULL AS superseded"
+         o.superseded_at IS NOT NULL AS superseded,
+         s.language"
     };
 }
 
@@ -499,6 +502,7 @@ const INVOICE_FACTS_SQL: &str = concat!(
     "SELECT ",
     invoice_facts_columns!(),
     " FROM orders o JOIN channels c ON c.id = o.channel_id JOIN plans p ON p.id = o.plan_id
+          JOIN subscribers s ON s.id = o.subscriber_id
      WHERE o.id = $1"
 );
 
@@ -524,6 +528,8 @@ pub struct InvoiceFacts {
     /// Seconds the order can still be paid as invoiced: its seat hold, else the time an
     /// unheld order stays open from when it was made.
     pub open_secs: i64,
+    /// The buyer's remembered language (`None`: the default).
+    pub language: Option<Language>,
 }
 
 impl FromRow for InvoiceFacts {
@@ -544,6 +550,7 @@ impl FromRow for InvoiceFacts {
             days: r.try_get("period_days")?,
             recurring: r.try_get("recurring")?,
             open_secs: r.try_get("open_secs")?,
+            language: r.try_get("language")?,
         })
     }
 }
