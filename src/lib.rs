@@ -55,6 +55,7 @@ pub mod state;
 pub mod subscribers;
 pub mod sweep;
 pub mod telegram;
+pub mod translations;
 pub mod vocabulary;
 pub mod worker;
 

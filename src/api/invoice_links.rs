@@ -83,11 +83,11 @@ pub async fn create(
     let period = render::term(l, f.days);
     let link = bot
         .create_stars_invoice_link(
-            &render::invoice_title(l, &f.title, f.channel_id),
+            &render::invoice_title(l, f.title_in(l), f.channel_id),
             &render::invoice_description(
                 l,
-                f.description.as_deref(),
-                &f.title,
+                f.description_in(l),
+                f.title_in(l),
                 f.channel_id,
                 f.days,
             ),

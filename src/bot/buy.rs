@@ -136,11 +136,11 @@ pub(super) async fn buy(
     }
     let first = &offers[0];
     let name = if plan.is_default {
-        render::title(l, &first.title, first.id)
+        render::title(l, first.title_in(l), first.id)
     } else {
-        render::title(l, &plan.title, first.id)
+        render::title(l, plan.title_in(l), first.id)
     };
-    let first_name = render::title(l, &first.title, first.id);
+    let first_name = render::title(l, first.title_in(l), first.id);
     let trial = plan.kind == plans::Kind::Trial;
     let gateway = gateway(config, &plan.currency);
     if !trial && gateway.is_none() {
@@ -268,7 +268,7 @@ pub(super) async fn buy(
         let channel_name = offers
             .iter()
             .find(|o| o.id == channel.0)
-            .map_or_else(|| name.clone(), |o| render::title(l, &o.title, o.id));
+            .map_or_else(|| name.clone(), |o| render::title(l, o.title_in(l), o.id));
         // The hold rules first: they say when this buyer may try again. A Stars order is held
         // at pre-checkout, which applies them again; refusing now spares the buyer an invoice
         // that would be refused there.

@@ -21,6 +21,7 @@ use crate::{
         texts::{self, CodeRefusal, Language},
     },
     promo_codes::{self, Refusal},
+    translations::Translations,
 };
 
 /// A promo code as the bot reads it, with what stops it now ([`promo_codes::Preview`]).
@@ -35,7 +36,8 @@ const STORE_SQL: &str = "INSERT INTO bot_promo_codes (subscriber_id, promo_code_
          SET promo_code_id = EXCLUDED.promo_code_id, until = EXCLUDED.until,
              created_at = statement_timestamp()";
 const FORGET_SQL: &str = "DELETE FROM bot_promo_codes WHERE subscriber_id = $1";
-const PLAN_NAMES_SQL: &str = "SELECT p.id, coalesce(c.title, p.title) AS name
+const PLAN_NAMES_SQL: &str = "SELECT p.id, coalesce(c.title, p.title) AS name,
+            coalesce(c.translations, p.translations) AS translations
      FROM plans p LEFT JOIN channels c ON c.id = p.default_of
      WHERE p.active AND p.kind = 'paid'
        AND ($1::bigint[] IS NULL OR p.id = ANY($1))
@@ -150,7 +152,7 @@ impl Code {
             self.0.terms.amount_off_minor,
             &self.0.terms.currency,
         ) {
-            (Some(p), _, _) => texts::percent(l, p.into()),
+            (Some(p), _, _) => texts::percent(l, p),
             (None, Some(a), Some(c)) => render::price(l, &Money::new(a, c)),
             _ => return Ok(Err(CodeRefusal::NoPlan)),
         };
@@ -160,8 +162,12 @@ impl Code {
                 let names = rows
                     .iter()
                     .map(|r| {
-                        r.try_get::<_, String>("name")
-                            .map(|n| render::clip(&render::one_line(&n), 60))
+                        let name: String = r.try_get("name")?;
+                        let translations: Translations = r.try_get("translations")?;
+                        Ok::<_, tokio_postgres::Error>(render::clip(
+                            &render::one_line(translations.title(l, &name)),
+                            60,
+                        ))
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 Some(names.join(", "))

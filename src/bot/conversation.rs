@@ -30,6 +30,7 @@ use crate::{
     payments::star_subscriptions::{self, CancelRefusal, CancelledBy},
     plans::{self, Plan},
     subscribers,
+    translations::Translations,
 };
 
 /// Channels one catalogue message lists at most (fewer when long descriptions fill it).
@@ -302,6 +303,7 @@ async fn availability(
 async fn plan_view(
     tx: &Transaction<'_>,
     config: &Config,
+    l: Language,
     plan: &Plan,
     known: &mut Channels,
     viewer: &Viewer,
@@ -326,8 +328,8 @@ async fn plan_view(
     };
     let default_of = plan.is_default.then_some(plan.channel_ids[0]);
     let name = match default_of {
-        Some(_) => offers[0].title.clone(),
-        None => plan.title.clone(),
+        Some(_) => offers[0].title_in(l).to_string(),
+        None => plan.title_in(l).to_string(),
     };
     Ok(Some(PlanView {
         id: plan.id,
@@ -338,7 +340,10 @@ async fn plan_view(
         discounted_minor,
         period_days: plan.period_days,
         recurring: plan.recurring,
-        bundle_with: offers[1..].iter().map(|o| o.title.clone()).collect(),
+        bundle_with: offers[1..]
+            .iter()
+            .map(|o| o.title_in(l).to_string())
+            .collect(),
         availability: availability(tx, config, plan, &offers, viewer).await?,
     }))
 }
@@ -348,6 +353,7 @@ async fn plan_view(
 async fn view(
     tx: &Transaction<'_>,
     config: &Config,
+    l: Language,
     c: Offer,
     plans: Vec<Plan>,
     known: &mut Channels,
@@ -356,12 +362,12 @@ async fn view(
     known.0.insert(c.id, Some(c.clone()));
     let mut views = Vec::new();
     for p in &plans {
-        views.extend(plan_view(tx, config, p, known, viewer).await?);
+        views.extend(plan_view(tx, config, l, p, known, viewer).await?);
     }
     Ok(OfferView {
         id: c.id,
-        title: c.title,
-        description: c.description,
+        title: c.title_in(l).to_string(),
+        description: c.description_in(l).map(str::to_string),
         plans: views,
     })
 }
@@ -387,7 +393,7 @@ async fn catalogue(
             .into_iter()
             .filter(|p| p.channel_ids.first() == Some(&c.id))
             .collect();
-        offers.push(view(tx, config, c, plans, &mut known, &viewer).await?);
+        offers.push(view(tx, config, l, c, plans, &mut known, &viewer).await?);
     }
     Ok(render::catalogue(l, intro, &offers, more))
 }
@@ -407,7 +413,9 @@ async fn channel_offer(
     let plans = plans::active_of_channel(tx, c.id).await?;
     let viewer = viewer(tx, user_id).await?;
     let mut known = Channels::default();
-    Ok(Some(view(tx, config, c, plans, &mut known, &viewer).await?))
+    Ok(Some(
+        view(tx, config, l, c, plans, &mut known, &viewer).await?,
+    ))
 }
 
 /// One active plan under its first channel; `None` when there is no such plan, it is not
@@ -430,12 +438,15 @@ async fn plan_offer(
     };
     let viewer = viewer(tx, user_id).await?;
     let mut known = Channels::default();
-    let o = view(tx, config, c, vec![plan.clone()], &mut known, &viewer).await?;
+    let o = view(tx, config, l, c, vec![plan.clone()], &mut known, &viewer).await?;
     if o.plans.is_empty() {
         return Ok(None);
     }
     // The plan's own description, when it has one, says more than the channel's.
-    let description = plan.description.clone().or(o.description.clone());
+    let description = plan
+        .description_in(l)
+        .map(str::to_string)
+        .or(o.description.clone());
     Ok(Some(OfferView { description, ..o }))
 }
 
@@ -453,7 +464,7 @@ async fn subscriptions(
 ) -> Result<render::Rendered, ApiError> {
     let rows = tx
         .query(
-            "SELECT m.channel_id, c.title, m.status,
+            "SELECT m.channel_id, c.title, c.translations, m.status,
                     m.expires_at,
                     c.active, c.currency,
                     lp.plan_id AS last_plan_id,
@@ -518,9 +529,11 @@ async fn subscriptions(
             let expires_at: Expiry = r.try_get("expires_at")?;
             // Live lifetime access is not bought again.
             let lifetime = expires_at.is_never() && status != "expired";
+            let title: String = r.try_get("title")?;
+            let translations: Translations = r.try_get("translations")?;
             Ok(MembershipView {
                 channel_id,
-                title: r.try_get("title")?,
+                title: translations.title(l, &title).to_string(),
                 status,
                 expires_at,
                 renew: (active && !lifetime && gateway(config, &currency).is_some())

@@ -24,6 +24,7 @@ use crate::{
     memberships, plans,
     present::locale::Language,
     promo_codes, subscribers,
+    translations::Translations,
 };
 
 crate::text_enum! {
@@ -494,7 +495,9 @@ macro_rules! invoice_facts_columns {
              ELSE o.created_at + make_interval(secs => $2) - statement_timestamp()
          END))::bigint AS open_secs,
          o.superseded_at IS NOT NULL AS superseded,
-         s.language"
+         s.language,
+         CASE WHEN p.default_of IS NULL THEN p.translations ELSE c.translations END
+             AS translations"
     };
 }
 
@@ -530,6 +533,21 @@ pub struct InvoiceFacts {
     pub open_secs: i64,
     /// The buyer's remembered language (`None`: the default).
     pub language: Option<Language>,
+    /// The translations of `title` and `description` (the plan's, or its channel's).
+    pub translations: Translations,
+}
+
+impl InvoiceFacts {
+    /// The title as a buyer of `l` reads it.
+    pub fn title_in(&self, l: Language) -> &str {
+        self.translations.title(l, &self.title)
+    }
+
+    /// The description as a buyer of `l` reads it.
+    pub fn description_in(&self, l: Language) -> Option<&str> {
+        self.translations
+            .description(l, self.description.as_deref())
+    }
 }
 
 impl FromRow for InvoiceFacts {
@@ -551,6 +569,7 @@ impl FromRow for InvoiceFacts {
             recurring: r.try_get("recurring")?,
             open_secs: r.try_get("open_secs")?,
             language: r.try_get("language")?,
+            translations: r.try_get("translations")?,
         })
     }
 }

@@ -40,9 +40,9 @@ pub async fn enqueue_payment_notice(
     );
     let price = render::price(l, &p.money());
     let title = match p.channel_id {
-        Some(id) => channels::title(tx, id)
+        Some(id) => channels::titles(tx, id)
             .await?
-            .map(|t| render::title(l, &t, id)),
+            .map(|(t, translations)| render::title(l, translations.title(l, &t), id)),
         None => None,
     };
     let seat_taken = p.reason == Some(Reason::NoSeat);

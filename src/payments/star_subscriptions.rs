@@ -431,7 +431,7 @@ async fn enqueue_cancel(
 macro_rules! cancelled_columns {
     () => {
         "ss.charge_id, ss.status, ss.cancelled_by, c.id AS channel_id, c.title, \
-         m.expires_at AS access_until, s.language"
+         m.expires_at AS access_until, s.language, c.translations"
     };
 }
 
@@ -463,6 +463,8 @@ pub struct Cancelled {
     pub access_until: Option<Expiry>,
     /// The buyer's remembered language.
     pub language: Option<crate::present::locale::Language>,
+    /// The channel's title in other languages.
+    pub translations: crate::translations::Translations,
 }
 
 impl FromRow for Cancelled {
@@ -477,6 +479,7 @@ impl FromRow for Cancelled {
             title: r.try_get("title")?,
             access_until: r.try_get("access_until")?,
             language: r.try_get("language")?,
+            translations: r.try_get("translations")?,
         })
     }
 }

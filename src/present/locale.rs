@@ -485,6 +485,33 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// Every message of every language, each placeholder at a long value (a number where the
+    /// message selects on it), says something whole within a Telegram message.
+    #[test]
+    fn every_message_renders_whole_in_every_language() {
+        let long = "🔥".repeat(300);
+        for lang in Language::ALL {
+            for (id, vars) in english_set() {
+                let mut args = FluentArgs::new();
+                for v in &vars {
+                    match v.as_str() {
+                        "days" | "minutes" | "count" | "id" | "percent" => {
+                            args.set(v.as_str(), FluentValue::from(3661))
+                        }
+                        _ => args.set(v.as_str(), FluentValue::from(long.as_str())),
+                    }
+                }
+                let text = say(lang, &id, Some(&args));
+                assert!(!text.trim().is_empty(), "{lang} {id}");
+                assert!(
+                    !text.contains("{$") && !text.contains('{'),
+                    "{lang} {id}: {text}"
+                );
+                assert!(text.encode_utf16().count() <= 4096, "{lang} {id}");
+            }
+        }
+    }
+
     #[test]
     fn languages_come_from_the_first_subtag_and_fall_back() {
         assert_eq!(Language::of_tag("uk"), Some(Language::Uk));

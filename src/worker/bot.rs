@@ -131,9 +131,9 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
         ));
     }
     let l = Language::choose(f.language, None);
-    let title = render::invoice_title(l, &f.title, f.channel_id);
+    let title = render::invoice_title(l, f.title_in(l), f.channel_id);
     let description =
-        render::invoice_description(l, f.description.as_deref(), &f.title, f.channel_id, f.days);
+        render::invoice_description(l, f.description_in(l), f.title_in(l), f.channel_id, f.days);
     let price = render::price(l, &Money::new(f.amount_minor, &f.currency));
     let period = render::term(l, f.days);
     let label = render::clip(
@@ -147,7 +147,7 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
         label: &label,
         amount: f.amount_minor,
     };
-    let name = render::title(l, &f.title, f.channel_id);
+    let name = render::title(l, f.title_in(l), f.channel_id);
     match bot::gateway(&state.config, &f.currency) {
         Some(bot::Gateway::Stars) if f.recurring => {
             let link = match f.invoice_link {
@@ -276,7 +276,7 @@ async fn subscription_cancel(
         return Ok(None);
     }
     let l = Language::choose(sub.language, None);
-    let name = render::title(l, &sub.title, sub.channel_id);
+    let name = render::title(l, sub.translations.title(l, &sub.title), sub.channel_id);
     // Lifetime access outlasts any subscription: nothing to say about when it ends.
     let until = sub.access_until.and_then(|e| e.at());
     let text = texts::subscription_cancelled(l, &name, until.map(|t| texts::day(l, t)).as_deref());

@@ -22,7 +22,7 @@ use crate::{
         core::Outcome,
         refunds::{self, RefundFacts},
     },
-    present::texts::{self, Language},
+    present::texts,
     telegram::{
         JoinDecision,
         bot_api::{BotApi, BotError},
@@ -270,14 +270,14 @@ impl Worker {
     }
 
     async fn grant_message(&self, bot: &BotApi, e: &Effect, chat: i64, m: EffectView) -> Performed {
-        let link = match m.invite_link {
+        let link = match m.invite_link.clone() {
             Some(link) => link,
             None => self.channel_link(bot, m.channel_id, chat).await?,
         };
-        let l = Language::choose(m.language, None);
+        let (l, title) = m.speaking();
         let text = match m.expires_at {
-            Expiry::At(t) => texts::grant(l, &m.title, &texts::day(l, t), &link),
-            Expiry::Never => texts::grant_for_life(l, &m.title, &link),
+            Expiry::At(t) => texts::grant(l, title, &texts::day(l, t), &link),
+            Expiry::Never => texts::grant_for_life(l, title, &link),
         };
         bot.send_message(e.user_id, &text).await?;
         Ok(None)
@@ -320,10 +320,10 @@ impl Worker {
         if !m.status.holds_access() {
             return Ok(Some(format!("skipped: the membership is {} now", m.status)));
         }
-        let l = Language::choose(m.language, None);
+        let (l, title) = m.speaking();
         let text = match m.expires_at {
-            Expiry::At(t) => texts::renewal_receipt(l, &m.title, &texts::day(l, t)),
-            Expiry::Never => texts::lifetime_receipt(l, &m.title),
+            Expiry::At(t) => texts::renewal_receipt(l, title, &texts::day(l, t)),
+            Expiry::Never => texts::lifetime_receipt(l, title),
         };
         bot.send_message(e.user_id, &text).await?;
         Ok(None)
@@ -402,11 +402,11 @@ impl Worker {
         let Expiry::At(at) = m.expires_at else {
             return Ok(Some("skipped: lifetime access never ends".into()));
         };
-        let l = Language::choose(m.language, None);
+        let (l, title) = m.speaking();
         let text = if status == Status::Active {
-            texts::reminder(l, &m.title, &texts::day(l, at))
+            texts::reminder(l, title, &texts::day(l, at))
         } else {
-            texts::grace_notice(l, &m.title, &texts::day(l, at))
+            texts::grace_notice(l, title, &texts::day(l, at))
         };
         bot.send_message(e.user_id, &text).await?;
         Ok(None)

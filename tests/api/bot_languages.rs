@@ -1,0 +1,371 @@
+//! The bot speaks the buyer's language: whole conversations in Ukrainian and Russian, the
+//! language taken from Telegram's `language_code`, remembered, switched with `/language` and
+//! by staff, and the messages sent later (the grant, a payment notice) said in the language
+//! the buyer has when they are sent.
+
+use serde_json::{Value, json};
+
+use crate::{
+    bot::{
+        app_with, assert_answer, button_update, buttons, channel, messages_to, orders_of,
+        payment_update, pre_checkout_update, run, send, stars_channel, text_update,
+    },
+    fake_bot::FakeBot,
+};
+
+fn speaker(id: i64, language_code: &str) -> Value {
+    json!({"id": id, "is_bot": false, "first_name": "Оля", "username": format!("buyer{id}"),
+           "language_code": language_code})
+}
+
+fn text(reply: &Value) -> String {
+    reply["text"].as_str().unwrap().to_string()
+}
+
+#[track_caller]
+fn contains_all(text: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(text.contains(part), "{part:?} missing in {text}");
+    }
+}
+
+#[tokio::test]
+async fn a_ukrainian_buyer_is_answered_in_ukrainian_from_the_catalogue_to_the_join_link() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let c = stars_channel(&app, -100_900_001, json!({"title": "Rust щотижня"})).await;
+    channel(
+        &app,
+        -100_900_002,
+        json!({"title": "Картковий", "price_minor": 1_234_550, "currency": "UAH"}),
+    )
+    .await;
+    let buyer = speaker(7101, "uk");
+
+    let reply = send(&app, &text_update(&buyer, "/start")).await;
+    contains_all(
+        &text(&reply),
+        &[
+            "Ось канали, до яких можна приєднатися:",
+            "Rust щотижня\n250 ⭐ за 30 днів",
+            // ICU4X's Ukrainian digits: a no-break space between thousands, a decimal comma.
+            "12\u{a0}345,50 ₴ за 30 днів",
+            "Натисніть кнопку, щоб купити.",
+        ],
+    );
+    assert_eq!(
+        buttons(&reply)[0],
+        (
+            "Купити: Rust щотижня · 250 ⭐".to_string(),
+            format!("b:{c}")
+        )
+    );
+    assert_eq!(buttons(&reply)[1].0, "Купити: Картковий · 12\u{a0}345,50 ₴");
+
+    let reply = send(&app, &button_update(&buyer, &format!("b:{c}"))).await;
+    assert_answer(&reply, "Зараз надішлю рахунок.");
+    let again = send(&app, &button_update(&buyer, &format!("b:{c}"))).await;
+    assert_answer(
+        &again,
+        "Рахунок за цей канал — у чаті вище, він досі дійсний.",
+    );
+    run(&app).await;
+    let invoice = &fake.calls_of("sendInvoice")[0].params;
+    assert_eq!(
+        invoice["description"],
+        "Доступ до «Rust щотижня» на 30 днів."
+    );
+    assert_eq!(invoice["prices"][0]["label"], "Доступ на 30 днів");
+
+    let (_, reference, _) = orders_of(&app, 7101, c).await[0].clone();
+    let answer = send(&app, &pre_checkout_update("q-7101", 7101, &reference, 250)).await;
+    assert_eq!(answer["ok"], true, "{answer}");
+    send(
+        &app,
+        &payment_update("ch-7101", 7101, &reference, 250, None),
+    )
+    .await;
+    fake.clear_calls();
+    run(&app).await;
+    let grant = &messages_to(&fake, 7101)[0];
+    contains_all(
+        grant,
+        &[
+            "Оплату отримано, дякуємо! Ваш доступ до «Rust щотижня» діє до ",
+            " р. о ",
+            "Приєднатися: https://t.me/+fake",
+        ],
+    );
+
+    let reply = send(&app, &text_update(&buyer, "/subscriptions")).await;
+    contains_all(&text(&reply), &["Ваші канали:", "Rust щотижня\nДіє до "]);
+    assert_eq!(
+        buttons(&reply),
+        [("Продовжити: Rust щотижня".to_string(), format!("b:{c}"))]
+    );
+    // The language Telegram gave at the first purchase is remembered.
+    let s = app
+        .get("/api/subscribers?telegram_user_id=7101")
+        .await
+        .expect(200);
+    assert_eq!(s["items"][0]["language"], "uk", "{s}");
+}
+
+#[tokio::test]
+async fn a_russian_buyer_is_answered_in_russian_with_russian_plurals() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let c = stars_channel(
+        &app,
+        -100_900_011,
+        json!({"title": "Сигналы", "billing_period_days": 7, "price_minor": 2000}),
+    )
+    .await;
+    let buyer = speaker(7102, "ru-RU");
+    let reply = send(&app, &text_update(&buyer, "/help")).await;
+    contains_all(
+        &text(&reply),
+        &[
+            "Вот каналы, к которым можно присоединиться:",
+            "Сигналы\n2000 ⭐ за 7 дней",
+        ],
+    );
+    let reply = send(&app, &text_update(&buyer, "hello")).await;
+    contains_all(
+        &text(&reply),
+        &[
+            "Я продаю доступ к закрытым каналам.",
+            "/language — сменить язык",
+        ],
+    );
+    let reply = send(&app, &text_update(&buyer, "/code")).await;
+    assert_eq!(
+        text(&reply),
+        "Отправьте /code и свой промокод, например: /code SPRING25"
+    );
+    let reply = send(&app, &text_update(&buyer, "/code NOPE")).await;
+    assert_eq!(
+        text(&reply),
+        "К сожалению, код NOPE нельзя использовать: такого кода нет."
+    );
+    let reply = send(&app, &button_update(&buyer, "b:999999")).await;
+    assert_answer(
+        &reply,
+        "Эта кнопка больше не действует. Отправьте /start, чтобы увидеть каналы.",
+    );
+    let reply = send(&app, &text_update(&buyer, "/subscriptions")).await;
+    assert_eq!(
+        text(&reply),
+        "У вас пока нет каналов. Отправьте /start, чтобы увидеть каналы, к которым можно присоединиться."
+    );
+    send(&app, &button_update(&buyer, &format!("b:{c}"))).await;
+    run(&app).await;
+    let invoice = &fake.calls_of("sendInvoice")[0].params;
+    assert_eq!(invoice["description"], "Доступ к «Сигналы» на 7 дней.");
+    // A second payment of the paid order is refunded; the notice is in Russian.
+    let (_, reference, _) = orders_of(&app, 7102, c).await[0].clone();
+    send(&app, &payment_update("ru-1", 7102, &reference, 2000, None)).await;
+    send(&app, &payment_update("ru-2", 7102, &reference, 2000, None)).await;
+    run(&app).await;
+    let told: Vec<String> = messages_to(&fake, 7102)
+        .into_iter()
+        .filter(|m| m.contains("Звёзды будут возвращены"))
+        .collect();
+    assert_eq!(told.len(), 1, "{:?}", messages_to(&fake, 7102));
+    assert!(
+        told[0].starts_with("Не удалось зачесть ваш платёж 2000 ⭐ за «Сигналы»"),
+        "{told:?}"
+    );
+}
+
+#[tokio::test]
+async fn language_is_chosen_with_slash_language_and_by_staff_and_later_messages_follow_it() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let c = stars_channel(&app, -100_900_021, json!({"title": "Club"})).await;
+    // A language the bot does not speak: the default, English.
+    let buyer = speaker(7103, "de");
+    let reply = send(&app, &text_update(&buyer, "/start")).await;
+    assert!(text(&reply).starts_with("Here are the channels you can join:"));
+
+    let reply = send(&app, &text_update(&buyer, "/language")).await;
+    assert_eq!(text(&reply), "Choose the language I write in:");
+    assert_eq!(
+        buttons(&reply),
+        [
+            ("English".to_string(), "g:1".to_string()),
+            ("Українська".to_string(), "g:2".to_string()),
+            ("Русский".to_string(), "g:3".to_string()),
+        ]
+    );
+    let reply = send(&app, &button_update(&buyer, "g:2")).await;
+    assert_answer(&reply, "Відтепер я пишу українською.");
+    let reply = send(&app, &text_update(&buyer, "/start")).await;
+    assert!(text(&reply).starts_with("Ось канали"), "{reply}");
+    // A forged language button is refused in the buyer's language.
+    let reply = send(&app, &button_update(&buyer, "g:9")).await;
+    assert_answer(
+        &reply,
+        "Ця кнопка вже не діє. Надішліть /start, щоб побачити канали.",
+    );
+
+    // Bought in Ukrainian; before the grant is sent the buyer switches to Russian: the grant
+    // (rendered when it is sent) is in Russian.
+    send(&app, &button_update(&buyer, &format!("b:{c}"))).await;
+    let (_, reference, _) = orders_of(&app, 7103, c).await[0].clone();
+    send(
+        &app,
+        &payment_update("ch-7103", 7103, &reference, 250, None),
+    )
+    .await;
+    let reply = send(&app, &text_update(&buyer, "/language ru")).await;
+    assert_eq!(text(&reply), "Теперь я пишу по-русски.");
+    fake.clear_calls();
+    run(&app).await;
+    let grant = &messages_to(&fake, 7103)[0];
+    assert!(
+        grant.starts_with("Оплата получена, спасибо! Ваш доступ к «Club» действует до "),
+        "{grant}"
+    );
+    assert!(grant.contains(" г. в "), "{grant}");
+
+    // Staff see and set it; null goes back to the default (Telegram's language, else English).
+    let list = app
+        .get("/api/subscribers?telegram_user_id=7103")
+        .await
+        .expect(200);
+    assert_eq!(list["items"][0]["language"], "ru");
+    let id = list["items"][0]["id"].as_i64().unwrap();
+    let s = app
+        .patch(&format!("/api/subscribers/{id}"), json!({"language": "en"}))
+        .await
+        .expect(200);
+    assert_eq!(s["language"], "en");
+    let reply = send(&app, &text_update(&buyer, "/subscriptions")).await;
+    assert!(text(&reply).starts_with("Your channels:"), "{reply}");
+    let bad = app
+        .patch(&format!("/api/subscribers/{id}"), json!({"language": "de"}))
+        .await
+        .expect(422);
+    assert!(bad.to_string().contains("language"), "{bad}");
+    let s = app
+        .patch(&format!("/api/subscribers/{id}"), json!({"language": null}))
+        .await
+        .expect(200);
+    assert_eq!(s["language"], Value::Null);
+    let created = app
+        .post(
+            "/api/subscribers",
+            json!({"telegram_user_id": 7104, "language": "uk"}),
+        )
+        .await
+        .expect(201);
+    assert_eq!(created["language"], "uk");
+    let uk_buyer = speaker(7104, "en");
+    let reply = send(&app, &text_update(&uk_buyer, "/start")).await;
+    assert!(text(&reply).starts_with("Ось канали"), "{reply}");
+}
+
+#[tokio::test]
+async fn channel_and_plan_translations_are_read_in_the_buyers_language_with_fallback() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let c = stars_channel(
+        &app,
+        -100_900_031,
+        json!({"title": "Club", "description": "About the club.",
+               "translations": {"uk": {"title": "Клуб", "description": "Про клуб."},
+                                "ru": {"title": "Клуб по-русски"}}}),
+    )
+    .await;
+    let channel = app.get(&format!("/api/channels/{c}")).await.expect(200);
+    assert_eq!(
+        channel["translations"],
+        json!({"uk": {"title": "Клуб", "description": "Про клуб."},
+               "ru": {"title": "Клуб по-русски", "description": null}})
+    );
+    let plan = app
+        .post(
+            "/api/plans",
+            json!({"title": "Yearly", "channel_ids": [c], "price_minor": 2000,
+                   "period_days": 365, "translations": {"uk": {"title": "Річний"}}}),
+        )
+        .await
+        .expect(201);
+    assert_eq!(plan["translations"]["uk"]["title"], "Річний");
+
+    let uk = speaker(7105, "uk");
+    let reply = send(&app, &text_update(&uk, &format!("/start c{c}"))).await;
+    contains_all(
+        &text(&reply),
+        &[
+            "Клуб\nПро клуб.",
+            "• Клуб: 250 ⭐ за 30 днів",
+            "• Річний: 2000 ⭐ за 365 днів",
+        ],
+    );
+    // Russian: the title translated, the description falls back to the default one.
+    let ru = speaker(7106, "ru");
+    let reply = send(&app, &text_update(&ru, &format!("/start c{c}"))).await;
+    contains_all(
+        &text(&reply),
+        &[
+            "Клуб по-русски\nAbout the club.",
+            "• Yearly: 2000 ⭐ за 365 дней",
+        ],
+    );
+    // English: the default title and description.
+    let en = speaker(7107, "en");
+    let reply = send(&app, &text_update(&en, &format!("/start c{c}"))).await;
+    contains_all(
+        &text(&reply),
+        &["Club\nAbout the club.", "• Yearly: 2000 ⭐ for 365 days"],
+    );
+
+    // The invoice of the plan, in Ukrainian.
+    let plan_id = plan["id"].as_i64().unwrap();
+    send(&app, &button_update(&uk, &format!("p:{plan_id}"))).await;
+    run(&app).await;
+    let invoice = &fake.calls_of("sendInvoice")[0].params;
+    assert_eq!(invoice["title"], "Річний");
+    assert_eq!(invoice["description"], "Доступ до «Річний» на 365 днів.");
+
+    // Staff input is checked; {} removes every translation.
+    for (bad, field) in [
+        (
+            json!({"translations": {"de": {"title": "Klub"}}}),
+            "translations.de",
+        ),
+        (
+            json!({"translations": {"uk": {"title": ""}}}),
+            "translations.uk.title",
+        ),
+        (
+            json!({"translations": {"uk": {"title": "Клуб", "description": "я".repeat(1001)}}}),
+            "translations.uk.description",
+        ),
+        (json!({"translations": null}), "translations"),
+        (json!({"translations": "uk"}), "translations"),
+    ] {
+        let e = app
+            .patch(&format!("/api/channels/{c}"), bad.clone())
+            .await
+            .expect(422);
+        assert!(e.to_string().contains(field), "{bad}: {e}");
+    }
+    let e = app
+        .patch(
+            &format!("/api/plans/{plan_id}"),
+            json!({"translations": {"uk": {"title": "я".repeat(256)}}}),
+        )
+        .await
+        .expect(422);
+    assert!(e.to_string().contains("translations.uk.title"), "{e}");
+    let changed = app
+        .patch(&format!("/api/channels/{c}"), json!({"translations": {}}))
+        .await
+        .expect(200);
+    assert_eq!(changed["translations"], json!({}));
+    let reply = send(&app, &text_update(&uk, &format!("/start c{c}"))).await;
+    contains_all(&text(&reply), &["Club\nAbout the club."]);
+}
