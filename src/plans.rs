@@ -67,7 +67,8 @@ macro_rules! plan_columns {
     "channel_ids": [1], "kind": "paid", "price_minor": 19900, "currency": "UAH",
     "period_days": 30, "recurring": false, "active": true, "position": 0, "is_default": true,
     "buy_link": "https://t.me/subgate_bot?start=p1",
-    "created_at": "2025-01-01T10:00:00Z", "updated_at": "2025-01-01T10:00:00Z"}))]
+    "created_at": "2025-01-01T10:00:00Z", "updated_at": "2025-01-01T10:00:00Z",
+    "translations": {"uk": {"title": "Преміум-сигнали", "description": null}}}))]
 pub struct Plan {
     pub id: i64,
     pub title: String,

@@ -73,7 +73,7 @@ pub struct ChannelInput {
     recurring: Option<bool>,
     /// The title and description in other languages: `{"uk": {"title", "description"}}`
     /// (languages `en`, `uk`, `ru`; title 1..255, description at most 1000 characters).
-    #[schema(nullable = false, value_type = HashMap<String, Translation>)]
+    #[schema(nullable = false, value_type = Option<HashMap<String, Translation>>)]
     translations: Option<Value>,
 }
 

@@ -37,6 +37,9 @@ pub struct SubscriberBody {
     pub username: Option<String>,
     #[serde(deserialize_with = "Option::deserialize")]
     pub display_name: Option<String>,
+    /// `en`, `uk`, `ru`, or null (the default).
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub language: Option<String>,
     pub created_at: String,
     pub updated_at: String,
 }

@@ -10,23 +10,13 @@ use crate::{
         app_with, assert_answer, button_update, buttons, channel, messages_to, orders_of,
         payment_update, pre_checkout_update, run, send, stars_channel, text_update,
     },
+    bot_plans::{assert_contains, text},
     fake_bot::FakeBot,
 };
 
 fn speaker(id: i64, language_code: &str) -> Value {
     json!({"id": id, "is_bot": false, "first_name": "Оля", "username": format!("buyer{id}"),
            "language_code": language_code})
-}
-
-fn text(reply: &Value) -> String {
-    reply["text"].as_str().unwrap().to_string()
-}
-
-#[track_caller]
-fn contains_all(text: &str, parts: &[&str]) {
-    for part in parts {
-        assert!(text.contains(part), "{part:?} missing in {text}");
-    }
 }
 
 #[tokio::test]
@@ -43,7 +33,7 @@ async fn a_ukrainian_buyer_is_answered_in_ukrainian_from_the_catalogue_to_the_jo
     let buyer = speaker(7101, "uk");
 
     let reply = send(&app, &text_update(&buyer, "/start")).await;
-    contains_all(
+    assert_contains(
         &text(&reply),
         &[
             "Ось канали, до яких можна приєднатися:",
@@ -88,7 +78,7 @@ async fn a_ukrainian_buyer_is_answered_in_ukrainian_from_the_catalogue_to_the_jo
     fake.clear_calls();
     run(&app).await;
     let grant = &messages_to(&fake, 7101)[0];
-    contains_all(
+    assert_contains(
         grant,
         &[
             "Оплату отримано, дякуємо! Ваш доступ до «Rust щотижня» діє до ",
@@ -98,7 +88,7 @@ async fn a_ukrainian_buyer_is_answered_in_ukrainian_from_the_catalogue_to_the_jo
     );
 
     let reply = send(&app, &text_update(&buyer, "/subscriptions")).await;
-    contains_all(&text(&reply), &["Ваші канали:", "Rust щотижня\nДіє до "]);
+    assert_contains(&text(&reply), &["Ваші канали:", "Rust щотижня\nДіє до "]);
     assert_eq!(
         buttons(&reply),
         [("Продовжити: Rust щотижня".to_string(), format!("b:{c}"))]
@@ -123,7 +113,7 @@ async fn a_russian_buyer_is_answered_in_russian_with_russian_plurals() {
     .await;
     let buyer = speaker(7102, "ru-RU");
     let reply = send(&app, &text_update(&buyer, "/help")).await;
-    contains_all(
+    assert_contains(
         &text(&reply),
         &[
             "Вот каналы, к которым можно присоединиться:",
@@ -131,7 +121,7 @@ async fn a_russian_buyer_is_answered_in_russian_with_russian_plurals() {
         ],
     );
     let reply = send(&app, &text_update(&buyer, "hello")).await;
-    contains_all(
+    assert_contains(
         &text(&reply),
         &[
             "Я продаю доступ к закрытым каналам.",
@@ -296,7 +286,7 @@ async fn channel_and_plan_translations_are_read_in_the_buyers_language_with_fall
 
     let uk = speaker(7105, "uk");
     let reply = send(&app, &text_update(&uk, &format!("/start c{c}"))).await;
-    contains_all(
+    assert_contains(
         &text(&reply),
         &[
             "Клуб\nПро клуб.",
@@ -307,7 +297,7 @@ async fn channel_and_plan_translations_are_read_in_the_buyers_language_with_fall
     // Russian: the title translated, the description falls back to the default one.
     let ru = speaker(7106, "ru");
     let reply = send(&app, &text_update(&ru, &format!("/start c{c}"))).await;
-    contains_all(
+    assert_contains(
         &text(&reply),
         &[
             "Клуб по-русски\nAbout the club.",
@@ -317,7 +307,7 @@ async fn channel_and_plan_translations_are_read_in_the_buyers_language_with_fall
     // English: the default title and description.
     let en = speaker(7107, "en");
     let reply = send(&app, &text_update(&en, &format!("/start c{c}"))).await;
-    contains_all(
+    assert_contains(
         &text(&reply),
         &["Club\nAbout the club.", "• Yearly: 2000 ⭐ for 365 days"],
     );
@@ -367,5 +357,5 @@ async fn channel_and_plan_translations_are_read_in_the_buyers_language_with_fall
         .expect(200);
     assert_eq!(changed["translations"], json!({}));
     let reply = send(&app, &text_update(&uk, &format!("/start c{c}"))).await;
-    contains_all(&text(&reply), &["Club\nAbout the club."]);
+    assert_contains(&text(&reply), &["Club\nAbout the club."]);
 }

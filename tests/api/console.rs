@@ -274,8 +274,12 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
         .await;
     browser.fill("#new-subscriber-username", "ann").await;
     browser.fill("#new-subscriber-display_name", "Ann K.").await;
+    browser
+        .select("#new-subscriber-language", "Українська (uk)")
+        .await;
     browser.click("#new-subscriber button[type=submit]").await;
     browser.wait_text("main h1", "Subscriber @ann").await;
+    browser.wait_text("main dl", "Українська (uk)").await;
     let ann: i32 = app
         .db()
         .await
@@ -286,6 +290,25 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
         .await
         .unwrap()
         .get(0);
+    // The bot's language for this buyer, changed by staff.
+    browser
+        .select("#sub-language-language", "Русский (ru)")
+        .await;
+    browser.click("#sub-language button[type=submit]").await;
+    browser
+        .wait_text(
+            "#status",
+            "The bot now writes to this subscriber in Русский (ru).",
+        )
+        .await;
+    let language: Option<String> = app
+        .db()
+        .await
+        .query_one("SELECT language FROM subscribers WHERE id = $1", &[&ann])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(language.as_deref(), Some("ru"));
     browser.click("a[href='#/subscribers']").await;
     browser.fill("#search-q", "@ANN").await;
     browser.click("#search button[type=submit]").await;

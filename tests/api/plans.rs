@@ -37,6 +37,8 @@ struct PlanBody {
     buy_link: Option<String>,
     created_at: String,
     updated_at: String,
+    /// `{language: {"title", "description"}}`.
+    translations: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Asserts a 422 whose `errors` names exactly `fields`.

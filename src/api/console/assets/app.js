@@ -1284,7 +1284,8 @@
       h('div', { class: 'grid' },
         field('Telegram user id', h('input', { id: `${f}-telegram_user_id`, name: 'telegram_user_id', inputmode: 'numeric', required: true })),
         field('Username', h('input', { id: `${f}-username`, name: 'username', maxlength: 64 })),
-        field('Display name', h('input', { id: `${f}-display_name`, name: 'display_name', maxlength: 128 }))),
+        field('Display name', h('input', { id: `${f}-display_name`, name: 'display_name', maxlength: 128 })),
+        field('Bot language', languageSelect(`${f}-language`, null))),
       h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Create subscriber')));
     create.addEventListener('submit', async (e) => {
       e.preventDefault();
@@ -1292,6 +1293,7 @@
       const body = { telegram_user_id: v('telegram_user_id') === '' ? null : Number(v('telegram_user_id')) };
       if (v('username')) body.username = v('username').replace(/^@/, '');
       if (v('display_name')) body.display_name = v('display_name');
+      if (v('language')) body.language = v('language');
       await busy(create, async () => {
         try {
           const s = await post(create, '/subscribers', body);
@@ -1304,6 +1306,21 @@
       });
     });
     main.append(create);
+  }
+
+  /** The languages the bot speaks, each in its own name. */
+  const LANGUAGES = [['en', 'English'], ['uk', 'Українська'], ['ru', 'Русский']];
+
+  /** A subscriber's bot language: one of LANGUAGES, or the default (empty value). */
+  function languageSelect(id, current) {
+    return h('select', { id, name: 'language' },
+      h('option', { value: '', selected: !current }, 'Default (their Telegram app’s, else the bot’s)'),
+      LANGUAGES.map(([code, name]) => h('option', { value: code, selected: current === code }, `${name} (${code})`)));
+  }
+
+  function languageName(code) {
+    const found = LANGUAGES.find(([c]) => c === code);
+    return found ? `${found[1]} (${code})` : 'Default';
   }
 
   /** Draws a keyset-paged list into `container` with a "Load more" button. */
@@ -1345,8 +1362,32 @@
       ['Telegram user id', String(s.telegram_user_id)],
       ['Username', s.username ? '@' + s.username : '—'],
       ['Display name', s.display_name || '—'],
+      ['Bot language', languageName(s.language)],
       ['Created', when(s.created_at)],
     ]));
+
+    // The language the bot speaks to them.
+    const lf = 'sub-language';
+    const langForm = h('form', { id: lf, class: 'card', method: 'post', novalidate: true },
+      h('h2', {}, 'Bot language'),
+      h('p', { class: 'hint' }, 'The bot writes to this buyer in this language. They can change it themselves with /language.'),
+      h('div', { class: 'grid' }, field('Language', languageSelect(`${lf}-language`, s.language))),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Save language')));
+    langForm.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      const code = langForm.elements.language.value || null;
+      await busy(langForm, async () => {
+        try {
+          await api('PATCH', `/subscribers/${s.id}`, { language: code });
+          await renderSubscriber(id, new URLSearchParams());
+          say(`The bot now writes to this subscriber in ${languageName(code)}.`);
+        } catch (err) {
+          showFieldErrors(langForm, err);
+          fail(err);
+        }
+      });
+    });
+    main.append(langForm);
 
     // Memberships, with corrections, deletes and history.
     const ms = h('section', { 'aria-labelledby': 'sub-memberships' }, h('h2', { id: 'sub-memberships' }, 'Memberships'));
