@@ -359,3 +359,79 @@ async fn channel_and_plan_translations_are_read_in_the_buyers_language_with_fall
     let reply = send(&app, &text_update(&uk, &format!("/start c{c}"))).await;
     assert_contains(&text(&reply), &["Club\nAbout the club."]);
 }
+
+/// Runs `subgate migrate` with the bot's language settings; returns whether it succeeded and
+/// its standard error.
+async fn start_with(
+    app: &crate::helpers::TestApp,
+    vars: Vec<(&'static str, String)>,
+) -> (bool, String) {
+    let url = crate::helpers::url_for(&app.db_name);
+    tokio::task::spawn_blocking(move || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_subgate"))
+            .arg("migrate")
+            .env_clear()
+            .env("DATABASE_URL", &url)
+            .env("JWT_SECRET", crate::helpers::JWT_SECRET)
+            .envs(vars)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("the subgate binary runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn start_up_stops_with_one_line_on_a_bad_message_file_or_language() {
+    let app = crate::helpers::TestApp::spawn().await;
+    let dir = std::env::temp_dir().join(format!("subgate-bot-messages-{}", app.db_name));
+    std::fs::create_dir_all(dir.join("uk")).unwrap();
+    let shipped = include_str!("../../locales/uk/bot.ftl");
+    let file = dir.join("uk").join("bot.ftl");
+    let dir_var = dir.to_string_lossy().into_owned();
+
+    // A file that passes the check replaces the shipped one; start-up goes on.
+    std::fs::write(&file, shipped.replace("Ось канали", "Наші канали")).unwrap();
+    let (ok, stderr) = start_with(&app, vec![("BOT_MESSAGES_DIR", dir_var.clone())]).await;
+    assert!(ok, "{stderr}");
+
+    // A placeholder that does not match the English message's.
+    std::fs::write(&file, shipped.replace("{ $ends }", "{ $until }")).unwrap();
+    let (ok, stderr) = start_with(&app, vec![("BOT_MESSAGES_DIR", dir_var.clone())]).await;
+    assert!(!ok);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{}: message reminder uses placeholders",
+            file.display()
+        )),
+        "{stderr}"
+    );
+
+    // A message missing.
+    let without: String = shipped
+        .lines()
+        .filter(|l| !l.starts_with("renew-button"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&file, without).unwrap();
+    let (ok, stderr) = start_with(&app, vec![("BOT_MESSAGES_DIR", dir_var.clone())]).await;
+    assert!(
+        !ok && stderr.contains("message renew-button is missing"),
+        "{stderr}"
+    );
+
+    let (ok, stderr) = start_with(&app, vec![("BOT_DEFAULT_LANGUAGE", "de".into())]).await;
+    assert!(
+        !ok && stderr.contains("BOT_DEFAULT_LANGUAGE must be en, uk or ru"),
+        "{stderr}"
+    );
+    let (ok, stderr) = start_with(&app, vec![("BOT_DEFAULT_LANGUAGE", "ru".into())]).await;
+    assert!(ok, "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
