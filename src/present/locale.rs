@@ -222,7 +222,7 @@ pub const FILE: &str = "bot.ftl";
 
 impl Catalogue {
     fn load(dir: Option<&Path>, default: Language) -> Result<Catalogue, String> {
-        let reference = messages(&format!("locales/en/{FILE}"), Language::En.shipped())?;
+        let reference = english_set();
         if let Some(dir) = dir {
             let entries = std::fs::read_dir(dir)
                 .map_err(|e| format!("BOT_MESSAGES_DIR {}: {e}", dir.display()))?;
@@ -274,7 +274,7 @@ impl Catalogue {
 }
 
 /// A file's messages: id → the names of the placeholders it uses (sorted).
-pub type Messages = HashMap<String, Vec<String>>;
+type Messages = HashMap<String, Vec<String>>;
 
 /// The messages of `source`, or the first syntax error, as `file:line: …`.
 fn messages(file: &str, source: &str) -> Result<Messages, String> {
@@ -347,7 +347,7 @@ fn inline_vars(i: &ast::InlineExpression<&str>, out: &mut Vec<String>) {
 /// Checks the messages of `file` against the English set: the same ids, each with the same
 /// placeholders, and a date pattern `chrono` can use. The error is one line naming the file and
 /// the message.
-pub fn check(file: &str, source: &str, reference: &Messages) -> Result<(), String> {
+fn check(file: &str, source: &str, reference: &Messages) -> Result<(), String> {
     let found = messages(file, source)?;
     let mut ids: Vec<&String> = reference.keys().chain(found.keys()).collect();
     ids.sort();
@@ -395,14 +395,9 @@ pub fn check(file: &str, source: &str, reference: &Messages) -> Result<(), Strin
 /// The message holding a language's date pattern (`chrono`'s strftime syntax).
 pub const DATE_FORMAT: &str = "date-time-format";
 
-/// The shipped English set, for tests.
-pub fn english_set() -> Messages {
+/// The shipped English set: the ids and placeholders every language must have.
+fn english_set() -> Messages {
     messages("locales/en/bot.ftl", Language::En.shipped()).expect("the shipped English file reads")
-}
-
-/// A shipped language's file, for tests.
-pub fn shipped(lang: Language) -> &'static str {
-    lang.shipped()
 }
 
 #[cfg(test)]
