@@ -34,7 +34,7 @@ async fn a_ukrainian_buyer_is_answered_in_ukrainian_from_the_catalogue_to_the_jo
 
     let reply = send(&app, &text_update(&buyer, "/start")).await;
     assert_contains(
-        &text(&reply),
+        text(&reply),
         &[
             "Ось канали, до яких можна приєднатися:",
             "Rust щотижня\n250 ⭐ за 30 днів",
@@ -88,7 +88,7 @@ async fn a_ukrainian_buyer_is_answered_in_ukrainian_from_the_catalogue_to_the_jo
     );
 
     let reply = send(&app, &text_update(&buyer, "/subscriptions")).await;
-    assert_contains(&text(&reply), &["Ваші канали:", "Rust щотижня\nДіє до "]);
+    assert_contains(text(&reply), &["Ваші канали:", "Rust щотижня\nДіє до "]);
     assert_eq!(
         buttons(&reply),
         [("Продовжити: Rust щотижня".to_string(), format!("b:{c}"))]
@@ -114,7 +114,7 @@ async fn a_russian_buyer_is_answered_in_russian_with_russian_plurals() {
     let buyer = speaker(7102, "ru-RU");
     let reply = send(&app, &text_update(&buyer, "/help")).await;
     assert_contains(
-        &text(&reply),
+        text(&reply),
         &[
             "Вот каналы, к которым можно присоединиться:",
             "Сигналы\n2000 ⭐ за 7 дней",
@@ -122,7 +122,7 @@ async fn a_russian_buyer_is_answered_in_russian_with_russian_plurals() {
     );
     let reply = send(&app, &text_update(&buyer, "hello")).await;
     assert_contains(
-        &text(&reply),
+        text(&reply),
         &[
             "Я продаю доступ к закрытым каналам.",
             "/language — сменить язык",
@@ -287,7 +287,7 @@ async fn channel_and_plan_translations_are_read_in_the_buyers_language_with_fall
     let uk = speaker(7105, "uk");
     let reply = send(&app, &text_update(&uk, &format!("/start c{c}"))).await;
     assert_contains(
-        &text(&reply),
+        text(&reply),
         &[
             "Клуб\nПро клуб.",
             "• Клуб: 250 ⭐ за 30 днів",
@@ -298,7 +298,7 @@ async fn channel_and_plan_translations_are_read_in_the_buyers_language_with_fall
     let ru = speaker(7106, "ru");
     let reply = send(&app, &text_update(&ru, &format!("/start c{c}"))).await;
     assert_contains(
-        &text(&reply),
+        text(&reply),
         &[
             "Клуб по-русски\nAbout the club.",
             "• Yearly: 2000 ⭐ за 365 дней",
@@ -308,7 +308,7 @@ async fn channel_and_plan_translations_are_read_in_the_buyers_language_with_fall
     let en = speaker(7107, "en");
     let reply = send(&app, &text_update(&en, &format!("/start c{c}"))).await;
     assert_contains(
-        &text(&reply),
+        text(&reply),
         &["Club\nAbout the club.", "• Yearly: 2000 ⭐ for 365 days"],
     );
 
@@ -357,7 +357,7 @@ async fn channel_and_plan_translations_are_read_in_the_buyers_language_with_fall
         .expect(200);
     assert_eq!(changed["translations"], json!({}));
     let reply = send(&app, &text_update(&uk, &format!("/start c{c}"))).await;
-    assert_contains(&text(&reply), &["Club\nAbout the club."]);
+    assert_contains(text(&reply), &["Club\nAbout the club."]);
 }
 
 /// Runs `subgate migrate` with the bot's language settings; returns whether it succeeded and
