@@ -435,3 +435,59 @@ async fn start_up_stops_with_one_line_on_a_bad_message_file_or_language() {
     assert!(ok, "{stderr}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test]
+async fn reminders_and_grace_notices_are_said_in_the_remembered_language() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let user = 7108;
+    let s = app
+        .post(
+            "/api/subscribers",
+            json!({"telegram_user_id": user, "language": "uk"}),
+        )
+        .await
+        .expect(201)["id"]
+        .as_i64()
+        .unwrap();
+    let c = channel(
+        &app,
+        -100_900_041,
+        json!({"title": "Club", "grace_period_days": 3,
+               "translations": {"uk": {"title": "Клуб"}}}),
+    )
+    .await;
+    let m = crate::effects::grant(&app, s, c, 30).await;
+    run(&app).await;
+    assert!(
+        messages_to(&fake, user)[0].starts_with("Оплату отримано, дякуємо! Ваш доступ до «Клуб»"),
+        "{:?}",
+        messages_to(&fake, user)
+    );
+
+    let soon = (chrono::Utc::now() + chrono::Duration::days(2)).to_rfc3339();
+    crate::effects::patch_membership(&app, m, json!({"expires_at": soon})).await;
+    fake.clear_calls();
+    run(&app).await;
+    let reminder = &messages_to(&fake, user)[0];
+    assert!(
+        reminder.starts_with("Ваш доступ до «Клуб» закінчується ")
+            && reminder.contains(" р. о ")
+            && reminder.ends_with("щоб не втратити: /subscriptions"),
+        "{reminder}"
+    );
+
+    // The buyer switches to Russian; the grace notice follows.
+    let reply = send(&app, &text_update(&speaker(user, "uk"), "/language ru")).await;
+    assert_eq!(text(&reply), "Теперь я пишу по-русски.");
+    let past = (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339();
+    crate::effects::patch_membership(&app, m, json!({"expires_at": past})).await;
+    assert_eq!(crate::effects::sweep(&app).await["to_grace"], 1);
+    fake.clear_calls();
+    run(&app).await;
+    let notice = &messages_to(&fake, user)[0];
+    assert!(
+        notice.starts_with("Ваш доступ к «Club» закончился ") && notice.contains("льготный период"),
+        "{notice}"
+    );
+}
