@@ -207,6 +207,17 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
             "Daily trading signals with a weekly review.",
         )
         .await;
+    // A description without a title in a language is refused before anything is sent.
+    browser
+        .fill("#channel-tr-uk-description", "Щоденні торгові сигнали.")
+        .await;
+    browser.click("#channel button[type=submit]").await;
+    browser
+        .wait_text("#channel-tr-uk-title-error", "is needed with a description")
+        .await;
+    browser
+        .fill("#channel-tr-uk-title", "Преміум-сигнали")
+        .await;
     browser.click("#channel button[type=submit]").await;
     browser
         .wait_text("#status", "Created channel “Premium signals”")
@@ -218,7 +229,8 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
         .db()
         .await
         .query_one(
-            "SELECT id, price_minor, currency, grace_period_days, seat_limit, description
+            "SELECT id, price_minor, currency, grace_period_days, seat_limit, description,
+                    translations
              FROM channels WHERE telegram_chat_id = -1001000000001",
             &[],
         )
@@ -236,6 +248,10 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
     assert_eq!(
         row.get::<_, Option<String>>(5).as_deref(),
         Some("Daily trading signals with a weekly review.")
+    );
+    assert_eq!(
+        row.get::<_, serde_json::Value>(6),
+        json!({"uk": {"title": "Преміум-сигнали", "description": "Щоденні торгові сигнали."}})
     );
     let buy_link = browser.find("#channel-buy-link").await;
     assert_eq!(
@@ -622,6 +638,7 @@ async fn offers(browser: &Browser, app: &TestApp, base: &str, shots: &Shots, cha
     shot(browser, shots, "11-plan-error").await;
     assert_eq!(app.count("plans WHERE title = 'Premium yearly'").await, 0);
     browser.fill("#plan-period_days", "365").await;
+    browser.fill("#plan-tr-ru-title", "Премиум на год").await;
     browser.click("#plan button[type=submit]").await;
     browser
         .wait_text("#status", "Created plan “Premium yearly”")
@@ -632,7 +649,7 @@ async fn offers(browser: &Browser, app: &TestApp, base: &str, shots: &Shots, cha
         .await
         .query_one(
             "SELECT p.id, p.kind, p.price_minor, p.currency, p.period_days, p.position,
-                    array_agg(pc.channel_id ORDER BY pc.position)
+                    array_agg(pc.channel_id ORDER BY pc.position), p.translations
              FROM plans p JOIN plan_channels pc ON pc.plan_id = p.id
              WHERE p.title = 'Premium yearly' GROUP BY p.id",
             &[],
@@ -646,6 +663,10 @@ async fn offers(browser: &Browser, app: &TestApp, base: &str, shots: &Shots, cha
     assert_eq!(row.get::<_, Option<i32>>(4), Some(365));
     assert_eq!(row.get::<_, i32>(5), 1);
     assert_eq!(row.get::<_, Vec<i32>>(6), vec![channel_id]);
+    assert_eq!(
+        row.get::<_, Value>(7),
+        json!({"ru": {"title": "Премиум на год", "description": null}})
+    );
     let buy_link = browser.find("#plan-buy-link").await;
     assert_eq!(
         browser.value(&buy_link).await,

@@ -660,6 +660,7 @@
         field('Seat limit', input('seat_limit', { value: c.seat_limit === null ? '' : String(c.seat_limit), type: 'number', min: 1 }),
           'Empty for unlimited.')),
       field('Description (shown to buyers)', h('textarea', { id: `${f}-description`, name: 'description', rows: 3, maxlength: 1000 }, c.description || '')),
+      translationFields(f, c.translations),
       field('Active (on sale)', input('active', { type: 'checkbox', checked: c.active })),
       field('Recurring (Telegram Stars subscription)', input('recurring', { type: 'checkbox', checked: !!c.recurring }),
         'XTR and a 30-day period only; renews by itself every 30 days.'),
@@ -723,6 +724,7 @@
         active: form.elements.active.checked,
         recurring: form.elements.recurring.checked,
       };
+      const translations = readTranslations(form, clientErrors);
       if (Object.keys(clientErrors).length) {
         showFieldErrors(form, new ApiError(422, { errors: clientErrors }));
         fail(new ApiError(422, { detail: 'Some fields are invalid', errors: clientErrors }));
@@ -738,10 +740,13 @@
           body[k] = val;
         }
       }
+      if (JSON.stringify(translations) !== JSON.stringify((existing && existing.translations) || {})) {
+        body.translations = translations;
+      }
       await saveResource(form, existing, body, {
         path: '/channels',
         name: (saved) => `channel “${saved.title}”`,
-        fields: { price_minor: 'price' },
+        fields: Object.assign({ price_minor: 'price' }, TRANSLATION_FIELDS),
         done: (saved) => {
           channelCache = null;
           planCache = null;
@@ -1012,6 +1017,7 @@
       field('Lifetime (no end)', lifetime, 'Access that never expires; buying it again is refused while it is live.'),
       bundle,
       field('Description (shown to buyers)', h('textarea', { id: `${f}-description`, name: 'description', rows: 3, maxlength: 1000 }, p.description || '')),
+      translationFields(f, p.translations),
       field('Active (on sale)', input('active', { type: 'checkbox', checked: p.active })),
       field('Recurring (Telegram Stars subscription)', input('recurring', { type: 'checkbox', checked: !!p.recurring }),
         'XTR and a 30-day period only; renews by itself every 30 days.'),
@@ -1060,6 +1066,7 @@
         position: v('position') === '' ? 0 : Number(v('position')),
         active: form.elements.active.checked,
         recurring: form.elements.recurring.checked,
+        translations: readTranslations(form, clientErrors),
       };
       if (wanted.period_days === undefined) clientErrors.period_days = 'is required (or tick Lifetime)';
       if (Object.keys(clientErrors).length) {
@@ -1079,7 +1086,7 @@
       await saveResource(form, existing, body, {
         path: '/plans',
         name: (saved) => `plan “${saved.title}”`,
-        fields: { price_minor: 'price' },
+        fields: Object.assign({ price_minor: 'price' }, TRANSLATION_FIELDS),
         done: (saved) => {
           planCache = null;
           go(`#/plans/${saved.id}`);
@@ -1322,6 +1329,36 @@
     const found = LANGUAGES.find(([c]) => c === code);
     return found ? `${found[1]} (${code})` : 'Default';
   }
+
+  /** A channel's or plan's title and description per language (`translations`). */
+  function translationFields(f, translations) {
+    const tr = translations || {};
+    return h('fieldset', { class: 'group translations' },
+      h('legend', {}, 'Translations'),
+      h('p', { class: 'hint' }, 'What buyers who read the bot in that language see; left empty, they see the title and description above.'),
+      LANGUAGES.map(([code, name]) => h('div', { class: 'grid' },
+        field(`Title in ${name}`, h('input', { id: `${f}-tr-${code}-title`, name: `tr-${code}-title`, maxlength: 255, value: (tr[code] && tr[code].title) || '' })),
+        field(`Description in ${name}`, h('textarea', { id: `${f}-tr-${code}-description`, name: `tr-${code}-description`, rows: 2, maxlength: 1000 },
+          (tr[code] && tr[code].description) || '')))));
+  }
+
+  /** The `translations` the fields say; a description without a title is a client error. */
+  function readTranslations(form, clientErrors) {
+    const out = {};
+    for (const [code] of LANGUAGES) {
+      const title = form.elements[`tr-${code}-title`].value.trim();
+      const description = form.elements[`tr-${code}-description`].value.trim();
+      if (title) out[code] = { title, description: description || null };
+      else if (description) clientErrors[`tr-${code}-title`] = 'is needed with a description';
+    }
+    return out;
+  }
+
+  /** The API's field names of translations, mapped to their inputs. */
+  const TRANSLATION_FIELDS = Object.fromEntries(LANGUAGES.flatMap(([code]) => [
+    [`translations.${code}.title`, `tr-${code}-title`],
+    [`translations.${code}.description`, `tr-${code}-description`],
+  ]));
 
   /** Draws a keyset-paged list into `container` with a "Load more" button. */
   async function pagedList(container, path, live, draw) {
