@@ -592,8 +592,12 @@ impl Telegram {
             bot_username,
             default_language: match vars.get("BOT_DEFAULT_LANGUAGE") {
                 None => Language::En,
-                Some(code) => Language::parse(code.trim())
-                    .ok_or_else(|| err("BOT_DEFAULT_LANGUAGE must be en, uk or ru"))?,
+                Some(code) => Language::parse(code.trim()).ok_or_else(|| {
+                    err(format!(
+                        "BOT_DEFAULT_LANGUAGE must be {}",
+                        Language::spellings()
+                    ))
+                })?,
             },
             messages_dir: vars.get("BOT_MESSAGES_DIR").map(PathBuf::from),
         })

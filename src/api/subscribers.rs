@@ -76,8 +76,7 @@ fn check_language(e: &mut Errors, v: Option<&str>) -> Option<Language> {
     let v = v?;
     let l = Language::parse(v);
     if l.is_none() {
-        let codes: Vec<&str> = Language::ALL.iter().map(|l| l.code()).collect();
-        e.add("language", format!("must be one of {}", codes.join(", ")));
+        e.add("language", format!("must be {}", Language::spellings()));
     }
     l
 }

@@ -29,50 +29,21 @@ use std::{collections::HashMap, path::Path, sync::OnceLock};
 
 use fluent_bundle::{FluentArgs, FluentResource, FluentValue, concurrent::FluentBundle};
 use fluent_syntax::ast;
-use serde::{Deserialize, Serialize};
 
-/// A language the bot speaks.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    utoipa::ToSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Language {
-    /// English, the shipped default.
-    En,
-    /// Ukrainian.
-    Uk,
-    /// Russian.
-    Ru,
+crate::text_enum! {
+    /// A language the bot speaks (its spelling is the `subscribers.language` value).
+    #[derive(PartialOrd, Ord)]
+    pub enum Language {
+        /// English, the shipped default.
+        En => "en",
+        /// Ukrainian.
+        Uk => "uk",
+        /// Russian.
+        Ru => "ru",
+    }
 }
 
 impl Language {
-    /// Every language, English (the reference set) first.
-    pub const ALL: [Language; 3] = [Language::En, Language::Uk, Language::Ru];
-
-    /// Its code: `en`, `uk`, `ru` (the `subscribers.language` values).
-    pub fn code(self) -> &'static str {
-        match self {
-            Language::En => "en",
-            Language::Uk => "uk",
-            Language::Ru => "ru",
-        }
-    }
-
-    /// The language with this code (exactly: `en`, `uk`, `ru`).
-    pub fn parse(code: &str) -> Option<Language> {
-        Language::ALL.into_iter().find(|l| l.code() == code)
-    }
-
     /// The language of Telegram's `language_code` (an IETF tag such as `uk` or `ru-RU`): its
     /// first subtag, in any case; `None` when the bot does not speak it.
     pub fn of_tag(tag: &str) -> Option<Language> {
@@ -121,42 +92,6 @@ impl Language {
             Language::Uk => icu_locale_core::locale!("uk"),
             Language::Ru => icu_locale_core::locale!("ru"),
         }
-    }
-}
-
-impl std::fmt::Display for Language {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.code())
-    }
-}
-
-impl postgres_types::ToSql for Language {
-    fn to_sql(
-        &self,
-        ty: &postgres_types::Type,
-        out: &mut bytes::BytesMut,
-    ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
-        self.code().to_sql(ty, out)
-    }
-
-    fn accepts(ty: &postgres_types::Type) -> bool {
-        <&str as postgres_types::ToSql>::accepts(ty)
-    }
-
-    postgres_types::to_sql_checked!();
-}
-
-impl<'a> postgres_types::FromSql<'a> for Language {
-    fn from_sql(
-        ty: &postgres_types::Type,
-        raw: &'a [u8],
-    ) -> Result<Language, Box<dyn std::error::Error + Sync + Send>> {
-        let code = <&str as postgres_types::FromSql>::from_sql(ty, raw)?;
-        Language::parse(code).ok_or_else(|| format!("unknown language {code:?}").into())
-    }
-
-    fn accepts(ty: &postgres_types::Type) -> bool {
-        <&str as postgres_types::FromSql>::accepts(ty)
     }
 }
 
@@ -241,7 +176,7 @@ impl Catalogue {
         let mut bundles = HashMap::new();
         for lang in Language::ALL {
             let replaced = dir
-                .map(|d| d.join(lang.code()).join(FILE))
+                .map(|d| d.join(lang.as_str()).join(FILE))
                 .filter(|p| p.exists());
             let (file, source) = match &replaced {
                 Some(path) => (
@@ -250,7 +185,7 @@ impl Catalogue {
                         .map_err(|e| format!("{}: {e}", path.display()))?,
                 ),
                 None => (
-                    format!("locales/{}/{FILE}", lang.code()),
+                    format!("locales/{}/{FILE}", lang.as_str()),
                     lang.shipped().to_string(),
                 ),
             };
@@ -258,7 +193,7 @@ impl Catalogue {
             let resource = FluentResource::try_new(source)
                 .map_err(|_| format!("{file}: not a Fluent file"))?;
             let mut bundle = FluentBundle::new_concurrent(vec![
-                lang.code()
+                lang.as_str()
                     .parse()
                     .expect("a language code is a language identifier"),
             ]);
