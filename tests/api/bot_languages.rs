@@ -491,3 +491,74 @@ async fn reminders_and_grace_notices_are_said_in_the_remembered_language() {
         "{notice}"
     );
 }
+
+#[tokio::test]
+async fn the_configured_default_language_speaks_to_buyers_the_bot_knows_nothing_about() {
+    let app = crate::helpers::TestApp::spawn().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let secret = "default-language-secret";
+    let _server = tokio::process::Command::new(env!("CARGO_BIN_EXE_subgate"))
+        .args(["serve", "--no-migrate"])
+        .env_clear()
+        .env("DATABASE_URL", crate::helpers::url_for(&app.db_name))
+        .env("JWT_SECRET", crate::helpers::JWT_SECRET)
+        .env("BIND_ADDR", format!("127.0.0.1:{port}"))
+        .env("TELEGRAM_WEBHOOK_SECRET", secret)
+        .env("BOT_DEFAULT_LANGUAGE", "ru")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the subgate binary runs");
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !http
+        .get(format!("{base}/readyz"))
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success())
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server did not start"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let ask = |from: Value| {
+        let http = http.clone();
+        let url = format!("{base}/api/webhook/telegram");
+        async move {
+            let r = http
+                .post(url)
+                .header("X-Telegram-Bot-Api-Secret-Token", secret)
+                .json(&text_update(&from, "/help"))
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success());
+            r.json::<Value>().await.unwrap()["text"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        }
+    };
+    // A language the bot does not speak, and none at all: the configured default.
+    assert_eq!(
+        ask(speaker(7109, "de")).await,
+        "Сейчас нет каналов в продаже. Загляните, пожалуйста, позже."
+    );
+    let mut silent = speaker(7110, "en");
+    silent.as_object_mut().unwrap().remove("language_code");
+    assert!(ask(silent).await.starts_with("Сейчас нет каналов"));
+    // A language it speaks wins over the default.
+    assert_eq!(
+        ask(speaker(7111, "uk")).await,
+        "Зараз немає каналів у продажу. Загляньте, будь ласка, пізніше."
+    );
+}
