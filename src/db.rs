@@ -67,6 +67,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     ),
     (11, "audit", include_str!("../migrations/0011_audit.sql")),
     (
+        12,
+        "languages",
+        include_str!("../migrations/0012_languages.sql"),
+    ),
+    (
         13,
         "outbound_webhooks",
         include_str!("../migrations/0013_outbound_webhooks.sql"),

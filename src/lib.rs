@@ -56,6 +56,7 @@ pub mod state;
 pub mod subscribers;
 pub mod sweep;
 pub mod telegram;
+pub mod translations;
 pub mod vocabulary;
 pub mod worker;
 

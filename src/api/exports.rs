@@ -43,18 +43,35 @@ pub fn check_window(
     }
 }
 
-/// Encodes `rows` as CSV records (after `header` when given).
-fn encode<T: Serialize>(header: Option<&[&str]>, rows: &[T]) -> Result<Bytes, ApiError> {
+/// A JSON field as CSV text: a string as it is, a number or boolean as written in JSON,
+/// `null` as an empty field.
+fn field_text(v: Option<&serde_json::Value>) -> String {
+    match v {
+        None | Some(serde_json::Value::Null) => String::new(),
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// Encodes `rows` as CSV records of the fields `columns` (each row as its JSON object, the
+/// fields the API shows, by name), after the header row when `with_header`.
+fn encode<T: Serialize>(
+    columns: &[&str],
+    with_header: bool,
+    rows: &[T],
+) -> Result<Bytes, ApiError> {
     let mut w = csv::WriterBuilder::new()
         .has_headers(false)
         .terminator(csv::Terminator::CRLF)
         .from_writer(Vec::with_capacity(rows.len() * 128 + 256));
     let fail = |e: csv::Error| ApiError::internal(format!("CSV encoding failed: {e}"));
-    if let Some(header) = header {
-        w.write_record(header).map_err(fail)?;
+    if with_header {
+        w.write_record(columns).map_err(fail)?;
     }
     for row in rows {
-        w.serialize(row).map_err(fail)?;
+        let value = serde_json::to_value(row).map_err(ApiError::internal)?;
+        w.write_record(columns.iter().map(|c| field_text(value.get(*c))))
+            .map_err(fail)?;
     }
     w.into_inner()
         .map(Bytes::from)
@@ -71,7 +88,8 @@ fn next_after<T>(rows: &[T], id_of: fn(&T) -> i64) -> Option<i64> {
 }
 
 /// The streamed CSV answer of `fetch` (the page of rows with ids above its argument, at most
-/// [`PAGE`]), named `filename`, whose records have the columns `header`.
+/// [`PAGE`]), named `filename`, whose records have the columns `header` (fields of each row's
+/// JSON, by name).
 pub async fn csv<T, F, Fut>(
     filename: &'static str,
     header: &'static [&'static str],
@@ -84,7 +102,7 @@ where
     Fut: Future<Output = Result<Vec<T>, ApiError>> + Send + 'static,
 {
     let first = fetch(0).await?;
-    let head = encode(Some(header), &first)?;
+    let head = encode(header, true, &first)?;
     let next = next_after(&first, id_of);
     drop(first);
     let rest = futures::stream::try_unfold((fetch, next), move |(fetch, next)| async move {
@@ -93,7 +111,7 @@ where
         };
         let page = async {
             let rows = fetch(after).await?;
-            Ok::<_, ApiError>((encode(None, &rows)?, next_after(&rows, id_of)))
+            Ok::<_, ApiError>((encode(header, false, &rows)?, next_after(&rows, id_of)))
         };
         match page.await {
             Ok((bytes, next)) => Ok(Some((bytes, (fetch, next)))),
@@ -157,7 +175,7 @@ mod tests {
                 at,
             },
         ];
-        let bytes = encode(Some(&["id", "name", "at"]), &rows).unwrap();
+        let bytes = encode(&["id", "name", "at"], true, &rows).unwrap();
         assert_eq!(
             std::str::from_utf8(&bytes).unwrap(),
             "id,name,at\r\n1,plain,2025-01-01T10:00:00Z\r\n\

@@ -12,6 +12,16 @@ use tower::ServiceExt;
 
 use crate::helpers::{TestApp, id};
 
+/// The field names of the first item of a list answer, in order: the columns its CSV must have.
+fn json_fields(list: &serde_json::Value) -> Vec<String> {
+    list["items"][0]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect()
+}
+
 /// The records of a CSV body (header first).
 fn records(bytes: &[u8]) -> Vec<Vec<String>> {
     csv::ReaderBuilder::new()
@@ -75,6 +85,11 @@ async fn payments_export_with_the_list_filters_and_a_window() {
     assert_eq!(rows[2][10], "needs_review");
     // The list's own view of the same payments, field for field.
     let list = app.get("/api/payments").await.expect(200);
+    assert_eq!(
+        rows[0],
+        json_fields(&list),
+        "every field the API shows, in its order"
+    );
     assert_eq!(rows[1][0], list["items"][0]["id"].to_string());
     assert_eq!(rows[1][9], list["items"][0]["paid_at"].as_str().unwrap());
 
@@ -145,6 +160,13 @@ async fn memberships_and_subscribers_export_their_rows() {
             .bytes,
     );
     assert_eq!(subs.len(), 2);
+    let list = app
+        .get("/api/subscribers?username=user9102")
+        .await
+        .expect(200);
+    assert_eq!(subs[0], json_fields(&list));
+    let memberships = app.get("/api/memberships").await.expect(200);
+    assert_eq!(m[0], json_fields(&memberships));
     assert_eq!(subs[1][1], "9102");
     assert_eq!(subs[1][3], "Ann, \"the\" buyer");
 }
