@@ -66,6 +66,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("../migrations/0010_telegram_truth.sql"),
     ),
     (11, "audit", include_str!("../migrations/0011_audit.sql")),
+    (
+        14,
+        "staff_roles",
+        include_str!("../migrations/0014_staff_roles.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,

@@ -8,6 +8,7 @@
 //! operation itself declares, so no handler repeats it:
 //! - `400` when it takes a body, query parameters or an `Idempotency-Key`; `413` with a body;
 //! - `401` (with `WWW-Authenticate: Bearer`) when it needs a staff token;
+//! - `403` when its `x-required-role` (declared in the router, `api::roles`) is above `viewer`;
 //! - `404` when its path names a record;
 //! - `503` (with `Retry-After`) everywhere: the database is unreachable, a door is not
 //!   configured, or the request timed out;
@@ -67,7 +68,10 @@ pub const WEBHOOK_SIGNATURE: &str = "webhook_signature";
     ),
     components(schemas(Problem)),
     tags(
-        (name = "auth", description = "Staff login: a bearer JWT for every other staff route."),
+        (name = "auth", description = "Staff login: a bearer JWT for every other staff route; \
+            changing one's own password."),
+        (name = "staff", description = "Staff accounts and their roles (owner only)."),
+        (name = "audit log", description = "Every staff write: who, what, before and after (read-only)."),
         (name = "subscribers", description = "The buyers, by Telegram user id."),
         (name = "channels", description = "The private channels for sale, with price, period, grace and seats."),
         (name = "plans", description = "The ways a channel is sold: one channel or a bundle, paid or a trial, for a period or for life."),
@@ -400,7 +404,7 @@ impl CommonResponses {
     }
 
     /// The shared responses, by component name and status.
-    fn shared() -> [(&'static str, &'static str, openapi::Response); 6] {
+    fn shared() -> [(&'static str, &'static str, openapi::Response); 7] {
         [
             (
                 "BadRequest",
@@ -417,6 +421,16 @@ impl CommonResponses {
                 Self::problem(
                     "Missing or invalid credentials.",
                     &[("WWW-Authenticate", "`Bearer`.")],
+                ),
+            ),
+            (
+                "Forbidden",
+                "403",
+                Self::problem(
+                    "The account's role may not call this operation (`x-required-role` names \
+                     the least role that may). Checked before anything is read, so it says \
+                     nothing of whether the target exists.",
+                    &[],
                 ),
             ),
             (
@@ -522,9 +536,16 @@ fn add_common(op: &mut Operation, has_id: bool) {
             .map(|v| v.to_string().contains(STAFF_JWT))
             .unwrap_or(false)
     });
+    // Every role may call a `viewer` operation: only the others can answer 403.
+    let restricted = op
+        .extensions
+        .as_ref()
+        .and_then(|x| x.get(super::roles::EXTENSION))
+        .is_some_and(|role| role != "viewer");
     let wanted = [
         ("BadRequest", "400", has_body || has_query || has_key),
         ("Unauthorized", "401", staff),
+        ("Forbidden", "403", restricted),
         ("NotFound", "404", has_id),
         ("PayloadTooLarge", "413", has_body),
         ("Unavailable", "503", true),

@@ -14,7 +14,7 @@ use crate::{
 };
 
 /// Who asked for a sweep.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub enum SweepCaller {
     /// A request bearing the configured `SWEEP_TOKEN`.
     Cron,

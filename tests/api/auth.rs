@@ -658,7 +658,7 @@ async fn ending_an_account_s_sessions_refuses_its_tokens_and_no_one_else_s() {
     let ops = "ops@example.com";
     let ops_password = "the ops passphrase";
     assert!(
-        subgate::auth::create_staff(&app.state.db, ops, ops_password, 4)
+        subgate::auth::create_staff(&app.state.db, ops, ops_password, subgate::staff::Role::Owner, 4)
             .await
             .unwrap()
     );

@@ -43,6 +43,7 @@ mod payments;
 mod plans;
 mod promo_codes;
 mod reconciliation;
+mod roles;
 mod schema;
 mod smoke;
 mod stars_subscriptions;
