@@ -118,7 +118,15 @@ pub async fn bootstrap_admin(state: &AppState) -> Result<(), error::ApiError> {
     let mut account = auth::find_account(&state.db.get().await?, &normalized).await?;
     if account.is_none() {
         let cost = state.config.bcrypt_cost;
-        if auth::create_staff(&state.db, email, password.expose(), staff::Role::Owner, cost).await? {
+        if auth::create_staff(
+            &state.db,
+            email,
+            password.expose(),
+            staff::Role::Owner,
+            cost,
+        )
+        .await?
+        {
             tracing::info!(email = %email, "admin account created from ADMIN_EMAIL");
             return Ok(());
         }

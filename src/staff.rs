@@ -18,7 +18,6 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::{
-    auth::TokenSubject,
     db::{self, FromRow},
     error::ApiError,
 };
@@ -102,17 +101,19 @@ pub struct Session {
 const SESSION_SQL: &str = "SELECT email, role FROM staff_accounts
      WHERE id = $1 AND token_version = $2 AND NOT disabled";
 
-/// The session of a verified token, if it still opens the API: its account exists, is not
+/// The session of a verified token (its `sub` and `ver`), if it still opens the API: its
+/// account exists, is not
 /// disabled, and its `token_version` is still the token's (a password change, a role change
-/// or a disabling bump it: [`crate::auth::end_sessions`]). One indexed read per request.
+/// or a disabling bump it)). One indexed read per request.
 pub async fn session(
     client: &impl GenericClient,
-    subject: TokenSubject,
+    staff_id: i64,
+    token_version: i32,
 ) -> Result<Option<Session>, ApiError> {
-    let row = db::row_opt(client, SESSION_SQL, &[&subject.staff_id, &subject.version]).await?;
+    let row = db::row_opt(client, SESSION_SQL, &[&staff_id, &token_version]).await?;
     row.map(|r| {
         Ok(Session {
-            id: subject.staff_id,
+            id: staff_id,
             email: r.try_get("email")?,
             role: r.try_get("role")?,
         })
@@ -174,7 +175,7 @@ const CHANGE_SQL: &str = "UPDATE staff_accounts
 
 /// Changes an account's role and/or disabled flag, in `tx`; returns it before and after.
 /// A change of role, and a disabling, end the account's tokens at once (its token version is
-/// bumped); re-enabling does not need to. Refused with 409 when it would leave no enabled owner.
+/// bumped); re-enabling does not need to. See `auth::end_sessions`. Refused with 409 when it would leave no enabled owner.
 pub async fn change(
     tx: &deadpool_postgres::Transaction<'_>,
     id: i64,
@@ -201,10 +202,7 @@ const DELETE_SQL: &str = "DELETE FROM staff_accounts WHERE id = $1";
 
 /// Deletes an account, in `tx`; returns it as it was. Refused with 409 when it is the last
 /// enabled owner. Its audit log rows stay (they copy its email).
-pub async fn delete(
-    tx: &deadpool_postgres::Transaction<'_>,
-    id: i64,
-) -> Result<Account, ApiError> {
+pub async fn delete(tx: &deadpool_postgres::Transaction<'_>, id: i64) -> Result<Account, ApiError> {
     let before = lock_account(tx, id).await?;
     if is_enabled_owner(&before) {
         keep_an_owner(tx, id).await?;

@@ -69,7 +69,12 @@ pub async fn list(
         from: q.from,
         to: q.to,
     };
-    let items =
-        audit_log::list(&state.db.get().await?, &filter, paging.after, paging.fetch()).await?;
+    let items = audit_log::list(
+        &state.db.get().await?,
+        &filter,
+        paging.after,
+        paging.fetch(),
+    )
+    .await?;
     Ok(Json(paging.page(items, |r: &Record| r.id)))
 }

@@ -81,9 +81,8 @@ fn declare(access: Access, routes: UtoipaMethodRouter<AppState>) -> UtoipaMethod
                 .insert(EXTENSION.into(), access.role().as_str().into());
         }
     }
-    let layer = axum::middleware::from_fn(move |req: Request, next: Next| {
-        authorize(access, req, next)
-    });
+    let layer =
+        axum::middleware::from_fn(move |req: Request, next: Next| authorize(access, req, next));
     (schemas, paths, method_router.route_layer(layer))
 }
 
@@ -114,7 +113,7 @@ async fn authenticate(access: Access, req: &mut Request) -> Result<(), ApiError>
         state.config.jwt_ttl,
     )
     .ok_or(ApiError::Unauthorized)?;
-    let session = staff::session(&state.db.get().await?, subject)
+    let session = staff::session(&state.db.get().await?, subject.staff_id, subject.version)
         .await?
         .ok_or(ApiError::Unauthorized)?;
     let required = access.role();

@@ -58,7 +58,10 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(needs(Admin, routes!(subscribers::create)))
         .routes(needs(Viewer, routes!(subscribers::list)))
         .routes(needs(Viewer, routes!(subscribers::get)))
-        .routes(needs(Admin, routes!(subscribers::patch, subscribers::delete)))
+        .routes(needs(
+            Admin,
+            routes!(subscribers::patch, subscribers::delete),
+        ))
         .routes(needs(Admin, routes!(channels::create)))
         .routes(needs(Viewer, routes!(channels::list)))
         .routes(needs(Viewer, routes!(channels::get)))

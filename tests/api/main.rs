@@ -46,6 +46,7 @@ mod reconciliation;
 mod roles;
 mod schema;
 mod smoke;
+mod staff;
 mod stars_subscriptions;
 mod sweep;
 mod telegram;

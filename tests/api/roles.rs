@@ -47,7 +47,10 @@ fn table() -> BTreeMap<&'static str, &'static str> {
         ("DELETE /api/channels/{id}", "admin"),
         ("POST /api/channels/{id}/audit", "admin"),
         ("POST /api/channels/{id}/exemptions", "admin"),
-        ("DELETE /api/channels/{id}/exemptions/{telegram_user_id}", "admin"),
+        (
+            "DELETE /api/channels/{id}/exemptions/{telegram_user_id}",
+            "admin",
+        ),
         ("POST /api/plans", "admin"),
         ("PATCH /api/plans/{id}", "admin"),
         ("DELETE /api/plans/{id}", "admin"),
@@ -116,7 +119,11 @@ async fn every_operation_enforces_its_declared_role() {
             "{name}: x-required-role differs from the table"
         );
         let documents_403 = op["responses"].get("403").is_some();
-        assert_eq!(documents_403, expected != "viewer", "{name}: 403 documented");
+        assert_eq!(
+            documents_403,
+            expected != "viewer",
+            "{name}: 403 documented"
+        );
         let method = Method::from_bytes(method.as_bytes()).unwrap();
         for (role, token) in &tokens {
             let auth = format!("Bearer {token}");
@@ -151,7 +158,10 @@ async fn every_operation_enforces_its_declared_role() {
         .map(|(m, p, _)| format!("{m} {p}"))
         .collect();
     for name in table.keys() {
-        assert!(all.iter().any(|n| n == name), "{name} is in the table but not routed");
+        assert!(
+            all.iter().any(|n| n == name),
+            "{name} is in the table but not routed"
+        );
     }
     assert!(checked > 200, "{checked} calls");
 }
@@ -198,9 +208,6 @@ async fn a_refusal_says_nothing_of_whether_the_target_exists() {
         )
         .await;
     let body = assert_problem(&r, 403);
-    assert!(
-        body["detail"].as_str().unwrap().contains("admin"),
-        "{body}"
-    );
+    assert!(body["detail"].as_str().unwrap().contains("admin"), "{body}");
     assert_eq!(app.count("channels").await, 1);
 }
