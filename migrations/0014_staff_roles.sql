@@ -41,3 +41,19 @@ CREATE TRIGGER audit_log_append_only BEFORE UPDATE OR DELETE ON audit_log
     FOR EACH ROW EXECUTE FUNCTION audit_log_is_append_only();
 CREATE TRIGGER audit_log_no_truncate BEFORE TRUNCATE ON audit_log
     FOR EACH STATEMENT EXECUTE FUNCTION audit_log_is_append_only();
+
+-- Statistics (`GET /api/stats/*`): each series reads one range of one index, without the heap.
+-- Revenue: payments by time, with what is summed.
+CREATE INDEX payments_paid_at_idx ON payments (paid_at) INCLUDE (currency, amount_minor, outcome);
+-- Trial conversions and unpaid trials: a pair's paid payments by time.
+CREATE INDEX payments_pair_paid_idx ON payments (subscriber_id, channel_id, paid_at)
+    WHERE outcome = 'applied' AND amount_minor > 0;
+-- Members: the events by time, with what is counted.
+CREATE INDEX membership_events_at_idx ON membership_events (at)
+    INCLUDE (membership_id, from_status, to_status, cause);
+-- Live memberships by channel (lifetime told apart) and by subscriber (active members).
+CREATE INDEX memberships_live_channel_expiry_idx ON memberships (channel_id, expires_at)
+    WHERE status <> 'expired';
+CREATE INDEX memberships_live_subscriber_idx ON memberships (subscriber_id)
+    WHERE status <> 'expired';
+CREATE INDEX trial_uses_created_idx ON trial_uses (created_at);

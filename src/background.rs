@@ -163,7 +163,7 @@ async fn audit_every_channel(
             if stop() {
                 return Ok(());
             }
-            match audits::start(&state.db, channel.id, fix).await? {
+            match audits::start(&state.db, channel.id, fix, None).await? {
                 audits::Start::Started(id) => {
                     audits::run(&state.db, bot, id, stop).await?;
                 }

@@ -54,6 +54,7 @@ pub mod reconcile;
 pub mod server;
 pub mod staff;
 pub mod state;
+pub mod stats;
 pub mod subscribers;
 pub mod sweep;
 pub mod telegram;

@@ -7,6 +7,10 @@
 use std::{
     collections::BTreeMap,
     net::{IpAddr, SocketAddr},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
 };
 
 use axum::{
@@ -19,8 +23,10 @@ use super::{
     ApiJson,
     openapi::{Problem, Token},
 };
+use deadpool_postgres::GenericClient;
+
 use crate::{
-    audit_log::Actor,
+    audit_log::{self, Actor, Entry},
     auth::{self, MAX_EMAIL_BYTES},
     error::ApiError,
     staff::Role,
@@ -36,6 +42,9 @@ pub struct Staff {
     pub role: Role,
     /// The request's `x-request-id`, for the audit log.
     pub request_id: Option<String>,
+    /// Set once the request's write is in the audit log ([`Staff::audit`]); the role layer
+    /// checks it after a successful write (`api::roles`).
+    pub audited: Arc<AtomicBool>,
 }
 
 impl Staff {
@@ -46,6 +55,25 @@ impl Staff {
             email: self.email.clone(),
             request_id: self.request_id.clone(),
         }
+    }
+
+    /// Records this request's write in the audit log, in the write's transaction `tx`.
+    pub async fn audit(&self, tx: &impl GenericClient, entry: Entry) -> Result<(), ApiError> {
+        audit_log::record(tx, &self.actor(), entry).await?;
+        self.audited.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Marks the request's write as recorded in the audit log by the domain function that
+    /// made it, in its transaction (it took [`Staff::actor`]).
+    pub fn recorded(&self) {
+        self.audited.store(true, Ordering::Relaxed);
+    }
+
+    /// Marks a success that writes nothing now: an `Idempotency-Key` replay (its write ran,
+    /// and was recorded, once), or an answer that was already there.
+    pub fn no_write(&self) {
+        self.audited.store(true, Ordering::Relaxed);
     }
 }
 

@@ -32,6 +32,7 @@ pub mod roles;
 pub mod router;
 pub mod staff;
 pub mod star_subscriptions;
+pub mod stats;
 pub mod subscribers;
 pub mod sweep;
 pub mod webhooks;

@@ -71,6 +71,7 @@ pub const WEBHOOK_SIGNATURE: &str = "webhook_signature";
         (name = "auth", description = "Staff login: a bearer JWT for every other staff route; \
             changing one's own password."),
         (name = "staff", description = "Staff accounts and their roles (owner only)."),
+        (name = "statistics", description = "Revenue and members over time, and the business now."),
         (name = "audit log", description = "Every staff write: who, what, before and after (read-only)."),
         (name = "subscribers", description = "The buyers, by Telegram user id."),
         (name = "channels", description = "The private channels for sale, with price, period, grace and seats."),

@@ -11,14 +11,23 @@
 //!   exists;
 //! - it marks the operations in the OpenAPI document with `x-required-role`.
 //!
+//! After a successful staff write it checks that the write recorded itself in the audit log
+//! (see [`authorize`]).
+//!
 //! The layer hands the authenticated [`Staff`] to the handler in the request's extensions;
 //! the `Staff` extractor only reads it there, and refuses (500, logged) on a route that
 //! declared no role, so a route cannot be served to staff without a declaration. The test
 //! `roles::every_operation_enforces_its_declared_role` walks every operation of the document
 //! with a token of every role.
 
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, Ordering},
+};
+
 use axum::{
     extract::Request,
+    http::Method,
     middleware::Next,
     response::{IntoResponse, Response},
 };
@@ -90,14 +99,34 @@ fn declare(access: Access, routes: UtoipaMethodRouter<AppState>) -> UtoipaMethod
 /// the [`Staff`] in the request's extensions. The application state comes from the request's
 /// extensions too (the router adds it once), since the routes are declared before the state
 /// exists.
+///
+/// A staff write (any method but GET) that succeeds must have recorded itself in the audit log
+/// ([`Staff::audit`]); one that did not is a bug, logged, and in debug builds (the tests) a
+/// panic, so a write handler that forgets its record fails the tests that call it.
 async fn authorize(access: Access, mut req: Request, next: Next) -> Response {
-    match authenticate(access, &mut req).await {
-        Ok(()) => next.run(req).await,
-        Err(e) => e.into_response(),
+    let audited = match authenticate(access, &mut req).await {
+        Ok(audited) => audited,
+        Err(e) => return e.into_response(),
+    };
+    let write = req.method() != Method::GET;
+    let response = next.run(req).await;
+    if let Some(audited) = audited
+        && write
+        && response.status().is_success()
+        && !audited.load(Ordering::Relaxed)
+    {
+        tracing::error!("a staff write succeeded without an audit log record");
+        debug_assert!(false, "a staff write succeeded without an audit log record");
     }
+    response
 }
 
-async fn authenticate(access: Access, req: &mut Request) -> Result<(), ApiError> {
+/// Authenticates the request and checks its role; returns the write's audit flag when a staff
+/// account (not the sweep token) made it.
+async fn authenticate(
+    access: Access,
+    req: &mut Request,
+) -> Result<Option<Arc<AtomicBool>>, ApiError> {
     let Some(state) = req.extensions().get::<AppState>().cloned() else {
         return Err(ApiError::internal("the router did not add the state"));
     };
@@ -105,7 +134,7 @@ async fn authenticate(access: Access, req: &mut Request) -> Result<(), ApiError>
     if let (Access::StaffOrSweepToken(_), Some(configured)) = (access, &state.config.sweep_token)
         && configured.matches(token.as_bytes())
     {
-        return Ok(());
+        return Ok(None);
     }
     let subject = auth::verify_token(
         state.config.jwt_secret.expose().as_bytes(),
@@ -134,11 +163,13 @@ async fn authenticate(access: Access, req: &mut Request) -> Result<(), ApiError>
         .get::<RequestId>()
         .and_then(|id| id.header_value().to_str().ok())
         .map(str::to_string);
+    let audited = Arc::new(AtomicBool::new(false));
     req.extensions_mut().insert(Staff {
         id: session.id,
         email: session.email,
         role: session.role,
         request_id,
+        audited: audited.clone(),
     });
-    Ok(())
+    Ok(Some(audited))
 }

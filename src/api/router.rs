@@ -28,7 +28,7 @@ use super::{
     openapi::{self, Health},
     orders, overview, payments, plans, promo_codes, reconciliation,
     roles::{needs, needs_or_sweep_token},
-    staff, star_subscriptions, subscribers, sweep,
+    staff, star_subscriptions, stats, subscribers, sweep,
     webhooks::{standard, telegram, wayforpay},
 };
 use crate::{
@@ -104,6 +104,9 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(needs(Viewer, routes!(payments::get)))
         .routes(needs(Viewer, routes!(reconciliation::list)))
         .routes(needs(Admin, routes!(audit_log::list)))
+        .routes(needs(Viewer, routes!(stats::revenue)))
+        .routes(needs(Viewer, routes!(stats::members)))
+        .routes(needs(Viewer, routes!(stats::summary)))
         .routes(routes!(standard::receive))
         .routes(routes!(wayforpay::receive))
         .routes(routes!(telegram::webhook))

@@ -17,7 +17,7 @@ use super::{
     openapi::{Problem, Token},
 };
 use crate::{
-    audit_log::{self, Entry},
+    audit_log::Entry,
     auth,
     error::ApiError,
     staff::{self, Account, Change, Role},
@@ -123,9 +123,8 @@ pub async fn create(
     let (email, hash) = auth::new_account(&email, &password, state.config.bcrypt_cost).await?;
     crate::transaction!(state.db, |tx| {
         let account = staff::create(tx, &email, &hash, role).await?;
-        audit_log::record(
+        who.audit(
             tx,
-            &who.actor(),
             Entry::new("staff.create", Some(account.id)).after(&account),
         )
         .await?;
@@ -159,9 +158,8 @@ pub async fn patch(
     e.finish()?;
     crate::transaction!(state.db, |tx| {
         let (before, after) = staff::change(tx, id, change).await?;
-        audit_log::record(
+        who.audit(
             tx,
-            &who.actor(),
             Entry::new("staff.update", Some(id))
                 .before(&before)
                 .after(&after),
@@ -187,12 +185,8 @@ pub async fn delete(
 ) -> Result<Response, ApiError> {
     crate::transaction!(state.db, |tx| {
         let before = staff::delete(tx, id).await?;
-        audit_log::record(
-            tx,
-            &who.actor(),
-            Entry::new("staff.delete", Some(id)).before(&before),
-        )
-        .await?;
+        who.audit(tx, Entry::new("staff.delete", Some(id)).before(&before))
+            .await?;
         Ok(StatusCode::NO_CONTENT.into_response())
     })
 }
@@ -269,12 +263,8 @@ pub async fn change_password(
     let version = crate::transaction!(state.db, |tx| {
         let version = auth::change_password(tx, who.id, &new_hash).await?;
         // No password, old or new, in the record: only that it changed.
-        audit_log::record(
-            tx,
-            &who.actor(),
-            Entry::new("staff.change_password", Some(who.id)),
-        )
-        .await?;
+        who.audit(tx, Entry::new("staff.change_password", Some(who.id)))
+            .await?;
         Ok(version)
     })?;
     tracing::info!(staff_id = who.id, "password changed; sessions ended");

@@ -7,6 +7,7 @@ mod fake_wayforpay;
 mod helpers;
 
 mod access;
+mod audit_log;
 mod audits;
 mod auth;
 mod bot;

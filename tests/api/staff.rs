@@ -467,7 +467,7 @@ async fn the_cli_creates_an_account_of_a_role() {
             ],
             &vars,
         ),
-        Some(&format!("{password}\n")),
+        None,
     )
     .await;
     assert!(!out.status.success());
