@@ -57,3 +57,68 @@ CREATE INDEX memberships_live_channel_expiry_idx ON memberships (channel_id, exp
 CREATE INDEX memberships_live_subscriber_idx ON memberships (subscriber_id)
     WHERE status <> 'expired';
 CREATE INDEX trial_uses_created_idx ON trial_uses (created_at);
+
+-- Daily roll-ups of the statistics, for days that have ended (UTC), so a series reads one row
+-- per day (and channel or currency) instead of every payment and event. A day is rolled once
+-- (`stats_rolled_days` says which) from the raw rows; any later change to a row of that day —
+-- a late payment, a refund, a deleted membership's events, a trial — removes the day's marker
+-- (the triggers below), and the next read rolls the day again. The trigger takes the day's
+-- advisory lock shared and the roll-up takes it exclusively, so a roll-up never misses a write
+-- that was in flight when it read (key: 0x5374617473 << 24 plus days since 2000-01-01, in the
+-- single-bigint space, apart from the two-int4 keys of the payment path).
+CREATE TABLE stats_rolled_days (
+    day       date        PRIMARY KEY,
+    rolled_at timestamptz NOT NULL DEFAULT statement_timestamp()
+);
+CREATE TABLE stats_revenue_days (
+    day      date   NOT NULL,
+    currency text   NOT NULL,
+    gross    bigint NOT NULL,
+    refunded bigint NOT NULL,
+    payments bigint NOT NULL,
+    PRIMARY KEY (day, currency)
+);
+CREATE TABLE stats_member_days (
+    day              date    NOT NULL,
+    channel_id       integer NOT NULL,
+    new              bigint  NOT NULL,
+    renewed          bigint  NOT NULL,
+    expired          bigint  NOT NULL,
+    -- Live memberships gained minus lost that day.
+    delta            bigint  NOT NULL,
+    trials_started   bigint  NOT NULL,
+    trials_converted bigint  NOT NULL,
+    PRIMARY KEY (day, channel_id)
+);
+
+CREATE FUNCTION stats_day_lock_key(day date) RETURNS bigint LANGUAGE sql IMMUTABLE AS
+    $$ SELECT (x'5374617473'::bigint << 24) + (day - date '2000-01-01') $$;
+
+CREATE FUNCTION stats_forget_day(at timestamptz) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    d date := (at AT TIME ZONE 'UTC')::date;
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(stats_day_lock_key(d));
+    DELETE FROM stats_rolled_days WHERE day = d;
+END
+$$;
+
+-- The day a row belongs to is its column TG_ARGV[0].
+CREATE FUNCTION stats_forget_changed_days() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP <> 'DELETE' THEN
+        PERFORM stats_forget_day((to_jsonb(NEW) ->> TG_ARGV[0])::timestamptz);
+    END IF;
+    IF TG_OP <> 'INSERT' THEN
+        PERFORM stats_forget_day((to_jsonb(OLD) ->> TG_ARGV[0])::timestamptz);
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER payments_stats AFTER INSERT OR DELETE OR UPDATE OF paid_at, outcome, amount_minor,
+    currency, channel_id, subscriber_id ON payments
+    FOR EACH ROW EXECUTE FUNCTION stats_forget_changed_days('paid_at');
+CREATE TRIGGER membership_events_stats AFTER INSERT OR DELETE OR UPDATE ON membership_events
+    FOR EACH ROW EXECUTE FUNCTION stats_forget_changed_days('at');
+CREATE TRIGGER trial_uses_stats AFTER INSERT OR DELETE OR UPDATE ON trial_uses
+    FOR EACH ROW EXECUTE FUNCTION stats_forget_changed_days('created_at');

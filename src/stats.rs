@@ -21,12 +21,11 @@
 //!   (expirations over memberships live 30 days ago) and the renewal rate (renewals over
 //!   renewals plus expirations).
 
-use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
+use chrono::{DateTime, NaiveDate, Utc};
 use serde::Serialize;
 use tokio_postgres::Row;
 
-use crate::{db, error::ApiError};
+use crate::{channels, db, error::ApiError};
 
 crate::text_enum! {
     /// The length of one interval of a series.
@@ -87,18 +86,144 @@ const STARTS: &str = "starts AS (
 /// The outcomes that are revenue.
 const REVENUE_OUTCOMES: &str = "('applied', 'refund_pending', 'refunded', 'refund_failed')";
 
+/// The first day that is not rolled up (yet): today, and yesterday during the first hour of
+/// today (so a write stamped just before midnight has committed before its day is rolled).
+const OPEN_FROM: &str = "((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date";
+
+/// Revenue per UTC day and currency from the payments of `[$lo, $hi)` (two `timestamptz`
+/// expressions).
+fn revenue_days_raw(lo: &str, hi: &str) -> String {
+    format!(
+        "SELECT (paid_at AT TIME ZONE 'UTC')::date AS day, currency,
+                sum(amount_minor)::bigint AS gross,
+                (coalesce(sum(amount_minor) FILTER (WHERE outcome = 'refunded'), 0))::bigint
+                    AS refunded,
+                count(*) AS payments
+         FROM payments
+         WHERE paid_at >= {lo} AND paid_at < {hi} AND outcome IN {REVENUE_OUTCOMES}
+         GROUP BY 1, 2"
+    )
+}
+
+/// Members per UTC day and channel from the events, trials and payments of `[$lo, $hi)`.
+fn member_days_raw(lo: &str, hi: &str) -> String {
+    format!(
+        "SELECT day, channel_id, sum(new)::bigint AS new, sum(renewed)::bigint AS renewed,
+                sum(expired)::bigint AS expired, sum(delta)::bigint AS delta,
+                sum(trials)::bigint AS trials_started, sum(conversions)::bigint AS trials_converted
+         FROM (
+             SELECT (e.at AT TIME ZONE 'UTC')::date AS day, m.channel_id,
+                    count(*) FILTER (WHERE e.from_status IS NULL) AS new,
+                    count(*) FILTER (WHERE e.cause = 'payment' AND e.from_status IS NOT NULL)
+                        AS renewed,
+                    count(*) FILTER (WHERE e.to_status = 'expired'
+                                       AND e.from_status IS DISTINCT FROM 'expired') AS expired,
+                    sum({LIVE_DELTA}) AS delta, 0 AS trials, 0 AS conversions
+             FROM membership_events e JOIN memberships m ON m.id = e.membership_id
+             WHERE e.at >= {lo} AND e.at < {hi}
+             GROUP BY 1, 2
+             UNION ALL
+             SELECT (created_at AT TIME ZONE 'UTC')::date, channel_id, 0, 0, 0, 0, count(*), 0
+             FROM trial_uses WHERE created_at >= {lo} AND created_at < {hi}
+             GROUP BY 1, 2
+             UNION ALL
+             SELECT (p.paid_at AT TIME ZONE 'UTC')::date, p.channel_id, 0, 0, 0, 0, 0, count(*)
+             FROM payments p
+             JOIN trial_uses t ON t.subscriber_id = p.subscriber_id
+                              AND t.channel_id = p.channel_id AND t.created_at < p.paid_at
+             WHERE p.paid_at >= {lo} AND p.paid_at < {hi}
+               AND p.outcome = 'applied' AND p.amount_minor > 0
+               AND NOT EXISTS (
+                   SELECT 1 FROM payments q
+                   WHERE q.subscriber_id = p.subscriber_id AND q.channel_id = p.channel_id
+                     AND q.outcome = 'applied' AND q.amount_minor > 0
+                     AND q.paid_at > t.created_at
+                     AND (q.paid_at, q.id) < (p.paid_at, p.id))
+             GROUP BY 1, 2
+         ) x
+         GROUP BY day, channel_id"
+    )
+}
+
+const MISSING_DAYS_SQL: &str = "SELECT coalesce(array_agg(d::date ORDER BY d), '{}') AS days
+     FROM generate_series($1::date,
+                          ((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date - 1,
+                          interval '1 day') AS d
+     WHERE NOT EXISTS (SELECT 1 FROM stats_rolled_days r WHERE r.day = d::date)";
+
+const LOCK_DAYS_SQL: &str =
+    "SELECT count(pg_advisory_xact_lock(stats_day_lock_key(day))) AS n FROM unnest($1::date[]) day";
+
+const FORGET_ROLLED_SQL: &str = "WITH r AS (DELETE FROM stats_revenue_days WHERE day = ANY($1)),
+          m AS (DELETE FROM stats_member_days WHERE day = ANY($1))
+     SELECT 1";
+
+const MARK_ROLLED_SQL: &str = "INSERT INTO stats_rolled_days (day) SELECT unnest($1::date[])
+     ON CONFLICT (day) DO UPDATE SET rolled_at = statement_timestamp()";
+
+/// The bounds of a list of days `$1` as instants.
+const LO: &str = "((SELECT min(d) FROM unnest($1::date[]) d)::timestamp AT TIME ZONE 'UTC')";
+const HI: &str = "(((SELECT max(d) FROM unnest($1::date[]) d) + 1)::timestamp AT TIME ZONE 'UTC')";
+
+/// Rolls up every ended day from `from` on that is not rolled up (or was changed since), in
+/// one transaction; returns how many days it rolled. Reads call it first for their range; the
+/// background loop and the benchmark call it for all history.
+pub async fn roll_up(pool: &deadpool_postgres::Pool, from: NaiveDate) -> Result<usize, ApiError> {
+    crate::transaction!(pool, |tx| {
+        let row = db::row_one(tx, MISSING_DAYS_SQL, &[&from]).await?;
+        let days: Vec<NaiveDate> = row.try_get("days")?;
+        if days.is_empty() {
+            return Ok(0);
+        }
+        // Waits for writes of these days in flight (their triggers hold the lock shared).
+        db::row_one(tx, LOCK_DAYS_SQL, &[&days]).await?;
+        db::row_one(tx, FORGET_ROLLED_SQL, &[&days]).await?;
+        let revenue = format!(
+            "INSERT INTO stats_revenue_days (day, currency, gross, refunded, payments)
+             SELECT * FROM ({}) r WHERE day = ANY($1)",
+            revenue_days_raw(LO, HI)
+        );
+        db::execute(tx, &revenue, &[&days]).await?;
+        let members = format!(
+            "INSERT INTO stats_member_days (day, channel_id, new, renewed, expired, delta,
+                                            trials_started, trials_converted)
+             SELECT * FROM ({}) m WHERE day = ANY($1)",
+            member_days_raw(LO, HI)
+        );
+        db::execute(tx, &members, &[&days]).await?;
+        db::execute(tx, MARK_ROLLED_SQL, &[&days]).await?;
+        Ok(days.len())
+    })
+}
+
+/// The first day a roll-up for `[from, …)` must cover: `from`'s interval start, as a date.
+fn first_day(from: DateTime<Utc>, interval: Interval) -> NaiveDate {
+    use chrono::Datelike;
+    let day = from.date_naive();
+    match interval {
+        Interval::Day => day,
+        Interval::Week => day - chrono::Days::new(u64::from(day.weekday().num_days_from_monday())),
+        Interval::Month => day.with_day(1).unwrap_or(day),
+    }
+}
+
 fn revenue_sql() -> String {
+    let open = format!("({OPEN_FROM}::timestamp AT TIME ZONE 'UTC')");
     format!(
         "WITH {STARTS},
+         bounds AS (SELECT min(start) AS first FROM starts),
+         days AS (
+             SELECT day, currency, gross, refunded, payments FROM stats_revenue_days
+             WHERE day >= ((SELECT first FROM bounds) AT TIME ZONE 'UTC')::date
+               AND day < {OPEN_FROM}
+             UNION ALL
+             {}
+         ),
          agg AS (
-             SELECT date_trunc($3, paid_at, 'UTC') AS start, currency,
-                    sum(amount_minor)::bigint AS gross,
-                    (coalesce(sum(amount_minor) FILTER (WHERE outcome = 'refunded'), 0))::bigint
-                        AS refunded,
-                    count(*) AS payments
-             FROM payments
-             WHERE paid_at >= (SELECT min(start) FROM starts) AND paid_at < $2
-               AND outcome IN {REVENUE_OUTCOMES}
+             SELECT date_trunc($3, day::timestamp) AT TIME ZONE 'UTC' AS start, currency,
+                    sum(gross)::bigint AS gross, sum(refunded)::bigint AS refunded,
+                    sum(payments)::bigint AS payments
+             FROM days WHERE day::timestamp AT TIME ZONE 'UTC' < $2
              GROUP BY 1, 2
          ),
          currencies AS (SELECT DISTINCT currency FROM agg)
@@ -108,19 +233,25 @@ fn revenue_sql() -> String {
                 coalesce(a.payments, 0) AS payments
          FROM starts s CROSS JOIN currencies c
          LEFT JOIN agg a ON a.start = s.start AND a.currency = c.currency
-         ORDER BY s.start, c.currency"
+         ORDER BY s.start, c.currency",
+        revenue_days_raw(
+            &format!("greatest((SELECT first FROM bounds), {open})"),
+            "$2"
+        )
     )
 }
 
 /// Revenue per interval and currency over `[from, to)`: every interval of every currency that
 /// had revenue in the range (zeros where it had none).
 pub async fn revenue(
-    client: &impl GenericClient,
+    pool: &deadpool_postgres::Pool,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
     interval: Interval,
 ) -> Result<Vec<Revenue>, ApiError> {
-    let rows = db::rows(client, &revenue_sql(), &[&from, &to, &interval.as_str()]).await?;
+    roll_up(pool, first_day(from, interval)).await?;
+    let client = pool.get().await?;
+    let rows = db::rows(&client, &revenue_sql(), &[&from, &to, &interval.as_str()]).await?;
     rows.iter()
         .map(|r| {
             Ok(Revenue {
@@ -159,65 +290,45 @@ const LIVE_DELTA: &str = "(CASE WHEN e.to_status <> 'expired' THEN 1 ELSE 0 END
      - CASE WHEN e.from_status IS NOT NULL AND e.from_status <> 'expired' THEN 1 ELSE 0 END)";
 
 fn members_sql() -> String {
+    let open = format!("({OPEN_FROM}::timestamp AT TIME ZONE 'UTC')");
     format!(
         "WITH {STARTS},
          bounds AS (SELECT min(start) AS first, max(stop) AS last FROM starts),
-         chans AS (SELECT id AS channel_id FROM channels WHERE ($4::int IS NULL OR id = $4)),
+         chans AS (SELECT unnest($5::int[]) AS channel_id),
          live_now AS (
              SELECT channel_id, count(*) AS n FROM memberships
              WHERE status <> 'expired' AND ($4::int IS NULL OR channel_id = $4)
              GROUP BY channel_id
          ),
-         ev AS (
-             SELECT e.at, m.channel_id, {LIVE_DELTA} AS delta,
-                    (e.from_status IS NULL) AS is_new,
-                    (e.cause = 'payment' AND e.from_status IS NOT NULL) AS is_renewal,
-                    (e.to_status = 'expired' AND e.from_status IS DISTINCT FROM 'expired')
-                        AS is_expiry
-             FROM membership_events e JOIN memberships m ON m.id = e.membership_id
-             WHERE e.at >= (SELECT first FROM bounds)
-               AND ($4::int IS NULL OR m.channel_id = $4)
+         days AS (
+             SELECT day, channel_id, new, renewed, expired, delta, trials_started,
+                    trials_converted
+             FROM stats_member_days
+             WHERE day >= ((SELECT first FROM bounds) AT TIME ZONE 'UTC')::date
+               AND day < {OPEN_FROM}
+               AND ($4::int IS NULL OR channel_id = $4)
+             UNION ALL
+             SELECT * FROM ({}) raw WHERE ($4::int IS NULL OR channel_id = $4)
          ),
          tail AS (
-             SELECT channel_id, sum(delta) AS delta FROM ev
-             WHERE at >= (SELECT last FROM bounds) GROUP BY channel_id
+             SELECT channel_id, sum(delta) AS delta FROM days
+             WHERE day::timestamp AT TIME ZONE 'UTC' >= (SELECT last FROM bounds)
+             GROUP BY channel_id
          ),
          per_interval AS (
-             SELECT date_trunc($3, at, 'UTC') AS start, channel_id,
-                    count(*) FILTER (WHERE is_new) AS new,
-                    count(*) FILTER (WHERE is_renewal) AS renewed,
-                    count(*) FILTER (WHERE is_expiry) AS expired,
-                    sum(delta) AS delta
-             FROM ev WHERE at < (SELECT last FROM bounds)
-             GROUP BY 1, 2
-         ),
-         trials AS (
-             SELECT date_trunc($3, created_at, 'UTC') AS start, channel_id, count(*) AS n
-             FROM trial_uses
-             WHERE created_at >= (SELECT first FROM bounds) AND created_at < $2
-               AND ($4::int IS NULL OR channel_id = $4)
-             GROUP BY 1, 2
-         ),
-         conversions AS (
-             SELECT date_trunc($3, p.paid_at, 'UTC') AS start, p.channel_id, count(*) AS n
-             FROM payments p
-             JOIN trial_uses t ON t.subscriber_id = p.subscriber_id
-                              AND t.channel_id = p.channel_id AND t.created_at < p.paid_at
-             WHERE p.paid_at >= (SELECT first FROM bounds) AND p.paid_at < $2
-               AND p.outcome = 'applied' AND p.amount_minor > 0
-               AND ($4::int IS NULL OR p.channel_id = $4)
-               AND NOT EXISTS (
-                   SELECT 1 FROM payments q
-                   WHERE q.subscriber_id = p.subscriber_id AND q.channel_id = p.channel_id
-                     AND q.outcome = 'applied' AND q.amount_minor > 0
-                     AND q.paid_at > t.created_at
-                     AND (q.paid_at, q.id) < (p.paid_at, p.id))
+             SELECT date_trunc($3, day::timestamp) AT TIME ZONE 'UTC' AS start, channel_id,
+                    sum(new) AS new, sum(renewed) AS renewed, sum(expired) AS expired,
+                    sum(delta) AS delta, sum(trials_started) AS trials_started,
+                    sum(trials_converted) AS trials_converted
+             FROM days WHERE day::timestamp AT TIME ZONE 'UTC' < (SELECT last FROM bounds)
              GROUP BY 1, 2
          ),
          grid AS (
-             SELECT s.start, c.channel_id, coalesce(p.new, 0) AS new,
+             SELECT s.start, s.stop, c.channel_id, coalesce(p.new, 0) AS new,
                     coalesce(p.renewed, 0) AS renewed, coalesce(p.expired, 0) AS expired,
-                    coalesce(p.delta, 0) AS delta
+                    coalesce(p.delta, 0) AS delta,
+                    coalesce(p.trials_started, 0) AS trials_started,
+                    coalesce(p.trials_converted, 0) AS trials_converted
              FROM starts s CROSS JOIN chans c
              LEFT JOIN per_interval p ON p.start = s.start AND p.channel_id = c.channel_id
          )
@@ -225,29 +336,42 @@ fn members_sql() -> String {
                 (coalesce(l.n, 0) - coalesce(tl.delta, 0)
                  - coalesce(sum(g.delta) OVER (PARTITION BY g.channel_id ORDER BY g.start DESC
                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0))::bigint AS live,
-                g.new, g.renewed, g.expired,
-                coalesce(t.n, 0) AS trials_started, coalesce(v.n, 0) AS trials_converted
+                g.new::bigint AS new, g.renewed::bigint AS renewed,
+                g.expired::bigint AS expired, g.trials_started::bigint AS trials_started,
+                g.trials_converted::bigint AS trials_converted
          FROM grid g
          LEFT JOIN live_now l ON l.channel_id = g.channel_id
          LEFT JOIN tail tl ON tl.channel_id = g.channel_id
-         LEFT JOIN trials t ON t.start = g.start AND t.channel_id = g.channel_id
-         LEFT JOIN conversions v ON v.start = g.start AND v.channel_id = g.channel_id
-         ORDER BY g.start, g.channel_id"
+         ORDER BY g.start, g.channel_id",
+        member_days_raw(
+            &format!("greatest((SELECT first FROM bounds), {open})"),
+            "'infinity'"
+        )
     )
 }
 
 /// Members per interval and channel over `[from, to)`, every channel (or only `channel_id`).
 pub async fn members(
-    client: &impl GenericClient,
+    pool: &deadpool_postgres::Pool,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
     interval: Interval,
     channel_id: Option<i32>,
 ) -> Result<Vec<Members>, ApiError> {
+    roll_up(pool, first_day(from, interval)).await?;
+    let client = &pool.get().await?;
+    let channels: Vec<i32> = match channel_id {
+        Some(id) => channels::ids(client)
+            .await?
+            .into_iter()
+            .filter(|c| *c == id)
+            .collect(),
+        None => channels::ids(client).await?,
+    };
     let rows = db::rows(
         client,
         &members_sql(),
-        &[&from, &to, &interval.as_str(), &channel_id],
+        &[&from, &to, &interval.as_str(), &channel_id, &channels],
     )
     .await?;
     rows.iter().map(members_row).collect()
@@ -321,19 +445,27 @@ const MEMBERS_NOW_SQL: &str = "SELECT count(*) AS live_memberships,
      FROM memberships WHERE status <> 'expired'";
 
 fn last_30_days_sql() -> String {
+    let open = format!("({OPEN_FROM}::timestamp AT TIME ZONE 'UTC')");
     format!(
-        "SELECT coalesce(sum({LIVE_DELTA}), 0)::bigint AS delta,
-                count(*) FILTER (WHERE e.cause = 'payment' AND e.from_status IS NOT NULL)
-                    AS renewed,
-                count(*) FILTER (WHERE e.to_status = 'expired'
-                                   AND e.from_status IS DISTINCT FROM 'expired') AS expired
-         FROM membership_events e
-         WHERE e.at >= statement_timestamp() - interval '30 days'"
+        "WITH days AS (
+             SELECT delta, renewed, expired FROM stats_member_days
+             WHERE day >= {OPEN_FROM} - 30 AND day < {OPEN_FROM}
+             UNION ALL
+             SELECT delta, renewed, expired FROM ({}) raw
+         )
+         SELECT coalesce(sum(delta), 0)::bigint AS delta,
+                coalesce(sum(renewed), 0)::bigint AS renewed,
+                coalesce(sum(expired), 0)::bigint AS expired
+         FROM days",
+        member_days_raw(&open, "'infinity'")
     )
 }
 
 /// The summary of now.
-pub async fn summary(client: &impl GenericClient) -> Result<Summary, ApiError> {
+pub async fn summary(pool: &deadpool_postgres::Pool) -> Result<Summary, ApiError> {
+    let since = (Utc::now() - chrono::Duration::days(31)).date_naive();
+    roll_up(pool, since).await?;
+    let client = &pool.get().await?;
     let mrr = db::rows(client, MRR_SQL, &[])
         .await?
         .iter()

@@ -83,7 +83,7 @@ pub async fn revenue(
         ));
     }
     let (from, to, interval) = range(&q)?;
-    let items = stats::revenue(&state.db.get().await?, from, to, interval).await?;
+    let items = stats::revenue(&state.db, from, to, interval).await?;
     Ok(Json(Series { items }))
 }
 
@@ -105,7 +105,7 @@ pub async fn members(
     ApiQuery(q): ApiQuery<SeriesQuery>,
 ) -> Result<Json<Series<Members>>, ApiError> {
     let (from, to, interval) = range(&q)?;
-    let items = stats::members(&state.db.get().await?, from, to, interval, q.channel_id).await?;
+    let items = stats::members(&state.db, from, to, interval, q.channel_id).await?;
     Ok(Json(Series { items }))
 }
 
@@ -115,5 +115,5 @@ pub async fn members(
     responses((status = 200, description = "The business now.", body = Summary)),
 )]
 pub async fn summary(State(state): State<AppState>, _: Staff) -> Result<Json<Summary>, ApiError> {
-    Ok(Json(stats::summary(&state.db.get().await?).await?))
+    Ok(Json(stats::summary(&state.db).await?))
 }

@@ -1,0 +1,160 @@
+//! The console's charts and audit log in a real browser: revenue and members drawn by uPlot
+//! from the statistics (pixels on the canvas, figures in the tables beside them), on a desktop
+//! and on a phone's width, a change of interval, and the audit log listing the writes made.
+
+use serde_json::{Value, json};
+
+use crate::{
+    browser::Browser,
+    console::serve,
+    helpers::{ADMIN_EMAIL, ADMIN_PASSWORD, TestApp, id},
+};
+
+/// How many pixels of the chart's canvas are not transparent (what uPlot drew).
+async fn drawn_pixels(browser: &Browser, figure: &str) -> i64 {
+    let script = "const c = document.querySelector(arguments[0] + ' canvas');
+        if (!c) return -1;
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0;
+        for (let i = 3; i < d.length; i += 4) if (d[i] !== 0) n++;
+        return n;";
+    browser
+        .execute(script, json!([figure]))
+        .await
+        .as_i64()
+        .unwrap_or(-1)
+}
+
+async fn wait_drawn(browser: &Browser, figure: &str) -> i64 {
+    browser.find(&format!("{figure}[data-drawn]")).await;
+    drawn_pixels(browser, figure).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_charts_draw_revenue_and_members_and_the_audit_log_lists_writes() {
+    let app = TestApp::spawn().await;
+    let channel = id(&app
+        .create_channel(
+            -1_001_000_044_001,
+            json!({"title": "Signals", "price_minor": 10_000}),
+        )
+        .await);
+    for n in 0..3 {
+        let sub = id(&app.create_subscriber(44_000 + n).await);
+        let order = app.create_order(sub, channel).await;
+        app.pay_order(&order, &format!("chart-pay-{n}"))
+            .await
+            .expect(200);
+    }
+    // Two of the payments were made on earlier days, so the lines have a shape.
+    app.db()
+        .await
+        .execute(
+            "UPDATE payments SET paid_at = paid_at - (id % 3) * interval '1 day'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let base = serve(&app).await;
+    let browser = Browser::start().await;
+    browser.set_window(1280, 1000).await;
+
+    browser.goto(&format!("{base}/console#/charts")).await;
+    browser.fill("#login-email", ADMIN_EMAIL).await;
+    browser.fill("#login-password", ADMIN_PASSWORD).await;
+    browser.click("#login button[type=submit]").await;
+    browser.wait_text("main h1", "Charts").await;
+    let summary = browser.wait_text("#charts-summary", "Active members").await;
+    assert!(summary.contains('3'), "{summary}");
+    let revenue = wait_drawn(&browser, "#chart-revenue-UAH").await;
+    let members = wait_drawn(&browser, "#chart-members").await;
+    assert!(revenue > 500, "revenue chart drew {revenue} pixels");
+    assert!(members > 500, "members chart drew {members} pixels");
+    // uPlot's legend names the series; the table beside the chart has the figures.
+    let legend = browser.wait_text("#chart-revenue-UAH", "net").await;
+    assert!(
+        legend.contains("gross") && legend.contains("refunded"),
+        "{legend}"
+    );
+    let figures: Value = browser
+        .execute(
+            "return [...document.querySelectorAll('#charts-revenue details tbody tr')].map(r => r.textContent)",
+            json!([]),
+        )
+        .await;
+    let text = figures.to_string();
+    assert!(text.contains("100.00"), "{text}");
+    assert_eq!(
+        figures.as_array().unwrap().len(),
+        31,
+        "30 days ago to today: {figures}"
+    );
+
+    // By week: the form changes the series.
+    browser.select("#charts-interval", "week").await;
+    browser.click("#charts-range button[type=submit]").await;
+    browser.find("#chart-members[data-drawn]").await;
+    let weeks = browser
+        .execute(
+            "return document.querySelectorAll('#charts-members details tbody tr').length",
+            json!([]),
+        )
+        .await
+        .as_i64()
+        .unwrap();
+    assert!((5..=6).contains(&weeks), "{weeks} weeks");
+
+    // On a phone's width the charts fit the screen and still draw.
+    browser.set_window(390, 844).await;
+    browser.refresh().await;
+    browser.fill("#login-email", ADMIN_EMAIL).await;
+    browser.fill("#login-password", ADMIN_PASSWORD).await;
+    browser.click("#login button[type=submit]").await;
+    assert!(wait_drawn(&browser, "#chart-members").await > 300);
+    let overflow = browser
+        .execute(
+            "const c = document.querySelector('#chart-members canvas');
+             return c.getBoundingClientRect().right <= document.documentElement.clientWidth;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(overflow, json!(true), "the chart fits a phone's screen");
+
+    // The audit log lists the writes made above, newest last, with what changed.
+    browser
+        .execute("location.hash = '#/audit-log'", json!([]))
+        .await;
+    let log = browser.wait_text("#audit-list", "channel.create").await;
+    assert!(
+        log.contains("order.create") && log.contains(ADMIN_EMAIL),
+        "{log}"
+    );
+    browser.fill("#audit-action", "subscriber.create").await;
+    browser.click("#audit-filter button[type=submit]").await;
+    browser.wait_text("main h1", "Audit log").await;
+    let mut tries = 0;
+    let rows = loop {
+        tries += 1;
+        assert!(
+            tries < 100,
+            "the filtered audit log never showed three rows"
+        );
+        let n = browser
+            .execute(
+                "return [...document.querySelectorAll('#audit-list tbody tr')].map(r => r.textContent)",
+                json!([]),
+            )
+            .await;
+        let rows = n.as_array().cloned().unwrap_or_default();
+        if rows.len() == 3 {
+            break rows;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert!(
+        rows.iter()
+            .all(|r| r.to_string().contains("subscriber.create")),
+        "{rows:?}"
+    );
+    browser.quit().await;
+}
