@@ -461,24 +461,26 @@ fn last_30_days_sql() -> String {
     )
 }
 
-/// The summary of now.
+/// The summary of now. Its three parts run at once, on three connections.
 pub async fn summary(pool: &deadpool_postgres::Pool) -> Result<Summary, ApiError> {
     let since = (Utc::now() - chrono::Duration::days(31)).date_naive();
     roll_up(pool, since).await?;
-    let client = &pool.get().await?;
-    let mrr = db::rows(client, MRR_SQL, &[])
-        .await?
-        .iter()
-        .map(|r| {
-            Ok(Mrr {
-                currency: r.try_get("currency")?,
-                amount_minor: r.try_get("amount_minor")?,
+    let mrr = async {
+        db::rows(&pool.get().await?, MRR_SQL, &[])
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(Mrr {
+                    currency: r.try_get("currency")?,
+                    amount_minor: r.try_get("amount_minor")?,
+                })
             })
-        })
-        .collect::<Result<Vec<_>, ApiError>>()?;
-    let now = db::row_one(client, MEMBERS_NOW_SQL, &[]).await?;
+            .collect::<Result<Vec<_>, ApiError>>()
+    };
+    let now = async { db::row_one(&pool.get().await?, MEMBERS_NOW_SQL, &[]).await };
+    let month = async { db::row_one(&pool.get().await?, &last_30_days_sql(), &[]).await };
+    let (mrr, now, month) = tokio::try_join!(mrr, now, month)?;
     let live: i64 = now.try_get("live_memberships")?;
-    let month = db::row_one(client, &last_30_days_sql(), &[]).await?;
     let delta: i64 = month.try_get("delta")?;
     let renewed: i64 = month.try_get("renewed")?;
     let expired: i64 = month.try_get("expired")?;

@@ -10,6 +10,15 @@ use crate::{
     helpers::{ADMIN_EMAIL, ADMIN_PASSWORD, TestApp, id},
 };
 
+/// With `CONSOLE_SCREENSHOTS_DIR` set (as for `console.rs`), the screen is saved there as
+/// `name` (docs/images/ is made so).
+async fn keep(browser: &Browser, name: &str, width: u32) {
+    if let Ok(dir) = std::env::var("CONSOLE_SCREENSHOTS_DIR") {
+        let png = browser.full_screenshot(width).await;
+        std::fs::write(std::path::Path::new(&dir).join(name), png).expect("write a screenshot");
+    }
+}
+
 /// How many pixels of the chart's canvas are not transparent (what uPlot drew).
 async fn drawn_pixels(browser: &Browser, figure: &str) -> i64 {
     let script = "const c = document.querySelector(arguments[0] + ' canvas');
@@ -84,6 +93,7 @@ async fn the_charts_draw_revenue_and_members_and_the_audit_log_lists_writes() {
         .await;
     let text = figures.to_string();
     assert!(text.contains("100.00"), "{text}");
+    keep(&browser, "15-charts.png", 1280).await;
     assert_eq!(
         figures.as_array().unwrap().len(),
         31,
@@ -119,6 +129,7 @@ async fn the_charts_draw_revenue_and_members_and_the_audit_log_lists_writes() {
         )
         .await;
     assert_eq!(overflow, json!(true), "the chart fits a phone's screen");
+    keep(&browser, "16-phone-charts.png", 390).await;
 
     // The audit log lists the writes made above, newest last, with what changed.
     browser
@@ -156,5 +167,7 @@ async fn the_charts_draw_revenue_and_members_and_the_audit_log_lists_writes() {
             .all(|r| r.to_string().contains("subscriber.create")),
         "{rows:?}"
     );
+    browser.set_window(1280, 1000).await;
+    keep(&browser, "17-audit-log.png", 1280).await;
     browser.quit().await;
 }
