@@ -421,11 +421,20 @@ const MRR_SQL: &str = "WITH live AS (
          WHERE status <> 'expired' AND expires_at <> 'infinity'
          GROUP BY channel_id
      ),
+     -- A trial can only still be running within the longest trial plus the longest grace:
+     -- older ones were paid for (or extended by staff) if their membership is live.
+     trial_horizon AS (
+         SELECT statement_timestamp()
+                - ((SELECT coalesce(max(period_days), 0) FROM plans WHERE kind = 'trial')
+                   + (SELECT coalesce(max(grace_period_days), 0) FROM channels))
+                  * interval '1 day' AS since
+     ),
      on_trial AS (
          SELECT t.channel_id, count(*) AS n
          FROM trial_uses t
          JOIN memberships m ON m.subscriber_id = t.subscriber_id AND m.channel_id = t.channel_id
-         WHERE m.status <> 'expired' AND m.expires_at <> 'infinity'
+         WHERE t.created_at >= (SELECT since FROM trial_horizon)
+           AND m.status <> 'expired' AND m.expires_at <> 'infinity'
            AND NOT EXISTS (
                SELECT 1 FROM payments p
                WHERE p.subscriber_id = t.subscriber_id AND p.channel_id = t.channel_id

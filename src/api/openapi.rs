@@ -482,20 +482,24 @@ impl Modify for CommonResponses {
         }
         for (path, item) in doc.paths.paths.iter_mut() {
             let has_id = path.contains('{');
-            for op in [
-                &mut item.get,
-                &mut item.put,
-                &mut item.post,
-                &mut item.delete,
-                &mut item.patch,
-            ]
-            .into_iter()
-            .flatten()
-            {
+            for op in operations_mut(item) {
                 add_common(op, has_id);
             }
         }
     }
+}
+
+/// The operations of a path item (the methods this service routes).
+pub fn operations_mut(item: &mut openapi::PathItem) -> impl Iterator<Item = &mut Operation> {
+    [
+        &mut item.get,
+        &mut item.put,
+        &mut item.post,
+        &mut item.delete,
+        &mut item.patch,
+    ]
+    .into_iter()
+    .flatten()
 }
 
 /// An optional body (`request_body(content = Option<T>)`) is absent or a `T`, never `null`

@@ -75,16 +75,7 @@ pub fn needs_or_sweep_token(
 fn declare(access: Access, routes: UtoipaMethodRouter<AppState>) -> UtoipaMethodRouter<AppState> {
     let (schemas, mut paths, method_router) = routes;
     for item in paths.paths.values_mut() {
-        for op in [
-            &mut item.get,
-            &mut item.put,
-            &mut item.post,
-            &mut item.delete,
-            &mut item.patch,
-        ]
-        .into_iter()
-        .flatten()
-        {
+        for op in super::openapi::operations_mut(item) {
             op.extensions
                 .get_or_insert_with(Extensions::default)
                 .insert(EXTENSION.into(), access.role().as_str().into());
