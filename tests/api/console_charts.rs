@@ -1,6 +1,7 @@
-//! The console's charts and audit log in a real browser: revenue and members drawn by uPlot
-//! from the statistics (pixels on the canvas, figures in the tables beside them), on a desktop
-//! and on a phone's width, a change of interval, and the audit log listing the writes made.
+//! The console's charts, audit log and staff pages in a real browser: revenue and members drawn
+//! by uPlot from the statistics (pixels on the canvas, figures in the tables beside them), on a
+//! desktop and on a phone's width, a change of interval, the audit log listing the writes made;
+//! the owner making, changing and disabling an account, and changing their own password.
 
 use serde_json::{Value, json};
 
@@ -169,5 +170,113 @@ async fn the_charts_draw_revenue_and_members_and_the_audit_log_lists_writes() {
     );
     browser.set_window(1280, 1000).await;
     keep(&browser, "17-audit-log.png", 1280).await;
+    browser.quit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_owner_manages_staff_accounts_and_changes_a_password() {
+    let app = TestApp::spawn().await;
+    let base = serve(&app).await;
+    let browser = Browser::start().await;
+    browser.set_window(1280, 1000).await;
+    browser.goto(&format!("{base}/console#/staff")).await;
+    browser.fill("#login-email", ADMIN_EMAIL).await;
+    browser.fill("#login-password", ADMIN_PASSWORD).await;
+    browser.click("#login button[type=submit]").await;
+    browser.wait_text("#staff-list", ADMIN_EMAIL).await;
+
+    // A weak password is refused next to its field; then the account is made.
+    browser.fill("#staff-new-email", "helper@example.com").await;
+    browser.select("#staff-new-role", "support").await;
+    browser.fill("#staff-new-password", "password123").await;
+    browser.click("#staff-new button[type=submit]").await;
+    browser
+        .wait_text("#staff-new-password-error", "too weak")
+        .await;
+    browser
+        .fill("#staff-new-password", "a long helper passphrase")
+        .await;
+    browser.click("#staff-new button[type=submit]").await;
+    browser
+        .wait_text("#status", "Account helper@example.com created (support)")
+        .await;
+    let row =
+        |email: &str| format!("SELECT role, disabled FROM staff_accounts WHERE email = '{email}'");
+    let db = app.db().await;
+    let r = db.query_one(&row("helper@example.com"), &[]).await.unwrap();
+    assert_eq!(r.get::<_, String>("role"), "support");
+    let helper: i64 = db
+        .query_one(
+            "SELECT id FROM staff_accounts WHERE email = 'helper@example.com'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get("id");
+
+    // Its role, then disabled.
+    browser
+        .select(&format!("#staff-role-{helper}"), "viewer")
+        .await;
+    browser
+        .execute(
+            "document.querySelector(arguments[0]).closest('td').querySelector('button').click()",
+            json!([format!("#staff-role-{helper}")]),
+        )
+        .await;
+    browser
+        .wait_text("#status", "helper@example.com is now viewer")
+        .await;
+    let r = db.query_one(&row("helper@example.com"), &[]).await.unwrap();
+    assert_eq!(r.get::<_, String>("role"), "viewer");
+    browser.wait_text("#staff-list", "helper@example.com").await;
+    browser
+        .execute(
+            "for (const tr of document.querySelectorAll('#staff-list tbody tr'))
+               if (tr.textContent.includes(arguments[0]))
+                 [...tr.querySelectorAll('button')].find((b) => b.textContent === 'Disable').click();",
+            json!(["helper@example.com"]),
+        )
+        .await;
+    browser
+        .wait_text("#status", "helper@example.com is disabled")
+        .await;
+    let r = db.query_one(&row("helper@example.com"), &[]).await.unwrap();
+    assert!(r.get::<_, bool>("disabled"));
+
+    // The owner's own password, from the header's link: the session carries on.
+    browser.click("#change-password").await;
+    browser.wait_text("main h1", "Change your password").await;
+    browser
+        .fill("#password-current_password", "not my password")
+        .await;
+    browser
+        .fill("#password-new_password", "a brand new owner passphrase")
+        .await;
+    browser.click("#password button[type=submit]").await;
+    browser
+        .wait_text("#password-current_password-error", "not this account")
+        .await;
+    browser
+        .fill("#password-current_password", ADMIN_PASSWORD)
+        .await;
+    browser
+        .fill("#password-new_password", "a brand new owner passphrase")
+        .await;
+    browser.click("#password button[type=submit]").await;
+    browser.wait_text("#status", "Password changed").await;
+    browser
+        .execute("location.hash = '#/audit-log'", json!([]))
+        .await;
+    let log = browser
+        .wait_text("#audit-list", "staff.change_password")
+        .await;
+    assert!(
+        log.contains("staff.create") && log.contains("staff.update"),
+        "{log}"
+    );
+    app.login(ADMIN_EMAIL, "a brand new owner passphrase")
+        .await
+        .expect(200);
     browser.quit().await;
 }

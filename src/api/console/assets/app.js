@@ -472,6 +472,8 @@
         case 'sweep': return await renderSweep();
         case 'charts': return await renderCharts(params);
         case 'audit-log': return await renderAuditLog(params);
+        case 'staff': return await renderStaff();
+        case 'password': return renderPassword();
         default: {
           const { main } = page('Not found');
           main.append(h('p', {}, 'There is no such page. ', link('#/overview', 'Go to the overview.')));
@@ -694,6 +696,109 @@
     if (after) return h('details', {}, h('summary', {}, 'made'), h('pre', {}, JSON.stringify(after, null, 2)));
     if (before) return h('details', {}, h('summary', {}, 'removed'), h('pre', {}, JSON.stringify(before, null, 2)));
     return '—';
+  }
+
+  // ------------------------------------------------------------------ staff accounts
+
+  const ROLES = ['owner', 'admin', 'support', 'viewer'];
+
+  async function renderStaff() {
+    const { main, live } = page('Staff');
+    main.append(h('p', { class: 'hint' },
+      'Owner: everything, and these accounts. Admin: everything else. Support: reads; grants, corrections, cancels, retries. Viewer: reads only. A new role or a disabling signs the account out at once.'));
+    const form = h('form', { id: 'staff-new', class: 'card', method: 'post', novalidate: true },
+      h('h2', {}, 'New account'),
+      field('Email', h('input', { id: 'staff-new-email', name: 'email', type: 'email', autocomplete: 'off', required: true })),
+      field('Role', h('select', { id: 'staff-new-role', name: 'role' },
+        ROLES.map((r) => h('option', { value: r, selected: r === 'viewer' }, r)))),
+      field('Password', h('input', { id: 'staff-new-password', name: 'password', type: 'password', autocomplete: 'new-password', required: true }),
+        '8 to 72 bytes, not a common password, not mostly the email.'),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Create')));
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      await busy(form, async () => {
+        try {
+          const a = await post(form, '/staff', {
+            email: form.elements.email.value.trim(), role: form.elements.role.value,
+            password: form.elements.password.value,
+          });
+          say(`Account ${a.email} created (${a.role}).`);
+          go('#/staff');
+        } catch (err) {
+          showFieldErrors(form, err);
+          fail(err);
+        }
+      });
+    });
+    const list = h('section', { id: 'staff-list' });
+    main.append(list, form);
+    const accounts = await all('/staff');
+    if (!live()) return;
+    list.append(table('Staff accounts', ['Email', 'Role', 'Status', 'Since', 'Change'],
+      accounts.map((a) => {
+        const role = h('select', { id: `staff-role-${a.id}`, 'aria-label': `Role of ${a.email}` },
+          ROLES.map((r) => h('option', { value: r, selected: r === a.role }, r)));
+        const save = h('button', { type: 'button', class: 'small' }, 'Set role');
+        save.addEventListener('click', () => change(save, a, { role: role.value }, `${a.email} is now ${role.value}.`));
+        const toggle = h('button', { type: 'button', class: 'small secondary' }, a.disabled ? 'Enable' : 'Disable');
+        toggle.addEventListener('click', () => change(toggle, a, { disabled: !a.disabled },
+          `${a.email} is ${a.disabled ? 'enabled' : 'disabled'}.`));
+        const del = h('button', { type: 'button', class: 'small danger' }, 'Delete');
+        del.addEventListener('click', async () => {
+          const ok = await confirmDialog(`Delete ${a.email}?`,
+            'The account can no longer sign in; what it did stays in the audit log.', 'Delete');
+          if (!ok) return;
+          await busy(del, async () => {
+            try {
+              await api('DELETE', `/staff/${a.id}`);
+              say(`${a.email} deleted.`);
+              go('#/staff');
+            } catch (err) { fail(err); }
+          });
+        });
+        return [a.email, [role, ' ', save], a.disabled ? badge('disabled') : badge('enabled', 'active'),
+          when(a.created_at), [toggle, ' ', del]];
+      }), 'No accounts.'));
+  }
+
+  async function change(button, account, body, done) {
+    await busy(button, async () => {
+      try {
+        await api('PATCH', `/staff/${account.id}`, body);
+        say(done);
+        go('#/staff');
+      } catch (err) { fail(err); }
+    });
+  }
+
+  function renderPassword() {
+    const { main } = page('Change your password');
+    const form = h('form', { id: 'password', class: 'card narrow', method: 'post', novalidate: true },
+      field('Current password', h('input', { id: 'password-current_password', name: 'current_password', type: 'password', autocomplete: 'current-password', required: true })),
+      field('New password', h('input', { id: 'password-new_password', name: 'new_password', type: 'password', autocomplete: 'new-password', required: true }),
+        '8 to 72 bytes, not a common password. Every other session of this account ends.'),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Change password')));
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      await busy(form, async () => {
+        try {
+          const r = await api('POST', '/auth/password', {
+            current_password: form.elements.current_password.value,
+            new_password: form.elements.new_password.value,
+          });
+          form.reset();
+          // The change ended this session's token too: carry on with the new one.
+          const email = session.email;
+          if (session.timer) clearTimeout(session.timer);
+          signIn(r.access_token, email, r.expires_in);
+          say('Password changed; your other sessions are signed out.');
+        } catch (err) {
+          showFieldErrors(form, err);
+          fail(err);
+        }
+      });
+    });
+    main.append(form);
   }
 
   // ------------------------------------------------------------------ sign in
