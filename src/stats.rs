@@ -165,17 +165,28 @@ const MARK_ROLLED_SQL: &str = "INSERT INTO stats_rolled_days (day) SELECT unnest
 const LO: &str = "((SELECT min(d) FROM unnest($1::date[]) d)::timestamp AT TIME ZONE 'UTC')";
 const HI: &str = "(((SELECT max(d) FROM unnest($1::date[]) d) + 1)::timestamp AT TIME ZONE 'UTC')";
 
+/// How many days one roll-up transaction takes at most: each holds an advisory lock per day,
+/// and PostgreSQL's lock table is shared and bounded.
+const ROLL_UP_CHUNK: usize = 200;
+
 /// Rolls up every ended day from `from` on that is not rolled up (or was changed since), in
-/// one transaction; returns how many days it rolled. Reads call it first for their range; the
-/// background loop and the benchmark call it for all history.
+/// transactions of at most [`ROLL_UP_CHUNK`] days; returns how many days it rolled. Reads call
+/// it first for their range; the background loop and the benchmark call it for all history.
 pub async fn roll_up(pool: &deadpool_postgres::Pool, from: NaiveDate) -> Result<usize, ApiError> {
+    let missing: Vec<NaiveDate> = db::row_one(&pool.get().await?, MISSING_DAYS_SQL, &[&from])
+        .await?
+        .try_get("days")?;
+    for chunk in missing.chunks(ROLL_UP_CHUNK) {
+        roll_up_days(pool, chunk).await?;
+    }
+    Ok(missing.len())
+}
+
+/// Rolls `days` up in one transaction, after taking each day's lock exclusively (so writes of
+/// those days in flight have committed). Rolling a day twice gives the same rows.
+async fn roll_up_days(pool: &deadpool_postgres::Pool, days: &[NaiveDate]) -> Result<(), ApiError> {
+    let days = days.to_vec();
     crate::transaction!(pool, |tx| {
-        let row = db::row_one(tx, MISSING_DAYS_SQL, &[&from]).await?;
-        let days: Vec<NaiveDate> = row.try_get("days")?;
-        if days.is_empty() {
-            return Ok(0);
-        }
-        // Waits for writes of these days in flight (their triggers hold the lock shared).
         db::row_one(tx, LOCK_DAYS_SQL, &[&days]).await?;
         db::row_one(tx, FORGET_ROLLED_SQL, &[&days]).await?;
         let revenue = format!(
@@ -192,7 +203,7 @@ pub async fn roll_up(pool: &deadpool_postgres::Pool, from: NaiveDate) -> Result<
         );
         db::execute(tx, &members, &[&days]).await?;
         db::execute(tx, MARK_ROLLED_SQL, &[&days]).await?;
-        Ok(days.len())
+        Ok(())
     })
 }
 

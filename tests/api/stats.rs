@@ -234,3 +234,63 @@ async fn a_bad_range_is_refused() {
         .await;
     assert_problem(&r, 422);
 }
+
+/// A rolled-up day that changes later — a late payment, a refund — is rolled again by the next
+/// read: the series never keeps a stale day.
+#[tokio::test]
+async fn a_changed_day_is_rolled_up_again() {
+    let app = TestApp::spawn().await;
+    let a = id(&app
+        .create_channel(-70_101, json!({"price_minor": 10_000}))
+        .await);
+    let s1 = id(&app.create_subscriber(70_101).await);
+    let s2 = id(&app.create_subscriber(70_102).await);
+    let db = app.db().await;
+    let move_back = |order: i64| {
+        let db = &db;
+        async move {
+            db.execute(
+                "UPDATE payments SET paid_at = paid_at - interval '3 days' WHERE order_id = $1",
+                &[&order],
+            )
+            .await
+            .unwrap();
+        }
+    };
+    let first = buy(&app, s1, a, "late-1").await;
+    move_back(id(&first)).await;
+
+    let today = Utc::now().duration_trunc(Duration::days(1)).unwrap();
+    let day = today - Duration::days(3);
+    let path = format!(
+        "/api/stats/revenue?from={}&to={}",
+        day.format("%Y-%m-%dT%H:%M:%SZ"),
+        (day + Duration::days(1)).format("%Y-%m-%dT%H:%M:%SZ")
+    );
+    let gross = |v: Value| v["items"][0]["gross_minor"].clone();
+    assert_eq!(gross(app.get(&path).await.expect(200)), 10_000);
+    let rolled: i64 = db
+        .query_one(
+            "SELECT count(*) AS n FROM stats_rolled_days WHERE day = $1",
+            &[&day.date_naive()],
+        )
+        .await
+        .unwrap()
+        .get("n");
+    assert_eq!(rolled, 1, "the day was rolled up");
+
+    // A second payment lands on that day late, then the first is refunded.
+    let second = buy(&app, s2, a, "late-2").await;
+    move_back(id(&second)).await;
+    assert_eq!(gross(app.get(&path).await.expect(200)), 20_000);
+    db.execute(
+        "UPDATE payments SET outcome = 'refunded', reason = 'refunded_at_gateway'
+         WHERE external_id = 'late-1'",
+        &[],
+    )
+    .await
+    .unwrap();
+    let item = app.get(&path).await.expect(200)["items"][0].clone();
+    assert_eq!(item["refunded_minor"], 10_000, "{item}");
+    assert_eq!(item["net_minor"], 10_000);
+}
