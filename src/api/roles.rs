@@ -91,7 +91,7 @@ fn declare(access: Access, routes: UtoipaMethodRouter<AppState>) -> UtoipaMethod
 /// extensions too (the router adds it once), since the routes are declared before the state
 /// exists.
 ///
-/// A staff write (any method but GET) that succeeds must have recorded itself in the audit log
+/// A staff write (any method but GET, HEAD and OPTIONS) that succeeds must have recorded itself in the audit log
 /// ([`Staff::audit`]); one that did not is a bug, logged, and in debug builds (the tests) a
 /// panic, so a write handler that forgets its record fails the tests that call it.
 async fn authorize(access: Access, mut req: Request, next: Next) -> Response {
@@ -99,7 +99,7 @@ async fn authorize(access: Access, mut req: Request, next: Next) -> Response {
         Ok(audited) => audited,
         Err(e) => return e.into_response(),
     };
-    let write = req.method() != Method::GET;
+    let write = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
     let response = next.run(req).await;
     if let Some(audited) = audited
         && write

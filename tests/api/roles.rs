@@ -211,3 +211,20 @@ async fn a_refusal_says_nothing_of_whether_the_target_exists() {
     assert!(body["detail"].as_str().unwrap().contains("admin"), "{body}");
     assert_eq!(app.count("channels").await, 1);
 }
+
+#[tokio::test]
+async fn a_head_request_reads_like_a_get() {
+    let app = TestApp::spawn().await;
+    let viewer = format!("Bearer {}", app.token_of_role("viewer").await);
+    for path in ["/api/channels", "/api/stats/summary", "/api/overview"] {
+        let r = app
+            .request(
+                Method::HEAD,
+                path,
+                &[("authorization", viewer.as_str())],
+                "",
+            )
+            .await;
+        assert_eq!(r.status.as_u16(), 200, "HEAD {path}");
+    }
+}
