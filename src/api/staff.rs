@@ -14,6 +14,7 @@ use serde::Deserialize;
 use super::{
     ApiJson, ApiQuery, Errors, Page, Paging, PathId,
     auth::{Staff, client_ip},
+    not_null, nullable,
     openapi::{Problem, Token},
 };
 use crate::{
@@ -46,11 +47,13 @@ pub struct NewAccount {
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"role": "viewer", "disabled": false}))]
 pub struct AccountPatch {
-    #[schema(nullable = false, value_type = String, pattern = "^(owner|admin|support|viewer)$")]
-    role: Option<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = String, pattern = "^(owner|admin|support|viewer)$")]
+    role: Option<Option<String>>,
     /// A disabled account cannot log in and its tokens end at once.
-    #[schema(nullable = false)]
-    disabled: Option<bool>,
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = bool)]
+    disabled: Option<Option<bool>>,
 }
 
 /// A password change.
@@ -141,7 +144,7 @@ pub async fn create(
     responses(
         (status = 200, description = "The account as changed.", body = Account),
         (status = 409, description = "It is the last enabled owner.", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "An unknown role.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "An unknown role, or a `null`.", body = Problem, content_type = "application/problem+json"),
     ),
 )]
 pub async fn patch(
@@ -151,9 +154,11 @@ pub async fn patch(
     ApiJson(b): ApiJson<AccountPatch>,
 ) -> Result<Json<Account>, ApiError> {
     let mut e = Errors::default();
+    let role = not_null(&mut e, "role", b.role);
+    let disabled = not_null(&mut e, "disabled", b.disabled);
     let change = Change {
-        role: e.state::<Role>("role", b.role.as_deref()),
-        disabled: b.disabled,
+        role: e.state::<Role>("role", role.as_deref()),
+        disabled,
     };
     e.finish()?;
     crate::transaction!(state.db, |tx| {

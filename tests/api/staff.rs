@@ -131,10 +131,13 @@ async fn the_owner_creates_lists_and_changes_accounts_with_clear_refusals() {
     assert_eq!(list["items"][0]["role"], "owner", "ADMIN_EMAIL is an owner");
 
     // Changes: an unknown role is 422, an unknown account 404.
-    let r = app
-        .patch(&format!("/api/staff/{sid}"), json!({"role": "boss"}))
-        .await;
-    assert_problem(&r, 422);
+    for body in [
+        json!({"role": "boss"}),
+        json!({"role": "viewer", "disabled": null}),
+    ] {
+        let r = app.patch(&format!("/api/staff/{sid}"), body.clone()).await;
+        assert_problem(&r, 422);
+    }
     let r = app
         .patch("/api/staff/987654321", json!({"role": "viewer"}))
         .await;
