@@ -32,6 +32,8 @@ use crate::{
     effects,
     error::ApiError,
     memberships,
+    present::locale::Language,
+    translations::{Translation, Translations},
 };
 
 /// The select list of [`Channel`] (a macro, so SQL constants can splice it with `concat!`).
@@ -39,7 +41,7 @@ macro_rules! channel_columns {
     () => {
         "id, telegram_chat_id, title, price_minor, currency, billing_period_days, \
          grace_period_days, seat_limit, active, created_at, updated_at, description, recurring, \
-         telegram_status"
+         telegram_status, translations"
     };
 }
 
@@ -49,9 +51,9 @@ pub const COLUMNS: &str = channel_columns!();
 const INSERT_SQL: &str = concat!(
     "INSERT INTO channels (telegram_chat_id, title, price_minor, currency,
                              billing_period_days, grace_period_days, seat_limit, active,
-                             description, recurring)
+                             description, recurring, translations)
                          VALUES ($1, $2, $3, $4, $5, COALESCE($6, 0), $7, COALESCE($8, true),
-                                 $9, COALESCE($10, false))
+                                 $9, COALESCE($10, false), COALESCE($11::jsonb, '{}'::jsonb))
                          RETURNING ",
     channel_columns!()
 );
@@ -81,6 +83,7 @@ const PATCH_SQL: &str = concat!(
                                             ELSE invite_link END,
                          description = CASE WHEN $11 THEN $12 ELSE description END,
                          recurring = COALESCE($13, recurring),
+                         translations = COALESCE($14, translations),
                          updated_at = statement_timestamp()
                      WHERE id = $1 RETURNING ",
     channel_columns!()
@@ -109,7 +112,8 @@ pub const RECURRING_RULE: &str =
     "price_minor": 19900, "currency": "UAH", "billing_period_days": 30, "grace_period_days": 3,
     "seat_limit": null, "active": true, "created_at": "2025-01-01T10:00:00Z",
     "updated_at": "2025-01-01T10:00:00Z", "description": "Daily market signals.",
-    "recurring": false, "buy_link": "https://t.me/subgate_bot?start=c1", "telegram_status": "ok"}))]
+    "recurring": false, "buy_link": "https://t.me/subgate_bot?start=c1", "telegram_status": "ok",
+    "translations": {"uk": {"title": "Преміум-сигнали", "description": "Щоденні ринкові сигнали."}}}))]
 pub struct Channel {
     pub id: i32,
     pub telegram_chat_id: i64,
@@ -132,6 +136,10 @@ pub struct Channel {
     /// Whether the bot can manage the chat's members (read-only; from Telegram).
     #[schema(value_type = String, example = "ok")]
     pub telegram_status: TelegramStatus,
+    /// The title and description in other languages the bot speaks (`uk`, `ru`, `en`): what a
+    /// buyer of that language reads instead of `title` and `description`.
+    #[schema(value_type = HashMap<String, Translation>)]
+    pub translations: Translations,
 }
 
 crate::text_enum! {
@@ -164,6 +172,7 @@ impl FromRow for Channel {
             recurring: r.try_get("recurring")?,
             buy_link: None,
             telegram_status: r.try_get("telegram_status")?,
+            translations: r.try_get("translations")?,
         })
     }
 }
@@ -198,6 +207,8 @@ pub struct Fields {
     pub active: Option<bool>,
     pub description: Option<Option<String>>,
     pub recurring: Option<bool>,
+    /// Replaces all translations when given.
+    pub translations: Option<Translations>,
 }
 
 /// The schema's refusal of a recurring channel that is not `XTR` for 30 days, as the same
@@ -231,6 +242,7 @@ pub async fn create(tx: &Transaction<'_>, f: &Fields) -> Result<Channel, ApiErro
                 &f.active,
                 &f.description.clone().flatten(),
                 &f.recurring,
+                &f.translations,
             ],
         )
         .await
@@ -311,6 +323,7 @@ pub async fn change(tx: &Transaction<'_>, id: i32, f: &Fields) -> Result<Channel
                 &f.description.is_some(),
                 &f.description.clone().flatten(),
                 &f.recurring,
+                &f.translations,
             ],
         )
         .await
@@ -459,12 +472,26 @@ pub struct Offer {
     pub recurring: bool,
     pub seat_limit: Option<i32>,
     pub active: bool,
+    pub translations: Translations,
+}
+
+impl Offer {
+    /// The title as a buyer of `l` reads it.
+    pub fn title_in(&self, l: Language) -> &str {
+        self.translations.title(l, &self.title)
+    }
+
+    /// The description as a buyer of `l` reads it.
+    pub fn description_in(&self, l: Language) -> Option<&str> {
+        self.translations
+            .description(l, self.description.as_deref())
+    }
 }
 
 macro_rules! offer_columns {
     () => {
         "id, title, description, price_minor, currency, billing_period_days, recurring, \
-         seat_limit, active"
+         seat_limit, active, translations"
     };
 }
 
@@ -482,6 +509,7 @@ impl FromRow for Offer {
             recurring: r.try_get("recurring")?,
             seat_limit: r.try_get("seat_limit")?,
             active: r.try_get("active")?,
+            translations: r.try_get("translations")?,
         })
     }
 }
@@ -548,12 +576,20 @@ pub async fn member_counts(client: &impl GenericClient) -> Result<Vec<MemberCoun
     db::all(client, MEMBER_COUNTS_SQL, &[]).await
 }
 
-const TITLE_SQL: &str = "SELECT title FROM channels WHERE id = $1";
+const TITLE_SQL: &str = "SELECT title, translations FROM channels WHERE id = $1";
 
 /// Channel `id`'s title; `None`: no such channel.
 pub async fn title(client: &impl GenericClient, id: i32) -> Result<Option<String>, ApiError> {
+    Ok(titles(client, id).await?.map(|(title, _)| title))
+}
+
+/// Channel `id`'s title and its translations; `None`: no such channel.
+pub async fn titles(
+    client: &impl GenericClient,
+    id: i32,
+) -> Result<Option<(String, Translations)>, ApiError> {
     Ok(match db::row_opt(client, TITLE_SQL, &[&id]).await? {
-        Some(r) => Some(r.try_get("title")?),
+        Some(r) => Some((r.try_get("title")?, r.try_get("translations")?)),
         None => None,
     })
 }

@@ -25,6 +25,8 @@
 //! | `TELEGRAM_API_URL` | Bot API base URL | `https://api.telegram.org` |
 //! | `TELEGRAM_DRY_RUN` | `true`: log Bot API calls instead of making them | `false` |
 //! | `TELEGRAM_BOT_USERNAME` | the bot's username (without `@`), for deep links and channels' `buy_link` | unset: `buy_link` is null |
+//! | `BOT_DEFAULT_LANGUAGE` | the language the bot speaks to a buyer whose language it neither remembers nor speaks: `en`, `uk` or `ru` ([`present::locale`](crate::present::locale)) | `en` |
+//! | `BOT_MESSAGES_DIR` | a directory of message files replacing the shipped ones: `<dir>/<language>/bot.ftl` (docs/bot.md); checked at start-up like the shipped ones | unset: the shipped messages |
 //! | `REMINDER_DAYS` | days before expiry to remind a member, 0..=365 (0: off) | `3` |
 //! | `SWEEP_TOKEN` | bearer token cron may use for `POST /api/sweep`, at least 32 bytes | unset |
 //! | `SWEEP_INTERVAL_SECS` | run the sweep inside the server every N seconds (0: never) | `0` |
@@ -56,7 +58,10 @@
 
 use std::{fmt, net::SocketAddr, path::PathBuf, time::Duration};
 
-use crate::payments::standard_webhooks::{self, WebhookKey};
+use crate::{
+    payments::standard_webhooks::{self, WebhookKey},
+    present::locale::Language,
+};
 
 /// A secret string: `Debug` prints `<redacted>`, so a config dump never leaks it.
 #[derive(Clone, PartialEq, Eq)]
@@ -134,6 +139,10 @@ pub struct Config {
     pub telegram_dry_run: bool,
     /// The bot's username, without `@`.
     pub telegram_bot_username: Option<String>,
+    /// `BOT_DEFAULT_LANGUAGE`.
+    pub bot_default_language: Language,
+    /// `BOT_MESSAGES_DIR`.
+    pub bot_messages_dir: Option<PathBuf>,
     pub reminder_days: u32,
     pub sweep_token: Option<Secret>,
     pub sweep_interval: Option<Duration>,
@@ -218,6 +227,8 @@ impl Config {
             telegram_api_url: telegram.api_url,
             telegram_dry_run: telegram.dry_run,
             telegram_bot_username: telegram.bot_username,
+            bot_default_language: telegram.default_language,
+            bot_messages_dir: telegram.messages_dir,
             reminder_days: jobs.reminder_days,
             sweep_token: jobs.sweep_token,
             sweep_interval: jobs.sweep_interval,
@@ -520,13 +531,16 @@ impl PaymentDoors {
 }
 
 /// `TELEGRAM_WEBHOOK_SECRET` (door 3), `TELEGRAM_BOT_TOKEN`, `TELEGRAM_API_URL`,
-/// `TELEGRAM_DRY_RUN` (the effects worker), `TELEGRAM_BOT_USERNAME` (deep links).
+/// `TELEGRAM_DRY_RUN` (the effects worker), `TELEGRAM_BOT_USERNAME` (deep links),
+/// `BOT_DEFAULT_LANGUAGE` and `BOT_MESSAGES_DIR` (the bot's words).
 struct Telegram {
     webhook_secret: Option<Secret>,
     bot_token: Option<Secret>,
     api_url: String,
     dry_run: bool,
     bot_username: Option<String>,
+    default_language: Language,
+    messages_dir: Option<PathBuf>,
 }
 
 impl Telegram {
@@ -576,6 +590,16 @@ impl Telegram {
             api_url,
             dry_run: vars.flag("TELEGRAM_DRY_RUN")?,
             bot_username,
+            default_language: match vars.get("BOT_DEFAULT_LANGUAGE") {
+                None => Language::En,
+                Some(code) => Language::parse(code.trim()).ok_or_else(|| {
+                    err(format!(
+                        "BOT_DEFAULT_LANGUAGE must be {}",
+                        Language::spellings()
+                    ))
+                })?,
+            },
+            messages_dir: vars.get("BOT_MESSAGES_DIR").map(PathBuf::from),
         })
     }
 }
@@ -648,7 +672,7 @@ fn strong_webhook_key(secret: &str) -> bool {
 mod tests {
     use std::{collections::HashMap, net::SocketAddr, time::Duration};
 
-    use super::{Config, LogFormat, Secret};
+    use super::{Config, Language, LogFormat, Secret};
 
     const JWT: &str = "jwt-secret-for-unit-tests-0123456789";
 
@@ -682,6 +706,8 @@ mod tests {
         assert_eq!(c.telegram_api_url, "https://api.telegram.org");
         assert!(!c.telegram_dry_run);
         assert_eq!(c.telegram_bot_username, None);
+        assert_eq!(c.bot_default_language, Language::En);
+        assert_eq!(c.bot_messages_dir, None);
         assert_eq!(c.public_url, None);
         assert_eq!(c.wayforpay_domain, None);
         assert_eq!(c.reminder_days, 3);
@@ -729,6 +755,8 @@ mod tests {
             ("TELEGRAM_API_URL", "http://127.0.0.1:9999/"),
             ("TELEGRAM_DRY_RUN", "1"),
             ("TELEGRAM_BOT_USERNAME", "@SubGate_bot"),
+            ("BOT_DEFAULT_LANGUAGE", "uk"),
+            ("BOT_MESSAGES_DIR", "/etc/subgate/messages"),
             ("PUBLIC_URL", "https://pay.example.com/"),
             ("WAYFORPAY_DOMAIN", "Shop.Example.com"),
             ("REMINDER_DAYS", "0"),
@@ -783,6 +811,11 @@ mod tests {
         assert_eq!(c.telegram_api_url, "http://127.0.0.1:9999");
         assert!(c.telegram_dry_run);
         assert_eq!(c.telegram_bot_username.as_deref(), Some("SubGate_bot"));
+        assert_eq!(c.bot_default_language, Language::Uk);
+        assert_eq!(
+            c.bot_messages_dir.as_deref(),
+            Some(std::path::Path::new("/etc/subgate/messages"))
+        );
         assert_eq!(c.public_url.as_deref(), Some("https://pay.example.com"));
         assert_eq!(c.wayforpay_domain.as_deref(), Some("shop.example.com"));
         assert_eq!(c.reminder_days, 0);
@@ -916,6 +949,10 @@ mod tests {
             (
                 vec![("TELEGRAM_DRY_RUN", "sometimes")],
                 "TELEGRAM_DRY_RUN must be true or false".into(),
+            ),
+            (
+                vec![("BOT_DEFAULT_LANGUAGE", "de")],
+                "BOT_DEFAULT_LANGUAGE must be en, uk or ru".into(),
             ),
             (
                 vec![("TELEGRAM_BOT_USERNAME", "bot")],

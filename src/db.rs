@@ -67,6 +67,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     ),
     (11, "audit", include_str!("../migrations/0011_audit.sql")),
     (
+        12,
+        "languages",
+        include_str!("../migrations/0012_languages.sql"),
+    ),
+    (
         14,
         "staff_roles",
         include_str!("../migrations/0014_staff_roles.sql"),

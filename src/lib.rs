@@ -58,6 +58,7 @@ pub mod stats;
 pub mod subscribers;
 pub mod sweep;
 pub mod telegram;
+pub mod translations;
 pub mod vocabulary;
 pub mod worker;
 

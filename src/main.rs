@@ -101,6 +101,11 @@ async fn run(cli: Cli) -> Result<(), String> {
         return healthcheck().await;
     }
     let config = Config::from_env().map_err(|e| e.to_string())?;
+    // The bot's words, checked before anything is said (one line naming file and message).
+    subgate::present::locale::install(
+        config.bot_messages_dir.as_deref(),
+        config.bot_default_language,
+    )?;
     if matches!(cli.command, Command::Sweep { .. } | Command::Effects { .. }) {
         // Its standard output is the JSON report.
         subgate::init_tracing_stderr(config.log_format);

@@ -549,11 +549,24 @@ pub struct EffectView {
     pub title: String,
     pub invite_link: Option<String>,
     pub telegram_user_id: i64,
+    /// The subscriber's remembered language (`None`: the default): a message is said in the
+    /// language the buyer has when it is sent.
+    pub language: Option<crate::present::locale::Language>,
+    /// The channel's title in other languages.
+    pub translations: crate::translations::Translations,
+}
+
+impl EffectView {
+    /// The channel's title in the language the buyer reads: `(language, title)`.
+    pub fn speaking(&self) -> (crate::present::locale::Language, &str) {
+        let l = crate::present::locale::Language::choose(self.language, None);
+        (l, self.translations.title(l, &self.title))
+    }
 }
 
 impl FromRow for EffectView {
-    const COLUMNS: &'static str =
-        "status, expires_at, channel_id, title, invite_link, telegram_user_id";
+    const COLUMNS: &'static str = "status, expires_at, channel_id, title, invite_link, \
+         telegram_user_id, language, translations";
 
     fn from_row(r: &Row) -> Result<EffectView, tokio_postgres::Error> {
         Ok(EffectView {
@@ -563,19 +576,21 @@ impl FromRow for EffectView {
             title: r.try_get("title")?,
             invite_link: r.try_get("invite_link")?,
             telegram_user_id: r.try_get("telegram_user_id")?,
+            language: r.try_get("language")?,
+            translations: r.try_get("translations")?,
         })
     }
 }
 
 const VIEW_SQL: &str = "SELECT m.status, m.expires_at, c.id AS channel_id, c.title, c.invite_link,
-            s.telegram_user_id
+            s.telegram_user_id, s.language, c.translations
      FROM memberships m
      JOIN channels c ON c.id = m.channel_id
      JOIN subscribers s ON s.id = m.subscriber_id
      WHERE m.id = $1";
 const VIEW_IN_CHAT_SQL: &str =
     "SELECT m.status, m.expires_at, c.id AS channel_id, c.title, c.invite_link,
-            s.telegram_user_id
+            s.telegram_user_id, s.language, c.translations
      FROM memberships m
      JOIN channels c ON c.id = m.channel_id
      JOIN subscribers s ON s.id = m.subscriber_id

@@ -37,6 +37,8 @@ use crate::{
     db::{self, FromRow},
     error::ApiError,
     ids::ChannelId,
+    present::locale::Language,
+    translations::{Translation, Translations},
 };
 
 crate::text_enum! {
@@ -53,7 +55,7 @@ macro_rules! plan_columns {
     () => {
         "p.id, p.title, p.description, p.kind, p.price_minor, p.currency, p.period_days, \
          p.recurring, p.active, p.position, p.default_of IS NOT NULL AS is_default, \
-         p.created_at, p.updated_at, \
+         p.created_at, p.updated_at, p.translations, \
          ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = p.id \
                ORDER BY pc.position) AS channel_ids"
     };
@@ -65,7 +67,8 @@ macro_rules! plan_columns {
     "channel_ids": [1], "kind": "paid", "price_minor": 19900, "currency": "UAH",
     "period_days": 30, "recurring": false, "active": true, "position": 0, "is_default": true,
     "buy_link": "https://t.me/subgate_bot?start=p1",
-    "created_at": "2025-01-01T10:00:00Z", "updated_at": "2025-01-01T10:00:00Z"}))]
+    "created_at": "2025-01-01T10:00:00Z", "updated_at": "2025-01-01T10:00:00Z",
+    "translations": {"uk": {"title": "Преміум-сигнали", "description": null}}}))]
 pub struct Plan {
     pub id: i64,
     pub title: String,
@@ -90,9 +93,25 @@ pub struct Plan {
     pub buy_link: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// The title and description in other languages the bot speaks: what a buyer of that
+    /// language reads instead of `title` and `description` (a default plan reads as its
+    /// channel).
+    #[schema(value_type = HashMap<String, Translation>)]
+    pub translations: Translations,
 }
 
 impl Plan {
+    /// The title as a buyer of `l` reads it.
+    pub fn title_in(&self, l: Language) -> &str {
+        self.translations.title(l, &self.title)
+    }
+
+    /// The description as a buyer of `l` reads it.
+    pub fn description_in(&self, l: Language) -> Option<&str> {
+        self.translations
+            .description(l, self.description.as_deref())
+    }
+
     /// The plan's list price.
     pub fn price(&self) -> Money {
         Money::new(self.price_minor, &self.currency)
@@ -148,6 +167,7 @@ impl FromRow for Plan {
             buy_link: None,
             created_at: r.try_get("created_at")?,
             updated_at: r.try_get("updated_at")?,
+            translations: r.try_get("translations")?,
         })
     }
 }
@@ -234,6 +254,8 @@ pub struct Fields {
     pub recurring: Option<bool>,
     pub active: Option<bool>,
     pub position: Option<i32>,
+    /// Replaces all translations when given.
+    pub translations: Option<Translations>,
 }
 
 /// What a plan sells and for how much: the fields whose combination has rules.
@@ -470,8 +492,10 @@ const LIST_SQL: &str = concat!(
      ORDER BY p.id LIMIT $4"
 );
 const INSERT_SQL: &str = "INSERT INTO plans (title, description, kind, price_minor, currency,
-                                             period_days, recurring, active, position)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, COALESCE($8, true), COALESCE($9, 0))
+                                             period_days, recurring, active, position,
+                                             translations)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, COALESCE($8, true), COALESCE($9, 0),
+             COALESCE($10::jsonb, '{}'::jsonb))
      RETURNING id";
 const INSERT_CHANNELS_SQL: &str = "INSERT INTO plan_channels (plan_id, channel_id, position)
      SELECT $1, c.id, (c.n - 1)::smallint FROM unnest($2::integer[]) WITH ORDINALITY AS c (id, n)";
@@ -487,6 +511,7 @@ const UPDATE_SQL: &str = "UPDATE plans SET
          recurring = COALESCE($10, recurring),
          active = COALESCE($11, active),
          position = COALESCE($12, position),
+         translations = COALESCE($13, translations),
          updated_at = statement_timestamp()
      WHERE id = $1";
 const HAS_ORDERS_SQL: &str =
@@ -560,6 +585,7 @@ pub async fn create(tx: &Transaction<'_>, f: &Fields) -> Result<Plan, ApiError> 
                         &terms.recurring,
                         &f.active,
                         &f.position,
+                        &f.translations,
                     ],
                 )
                 .await
@@ -675,6 +701,7 @@ pub async fn change(tx: &Transaction<'_>, id: i64, f: &Fields) -> Result<Plan, A
             &t.map(|t| t.recurring),
             &f.active,
             &f.position,
+            &f.translations,
         ],
     )
     .await
@@ -825,6 +852,7 @@ mod tests {
             buy_link: None,
             created_at: Utc::now(),
             updated_at: Utc::now(),
+            translations: Default::default(),
         };
         let to_trial = Fields {
             kind: Some(Kind::Trial),

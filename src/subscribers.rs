@@ -21,18 +21,19 @@ use crate::{
     db::{self, FromRow},
     error::ApiError,
     memberships,
+    present::locale::Language,
 };
 
 /// The select list of [`Subscriber`] (a macro, so SQL constants can splice it with `concat!`).
 macro_rules! subscriber_columns {
     () => {
-        "id, telegram_user_id, username, display_name, created_at, updated_at"
+        "id, telegram_user_id, username, display_name, language, created_at, updated_at"
     };
 }
 
 const INSERT_SQL: &str = concat!(
-    "INSERT INTO subscribers (telegram_user_id, username, display_name)
-                         VALUES ($1, $2, $3) RETURNING ",
+    "INSERT INTO subscribers (telegram_user_id, username, display_name, language)
+                         VALUES ($1, $2, $3, $4) RETURNING ",
     subscriber_columns!()
 );
 const LIST_SQL: &str = concat!(
@@ -53,6 +54,7 @@ const PATCH_SQL: &str = concat!(
                          telegram_user_id = COALESCE($2, telegram_user_id),
                          username = CASE WHEN $3 THEN $4 ELSE username END,
                          display_name = CASE WHEN $5 THEN $6 ELSE display_name END,
+                         language = CASE WHEN $7 THEN $8 ELSE language END,
                          updated_at = statement_timestamp()
                      WHERE id = $1 RETURNING ",
     subscriber_columns!()
@@ -63,24 +65,36 @@ const DELETE_SQL: &str = "DELETE FROM subscribers WHERE id = $1";
 const EXISTS_SQL: &str = "SELECT 1 FROM subscribers WHERE id = $1";
 const TELEGRAM_USER_SQL: &str = "SELECT telegram_user_id FROM subscribers WHERE id = $1";
 const OF_TELEGRAM_USER_SQL: &str = "SELECT id FROM subscribers WHERE telegram_user_id = $1";
-const UPSERT_SQL: &str = "INSERT INTO subscribers (telegram_user_id, username, display_name)
-     VALUES ($1, $2, $3)
+const UPSERT_SQL: &str =
+    "INSERT INTO subscribers (telegram_user_id, username, display_name, language)
+     VALUES ($1, $2, $3, $4)
      ON CONFLICT (telegram_user_id) DO UPDATE
          SET username = EXCLUDED.username, display_name = EXCLUDED.display_name,
+             language = coalesce(subscribers.language, EXCLUDED.language),
              updated_at = statement_timestamp()
          WHERE (subscribers.username, subscribers.display_name)
                IS DISTINCT FROM (EXCLUDED.username, EXCLUDED.display_name)
+            OR (subscribers.language IS NULL AND EXCLUDED.language IS NOT NULL)
      RETURNING id";
+const LANGUAGE_OF_TELEGRAM_USER_SQL: &str =
+    "SELECT language FROM subscribers WHERE telegram_user_id = $1";
+const SET_LANGUAGE_SQL: &str = "UPDATE subscribers
+     SET language = $2, updated_at = statement_timestamp()
+     WHERE id = $1 AND language IS DISTINCT FROM $2";
 
 /// A buyer, identified by their Telegram user id.
 #[derive(Serialize, utoipa::ToSchema)]
 #[schema(example = json!({"id": 1, "telegram_user_id": 100000001, "username": "ann",
-    "display_name": "Ann", "created_at": "2025-01-01T10:00:00Z", "updated_at": "2025-01-01T10:00:00Z"}))]
+    "display_name": "Ann", "language": "uk", "created_at": "2025-01-01T10:00:00Z", "updated_at": "2025-01-01T10:00:00Z"}))]
 pub struct Subscriber {
     pub id: i32,
     pub telegram_user_id: i64,
     pub username: Option<String>,
     pub display_name: Option<String>,
+    /// The language the bot speaks to them: chosen with `/language`, set by staff, or taken
+    /// from their Telegram app's language when they first bought; `null`: the bot's default
+    /// (`BOT_DEFAULT_LANGUAGE`) or their app's language.
+    pub language: Option<Language>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -94,6 +108,7 @@ impl FromRow for Subscriber {
             telegram_user_id: r.try_get("telegram_user_id")?,
             username: r.try_get("username")?,
             display_name: r.try_get("display_name")?,
+            language: r.try_get("language")?,
             created_at: r.try_get("created_at")?,
             updated_at: r.try_get("updated_at")?,
         })
@@ -107,6 +122,8 @@ pub struct Change {
     pub telegram_user_id: Option<i64>,
     pub username: Option<Option<String>>,
     pub display_name: Option<Option<String>>,
+    /// `Some(None)`: back to the default.
+    pub language: Option<Option<Language>>,
 }
 
 /// An id of the row read by name (`SELECT id …`).
@@ -127,9 +144,13 @@ pub async fn create(
     telegram_user_id: i64,
     username: Option<&str>,
     display_name: Option<&str>,
+    language: Option<Language>,
 ) -> Result<Subscriber, ApiError> {
     let row = tx
-        .query_one(INSERT_SQL, &[&telegram_user_id, &username, &display_name])
+        .query_one(
+            INSERT_SQL,
+            &[&telegram_user_id, &username, &display_name, &language],
+        )
         .await?;
     let s = Subscriber::from_row(&row)?;
     tracing::info!(subscriber_id = s.id, "subscriber created");
@@ -189,6 +210,8 @@ pub async fn change(tx: &Transaction<'_>, id: i32, c: &Change) -> Result<Subscri
                 &c.username.clone().flatten(),
                 &c.display_name.is_some(),
                 &c.display_name.clone().flatten(),
+                &c.language.is_some(),
+                &c.language.flatten(),
             ],
         )
         .await?;
@@ -257,18 +280,20 @@ pub async fn of_telegram_user(
 }
 
 /// Creates or updates the subscriber of Telegram user `telegram_user_id` with the username and
-/// display name Telegram has now (already fit for their columns); returns its id. A row that
-/// already says the same is not written.
+/// display name Telegram has now (already fit for their columns); returns its id. `language`
+/// (their app's, when the bot speaks it) is remembered only when none is yet: a language the
+/// buyer or staff chose stays. A row that already says the same is not written.
 pub async fn upsert_from_telegram(
     tx: &Transaction<'_>,
     telegram_user_id: i64,
     username: Option<&str>,
     display_name: Option<&str>,
+    language: Option<Language>,
 ) -> Result<i32, ApiError> {
     let updated: Option<Id> = db::opt(
         tx,
         UPSERT_SQL,
-        &[&telegram_user_id, &username, &display_name],
+        &[&telegram_user_id, &username, &display_name, &language],
     )
     .await?;
     if let Some(Id(id)) = updated {
@@ -276,4 +301,28 @@ pub async fn upsert_from_telegram(
     }
     let Id(id) = db::one(tx, OF_TELEGRAM_USER_SQL, &[&telegram_user_id]).await?;
     Ok(id)
+}
+
+/// The language remembered for Telegram user `telegram_user_id`, if they are a subscriber and
+/// one is.
+pub async fn language_of_telegram_user(
+    client: &impl GenericClient,
+    telegram_user_id: i64,
+) -> Result<Option<Language>, ApiError> {
+    Ok(
+        match db::row_opt(client, LANGUAGE_OF_TELEGRAM_USER_SQL, &[&telegram_user_id]).await? {
+            Some(row) => row.try_get("language")?,
+            None => None,
+        },
+    )
+}
+
+/// Remembers `language` for subscriber `id` (the buyer chose it with `/language`).
+pub async fn set_language(
+    client: &impl GenericClient,
+    id: i32,
+    language: Option<Language>,
+) -> Result<(), ApiError> {
+    db::execute(client, SET_LANGUAGE_SQL, &[&id, &language]).await?;
+    Ok(())
 }

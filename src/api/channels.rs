@@ -13,6 +13,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use serde::Deserialize;
+use serde_json::Value;
 
 use super::{
     ApiJson, ApiQuery, Errors, Page, Paging, PathId, chars, check_text, not_null, nullable,
@@ -24,6 +25,7 @@ use crate::{
     currency,
     error::ApiError,
     state::AppState,
+    translations::{self, Translation},
 };
 
 /// The longest `description`, in characters.
@@ -70,6 +72,10 @@ pub struct ChannelInput {
     /// A Telegram Stars subscription that renews itself (`XTR` and 30 days only). Default false.
     #[schema(nullable = false)]
     recurring: Option<bool>,
+    /// The title and description in other languages: `{"uk": {"title", "description"}}`
+    /// (languages `en`, `uk`, `ru`; title 1..255, description at most 1000 characters).
+    #[schema(nullable = false, value_type = Option<HashMap<String, Translation>>)]
+    translations: Option<Value>,
 }
 
 /// A PATCH body: like [`ChannelInput`], but an explicit `null` is seen (and refused for every
@@ -111,6 +117,10 @@ pub struct ChannelPatch {
     #[serde(default, deserialize_with = "nullable")]
     #[schema(value_type = bool)]
     recurring: Option<Option<bool>>,
+    /// Replaces every translation (`{}` removes them).
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = HashMap<String, Translation>)]
+    translations: Option<Option<Value>>,
 }
 
 impl ChannelInput {
@@ -127,6 +137,10 @@ impl ChannelInput {
             active: self.active,
             description: self.description.clone(),
             recurring: self.recurring,
+            translations: self
+                .translations
+                .as_ref()
+                .and_then(|v| translations::check(v).ok()),
         }
     }
 }
@@ -144,6 +158,7 @@ impl ChannelPatch {
             active: not_null(e, "active", self.active),
             description: self.description,
             recurring: not_null(e, "recurring", self.recurring),
+            translations: not_null(e, "translations", self.translations),
         }
     }
 }
@@ -172,6 +187,7 @@ fn validate(b: &ChannelInput, create: bool, mut e: Errors) -> Result<(), ApiErro
     if b.telegram_chat_id == Some(0) {
         e.add("telegram_chat_id", "must not be 0");
     }
+    super::check_translations(&mut e, b.translations.as_ref());
     if let Some(t) = &b.title {
         if t.contains('\0') {
             e.add("title", "must not contain NUL characters");

@@ -20,7 +20,10 @@ use crate::{
     audit_log::Entry,
     error::ApiError,
     orders::{self, Order},
-    present::{render, texts},
+    present::{
+        render,
+        texts::{self, Language},
+    },
     state::AppState,
     telegram::bot_api::{BotApi, DEFAULT_TIMEOUT},
 };
@@ -79,14 +82,21 @@ pub async fn create(
             "TELEGRAM_DRY_RUN is on: no invoice link is made".into(),
         ));
     }
-    let period = render::term(f.days);
+    let l = Language::choose(f.language, None);
+    let period = render::term(l, f.days);
     let link = bot
         .create_stars_invoice_link(
-            &render::invoice_title(&f.title, f.channel_id),
-            &render::invoice_description(f.description.as_deref(), &f.title, f.channel_id, f.days),
+            &render::invoice_title(l, f.title_in(l), f.channel_id),
+            &render::invoice_description(
+                l,
+                f.description_in(l),
+                f.title_in(l),
+                f.channel_id,
+                f.days,
+            ),
             &order.reference,
             &render::clip(
-                &texts::invoice_label(period.as_deref()),
+                &texts::invoice_label(l, period.as_deref()),
                 render::INVOICE_TITLE_MAX,
             ),
             order.amount_minor,

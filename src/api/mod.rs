@@ -244,6 +244,15 @@ pub fn check_text(e: &mut Errors, field: &str, v: Option<&str>, max: usize) {
     }
 }
 
+/// Checks a channel's or plan's `translations` ([`crate::translations::check`]).
+pub fn check_translations(e: &mut Errors, v: Option<&serde_json::Value>) {
+    if let Some(Err(errors)) = v.map(crate::translations::check) {
+        for (field, message) in errors {
+            e.add(&field, message);
+        }
+    }
+}
+
 /// Length of text in characters, as the schema's `char_length` counts it.
 pub fn chars(s: &str) -> usize {
     s.chars().count()

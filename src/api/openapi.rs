@@ -307,6 +307,8 @@ text_enum_schemas! {
         "`running`, then `done` or `failed` (see `error`).",
     crate::effects::Status => "EffectStatus":
         "`pending` (queued or being retried), `done`, or `failed` (a dead letter).",
+    crate::present::locale::Language => "Language":
+        "A language the bot speaks: `en` (English), `uk` (Ukrainian), `ru` (Russian).",
     crate::gateway_checks::State => "ReconciliationState":
         "`chasing` (asked again later), `found` (the gateway's answer was stored as a payment), \
          `gave_up` (not paid 72 hours after the link) or `settled` (paid, cancelled or refunded).",

@@ -14,6 +14,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use serde::Deserialize;
+use serde_json::Value;
 
 use super::{
     ApiJson, ApiQuery, Errors, Page, Paging, PathId, chars, check_text, not_null, nullable,
@@ -24,6 +25,7 @@ use crate::{
     error::ApiError,
     plans::{self, Kind, Plan},
     state::AppState,
+    translations::{self, Translation},
 };
 
 /// The longest `description`, in characters.
@@ -67,6 +69,10 @@ pub struct PlanInput {
     /// Display order among a channel's plans, after price. Default 0.
     #[schema(nullable = false)]
     position: Option<i32>,
+    /// The title and description in other languages: `{"uk": {"title", "description"}}`
+    /// (languages `en`, `uk`, `ru`; title 1..255, description at most 1000 characters).
+    #[schema(nullable = false, value_type = Option<HashMap<String, Translation>>)]
+    translations: Option<Value>,
 }
 
 /// A PATCH body: like [`PlanInput`], but every field optional; an explicit `null` is refused
@@ -110,6 +116,10 @@ pub struct PlanPatch {
     #[serde(default, deserialize_with = "nullable")]
     #[schema(value_type = i32)]
     position: Option<Option<i32>>,
+    /// Replaces every translation (`{}` removes them).
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = HashMap<String, Translation>)]
+    translations: Option<Option<Value>>,
 }
 
 impl PlanPatch {
@@ -125,6 +135,7 @@ impl PlanPatch {
             recurring: not_null(e, "recurring", self.recurring),
             active: not_null(e, "active", self.active),
             position: not_null(e, "position", self.position),
+            translations: not_null(e, "translations", self.translations),
         }
     }
 }
@@ -182,6 +193,7 @@ fn validate(b: PlanInput, create: bool, mut e: Errors) -> Result<plans::Fields, 
     {
         e.add("price_minor", "must not be negative");
     }
+    super::check_translations(&mut e, b.translations.as_ref());
     e.finish()?;
     Ok(plans::Fields {
         title: b.title,
@@ -194,6 +206,10 @@ fn validate(b: PlanInput, create: bool, mut e: Errors) -> Result<plans::Fields, 
         recurring: b.recurring,
         active: b.active,
         position: b.position,
+        translations: b
+            .translations
+            .as_ref()
+            .and_then(|v| translations::check(v).ok()),
     })
 }
 

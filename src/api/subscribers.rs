@@ -16,13 +16,15 @@ use super::{auth::Staff, idempotency::StaffWrite, openapi::Problem};
 use crate::{
     audit_log::Entry,
     error::ApiError,
+    present::locale::Language,
     state::AppState,
     subscribers::{self, Subscriber},
 };
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(example = json!({"telegram_user_id": 100000001, "username": "ann", "display_name": "Ann"}))]
+#[schema(example = json!({"telegram_user_id": 100000001, "username": "ann", "display_name": "Ann",
+    "language": "uk"}))]
 pub struct CreateSubscriber {
     #[schema(required = true, nullable = false, minimum = 1)]
     telegram_user_id: Option<i64>,
@@ -30,6 +32,9 @@ pub struct CreateSubscriber {
     username: Option<String>,
     #[schema(max_length = 128)]
     display_name: Option<String>,
+    /// The language the bot speaks to them (`null` or absent: the default).
+    #[schema(value_type = Option<Language>)]
+    language: Option<String>,
 }
 
 /// The fields to change; `null` clears `username` or `display_name`. Changing
@@ -47,6 +52,10 @@ pub struct PatchSubscriber {
     #[serde(default, deserialize_with = "nullable")]
     #[schema(value_type = Option<String>, max_length = 128)]
     display_name: Option<Option<String>>,
+    /// The language the bot speaks to them; `null`: back to the default.
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<Language>)]
+    language: Option<Option<String>>,
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -61,6 +70,16 @@ pub struct ListSubscribers {
     telegram_user_id: Option<i64>,
     /// Telegram username, case-insensitive, with or without the leading `@`.
     username: Option<String>,
+}
+
+/// A language code the bot speaks, or an error on `language`.
+fn check_language(e: &mut Errors, v: Option<&str>) -> Option<Language> {
+    let v = v?;
+    let l = Language::parse(v);
+    if l.is_none() {
+        e.add("language", format!("must be {}", Language::spellings()));
+    }
+    l
 }
 
 fn check_telegram_user_id(e: &mut Errors, v: i64) {
@@ -94,13 +113,14 @@ pub async fn create(
     }
     check_text(&mut e, "username", b.username.as_deref(), 64);
     check_text(&mut e, "display_name", b.display_name.as_deref(), 128);
+    let language = check_language(&mut e, b.language.as_deref());
     e.finish()?;
     let Some(telegram_user_id) = telegram_user_id else {
         return Err(ApiError::internal("a checked telegram_user_id is missing"));
     };
     let (username, display_name) = (b.username.as_deref(), b.display_name.as_deref());
     crate::idempotent!(state, write, |tx| {
-        let s = subscribers::create(tx, telegram_user_id, username, display_name).await?;
+        let s = subscribers::create(tx, telegram_user_id, username, display_name, language).await?;
         let entry = Entry::new("subscriber.create", Some(s.id.into())).after(&s);
         write.staff.audit(tx, entry).await?;
         Ok((
@@ -204,11 +224,16 @@ pub async fn patch(
         b.display_name.as_ref().and_then(|v| v.as_deref()),
         128,
     );
+    let language = b
+        .language
+        .as_ref()
+        .map(|v| check_language(&mut e, v.as_deref()));
     e.finish()?;
     let change = subscribers::Change {
         telegram_user_id,
         username: b.username,
         display_name: b.display_name,
+        language,
     };
     crate::transaction!(state.db, |tx| {
         let before = subscribers::get(tx, id).await?;

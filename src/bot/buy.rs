@@ -52,7 +52,11 @@
 
 use deadpool_postgres::Transaction;
 
-use super::{Gateway, codes, gateway, render, texts, update::Sender};
+use super::{
+    Gateway, codes, gateway, render,
+    texts::{self, Language},
+    update::Sender,
+};
 use crate::{
     channels,
     config::Config,
@@ -75,9 +79,9 @@ pub(super) struct Answer {
     pub alert: bool,
 }
 
-fn note(text: &str) -> Answer {
+fn note(text: impl Into<String>) -> Answer {
     Answer {
-        text: text.to_string(),
+        text: text.into(),
         alert: false,
     }
 }
@@ -102,14 +106,15 @@ pub(super) enum Target {
 pub(super) async fn buy(
     tx: &Transaction<'_>,
     config: &Config,
+    l: Language,
     from: &Sender,
     target: Target,
 ) -> Result<Answer, ApiError> {
     let plan = match target {
         Target::Channel(channel_id) => {
             match channels::offer(tx, channel_id).await? {
-                None => return Ok(alert(texts::BUTTON_INVALID)),
-                Some(c) if !c.active => return Ok(alert(texts::CHANNEL_UNAVAILABLE)),
+                None => return Ok(alert(texts::button_invalid(l))),
+                Some(c) if !c.active => return Ok(alert(texts::channel_unavailable(l))),
                 Some(_) => {}
             }
             plans::default_of(tx, channel_id).await?
@@ -117,29 +122,29 @@ pub(super) async fn buy(
         Target::Plan(plan_id) => plans::get(tx, plan_id).await?,
     };
     let Some(plan) = plan else {
-        return Ok(alert(texts::BUTTON_INVALID));
+        return Ok(alert(texts::button_invalid(l)));
     };
     let mut offers = Vec::new();
     for id in &plan.channel_ids {
         match channels::offer(tx, *id).await? {
             Some(c) if c.active => offers.push(c),
-            _ => return Ok(alert(texts::CHANNEL_UNAVAILABLE)),
+            _ => return Ok(alert(texts::channel_unavailable(l))),
         }
     }
     if !plan.active || offers.is_empty() {
-        return Ok(alert(texts::CHANNEL_UNAVAILABLE));
+        return Ok(alert(texts::channel_unavailable(l)));
     }
     let first = &offers[0];
     let name = if plan.is_default {
-        render::title(&first.title, first.id)
+        render::title(l, first.title_in(l), first.id)
     } else {
-        render::title(&plan.title, first.id)
+        render::title(l, plan.title_in(l), first.id)
     };
-    let first_name = render::title(&first.title, first.id);
+    let first_name = render::title(l, first.title_in(l), first.id);
     let trial = plan.kind == plans::Kind::Trial;
     let gateway = gateway(config, &plan.currency);
     if !trial && gateway.is_none() {
-        return Ok(alert(texts::cannot_be_paid(&name)));
+        return Ok(alert(texts::cannot_be_paid(l, &name)));
     }
     let subscriber_id = upsert_subscriber(tx, from).await?;
     let buyer = SubscriberId(subscriber_id);
@@ -151,11 +156,12 @@ pub(super) async fn buy(
 
     let lifetime = crate::memberships::lifetime_channels(tx, buyer).await?;
     if plan.channel_ids.iter().all(|c| lifetime.contains(c)) {
-        return Ok(alert(texts::already_lifetime(&name)));
+        return Ok(alert(texts::already_lifetime(l, &name)));
     }
     if trial {
         return free(
             tx,
+            l,
             buyer,
             &plan,
             (&name, &first_name),
@@ -169,8 +175,9 @@ pub(super) async fn buy(
         && let Some(renews_at) = live_subscription(tx, subscriber_id, first.id).await?
     {
         return Ok(alert(texts::already_subscribed(
+            l,
             &name,
-            &texts::day(renews_at),
+            &texts::day(l, renews_at),
         )));
     }
 
@@ -183,9 +190,10 @@ pub(super) async fn buy(
             Err(why) => {
                 codes::forget(tx, buyer).await?;
                 return Ok(alert(texts::code_refused_at_order(
+                    l,
                     code.text(),
-                    why,
-                    &render::price(&plan.price()),
+                    &why.text(l),
+                    &render::price(l, &plan.price()),
                 )));
             }
         },
@@ -203,9 +211,9 @@ pub(super) async fn buy(
         }
         tracing::info!(order_id, subscriber_id, sent, "bot order reused");
         return Ok(note(if sent {
-            texts::INVOICE_ON_ITS_WAY
+            texts::invoice_on_its_way(l)
         } else {
-            texts::INVOICE_ALREADY_SENT
+            texts::invoice_already_sent(l)
         }));
     }
     retire_stale_orders(tx, subscriber_id, plan.id).await?;
@@ -218,9 +226,10 @@ pub(super) async fn buy(
             Err(()) => {
                 codes::forget(tx, buyer).await?;
                 return Ok(alert(texts::code_refused_at_order(
+                    l,
                     code.text(),
-                    texts::CODE_TAKEN,
-                    &render::price(&plan.price()),
+                    &texts::CodeRefusal::Taken.text(l),
+                    &render::price(l, &plan.price()),
                 )));
             }
         },
@@ -229,6 +238,7 @@ pub(super) async fn buy(
     if discount.is_some_and(|d| d.discount_minor >= plan.price_minor) {
         return free(
             tx,
+            l,
             buyer,
             &plan,
             (&name, &first_name),
@@ -243,10 +253,10 @@ pub(super) async fn buy(
     let mut seat_limited = false;
     for channel in plan.channels_ascending() {
         let Some(terms) = seats::lock_channel_terms(tx, channel.0).await? else {
-            return Ok(alert(texts::CHANNEL_UNAVAILABLE));
+            return Ok(alert(texts::channel_unavailable(l)));
         };
         if !terms.active {
-            return Ok(alert(texts::CHANNEL_UNAVAILABLE));
+            return Ok(alert(texts::channel_unavailable(l)));
         }
         let Some(limit) = terms.seat_limit else {
             continue;
@@ -258,7 +268,7 @@ pub(super) async fn buy(
         let channel_name = offers
             .iter()
             .find(|o| o.id == channel.0)
-            .map_or_else(|| name.clone(), |o| render::title(&o.title, o.id));
+            .map_or_else(|| name.clone(), |o| render::title(l, o.title_in(l), o.id));
         // The hold rules first: they say when this buyer may try again. A Stars order is held
         // at pre-checkout, which applies them again; refusing now spares the buyer an invoice
         // that would be refused there.
@@ -268,12 +278,13 @@ pub(super) async fn buy(
             tracing::info!(subscriber_id, channel_id = channel.0, ?rule, %until,
                 "bot order refused: hold rules");
             return Ok(refused(
+                l,
                 &channel_name,
                 CheckoutRefusal::HoldLimited { limit: rule, until },
             ));
         }
         if seats::seats_taken(tx, channel.0).await? >= i64::from(limit) {
-            return Ok(alert(texts::channel_full(&channel_name)));
+            return Ok(alert(texts::channel_full(l, &channel_name)));
         }
     }
     let order_id = create_order(tx, buyer, &plan, discount, config.hold_secs).await?;
@@ -289,7 +300,7 @@ pub(super) async fn buy(
             tracing::warn!(order_id, ?refusal, "bot card order refused at its hold");
             tx.execute("DELETE FROM orders WHERE id = $1", &[&order_id])
                 .await?;
-            return Ok(refused(&name, refusal));
+            return Ok(refused(l, &name, refusal));
         }
     }
     enqueue_invoice(tx, order_id, from.id).await?;
@@ -301,7 +312,7 @@ pub(super) async fn buy(
         ?gateway,
         "bot order made"
     );
-    Ok(note(texts::INVOICE_ON_ITS_WAY))
+    Ok(note(texts::invoice_on_its_way(l)))
 }
 
 /// A free order — a trial's, or one a 100 % code made free — is not invoiced: it is made and
@@ -310,6 +321,7 @@ pub(super) async fn buy(
 /// first channel's (what a refusal names).
 async fn free(
     tx: &Transaction<'_>,
+    l: Language,
     buyer: SubscriberId,
     plan: &Plan,
     (name, channel): (&str, &str),
@@ -317,7 +329,7 @@ async fn free(
     hold_secs: i64,
 ) -> Result<Answer, ApiError> {
     if plan.kind == plans::Kind::Trial && !trials::eligible(tx, buyer, plan).await? {
-        return Ok(alert(texts::trial_used(channel)));
+        return Ok(alert(texts::trial_used(l, channel)));
     }
     let order_id = create_order(tx, buyer, plan, discount, hold_secs).await?;
     match trials::claim(tx, order_id).await? {
@@ -332,7 +344,7 @@ async fn free(
                 granted = memberships.len(),
                 "bot free order granted"
             );
-            Ok(note(&texts::free_access_granted(name)))
+            Ok(note(texts::free_access_granted(l, name)))
         }
         Err(refusal) => {
             tracing::info!(
@@ -345,13 +357,11 @@ async fn free(
             tx.execute("DELETE FROM orders WHERE id = $1", &[&order_id])
                 .await?;
             Ok(alert(match refusal {
-                ClaimRefusal::TrialUsed => texts::trial_used(channel),
-                ClaimRefusal::ChannelFull => texts::channel_full(channel),
-                ClaimRefusal::AlreadyLifetime => texts::already_lifetime(name),
-                ClaimRefusal::Inactive => texts::CHANNEL_UNAVAILABLE.to_string(),
-                ClaimRefusal::NotFree | ClaimRefusal::NotPending => {
-                    texts::BUTTON_INVALID.to_string()
-                }
+                ClaimRefusal::TrialUsed => texts::trial_used(l, channel),
+                ClaimRefusal::ChannelFull => texts::channel_full(l, channel),
+                ClaimRefusal::AlreadyLifetime => texts::already_lifetime(l, name),
+                ClaimRefusal::Inactive => texts::channel_unavailable(l),
+                ClaimRefusal::NotFree | ClaimRefusal::NotPending => texts::button_invalid(l),
             }))
         }
     }
@@ -387,20 +397,21 @@ async fn discount(
 }
 
 /// The alert for a refused hold: the channel is full, or the buyer may try again at a given time.
-fn refused(name: &str, refusal: CheckoutRefusal) -> Answer {
+fn refused(l: Language, name: &str, refusal: CheckoutRefusal) -> Answer {
     match refusal {
         CheckoutRefusal::HoldLimited { limit, until } => alert(render::hold_limited_answer(
+            l,
             name,
-            &texts::not_before(until),
+            &texts::not_before(l, until),
             limit == HoldLimit::Cooldown,
         )),
         CheckoutRefusal::ChannelInactive | CheckoutRefusal::NotPending => {
-            alert(texts::CHANNEL_UNAVAILABLE)
+            alert(texts::channel_unavailable(l))
         }
         CheckoutRefusal::ChannelFull | CheckoutRefusal::HoldExpired => {
-            alert(texts::channel_full(name))
+            alert(texts::channel_full(l, name))
         }
-        CheckoutRefusal::PromoExhausted => alert(texts::PROMO_PRICE_GONE),
+        CheckoutRefusal::PromoExhausted => alert(texts::promo_price_gone(l)),
     }
 }
 
@@ -421,8 +432,15 @@ pub(super) async fn upsert_subscriber(
         .collect::<Vec<_>>()
         .join(" ");
     let display_name = Some(clean(&render::one_line(&names), 128)).filter(|n| !n.is_empty());
-    subscribers::upsert_from_telegram(tx, from.id, username.as_deref(), display_name.as_deref())
-        .await
+    let language = from.language_code.as_deref().and_then(Language::of_tag);
+    subscribers::upsert_from_telegram(
+        tx,
+        from.id,
+        username.as_deref(),
+        display_name.as_deref(),
+        language,
+    )
+    .await
 }
 
 /// Text PostgreSQL can store within a `char_length` limit: no NUL, at most `max` characters.

@@ -16,8 +16,12 @@ use crate::{
     error::ApiError,
     ids::SubscriberId,
     plans::Plan,
-    present::{render, texts},
+    present::{
+        render,
+        texts::{self, CodeRefusal, Language},
+    },
     promo_codes::{self, Refusal},
+    translations::Translations,
 };
 
 /// A promo code as the bot reads it, with what stops it now ([`promo_codes::Preview`]).
@@ -32,7 +36,8 @@ const STORE_SQL: &str = "INSERT INTO bot_promo_codes (subscriber_id, promo_code_
          SET promo_code_id = EXCLUDED.promo_code_id, until = EXCLUDED.until,
              created_at = statement_timestamp()";
 const FORGET_SQL: &str = "DELETE FROM bot_promo_codes WHERE subscriber_id = $1";
-const PLAN_NAMES_SQL: &str = "SELECT p.id, coalesce(c.title, p.title) AS name
+const PLAN_NAMES_SQL: &str = "SELECT p.id, coalesce(c.title, p.title) AS name,
+            coalesce(c.translations, p.translations) AS translations
      FROM plans p LEFT JOIN channels c ON c.id = p.default_of
      WHERE p.active AND p.kind = 'paid'
        AND ($1::bigint[] IS NULL OR p.id = ANY($1))
@@ -79,16 +84,16 @@ pub async fn forget(client: &impl GenericClient, buyer: SubscriberId) -> Result<
 }
 
 /// A refusal as buyers read it.
-fn why(refusal: &Refusal) -> &'static str {
+fn why(refusal: &Refusal) -> CodeRefusal {
     match refusal {
-        Refusal::Inactive => texts::CODE_INACTIVE,
-        Refusal::Expired => texts::CODE_EXPIRED,
-        Refusal::Exhausted => texts::CODE_EXHAUSTED,
-        Refusal::UsedByBuyer(_) => texts::CODE_USED_BY_YOU,
+        Refusal::Inactive => CodeRefusal::Inactive,
+        Refusal::Expired => CodeRefusal::Expired,
+        Refusal::Exhausted => CodeRefusal::Exhausted,
+        Refusal::UsedByBuyer(_) => CodeRefusal::UsedByYou,
         Refusal::NotPaidPlan | Refusal::NotForPlan | Refusal::OtherCurrency(_) => {
-            texts::CODE_NOT_FOR_PLAN
+            CodeRefusal::NotForPlan
         }
-        Refusal::FirstPurchase => texts::CODE_FIRST_PURCHASE,
+        Refusal::FirstPurchase => CodeRefusal::FirstPurchase,
     }
 }
 
@@ -103,7 +108,7 @@ impl Code {
     }
 
     /// Why the code cannot be used at all now (for any plan), as buyers read it.
-    pub fn refusal(&self) -> Option<&'static str> {
+    pub fn refusal(&self) -> Option<CodeRefusal> {
         self.0.refusal().as_ref().map(why)
     }
 
@@ -119,7 +124,7 @@ impl Code {
         client: &impl GenericClient,
         buyer: Option<SubscriberId>,
         plan: &Plan,
-    ) -> Result<Result<i64, &'static str>, ApiError> {
+    ) -> Result<Result<i64, CodeRefusal>, ApiError> {
         Ok(match self.0.discount_on(client, buyer, plan).await? {
             Ok(d) => Ok(plan.price_minor - d.discount_minor),
             Err(refusal) => Err(why(&refusal)),
@@ -131,7 +136,8 @@ impl Code {
     pub async fn gives(
         &self,
         client: &impl GenericClient,
-    ) -> Result<Result<String, &'static str>, ApiError> {
+        l: Language,
+    ) -> Result<Result<String, CodeRefusal>, ApiError> {
         let rows = db::rows(
             client,
             PLAN_NAMES_SQL,
@@ -139,16 +145,16 @@ impl Code {
         )
         .await?;
         if rows.is_empty() {
-            return Ok(Err(texts::CODE_NO_PLAN));
+            return Ok(Err(CodeRefusal::NoPlan));
         }
         let off = match (
             self.0.terms.percent_off,
             self.0.terms.amount_off_minor,
             &self.0.terms.currency,
         ) {
-            (Some(p), _, _) => format!("{p} %"),
-            (None, Some(a), Some(c)) => render::price(&Money::new(a, c)),
-            _ => return Ok(Err(texts::CODE_NO_PLAN)),
+            (Some(p), _, _) => texts::percent(l, p),
+            (None, Some(a), Some(c)) => render::price(l, &Money::new(a, c)),
+            _ => return Ok(Err(CodeRefusal::NoPlan)),
         };
         let on = match &self.0.terms.plan_ids {
             None => None,
@@ -156,13 +162,17 @@ impl Code {
                 let names = rows
                     .iter()
                     .map(|r| {
-                        r.try_get::<_, String>("name")
-                            .map(|n| render::clip(&render::one_line(&n), 60))
+                        let name: String = r.try_get("name")?;
+                        let translations: Translations = r.try_get("translations")?;
+                        Ok::<_, tokio_postgres::Error>(render::clip(
+                            &render::one_line(translations.title(l, &name)),
+                            60,
+                        ))
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 Some(names.join(", "))
             }
         };
-        Ok(Ok(texts::code_gives(&off, on.as_deref())))
+        Ok(Ok(texts::code_gives(l, &off, on.as_deref())))
     }
 }

@@ -17,7 +17,7 @@ use super::{
         self, Availability, Callback, Command, DeepLink, MembershipView, OfferView, PlanView,
         SubscriptionView,
     },
-    texts,
+    texts::{self, Language},
     update::{Action, Sender},
 };
 use crate::{
@@ -30,6 +30,7 @@ use crate::{
     payments::star_subscriptions::{self, CancelRefusal, CancelledBy},
     plans::{self, Plan},
     subscribers,
+    translations::Translations,
 };
 
 /// Channels one catalogue message lists at most (fewer when long descriptions fill it).
@@ -41,17 +42,20 @@ pub(super) async fn act(
     config: &Config,
     action: &Action,
 ) -> Result<Option<Value>, ApiError> {
+    let from = action.from();
+    let remembered = subscribers::language_of_telegram_user(tx, from.id).await?;
+    let l = Language::choose(remembered, from.language_code.as_deref());
     match action {
         Action::Text {
             chat_id,
             from,
             text,
-        } => command(tx, config, *chat_id, from, text).await.map(Some),
+        } => command(tx, config, l, *chat_id, from, text).await.map(Some),
         Action::Button {
             query_id,
             from,
             data,
-        } => button(tx, config, query_id, from, data.as_deref())
+        } => button(tx, config, l, query_id, from, data.as_deref())
             .await
             .map(Some),
     }
@@ -60,6 +64,7 @@ pub(super) async fn act(
 async fn command(
     tx: &Transaction<'_>,
     config: &Config,
+    l: Language,
     chat_id: i64,
     from: &Sender,
     text: &str,
@@ -67,45 +72,51 @@ async fn command(
     let command = render::parse_command(text);
     tracing::info!(user_id = from.id, ?command, "bot command");
     let rendered = match command {
-        Command::Start(None) | Command::Help => catalogue(tx, config, from.id, None, 0).await?.0,
+        Command::Start(None) | Command::Help => catalogue(tx, config, l, from.id, None, 0).await?.0,
         Command::Start(Some(payload)) => match render::deep_link(&payload) {
-            Some(DeepLink::Channel(id)) => match channel_offer(tx, config, from.id, id).await? {
-                Some(o) => render::offer(None, &o),
+            Some(DeepLink::Channel(id)) => match channel_offer(tx, config, l, from.id, id).await? {
+                Some(o) => render::offer(l, None, &o),
                 None => {
-                    catalogue(tx, config, from.id, Some(texts::UNKNOWN_CHANNEL), 0)
-                        .await?
-                        .0
+                    let intro = texts::unknown_channel(l);
+                    catalogue(tx, config, l, from.id, Some(&intro), 0).await?.0
                 }
             },
             Some(DeepLink::Plan { id, code }) => {
                 let intro = match &code {
-                    Some(code) => Some(apply_code(tx, from, code, Some(id)).await?),
+                    Some(code) => Some(apply_code(tx, l, from, code, Some(id)).await?),
                     None => None,
                 };
-                match plan_offer(tx, config, from.id, id).await? {
-                    Some(o) => render::offer(intro.as_deref(), &o),
+                match plan_offer(tx, config, l, from.id, id).await? {
+                    Some(o) => render::offer(l, intro.as_deref(), &o),
                     None => {
                         let intro = match intro {
-                            Some(i) => format!("{}\n\n{i}", texts::UNKNOWN_PLAN),
-                            None => texts::UNKNOWN_PLAN.to_string(),
+                            Some(i) => format!("{}\n\n{i}", texts::unknown_plan(l)),
+                            None => texts::unknown_plan(l),
                         };
-                        catalogue(tx, config, from.id, Some(&intro), 0).await?.0
+                        catalogue(tx, config, l, from.id, Some(&intro), 0).await?.0
                     }
                 }
             }
-            None => catalogue(tx, config, from.id, None, 0).await?.0,
+            None => catalogue(tx, config, l, from.id, None, 0).await?.0,
         },
         Command::Code(None) => render::Rendered {
-            text: texts::CODE_USAGE.to_string(),
+            text: texts::code_usage(l),
             rows: Vec::new(),
         },
         Command::Code(Some(code)) => render::Rendered {
-            text: apply_code(tx, from, &code, None).await?,
+            text: apply_code(tx, l, from, &code, None).await?,
             rows: Vec::new(),
         },
-        Command::Subscriptions => subscriptions(tx, config, from.id).await?,
+        Command::Language(code) => match code.as_deref().and_then(Language::of_tag) {
+            Some(chosen) => render::Rendered {
+                text: choose_language(tx, from, chosen).await?,
+                rows: Vec::new(),
+            },
+            None => render::language_choice(l),
+        },
+        Command::Subscriptions => subscriptions(tx, config, l, from.id).await?,
         Command::Other => render::Rendered {
-            text: texts::HELP.to_string(),
+            text: texts::help(l),
             rows: Vec::new(),
         },
     };
@@ -115,6 +126,7 @@ async fn command(
 async fn button(
     tx: &Transaction<'_>,
     config: &Config,
+    l: Language,
     query_id: &str,
     from: &Sender,
     data: Option<&str>,
@@ -124,7 +136,7 @@ async fn button(
     let Some(callback) = callback else {
         return Ok(render::answer_callback(
             query_id,
-            texts::BUTTON_INVALID,
+            &texts::button_invalid(l),
             true,
         ));
     };
@@ -134,7 +146,7 @@ async fn button(
         _ => None,
     };
     if let Some(target) = bought {
-        let answer = buy::buy(tx, config, from, target).await?;
+        let answer = buy::buy(tx, config, l, from, target).await?;
         return Ok(render::answer_callback(
             query_id,
             &answer.text,
@@ -144,22 +156,43 @@ async fn button(
     match callback {
         Callback::More(after) => {
             // The page is a second message: the reply answers the button, the outbox sends it.
-            let (page, _) = catalogue(tx, config, from.id, None, after).await?;
+            let (page, _) = catalogue(tx, config, l, from.id, None, after).await?;
             super::outbox::enqueue_message(&**tx, from.id, &page, None).await?;
             Ok(render::answer_callback(query_id, "", false))
         }
         Callback::CancelRenewal(id) => {
-            let text = cancel_renewal(tx, from, id).await?;
-            Ok(render::answer_callback(query_id, text, true))
+            let text = cancel_renewal(tx, l, from, id).await?;
+            Ok(render::answer_callback(query_id, &text, true))
+        }
+        Callback::Language(n) => {
+            let text = match Callback::language(n) {
+                Some(chosen) => choose_language(tx, from, chosen).await?,
+                None => texts::button_invalid(l),
+            };
+            Ok(render::answer_callback(query_id, &text, false))
         }
         Callback::Buy(_) | Callback::Plan(_) => unreachable!("handled above"),
     }
+}
+
+/// `/language <code>` or a language button: the buyer's language from now on (remembered on
+/// their subscriber row, made if need be); the answer is in the language chosen.
+async fn choose_language(
+    tx: &Transaction<'_>,
+    from: &Sender,
+    chosen: Language,
+) -> Result<String, ApiError> {
+    let buyer = buy::upsert_subscriber(tx, from).await?;
+    subscribers::set_language(tx, buyer, Some(chosen)).await?;
+    tracing::info!(subscriber_id = buyer, language = %chosen, "bot language chosen");
+    Ok(texts::language_chosen(chosen))
 }
 
 /// `/code CODE` (or a deep link's code, `for_plan` its plan): keeps a usable code for the
 /// buyer's next order and says what it gives; or says why not, keeping any code given before.
 async fn apply_code(
     tx: &Transaction<'_>,
+    l: Language,
     from: &Sender,
     text: &str,
     for_plan: Option<i64>,
@@ -168,21 +201,21 @@ async fn apply_code(
     let shown = render::clip(&render::one_line(text), 32).to_uppercase();
     let buyer = SubscriberId(buy::upsert_subscriber(tx, from).await?);
     let Some(code) = codes::by_text(tx, text, Some(buyer)).await? else {
-        return Ok(texts::code_refused(&shown, texts::CODE_UNKNOWN));
+        return Ok(texts::code_refused(l, &shown, texts::CodeRefusal::Unknown));
     };
     if let Some(why) = code.refusal() {
-        return Ok(texts::code_refused(code.text(), why));
+        return Ok(texts::code_refused(l, code.text(), why));
     }
-    let gives = match code.gives(tx).await? {
+    let gives = match code.gives(tx, l).await? {
         Ok(gives) => gives,
-        Err(why) => return Ok(texts::code_refused(code.text(), why)),
+        Err(why) => return Ok(texts::code_refused(l, code.text(), why)),
     };
     if let Some(plan) = match for_plan {
         Some(id) => plans::get(tx, id).await?,
         None => None,
     } && let Err(why) = code.price_for(tx, Some(buyer), &plan).await?
     {
-        return Ok(texts::code_refused(code.text(), why));
+        return Ok(texts::code_refused(l, code.text(), why));
     }
     codes::store(tx, buyer, &code).await?;
     tracing::info!(
@@ -190,7 +223,7 @@ async fn apply_code(
         promo_code_id = code.id(),
         "bot promo code kept"
     );
-    Ok(texts::code_applied(code.text(), &gives))
+    Ok(texts::code_applied(l, code.text(), &gives))
 }
 
 /// Who is looking at the catalogue: their subscriber row if they have one, the promo code they
@@ -270,6 +303,7 @@ async fn availability(
 async fn plan_view(
     tx: &Transaction<'_>,
     config: &Config,
+    l: Language,
     plan: &Plan,
     known: &mut Channels,
     viewer: &Viewer,
@@ -294,8 +328,8 @@ async fn plan_view(
     };
     let default_of = plan.is_default.then_some(plan.channel_ids[0]);
     let name = match default_of {
-        Some(_) => offers[0].title.clone(),
-        None => plan.title.clone(),
+        Some(_) => offers[0].title_in(l).to_string(),
+        None => plan.title_in(l).to_string(),
     };
     Ok(Some(PlanView {
         id: plan.id,
@@ -306,7 +340,10 @@ async fn plan_view(
         discounted_minor,
         period_days: plan.period_days,
         recurring: plan.recurring,
-        bundle_with: offers[1..].iter().map(|o| o.title.clone()).collect(),
+        bundle_with: offers[1..]
+            .iter()
+            .map(|o| o.title_in(l).to_string())
+            .collect(),
         availability: availability(tx, config, plan, &offers, viewer).await?,
     }))
 }
@@ -316,6 +353,7 @@ async fn plan_view(
 async fn view(
     tx: &Transaction<'_>,
     config: &Config,
+    l: Language,
     c: Offer,
     plans: Vec<Plan>,
     known: &mut Channels,
@@ -324,12 +362,12 @@ async fn view(
     known.0.insert(c.id, Some(c.clone()));
     let mut views = Vec::new();
     for p in &plans {
-        views.extend(plan_view(tx, config, p, known, viewer).await?);
+        views.extend(plan_view(tx, config, l, p, known, viewer).await?);
     }
     Ok(OfferView {
         id: c.id,
-        title: c.title,
-        description: c.description,
+        title: c.title_in(l).to_string(),
+        description: c.description_in(l).map(str::to_string),
         plans: views,
     })
 }
@@ -339,6 +377,7 @@ async fn view(
 async fn catalogue(
     tx: &Transaction<'_>,
     config: &Config,
+    l: Language,
     user_id: i64,
     intro: Option<&str>,
     after: i32,
@@ -354,9 +393,9 @@ async fn catalogue(
             .into_iter()
             .filter(|p| p.channel_ids.first() == Some(&c.id))
             .collect();
-        offers.push(view(tx, config, c, plans, &mut known, &viewer).await?);
+        offers.push(view(tx, config, l, c, plans, &mut known, &viewer).await?);
     }
-    Ok(render::catalogue(intro, &offers, more))
+    Ok(render::catalogue(l, intro, &offers, more))
 }
 
 /// One active channel with every active plan that includes it (bundles whose first channel is
@@ -364,6 +403,7 @@ async fn catalogue(
 async fn channel_offer(
     tx: &Transaction<'_>,
     config: &Config,
+    l: Language,
     user_id: i64,
     channel_id: i32,
 ) -> Result<Option<OfferView>, ApiError> {
@@ -373,7 +413,9 @@ async fn channel_offer(
     let plans = plans::active_of_channel(tx, c.id).await?;
     let viewer = viewer(tx, user_id).await?;
     let mut known = Channels::default();
-    Ok(Some(view(tx, config, c, plans, &mut known, &viewer).await?))
+    Ok(Some(
+        view(tx, config, l, c, plans, &mut known, &viewer).await?,
+    ))
 }
 
 /// One active plan under its first channel; `None` when there is no such plan, it is not
@@ -381,6 +423,7 @@ async fn channel_offer(
 async fn plan_offer(
     tx: &Transaction<'_>,
     config: &Config,
+    l: Language,
     user_id: i64,
     plan_id: i64,
 ) -> Result<Option<OfferView>, ApiError> {
@@ -395,12 +438,15 @@ async fn plan_offer(
     };
     let viewer = viewer(tx, user_id).await?;
     let mut known = Channels::default();
-    let o = view(tx, config, c, vec![plan.clone()], &mut known, &viewer).await?;
+    let o = view(tx, config, l, c, vec![plan.clone()], &mut known, &viewer).await?;
     if o.plans.is_empty() {
         return Ok(None);
     }
     // The plan's own description, when it has one, says more than the channel's.
-    let description = plan.description.clone().or(o.description.clone());
+    let description = plan
+        .description_in(l)
+        .map(str::to_string)
+        .or(o.description.clone());
     Ok(Some(OfferView { description, ..o }))
 }
 
@@ -413,11 +459,12 @@ const SUBSCRIPTIONS_MAX: i64 = 100;
 async fn subscriptions(
     tx: &Transaction<'_>,
     config: &Config,
+    l: Language,
     user_id: i64,
 ) -> Result<render::Rendered, ApiError> {
     let rows = tx
         .query(
-            "SELECT m.channel_id, c.title, m.status,
+            "SELECT m.channel_id, c.title, c.translations, m.status,
                     m.expires_at,
                     c.active, c.currency,
                     lp.plan_id AS last_plan_id,
@@ -462,7 +509,7 @@ async fn subscriptions(
                 (Some(id), Some("active"), Some(at)) if sub_future == Some(true) => {
                     Some(SubscriptionView {
                         id,
-                        renews_at: Some(texts::day(at)),
+                        renews_at: Some(texts::day(l, at)),
                     })
                 }
                 (Some(id), Some("cancelled"), _) => Some(SubscriptionView {
@@ -482,9 +529,11 @@ async fn subscriptions(
             let expires_at: Expiry = r.try_get("expires_at")?;
             // Live lifetime access is not bought again.
             let lifetime = expires_at.is_never() && status != "expired";
+            let title: String = r.try_get("title")?;
+            let translations: Translations = r.try_get("translations")?;
             Ok(MembershipView {
                 channel_id,
-                title: r.try_get("title")?,
+                title: translations.title(l, &title).to_string(),
                 status,
                 expires_at,
                 renew: (active && !lifetime && gateway(config, &currency).is_some())
@@ -493,15 +542,16 @@ async fn subscriptions(
             })
         })
         .collect::<Result<_, tokio_postgres::Error>>()?;
-    Ok(render::subscriptions(&memberships))
+    Ok(render::subscriptions(l, &memberships))
 }
 
 /// The cancel-renewal button of subscription `id`: only its own buyer may press it.
 async fn cancel_renewal(
     tx: &Transaction<'_>,
+    l: Language,
     from: &Sender,
     id: i64,
-) -> Result<&'static str, ApiError> {
+) -> Result<String, ApiError> {
     let owner: Option<i64> = tx
         .query_opt(
             "SELECT s.telegram_user_id FROM star_subscriptions ss
@@ -513,13 +563,13 @@ async fn cancel_renewal(
         .map(|r| r.try_get("telegram_user_id"))
         .transpose()?;
     if owner != Some(from.id) {
-        return Ok(texts::BUTTON_INVALID);
+        return Ok(texts::button_invalid(l));
     }
     Ok(
         match star_subscriptions::cancel(tx, id, CancelledBy::Buyer).await? {
-            Some(Ok(_)) => texts::RENEWAL_CANCELLED,
-            Some(Err(CancelRefusal::AlreadyCancelled)) => texts::RENEWAL_ALREADY_CANCELLED,
-            None => texts::BUTTON_INVALID,
+            Some(Ok(_)) => texts::renewal_cancelled(l),
+            Some(Err(CancelRefusal::AlreadyCancelled)) => texts::renewal_already_cancelled(l),
+            None => texts::button_invalid(l),
         },
     )
 }

@@ -6,7 +6,9 @@
 //! channel's `buy_link`) one channel's plans, `/start p<id>` (a plan's) one plan, `/start
 //! p<id>-<CODE>` that plan with a promo code applied, `/code CODE` keeps a code for the next
 //! order ([`codes`]), `/subscriptions` the buyer's memberships with renew and cancel-renewal
-//! buttons. A buy button makes (or reuses) the buyer's order of the plan and sends the invoice:
+//! buttons, `/language` the language the bot writes in (English, Ukrainian, Russian: the one
+//! remembered for the buyer, else their Telegram app's, else `BOT_DEFAULT_LANGUAGE`;
+//! `crate::present::locale`). A buy button makes (or reuses) the buyer's order of the plan and sends the invoice:
 //! Telegram Stars (`sendInvoice`), a Stars subscription link for a `recurring` plan, or a signed
 //! WayForPay card link; a free order (a trial, a 100 % code) is claimed at once instead. The
 //! money comes back through the doors and the one payment core like any other payment.

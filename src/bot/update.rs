@@ -52,6 +52,10 @@ pub struct Sender {
     /// Many users have none.
     #[serde(default)]
     pub username: Option<String>,
+    /// The IETF tag of the language their Telegram app uses (`uk`, `ru-RU`), when Telegram
+    /// says.
+    #[serde(default)]
+    pub language_code: Option<String>,
 }
 
 /// A press of one of the bot's inline buttons.
@@ -82,6 +86,13 @@ pub enum Action {
 }
 
 impl Action {
+    /// Who asked.
+    pub fn from(&self) -> &Sender {
+        match self {
+            Action::Text { from, .. } | Action::Button { from, .. } => from,
+        }
+    }
+
     /// The conversation step an update asks for, if it is one: a human's text message in a
     /// private chat, or a human's button press.
     pub fn of(update: &BotUpdate) -> Option<Action> {

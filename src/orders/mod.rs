@@ -21,7 +21,10 @@ use crate::{
     db::{self, FromRow},
     error::ApiError,
     ids::{ChannelId, SubscriberId},
-    memberships, plans, promo_codes, subscribers,
+    memberships, plans,
+    present::locale::Language,
+    promo_codes, subscribers,
+    translations::Translations,
 };
 
 crate::text_enum! {
@@ -491,7 +494,10 @@ macro_rules! invoice_facts_columns {
              WHEN o.hold_until IS NOT NULL THEN o.hold_until - statement_timestamp()
              ELSE o.created_at + make_interval(secs => $2) - statement_timestamp()
          END))::bigint AS open_secs,
-         o.superseded_at IS NOT NULL AS superseded"
+         o.superseded_at IS NOT NULL AS superseded,
+         s.language,
+         CASE WHEN p.default_of IS NULL THEN p.translations ELSE c.translations END
+             AS translations"
     };
 }
 
@@ -499,6 +505,7 @@ const INVOICE_FACTS_SQL: &str = concat!(
     "SELECT ",
     invoice_facts_columns!(),
     " FROM orders o JOIN channels c ON c.id = o.channel_id JOIN plans p ON p.id = o.plan_id
+          JOIN subscribers s ON s.id = o.subscriber_id
      WHERE o.id = $1"
 );
 
@@ -524,6 +531,23 @@ pub struct InvoiceFacts {
     /// Seconds the order can still be paid as invoiced: its seat hold, else the time an
     /// unheld order stays open from when it was made.
     pub open_secs: i64,
+    /// The buyer's remembered language (`None`: the default).
+    pub language: Option<Language>,
+    /// The translations of `title` and `description` (the plan's, or its channel's).
+    pub translations: Translations,
+}
+
+impl InvoiceFacts {
+    /// The title as a buyer of `l` reads it.
+    pub fn title_in(&self, l: Language) -> &str {
+        self.translations.title(l, &self.title)
+    }
+
+    /// The description as a buyer of `l` reads it.
+    pub fn description_in(&self, l: Language) -> Option<&str> {
+        self.translations
+            .description(l, self.description.as_deref())
+    }
 }
 
 impl FromRow for InvoiceFacts {
@@ -544,6 +568,8 @@ impl FromRow for InvoiceFacts {
             days: r.try_get("period_days")?,
             recurring: r.try_get("recurring")?,
             open_secs: r.try_get("open_secs")?,
+            language: r.try_get("language")?,
+            translations: r.try_get("translations")?,
         })
     }
 }

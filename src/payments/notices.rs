@@ -10,7 +10,11 @@ use crate::{
     channels,
     effects::{NewEffect, Payload, enqueue, payload::BotMessage},
     error::ApiError,
-    present::{render, texts},
+    present::{
+        render,
+        texts::{self, Language},
+    },
+    subscribers,
 };
 
 /// Tells the buyer, once, that payment `p` could not be used: it will be refunded (a Stars
@@ -29,24 +33,29 @@ pub async fn enqueue_payment_notice(
     let Some(user) = user.filter(|u| *u > 0) else {
         return Ok(());
     };
-    let price = render::price(&p.money());
+    // Said in the buyer's language as remembered now (the notice is written once, here).
+    let l = Language::choose(
+        subscribers::language_of_telegram_user(tx, user).await?,
+        None,
+    );
+    let price = render::price(l, &p.money());
     let title = match p.channel_id {
-        Some(id) => channels::title(tx, id)
+        Some(id) => channels::titles(tx, id)
             .await?
-            .map(|t| render::title(&t, id)),
+            .map(|(t, translations)| render::title(l, translations.title(l, &t), id)),
         None => None,
     };
     let seat_taken = p.reason == Some(Reason::NoSeat);
     let mut text = match (title, p.outcome) {
-        (None, _) => texts::payment_unknown_order(&price),
+        (None, _) => texts::payment_unknown_order(l, &price),
         (Some(t), outcome) if p.reason == Some(Reason::AlreadyLifetime) => {
-            texts::payment_already_lifetime(&t, &price, outcome == Outcome::RefundPending)
+            texts::payment_already_lifetime(l, &t, &price, outcome == Outcome::RefundPending)
         }
-        (Some(t), Outcome::RefundPending) => texts::payment_refunded(&t, &price, seat_taken),
-        (Some(t), _) => texts::payment_in_review(&t, &price, seat_taken),
+        (Some(t), Outcome::RefundPending) => texts::payment_refunded(l, &t, &price, seat_taken),
+        (Some(t), _) => texts::payment_in_review(l, &t, &price, seat_taken),
     };
     if subscription_stopped {
-        text = texts::with_subscription_stopped(&text, p.reason);
+        text = texts::with_subscription_stopped(l, &text, p.reason);
     }
     enqueue(
         &**tx,

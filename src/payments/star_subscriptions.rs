@@ -426,12 +426,12 @@ async fn enqueue_cancel(
     Ok(())
 }
 
-/// The select list of [`Cancelled`], over `star_subscriptions ss JOIN channels c LEFT JOIN
-/// memberships m`.
+/// The select list of [`Cancelled`], over `star_subscriptions ss JOIN channels c JOIN
+/// subscribers s LEFT JOIN memberships m`.
 macro_rules! cancelled_columns {
     () => {
         "ss.charge_id, ss.status, ss.cancelled_by, c.id AS channel_id, c.title, \
-         m.expires_at AS access_until"
+         m.expires_at AS access_until, s.language, c.translations"
     };
 }
 
@@ -441,6 +441,7 @@ const CANCELLED_SQL: &str = concat!(
     "
      FROM star_subscriptions ss
      JOIN channels c ON c.id = ss.channel_id
+     JOIN subscribers s ON s.id = ss.subscriber_id
      LEFT JOIN memberships m
             ON m.subscriber_id = ss.subscriber_id AND m.channel_id = ss.channel_id
            AND ",
@@ -460,6 +461,10 @@ pub struct Cancelled {
     pub channel_id: i32,
     pub title: String,
     pub access_until: Option<Expiry>,
+    /// The buyer's remembered language.
+    pub language: Option<crate::present::locale::Language>,
+    /// The channel's title in other languages.
+    pub translations: crate::translations::Translations,
 }
 
 impl FromRow for Cancelled {
@@ -473,6 +478,8 @@ impl FromRow for Cancelled {
             channel_id: r.try_get("channel_id")?,
             title: r.try_get("title")?,
             access_until: r.try_get("access_until")?,
+            language: r.try_get("language")?,
+            translations: r.try_get("translations")?,
         })
     }
 }

@@ -5,5 +5,6 @@
 //! refusals and the effects worker's messages — so each of them can use it without depending
 //! on the others.
 
+pub mod locale;
 pub mod render;
 pub mod texts;

@@ -15,7 +15,7 @@
 
 use serde_json::{Value, json};
 
-use super::texts;
+use super::texts::{self, Language};
 use crate::{
     currency::{self, Money},
     expiry::Expiry,
@@ -108,44 +108,74 @@ pub fn one_line(s: &str) -> String {
 
 /// A channel's title for buyers: on one line, or `Channel <id>` when nothing printable is left
 /// (a title of only spaces or control characters).
-pub fn title(title: &str, channel_id: i32) -> String {
+pub fn title(l: Language, title: &str, channel_id: i32) -> String {
     let line = one_line(title);
     if line.is_empty() {
-        format!("Channel {channel_id}")
+        texts::channel_fallback(l, channel_id)
     } else {
         line
     }
 }
 
-/// A price as buyers read it: `250 ⭐` for Stars, `99.00 UAH` otherwise.
-pub fn price(money: &Money) -> String {
+/// A price as buyers of `l` read it: `250 ⭐` for Stars, `99.00 UAH` (English), `99,00 ₴`
+/// (Ukrainian) otherwise. The number is formatted with ICU4X's locale data for the language
+/// (decimal separator, grouping from five digits on, so `2000 ⭐` stays one word); the
+/// currency's sign or code is the language's message (`price-money`).
+pub fn price(l: Language, money: &Money) -> String {
     let Money {
         amount_minor,
         currency: code,
     } = money;
     if code == "XTR" {
-        return format!("{amount_minor} ⭐");
+        return texts::price_stars(l, &number(l, *amount_minor, 0));
     }
     let exponent = currency::minor_unit_exponent(code).unwrap_or(2);
-    format!(
-        "{} {code}",
-        currency::minor_to_decimal(*amount_minor, exponent)
-    )
+    texts::price_money(l, &number(l, *amount_minor, exponent), code)
 }
 
-/// A billing period as buyers read it.
-pub fn period(days: i32) -> String {
-    if days == 1 {
-        "1 day".to_string()
-    } else {
-        format!("{days} days")
+/// `minor` units as a number with `exponent` decimals, formatted for `l`.
+fn number(l: Language, minor: i64, exponent: u32) -> String {
+    use icu_decimal::{
+        DecimalFormatter,
+        input::Decimal,
+        options::{DecimalFormatterOptions, GroupingStrategy},
+    };
+    thread_local! {
+        // Built once per thread (ICU4X's formatters are not `Sync`); the data is compiled in.
+        static FORMATTERS: Vec<(Language, DecimalFormatter)> = {
+            let mut options = DecimalFormatterOptions::default();
+            options.grouping_strategy = Some(GroupingStrategy::Min2);
+            Language::ALL
+                .into_iter()
+                .map(|l| {
+                    let f = DecimalFormatter::try_new(l.icu_locale().into(), options)
+                        .expect("ICU4X's compiled data has every language the bot speaks");
+                    (l, f)
+                })
+                .collect()
+        };
     }
+    let exponent = i16::try_from(exponent).unwrap_or(0);
+    let mut d = Decimal::from(minor);
+    d.multiply_pow10(-exponent);
+    d.pad_end(-exponent);
+    FORMATTERS.with(|all| {
+        all.iter()
+            .find(|(lang, _)| *lang == l)
+            .map(|(_, f)| f.format(&d).to_string())
+            .unwrap_or_else(|| d.to_string())
+    })
+}
+
+/// A billing period as buyers read it, with the language's plural form.
+pub fn period(l: Language, days: i32) -> String {
+    texts::period(l, days)
 }
 
 /// What one purchase of a plan lasts: [`period`], or `None` for lifetime access (the texts say
 /// "lifetime" in their own words).
-pub fn term(period_days: Option<i32>) -> Option<String> {
-    period_days.map(period)
+pub fn term(l: Language, period_days: Option<i32>) -> Option<String> {
+    period_days.map(|d| period(l, d))
 }
 
 /// What a button press asks for. The data is `<letter>:<positive id>` in ASCII.
@@ -159,6 +189,8 @@ pub enum Callback {
     More(i32),
     /// Cancel the renewal of Stars subscription `id`.
     CancelRenewal(i64),
+    /// Speak language `n` (1-based, in the order of [`Language::ALL`]) from now on.
+    Language(u8),
 }
 
 impl Callback {
@@ -169,6 +201,7 @@ impl Callback {
             Callback::Plan(id) => format!("p:{id}"),
             Callback::More(id) => format!("l:{id}"),
             Callback::CancelRenewal(id) => format!("x:{id}"),
+            Callback::Language(n) => format!("g:{n}"),
         }
     }
 
@@ -188,6 +221,10 @@ impl Callback {
             "l" => i32::try_from(id).ok().map(Callback::More),
             "p" => Some(Callback::Plan(id)),
             "x" => Some(Callback::CancelRenewal(id)),
+            "g" => u8::try_from(id)
+                .ok()
+                .filter(|n| usize::from(*n) <= Language::ALL.len())
+                .map(Callback::Language),
             _ => None,
         }
     }
@@ -204,12 +241,14 @@ pub enum Command {
     Subscriptions,
     /// `/code`, with the code if one was given.
     Code(Option<String>),
+    /// `/language`, with a language code if one was given.
+    Language(Option<String>),
     /// Any other text.
     Other,
 }
 
 /// Reads a command: `/start`, `/start <payload>`, `/start@<bot> <payload>`, `/help`,
-/// `/subscriptions`, `/code <CODE>`.
+/// `/subscriptions`, `/code <CODE>`, `/language [<code>]`.
 pub fn parse_command(text: &str) -> Command {
     let text = text.trim();
     let (head, rest) = match text.split_once(char::is_whitespace) {
@@ -222,6 +261,7 @@ pub fn parse_command(text: &str) -> Command {
         "/help" => Command::Help,
         "/subscriptions" => Command::Subscriptions,
         "/code" => Command::Code((!rest.is_empty()).then(|| rest.to_string())),
+        "/language" => Command::Language((!rest.is_empty()).then(|| rest.to_string())),
         _ => Command::Other,
     }
 }
@@ -313,38 +353,39 @@ impl PlanView {
     }
 
     /// The price as buyers read it: `199.00 UAH, was 249.00 UAH` when a code applies.
-    fn price_text(&self) -> String {
-        let list = price(&self.price);
+    fn price_text(&self, l: Language) -> String {
+        let list = price(l, &self.price);
         match self.discounted_minor {
             Some(now) if now != self.price.amount_minor => {
-                texts::discounted(&price(&Money::new(now, &self.price.currency)), &list)
+                texts::discounted(l, &price(l, &Money::new(now, &self.price.currency)), &list)
             }
             _ => list,
         }
     }
 
-    fn line(&self) -> String {
-        let term = term(self.period_days);
+    fn line(&self, l: Language) -> String {
+        let term = term(l, self.period_days);
         if self.trial {
-            return texts::trial_line(term.as_deref().unwrap_or_default());
+            return texts::trial_line(l, term.as_deref().unwrap_or_default());
         }
-        texts::price_line(&self.price_text(), term.as_deref(), self.recurring)
+        texts::price_line(l, &self.price_text(l), term.as_deref(), self.recurring)
     }
 
-    fn button(&self) -> Option<Value> {
+    fn button(&self, l: Language) -> Option<Value> {
         if self.availability != Availability::Buyable {
             return None;
         }
         if self.trial {
-            let days = term(self.period_days).unwrap_or_default();
-            return Some(button(&texts::trial_button(&days), self.callback()));
+            let days = term(l, self.period_days).unwrap_or_default();
+            return Some(button(&texts::trial_button(l, &days), self.callback()));
         }
-        let price = self.price_text();
+        let price = self.price_text(l);
         // The name gives way, never the price.
-        let room = BUTTON_MAX.saturating_sub(units(&texts::buy_button("", &price, self.recurring)));
+        let room =
+            BUTTON_MAX.saturating_sub(units(&texts::buy_button(l, "", &price, self.recurring)));
         let name = clip(&one_line(&self.name), room.min(TITLE_IN_LIST_MAX));
         Some(button(
-            &texts::buy_button(&name, &price, self.recurring),
+            &texts::buy_button(l, &name, &price, self.recurring),
             self.callback(),
         ))
     }
@@ -388,19 +429,19 @@ pub fn url_button(text: &str, url: &str) -> Value {
 /// Buttons one message carries at most (Telegram allows 100 in an inline keyboard).
 const KEYBOARD_MAX: usize = 90;
 
-fn availability_line(a: Availability) -> Option<&'static str> {
+fn availability_line(l: Language, a: Availability) -> Option<String> {
     match a {
         Availability::Buyable => None,
-        Availability::Full => Some(texts::FULL),
-        Availability::NotOnSale => Some(texts::NOT_ON_SALE),
-        Availability::Lifetime => Some(texts::HAVE_LIFETIME),
+        Availability::Full => Some(texts::full(l)),
+        Availability::NotOnSale => Some(texts::not_on_sale(l)),
+        Availability::Lifetime => Some(texts::have_lifetime(l)),
     }
 }
 
 /// A channel with only its default plan reads as a channel always did (its price line under
 /// its title); any other shows each plan on a line of its own, named.
-fn entry(o: &OfferView, description_max: usize) -> String {
-    let name = clip(&title(&o.title, o.id), TITLE_IN_LIST_MAX);
+fn entry(l: Language, o: &OfferView, description_max: usize) -> String {
+    let name = clip(&title(l, &o.title, o.id), TITLE_IN_LIST_MAX);
     let mut lines = vec![name];
     if let Some(d) = o
         .description
@@ -411,25 +452,25 @@ fn entry(o: &OfferView, description_max: usize) -> String {
         lines.push(clip(d, description_max));
     }
     match o.plans.as_slice() {
-        [] => lines.push(texts::NOT_ON_SALE.to_string()),
+        [] => lines.push(texts::not_on_sale(l)),
         [only] if only.default_of == Some(o.id) => {
-            lines.push(only.line());
-            lines.extend(availability_line(only.availability).map(str::to_string));
+            lines.push(only.line(l));
+            lines.extend(availability_line(l, only.availability));
         }
         plans => {
             for p in plans {
-                let name = clip(&title(&p.name, o.id), TITLE_IN_LIST_MAX);
-                lines.push(texts::plan_line(&name, &p.line()));
+                let name = clip(&title(l, &p.name, o.id), TITLE_IN_LIST_MAX);
+                lines.push(texts::plan_line(l, &name, &p.line(l)));
                 if !p.bundle_with.is_empty() {
                     let others: Vec<String> = p
                         .bundle_with
                         .iter()
                         .map(|t| clip(&one_line(t), TITLE_IN_LIST_MAX))
                         .collect();
-                    lines.push(texts::bundle_line(&others));
+                    lines.push(texts::bundle_line(l, &others));
                 }
-                if let Some(a) = availability_line(p.availability) {
-                    lines.push(texts::plan_note(a));
+                if let Some(a) = availability_line(l, p.availability) {
+                    lines.push(texts::plan_note(&a));
                 }
             }
         }
@@ -437,10 +478,10 @@ fn entry(o: &OfferView, description_max: usize) -> String {
     lines.join("\n")
 }
 
-fn buttons_of(o: &OfferView) -> Vec<Vec<Value>> {
+fn buttons_of(l: Language, o: &OfferView) -> Vec<Vec<Value>> {
     o.plans
         .iter()
-        .filter_map(PlanView::button)
+        .filter_map(|p| p.button(l))
         .map(|b| vec![b])
         .collect()
 }
@@ -448,14 +489,19 @@ fn buttons_of(o: &OfferView) -> Vec<Vec<Value>> {
 /// The catalogue: `intro` (if any), then as many of `offers` as fit in one message, each with
 /// a buy button per plan that can be bought, and a "more" button when offers were left out or
 /// `more` says the database has more. Returns the message and how many offers it shows.
-pub fn catalogue(intro: Option<&str>, offers: &[OfferView], more: bool) -> (Rendered, usize) {
+pub fn catalogue(
+    l: Language,
+    intro: Option<&str>,
+    offers: &[OfferView],
+    more: bool,
+) -> (Rendered, usize) {
     let mut text = String::new();
     if let Some(intro) = intro {
         text.push_str(intro);
         text.push_str("\n\n");
     }
     if offers.is_empty() {
-        text.push_str(texts::CATALOGUE_EMPTY);
+        text.push_str(&texts::catalogue_empty(l));
         return (
             Rendered {
                 text: clip(&text, MESSAGE_MAX),
@@ -464,13 +510,13 @@ pub fn catalogue(intro: Option<&str>, offers: &[OfferView], more: bool) -> (Rend
             0,
         );
     }
-    text.push_str(texts::CATALOGUE_HEADER);
-    let footer = format!("\n\n{}", texts::CATALOGUE_FOOTER);
+    text.push_str(&texts::catalogue_header(l));
+    let footer = format!("\n\n{}", texts::catalogue_footer(l));
     let mut rows = Vec::new();
     let mut shown = 0;
     for (i, o) in offers.iter().enumerate() {
-        let piece = format!("\n\n{}. {}", i + 1, entry(o, DESCRIPTION_IN_LIST_MAX));
-        let buttons = buttons_of(o);
+        let piece = format!("\n\n{}. {}", i + 1, entry(l, o, DESCRIPTION_IN_LIST_MAX));
+        let buttons = buttons_of(l, o);
         // The first entry always fits (its parts are clipped); later ones only if the footer
         // (and the "more" button) still fit after them.
         if shown > 0
@@ -486,7 +532,7 @@ pub fn catalogue(intro: Option<&str>, offers: &[OfferView], more: bool) -> (Rend
     text.push_str(&footer);
     if more || shown < offers.len() {
         let last = offers[shown - 1].id;
-        rows.push(vec![button(texts::MORE_BUTTON, Callback::More(last))]);
+        rows.push(vec![button(&texts::more_button(l), Callback::More(last))]);
     }
     (
         Rendered {
@@ -499,7 +545,7 @@ pub fn catalogue(intro: Option<&str>, offers: &[OfferView], more: bool) -> (Rend
 
 /// One channel's offer (a deep link), or one plan's (its channel with only that plan): the
 /// whole description and the buy buttons, after `intro` if any.
-pub fn offer(intro: Option<&str>, o: &OfferView) -> Rendered {
+pub fn offer(l: Language, intro: Option<&str>, o: &OfferView) -> Rendered {
     let mut text = String::new();
     if let Some(intro) = intro {
         text.push_str(&clip(intro, 500));
@@ -507,10 +553,10 @@ pub fn offer(intro: Option<&str>, o: &OfferView) -> Rendered {
     }
     text.push_str(&format!(
         "{}\n\n{}",
-        entry(o, DESCRIPTION_IN_OFFER_MAX),
-        texts::CATALOGUE_FOOTER
+        entry(l, o, DESCRIPTION_IN_OFFER_MAX),
+        texts::catalogue_footer(l)
     ));
-    let mut rows = buttons_of(o);
+    let mut rows = buttons_of(l, o);
     rows.truncate(KEYBOARD_MAX);
     Rendered {
         text: clip(&text, MESSAGE_MAX),
@@ -544,22 +590,22 @@ pub struct SubscriptionView {
 /// `/subscriptions`: each membership with its status and expiry, a renew button (unless a
 /// live Stars subscription renews it anyway) and, for a live Stars subscription, a
 /// cancel-renewal button. Memberships that do not fit are summed up in a last line.
-pub fn subscriptions(memberships: &[MembershipView]) -> Rendered {
+pub fn subscriptions(l: Language, memberships: &[MembershipView]) -> Rendered {
     if memberships.is_empty() {
         return Rendered {
-            text: texts::SUBSCRIPTIONS_EMPTY.to_string(),
+            text: texts::subscriptions_empty(l),
             rows: Vec::new(),
         };
     }
-    let mut text = texts::SUBSCRIPTIONS_HEADER.to_string();
+    let mut text = texts::subscriptions_header(l);
     let mut rows = Vec::new();
     // Room for the "…and N more" line.
     let reserve = 40;
     for (i, m) in memberships.iter().enumerate() {
-        let name = clip(&title(&m.title, m.channel_id), TITLE_IN_LIST_MAX);
+        let name = clip(&title(l, &m.title, m.channel_id), TITLE_IN_LIST_MAX);
         let mut piece = format!(
             "\n\n{name}\n{}",
-            texts::membership_line(&m.status, m.expires_at)
+            texts::membership_line(l, &m.status, m.expires_at)
         );
         let live = m.status != "expired";
         match &m.subscription {
@@ -568,18 +614,21 @@ pub fn subscriptions(memberships: &[MembershipView]) -> Rendered {
                 ..
             }) if live => {
                 piece.push('\n');
-                piece.push_str(&texts::renews_automatically(at));
+                piece.push_str(&texts::renews_automatically(l, at));
             }
             Some(SubscriptionView {
                 renews_at: None, ..
             }) if live => {
                 piece.push('\n');
-                piece.push_str(texts::RENEWAL_OFF);
+                piece.push_str(&texts::renewal_off(l));
             }
             _ => {}
         }
         if i > 0 && units(&text) + units(&piece) + reserve > MESSAGE_MAX {
-            text.push_str(&format!("\n\n…and {} more.", memberships.len() - i));
+            text.push_str(&format!(
+                "\n\n{}",
+                texts::subscriptions_more(l, memberships.len() - i)
+            ));
             break;
         }
         text.push_str(&piece);
@@ -588,11 +637,11 @@ pub fn subscriptions(memberships: &[MembershipView]) -> Rendered {
                 .as_ref()
                 .is_some_and(|s| s.renews_at.is_some());
         if let Some(renew) = m.renew.filter(|_| !renewing && !m.expires_at.is_never()) {
-            rows.push(vec![button(&texts::renew_button(&name), renew)]);
+            rows.push(vec![button(&texts::renew_button(l, &name), renew)]);
         }
         if let Some(s) = m.subscription.as_ref().filter(|_| renewing) {
             rows.push(vec![button(
-                &texts::cancel_renewal_button(&name),
+                &texts::cancel_renewal_button(l, &name),
                 Callback::CancelRenewal(s.id),
             )]);
         }
@@ -600,6 +649,25 @@ pub fn subscriptions(memberships: &[MembershipView]) -> Rendered {
     Rendered {
         text: clip(&text, MESSAGE_MAX),
         rows,
+    }
+}
+
+/// `/language`: the choice of languages, each button in the language's own name.
+pub fn language_choice(l: Language) -> Rendered {
+    Rendered {
+        text: texts::language_choose(l),
+        rows: Language::ALL
+            .iter()
+            .zip(1u8..)
+            .map(|(lang, n)| vec![button(lang.own_name(), Callback::Language(n))])
+            .collect(),
+    }
+}
+
+impl Callback {
+    /// The language a [`Callback::Language`] button chooses.
+    pub fn language(n: u8) -> Option<Language> {
+        Language::ALL.get(usize::from(n).checked_sub(1)?).copied()
     }
 }
 
@@ -631,21 +699,23 @@ pub fn answer_callback(query_id: &str, text: &str, alert: bool) -> Value {
 /// The alert of a buyer the hold rules hold back until `when` ([`texts::hold_limited`]): the
 /// channel's title is shortened so that the whole text, the time to try again included, fits
 /// a callback answer (a cut at the end would drop the time).
-pub fn hold_limited_answer(channel_title: &str, when: &str, cooldown: bool) -> String {
-    let room = CALLBACK_ANSWER_MAX.saturating_sub(units(&texts::hold_limited("", when, cooldown)));
-    texts::hold_limited(&clip(channel_title, room), when, cooldown)
+pub fn hold_limited_answer(l: Language, channel_title: &str, when: &str, cooldown: bool) -> String {
+    let room =
+        CALLBACK_ANSWER_MAX.saturating_sub(units(&texts::hold_limited(l, "", when, cooldown)));
+    texts::hold_limited(l, &clip(channel_title, room), when, cooldown)
 }
 
 /// An invoice's title: the plan's title (the channel's, for its default plan) on one line,
 /// within Telegram's 32 characters.
-pub fn invoice_title(plan_title: &str, channel_id: i32) -> String {
-    clip(&title(plan_title, channel_id), INVOICE_TITLE_MAX)
+pub fn invoice_title(l: Language, plan_title: &str, channel_id: i32) -> String {
+    clip(&title(l, plan_title, channel_id), INVOICE_TITLE_MAX)
 }
 
 /// An invoice's description: the plan's description (the channel's, for its default plan), or
 /// a default naming the period (`None`: lifetime) and what it gives access to, within
 /// Telegram's 255 characters and never empty.
 pub fn invoice_description(
+    l: Language,
     description: Option<&str>,
     plan_title: &str,
     channel_id: i32,
@@ -654,8 +724,9 @@ pub fn invoice_description(
     let text = match description.map(str::trim).filter(|d| !d.is_empty()) {
         Some(d) => d.to_string(),
         None => texts::invoice_description(
-            &clip(&title(plan_title, channel_id), 200),
-            term(days).as_deref(),
+            l,
+            &clip(&title(l, plan_title, channel_id), 200),
+            term(l, days).as_deref(),
         ),
     };
     clip(&text, INVOICE_DESCRIPTION_MAX)
@@ -672,16 +743,18 @@ mod tests {
                 &"Л".repeat(255),
                 &"👨\u{200D}👩\u{200D}👧".repeat(60),
             ] {
-                let text = super::hold_limited_answer(title, when, cooldown);
+                let text = super::hold_limited_answer(Language::En, title, when, cooldown);
                 assert!(super::units(&text) <= super::CALLBACK_ANSWER_MAX, "{text}");
                 assert!(text.ends_with(&format!("after {when}.")), "{text}");
                 assert_eq!(super::clip(&text, super::CALLBACK_ANSWER_MAX), text);
             }
         }
-        assert!(super::hold_limited_answer("Short", when, true).contains("«Short»"));
+        assert!(super::hold_limited_answer(Language::En, "Short", when, true).contains("«Short»"));
     }
 
     use super::*;
+
+    const EN: Language = Language::En;
 
     fn plan_view(
         id: i64,
@@ -744,44 +817,47 @@ mod tests {
 
     #[test]
     fn titles_are_one_line_and_never_empty() {
-        assert_eq!(title("  My\nchannel\t\u{7}x  ", 3), "My channel x");
-        assert_eq!(title(" \n\t ", 3), "Channel 3");
-        assert_eq!(title("🔥🔥🔥", 3), "🔥🔥🔥");
+        assert_eq!(title(EN, "  My\nchannel\t\u{7}x  ", 3), "My channel x");
+        assert_eq!(title(EN, " \n\t ", 3), "Channel 3");
+        assert_eq!(title(EN, "🔥🔥🔥", 3), "🔥🔥🔥");
         let emoji_only = "👨\u{200D}👩\u{200D}👧".repeat(20);
-        let t = invoice_title(&emoji_only, 9);
+        let t = invoice_title(EN, &emoji_only, 9);
         assert!(units(&t) <= INVOICE_TITLE_MAX && !t.is_empty(), "{t}");
         assert!(!t.ends_with('\u{200D}'));
-        assert_eq!(invoice_title("   ", 9), "Channel 9");
+        assert_eq!(invoice_title(EN, "   ", 9), "Channel 9");
     }
 
     #[test]
     fn invoice_descriptions_are_never_empty_and_fit() {
-        let d = invoice_description(None, "Title", 1, Some(30));
+        let d = invoice_description(EN, None, "Title", 1, Some(30));
         assert_eq!(d, "30 days of access to «Title».");
         assert_eq!(
-            invoice_description(Some("  "), "T", 1, Some(1)),
+            invoice_description(EN, Some("  "), "T", 1, Some(1)),
             "1 day of access to «T»."
         );
         assert_eq!(
-            invoice_description(None, "T", 1, None),
+            invoice_description(EN, None, "T", 1, None),
             "Lifetime access to «T»."
         );
         let long = "é".repeat(1000);
         assert!(
-            units(&invoice_description(Some(&long), "T", 1, Some(30))) <= INVOICE_DESCRIPTION_MAX
+            units(&invoice_description(EN, Some(&long), "T", 1, Some(30)))
+                <= INVOICE_DESCRIPTION_MAX
         );
         let long_title = "🔥".repeat(255);
-        assert!(units(&invoice_description(None, &long_title, 1, None)) <= INVOICE_DESCRIPTION_MAX);
+        assert!(
+            units(&invoice_description(EN, None, &long_title, 1, None)) <= INVOICE_DESCRIPTION_MAX
+        );
     }
 
     #[test]
     fn prices_and_periods_read_as_people_write_them() {
-        assert_eq!(price(&Money::new(250, "XTR")), "250 ⭐");
-        assert_eq!(price(&Money::new(9900, "UAH")), "99.00 UAH");
-        assert_eq!(price(&Money::new(500, "JPY")), "500 JPY");
-        assert_eq!(price(&Money::new(1500, "KWD")), "1.500 KWD");
-        assert_eq!(period(1), "1 day");
-        assert_eq!(period(30), "30 days");
+        assert_eq!(price(EN, &Money::new(250, "XTR")), "250 ⭐");
+        assert_eq!(price(EN, &Money::new(9900, "UAH")), "99.00 UAH");
+        assert_eq!(price(EN, &Money::new(500, "JPY")), "500 JPY");
+        assert_eq!(price(EN, &Money::new(1500, "KWD")), "1.500 KWD");
+        assert_eq!(period(EN, 1), "1 day");
+        assert_eq!(period(EN, 30), "30 days");
     }
 
     #[test]
@@ -874,10 +950,10 @@ mod tests {
         let offers: Vec<OfferView> = (1..=30)
             .map(|i| offer_view(i, &long_title, Availability::Buyable))
             .collect();
-        let (r, shown) = catalogue(Some(texts::UNKNOWN_CHANNEL), &offers, false);
+        let (r, shown) = catalogue(EN, Some(&texts::unknown_channel(EN)), &offers, false);
         assert!(units(&r.text) <= MESSAGE_MAX);
         assert!(shown >= 1 && shown < offers.len(), "{shown}");
-        assert!(r.text.ends_with(texts::CATALOGUE_FOOTER));
+        assert!(r.text.ends_with(&texts::catalogue_footer(EN)));
         // One buy button per shown offer, then "more" after the last shown.
         assert_eq!(r.rows.len(), shown + 1);
         let more = &r.rows[shown][0];
@@ -909,7 +985,7 @@ mod tests {
             description: None,
             plans: vec![trial, monthly, life, bundle],
         };
-        let (r, _) = catalogue(None, &[o], false);
+        let (r, _) = catalogue(EN, None, &[o], false);
         for part in [
             "• Taster: free for 7 days",
             "• Club: 199.00 UAH, was 249.00 UAH for 30 days",
@@ -940,7 +1016,7 @@ mod tests {
         let mut long = plan_view(15, None, &"Я".repeat(200), Availability::Buyable);
         long.price = Money::new(24900, "UAH");
         long.discounted_minor = Some(19900);
-        let b = long.button().unwrap();
+        let b = long.button(EN).unwrap();
         let text = b["text"].as_str().unwrap();
         assert!(
             units(text) <= BUTTON_MAX && text.ends_with("199.00 UAH, was 249.00 UAH"),
@@ -955,9 +1031,9 @@ mod tests {
             offer_view(2, "Full", Availability::Full),
             offer_view(3, "Card", Availability::NotOnSale),
         ];
-        let (r, shown) = catalogue(None, &offers, false);
+        let (r, shown) = catalogue(EN, None, &offers, false);
         assert_eq!(shown, 3);
-        assert!(r.text.contains(texts::FULL) && r.text.contains(texts::NOT_ON_SALE));
+        assert!(r.text.contains(&texts::full(EN)) && r.text.contains(&texts::not_on_sale(EN)));
         assert_eq!(r.rows.len(), 1);
         assert_eq!(r.rows[0][0]["callback_data"], "b:1");
         assert!(r.text.contains("250 ⭐ for 30 days"));
@@ -965,8 +1041,11 @@ mod tests {
 
     #[test]
     fn an_empty_catalogue_says_so() {
-        let (r, shown) = catalogue(None, &[], false);
-        assert_eq!((r.text.as_str(), shown), (texts::CATALOGUE_EMPTY, 0));
+        let (r, shown) = catalogue(EN, None, &[], false);
+        assert_eq!(
+            (r.text.as_str(), shown),
+            (texts::catalogue_empty(EN).as_str(), 0)
+        );
         assert!(r.reply_markup().is_none());
     }
 
@@ -974,7 +1053,7 @@ mod tests {
     fn a_single_offer_fits_with_the_longest_description() {
         let mut o = offer_view(4, &"🔥".repeat(255), Availability::Buyable);
         o.description = Some("🔥".repeat(1000));
-        let r = offer(None, &o);
+        let r = offer(EN, None, &o);
         assert!(units(&r.text) <= MESSAGE_MAX);
         assert_eq!(r.rows.len(), 1);
         let reply = send_message(42, &r);
@@ -996,35 +1075,38 @@ mod tests {
             renew: Some(Callback::Buy(id)),
             subscription: sub,
         };
-        let r = subscriptions(&[
-            m(1, "active", None),
-            m(
-                2,
-                "active",
-                Some(SubscriptionView {
-                    id: 7,
-                    renews_at: Some("2030-01-01 00:00 UTC".into()),
-                }),
-            ),
-            m(
-                3,
-                "grace",
-                Some(SubscriptionView {
-                    id: 8,
-                    renews_at: None,
-                }),
-            ),
-            m(4, "expired", None),
-            MembershipView {
-                expires_at: Expiry::Never,
-                renew: None,
-                ..m(5, "active", None)
-            },
-            MembershipView {
-                renew: Some(Callback::Plan(9)),
-                ..m(6, "active", None)
-            },
-        ]);
+        let r = subscriptions(
+            EN,
+            &[
+                m(1, "active", None),
+                m(
+                    2,
+                    "active",
+                    Some(SubscriptionView {
+                        id: 7,
+                        renews_at: Some("2030-01-01 00:00 UTC".into()),
+                    }),
+                ),
+                m(
+                    3,
+                    "grace",
+                    Some(SubscriptionView {
+                        id: 8,
+                        renews_at: None,
+                    }),
+                ),
+                m(4, "expired", None),
+                MembershipView {
+                    expires_at: Expiry::Never,
+                    renew: None,
+                    ..m(5, "active", None)
+                },
+                MembershipView {
+                    renew: Some(Callback::Plan(9)),
+                    ..m(6, "active", None)
+                },
+            ],
+        );
         assert!(
             r.text
                 .contains("Renews automatically on 2030-01-01 00:00 UTC.")
@@ -1035,14 +1117,14 @@ mod tests {
             "{}",
             r.text
         );
-        assert!(r.text.contains(texts::RENEWAL_OFF));
+        assert!(r.text.contains(&texts::renewal_off(EN)));
         let data: Vec<&str> = r
             .rows
             .iter()
             .map(|row| row[0]["callback_data"].as_str().unwrap())
             .collect();
         assert_eq!(data, ["b:1", "x:7", "b:3", "b:4", "p:9"]);
-        assert_eq!(subscriptions(&[]).text, texts::SUBSCRIPTIONS_EMPTY);
+        assert_eq!(subscriptions(EN, &[]).text, texts::subscriptions_empty(EN));
     }
 
     #[test]
@@ -1057,7 +1139,7 @@ mod tests {
                 subscription: None,
             })
             .collect();
-        let r = subscriptions(&all);
+        let r = subscriptions(EN, &all);
         assert!(units(&r.text) <= MESSAGE_MAX);
         assert!(r.text.contains("more."));
     }
@@ -1068,5 +1150,159 @@ mod tests {
         assert_eq!(a["method"], "answerCallbackQuery");
         assert!(units(a["text"].as_str().unwrap()) <= CALLBACK_ANSWER_MAX);
         assert_eq!(a["show_alert"], true);
+    }
+
+    /// Every text in every language at the longest values it can carry: a 255-character title
+    /// of two-unit emoji, the longest period (3660 days), the largest price, the longest date,
+    /// a long join link. What Telegram limits is checked at its limit: callback answers (200),
+    /// invoice title, label (32) and description (255), pre-checkout refusals (100, in
+    /// `telegram::pre_checkout`), button data (64) and messages (4096).
+    #[test]
+    fn every_text_fits_telegrams_limits_in_every_language_with_the_longest_values() {
+        let title = "🔥".repeat(255);
+        let long_date: chrono::DateTime<chrono::Utc> = "2030-11-30T23:59:00Z".parse().unwrap();
+        let big = Money::new(i64::MAX, "UAH");
+        let link = format!("https://t.me/+{}", "A".repeat(64));
+        for l in Language::ALL {
+            let when = texts::day(l, long_date);
+            let price = price(l, &big);
+            let days = period(l, 3660);
+            let fits = |what: &str, text: &str, max: usize| {
+                assert!(
+                    units(text) <= max,
+                    "{l} {what}: {} > {max}: {text}",
+                    units(text)
+                );
+            };
+            // Callback answers: what carries no title fits whole; what names a channel is
+            // clipped by `answer_callback`, and the hold answer keeps its time.
+            for (what, text) in [
+                ("invoice_on_its_way", texts::invoice_on_its_way(l)),
+                ("invoice_already_sent", texts::invoice_already_sent(l)),
+                ("button_invalid", texts::button_invalid(l)),
+                ("channel_unavailable", texts::channel_unavailable(l)),
+                ("promo_price_gone", texts::promo_price_gone(l)),
+                ("renewal_cancelled", texts::renewal_cancelled(l)),
+                (
+                    "renewal_already_cancelled",
+                    texts::renewal_already_cancelled(l),
+                ),
+                ("language_chosen", texts::language_chosen(l)),
+            ] {
+                fits(what, &text, CALLBACK_ANSWER_MAX);
+            }
+            for text in [
+                texts::channel_full(l, &title),
+                texts::cannot_be_paid(l, &title),
+                texts::already_lifetime(l, &title),
+                texts::trial_used(l, &title),
+                texts::free_access_granted(l, &title),
+                texts::already_subscribed(l, &title, &when),
+                texts::code_refused_at_order(
+                    l,
+                    &"C".repeat(32),
+                    &texts::CodeRefusal::FirstPurchase.text(l),
+                    &price,
+                ),
+            ] {
+                let a = answer_callback("q", &text, true);
+                fits("answer", a["text"].as_str().unwrap(), CALLBACK_ANSWER_MAX);
+            }
+            for cooldown in [true, false] {
+                let a = hold_limited_answer(l, &title, &when, cooldown);
+                fits("hold_limited_answer", &a, CALLBACK_ANSWER_MAX);
+                assert!(a.contains(&when), "{l}: {a}");
+            }
+            // Invoices.
+            fits(
+                "invoice_title",
+                &invoice_title(l, &title, 1),
+                INVOICE_TITLE_MAX,
+            );
+            fits(
+                "invoice_title fallback",
+                &invoice_title(l, " ", i32::MAX),
+                INVOICE_TITLE_MAX,
+            );
+            fits(
+                "invoice_label",
+                &texts::invoice_label(l, Some(&days)),
+                INVOICE_TITLE_MAX,
+            );
+            fits(
+                "invoice_label lifetime",
+                &texts::invoice_label(l, None),
+                INVOICE_TITLE_MAX,
+            );
+            for d in [Some(3660), None] {
+                let text = invoice_description(l, None, &title, 1, d);
+                fits("invoice_description", &text, INVOICE_DESCRIPTION_MAX);
+                assert!(text.ends_with('.'), "{l}: {text}");
+            }
+            // Button data.
+            for (_, data) in language_choice(l).rows.iter().map(|r| {
+                (
+                    r[0]["text"].clone(),
+                    r[0]["callback_data"].as_str().unwrap().to_string(),
+                )
+            }) {
+                assert!(data.len() <= CALLBACK_DATA_MAX);
+                assert!(
+                    Callback::language(Callback::parse(&data).map_or(0, |c| match c {
+                        Callback::Language(n) => n,
+                        _ => 0,
+                    }))
+                    .is_some()
+                );
+            }
+            // Messages, unclipped.
+            let notices = [
+                texts::grant(l, &title, &when, &link),
+                texts::grant_for_life(l, &title, &link),
+                texts::renewal_receipt(l, &title, &when),
+                texts::lifetime_receipt(l, &title),
+                texts::reminder(l, &title, &when),
+                texts::grace_notice(l, &title, &when),
+                texts::subscription_offer(l, &title, &price, &days),
+                texts::card_offer(l, &title, &price, Some(&days), 1440),
+                texts::card_offer(l, &title, &price, None, 1),
+                texts::subscription_cancelled(l, &title, Some(&when)),
+                texts::code_applied(
+                    l,
+                    &"C".repeat(32),
+                    &texts::code_gives(l, &price, Some(&[title.as_str(); 4].join(", "))),
+                ),
+                texts::with_subscription_stopped(
+                    l,
+                    &texts::payment_in_review(l, &title, &price, true),
+                    Some(crate::vocabulary::Reason::AlreadyLifetime),
+                ),
+                texts::payment_already_lifetime(l, &title, &price, false),
+                texts::payment_refunded(l, &title, &price, false),
+                texts::payment_unknown_order(l, &price),
+                texts::help(l),
+                language_choice(l).text,
+            ];
+            for text in &notices {
+                fits("message", text, MESSAGE_MAX);
+            }
+            // The catalogue and /subscriptions at their fullest.
+            let offers: Vec<OfferView> = (1..=30)
+                .map(|i| {
+                    let mut o = offer_view(i, &title, Availability::Buyable);
+                    o.description = Some("🔥".repeat(1000));
+                    o.plans[0].price = big.clone();
+                    o.plans[0].period_days = Some(3660);
+                    o
+                })
+                .collect();
+            let (r, _) = catalogue(l, Some(&texts::unknown_plan(l)), &offers, true);
+            fits("catalogue", &r.text, MESSAGE_MAX);
+            for row in &r.rows {
+                fits("button", row[0]["text"].as_str().unwrap(), BUTTON_MAX);
+            }
+            let r = offer(l, Some(&"🔥".repeat(500)), &offers[0]);
+            fits("offer", &r.text, MESSAGE_MAX);
+        }
     }
 }

@@ -46,7 +46,8 @@ use crate::{
         seats::{self, CheckoutRefusal, HoldRules, LockedOrder},
     },
     payments::core::Reason,
-    present::texts,
+    present::texts::{self, Language},
+    subscribers,
 };
 
 /// The only currency a Stars invoice can carry.
@@ -63,8 +64,21 @@ pub const COMMIT_WAIT: Duration = Duration::from_secs(2);
 /// [`COMMIT_WAIT`], the answer is given within 8 s, inside Telegram's 10 s.
 pub const READ_BACK: Duration = Duration::from_secs(2);
 
-/// Shown when the decision could not be made in time; not stored.
-pub const BUSY_MESSAGE: &str = crate::present::texts::PRE_CHECKOUT_BUSY;
+/// Shown when the decision could not be made in time, in the language of the payer's
+/// Telegram app (nothing else is read then); not stored.
+fn busy(q: &PreCheckoutQuery) -> Answer {
+    Answer::refuse(texts::pre_checkout_busy(Language::choose(
+        None,
+        q.from.language_code.as_deref(),
+    )))
+}
+
+/// Whether `message` is the "try again" answer, in any language.
+fn is_busy(message: &str) -> bool {
+    Language::ALL
+        .into_iter()
+        .any(|l| texts::pre_checkout_busy(l) == message)
+}
 
 /// Why a decision's transaction did not produce an answer of its own.
 #[derive(Debug)]
@@ -101,7 +115,7 @@ impl Answer {
     pub fn metric_label(&self) -> &'static str {
         match (self.ok, self.error_message.as_deref()) {
             (true, _) => "approved",
-            (false, Some(BUSY_MESSAGE)) => "busy",
+            (false, Some(m)) if is_busy(m) => "busy",
             (false, _) => "refused",
         }
     }
@@ -125,9 +139,8 @@ impl Answer {
 struct Decision {
     order_id: Option<i64>,
     refusal: Option<Reason>,
-    /// The buyer's text when it says more than the reason's own ([`texts::pre_checkout_refusal`]):
-    /// when they may try again.
-    message: Option<String>,
+    /// When the buyer may try again, said after the reason ([`texts::pre_checkout_hold_limited`]).
+    try_after: Option<DateTime<Utc>>,
     hold_until: Option<DateTime<Utc>>,
 }
 
@@ -193,23 +206,23 @@ pub async fn answer(db: &Pool, rules: HoldRules, q: &PreCheckoutQuery) -> Answer
                 tracing::error!(query_id = %q.id, error = %e,
                     "pre-checkout refused: decision failed (not stored)");
             }
-            Answer::refuse(BUSY_MESSAGE)
+            busy(q)
         }
         Err(Unanswered::OverBudget) => {
             tracing::warn!(query_id = %q.id, budget_ms = BUDGET.as_millis() as u64,
                 "pre-checkout refused: decision exceeded its time budget (not stored)");
-            Answer::refuse(BUSY_MESSAGE)
+            busy(q)
         }
         Err(Unanswered::RolledBack(why)) => {
             tracing::warn!(query_id = %q.id, why = %why,
                 "pre-checkout refused: its commit was rolled back (decision not stored)");
-            Answer::refuse(BUSY_MESSAGE)
+            busy(q)
         }
         Err(Unanswered::OutcomeUnknown(why)) => {
             tracing::error!(query_id = %q.id, why = %why,
                 "pre-checkout refused: the outcome of its commit is unknown (a decision and a \
                  hold may be stored)");
-            Answer::refuse(BUSY_MESSAGE)
+            busy(q)
         }
     }
 }
@@ -342,7 +355,7 @@ async fn decide_in(
         let decision = Decision {
             order_id: None,
             refusal: Some(Reason::UnknownOrder),
-            message: None,
+            try_after: None,
             hold_until: None,
         };
         return store(tx, q, &decision).await;
@@ -435,7 +448,7 @@ async fn decide_locked(
     let refused = |refusal| Decision {
         order_id: Some(order_id),
         refusal: Some(refusal),
-        message: None,
+        try_after: None,
         hold_until: None,
     };
     let o = &locked.order;
@@ -457,7 +470,7 @@ async fn decide_locked(
         Ok(order) => Decision {
             order_id: Some(order_id),
             refusal: None,
-            message: None,
+            try_after: None,
             hold_until: order.hold_until,
         },
         // Pending was checked above under the same order lock; kept for completeness.
@@ -470,7 +483,7 @@ async fn decide_locked(
         Err(CheckoutRefusal::ChannelFull) => refused(Reason::NoSeat),
         Err(CheckoutRefusal::PromoExhausted) => refused(Reason::PromoExhausted),
         Err(CheckoutRefusal::HoldLimited { until, .. }) => Decision {
-            message: Some(texts::pre_checkout_hold_limited(&texts::not_before(until))),
+            try_after: Some(until),
             ..refused(Reason::HoldLimited)
         },
     })
@@ -511,10 +524,18 @@ async fn store(
     q: &PreCheckoutQuery,
     d: &Decision,
 ) -> Result<Decided, DecideError> {
-    let answer = match (d.refusal, &d.message) {
+    // In the payer's remembered language, else their Telegram app's.
+    let l = Language::choose(
+        subscribers::language_of_telegram_user(tx, q.from.id).await?,
+        q.from.language_code.as_deref(),
+    );
+    let answer = match (d.refusal, d.try_after) {
         (None, _) => Answer::approve(),
-        (Some(_), Some(message)) => Answer::refuse(message.clone()),
-        (Some(r), None) => Answer::refuse(texts::pre_checkout_refusal(r)),
+        (Some(_), Some(until)) => Answer::refuse(texts::pre_checkout_hold_limited(
+            l,
+            &texts::not_before(l, until),
+        )),
+        (Some(r), None) => Answer::refuse(texts::pre_checkout_refusal(l, r)),
     };
     // The transaction id identifies this transaction should the outcome of its commit have to
     // be read back.
@@ -561,6 +582,7 @@ mod tests {
             from: User {
                 id: from,
                 username: None,
+                language_code: None,
             },
             currency: currency.into(),
             total_amount: amount,
@@ -618,32 +640,50 @@ mod tests {
     fn refusal_messages_are_short() {
         // That the reasons match the schema is checked against the migrated database
         // (tests/api/schema.rs).
+        let en = Language::En;
         for r in Reason::ALL {
             if r.is_pre_checkout_refusal() {
                 assert!(
-                    texts::pre_checkout_refusal(r).len() <= 100,
+                    texts::pre_checkout_refusal(en, r).len() <= 100,
                     "{r:?} message too long"
                 );
-                assert_ne!(
-                    texts::pre_checkout_refusal(r),
-                    BUSY_MESSAGE,
-                    "{r:?} has its own text"
-                );
+                for l in Language::ALL {
+                    assert!(
+                        crate::present::render::units(&texts::pre_checkout_refusal(l, r)) <= 100,
+                        "{l} {r:?} message too long"
+                    );
+                    assert!(
+                        !is_busy(&texts::pre_checkout_refusal(l, r)),
+                        "{l} {r:?} has its own text"
+                    );
+                }
             }
         }
         let until = chrono::DateTime::<Utc>::MAX_UTC;
-        assert!(texts::pre_checkout_hold_limited(&texts::not_before(until)).len() <= 100);
+        assert!(texts::pre_checkout_hold_limited(en, &texts::not_before(en, until)).len() <= 100);
+        // The longest date of each language (a long month name, two-digit day).
+        let long = chrono::DateTime::parse_from_rfc3339("2030-11-30T23:59:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        for l in Language::ALL {
+            let text = texts::pre_checkout_hold_limited(l, &texts::not_before(l, long));
+            assert!(crate::present::render::units(&text) <= 100, "{text}");
+        }
     }
 
     #[test]
     fn the_hold_limit_is_answered_with_when_to_try_again() {
+        let en = Language::En;
         let until = chrono::DateTime::parse_from_rfc3339("2030-01-02T03:04:05Z")
             .unwrap()
             .with_timezone(&Utc);
         // Rounded up: at the minute shown the buyer is allowed.
-        let text = texts::pre_checkout_hold_limited(&texts::not_before(until));
+        let text = texts::pre_checkout_hold_limited(en, &texts::not_before(en, until));
         assert!(text.contains("2030-01-02 03:05 UTC"), "{text}");
         let on_the_minute = until - chrono::Duration::seconds(5);
-        assert_eq!(texts::not_before(on_the_minute), "2030-01-02 03:04 UTC");
+        assert_eq!(texts::not_before(en, on_the_minute), "2030-01-02 03:04 UTC");
+        let uk =
+            texts::pre_checkout_hold_limited(Language::Uk, &texts::not_before(Language::Uk, until));
+        assert!(uk.ends_with("після 2 січня 2030 р. о 03:05 (UTC)."), "{uk}");
     }
 }

@@ -83,6 +83,9 @@ pub struct User {
     pub id: i64,
     #[serde(default)]
     pub username: Option<String>,
+    /// The IETF tag of the language the user's Telegram app uses, when Telegram says.
+    #[serde(default)]
+    pub language_code: Option<String>,
 }
 
 /// A completed payment, as sent to the bot in a service message.

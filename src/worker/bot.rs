@@ -33,7 +33,10 @@ use crate::{
     error::ApiError,
     gateway_checks, orders,
     payments::{star_subscriptions, wayforpay_purchase},
-    present::{render, texts},
+    present::{
+        render,
+        texts::{self, Language},
+    },
     state::AppState,
     telegram::bot_api::{BotApi, BotError, StarsInvoice},
 };
@@ -127,13 +130,14 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
             "skipped: the order was superseded by a newer one".into(),
         ));
     }
-    let title = render::invoice_title(&f.title, f.channel_id);
+    let l = Language::choose(f.language, None);
+    let title = render::invoice_title(l, f.title_in(l), f.channel_id);
     let description =
-        render::invoice_description(f.description.as_deref(), &f.title, f.channel_id, f.days);
-    let price = render::price(&Money::new(f.amount_minor, &f.currency));
-    let period = render::term(f.days);
+        render::invoice_description(l, f.description_in(l), f.title_in(l), f.channel_id, f.days);
+    let price = render::price(l, &Money::new(f.amount_minor, &f.currency));
+    let period = render::term(l, f.days);
     let label = render::clip(
-        &texts::invoice_label(period.as_deref()),
+        &texts::invoice_label(l, period.as_deref()),
         render::INVOICE_TITLE_MAX,
     );
     let stars = StarsInvoice {
@@ -143,7 +147,7 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
         label: &label,
         amount: f.amount_minor,
     };
-    let name = render::title(&f.title, f.channel_id);
+    let name = render::title(l, f.title_in(l), f.channel_id);
     match bot::gateway(&state.config, &f.currency) {
         Some(bot::Gateway::Stars) if f.recurring => {
             let link = match f.invoice_link {
@@ -156,9 +160,9 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
                 }
             };
             // A recurring plan has a period (the schema: 30 days).
-            let every = period.clone().unwrap_or_else(|| render::period(30));
-            let text = texts::subscription_offer(&name, &price, &every);
-            let button = render::url_button(&texts::subscription_button(&price), &link);
+            let every = period.clone().unwrap_or_else(|| render::period(l, 30));
+            let text = texts::subscription_offer(l, &name, &price, &every);
+            let button = render::url_button(&texts::subscription_button(l, &price), &link);
             bot.send_message_with_markup(e.user_id, &text, &markup(button))
                 .await?;
         }
@@ -173,8 +177,8 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
                 ));
             }
             let link = card_link(&state.config, &f, &name)?;
-            let text = texts::card_offer(&name, &price, period.as_deref(), f.open_secs / 60);
-            let button = render::url_button(&texts::card_button(&price), &link);
+            let text = texts::card_offer(l, &name, &price, period.as_deref(), f.open_secs / 60);
+            let button = render::url_button(&texts::card_button(l, &price), &link);
             bot.send_message_with_markup(e.user_id, &text, &markup(button))
                 .await?;
             if !bot.is_dry_run() {
@@ -271,10 +275,11 @@ async fn subscription_cancel(
     if sub.cancelled_by == Some(star_subscriptions::CancelledBy::Subgate) {
         return Ok(None);
     }
-    let name = render::title(&sub.title, sub.channel_id);
+    let l = Language::choose(sub.language, None);
+    let name = render::title(l, sub.translations.title(l, &sub.title), sub.channel_id);
     // Lifetime access outlasts any subscription: nothing to say about when it ends.
     let until = sub.access_until.and_then(|e| e.at());
-    let text = texts::subscription_cancelled(&name, until.map(texts::day).as_deref());
+    let text = texts::subscription_cancelled(l, &name, until.map(|t| texts::day(l, t)).as_deref());
     let client = state.db.get().await.map_err(ApiError::from)?;
     enqueue_message(
         &**client,

@@ -270,13 +270,14 @@ impl Worker {
     }
 
     async fn grant_message(&self, bot: &BotApi, e: &Effect, chat: i64, m: EffectView) -> Performed {
-        let link = match m.invite_link {
+        let link = match m.invite_link.clone() {
             Some(link) => link,
             None => self.channel_link(bot, m.channel_id, chat).await?,
         };
+        let (l, title) = m.speaking();
         let text = match m.expires_at {
-            Expiry::At(t) => texts::grant(&m.title, &texts::day(t), &link),
-            Expiry::Never => texts::grant_for_life(&m.title, &link),
+            Expiry::At(t) => texts::grant(l, title, &texts::day(l, t), &link),
+            Expiry::Never => texts::grant_for_life(l, title, &link),
         };
         bot.send_message(e.user_id, &text).await?;
         Ok(None)
@@ -319,9 +320,10 @@ impl Worker {
         if !m.status.holds_access() {
             return Ok(Some(format!("skipped: the membership is {} now", m.status)));
         }
+        let (l, title) = m.speaking();
         let text = match m.expires_at {
-            Expiry::At(t) => texts::renewal_receipt(&m.title, &texts::day(t)),
-            Expiry::Never => texts::lifetime_receipt(&m.title),
+            Expiry::At(t) => texts::renewal_receipt(l, title, &texts::day(l, t)),
+            Expiry::Never => texts::lifetime_receipt(l, title),
         };
         bot.send_message(e.user_id, &text).await?;
         Ok(None)
@@ -400,10 +402,11 @@ impl Worker {
         let Expiry::At(at) = m.expires_at else {
             return Ok(Some("skipped: lifetime access never ends".into()));
         };
+        let (l, title) = m.speaking();
         let text = if status == Status::Active {
-            texts::reminder(&m.title, &texts::day(at))
+            texts::reminder(l, title, &texts::day(l, at))
         } else {
-            texts::grace_notice(&m.title, &texts::day(at))
+            texts::grace_notice(l, title, &texts::day(l, at))
         };
         bot.send_message(e.user_id, &text).await?;
         Ok(None)

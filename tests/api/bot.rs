@@ -194,7 +194,11 @@ pub(crate) async fn one_i64(
 }
 
 /// `(id, reference, status)` of the orders of Telegram user `user` for `channel`.
-async fn orders_of(app: &TestApp, user: i64, channel: i64) -> Vec<(i64, String, String)> {
+pub(crate) async fn orders_of(
+    app: &TestApp,
+    user: i64,
+    channel: i64,
+) -> Vec<(i64, String, String)> {
     app.db()
         .await
         .query(

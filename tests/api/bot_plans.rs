@@ -133,12 +133,12 @@ async fn orders_of(app: &TestApp, user: i64) -> Vec<(i64, i64, i64, i64, Option<
         .collect()
 }
 
-fn text(reply: &Value) -> &str {
+pub(crate) fn text(reply: &Value) -> &str {
     reply["text"].as_str().unwrap()
 }
 
 #[track_caller]
-fn assert_contains(text: &str, parts: &[&str]) {
+pub(crate) fn assert_contains(text: &str, parts: &[&str]) {
     for part in parts {
         assert!(text.contains(part), "{part:?} missing in {text}");
     }

@@ -207,6 +207,17 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
             "Daily trading signals with a weekly review.",
         )
         .await;
+    // A description without a title in a language is refused before anything is sent.
+    browser
+        .fill("#channel-tr-uk-description", "Щоденні торгові сигнали.")
+        .await;
+    browser.click("#channel button[type=submit]").await;
+    browser
+        .wait_text("#channel-tr-uk-title-error", "is needed with a description")
+        .await;
+    browser
+        .fill("#channel-tr-uk-title", "Преміум-сигнали")
+        .await;
     browser.click("#channel button[type=submit]").await;
     browser
         .wait_text("#status", "Created channel “Premium signals”")
@@ -218,7 +229,8 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
         .db()
         .await
         .query_one(
-            "SELECT id, price_minor, currency, grace_period_days, seat_limit, description
+            "SELECT id, price_minor, currency, grace_period_days, seat_limit, description,
+                    translations
              FROM channels WHERE telegram_chat_id = -1001000000001",
             &[],
         )
@@ -236,6 +248,10 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
     assert_eq!(
         row.get::<_, Option<String>>(5).as_deref(),
         Some("Daily trading signals with a weekly review.")
+    );
+    assert_eq!(
+        row.get::<_, serde_json::Value>(6),
+        json!({"uk": {"title": "Преміум-сигнали", "description": "Щоденні торгові сигнали."}})
     );
     let buy_link = browser.find("#channel-buy-link").await;
     assert_eq!(
@@ -274,8 +290,12 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
         .await;
     browser.fill("#new-subscriber-username", "ann").await;
     browser.fill("#new-subscriber-display_name", "Ann K.").await;
+    browser
+        .select("#new-subscriber-language", "Українська (uk)")
+        .await;
     browser.click("#new-subscriber button[type=submit]").await;
     browser.wait_text("main h1", "Subscriber @ann").await;
+    browser.wait_text("main dl", "Українська (uk)").await;
     let ann: i32 = app
         .db()
         .await
@@ -286,6 +306,25 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
         .await
         .unwrap()
         .get(0);
+    // The bot's language for this buyer, changed by staff.
+    browser
+        .select("#sub-language-language", "Русский (ru)")
+        .await;
+    browser.click("#sub-language button[type=submit]").await;
+    browser
+        .wait_text(
+            "#status",
+            "The bot now writes to this subscriber in Русский (ru).",
+        )
+        .await;
+    let language: Option<String> = app
+        .db()
+        .await
+        .query_one("SELECT language FROM subscribers WHERE id = $1", &[&ann])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(language.as_deref(), Some("ru"));
     browser.click("a[href='#/subscribers']").await;
     browser.fill("#search-q", "@ANN").await;
     browser.click("#search button[type=submit]").await;
@@ -599,6 +638,7 @@ async fn offers(browser: &Browser, app: &TestApp, base: &str, shots: &Shots, cha
     shot(browser, shots, "11-plan-error").await;
     assert_eq!(app.count("plans WHERE title = 'Premium yearly'").await, 0);
     browser.fill("#plan-period_days", "365").await;
+    browser.fill("#plan-tr-ru-title", "Премиум на год").await;
     browser.click("#plan button[type=submit]").await;
     browser
         .wait_text("#status", "Created plan “Premium yearly”")
@@ -609,7 +649,7 @@ async fn offers(browser: &Browser, app: &TestApp, base: &str, shots: &Shots, cha
         .await
         .query_one(
             "SELECT p.id, p.kind, p.price_minor, p.currency, p.period_days, p.position,
-                    array_agg(pc.channel_id ORDER BY pc.position)
+                    array_agg(pc.channel_id ORDER BY pc.position), p.translations
              FROM plans p JOIN plan_channels pc ON pc.plan_id = p.id
              WHERE p.title = 'Premium yearly' GROUP BY p.id",
             &[],
@@ -623,6 +663,10 @@ async fn offers(browser: &Browser, app: &TestApp, base: &str, shots: &Shots, cha
     assert_eq!(row.get::<_, Option<i32>>(4), Some(365));
     assert_eq!(row.get::<_, i32>(5), 1);
     assert_eq!(row.get::<_, Vec<i32>>(6), vec![channel_id]);
+    assert_eq!(
+        row.get::<_, Value>(7),
+        json!({"ru": {"title": "Премиум на год", "description": null}})
+    );
     let buy_link = browser.find("#plan-buy-link").await;
     assert_eq!(
         browser.value(&buy_link).await,

@@ -11,6 +11,7 @@ mod audit_log;
 mod audits;
 mod auth;
 mod bot;
+mod bot_languages;
 mod bot_plans;
 mod bundles;
 mod chat_members;

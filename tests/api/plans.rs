@@ -37,6 +37,8 @@ struct PlanBody {
     buy_link: Option<String>,
     created_at: String,
     updated_at: String,
+    /// `{language: {"title", "description"}}`.
+    translations: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Asserts a 422 whose `errors` names exactly `fields`.
@@ -148,6 +150,10 @@ async fn a_plan_is_created_read_listed_changed_and_deleted() {
     let ids: Vec<i64> = all.items.iter().map(|p| p.id).collect();
     assert_eq!(ids.len(), 3, "two default plans and the bundle: {ids:?}");
     assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    assert!(
+        all.items.iter().all(|p| p.translations.is_empty()),
+        "no translations unless given"
+    );
     let of_a: ListBody<PlanBody> = body_of(
         &app.get(&format!("/api/plans?channel_id={a}"))
             .await

@@ -981,6 +981,7 @@
         field('Seat limit', input('seat_limit', { value: c.seat_limit === null ? '' : String(c.seat_limit), type: 'number', min: 1 }),
           'Empty for unlimited.')),
       field('Description (shown to buyers)', h('textarea', { id: `${f}-description`, name: 'description', rows: 3, maxlength: 1000 }, c.description || '')),
+      translationFields(f, c.translations),
       field('Active (on sale)', input('active', { type: 'checkbox', checked: c.active })),
       field('Recurring (Telegram Stars subscription)', input('recurring', { type: 'checkbox', checked: !!c.recurring }),
         'XTR and a 30-day period only; renews by itself every 30 days.'),
@@ -1044,6 +1045,7 @@
         active: form.elements.active.checked,
         recurring: form.elements.recurring.checked,
       };
+      const translations = readTranslations(form, clientErrors);
       if (Object.keys(clientErrors).length) {
         showFieldErrors(form, new ApiError(422, { errors: clientErrors }));
         fail(new ApiError(422, { detail: 'Some fields are invalid', errors: clientErrors }));
@@ -1059,10 +1061,13 @@
           body[k] = val;
         }
       }
+      if (JSON.stringify(translations) !== JSON.stringify((existing && existing.translations) || {})) {
+        body.translations = translations;
+      }
       await saveResource(form, existing, body, {
         path: '/channels',
         name: (saved) => `channel “${saved.title}”`,
-        fields: { price_minor: 'price' },
+        fields: Object.assign({ price_minor: 'price' }, TRANSLATION_FIELDS),
         done: (saved) => {
           channelCache = null;
           planCache = null;
@@ -1333,6 +1338,7 @@
       field('Lifetime (no end)', lifetime, 'Access that never expires; buying it again is refused while it is live.'),
       bundle,
       field('Description (shown to buyers)', h('textarea', { id: `${f}-description`, name: 'description', rows: 3, maxlength: 1000 }, p.description || '')),
+      translationFields(f, p.translations),
       field('Active (on sale)', input('active', { type: 'checkbox', checked: p.active })),
       field('Recurring (Telegram Stars subscription)', input('recurring', { type: 'checkbox', checked: !!p.recurring }),
         'XTR and a 30-day period only; renews by itself every 30 days.'),
@@ -1381,6 +1387,7 @@
         position: v('position') === '' ? 0 : Number(v('position')),
         active: form.elements.active.checked,
         recurring: form.elements.recurring.checked,
+        translations: readTranslations(form, clientErrors),
       };
       if (wanted.period_days === undefined) clientErrors.period_days = 'is required (or tick Lifetime)';
       if (Object.keys(clientErrors).length) {
@@ -1400,7 +1407,7 @@
       await saveResource(form, existing, body, {
         path: '/plans',
         name: (saved) => `plan “${saved.title}”`,
-        fields: { price_minor: 'price' },
+        fields: Object.assign({ price_minor: 'price' }, TRANSLATION_FIELDS),
         done: (saved) => {
           planCache = null;
           go(`#/plans/${saved.id}`);
@@ -1605,7 +1612,8 @@
       h('div', { class: 'grid' },
         field('Telegram user id', h('input', { id: `${f}-telegram_user_id`, name: 'telegram_user_id', inputmode: 'numeric', required: true })),
         field('Username', h('input', { id: `${f}-username`, name: 'username', maxlength: 64 })),
-        field('Display name', h('input', { id: `${f}-display_name`, name: 'display_name', maxlength: 128 }))),
+        field('Display name', h('input', { id: `${f}-display_name`, name: 'display_name', maxlength: 128 })),
+        field('Bot language', languageSelect(`${f}-language`, null))),
       h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Create subscriber')));
     create.addEventListener('submit', async (e) => {
       e.preventDefault();
@@ -1613,6 +1621,7 @@
       const body = { telegram_user_id: v('telegram_user_id') === '' ? null : Number(v('telegram_user_id')) };
       if (v('username')) body.username = v('username').replace(/^@/, '');
       if (v('display_name')) body.display_name = v('display_name');
+      if (v('language')) body.language = v('language');
       await busy(create, async () => {
         try {
           const s = await post(create, '/subscribers', body);
@@ -1626,6 +1635,51 @@
     });
     main.append(create);
   }
+
+  /** The languages the bot speaks, each in its own name. */
+  const LANGUAGES = [['en', 'English'], ['uk', 'Українська'], ['ru', 'Русский']];
+
+  /** A subscriber's bot language: one of LANGUAGES, or the default (empty value). */
+  function languageSelect(id, current) {
+    return h('select', { id, name: 'language' },
+      h('option', { value: '', selected: !current }, 'Default (their Telegram app’s, else the bot’s)'),
+      LANGUAGES.map(([code, name]) => h('option', { value: code, selected: current === code }, `${name} (${code})`)));
+  }
+
+  function languageName(code) {
+    const found = LANGUAGES.find(([c]) => c === code);
+    return found ? `${found[1]} (${code})` : 'Default';
+  }
+
+  /** A channel's or plan's title and description per language (`translations`). */
+  function translationFields(f, translations) {
+    const tr = translations || {};
+    return h('fieldset', { class: 'group translations' },
+      h('legend', {}, 'Translations'),
+      h('p', { class: 'hint' }, 'What buyers who read the bot in that language see; left empty, they see the title and description above.'),
+      LANGUAGES.map(([code, name]) => h('div', { class: 'grid' },
+        field(`Title in ${name}`, h('input', { id: `${f}-tr-${code}-title`, name: `tr-${code}-title`, maxlength: 255, value: (tr[code] && tr[code].title) || '' })),
+        field(`Description in ${name}`, h('textarea', { id: `${f}-tr-${code}-description`, name: `tr-${code}-description`, rows: 2, maxlength: 1000 },
+          (tr[code] && tr[code].description) || '')))));
+  }
+
+  /** The `translations` the fields say; a description without a title is a client error. */
+  function readTranslations(form, clientErrors) {
+    const out = {};
+    for (const [code] of LANGUAGES) {
+      const title = form.elements[`tr-${code}-title`].value.trim();
+      const description = form.elements[`tr-${code}-description`].value.trim();
+      if (title) out[code] = { title, description: description || null };
+      else if (description) clientErrors[`tr-${code}-title`] = 'is needed with a description';
+    }
+    return out;
+  }
+
+  /** The API's field names of translations, mapped to their inputs. */
+  const TRANSLATION_FIELDS = Object.fromEntries(LANGUAGES.flatMap(([code]) => [
+    [`translations.${code}.title`, `tr-${code}-title`],
+    [`translations.${code}.description`, `tr-${code}-description`],
+  ]));
 
   /** Draws a keyset-paged list into `container` with a "Load more" button. */
   async function pagedList(container, path, live, draw) {
@@ -1666,8 +1720,32 @@
       ['Telegram user id', String(s.telegram_user_id)],
       ['Username', s.username ? '@' + s.username : '—'],
       ['Display name', s.display_name || '—'],
+      ['Bot language', languageName(s.language)],
       ['Created', when(s.created_at)],
     ]));
+
+    // The language the bot speaks to them.
+    const lf = 'sub-language';
+    const langForm = h('form', { id: lf, class: 'card', method: 'post', novalidate: true },
+      h('h2', {}, 'Bot language'),
+      h('p', { class: 'hint' }, 'The bot writes to this buyer in this language. They can change it themselves with /language.'),
+      h('div', { class: 'grid' }, field('Language', languageSelect(`${lf}-language`, s.language))),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Save language')));
+    langForm.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      const code = langForm.elements.language.value || null;
+      await busy(langForm, async () => {
+        try {
+          await api('PATCH', `/subscribers/${s.id}`, { language: code });
+          await renderSubscriber(id, new URLSearchParams());
+          say(`The bot now writes to this subscriber in ${languageName(code)}.`);
+        } catch (err) {
+          showFieldErrors(langForm, err);
+          fail(err);
+        }
+      });
+    });
+    main.append(langForm);
 
     // Memberships, with corrections, deletes and history.
     const ms = h('section', { 'aria-labelledby': 'sub-memberships' }, h('h2', { id: 'sub-memberships' }, 'Memberships'));
