@@ -9,11 +9,14 @@
 #                           against set-based statements with the same writes;
 #   2. benches/payments     a real server on its own database, driven by the load generator,
 #                           and the pgbench references; prints the summary table, with the
-#                           sweep's rows, and leaves it in target/bench/summary.md.
+#                           sweep's rows, and leaves it in target/bench/summary.md;
+#   3. benches/stats.rs     GET /api/stats/* on 1M memberships and 5M payments (made by SQL),
+#                           each endpoint's median and slowest latency.
 # Arguments go to the payment benchmark, e.g.
 #   make bench ARGS='--connections 32 --duration 30'      scripts/bench.sh --help
 # SWEEP_BENCH_ROWS / SWEEP_BENCH_NAIVE_ROWS / SWEEP_BENCH_PROBE size the sweep; BENCH_SKIP_SWEEP=1
-# leaves it out. Everything the run starts — the benchmark programs, the server, pgbench — is
+# leaves it out. STATS_BENCH_SCALE / STATS_BENCH_CALLS size the statistics' run;
+# BENCH_SKIP_STATS=1 leaves it out. Everything the run starts — the benchmark programs, the server, pgbench — is
 # listed in a pid file and stopped, and this run's databases dropped, however the script ends.
 # Exits non-zero when a benchmark failed.
 set -euo pipefail
@@ -52,6 +55,7 @@ SUBGATE_BENCH_RESULTS="$ROOT/target/bench"
 export SUBGATE_BENCH_RESULTS
 mkdir -p "$SUBGATE_BENCH_RESULTS"
 rm -f "$SUBGATE_BENCH_RESULTS/sweep.tsv" "$SUBGATE_BENCH_RESULTS/payments.tsv" \
+    "$SUBGATE_BENCH_RESULTS/stats.tsv" \
     "$SUBGATE_BENCH_RESULTS/summary.md"
 SUBGATE_BENCH_PIDFILE="$SUBGATE_BENCH_RESULTS/pids.$SUBGATE_BENCH_RUN"
 export SUBGATE_BENCH_PIDFILE
@@ -81,7 +85,7 @@ cleanup() {
     local alive=()
     for pid in "${pids[@]}"; do
         if kill -0 "$pid" 2>/dev/null &&
-            grep -qa -e subgate -e pgbench -e payments -e sweep -e cargo "/proc/$pid/cmdline" 2>/dev/null; then
+            grep -qa -e subgate -e pgbench -e payments -e sweep -e stats -e cargo "/proc/$pid/cmdline" 2>/dev/null; then
             alive+=("$pid")
         fi
     done
@@ -122,7 +126,7 @@ run() {
 
 started=$SECONDS
 log "building the benchmarks (release profile)"
-run cargo bench --no-run --bench payments --bench sweep
+run cargo bench --no-run --bench payments --bench sweep --bench stats
 log "built in $((SECONDS - started)) s"
 
 status=0
@@ -135,5 +139,12 @@ fi
 step=$SECONDS
 log "payment benchmark: cargo bench --bench payments -- $*"
 run cargo bench --quiet --bench payments -- "$@" || status=$?
-log "payment benchmark: $((SECONDS - step)) s; whole run $((SECONDS - started)) s"
+log "payment benchmark: $((SECONDS - step)) s"
+if [[ "${BENCH_SKIP_STATS:-0}" != 1 ]]; then
+    step=$SECONDS
+    log "statistics benchmark: 1M memberships, 5M payments (scale ${STATS_BENCH_SCALE:-1})"
+    run cargo bench --quiet --bench stats || status=$?
+    log "statistics benchmark: $((SECONDS - step)) s"
+fi
+log "whole run $((SECONDS - started)) s"
 exit "$status"

@@ -41,6 +41,9 @@
 #    a record deleted since, which the stateful checks would read as a lost resource;
 #  - POST /api/auth/login is fuzzed like the rest; the admin's token is taken before the run,
 #    and the throttle's 429 is a documented answer.
+#  - PATCH and DELETE /api/staff/{id} of the admin account (whose token the run uses) go to an
+#    account that does not exist instead (hooks.py): disabling it or changing its role, which the
+#    contract allows once another owner exists, would end the token and the run's coverage.
 set -euo pipefail
 
 log() { printf '[fuzz] %s\n' "$*" >&2; }

@@ -223,7 +223,8 @@ print_banner() { # $1 = what to say about the admin password
 ================================================================
  subgate (development)
    serving on      $BASE_URL
-   admin email     $ADMIN_EMAIL
+   console         $BASE_URL/console   (sign in with the owner account below)
+   admin email     $ADMIN_EMAIL (role: owner)
    admin password  $1
    dev secrets     $SECRETS_FILE
                    (delete it to regenerate; environment variables win;

@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use tokio_postgres::Row;
 
 use crate::{
+    audit_log::{self, Actor, Entry},
     channels,
     config::Config,
     db::{self, FromRow},
@@ -302,8 +303,14 @@ pub enum Start {
 }
 
 /// Records a `running` audit of channel `channel_id` (after marking a stale one interrupted),
-/// unless one is running. The caller runs it ([`run`]) after this commits.
-pub async fn start(pool: &Pool, channel_id: i32, fix: bool) -> Result<Start, ApiError> {
+/// unless one is running. The caller runs it ([`run`]) after this commits. Started by staff
+/// (`by`), the start is in the audit log, in the same transaction.
+pub async fn start(
+    pool: &Pool,
+    channel_id: i32,
+    fix: bool,
+    by: Option<&Actor>,
+) -> Result<Start, ApiError> {
     let empty = serde_json::to_value(Rows::default()).map_err(ApiError::internal)?;
     let counts = serde_json::to_value(Counts::default()).map_err(ApiError::internal)?;
     crate::transaction!(pool, |tx| {
@@ -316,7 +323,13 @@ pub async fn start(pool: &Pool, channel_id: i32, fix: bool) -> Result<Start, Api
         }
         // Two requests racing here: the second waits on `audits_one_running` and fails (409).
         let row = db::row_one(tx, INSERT_SQL, &[&channel_id, &fix, &counts, &empty]).await?;
-        Ok(Start::Started(row.try_get("id")?))
+        let id: i64 = row.try_get("id")?;
+        if let Some(actor) = by {
+            let entry = Entry::new("channel.audit", Some(channel_id.into()))
+                .after(serde_json::json!({"audit_id": id, "fix": fix}));
+            audit_log::record(tx, actor, entry).await?;
+        }
+        Ok(Start::Started(id))
     })
 }
 

@@ -26,7 +26,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::{db, error::ApiError};
+use crate::{db, error::ApiError, staff::Role};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Claims {
@@ -41,7 +41,7 @@ struct Claims {
 }
 
 /// Who a valid token speaks for: the staff account and the token version it was issued under
-/// (checked against the account's current `token_version`, [`session_valid`]).
+/// (checked against the account's current `token_version`, [`crate::staff::session`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TokenSubject {
     pub staff_id: i64,
@@ -74,7 +74,7 @@ pub fn issue_token(
 /// `exp` with zero leeway, `iat` not in the future (zero leeway: this server issued it, by its
 /// own clock), and a lifetime `exp - iat` of at most `max_ttl` (`JWT_TTL_SECS`: no token lives
 /// longer than this server would issue one for). Returns the staff id in `sub` and the token
-/// version in `ver`; whether they still match the account is [`session_valid`]'s question.
+/// version in `ver`; whether they still match the account is [`crate::staff::session`]'s question.
 pub fn verify_token(secret: &[u8], token: &str, max_ttl: Duration) -> Option<TokenSubject> {
     let mut validation = Validation::new(Algorithm::HS256);
     validation.leeway = 0;
@@ -123,44 +123,51 @@ pub async fn hash_password(password: String, cost: u32) -> Result<String, ApiErr
         .map_err(ApiError::internal)
 }
 
-/// Creates a staff account unless one with that email exists. Returns whether it was created.
+/// Creates a staff account of `role` unless one with that email exists (start-up's admin and
+/// the CLI). Returns whether it was created. The email and password are checked like the API's
+/// ([`new_account`]).
 pub async fn create_staff(
     pool: &deadpool_postgres::Pool,
     email: &str,
     password: &str,
+    role: Role,
     cost: u32,
 ) -> Result<bool, ApiError> {
-    let email = email.trim().to_lowercase();
-    if !valid_email(&email) {
-        return Err(ApiError::field("email", "must be a valid email address"));
-    }
-    check_password(password)?;
-    let hash = hash_password(password.to_string(), cost).await?;
+    let (email, hash) = new_account(email, password, cost).await?;
     let client = pool.get().await?;
     let inserted = client
         .execute(
-            "INSERT INTO staff_accounts (email, password_hash) VALUES ($1, $2)
+            "INSERT INTO staff_accounts (email, password_hash, role) VALUES ($1, $2, $3)
              ON CONFLICT (email) DO NOTHING",
-            &[&email, &hash],
+            &[&email, &hash, &role],
         )
         .await?;
     Ok(inserted == 1)
 }
 
-/// Whether a token for `subject` still opens the API: its staff account exists and its
-/// `token_version` is still the token's (a password change, and later a role change or a
-/// disabling, bump it: [`end_sessions`]). One indexed read per request.
-pub async fn session_valid(
-    client: &deadpool_postgres::Object,
-    subject: TokenSubject,
-) -> Result<bool, ApiError> {
-    let stmt = client
-        .prepare_cached("SELECT 1 FROM staff_accounts WHERE id = $1 AND token_version = $2")
-        .await?;
-    Ok(client
-        .query_opt(&stmt, &[&subject.staff_id, &subject.version])
-        .await?
-        .is_some())
+/// A new account's normalized email and the bcrypt hash of its password, both checked (422
+/// naming the field: an invalid email, a weak or over-long password, [`check_new_password`]).
+pub async fn new_account(
+    email: &str,
+    password: &str,
+    cost: u32,
+) -> Result<(String, String), ApiError> {
+    let email = email.trim().to_lowercase();
+    let mut errors = std::collections::BTreeMap::new();
+    if !valid_email(&email) {
+        errors.insert(
+            "email".to_string(),
+            "must be a valid email address".to_string(),
+        );
+    }
+    if let Err(why) = check_new_password(password, &email) {
+        errors.insert("password".to_string(), why);
+    }
+    if !errors.is_empty() {
+        return Err(ApiError::Validation(errors));
+    }
+    let hash = hash_password(password.to_string(), cost).await?;
+    Ok((email, hash))
 }
 
 /// A staff account as login needs it.
@@ -185,10 +192,11 @@ impl db::FromRow for LoginAccount {
     }
 }
 
-const LOGIN_ACCOUNT_SQL: &str =
-    "SELECT id, password_hash, token_version FROM staff_accounts WHERE email = $1";
+const LOGIN_ACCOUNT_SQL: &str = "SELECT id, password_hash, token_version FROM staff_accounts
+     WHERE email = $1 AND NOT disabled";
 
-/// The staff account with this (normalized) email, if any, as login needs it.
+/// The enabled staff account with this (normalized) email, if any, as login needs it (a
+/// disabled account is answered like an unknown email).
 pub async fn find_login(
     client: &deadpool_postgres::Object,
     email: &str,
@@ -196,21 +204,53 @@ pub async fn find_login(
     db::opt(client, LOGIN_ACCOUNT_SQL, &[&email]).await
 }
 
-/// The id and password hash of the staff account with this (normalized) email, if any.
+const ACCOUNT_SQL: &str = "SELECT id, password_hash FROM staff_accounts WHERE email = $1";
+
+/// The id and password hash of the staff account with this (normalized) email, if any,
+/// disabled or not.
 pub async fn find_account(
     client: &deadpool_postgres::Object,
     email: &str,
 ) -> Result<Option<(i64, String)>, ApiError> {
-    Ok(find_login(client, email)
+    Ok(db::row_opt(client, ACCOUNT_SQL, &[&email])
         .await?
-        .map(|a| (a.id, a.password_hash)))
+        .map(|r| (r.get("id"), r.get("password_hash"))))
+}
+
+const PASSWORD_HASH_SQL: &str = "SELECT password_hash FROM staff_accounts WHERE id = $1";
+
+/// The password hash of staff account `id`, if it exists.
+pub async fn password_hash(
+    client: &impl deadpool_postgres::GenericClient,
+    id: i64,
+) -> Result<Option<String>, ApiError> {
+    Ok(db::row_opt(client, PASSWORD_HASH_SQL, &[&id])
+        .await?
+        .map(|r| r.get("password_hash")))
+}
+
+const SET_PASSWORD_BY_ID_SQL: &str = "UPDATE staff_accounts
+     SET password_hash = $2, token_version = token_version + 1, updated_at = statement_timestamp()
+     WHERE id = $1 RETURNING token_version";
+
+/// Sets the password hash of staff account `id` and ends its sessions, in `tx`; returns the
+/// new token version (for the token that replaces the caller's).
+pub async fn change_password(
+    tx: &deadpool_postgres::Transaction<'_>,
+    id: i64,
+    hash: &str,
+) -> Result<i32, ApiError> {
+    let row = db::row_opt(tx, SET_PASSWORD_BY_ID_SQL, &[&id, &hash])
+        .await?
+        .ok_or(ApiError::NotFound("staff account"))?;
+    Ok(row.try_get("token_version")?)
 }
 
 const END_SESSIONS_SQL: &str = "UPDATE staff_accounts SET token_version = token_version + 1
      WHERE id = $1";
 
 /// Ends every session of staff account `id` at once: bumps its `token_version`, so every token
-/// issued before is refused from the next request on ([`session_valid`]); a new login gets a
+/// issued before is refused from the next request on ([`crate::staff::session`]); a new login gets a
 /// token of the new version. Call it in the transaction of the change that must end them (a
 /// password change, [`set_password`]; a role change or a disabling). Returns whether the
 /// account exists.
@@ -234,7 +274,7 @@ pub async fn set_password(
     cost: u32,
 ) -> Result<bool, ApiError> {
     let email = email.trim().to_lowercase();
-    check_password(password)?;
+    check_new_password(password, &email).map_err(|why| ApiError::field("password", why))?;
     let hash = hash_password(password.to_string(), cost).await?;
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
@@ -246,9 +286,69 @@ pub async fn set_password(
     Ok(true)
 }
 
-fn check_password(password: &str) -> Result<(), ApiError> {
+/// Passwords everyone tries first (of the length this service accepts), lower-case.
+const COMMON_PASSWORDS: &[&str] = &[
+    "password",
+    "password1",
+    "password12",
+    "password123",
+    "passw0rd",
+    "12345678",
+    "123456789",
+    "1234567890",
+    "87654321",
+    "11111111",
+    "00000000",
+    "qwertyui",
+    "qwertyuiop",
+    "qwerty123",
+    "1q2w3e4r",
+    "1qaz2wsx",
+    "asdfghjk",
+    "zxcvbnm1",
+    "abc12345",
+    "abcd1234",
+    "iloveyou",
+    "sunshine",
+    "princess",
+    "football",
+    "baseball",
+    "welcome1",
+    "admin123",
+    "letmein1",
+    "trustno1",
+    "superman",
+    "changeme",
+    "subgate1",
+    "administrator",
+];
+
+/// Checks a new password: 8..72 bytes (bcrypt truncates past 72), at least 5 distinct
+/// characters, not one of the passwords everyone tries first, and still 8 characters long
+/// without the account's email and its part before the `@` (`admin2024!` is refused for
+/// `admin@…`, `a long admin passphrase` is not). The error says which rule failed, for a 422
+/// on `password`.
+pub fn check_new_password(password: &str, email: &str) -> Result<(), String> {
     if password.len() < 8 || password.len() > 72 {
-        return Err(ApiError::field("password", "must be 8..72 bytes"));
+        return Err("must be 8..72 bytes".into());
+    }
+    let lower = password.to_lowercase();
+    let distinct: std::collections::HashSet<char> = lower.chars().collect();
+    if distinct.len() < 5 {
+        return Err("is too weak: use at least 5 different characters".into());
+    }
+    if COMMON_PASSWORDS.contains(&lower.as_str()) {
+        return Err("is too weak: it is one of the most common passwords".into());
+    }
+    let local = email.split('@').next().unwrap_or("");
+    let mut rest = lower.clone();
+    for part in [email, local] {
+        if part.len() >= 3 {
+            rest = rest.replace(part, "");
+        }
+    }
+    if rest.chars().count() < 8 {
+        return Err("is too weak: it is mostly the account's email".into());
     }
     Ok(())
 }
@@ -988,6 +1088,32 @@ mod tests {
         );
         // The address that succeeded is known now.
         assert!(throttle.check(&from(email, "192.0.2.2"), 5, MINUTE).is_ok());
+    }
+
+    #[test]
+    fn weak_and_overlong_passwords_are_refused() {
+        let email = "admin@example.com";
+        for weak in [
+            "short",
+            "aaaaaaaaaaaa",
+            "abababab1212",
+            "Password123",
+            "QWERTYUIOP",
+            "admin2024!",
+            "admin@example.com",
+            "admin@example.com!!",
+            &"x1y2z3w4v5".repeat(8),
+        ] {
+            assert!(check_new_password(weak, email).is_err(), "{weak:?}");
+        }
+        for fine in [
+            "a long admin passphrase",
+            "correct horse battery staple",
+            "Tr0ub4dor&3x",
+            "ünïcödé pässwörd",
+        ] {
+            assert_eq!(check_new_password(fine, email), Ok(()), "{fine:?}");
+        }
     }
 
     #[tokio::test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::{
     AppState, audits, channels,
     shutdown::ShutdownSignal,
-    sweep, telegram,
+    stats, sweep, telegram,
     worker::{Options, Worker},
 };
 
@@ -32,6 +32,7 @@ pub async fn run(state: AppState, shutdown: ShutdownSignal) {
         state.config.outbound_allow_private,
         shutdown.clone(),
     ));
+    loops.spawn(stats_loop(state.clone(), shutdown.clone()));
     loops.spawn(crate::metrics::sample_loop(
         state.db.clone(),
         shutdown.clone(),
@@ -51,6 +52,24 @@ pub async fn sweep_loop(state: AppState, shutdown: ShutdownSignal, every: Durati
         state.last_sweep.record(sweep::Trigger::Schedule, &result);
         if let Err(e) = result {
             tracing::error!(error = %e, "scheduled sweep failed; trying again at the next tick");
+        }
+    }
+}
+
+/// How often the statistics' days that ended are rolled up ahead of the reads that need them.
+pub const STATS_ROLL_UP: Duration = Duration::from_secs(3600);
+
+/// Rolls up every ended day of the statistics (`stats::roll_up`) at start-up and then hourly,
+/// so the first read after an upgrade or after midnight finds its days ready. A failure is
+/// logged; the next tick, or the next read, rolls the days.
+pub async fn stats_loop(state: AppState, shutdown: ShutdownSignal) {
+    let mut ticks = shutdown.ticks(STATS_ROLL_UP);
+    let since = chrono::NaiveDate::from_ymd_opt(2000, 1, 1).unwrap_or_default();
+    while ticks.next().await {
+        match stats::roll_up(&state.db, since).await {
+            Ok(0) => {}
+            Ok(days) => tracing::info!(days, "statistics: days rolled up"),
+            Err(e) => tracing::warn!(error = %e, "statistics: roll-up failed; trying again later"),
         }
     }
 }
@@ -168,7 +187,7 @@ async fn audit_every_channel(
             if stop() {
                 return Ok(());
             }
-            match audits::start(&state.db, channel.id, fix).await? {
+            match audits::start(&state.db, channel.id, fix, None).await? {
                 audits::Start::Started(id) => {
                     audits::run(&state.db, bot, id, stop).await?;
                 }

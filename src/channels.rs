@@ -263,6 +263,15 @@ pub async fn list(
     db::all(client, LIST_SQL, &[&after, &active, &limit]).await
 }
 
+/// The id of every channel, ascending.
+pub async fn ids(client: &impl GenericClient) -> Result<Vec<i32>, ApiError> {
+    db::rows(client, "SELECT id FROM channels ORDER BY id", &[])
+        .await?
+        .iter()
+        .map(|r| r.try_get("id").map_err(ApiError::from))
+        .collect()
+}
+
 /// Channel `id`.
 pub async fn get(client: &impl GenericClient, id: i32) -> Result<Option<Channel>, ApiError> {
     db::opt(client, GET_SQL, &[&id]).await

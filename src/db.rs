@@ -76,6 +76,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "outbound_webhooks",
         include_str!("../migrations/0013_outbound_webhooks.sql"),
     ),
+    (
+        14,
+        "staff_roles",
+        include_str!("../migrations/0014_staff_roles.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,

@@ -22,6 +22,9 @@ pub enum ApiError {
     /// 401 for a webhook door (no `WWW-Authenticate: Bearer`, which would mislead).
     #[error("webhook not authenticated: {0}")]
     WebhookUnauthorized(String),
+    /// 403: the account's role may not call this route.
+    #[error("forbidden: {0}")]
+    Forbidden(String),
     /// 404.
     #[error("{0} not found")]
     NotFound(&'static str),

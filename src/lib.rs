@@ -28,6 +28,7 @@
 //!   one error type.
 
 pub mod api;
+pub mod audit_log;
 pub mod audits;
 pub mod auth;
 pub mod bot;
@@ -52,7 +53,9 @@ pub mod present;
 pub mod promo_codes;
 pub mod reconcile;
 pub mod server;
+pub mod staff;
 pub mod state;
+pub mod stats;
 pub mod subscribers;
 pub mod sweep;
 pub mod telegram;
@@ -118,7 +121,15 @@ pub async fn bootstrap_admin(state: &AppState) -> Result<(), error::ApiError> {
     let mut account = auth::find_account(&state.db.get().await?, &normalized).await?;
     if account.is_none() {
         let cost = state.config.bcrypt_cost;
-        if auth::create_staff(&state.db, email, password.expose(), cost).await? {
+        if auth::create_staff(
+            &state.db,
+            email,
+            password.expose(),
+            staff::Role::Owner,
+            cost,
+        )
+        .await?
+        {
             tracing::info!(email = %email, "admin account created from ADMIN_EMAIL");
             return Ok(());
         }

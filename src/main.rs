@@ -62,6 +62,12 @@ enum StaffCommand {
         /// The account's email address (its login).
         #[arg(long)]
         email: String,
+        /// What the account may do: owner (everything, manages staff), admin (everything but
+        /// staff accounts), support (reads; grants, corrections, cancels, retries) or viewer
+        /// (reads only).
+        #[arg(long, default_value = "owner",
+              value_parser = clap::builder::PossibleValuesParser::new(["owner", "admin", "support", "viewer"]))]
+        role: String,
     },
     /// Change a staff account's password (read from standard input, one line) and end every
     /// session of the account: tokens issued before stop working at once.
@@ -138,14 +144,16 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Effects { command } => effects(config, pool, command).await,
         Command::Staff {
-            command: StaffCommand::Create { email },
+            command: StaffCommand::Create { email, role },
         } => {
+            let role = subgate::staff::Role::parse(&role).ok_or("unknown role")?;
             let password = read_password()?;
-            let created = subgate::auth::create_staff(&pool, &email, &password, config.bcrypt_cost)
-                .await
-                .map_err(staff_error)?;
+            let created =
+                subgate::auth::create_staff(&pool, &email, &password, role, config.bcrypt_cost)
+                    .await
+                    .map_err(staff_error)?;
             if created {
-                println!("staff account {email} created");
+                println!("staff account {email} created with role {role}");
                 Ok(())
             } else {
                 Err(format!("a staff account with email {email} already exists"))

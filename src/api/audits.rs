@@ -69,7 +69,7 @@ pub async fn start(
                 .into(),
         ));
     };
-    match audits::start(&state.db, id, body.fix).await? {
+    match audits::start(&state.db, id, body.fix, Some(&staff.actor())).await? {
         Start::NoChannel => Err(ApiError::NotFound("channel")),
         Start::Running(running) => Err(ApiError::Conflict(format!(
             "audit {running} of this channel is running; wait for it to finish"
@@ -82,6 +82,7 @@ pub async fn start(
                 staff_id = staff.id,
                 "audit started"
             );
+            staff.recorded();
             audits::spawn(state.db.clone(), bot, audit_id);
             Ok((StatusCode::ACCEPTED, Json(AuditStarted { audit_id })).into_response())
         }

@@ -7,6 +7,10 @@
 use std::{
     collections::BTreeMap,
     net::{IpAddr, SocketAddr},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
 };
 
 use axum::{
@@ -19,16 +23,58 @@ use super::{
     ApiJson,
     openapi::{Problem, Token},
 };
+use deadpool_postgres::GenericClient;
+
 use crate::{
+    audit_log::{self, Actor, Entry},
     auth::{self, MAX_EMAIL_BYTES},
     error::ApiError,
+    staff::Role,
     state::AppState,
 };
 
-/// The authenticated staff account behind a request.
-#[derive(Debug, Clone, Copy)]
+/// The authenticated staff account behind a request, as the role layer
+/// ([`super::roles::needs`]) found it.
+#[derive(Debug, Clone)]
 pub struct Staff {
     pub id: i64,
+    pub email: String,
+    pub role: Role,
+    /// The request's `x-request-id`, for the audit log.
+    pub request_id: Option<String>,
+    /// Set once the request's write is in the audit log ([`Staff::audit`]); the role layer
+    /// checks it after a successful write (`api::roles`).
+    pub audited: Arc<AtomicBool>,
+}
+
+impl Staff {
+    /// Who made a write, as the audit log records it.
+    pub fn actor(&self) -> Actor {
+        Actor {
+            staff_id: self.id,
+            email: self.email.clone(),
+            request_id: self.request_id.clone(),
+        }
+    }
+
+    /// Records this request's write in the audit log, in the write's transaction `tx`.
+    pub async fn audit(&self, tx: &impl GenericClient, entry: Entry) -> Result<(), ApiError> {
+        audit_log::record(tx, &self.actor(), entry).await?;
+        self.audited.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Marks the request's write as recorded in the audit log by the domain function that
+    /// made it, in its transaction (it took [`Staff::actor`]).
+    pub fn recorded(&self) {
+        self.audited.store(true, Ordering::Relaxed);
+    }
+
+    /// Marks a success that writes nothing now: an `Idempotency-Key` replay (its write ran,
+    /// and was recorded, once), or an answer that was already there.
+    pub fn no_write(&self) {
+        self.audited.store(true, Ordering::Relaxed);
+    }
 }
 
 /// The bearer token of a request, if it has one.
@@ -44,25 +90,17 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
-impl FromRequestParts<AppState> for Staff {
+/// Reads the [`Staff`] the role layer authenticated. A route without a declared role has
+/// none: refused (500, logged) rather than served to anyone.
+impl<S: Send + Sync> FromRequestParts<S> for Staff {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let token = bearer(&parts.headers).ok_or(ApiError::Unauthorized)?;
-        let subject = auth::verify_token(
-            state.config.jwt_secret.expose().as_bytes(),
-            token,
-            state.config.jwt_ttl,
-        )
-        .ok_or(ApiError::Unauthorized)?;
-        // One read: the account still exists and its sessions were not ended since the token
-        // was issued (a password change bumps its token version).
-        let client = state.db.get().await?;
-        if !auth::session_valid(&client, subject).await? {
-            return Err(ApiError::Unauthorized);
-        }
-        Ok(Staff {
-            id: subject.staff_id,
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        parts.extensions.get::<Staff>().cloned().ok_or_else(|| {
+            ApiError::internal(format!(
+                "{} declares no role in the router (api::roles::needs)",
+                parts.uri.path()
+            ))
         })
     }
 }
@@ -72,7 +110,7 @@ impl FromRequestParts<AppState> for Staff {
 /// entries of its own before it, which proxies keep). When that entry is not an address, the
 /// peer (the proxy) is the client. The throttle keys IPv6 addresses by their /64
 /// ([`auth::throttle_address`]).
-fn client_ip(headers: &HeaderMap, peer: Option<SocketAddr>, trust_proxy: bool) -> IpAddr {
+pub fn client_ip(headers: &HeaderMap, peer: Option<SocketAddr>, trust_proxy: bool) -> IpAddr {
     if trust_proxy
         && let Some(ip) = headers
             .get_all("x-forwarded-for")

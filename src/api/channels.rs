@@ -20,6 +20,7 @@ use super::{
 };
 use super::{auth::Staff, idempotency::StaffWrite, openapi::Problem};
 use crate::{
+    audit_log::Entry,
     channels::{self, Channel, RECURRING_PERIOD_DAYS, RECURRING_RULE},
     currency,
     error::ApiError,
@@ -264,6 +265,8 @@ pub async fn create(
         let c = channels::create(tx, &fields)
             .await?
             .with_buy_link(state.config.telegram_bot_username.as_deref());
+        let entry = Entry::new("channel.create", Some(c.id.into())).after(&c);
+        write.staff.audit(tx, entry).await?;
         Ok((
             StatusCode::CREATED,
             serde_json::to_value(c).map_err(ApiError::internal)?,
@@ -337,7 +340,7 @@ pub async fn get(
 )]
 pub async fn patch(
     State(state): State<AppState>,
-    _: Staff,
+    staff: Staff,
     PathId(id): PathId<i32>,
     ApiJson(patch): ApiJson<ChannelPatch>,
 ) -> Result<Json<Channel>, ApiError> {
@@ -346,10 +349,14 @@ pub async fn patch(
     validate(&b, false, e)?;
     let fields = b.fields();
     crate::transaction!(state.db, |tx| {
-        let c = channels::change(tx, id, &fields).await?;
-        Ok(Json(c.with_buy_link(
-            state.config.telegram_bot_username.as_deref(),
-        )))
+        let link = state.config.telegram_bot_username.as_deref();
+        let before = channels::get(tx, id).await?.map(|c| c.with_buy_link(link));
+        let c = channels::change(tx, id, &fields).await?.with_buy_link(link);
+        let entry = Entry::new("channel.update", Some(id.into()))
+            .before(&before)
+            .after(&c);
+        staff.audit(tx, entry).await?;
+        Ok(Json(c))
     })
 }
 
@@ -365,10 +372,14 @@ pub async fn patch(
 )]
 pub async fn delete(
     State(state): State<AppState>,
-    _: Staff,
+    staff: Staff,
     PathId(id): PathId<i32>,
 ) -> Result<Response, ApiError> {
-    let client = state.db.get().await?;
-    channels::delete(&client, id).await?;
+    crate::transaction!(state.db, |tx| {
+        let before = channels::get(tx, id).await?;
+        channels::delete(tx, id).await?;
+        let entry = Entry::new("channel.delete", Some(id.into())).before(&before);
+        staff.audit(tx, entry).await
+    })?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

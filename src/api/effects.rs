@@ -19,6 +19,7 @@ use super::{
     openapi::{Problem, Retried},
 };
 use crate::{
+    audit_log::Entry,
     effects::{self, Effect, Kind, RetryRefusal, Status},
     error::ApiError,
     state::AppState,
@@ -129,6 +130,8 @@ pub async fn retry(
             staff_id = write.staff.id,
             "effect sent back to the queue by staff"
         );
+        let entry = Entry::new("effect.retry", Some(id)).after(&effect);
+        write.staff.audit(tx, entry).await?;
         Ok((
             StatusCode::OK,
             serde_json::to_value(effect).map_err(ApiError::internal)?,
@@ -196,6 +199,13 @@ pub async fn retry_all(
             payment_id = ?filter.payment_id,
             "dead letters sent back to the queue by staff"
         );
+        let entry = Entry::new("effect.retry_all", None).after(json!({
+            "retried": retried,
+            "kind": filter.kind.map(Kind::as_str),
+            "membership_id": filter.membership_id,
+            "payment_id": filter.payment_id,
+        }));
+        write.staff.audit(tx, entry).await?;
         Ok((StatusCode::OK, json!(Retried { retried })))
     })
 }

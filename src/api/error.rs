@@ -111,6 +111,7 @@ impl IntoResponse for ApiError {
                     None,
                 )
             }
+            ApiError::Forbidden(d) => problem(S::FORBIDDEN, "/problems/forbidden", d, None),
             ApiError::NotFound(what) => problem(
                 S::NOT_FOUND,
                 "/problems/not-found",

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::{Errors, check_text};
 use super::{auth::Staff, idempotency::StaffWrite, openapi::Problem};
 use crate::{
+    audit_log::Entry,
     channels,
     error::ApiError,
     exemptions::{self, Exemption},
@@ -118,6 +119,8 @@ pub async fn create(
     crate::idempotent!(state, write, |tx| {
         known_channel(tx, id).await?;
         let x = exemptions::add(tx, id, user, note.as_deref()).await?;
+        let entry = Entry::new("channel.add_exemption", Some(id.into())).after(&x);
+        write.staff.audit(tx, entry).await?;
         Ok((
             StatusCode::CREATED,
             serde_json::to_value(x).map_err(ApiError::internal)?,
@@ -139,15 +142,18 @@ pub async fn create(
 )]
 pub async fn delete(
     State(state): State<AppState>,
-    _: Staff,
+    staff: Staff,
     Path((id, user)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     let id = channel_id(&id)?;
     let user: i64 = user.parse().map_err(|_| ApiError::NotFound("exemption"))?;
-    let client = state.db.get().await?;
-    if exemptions::remove(&client, id, user).await? {
+    crate::transaction!(state.db, |tx| {
+        if !exemptions::remove(tx, id, user).await? {
+            return Err(ApiError::NotFound("exemption"));
+        }
+        let entry = Entry::new("channel.remove_exemption", Some(id.into()))
+            .before(serde_json::json!({"channel_id": id, "telegram_user_id": user}));
+        staff.audit(tx, entry).await?;
         Ok(StatusCode::NO_CONTENT.into_response())
-    } else {
-        Err(ApiError::NotFound("exemption"))
-    }
+    })
 }

@@ -169,6 +169,7 @@ impl<T> StaffWrite<T> {
         else {
             return Ok(None);
         };
+        self.staff.no_write();
         let status = StatusCode::from_u16(saved.status).map_err(|_| {
             ApiError::Conflict("a request with this Idempotency-Key is in flight".into())
         })?;

@@ -17,6 +17,7 @@ use super::{
     openapi::{OrderEnvelope, Problem},
 };
 use crate::{
+    audit_log::Entry,
     error::ApiError,
     orders::{self, Order},
     present::{
@@ -56,6 +57,8 @@ pub async fn create(
         ));
     }
     if order.invoice_link.is_some() {
+        // Made before: nothing is written now.
+        staff.no_write();
         return Ok(Json(OrderEnvelope { order }));
     }
     if order.status != orders::Status::Pending {
@@ -101,10 +104,14 @@ pub async fn create(
         .await
         .map_err(|e| ApiError::Unavailable(format!("Telegram made no invoice link: {e}")))?;
 
-    let client = state.db.get().await?;
-    let order = orders::set_invoice_link(&client, id, &link)
-        .await?
-        .ok_or(ApiError::NotFound("order"))?;
+    let order = crate::transaction!(state.db, |tx| {
+        let order = orders::set_invoice_link(tx, id, &link)
+            .await?
+            .ok_or(ApiError::NotFound("order"))?;
+        let entry = Entry::new("order.invoice_link", Some(id)).after(&order);
+        staff.audit(tx, entry).await?;
+        Ok(order)
+    })?;
     tracing::info!(
         order_id = id,
         staff_id = staff.id,

@@ -20,6 +20,7 @@ use super::{
     not_null, nullable, openapi::Problem, state_filter,
 };
 use crate::{
+    audit_log::Entry,
     db,
     error::ApiError,
     ids::{ChannelId, SubscriberId},
@@ -262,8 +263,13 @@ pub async fn grant(
             e.add("channel_id", "no such channel");
         }
         e.finish()?;
+        let before = memberships::lock(tx, subscriber_id, channel_id).await?;
         let (m, created) =
             memberships::extend(tx, subscriber_id, channel_id, days, Cause::Staff).await?;
+        let entry = Entry::new("membership.grant", Some(m.id))
+            .before(&before)
+            .after(serde_json::json!({"days": days, "membership": &m}));
+        write.staff.audit(tx, entry).await?;
         tracing::info!(
             membership_id = m.id,
             staff_id = write.staff.id,
@@ -330,6 +336,10 @@ pub async fn patch(
             .filter(|m| m.id == id)
             .ok_or(ApiError::NotFound("membership"))?;
         let after = memberships::write_correction(tx, &before, expires_at, status).await?;
+        let entry = Entry::new("membership.update", Some(id))
+            .before(&before)
+            .after(&after);
+        staff.audit(tx, entry).await?;
         tracing::info!(membership_id = id, staff_id = staff.id, status = %after.status, "membership corrected by staff");
         Ok(Json(after))
     })
@@ -350,9 +360,12 @@ pub async fn delete(
 ) -> Result<Response, ApiError> {
     crate::transaction!(state.db, |tx| {
         lock_to_channel(tx, id).await?;
+        let before = memberships::get(tx, id).await?;
         if !memberships::delete(tx, id).await? {
             return Err(ApiError::NotFound("membership"));
         }
+        let entry = Entry::new("membership.delete", Some(id)).before(&before);
+        staff.audit(tx, entry).await?;
         tracing::info!(
             membership_id = id,
             staff_id = staff.id,

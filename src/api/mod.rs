@@ -10,6 +10,7 @@
 //! parameters are 400; missing or invalid values are 422 with per-field messages, produced by
 //! each resource's validation.
 
+pub mod audit_log;
 pub mod audits;
 pub mod auth;
 pub mod channels;
@@ -28,8 +29,11 @@ pub mod payments;
 pub mod plans;
 pub mod promo_codes;
 pub mod reconciliation;
+pub mod roles;
 pub mod router;
+pub mod staff;
 pub mod star_subscriptions;
+pub mod stats;
 pub mod subscribers;
 pub mod sweep;
 pub mod webhook_endpoints;

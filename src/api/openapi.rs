@@ -8,6 +8,7 @@
 //! operation itself declares, so no handler repeats it:
 //! - `400` when it takes a body, query parameters or an `Idempotency-Key`; `413` with a body;
 //! - `401` (with `WWW-Authenticate: Bearer`) when it needs a staff token;
+//! - `403` when its `x-required-role` (declared in the router, `api::roles`) is above `viewer`;
 //! - `404` when its path names a record;
 //! - `503` (with `Retry-After`) everywhere: the database is unreachable, a door is not
 //!   configured, or the request timed out;
@@ -68,7 +69,11 @@ pub const STRIPE_SIGNATURE: &str = "stripe_signature";
     ),
     components(schemas(Problem)),
     tags(
-        (name = "auth", description = "Staff login: a bearer JWT for every other staff route."),
+        (name = "auth", description = "Staff login: a bearer JWT for every other staff route; \
+            changing one's own password."),
+        (name = "staff", description = "Staff accounts and their roles (owner only)."),
+        (name = "statistics", description = "Revenue and members over time, and the business now."),
+        (name = "audit log", description = "Every staff write: who, what, before and after (read-only)."),
         (name = "subscribers", description = "The buyers, by Telegram user id."),
         (name = "channels", description = "The private channels for sale, with price, period, grace and seats."),
         (name = "plans", description = "The ways a channel is sold: one channel or a bundle, paid or a trial, for a period or for life."),
@@ -447,7 +452,7 @@ impl CommonResponses {
     }
 
     /// The shared responses, by component name and status.
-    fn shared() -> [(&'static str, &'static str, openapi::Response); 6] {
+    fn shared() -> [(&'static str, &'static str, openapi::Response); 7] {
         [
             (
                 "BadRequest",
@@ -464,6 +469,16 @@ impl CommonResponses {
                 Self::problem(
                     "Missing or invalid credentials.",
                     &[("WWW-Authenticate", "`Bearer`.")],
+                ),
+            ),
+            (
+                "Forbidden",
+                "403",
+                Self::problem(
+                    "The account's role may not call this operation (`x-required-role` names \
+                     the least role that may). Checked before anything is read, so it says \
+                     nothing of whether the target exists.",
+                    &[],
                 ),
             ),
             (
@@ -514,20 +529,24 @@ impl Modify for CommonResponses {
         }
         for (path, item) in doc.paths.paths.iter_mut() {
             let has_id = path.contains('{');
-            for op in [
-                &mut item.get,
-                &mut item.put,
-                &mut item.post,
-                &mut item.delete,
-                &mut item.patch,
-            ]
-            .into_iter()
-            .flatten()
-            {
+            for op in operations_mut(item) {
                 add_common(op, has_id);
             }
         }
     }
+}
+
+/// The operations of a path item (the methods this service routes).
+pub fn operations_mut(item: &mut openapi::PathItem) -> impl Iterator<Item = &mut Operation> {
+    [
+        &mut item.get,
+        &mut item.put,
+        &mut item.post,
+        &mut item.delete,
+        &mut item.patch,
+    ]
+    .into_iter()
+    .flatten()
 }
 
 /// An optional body (`request_body(content = Option<T>)`) is absent or a `T`, never `null`
@@ -569,9 +588,16 @@ fn add_common(op: &mut Operation, has_id: bool) {
             .map(|v| v.to_string().contains(STAFF_JWT))
             .unwrap_or(false)
     });
+    // Every role may call a `viewer` operation: only the others can answer 403.
+    let restricted = op
+        .extensions
+        .as_ref()
+        .and_then(|x| x.get(super::roles::EXTENSION))
+        .is_some_and(|role| role != "viewer");
     let wanted = [
         ("BadRequest", "400", has_body || has_query || has_key),
         ("Unauthorized", "401", staff),
+        ("Forbidden", "403", restricted),
         ("NotFound", "404", has_id),
         ("PayloadTooLarge", "413", has_body),
         ("Unavailable", "503", true),

@@ -13,6 +13,7 @@ use super::{
     state_filter,
 };
 use crate::{
+    audit_log::Entry,
     error::ApiError,
     orders::{
         self, Order,
@@ -146,6 +147,8 @@ pub async fn create(
             staff_id = write.staff.id,
             "order created"
         );
+        let entry = Entry::new("order.create", Some(order.id)).after(&order);
+        write.staff.audit(tx, entry).await?;
         Ok((StatusCode::CREATED, to_value(&order)?))
     })
 }
@@ -213,7 +216,12 @@ pub async fn cancel(
     write: StaffWrite<NoBody>,
 ) -> Result<Response, ApiError> {
     crate::idempotent!(state, write, |tx| {
+        let before = orders::get(tx, id).await?;
         let order = orders::cancel(tx, id).await?;
+        let entry = Entry::new("order.cancel", Some(id))
+            .before(&before)
+            .after(&order);
+        write.staff.audit(tx, entry).await?;
         tracing::info!(order_id = id, staff_id = write.staff.id, "order cancelled");
         Ok((StatusCode::OK, to_value(&order)?))
     })
@@ -245,6 +253,8 @@ pub async fn checkout(
     let rules = state.config.hold_rules();
     crate::idempotent!(state, write, |tx| {
         let order = seats::checkout_locked(tx, id, rules).await??;
+        let entry = Entry::new("order.checkout", Some(id)).after(&order);
+        write.staff.audit(tx, entry).await?;
         tracing::info!(
             order_id = id,
             hold_until = ?order.hold_until,
@@ -289,6 +299,9 @@ pub async fn claim(
             .await?
             .ok_or_else(|| ApiError::internal("a claimed order vanished"))?;
         tracing::info!(order_id = id, staff_id = write.staff.id, "order claimed");
-        Ok((StatusCode::OK, json!(ClaimEnvelope { order, memberships })))
+        let answer = json!(ClaimEnvelope { order, memberships });
+        let entry = Entry::new("order.claim", Some(id)).after(&answer);
+        write.staff.audit(tx, entry).await?;
+        Ok((StatusCode::OK, answer))
     })
 }

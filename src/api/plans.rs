@@ -21,6 +21,7 @@ use super::{
 };
 use super::{auth::Staff, idempotency::StaffWrite, openapi::Problem};
 use crate::{
+    audit_log::Entry,
     error::ApiError,
     plans::{self, Kind, Plan},
     state::AppState,
@@ -243,6 +244,8 @@ pub async fn create(
     let fields = validate(write.body.clone(), true, Errors::default())?;
     crate::idempotent!(state, write, |tx| {
         let p = with_link(&state, plans::create(tx, &fields).await?);
+        let entry = Entry::new("plan.create", Some(p.id)).after(&p);
+        write.staff.audit(tx, entry).await?;
         Ok((
             StatusCode::CREATED,
             serde_json::to_value(p).map_err(ApiError::internal)?,
@@ -323,7 +326,7 @@ pub async fn get(
 )]
 pub async fn patch(
     State(state): State<AppState>,
-    _: Staff,
+    staff: Staff,
     PathId(id): PathId<i64>,
     ApiJson(patch): ApiJson<PlanPatch>,
 ) -> Result<Json<Plan>, ApiError> {
@@ -331,8 +334,13 @@ pub async fn patch(
     let b = patch.into_input(&mut e);
     let fields = validate(b, false, e)?;
     crate::transaction!(state.db, |tx| {
-        let p = plans::change(tx, id, &fields).await?;
-        Ok(Json(with_link(&state, p)))
+        let before = plans::get(tx, id).await?.map(|p| with_link(&state, p));
+        let p = with_link(&state, plans::change(tx, id, &fields).await?);
+        let entry = Entry::new("plan.update", Some(id))
+            .before(&before)
+            .after(&p);
+        staff.audit(tx, entry).await?;
+        Ok(Json(p))
     })
 }
 
@@ -350,9 +358,14 @@ pub async fn patch(
 )]
 pub async fn delete(
     State(state): State<AppState>,
-    _: Staff,
+    staff: Staff,
     PathId(id): PathId<i64>,
 ) -> Result<Response, ApiError> {
-    crate::transaction!(state.db, |tx| { plans::delete(tx, id).await })?;
+    crate::transaction!(state.db, |tx| {
+        let before = plans::get(tx, id).await?.map(|p| with_link(&state, p));
+        plans::delete(tx, id).await?;
+        let entry = Entry::new("plan.delete", Some(id)).before(&before);
+        staff.audit(tx, entry).await
+    })?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -13,6 +13,7 @@ use serde::Deserialize;
 use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, not_null, nullable};
 use super::{auth::Staff, idempotency::StaffWrite, openapi::Problem};
 use crate::{
+    audit_log::Entry,
     currency,
     error::ApiError,
     promo_codes::{self, CODE_RULE, PLAN_IDS_MAX, PromoCode},
@@ -280,6 +281,8 @@ pub async fn create(
     let fields = write.body.fields(Errors::default())?;
     crate::idempotent!(state, write, |tx| {
         let c = promo_codes::create(tx, &fields).await?;
+        let entry = Entry::new("promo_code.create", Some(c.id)).after(&c);
+        write.staff.audit(tx, entry).await?;
         Ok((
             StatusCode::CREATED,
             serde_json::to_value(c).map_err(ApiError::internal)?,
@@ -353,12 +356,18 @@ pub async fn get(
 )]
 pub async fn patch(
     State(state): State<AppState>,
-    _: Staff,
+    staff: Staff,
     PathId(id): PathId<i64>,
     ApiJson(patch): ApiJson<PromoCodePatch>,
 ) -> Result<Json<PromoCode>, ApiError> {
     let fields = patch.fields()?;
     crate::transaction!(state.db, |tx| {
-        Ok(Json(promo_codes::change(tx, id, &fields).await?))
+        let before = promo_codes::get(tx, id).await?;
+        let after = promo_codes::change(tx, id, &fields).await?;
+        let entry = Entry::new("promo_code.update", Some(id))
+            .before(&before)
+            .after(&after);
+        staff.audit(tx, entry).await?;
+        Ok(Json(after))
     })
 }

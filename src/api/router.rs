@@ -22,15 +22,20 @@ use utoipa::OpenApi;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{
-    audits, auth, channels, console, effects,
+    audit_log, audits, auth, channels, console, effects,
     error::problem,
     exemptions, invoice_links, memberships,
     openapi::{self, Health},
-    orders, overview, payments, plans, promo_codes, reconciliation, star_subscriptions,
-    subscribers, sweep, webhook_endpoints,
+    orders, overview, payments, plans, promo_codes, reconciliation,
+    roles::{needs, needs_or_sweep_token},
+    staff, star_subscriptions, stats, subscribers, sweep, webhook_endpoints,
     webhooks::{standard, stripe, telegram, wayforpay},
 };
-use crate::{error::ApiError, state::AppState};
+use crate::{
+    error::ApiError,
+    staff::Role::{Admin, Owner, Support, Viewer},
+    state::AppState,
+};
 
 /// Largest request body accepted (webhooks and staff JSON are small).
 const BODY_LIMIT: usize = 256 * 1024;
@@ -39,67 +44,88 @@ const BODY_LIMIT: usize = 256 * 1024;
 /// paths both come from these `routes!` calls (each handler's `#[utoipa::path]` names its method
 /// and its path, relative to `/api` for the API), so no route can be served undocumented or
 /// documented unserved. The order is the document's.
+///
+/// Each staff operation's least role is declared here, next to it ([`needs`]: the role layer
+/// and the document's `x-required-role` in one; docs/staff.md has the table). The routes
+/// without a declaration are the public ones: login, the payment doors, this document, the
+/// health checks and the console's files.
 pub fn routes() -> OpenApiRouter<AppState> {
     let api = OpenApiRouter::new()
         .routes(routes!(auth::login))
-        .routes(routes!(subscribers::create, subscribers::list))
-        .routes(routes!(subscribers::export))
-        .routes(routes!(
-            subscribers::get,
-            subscribers::patch,
-            subscribers::delete
+        .routes(needs(Viewer, routes!(staff::change_password)))
+        .routes(needs(Owner, routes!(staff::create, staff::list)))
+        .routes(needs(Owner, routes!(staff::patch, staff::delete)))
+        .routes(needs(Admin, routes!(subscribers::create)))
+        .routes(needs(Viewer, routes!(subscribers::list)))
+        .routes(needs(Viewer, routes!(subscribers::export)))
+        .routes(needs(Viewer, routes!(subscribers::get)))
+        .routes(needs(
+            Admin,
+            routes!(subscribers::patch, subscribers::delete),
         ))
-        .routes(routes!(channels::create, channels::list))
-        .routes(routes!(channels::get, channels::patch, channels::delete))
-        .routes(routes!(audits::start))
-        .routes(routes!(audits::list))
-        .routes(routes!(audits::get))
-        .routes(routes!(exemptions::list, exemptions::create))
-        .routes(routes!(exemptions::delete))
-        .routes(routes!(plans::create, plans::list))
-        .routes(routes!(plans::get, plans::patch, plans::delete))
-        .routes(routes!(memberships::grant, memberships::list))
-        .routes(routes!(memberships::export))
-        .routes(routes!(
-            memberships::get,
-            memberships::patch,
-            memberships::delete
+        .routes(needs(Admin, routes!(channels::create)))
+        .routes(needs(Viewer, routes!(channels::list)))
+        .routes(needs(Viewer, routes!(channels::get)))
+        .routes(needs(Admin, routes!(channels::patch, channels::delete)))
+        .routes(needs(Admin, routes!(audits::start)))
+        .routes(needs(Viewer, routes!(audits::list)))
+        .routes(needs(Viewer, routes!(audits::get)))
+        .routes(needs(Viewer, routes!(exemptions::list)))
+        .routes(needs(Admin, routes!(exemptions::create)))
+        .routes(needs(Admin, routes!(exemptions::delete)))
+        .routes(needs(Admin, routes!(plans::create)))
+        .routes(needs(Viewer, routes!(plans::list)))
+        .routes(needs(Viewer, routes!(plans::get)))
+        .routes(needs(Admin, routes!(plans::patch, plans::delete)))
+        .routes(needs(Support, routes!(memberships::grant)))
+        .routes(needs(Viewer, routes!(memberships::list)))
+        .routes(needs(Viewer, routes!(memberships::export)))
+        .routes(needs(Viewer, routes!(memberships::get)))
+        .routes(needs(Support, routes!(memberships::patch)))
+        .routes(needs(Admin, routes!(memberships::delete)))
+        .routes(needs(Viewer, routes!(memberships::events)))
+        .routes(needs(Admin, routes!(orders::create)))
+        .routes(needs(Viewer, routes!(orders::list)))
+        .routes(needs(Viewer, routes!(orders::get)))
+        .routes(needs(Support, routes!(orders::cancel)))
+        .routes(needs(Admin, routes!(orders::checkout)))
+        .routes(needs(Admin, routes!(promo_codes::create)))
+        .routes(needs(Viewer, routes!(promo_codes::list)))
+        .routes(needs(Viewer, routes!(promo_codes::get)))
+        .routes(needs(Admin, routes!(promo_codes::patch)))
+        .routes(needs(Admin, routes!(orders::claim)))
+        .routes(needs(Admin, routes!(invoice_links::create)))
+        .routes(needs(Viewer, routes!(effects::list)))
+        .routes(needs(Support, routes!(effects::retry_all)))
+        .routes(needs(Viewer, routes!(effects::get)))
+        .routes(needs(Support, routes!(effects::retry)))
+        .routes(needs(Viewer, routes!(star_subscriptions::list)))
+        .routes(needs(Viewer, routes!(star_subscriptions::get)))
+        .routes(needs(Admin, routes!(star_subscriptions::cancel)))
+        .routes(needs(Viewer, routes!(payments::list)))
+        .routes(needs(Viewer, routes!(payments::export)))
+        .routes(needs(Viewer, routes!(payments::get)))
+        .routes(needs(Viewer, routes!(reconciliation::list)))
+        .routes(needs(Admin, routes!(webhook_endpoints::create)))
+        .routes(needs(Viewer, routes!(webhook_endpoints::list)))
+        .routes(needs(Viewer, routes!(webhook_endpoints::get)))
+        .routes(needs(
+            Admin,
+            routes!(webhook_endpoints::patch, webhook_endpoints::delete),
         ))
-        .routes(routes!(memberships::events))
-        .routes(routes!(orders::create, orders::list))
-        .routes(routes!(orders::get))
-        .routes(routes!(orders::cancel))
-        .routes(routes!(orders::checkout))
-        .routes(routes!(promo_codes::create, promo_codes::list))
-        .routes(routes!(promo_codes::get, promo_codes::patch))
-        .routes(routes!(orders::claim))
-        .routes(routes!(invoice_links::create))
-        .routes(routes!(effects::list))
-        .routes(routes!(effects::retry_all))
-        .routes(routes!(effects::get))
-        .routes(routes!(effects::retry))
-        .routes(routes!(star_subscriptions::list))
-        .routes(routes!(star_subscriptions::get))
-        .routes(routes!(star_subscriptions::cancel))
-        .routes(routes!(payments::list))
-        .routes(routes!(payments::export))
-        .routes(routes!(payments::get))
-        .routes(routes!(reconciliation::list))
-        .routes(routes!(webhook_endpoints::create, webhook_endpoints::list))
-        .routes(routes!(
-            webhook_endpoints::get,
-            webhook_endpoints::patch,
-            webhook_endpoints::delete
-        ))
-        .routes(routes!(webhook_endpoints::rotate))
-        .routes(routes!(webhook_endpoints::deliveries))
-        .routes(routes!(webhook_endpoints::replay))
+        .routes(needs(Admin, routes!(webhook_endpoints::rotate)))
+        .routes(needs(Viewer, routes!(webhook_endpoints::deliveries)))
+        .routes(needs(Admin, routes!(webhook_endpoints::replay)))
+        .routes(needs(Admin, routes!(audit_log::list)))
+        .routes(needs(Viewer, routes!(stats::revenue)))
+        .routes(needs(Viewer, routes!(stats::members)))
+        .routes(needs(Viewer, routes!(stats::summary)))
         .routes(routes!(standard::receive))
         .routes(routes!(wayforpay::receive))
         .routes(routes!(telegram::webhook))
         .routes(routes!(stripe::receive))
-        .routes(routes!(sweep::run))
-        .routes(routes!(overview::get))
+        .routes(needs_or_sweep_token(Admin, routes!(sweep::run)))
+        .routes(needs(Viewer, routes!(overview::get)))
         .routes(routes!(openapi::openapi_json));
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .nest("/api", api)
@@ -141,6 +167,8 @@ pub fn router(state: AppState) -> Router {
                 )),
         )
         .layer(axum::middleware::from_fn(crate::metrics::track_http))
+        // For the role layer of staff routes (`api::roles`), declared before the state exists.
+        .layer(axum::Extension(state.clone()))
         .with_state(state)
 }
 

@@ -15,6 +15,7 @@ use super::{
     openapi::Problem,
 };
 use crate::{
+    audit_log::Entry,
     error::ApiError,
     payments::star_subscriptions::{self, CancelRefusal, CancelledBy, StarSubscription},
     state::AppState,
@@ -119,6 +120,8 @@ pub async fn cancel(
             staff_id = write.staff.id,
             "star subscription cancelled by staff"
         );
+        let entry = Entry::new("star_subscription.cancel", Some(id)).after(&s);
+        write.staff.audit(tx, entry).await?;
         Ok((
             StatusCode::OK,
             serde_json::to_value(s).map_err(ApiError::internal)?,

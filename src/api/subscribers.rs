@@ -15,6 +15,7 @@ use serde::Deserialize;
 use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, check_text, not_null, nullable};
 use super::{auth::Staff, exports, idempotency::StaffWrite, openapi::Problem};
 use crate::{
+    audit_log::Entry,
     error::ApiError,
     present::locale::Language,
     state::AppState,
@@ -121,6 +122,8 @@ pub async fn create(
     let (username, display_name) = (b.username.as_deref(), b.display_name.as_deref());
     crate::idempotent!(state, write, |tx| {
         let s = subscribers::create(tx, telegram_user_id, username, display_name, language).await?;
+        let entry = Entry::new("subscriber.create", Some(s.id.into())).after(&s);
+        write.staff.audit(tx, entry).await?;
         Ok((
             StatusCode::CREATED,
             serde_json::to_value(s).map_err(ApiError::internal)?,
@@ -263,7 +266,7 @@ pub async fn get(
 )]
 pub async fn patch(
     State(state): State<AppState>,
-    _: Staff,
+    staff: Staff,
     PathId(id): PathId<i32>,
     ApiJson(b): ApiJson<PatchSubscriber>,
 ) -> Result<Json<Subscriber>, ApiError> {
@@ -296,7 +299,13 @@ pub async fn patch(
         language,
     };
     crate::transaction!(state.db, |tx| {
-        Ok(Json(subscribers::change(tx, id, &change).await?))
+        let before = subscribers::get(tx, id).await?;
+        let after = subscribers::change(tx, id, &change).await?;
+        let entry = Entry::new("subscriber.update", Some(id.into()))
+            .before(&before)
+            .after(&after);
+        staff.audit(tx, entry).await?;
+        Ok(Json(after))
     })
 }
 
@@ -313,11 +322,14 @@ pub async fn patch(
 )]
 pub async fn delete(
     State(state): State<AppState>,
-    _: Staff,
+    staff: Staff,
     PathId(id): PathId<i32>,
 ) -> Result<Response, ApiError> {
     crate::transaction!(state.db, |tx| {
+        let before = subscribers::get(tx, id).await?;
         subscribers::delete(tx, id).await?;
+        let entry = Entry::new("subscriber.delete", Some(id.into())).before(&before);
+        staff.audit(tx, entry).await?;
         Ok(StatusCode::NO_CONTENT.into_response())
     })
 }

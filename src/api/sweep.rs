@@ -8,13 +8,14 @@ use axum::{Json, extract::FromRequestParts, extract::State, http::request::Parts
 
 use super::auth::{Staff, bearer};
 use crate::{
+    audit_log::Entry,
     error::ApiError,
     state::AppState,
     sweep::{self, SweepReport},
 };
 
 /// Who asked for a sweep.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub enum SweepCaller {
     /// A request bearing the configured `SWEEP_TOKEN`.
     Cron,
@@ -54,7 +55,7 @@ pub async fn run(
             tracing::info!("sweep requested with the sweep token");
             sweep::Trigger::SweepToken
         }
-        SweepCaller::Staff(staff) => {
+        SweepCaller::Staff(ref staff) => {
             tracing::info!(staff_id = staff.id, "sweep requested");
             sweep::Trigger::Staff
         }
@@ -69,5 +70,14 @@ pub async fn run(
     })
     .await
     .map_err(ApiError::internal)??;
+    // A sweep commits batch by batch, so its record is written after them, in its own
+    // transaction: what the run did.
+    if let SweepCaller::Staff(staff) = caller {
+        crate::transaction!(state.db, |tx| {
+            staff
+                .audit(tx, Entry::new("sweep.run", None).after(&report))
+                .await
+        })?;
+    }
     Ok(Json(report))
 }

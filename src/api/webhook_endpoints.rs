@@ -15,6 +15,7 @@ use super::{
     openapi::Problem,
 };
 use crate::{
+    audit_log::Entry,
     error::ApiError,
     outbound::{self, Delivery, EVENT_TYPES, Endpoint},
     state::AppState,
@@ -139,6 +140,8 @@ pub async fn create(
     let description = b.description.as_deref();
     crate::idempotent!(state, write, |tx| {
         let (endpoint, secret) = outbound::create(tx, &url, description, &types).await?;
+        let entry = Entry::new("webhook_endpoint.create", Some(endpoint.id)).after(&endpoint);
+        write.staff.audit(tx, entry).await?;
         tracing::info!(endpoint_id = endpoint.id, url = %endpoint.url, "webhook endpoint created");
         Ok((
             StatusCode::CREATED,
@@ -202,7 +205,7 @@ pub async fn get(
 )]
 pub async fn patch(
     State(state): State<AppState>,
-    _: Staff,
+    staff: Staff,
     PathId(id): PathId<i64>,
     ApiJson(b): ApiJson<PatchEndpoint>,
 ) -> Result<Json<Endpoint>, ApiError> {
@@ -227,10 +230,17 @@ pub async fn patch(
         event_types,
         enabled,
     };
-    let client = state.db.get().await?;
-    let endpoint = outbound::change(&client, id, &change)
-        .await?
-        .ok_or(ApiError::NotFound("webhook endpoint"))?;
+    let endpoint = crate::transaction!(state.db, |tx| {
+        let before = outbound::get(tx, id).await?;
+        let endpoint = outbound::change(tx, id, &change)
+            .await?
+            .ok_or(ApiError::NotFound("webhook endpoint"))?;
+        let entry = Entry::new("webhook_endpoint.update", Some(id))
+            .before(&before)
+            .after(&endpoint);
+        staff.audit(tx, entry).await?;
+        Ok(endpoint)
+    })?;
     tracing::info!(
         endpoint_id = id,
         enabled = endpoint.enabled,
@@ -248,13 +258,17 @@ pub async fn patch(
 )]
 pub async fn delete(
     State(state): State<AppState>,
-    _: Staff,
+    staff: Staff,
     PathId(id): PathId<i64>,
 ) -> Result<StatusCode, ApiError> {
-    let client = state.db.get().await?;
-    if !outbound::delete(&client, id).await? {
-        return Err(ApiError::NotFound("webhook endpoint"));
-    }
+    crate::transaction!(state.db, |tx| {
+        let before = outbound::get(tx, id).await?;
+        if !outbound::delete(tx, id).await? {
+            return Err(ApiError::NotFound("webhook endpoint"));
+        }
+        let entry = Entry::new("webhook_endpoint.delete", Some(id)).before(&before);
+        staff.audit(tx, entry).await
+    })?;
     tracing::info!(endpoint_id = id, "webhook endpoint deleted");
     Ok(StatusCode::NO_CONTENT)
 }
@@ -281,6 +295,8 @@ pub async fn rotate(
         let (endpoint, secret) = outbound::rotate(tx, id)
             .await?
             .ok_or(ApiError::NotFound("webhook endpoint"))?;
+        let entry = Entry::new("webhook_endpoint.rotate", Some(id)).after(&endpoint);
+        write.staff.audit(tx, entry).await?;
         tracing::info!(endpoint_id = id, "webhook endpoint secret rotated");
         Ok((
             StatusCode::OK,
@@ -341,6 +357,8 @@ pub async fn replay(
                 "the delivery is due now or being sent already".into(),
             )),
             Some(Ok(d)) => {
+                let entry = Entry::new("webhook_delivery.replay", Some(id)).after(&d);
+                write.staff.audit(tx, entry).await?;
                 tracing::info!(delivery_id = id, "webhook delivery replayed");
                 Ok((
                     StatusCode::OK,

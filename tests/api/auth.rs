@@ -658,9 +658,15 @@ async fn ending_an_account_s_sessions_refuses_its_tokens_and_no_one_else_s() {
     let ops = "ops@example.com";
     let ops_password = "the ops passphrase";
     assert!(
-        subgate::auth::create_staff(&app.state.db, ops, ops_password, 4)
-            .await
-            .unwrap()
+        subgate::auth::create_staff(
+            &app.state.db,
+            ops,
+            ops_password,
+            subgate::staff::Role::Owner,
+            4
+        )
+        .await
+        .unwrap()
     );
     let admin = app.token().await;
     let ops_token = app.login(ops, ops_password).await.expect(200)["access_token"]

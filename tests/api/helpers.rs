@@ -412,6 +412,19 @@ impl TestApp {
             .clone()
     }
 
+    /// Creates the staff account `<role>.staff@example.com` of `role` (once per app) and returns a
+    /// fresh bearer token of it.
+    pub async fn token_of_role(&self, role: &str) -> String {
+        let email = format!("{role}.staff@example.com");
+        let password = format!("the {role} passphrase");
+        let role = subgate::staff::Role::parse(role).expect("a role");
+        subgate::auth::create_staff(&self.state.db, &email, &password, role, 4)
+            .await
+            .unwrap();
+        let r = self.login(&email, &password).await;
+        r.expect(200)["access_token"].as_str().unwrap().to_string()
+    }
+
     /// A staff request with the admin's token and a JSON body (`Value::Null`: no body).
     pub async fn staff(&self, method: Method, path: &str, body: Value) -> TestResponse {
         self.staff_with(method, path, body, &[]).await

@@ -197,9 +197,15 @@ async fn expired_key_runs_anew() {
 #[tokio::test]
 async fn keys_are_scoped_per_staff_account() {
     let app = TestApp::spawn().await;
-    subgate::auth::create_staff(&app.state.db, "second@example.com", "another password", 4)
-        .await
-        .unwrap();
+    subgate::auth::create_staff(
+        &app.state.db,
+        "second@example.com",
+        "another password",
+        subgate::staff::Role::Owner,
+        4,
+    )
+    .await
+    .unwrap();
     let second = app
         .login("second@example.com", "another password")
         .await

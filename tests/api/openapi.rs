@@ -425,6 +425,73 @@ async fn real_answers_match_the_document() {
     check("delete", "/api/plans/{id}", &kept);
     let deleted = app.delete(&plan_path).await;
     assert_eq!(deleted.status, 204);
+
+    // Staff accounts, the audit log, the statistics, and a role's refusal.
+    let account = app
+        .post(
+            "/api/staff",
+            json!({"email": "viewer@example.org", "role": "viewer", "password": "a viewer passphrase"}),
+        )
+        .await;
+    assert_eq!(account.status, 201);
+    check("post", "/api/staff", &account);
+    let staff = app.get("/api/staff").await;
+    check("get", "/api/staff", &staff);
+    let weak = app
+        .post(
+            "/api/staff",
+            json!({"email": "x@example.org", "role": "viewer", "password": "12345678"}),
+        )
+        .await;
+    assert_eq!(weak.status, 422);
+    check("post", "/api/staff", &weak);
+    let account_path = format!("/api/staff/{}", account.json()["id"]);
+    let disabled = app.patch(&account_path, json!({"disabled": true})).await;
+    assert_eq!(disabled.status, 200);
+    check("patch", "/api/staff/{id}", &disabled);
+    let admin_id = staff.json()["items"][0]["id"].clone();
+    let last = app.delete(&format!("/api/staff/{admin_id}")).await;
+    assert_eq!(last.status, 409);
+    check("delete", "/api/staff/{id}", &last);
+    let log = app.get("/api/audit-log?action=plan.update").await;
+    assert_eq!(log.status, 200);
+    assert_eq!(log.json()["items"].as_array().unwrap().len(), 1);
+    check("get", "/api/audit-log", &log);
+    let range = "from=2026-01-01T00:00:00Z&to=2026-02-01T00:00:00Z&interval=week";
+    let revenue = app.get(&format!("/api/stats/revenue?{range}")).await;
+    assert_eq!(revenue.status, 200);
+    check("get", "/api/stats/revenue", &revenue);
+    let members = app.get(&format!("/api/stats/members?{range}")).await;
+    assert_eq!(members.status, 200);
+    check("get", "/api/stats/members", &members);
+    let reversed = app
+        .get("/api/stats/members?from=2026-02-01T00:00:00Z&to=2026-01-01T00:00:00Z")
+        .await;
+    assert_eq!(reversed.status, 422);
+    check("get", "/api/stats/members", &reversed);
+    let summary = app.get("/api/stats/summary").await;
+    assert_eq!(summary.status, 200);
+    check("get", "/api/stats/summary", &summary);
+    let viewer = app.token_of_role("viewer").await;
+    let forbidden = app
+        .request(
+            Method::DELETE,
+            &plan_path,
+            &[("authorization", &format!("Bearer {viewer}"))],
+            "",
+        )
+        .await;
+    assert_eq!(forbidden.status, 403);
+    check("delete", "/api/plans/{id}", &forbidden);
+    let password = app
+        .post(
+            "/api/auth/password",
+            json!({"current_password": crate::helpers::ADMIN_PASSWORD,
+                   "new_password": "another admin passphrase"}),
+        )
+        .await;
+    assert_eq!(password.status, 200);
+    check("post", "/api/auth/password", &password);
 }
 
 /// Lifetime access matches the document: a membership, its events and its PATCH answer with

@@ -572,11 +572,11 @@ pub(crate) fn subgate(args: &[&str], vars: &[(&str, &str)]) -> Command {
     cmd
 }
 
-fn text(bytes: &[u8]) -> String {
+pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-async fn run(mut cmd: Command, stdin: Option<&str>) -> Output {
+pub(crate) async fn run(mut cmd: Command, stdin: Option<&str>) -> Output {
     let stdin = stdin.map(str::to_string);
     tokio::task::spawn_blocking(move || {
         cmd.stdin(Stdio::piped())

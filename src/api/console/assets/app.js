@@ -473,6 +473,10 @@
         case 'webhooks':
           if (id) return await renderWebhookDeliveries(Number(id));
           return await renderWebhooks();
+        case 'charts': return await renderCharts(params);
+        case 'audit-log': return await renderAuditLog(params);
+        case 'staff': return await renderStaff();
+        case 'password': return renderPassword();
         default: {
           const { main } = page('Not found');
           main.append(h('p', {}, 'There is no such page. ', link('#/overview', 'Go to the overview.')));
@@ -481,6 +485,323 @@
     } catch (err) {
       fail(err);
     }
+  }
+
+  // ------------------------------------------------------------------ charts
+
+  /** A date input's value (YYYY-MM-DD) for a Date, in UTC (the statistics' calendar). */
+  function isoDay(d) {
+    return d.toISOString().slice(0, 10);
+  }
+
+  /** One line chart drawn by uPlot: `series` are [label, colour, values]; x are instants. */
+  function lineChart(id, title, xs, series, yFormat) {
+    const box = h('figure', { class: 'chart', id },
+      h('figcaption', {}, title));
+    const plotBox = h('div', { class: 'chart-plot' });
+    box.append(plotBox);
+    const opts = {
+      width: 600,
+      height: 260,
+      scales: { x: { time: true } },
+      legend: { live: true },
+      series: [{ label: 'Interval start' }].concat(series.map(([label, colour]) => ({
+        label, stroke: colour, width: 2, points: { show: xs.length < 60 },
+        value: (u, v) => (v === null || v === undefined ? '—' : yFormat(v)),
+      }))),
+      axes: [{}, { values: (u, vals) => vals.map(yFormat), size: 70 }],
+    };
+    const data = [xs].concat(series.map((s) => s[2]));
+    // Drawn once the figure is in the page, at its width; redrawn at the new width on resize
+    // (a phone turned sideways).
+    requestAnimationFrame(() => {
+      opts.width = Math.max(plotBox.clientWidth, 240);
+      const plot = new uPlot(opts, data, plotBox);
+      const resize = () => plot.setSize({ width: Math.max(plotBox.clientWidth, 240), height: 260 });
+      window.addEventListener('resize', resize);
+      box.dataset.drawn = String(xs.length);
+    });
+    return box;
+  }
+
+  const COLOURS = ['#2563eb', '#16a34a', '#dc2626', '#9333ea', '#ea580c', '#0891b2'];
+
+  /** A currency's minor units as a number of major units, for a chart's axis. */
+  function major(minor, currency) {
+    return Number(minor) / 10 ** exponentOf(currency);
+  }
+
+  async function renderCharts(params) {
+    const { main, live } = page('Charts');
+    const today = new Date();
+    const monthAgo = new Date(today.getTime() - 30 * 86400e3);
+    const from = params.get('from') || isoDay(monthAgo);
+    const to = params.get('to') || isoDay(today);
+    const interval = params.get('interval') || 'day';
+    const channel = params.get('channel') || '';
+    const chans = await channels();
+    if (!live()) return;
+    const form = h('form', { id: 'charts-range', class: 'card inline', method: 'post', novalidate: true },
+      field('From', h('input', { id: 'charts-from', name: 'from', type: 'date', value: from, required: true })),
+      field('To (inclusive)', h('input', { id: 'charts-to', name: 'to', type: 'date', value: to, required: true })),
+      field('Interval', h('select', { id: 'charts-interval', name: 'interval' },
+        ['day', 'week', 'month'].map((i) => h('option', { value: i, selected: i === interval }, i)))),
+      field('Channel', h('select', { id: 'charts-channel', name: 'channel' },
+        h('option', { value: '', selected: channel === '' }, 'all channels'),
+        [...chans.values()].map((c) => h('option', { value: c.id, selected: String(c.id) === channel }, c.title)))),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Show')));
+    form.addEventListener('submit', (e) => {
+      e.preventDefault();
+      const q = new URLSearchParams({
+        from: form.elements.from.value, to: form.elements.to.value,
+        interval: form.elements.interval.value, channel: form.elements.channel.value,
+      });
+      go('#/charts?' + q.toString());
+    });
+    main.append(form);
+
+    // `to` is a day, inclusive: the series ends where the next day starts (UTC).
+    const end = new Date(to + 'T00:00:00Z');
+    end.setUTCDate(end.getUTCDate() + 1);
+    const range = `from=${from}T00:00:00Z&to=${isoDay(end)}T00:00:00Z&interval=${interval}`;
+    let summary, revenue, members;
+    try {
+      [summary, revenue, members] = await Promise.all([
+        api('GET', '/stats/summary'),
+        api('GET', `/stats/revenue?${range}`),
+        api('GET', `/stats/members?${range}` + (channel ? `&channel_id=${channel}` : '')),
+      ]);
+    } catch (err) {
+      showFieldErrors(form, err);
+      throw err;
+    }
+    if (!live()) return;
+
+    main.append(h('section', { id: 'charts-summary', class: 'card' },
+      h('h2', {}, 'Now'),
+      facts([
+        ['Monthly recurring revenue', summary.mrr.length
+          ? summary.mrr.map((m, i) => [i ? ', ' : '', money(m.amount_minor, m.currency)])
+          : '—'],
+        ['Active members', String(summary.active_members)],
+        ['Churn, last 30 days', percent(summary.churn_rate_30d)],
+        ['Renewal rate, last 30 days', percent(summary.renewal_rate_30d)],
+      ])));
+
+    // Revenue: one chart per currency (amounts of two currencies share no axis).
+    const currencies = [...new Set(revenue.items.map((r) => r.currency))];
+    const revenueSection = h('section', { id: 'charts-revenue' }, h('h2', {}, 'Revenue'));
+    if (!currencies.length) revenueSection.append(h('p', { class: 'empty' }, 'No revenue in this range.'));
+    for (const currency of currencies) {
+      const rows = revenue.items.filter((r) => r.currency === currency);
+      const xs = rows.map((r) => Date.parse(r.start) / 1000);
+      const fmt = (v) => Number(v).toLocaleString(undefined, { maximumFractionDigits: exponentOf(currency) });
+      revenueSection.append(lineChart(`chart-revenue-${currency}`, `Revenue in ${currency}`, xs, [
+        ['gross', COLOURS[0], rows.map((r) => major(r.gross_minor, currency))],
+        ['net', COLOURS[1], rows.map((r) => major(r.net_minor, currency))],
+        ['refunded', COLOURS[2], rows.map((r) => major(r.refunded_minor, currency))],
+      ], fmt));
+      revenueSection.append(h('details', {}, h('summary', {}, `The figures (${currency})`),
+        table(`Revenue in ${currency}`, ['From', 'Gross', 'Refunded', 'Net', 'Payments'],
+          rows.map((r) => [when(r.start), money(r.gross_minor, currency),
+            money(r.refunded_minor, currency), money(r.net_minor, currency), String(r.payments)]))));
+    }
+    main.append(revenueSection);
+
+    // Members: summed over the channels shown.
+    const byStart = new Map();
+    for (const m of members.items) {
+      const t = byStart.get(m.start) || { live: 0, new: 0, renewed: 0, expired: 0, trials_started: 0, trials_converted: 0 };
+      for (const k of Object.keys(t)) t[k] += m[k];
+      byStart.set(m.start, t);
+    }
+    const starts = [...byStart.keys()];
+    const rows = starts.map((st) => byStart.get(st));
+    const count = (v) => Number(v).toLocaleString(undefined, { maximumFractionDigits: 0 });
+    const title = channel ? `Members of ${channelName(chans, Number(channel))}` : 'Members, all channels';
+    const membersSection = h('section', { id: 'charts-members' }, h('h2', {}, 'Members'));
+    if (!starts.length) {
+      membersSection.append(h('p', { class: 'empty' }, 'No channels yet.'));
+    } else {
+      membersSection.append(lineChart('chart-members', title, starts.map((st) => Date.parse(st) / 1000), [
+        ['live', COLOURS[0], rows.map((r) => r.live)],
+        ['new', COLOURS[1], rows.map((r) => r.new)],
+        ['renewed', COLOURS[3], rows.map((r) => r.renewed)],
+        ['expired', COLOURS[2], rows.map((r) => r.expired)],
+        ['trials started', COLOURS[4], rows.map((r) => r.trials_started)],
+        ['trials converted', COLOURS[5], rows.map((r) => r.trials_converted)],
+      ], count));
+      membersSection.append(h('details', {}, h('summary', {}, 'The figures'),
+        table(title, ['From', 'Live at the end', 'New', 'Renewed', 'Expired', 'Trials started', 'Trials converted'],
+          starts.map((st, i) => [when(st), String(rows[i].live), String(rows[i].new), String(rows[i].renewed),
+            String(rows[i].expired), String(rows[i].trials_started), String(rows[i].trials_converted)]))));
+    }
+    main.append(membersSection);
+    main.append(h('p', { class: 'hint' },
+      'Days, weeks (from Monday) and months are UTC calendar intervals; the last one may still be running.'));
+  }
+
+  function percent(rate) {
+    if (rate === null || rate === undefined) return '—';
+    return (rate * 100).toLocaleString(undefined, { maximumFractionDigits: 1 }) + ' %';
+  }
+
+  // ------------------------------------------------------------------ audit log
+
+  async function renderAuditLog(params) {
+    const { main, live } = page('Audit log');
+    const form = h('form', { id: 'audit-filter', class: 'card inline', method: 'post', novalidate: true },
+      field('Action', h('input', { id: 'audit-action', name: 'action', value: params.get('action') || '', placeholder: 'e.g. channel.update' })),
+      field('Target type', h('input', { id: 'audit-target_type', name: 'target_type', value: params.get('target_type') || '', placeholder: 'e.g. membership' })),
+      field('Target id', h('input', { id: 'audit-target_id', name: 'target_id', type: 'number', value: params.get('target_id') || '' })),
+      field('Staff id', h('input', { id: 'audit-staff_id', name: 'staff_id', type: 'number', value: params.get('staff_id') || '' })),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Show')));
+    form.addEventListener('submit', (e) => {
+      e.preventDefault();
+      const q = new URLSearchParams();
+      for (const k of ['action', 'target_type', 'target_id', 'staff_id']) {
+        const v = form.elements[k].value.trim();
+        if (v) q.set(k, v);
+      }
+      go('#/audit-log?' + q.toString());
+    });
+    main.append(form);
+    const q = new URLSearchParams();
+    for (const k of ['action', 'target_type', 'target_id', 'staff_id']) {
+      if (params.get(k)) q.set(k, params.get(k));
+    }
+    const section = h('section', { id: 'audit-list' });
+    main.append(section);
+    const path = '/audit-log' + (q.toString() ? '?' + q.toString() : '');
+    await pagedList(section, path, live, (items) => table('Audit log',
+      ['#', 'When', 'Who', 'Action', 'Target', 'Change', 'Request'],
+      items.map((r) => [
+        String(r.id),
+        when(r.at),
+        r.staff_email,
+        h('code', {}, r.action),
+        r.target_id === null ? r.target_type : `${r.target_type} #${r.target_id}`,
+        change(r.before, r.after),
+        h('code', { class: 'muted' }, r.request_id || '—'),
+      ]), 'No staff writes match.'));
+  }
+
+  /** What a write changed: the fields whose values differ, or the whole record made or removed. */
+  function change(before, after) {
+    const show = (v) => (v === null || v === undefined ? '—' : typeof v === 'object' ? JSON.stringify(v) : String(v));
+    if (before && after && typeof before === 'object' && typeof after === 'object') {
+      const keys = [...new Set([...Object.keys(before), ...Object.keys(after)])]
+        .filter((k) => k !== 'updated_at' && JSON.stringify(before[k]) !== JSON.stringify(after[k]));
+      if (!keys.length) return 'no field changed';
+      return h('ul', { class: 'changes' }, keys.map((k) =>
+        h('li', {}, h('code', {}, k), ': ', show(before[k]), ' → ', show(after[k]))));
+    }
+    if (after) return h('details', {}, h('summary', {}, 'made'), h('pre', {}, JSON.stringify(after, null, 2)));
+    if (before) return h('details', {}, h('summary', {}, 'removed'), h('pre', {}, JSON.stringify(before, null, 2)));
+    return '—';
+  }
+
+  // ------------------------------------------------------------------ staff accounts
+
+  const ROLES = ['owner', 'admin', 'support', 'viewer'];
+
+  async function renderStaff() {
+    const { main, live } = page('Staff');
+    main.append(h('p', { class: 'hint' },
+      'Owner: everything, and these accounts. Admin: everything else. Support: reads; grants, corrections, cancels, retries. Viewer: reads only. A new role or a disabling signs the account out at once.'));
+    const form = h('form', { id: 'staff-new', class: 'card', method: 'post', novalidate: true },
+      h('h2', {}, 'New account'),
+      field('Email', h('input', { id: 'staff-new-email', name: 'email', type: 'email', autocomplete: 'off', required: true })),
+      field('Role', h('select', { id: 'staff-new-role', name: 'role' },
+        ROLES.map((r) => h('option', { value: r, selected: r === 'viewer' }, r)))),
+      field('Password', h('input', { id: 'staff-new-password', name: 'password', type: 'password', autocomplete: 'new-password', required: true }),
+        '8 to 72 bytes, not a common password, not mostly the email.'),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Create')));
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      await busy(form, async () => {
+        try {
+          const a = await post(form, '/staff', {
+            email: form.elements.email.value.trim(), role: form.elements.role.value,
+            password: form.elements.password.value,
+          });
+          say(`Account ${a.email} created (${a.role}).`);
+          go('#/staff');
+        } catch (err) {
+          showFieldErrors(form, err);
+          fail(err);
+        }
+      });
+    });
+    const list = h('section', { id: 'staff-list' });
+    main.append(list, form);
+    const accounts = await all('/staff');
+    if (!live()) return;
+    list.append(table('Staff accounts', ['Email', 'Role', 'Status', 'Since', 'Change'],
+      accounts.map((a) => {
+        const role = h('select', { id: `staff-role-${a.id}`, 'aria-label': `Role of ${a.email}` },
+          ROLES.map((r) => h('option', { value: r, selected: r === a.role }, r)));
+        const save = h('button', { type: 'button', class: 'small' }, 'Set role');
+        save.addEventListener('click', () => change(save, a, { role: role.value }, `${a.email} is now ${role.value}.`));
+        const toggle = h('button', { type: 'button', class: 'small secondary' }, a.disabled ? 'Enable' : 'Disable');
+        toggle.addEventListener('click', () => change(toggle, a, { disabled: !a.disabled },
+          `${a.email} is ${a.disabled ? 'enabled' : 'disabled'}.`));
+        const del = h('button', { type: 'button', class: 'small danger' }, 'Delete');
+        del.addEventListener('click', async () => {
+          const ok = await confirmDialog(`Delete ${a.email}?`,
+            'The account can no longer sign in; what it did stays in the audit log.', 'Delete');
+          if (!ok) return;
+          await busy(del, async () => {
+            try {
+              await api('DELETE', `/staff/${a.id}`);
+              say(`${a.email} deleted.`);
+              go('#/staff');
+            } catch (err) { fail(err); }
+          });
+        });
+        return [a.email, [role, ' ', save], a.disabled ? badge('disabled') : badge('enabled', 'active'),
+          when(a.created_at), [toggle, ' ', del]];
+      }), 'No accounts.'));
+  }
+
+  async function change(button, account, body, done) {
+    await busy(button, async () => {
+      try {
+        await api('PATCH', `/staff/${account.id}`, body);
+        say(done);
+        go('#/staff');
+      } catch (err) { fail(err); }
+    });
+  }
+
+  function renderPassword() {
+    const { main } = page('Change your password');
+    const form = h('form', { id: 'password', class: 'card narrow', method: 'post', novalidate: true },
+      field('Current password', h('input', { id: 'password-current_password', name: 'current_password', type: 'password', autocomplete: 'current-password', required: true })),
+      field('New password', h('input', { id: 'password-new_password', name: 'new_password', type: 'password', autocomplete: 'new-password', required: true }),
+        '8 to 72 bytes, not a common password. Every other session of this account ends.'),
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Change password')));
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      await busy(form, async () => {
+        try {
+          const r = await api('POST', '/auth/password', {
+            current_password: form.elements.current_password.value,
+            new_password: form.elements.new_password.value,
+          });
+          form.reset();
+          // The change ended this session's token too: carry on with the new one.
+          const email = session.email;
+          if (session.timer) clearTimeout(session.timer);
+          signIn(r.access_token, email, r.expires_in);
+          say('Password changed; your other sessions are signed out.');
+        } catch (err) {
+          showFieldErrors(form, err);
+          fail(err);
+        }
+      });
+    });
+    main.append(form);
   }
 
   // ------------------------------------------------------------------ sign in
