@@ -32,21 +32,12 @@ use http_body_util::BodyExt;
 use tokio_postgres::NoTls;
 use tower::ServiceExt;
 
+#[path = "common/mod.rs"]
+mod common;
+use common::{admin_url, url_for};
+
 const ADMIN_EMAIL: &str = "bench@example.com";
 const ADMIN_PASSWORD: &str = "the benchmark passphrase";
-
-fn admin_url() -> String {
-    std::env::var("SUBGATE_TEST_DATABASE_URL")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".to_string())
-}
-
-fn url_for(name: &str) -> String {
-    let mut url = url::Url::parse(&admin_url()).expect("SUBGATE_TEST_DATABASE_URL is a URL");
-    url.set_path(&format!("/{name}"));
-    url.to_string()
-}
 
 async fn connect(url: &str) -> tokio_postgres::Client {
     let (client, conn) = tokio_postgres::connect(url, NoTls)

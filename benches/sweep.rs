@@ -35,6 +35,10 @@ use subgate::{
 };
 use tokio_postgres::NoTls;
 
+#[path = "common/mod.rs"]
+mod common;
+use common::{admin_url, url_for};
+
 const CHANNELS: i64 = 10;
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -46,19 +50,6 @@ fn env_usize(name: &str, default: usize) -> usize {
             .unwrap_or_else(|_| panic!("{name} must be a positive integer")),
         _ => default,
     }
-}
-
-fn admin_url() -> String {
-    std::env::var("SUBGATE_TEST_DATABASE_URL")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".to_string())
-}
-
-fn url_for(name: &str) -> String {
-    let mut url = url::Url::parse(&admin_url()).expect("SUBGATE_TEST_DATABASE_URL is a URL");
-    url.set_path(&format!("/{name}"));
-    url.to_string()
 }
 
 async fn admin() -> tokio_postgres::Client {

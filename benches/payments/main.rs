@@ -34,6 +34,10 @@
 //! process it starts is listed there, so `scripts/bench.sh` can stop them if interrupted),
 //! `SUBGATE_BENCH_RESULTS` (where the figures are left). `--help` lists the options.
 
+#[path = "../common/mod.rs"]
+mod common;
+use common::{admin_url, url_for};
+
 mod http;
 mod replay;
 mod server;
@@ -194,19 +198,6 @@ fn main() {
 
 fn progress(message: impl std::fmt::Display) {
     eprintln!("[bench] {message}");
-}
-
-fn admin_url() -> String {
-    std::env::var("SUBGATE_TEST_DATABASE_URL")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".to_string())
-}
-
-fn url_for(name: &str) -> String {
-    let mut url = url::Url::parse(&admin_url()).expect("SUBGATE_TEST_DATABASE_URL is a URL");
-    url.set_path(&format!("/{name}"));
-    url.to_string()
 }
 
 fn random_hex(bytes: usize) -> String {
