@@ -92,10 +92,56 @@ pub fn pool(database_url: &str, max_size: usize) -> Result<Pool, ApiError> {
     pool_with_ca_cert(database_url, max_size, None)
 }
 
+/// How long one attempt to open a TCP connection to one host may take, unless `DATABASE_URL`
+/// sets `connect_timeout`: a host that drops packets (powered off, partitioned) must not hold a
+/// request for the system's TCP timeout of minutes.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long sent data may stay unacknowledged before the connection is declared dead, unless
+/// `DATABASE_URL` sets `tcp_user_timeout`: a pooled connection to a server that vanished without
+/// closing it fails its next statement after this instead of the system's ~15 minutes, and is
+/// then discarded. Idle time and long queries do not count (nothing is left unacknowledged).
+pub const DEFAULT_TCP_USER_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// What opening a connection takes beyond the TCP connects: TLS, login, and the
+/// `target_session_attrs` check.
+const LOGIN_ALLOWANCE: Duration = Duration::from_secs(5);
+
+/// Fills in the connection settings `DATABASE_URL` left out (connect and TCP user timeouts, the
+/// application name) and returns how long making one pooled connection may take: each host of
+/// a multi-host URL is tried in turn (the next after a refusal, a timeout or, with
+/// `target_session_attrs=read-write`, a read-only server), so the bound grows with the hosts
+/// and an unreachable first host never uses up the time the second one needs.
+pub fn complete_config(pg: &mut tokio_postgres::Config) -> Duration {
+    if pg.get_connect_timeout().is_none() {
+        pg.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
+    }
+    if pg.get_tcp_user_timeout().is_none() {
+        pg.tcp_user_timeout(DEFAULT_TCP_USER_TIMEOUT);
+    }
+    if pg.get_application_name().is_none() {
+        pg.application_name("subgate");
+    }
+    let hosts = pg.get_hosts().len().max(pg.get_hostaddrs().len()).max(1);
+    let per_host = pg
+        .get_connect_timeout()
+        .copied()
+        .unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+    per_host.saturating_mul(hosts as u32) + LOGIN_ALLOWANCE
+}
+
 /// Builds the pool. Connections are made lazily, so a database that is down at start-up or
 /// later only makes requests fail with 503 until it returns. TLS follows the URL's `sslmode`,
 /// with the roots of the PEM file `ca_cert` (`DATABASE_CA_CERT`) when given ([`tls`]); that
 /// file is read here, so a missing or unusable one is an error now, not at the first request.
+///
+/// `DATABASE_URL` may name several hosts (`postgres://u@h1:5432,h2:5432/db?
+/// target_session_attrs=read-write`): a new connection goes to the first host that accepts it
+/// (and, with `read-write`, is the primary). A pooled connection whose server died is closed
+/// and is dropped when next checked out ([`RecyclingMethod::Fast`] checks exactly that); one
+/// that failed a transaction because the server went away or turned read-only is discarded at
+/// once ([`discard_if_lost`]). So after a failover the pool refills on the new primary without a
+/// restart.
 pub fn pool_with_ca_cert(
     database_url: &str,
     max_size: usize,
@@ -106,12 +152,7 @@ pub fn pool_with_ca_cert(
         ssl_mode,
     } = tls::parse_url(database_url).map_err(ApiError::internal)?;
     let connector = tls::connector(ssl_mode, ca_cert).map_err(ApiError::internal)?;
-    if pg.get_connect_timeout().is_none() {
-        pg.connect_timeout(Duration::from_secs(5));
-    }
-    if pg.get_application_name().is_none() {
-        pg.application_name("subgate");
-    }
+    let create_timeout = complete_config(&mut pg);
     let manager = Manager::from_config(
         pg,
         connector,
@@ -123,7 +164,7 @@ pub fn pool_with_ca_cert(
         .max_size(max_size)
         .runtime(Runtime::Tokio1)
         .wait_timeout(Some(Duration::from_secs(5)))
-        .create_timeout(Some(Duration::from_secs(5)))
+        .create_timeout(Some(create_timeout))
         .recycle_timeout(Some(Duration::from_secs(5)))
         .build()
         .map_err(ApiError::internal)
@@ -255,6 +296,19 @@ pub async fn finish<T>(
     }
 }
 
+/// Takes `client` out of the pool when `result` says its connection is lost
+/// ([`ApiError::is_connection_lost`]): a closed connection would be dropped at its next checkout
+/// anyway, but a read-only one (the server is no longer the primary) would be handed out again
+/// and fail every write. A new connection goes through `target_session_attrs` again.
+pub fn discard_if_lost<T>(client: deadpool_postgres::Object, result: &Result<T, ApiError>) {
+    if let Err(e) = result
+        && e.is_connection_lost()
+    {
+        tracing::warn!(error = %e, "database connection lost; discarding it");
+        drop(deadpool_postgres::Object::take(client));
+    }
+}
+
 /// Runs a block inside one transaction and commits; evaluates to `Result<T, ApiError>`.
 ///
 /// `transaction!(pool, |tx| { ...; Ok(value) })`: inside the block `tx` is a
@@ -277,7 +331,10 @@ macro_rules! transaction {
                 }
                 .await;
                 match $crate::db::finish(tx, result, attempt).await {
-                    $crate::db::Step::Done(r) => break r,
+                    $crate::db::Step::Done(r) => {
+                        $crate::db::discard_if_lost(client, &r);
+                        break r;
+                    }
                     $crate::db::Step::Retry => continue,
                 }
             }
@@ -540,4 +597,45 @@ macro_rules! text_enum {
             }
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TCP_USER_TIMEOUT, complete_config, tls};
+
+    fn completed(url: &str) -> (tokio_postgres::Config, Duration) {
+        let mut pg = tls::parse_url(url).unwrap().config;
+        let create = complete_config(&mut pg);
+        (pg, create)
+    }
+
+    /// Unset timeouts get the defaults, and making a connection may take one connect timeout
+    /// per host plus the login: an unreachable first host leaves the second its full time.
+    #[test]
+    fn timeouts_default_and_grow_with_the_hosts() {
+        let (pg, one) = completed("postgres://u@db:5432/app");
+        assert_eq!(pg.get_connect_timeout(), Some(&DEFAULT_CONNECT_TIMEOUT));
+        assert_eq!(pg.get_tcp_user_timeout(), Some(&DEFAULT_TCP_USER_TIMEOUT));
+        assert_eq!(pg.get_application_name(), Some("subgate"));
+        let (pg, two) =
+            completed("postgres://u@db-a:5432,db-b:5432/app?target_session_attrs=read-write");
+        assert_eq!(pg.get_hosts().len(), 2);
+        assert_eq!(two - one, DEFAULT_CONNECT_TIMEOUT);
+        assert!(one > DEFAULT_CONNECT_TIMEOUT);
+    }
+
+    /// What the URL sets is kept, and the bound follows its `connect_timeout`.
+    #[test]
+    fn the_url_settings_win() {
+        let (pg, create) = completed(
+            "postgres://u@a,b,c/app?connect_timeout=2&tcp_user_timeout=7&application_name=x",
+        );
+        assert_eq!(pg.get_connect_timeout(), Some(&Duration::from_secs(2)));
+        assert_eq!(pg.get_tcp_user_timeout(), Some(&Duration::from_secs(7)));
+        assert_eq!(pg.get_application_name(), Some("x"));
+        let (_, single) = completed("postgres://u@a/app?connect_timeout=2");
+        assert_eq!(create - single, Duration::from_secs(4));
+    }
 }

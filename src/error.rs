@@ -90,6 +90,31 @@ impl ApiError {
         }
     }
 
+    /// The database connection this error came from is gone or cannot take writes: closed or
+    /// broken (the server was killed, the network failed), the server shutting down or crashed
+    /// (`57P01`..`57P03`), a connection exception (class `08`), or a read-only session (`25006`:
+    /// a server that is not, or no longer, the primary). The request is answered 503 with
+    /// `Retry-After` (its transaction did not commit, or its commit's outcome is unknown, which
+    /// a redelivery settles), and the connection is not handed out again.
+    pub fn is_connection_lost(&self) -> bool {
+        let ApiError::Db(e) = self else {
+            return false;
+        };
+        match e.code() {
+            Some(code) => {
+                *code == SqlState::READ_ONLY_SQL_TRANSACTION
+                    || *code == SqlState::ADMIN_SHUTDOWN
+                    || *code == SqlState::CRASH_SHUTDOWN
+                    || *code == SqlState::CANNOT_CONNECT_NOW
+                    || code.code().starts_with("08")
+            }
+            None => {
+                e.is_closed()
+                    || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
+            }
+        }
+    }
+
     /// Deadlocks and serialization failures: the transaction may simply be run again.
     pub fn is_retryable(&self) -> bool {
         matches!(

@@ -2,7 +2,8 @@
 //!
 //! Database errors are mapped deliberately here, in one place: a named unique constraint → 409,
 //! a foreign key → 409 (in use), a CHECK or a data exception (class 22) → 422, a deadlock or
-//! lock timeout → 503 (retryable, never a 500), pool or connection failure → 503.
+//! lock timeout → 503 (retryable, never a 500), pool or connection failure, a server shutting
+//! down and a read-only session (a failover) → 503 with `Retry-After`.
 //! A 5xx body is opaque; its cause is logged once, here, inside the request's span (which
 //! carries the request id).
 
@@ -221,6 +222,12 @@ fn db_error_response(e: tokio_postgres::Error) -> Response {
     {
         tracing::warn!(sqlstate = code.code(), "database contention");
         return unavailable("the record is busy; retry shortly");
+    }
+    if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
+        // The session is on a server that is not (or no longer) the primary: a failover in
+        // progress. Nothing was written; the connection is discarded (`db::discard_if_lost`).
+        tracing::error!(sqlstate = code.code(), error = %e, "database is read-only");
+        return unavailable("the database is unavailable; retry later");
     }
     let class = &code.code()[..2];
     if class == "22" {

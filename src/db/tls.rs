@@ -403,6 +403,72 @@ mod tests {
         }
     }
 
+    /// Several hosts (tried in order by tokio-postgres) and `target_session_attrs`, with every
+    /// `sslmode`: each host keeps its own port and name (the name a `verify-full` certificate is
+    /// checked against, host by host), and only the `sslmode` value is rewritten.
+    #[test]
+    fn several_hosts_and_target_session_attrs() {
+        use tokio_postgres::config::TargetSessionAttrs;
+        for (value, expected) in [
+            ("disable", SslMode::Disable),
+            ("prefer", SslMode::Prefer),
+            ("require", SslMode::Require),
+            ("verify-ca", SslMode::VerifyCa),
+            ("verify-full", SslMode::VerifyFull),
+        ] {
+            for url in [
+                format!(
+                    "postgres://app:pw@db-a.example.com:5432,db-b.example.com:5433/app\
+                     ?target_session_attrs=read-write&sslmode={value}&connect_timeout=3"
+                ),
+                format!(
+                    "host=db-a.example.com,db-b.example.com port=5432,5433 user=app \
+                     dbname=app sslmode={value} target_session_attrs=read-write \
+                     connect_timeout=3"
+                ),
+            ] {
+                let target = parse_url(&url).unwrap();
+                assert_eq!(target.ssl_mode, expected, "{url}");
+                let pg = &target.config;
+                assert_eq!(
+                    pg.get_hosts(),
+                    [
+                        Host::Tcp("db-a.example.com".into()),
+                        Host::Tcp("db-b.example.com".into())
+                    ],
+                    "{url}"
+                );
+                assert_eq!(pg.get_ports(), [5432, 5433], "{url}");
+                assert_eq!(
+                    pg.get_target_session_attrs(),
+                    TargetSessionAttrs::ReadWrite,
+                    "{url}"
+                );
+                assert_eq!(
+                    pg.get_connect_timeout(),
+                    Some(&std::time::Duration::from_secs(3))
+                );
+                assert_eq!(pg.get_dbname(), Some("app"));
+            }
+        }
+        // One port for every host; IP addresses as hosts.
+        let pg = parse_url(
+            "postgresql://u@10.0.0.1,10.0.0.2:6432/db?sslmode=verify-full&target_session_attrs=any",
+        )
+        .unwrap()
+        .config;
+        assert_eq!(
+            pg.get_hosts(),
+            [Host::Tcp("10.0.0.1".into()), Host::Tcp("10.0.0.2".into())]
+        );
+        assert_eq!(pg.get_ports(), [5432, 6432]);
+        assert_eq!(pg.get_target_session_attrs(), TargetSessionAttrs::Any);
+        assert!(matches!(
+            parse_url("postgres://u@h1,h2/db?target_session_attrs=primary"),
+            Err(UrlError::Invalid)
+        ));
+    }
+
     #[test]
     fn the_default_is_prefer() {
         assert_eq!(mode("postgres://u@127.0.0.1:5432/db"), SslMode::Prefer);

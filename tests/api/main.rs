@@ -34,6 +34,7 @@ mod effects_delivery;
 mod effects_refunds;
 mod effects_retries;
 mod exports;
+mod failover;
 mod gateway_refunds;
 mod hardening_payments;
 mod openapi;
