@@ -7,11 +7,12 @@ SHELL := /bin/bash
 ARGS ?=
 IMAGE ?= subgate
 
-.PHONY: help run test docs-test fuzz bench fmt lint shellcheck clean-db docker-build docker-smoke
+.PHONY: help run test chaos docs-test fuzz bench fmt lint shellcheck clean-db docker-build docker-smoke
 
 help:
 	@echo "make run           build and run the server locally (PostgreSQL and dev secrets set up for you)"
 	@echo "make test          run cargo test --workspace against PostgreSQL (ARGS=... passed through)"
+	@echo "make chaos         payments through a database failover: a primary and a synchronous standby, the primary killed mid-flood, the standby promoted; nothing acknowledged lost or doubled (ARGS='--help')"
 	@echo "make docs-test     run the docs' shell walk-throughs against a live server on a fresh database"
 	@echo "make fuzz          fuzz a live server against its OpenAPI document (schemathesis): no 5xx, answers as documented"
 	@echo "make bench         payment path, re-deliveries and sweep vs references, one table of ratios (ARGS=... to the payment bench, e.g. ARGS='--duration 30'; SWEEP_BENCH_ROWS=...)"
@@ -27,6 +28,9 @@ run:
 
 test:
 	scripts/test.sh $(ARGS)
+
+chaos:
+	scripts/chaos.sh $(ARGS)
 
 docs-test:
 	scripts/docs-walkthrough.sh
