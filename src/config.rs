@@ -4,7 +4,7 @@
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
-//! | `DATABASE_URL` | PostgreSQL connection URL (required); its `sslmode` is `disable`, `prefer`, `require`, `verify-ca` or `verify-full` ([`db::tls`](crate::db::tls)) | — (`sslmode`: `prefer`) |
+//! | `DATABASE_URL` | PostgreSQL connection URL (required); its `sslmode` is `disable`, `prefer`, `require`, `verify-ca` or `verify-full` ([`db::tls`](crate::db::tls)); several hosts with `target_session_attrs=read-write` reach whichever is the primary (`postgres://u@h1:5432,h2:5432/db?target_session_attrs=read-write`, [`db::pool_with_ca_cert`](crate::db::pool_with_ca_cert)); `connect_timeout` bounds each host's connect, `tcp_user_timeout` a connection to a server that vanished | — (`sslmode`: `prefer`, `connect_timeout`: 5 s per host, `tcp_user_timeout`: 15 s, `target_session_attrs`: `any`) |
 //! | `DATABASE_CA_CERT` | PEM file of the roots the PostgreSQL server's certificate must chain to; with it, `prefer` and `require` check the chain too | unset: system roots for `verify-*`, no check for `prefer`/`require` |
 //! | `BIND_ADDR` | address the HTTP server listens on | `127.0.0.1:8080` |
 //! | `METRICS_ADDR` | address of a second listener serving Prometheus `GET /metrics` (not `BIND_ADDR`) | unset: no metrics |
