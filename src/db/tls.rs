@@ -13,7 +13,8 @@
 //! `prefer`) check the chain, as `verify-ca` does. "Chain" means the certificate is signed, through
 //! the intermediates the server sends, by one of the roots, is in its validity period and is meant
 //! for a TLS server. "Host name" is the `host` of the URL (not `hostaddr`), matched against the
-//! certificate's subject alternative names, DNS names or IP addresses. Without a check, the
+//! certificate's subject alternative names, DNS names or IP addresses; with several hosts, the
+//! host being connected to (tokio-postgres hands each its own name). Without a check, the
 //! session is still encrypted (the server proves it holds the key of the certificate it shows)
 //! but not authenticated: it protects against eavesdropping, not against an active attacker.
 //!

@@ -367,6 +367,49 @@ async fn sslmode_and_ca_cert_against_a_server_with_tls() {
     )
     .await;
 
+    // Several hosts (a failover setup): each is checked against its own name. A dead first
+    // host is passed over; so is one whose certificate does not name it, for the next one.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let port = cluster.port;
+    let hosts = |list: &str, params: &str| {
+        format!("postgres://postgres:{PASSWORD}@{list}/postgres?sslmode=verify-full&{params}")
+    };
+    assert_eq!(
+        connect(
+            &hosts(
+                &format!("127.0.0.1:{dead},localhost:{port}"),
+                "target_session_attrs=read-write"
+            ),
+            ca
+        )
+        .await,
+        Ok(true)
+    );
+    assert_eq!(
+        connect(
+            &hosts(
+                &format!("db.example.invalid:{port},localhost:{port}"),
+                "hostaddr=127.0.0.1,127.0.0.1"
+            ),
+            ca
+        )
+        .await,
+        Ok(true)
+    );
+    refused(
+        &hosts(
+            &format!("localhost:{dead},db.example.invalid:{port}"),
+            "hostaddr=127.0.0.1,127.0.0.1&target_session_attrs=read-write",
+        ),
+        ca,
+        not_for_name,
+    )
+    .await;
+
     // verify-ca: the chain, not the host name.
     assert_eq!(connect(&elsewhere("verify-ca"), ca).await, Ok(true));
     refused(&elsewhere("verify-ca"), wrong_ca, unknown_issuer).await;
