@@ -54,15 +54,22 @@ if [[ "${1:-}" == kill || "${1:-}" == promote ]]; then
     exit 0
 fi
 
-DIR="$ROOT/target/chaos"
-PIDFILE="$DIR/pids"
-
 BINDIR="$(find_pg_bindir initdb pg_ctl pg_basebackup)"
 [[ -n "$BINDIR" ]] ||
     die "initdb, pg_ctl and pg_basebackup not found (PATH, /usr/lib/postgresql/*/bin); install PostgreSQL (the postgresql package)"
 PSQL="$(find_psql)"
 [[ -n "$PSQL" ]] || PSQL="$BINDIR/psql"
 PG_RUN_AS="$(pg_cluster_user)"
+
+DIR="$ROOT/target/chaos"
+mkdir -p "$DIR"
+if [[ -n "$PG_RUN_AS" ]] && ! as_pg_user test -x "$DIR"; then
+    # A checkout under a private home directory: the cluster user cannot reach target/.
+    DIR="/tmp/subgate-chaos-$(id -u)"
+    log "user '$PG_RUN_AS' cannot enter $ROOT/target (a parent directory is not searchable); the clusters go to $DIR"
+    mkdir -p "$DIR"
+fi
+PIDFILE="$DIR/pids"
 
 # Stops whatever a cluster directory runs, immediately; nothing when it runs nothing.
 stop_cluster() {
@@ -101,7 +108,6 @@ for d in primary primary.fenced standby; do
     stop_cluster "$DIR/$d"
     rm -rf "${DIR:?}/$d"
 done
-mkdir -p "$DIR"
 rm -f "$DIR"/*.log "$PIDFILE"
 trap cleanup EXIT
 # A closed output (make chaos | head) must not kill the script before its clean-up.
@@ -111,8 +117,7 @@ trap 'exit 143' TERM
 
 if [[ -n "$PG_RUN_AS" ]]; then
     chown "$PG_RUN_AS" "$DIR"
-    as_pg_user test -x "$DIR" ||
-        die "user '$PG_RUN_AS' cannot enter $DIR (a parent directory is not searchable)"
+    as_pg_user test -x "$DIR" || die "user '$PG_RUN_AS' cannot enter $DIR"
 fi
 echo "$BINDIR" >"$DIR/bindir"
 echo "$PG_RUN_AS" >"$DIR/run_as"
