@@ -60,7 +60,7 @@ usage: make chaos ARGS='[options]'
   --payments-per-pair N  orders per pair, paid in turn (default 20); the flood must not run
                          out of orders before it ends: raise these on a fast machine
   --before SECONDS       flood before the primary is killed (default 4)
-  --outage SECONDS       from the kill to the promotion: no writable server (default 2)
+  --outage SECONDS       from the kill to the promotion: no writable server (default 2; 0: at once)
   --after SECONDS        flood after the first 200 that follows the kill (default 4)
   --bound SECONDS        the longest the server may take to serve again (default 60)";
 
@@ -90,6 +90,8 @@ fn parse_args() -> Result<Option<Options>, String> {
             Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
             _ => (arg.clone(), None),
         };
+        // `--outage` may be 0 (promote at once); every other value must be positive.
+        let least = u64::from(flag != "--outage");
         let mut number = || -> Result<u64, String> {
             let v = inline
                 .clone()
@@ -97,8 +99,8 @@ fn parse_args() -> Result<Option<Options>, String> {
                 .ok_or_else(|| format!("{flag} needs a value"))?;
             v.parse::<u64>()
                 .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| format!("{flag} must be a positive integer, got {v:?}"))
+                .filter(|n| *n >= least)
+                .ok_or_else(|| format!("{flag} must be an integer of at least {least}, got {v:?}"))
         };
         match flag.as_str() {
             "-h" | "--help" => {
