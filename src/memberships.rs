@@ -409,7 +409,7 @@ pub async fn lifetime_channels(
         .collect()
 }
 
-const LIFETIME_IN_EVERY_SQL: &str = concat!(
+pub(crate) const LIFETIME_IN_EVERY_SQL: &str = concat!(
     "SELECT count(*) = (SELECT count(DISTINCT c) FROM unnest($2::integer[]) AS c) AS found
      FROM memberships m
      WHERE m.subscriber_id = $1 AND m.channel_id = ANY($2::integer[])
@@ -645,7 +645,7 @@ pub async fn effect_view_in_chat(
 /// `b` is a plain read: the caller holds the pair's advisory lock, which every writer of this
 /// membership takes first, so the statement's snapshot (taken after that lock) shows the row as
 /// the upsert finds it. The upsert locks the row, last in the lock order.
-const EXTEND_SQL: &str = concat!(
+pub(crate) const EXTEND_SQL: &str = concat!(
     "WITH sub AS (
          SELECT id, telegram_user_id FROM subscribers WHERE id = $1 FOR KEY SHARE
      ), b AS (

@@ -271,7 +271,7 @@ const PAIR_BY_REFERENCE_SQL: &str = concat!(
 // plan's channels cannot change once it has orders, and its period is read at apply time), in
 // one statement. The order's foreign keys keep the channel, the plan and the subscriber alive
 // while we hold the order row, so the joins find them whenever the order is found.
-const LOCK_ORDER_SQL: &str = concat!(
+pub(crate) const LOCK_ORDER_SQL: &str = concat!(
     "SELECT o.*, c.active, c.seat_limit, c.billing_period_days, s.telegram_user_id,
             p.kind AS plan_kind, p.period_days AS plan_period_days,
             p.recurring AS plan_recurring, p.active AS plan_active,

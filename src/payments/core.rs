@@ -471,6 +471,25 @@ async fn apply_in(
     })
 }
 
+/// The statements a new payment issues between `BEGIN` and `COMMIT` when it pays a pending
+/// order of a plan of one unlimited channel with no promo code (door 1's common case), in
+/// order, each with a name: [`stored_or_lock_pair`], the order's locks
+/// ([`seats::lock_order_of_locked_pair`]), the lifetime check ([`seats::held_for_life`]), the
+/// payment insert that marks the order paid ([`insert`]) and the membership's extension with
+/// its event and grant ([`memberships::extend_at_least`]). `benches/payments` replays these
+/// very constants with pgbench (its "current transaction" reference), so that replay cannot
+/// drift from the code. Not an API.
+#[doc(hidden)]
+pub fn new_payment_statements() -> [(&'static str, &'static str); 5] {
+    [
+        ("stored_or_lock_pair", STORED_OR_PAIR_SQL),
+        ("lock_order", seats::LOCK_ORDER_SQL),
+        ("lifetime_in_every", memberships::LIFETIME_IN_EVERY_SQL),
+        ("insert_and_mark_paid", INSERT_SQL),
+        ("extend", memberships::EXTEND_SQL),
+    ]
+}
+
 /// What the transaction's first statement found ([`stored_or_lock_pair`]).
 enum Start {
     /// This (gateway, external_id) is stored: a repeat, answered from the stored row.
