@@ -83,8 +83,8 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     ),
     (
         15,
-        "cheaper_row_triggers",
-        include_str!("../migrations/0015_cheaper_row_triggers.sql"),
+        "cheaper_writes",
+        include_str!("../migrations/0015_cheaper_writes.sql"),
     ),
 ];
 

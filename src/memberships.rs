@@ -74,7 +74,7 @@ impl Status {
 /// `holds_access_sql!("m")`, for a membership row aliased `m`. Spelled `<> 'expired'` — the
 /// same rows as `IN ('active', 'grace')` under the column's CHECK — because that is the
 /// predicate of the partial indexes the sweep and the seat count use
-/// (`memberships_sweep_idx`, `memberships_channel_live_idx`).
+/// (`memberships_sweep_idx`, `memberships_live_channel_expiry_idx`).
 macro_rules! holds_access_sql {
     ($m:literal) => {
         concat!($m, ".status <> 'expired'")
@@ -409,7 +409,7 @@ pub async fn lifetime_channels(
         .collect()
 }
 
-pub(crate) const LIFETIME_IN_EVERY_SQL: &str = concat!(
+const LIFETIME_IN_EVERY_SQL: &str = concat!(
     "SELECT count(*) = (SELECT count(DISTINCT c) FROM unnest($2::integer[]) AS c) AS found
      FROM memberships m
      WHERE m.subscriber_id = $1 AND m.channel_id = ANY($2::integer[])

@@ -1,4 +1,5 @@
--- Cheaper row triggers on the payment path and the sweep, with the same effects.
+-- Cheaper writes on the payment path and the sweep, with the same effects: row triggers that
+-- do less for the rows they cannot concern, and two indexes no query needs.
 --
 -- 1. Statistics roll-up markers (0014). A write of a row whose day is today (UTC, by the
 --    writing statement's clock) no longer runs `stats_forget_changed_days` at all: a trigger
@@ -153,3 +154,15 @@ DROP FUNCTION webhook_membership_events_trigger();
 CREATE TRIGGER webhook_membership_events AFTER INSERT ON membership_events
     REFERENCING NEW TABLE AS new_events
     FOR EACH STATEMENT EXECUTE FUNCTION webhook_membership_events_statement_trigger();
+
+-- 3. Two indexes every payment and sweep write paid for and no query needs.
+--    `memberships_channel_live_idx` (channel_id) WHERE status <> 'expired' is a prefix of
+--    `memberships_live_channel_expiry_idx` (channel_id, expires_at) with the same predicate
+--    (0014): every query it served (the seat count, live members of a channel) is served by the
+--    other. `effects_member_pending_idx` (chat_id, user_id, id) of pending effects was the
+--    claim's ordering check until 0010 narrowed that check to access effects, which
+--    `effects_member_access_idx` covers; what remained of its use are the two rare per-chat
+--    statements (is anything pending in this chat, wake this chat's effects), which read the
+--    pending effects through `effects_due_idx`.
+DROP INDEX memberships_channel_live_idx;
+DROP INDEX effects_member_pending_idx;
