@@ -1098,7 +1098,7 @@ fn report(o: &Options, m: &Machine, f: &Figures, sweep: &HashMap<String, f64>) -
             ),
             (
                 &k.current,
-                "the service's payment transaction as it is now, generated from its SQL (5 statements)",
+                "the service's payment transaction as it is now, generated from its SQL (4 statements)",
                 "— (what the code's own statements cost)",
             ),
             (
