@@ -81,9 +81,8 @@ cleanup() {
     # The payment benchmark's private cluster (benches/payments/cluster.rs), if the run was
     # interrupted before the benchmark stopped it: an immediate shutdown (SIGQUIT to its
     # postmaster), then its files.
-    local cluster postmaster
-    for cluster in "$SUBGATE_BENCH_RESULTS"/subgate-pg-"$SUBGATE_BENCH_RUN"; do
-        [[ -d "$cluster" ]] || continue
+    local cluster="$SUBGATE_BENCH_RESULTS/subgate-pg-$SUBGATE_BENCH_RUN" postmaster
+    if [[ -d "$cluster" ]]; then
         postmaster="$(head -n 1 "$cluster/data/postmaster.pid" 2>/dev/null || true)"
         if [[ "$postmaster" =~ ^[0-9]+$ ]] && kill -0 "$postmaster" 2>/dev/null; then
             log "stopping the private PostgreSQL cluster $cluster (pid $postmaster)"
@@ -94,7 +93,7 @@ cleanup() {
             done
         fi
         rm -rf "$cluster"
-    done
+    fi
     [[ -n "$child" ]] && pids+=("$child")
     if [[ -f "$SUBGATE_BENCH_PIDFILE" ]]; then
         while IFS= read -r pid; do
