@@ -7,17 +7,20 @@
 # scripts/ensure-postgres.sh), builds both benchmarks (release profile), then runs
 #   1. benches/sweep.rs     the sweep of SWEEP_BENCH_ROWS overdue memberships (default below)
 #                           against set-based statements with the same writes;
-#   2. benches/payments     a real server on its own database, driven by the load generator,
-#                           and the pgbench references; prints the summary table, with the
-#                           sweep's rows, and leaves it in target/bench/summary.md;
+#   2. benches/payments     a real server on its own database in a private PostgreSQL cluster
+#                           with ssl = on (target/bench/subgate-pg-<run>), driven by the load
+#                           generator, and the pgbench references, each without TLS and with
+#                           TLS; prints the summary table, with the sweep's rows, and leaves it
+#                           in target/bench/summary.md;
 #   3. benches/stats.rs     GET /api/stats/* on 1M memberships and 5M payments (made by SQL),
 #                           each endpoint's median and slowest latency.
 # Arguments go to the payment benchmark, e.g.
 #   make bench ARGS='--connections 32 --duration 30'      scripts/bench.sh --help
 # SWEEP_BENCH_ROWS / SWEEP_BENCH_NAIVE_ROWS / SWEEP_BENCH_PROBE size the sweep; BENCH_SKIP_SWEEP=1
-# leaves it out. STATS_BENCH_SCALE / STATS_BENCH_CALLS size the statistics' run;
+# leaves it out; BENCH_SKIP_PAYMENTS=1 leaves the payment benchmark out. STATS_BENCH_SCALE / STATS_BENCH_CALLS size the statistics' run;
 # BENCH_SKIP_STATS=1 leaves it out. Everything the run starts — the benchmark programs, the server, pgbench — is
-# listed in a pid file and stopped, and this run's databases dropped, however the script ends.
+# listed in a pid file and stopped, the private cluster stopped and removed, and this run's
+# databases dropped, however the script ends.
 # Exits non-zero when a benchmark failed.
 set -euo pipefail
 
@@ -75,6 +78,22 @@ cleanup() {
     # Best effort to the end: one failing step must not leave the rest undone.
     set +e
     local pid pids=() psql names name
+    # The payment benchmark's private cluster (benches/payments/cluster.rs), if the run was
+    # interrupted before the benchmark stopped it: an immediate shutdown (SIGQUIT to its
+    # postmaster), then its files.
+    local cluster="$SUBGATE_BENCH_RESULTS/subgate-pg-$SUBGATE_BENCH_RUN" postmaster
+    if [[ -d "$cluster" ]]; then
+        postmaster="$(head -n 1 "$cluster/data/postmaster.pid" 2>/dev/null || true)"
+        if [[ "$postmaster" =~ ^[0-9]+$ ]] && kill -0 "$postmaster" 2>/dev/null; then
+            log "stopping the private PostgreSQL cluster $cluster (pid $postmaster)"
+            kill -QUIT "$postmaster" 2>/dev/null || true
+            for _ in 1 2 3 4 5 6 7 8 9 10; do
+                kill -0 "$postmaster" 2>/dev/null || break
+                sleep 0.5
+            done
+        fi
+        rm -rf "$cluster"
+    fi
     [[ -n "$child" ]] && pids+=("$child")
     if [[ -f "$SUBGATE_BENCH_PIDFILE" ]]; then
         while IFS= read -r pid; do
@@ -136,10 +155,12 @@ if [[ "${BENCH_SKIP_SWEEP:-0}" != 1 ]]; then
     run cargo bench --quiet --bench sweep || status=$?
     log "sweep benchmark: $((SECONDS - step)) s"
 fi
-step=$SECONDS
-log "payment benchmark: cargo bench --bench payments -- $*"
-run cargo bench --quiet --bench payments -- "$@" || status=$?
-log "payment benchmark: $((SECONDS - step)) s"
+if [[ "${BENCH_SKIP_PAYMENTS:-0}" != 1 ]]; then
+    step=$SECONDS
+    log "payment benchmark: cargo bench --bench payments -- $*"
+    run cargo bench --quiet --bench payments -- "$@" || status=$?
+    log "payment benchmark: $((SECONDS - step)) s"
+fi
 if [[ "${BENCH_SKIP_STATS:-0}" != 1 ]]; then
     step=$SECONDS
     log "statistics benchmark: 1M memberships, 5M payments (scale ${STATS_BENCH_SCALE:-1})"

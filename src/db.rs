@@ -81,6 +81,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "staff_roles",
         include_str!("../migrations/0014_staff_roles.sql"),
     ),
+    (
+        15,
+        "cheaper_writes",
+        include_str!("../migrations/0015_cheaper_writes.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,

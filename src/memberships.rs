@@ -74,7 +74,7 @@ impl Status {
 /// `holds_access_sql!("m")`, for a membership row aliased `m`. Spelled `<> 'expired'` — the
 /// same rows as `IN ('active', 'grace')` under the column's CHECK — because that is the
 /// predicate of the partial indexes the sweep and the seat count use
-/// (`memberships_sweep_idx`, `memberships_channel_live_idx`).
+/// (`memberships_sweep_idx`, `memberships_live_channel_expiry_idx`).
 macro_rules! holds_access_sql {
     ($m:literal) => {
         concat!($m, ".status <> 'expired'")
@@ -645,7 +645,7 @@ pub async fn effect_view_in_chat(
 /// `b` is a plain read: the caller holds the pair's advisory lock, which every writer of this
 /// membership takes first, so the statement's snapshot (taken after that lock) shows the row as
 /// the upsert finds it. The upsert locks the row, last in the lock order.
-const EXTEND_SQL: &str = concat!(
+pub(crate) const EXTEND_SQL: &str = concat!(
     "WITH sub AS (
          SELECT id, telegram_user_id FROM subscribers WHERE id = $1 FOR KEY SHARE
      ), b AS (

@@ -1,6 +1,7 @@
 //! The references: a pgbench script (`payment_tx.sql`, `payment_minimal.sql`) run against the
 //! benchmark's database with prepared statements — by pgbench itself where it is installed
-//! (`pgbench -n -M prepared -c C -T S`, one thread, per-transaction log for the percentiles),
+//! (`pgbench -n -M prepared -c C -j J -T S`, J = as many threads as cores, at most C;
+//! per-transaction log for the percentiles),
 //! else by a small interpreter here that runs the same script the same way from Rust: one
 //! connection per client, every statement prepared once per connection, one round trip per
 //! statement. It understands what the two scripts use: `\set name expression` (integers,
@@ -73,13 +74,27 @@ impl Runner {
 /// One run of a script.
 pub struct Replay {
     pub clients: usize,
+    /// pgbench threads (`-j`); the Rust interpreter runs on the benchmark's one thread.
+    pub threads: usize,
+    /// Transactions completed.
+    pub transactions: u64,
     pub tps: f64,
     /// Per-transaction latency in microseconds, sorted.
     pub latencies_us: Vec<u32>,
 }
 
+/// pgbench threads for `clients` clients: as many as the machine has cores, at most one per
+/// client (pgbench's own rule).
+pub fn threads(clients: usize) -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, clients.max(1))
+}
+
 /// Runs `script` with `clients` clients for `duration`; client `i` (from 0) pays orders
-/// `lo + i`, `lo + i + clients`, … (the scripts' own counter).
+/// `lo + i`, `lo + i + clients`, … (the scripts' own counter). `extra` are further `-D`
+/// defines the script needs.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     runner: &Runner,
     database_url: &str,
@@ -87,13 +102,15 @@ pub async fn run(
     clients: usize,
     duration: Duration,
     lo: i64,
+    extra: &[(&str, String)],
     work_dir: &Path,
 ) -> Result<Replay, String> {
-    let defines = [
+    let mut defines = vec![
         ("lo", lo.to_string()),
         ("clients", clients.to_string()),
         ("k", "0".to_string()),
     ];
+    defines.extend(extra.iter().map(|(k, v)| (*k, v.clone())));
     match runner {
         Runner::Pgbench(pgbench) => {
             run_pgbench(
@@ -125,13 +142,16 @@ async fn run_pgbench(
         .and_then(|s| s.to_str())
         .unwrap_or("script");
     let prefix = work_dir.join(format!("pgbench-{stem}-c{clients}"));
+    let threads = threads(clients);
     // Logs of an earlier run with the same prefix would be read as this run's.
     for old in log_files(&prefix) {
         let _ = std::fs::remove_file(old);
     }
     let mut command = tokio::process::Command::new(pgbench);
     command
-        .args(["-n", "-M", "prepared", "-j", "1"])
+        .args(["-n", "-M", "prepared"])
+        .arg("-j")
+        .arg(threads.to_string())
         .arg("-c")
         .arg(clients.to_string())
         .arg("-T")
@@ -178,6 +198,9 @@ async fn run_pgbench(
     let tps: f64 = field("tps = ")
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .ok_or_else(|| format!("no tps in pgbench's output: {stdout}"))?;
+    let transactions: u64 = field("number of transactions actually processed: ")
+        .and_then(|v| v.split(['/', ' ']).next()?.parse().ok())
+        .ok_or_else(|| format!("no transaction count in pgbench's output: {stdout}"))?;
     let failed: u64 = field("number of failed transactions: ")
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0);
@@ -197,6 +220,8 @@ async fn run_pgbench(
     latencies_us.sort_unstable();
     Ok(Replay {
         clients,
+        threads,
+        transactions,
         tps,
         latencies_us,
     })
@@ -486,6 +511,14 @@ fn bind(value: &str, ty: &Type) -> Result<Box<dyn ToSql + Sync + Send>, String> 
         Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => {
             Box::new(value.to_string())
         }
+        Type::INT4_ARRAY => Box::new(
+            value
+                .trim_matches(|c| c == '{' || c == '}')
+                .split(',')
+                .filter(|v| !v.is_empty())
+                .map(|v| v.trim().parse::<i32>().map_err(|e| bad(&e)))
+                .collect::<Result<Vec<i32>, String>>()?,
+        ),
         _ => return Err(format!("no binding for a parameter of type {ty}")),
     })
 }
@@ -506,6 +539,10 @@ fn column_text(row: &Row, i: usize) -> Option<String> {
             .get::<_, Option<DateTime<Utc>>>(i)
             .map(|v| v.to_rfc3339()),
         Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => row.get::<_, Option<String>>(i),
+        Type::INT4_ARRAY => row.get::<_, Option<Vec<i32>>>(i).map(|v| {
+            let items: Vec<String> = v.iter().map(i32::to_string).collect();
+            format!("{{{}}}", items.join(","))
+        }),
         _ => None,
     }
 }
@@ -572,6 +609,8 @@ async fn run_rust(
     latencies_us.sort_unstable();
     Ok(Replay {
         clients,
+        threads: 1,
+        transactions: latencies_us.len() as u64,
         tps: latencies_us.len() as f64 / elapsed.as_secs_f64(),
         latencies_us,
     })

@@ -26,6 +26,8 @@ pub struct Server {
 /// sweep), so the payment path is all it does.
 pub struct ServerEnv<'a> {
     pub database_url: &'a str,
+    /// `DATABASE_CA_CERT`: the CA of the private cluster's certificate, for `sslmode=require`.
+    pub ca_cert: Option<&'a Path>,
     pub webhook_secret: &'a str,
     pub jwt_secret: &'a str,
 }
@@ -50,10 +52,11 @@ impl Server {
             .env("BIND_ADDR", addr.to_string())
             .env("JWT_SECRET", env.jwt_secret)
             .env("WEBHOOK_SECRET", env.webhook_secret)
-            .env("LOG_FORMAT", "json")
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err);
+            .env("LOG_FORMAT", "json");
+        if let Some(ca) = env.ca_cert {
+            command.env("DATABASE_CA_CERT", ca);
+        }
+        command.stdin(Stdio::null()).stdout(out).stderr(err);
         let started = Instant::now();
         let child = command
             .spawn()

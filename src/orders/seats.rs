@@ -100,6 +100,9 @@ pub struct LockedOrder {
     pub channels: Vec<LockedChannel>,
     pub plan: PlanTerms,
     pub subscriber_telegram_id: i64,
+    /// How many of the plan's channels the subscriber holds for life (read under the pair
+    /// locks by the statement that locked the order; see [`held_for_life`]).
+    lifetime_channels: i64,
 }
 
 impl LockedOrder {
@@ -270,13 +273,26 @@ const PAIR_BY_REFERENCE_SQL: &str = concat!(
 // channel's terms `FOR KEY SHARE`, its subscriber's Telegram id and its plan's terms and channels (no lock: a
 // plan's channels cannot change once it has orders, and its period is read at apply time), in
 // one statement. The order's foreign keys keep the channel, the plan and the subscriber alive
-// while we hold the order row, so the joins find them whenever the order is found.
-const LOCK_ORDER_SQL: &str = concat!(
+// while we hold the order row, so the joins find them whenever the order is found. It also
+// counts the plan's channels (the order's own for a plan without rows in `plan_channels`) the
+// subscriber holds for life, as `memberships::lifetime_in_every` does: the caller holds every
+// pair lock of the order, which each writer of those memberships takes first, so this
+// statement's snapshot is as current as a later one's would be ([`held_for_life`]).
+pub(crate) const LOCK_ORDER_SQL: &str = concat!(
     "SELECT o.*, c.active, c.seat_limit, c.billing_period_days, s.telegram_user_id,
             p.kind AS plan_kind, p.period_days AS plan_period_days,
             p.recurring AS plan_recurring, p.active AS plan_active,
             ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = o.plan_id
-                  ORDER BY pc.channel_id) AS plan_channel_ids
+                  ORDER BY pc.channel_id) AS plan_channel_ids,
+            (SELECT count(*) FROM memberships lm
+             WHERE lm.subscriber_id = o.subscriber_id
+               AND lm.channel_id = ANY (COALESCE(
+                   NULLIF(ARRAY(SELECT pc.channel_id FROM plan_channels pc
+                                WHERE pc.plan_id = o.plan_id), '{}'::integer[]),
+                   ARRAY[o.channel_id]))
+               AND lm.expires_at = 'infinity' AND ",
+    crate::memberships::holds_access_sql!("lm"),
+    ") AS lifetime_channels
      FROM (SELECT ",
     order_columns!(),
     " FROM orders WHERE id = $1 FOR UPDATE) AS o
@@ -375,6 +391,7 @@ pub async fn lock_order_of_locked_pair(
         channels,
         plan,
         subscriber_telegram_id: row.try_get("telegram_user_id")?,
+        lifetime_channels: row.try_get("lifetime_channels")?,
     }))
 }
 
@@ -646,10 +663,11 @@ pub async fn holds_live(client: &impl deadpool_postgres::GenericClient) -> Resul
 
 /// Whether every channel of the order's plan is held for life already (`expires_at =
 /// 'infinity'`, in a status that holds access): one more purchase or claim would buy nothing.
-/// The caller holds the pair locks.
-pub async fn held_for_life(tx: &Transaction<'_>, locked: &LockedOrder) -> Result<bool, ApiError> {
-    let ids: Vec<i32> = locked.channels.iter().map(|c| c.id.0).collect();
-    crate::memberships::lifetime_in_every(tx, locked.order.subscriber(), &ids).await
+/// Read by the statement that locked the order, under every pair lock of the order (so no
+/// membership of those pairs can change until the caller commits), as
+/// [`crate::memberships::lifetime_in_every`] would read it; no round trip of its own.
+pub fn held_for_life(locked: &LockedOrder) -> bool {
+    locked.lifetime_channels == locked.channels.len() as i64
 }
 
 /// The seat rule of one channel of an order.

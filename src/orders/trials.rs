@@ -111,7 +111,7 @@ pub async fn claim(
     {
         return Ok(Err(ClaimRefusal::TrialUsed));
     }
-    if seats::held_for_life(tx, &locked).await? {
+    if seats::held_for_life(&locked) {
         return Ok(Err(ClaimRefusal::AlreadyLifetime));
     }
     if !seats::claim_finds_seats(tx, &locked).await? {

@@ -471,6 +471,24 @@ async fn apply_in(
     })
 }
 
+/// The statements a new payment issues between `BEGIN` and `COMMIT` when it pays a pending
+/// order of a plan of one unlimited channel with no promo code (door 1's common case), in
+/// order, each with a name: [`stored_or_lock_pair`], the order's locks and what the checks read
+/// ([`seats::lock_order_of_locked_pair`]), the payment insert that marks the order paid
+/// ([`insert`]) and the membership's extension with its event and grant
+/// ([`memberships::extend_at_least`]). `benches/payments` replays these
+/// very constants with pgbench (its "current transaction" reference), so that replay cannot
+/// drift from the code. Not an API.
+#[doc(hidden)]
+pub fn new_payment_statements() -> [(&'static str, &'static str); 4] {
+    [
+        ("stored_or_lock_pair", STORED_OR_PAIR_SQL),
+        ("lock_order", seats::LOCK_ORDER_SQL),
+        ("insert_and_mark_paid", INSERT_SQL),
+        ("extend", memberships::EXTEND_SQL),
+    ]
+}
+
 /// What the transaction's first statement found ([`stored_or_lock_pair`]).
 enum Start {
     /// This (gateway, external_id) is stored: a repeat, answered from the stored row.
@@ -934,7 +952,7 @@ async fn check_renewal(
     }
     // A renewal of access that is lifetime by now would buy nothing (and stops the
     // subscription, like any refused renewal).
-    if seats::held_for_life(tx, l).await? {
+    if seats::held_for_life(l) {
         return Ok(Some(Reason::AlreadyLifetime));
     }
     // No hold: the order's hold (if any) belonged to its first payment. A live member renews
@@ -996,7 +1014,7 @@ async fn check(
     }
     // The buyer already has lifetime access: the payment would buy nothing (under the pair
     // lock, so no grant can come between this and the extension).
-    if seats::held_for_life(tx, l).await? {
+    if seats::held_for_life(l) {
         return Ok(Some(Reason::AlreadyLifetime));
     }
     // A promo price is paid only while the order holds its code's use, or may take it again.
