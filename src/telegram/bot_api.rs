@@ -59,7 +59,8 @@ pub enum Urgency {
 /// The pace of one bot: the next free slot for any call (one every `1 / GLOBAL_RATE` s) and, per
 /// chat, the next moment a message to that chat may be sent. Shared by every [`BotApi`] of the
 /// bot in this process. A slot is taken by a caller that is ready for it; callers waiting for one
-/// sleep until it and try again, and a normal caller gives way while an urgent one waits.
+/// sleep until it and try again, and a normal caller gives way while an urgent one waits for
+/// the next slot (not while it waits for its chat's).
 #[derive(Debug, Default)]
 pub struct Pacer {
     state: Mutex<PacerState>,
@@ -74,19 +75,29 @@ struct PacerState {
     urgent_waiting: usize,
 }
 
-/// Counts a caller among the waiting while it waits (also when its future is dropped).
+/// Counts a caller among the waiting while it waits (also when its future is dropped), and
+/// among the urgent ones while it is urgent and waits for the global slot only.
 struct Waiting<'a> {
     pacer: &'a Pacer,
     urgent: bool,
 }
 
 impl<'a> Waiting<'a> {
-    fn new(pacer: &'a Pacer, s: &mut PacerState, urgent: bool) -> Waiting<'a> {
+    fn new(pacer: &'a Pacer, s: &mut PacerState) -> Waiting<'a> {
         s.waiting += 1;
-        if urgent {
-            s.urgent_waiting += 1;
+        Waiting {
+            pacer,
+            urgent: false,
         }
-        Waiting { pacer, urgent }
+    }
+
+    fn set_urgent(&mut self, s: &mut PacerState, urgent: bool) {
+        match (self.urgent, urgent) {
+            (false, true) => s.urgent_waiting += 1,
+            (true, false) => s.urgent_waiting -= 1,
+            _ => {}
+        }
+        self.urgent = urgent;
     }
 }
 
@@ -139,8 +150,11 @@ impl Pacer {
                     .and_then(|c| s.next_for_chat.get(&c).copied())
                     .map_or(now, |t| t.max(now));
                 let at = slot.max(chat_slot);
-                let waiters = if urgent { s.urgent_waiting } else { s.waiting };
-                let ahead = waiters - usize::from(waiting.is_some());
+                let ahead = if urgent {
+                    s.urgent_waiting - usize::from(waiting.as_ref().is_some_and(|w| w.urgent))
+                } else {
+                    s.waiting - usize::from(waiting.is_some())
+                };
                 let expected = at.max(now + interval * ahead as u32);
                 if expected - now > MAX_WAIT || (!urgent && now - started > MAX_WAIT) {
                     return Err((expected - now).max(interval));
@@ -162,9 +176,9 @@ impl Pacer {
                     }
                     return Ok(());
                 }
-                if waiting.is_none() {
-                    waiting = Some(Waiting::new(self, &mut s, urgent));
-                }
+                // An urgent call waiting for its chat's slot holds nobody back meanwhile.
+                let w = waiting.get_or_insert_with(|| Waiting::new(self, &mut s));
+                w.set_urgent(&mut s, urgent && chat_slot <= now);
                 if yields && at <= now {
                     now + interval
                 } else {
@@ -907,6 +921,37 @@ mod tests {
         let order = order.lock().unwrap().clone();
         assert_eq!(order.len(), 6);
         assert_eq!(order[1], "urgent", "{order:?}");
+    }
+
+    #[tokio::test]
+    async fn an_urgent_call_waiting_for_its_chat_holds_no_normal_call_back() {
+        let pacer = Arc::new(Pacer::default());
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let call = |name: &'static str, chat: Option<i64>, urgency: Urgency| {
+            let (pacer, order) = (pacer.clone(), order.clone());
+            tokio::spawn(async move {
+                pacer
+                    .acquire(chat, Duration::from_millis(300), urgency)
+                    .await
+                    .expect("within MAX_WAIT");
+                order.lock().unwrap().push(name);
+            })
+        };
+        call("first to the chat", Some(7), Urgency::Urgent)
+            .await
+            .unwrap();
+        // The chat's next message is 300 ms away: this urgent call waits for its chat.
+        let second = call("second to the chat", Some(7), Urgency::Urgent);
+        while pacer.lock().waiting < 1 {
+            tokio::task::yield_now().await;
+        }
+        let other = call("normal", None, Urgency::Normal);
+        other.await.unwrap();
+        second.await.unwrap();
+        assert_eq!(
+            order.lock().unwrap().clone(),
+            ["first to the chat", "normal", "second to the chat"]
+        );
     }
 
     #[test]
