@@ -13,7 +13,9 @@
 #                           TLS; prints the summary table, with the sweep's rows, and leaves it
 #                           in target/bench/summary.md;
 #   3. benches/stats.rs     GET /api/stats/* on 1M memberships and 5M payments (made by SQL),
-#                           each endpoint's median and slowest latency.
+#                           each endpoint's median and slowest latency;
+#   4. benches/access       time from a payment to its grant message at a fake Bot API that
+#                           enforces Telegram's limits, behind queued invoices, and a burst.
 # Arguments go to the payment benchmark, e.g.
 #   make bench ARGS='--connections 32 --duration 30'      scripts/bench.sh --help
 # SWEEP_BENCH_ROWS / SWEEP_BENCH_NAIVE_ROWS / SWEEP_BENCH_PROBE size the sweep; BENCH_SKIP_SWEEP=1
@@ -58,7 +60,7 @@ SUBGATE_BENCH_RESULTS="$ROOT/target/bench"
 export SUBGATE_BENCH_RESULTS
 mkdir -p "$SUBGATE_BENCH_RESULTS"
 rm -f "$SUBGATE_BENCH_RESULTS/sweep.tsv" "$SUBGATE_BENCH_RESULTS/payments.tsv" \
-    "$SUBGATE_BENCH_RESULTS/stats.tsv" \
+    "$SUBGATE_BENCH_RESULTS/stats.tsv" "$SUBGATE_BENCH_RESULTS/access.tsv" \
     "$SUBGATE_BENCH_RESULTS/summary.md"
 SUBGATE_BENCH_PIDFILE="$SUBGATE_BENCH_RESULTS/pids.$SUBGATE_BENCH_RUN"
 export SUBGATE_BENCH_PIDFILE
@@ -104,7 +106,7 @@ cleanup() {
     local alive=()
     for pid in "${pids[@]}"; do
         if kill -0 "$pid" 2>/dev/null &&
-            grep -qa -e subgate -e pgbench -e payments -e sweep -e stats -e cargo "/proc/$pid/cmdline" 2>/dev/null; then
+            grep -qa -e subgate -e pgbench -e payments -e sweep -e stats -e access -e cargo "/proc/$pid/cmdline" 2>/dev/null; then
             alive+=("$pid")
         fi
     done
@@ -145,7 +147,7 @@ run() {
 
 started=$SECONDS
 log "building the benchmarks (release profile)"
-run cargo bench --no-run --bench payments --bench sweep --bench stats
+run cargo bench --no-run --bench payments --bench sweep --bench stats --bench access
 log "built in $((SECONDS - started)) s"
 
 status=0
@@ -166,6 +168,16 @@ if [[ "${BENCH_SKIP_STATS:-0}" != 1 ]]; then
     log "statistics benchmark: 1M memberships, 5M payments (scale ${STATS_BENCH_SCALE:-1})"
     run cargo bench --quiet --bench stats || status=$?
     log "statistics benchmark: $((SECONDS - step)) s"
+fi
+# Access: time from a payment's 200 to its grant message, the same behind 10,000 queued
+# invoices, and a burst of payments granted at Telegram's limits (a fake Bot API enforcing
+# them). ACCESS_BENCH_SEQUENTIAL / ACCESS_BENCH_QUEUED / ACCESS_BENCH_BEHIND /
+# ACCESS_BENCH_BURST size it; BENCH_SKIP_ACCESS=1 leaves it out.
+if [[ "${BENCH_SKIP_ACCESS:-0}" != 1 ]]; then
+    step=$SECONDS
+    log "access benchmark: time to access and a burst of ${ACCESS_BENCH_BURST:-3000} payments"
+    run cargo bench --quiet --bench access || status=$?
+    log "access benchmark: $((SECONDS - step)) s"
 fi
 log "whole run $((SECONDS - started)) s"
 exit "$status"

@@ -1,13 +1,15 @@
 //! Background loops that run inside `subgate serve`. Each `select!`s on its interval and the
 //! shutdown signal, and each unit of work is idempotent, so stopping mid-way is harmless.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
+
+use tokio::sync::Notify;
 
 use crate::{
     AppState, audits, channels,
     shutdown::ShutdownSignal,
     stats, sweep, telegram,
-    worker::{Options, Worker},
+    worker::{Options, Worker, listen},
 };
 
 /// Runs every configured loop until shutdown.
@@ -74,23 +76,36 @@ pub async fn stats_loop(state: AppState, shutdown: ShutdownSignal) {
     }
 }
 
-/// How often the effects worker looks for due effects.
+/// How often the effects worker looks for due effects without being woken: the fallback of the
+/// wake-up at commit ([`crate::worker::listen`]) and the timer of effects due later (retries,
+/// reminders, Telegram's `retry_after`).
 pub const EFFECTS_POLL: Duration = Duration::from_secs(2);
 /// How often it scans for due reminders (refunds are looked for at every poll).
 pub const EFFECTS_SCAN: Duration = Duration::from_secs(60);
 /// How often it reconciles Stars transactions with `getStarTransactions`.
 pub const STARS_RECONCILE: Duration = Duration::from_secs(600);
 
-/// The Telegram effects worker: enqueues pending refunds and performs due effects every
-/// [`EFFECTS_POLL`], scans for reminders every [`EFFECTS_SCAN`] and reconciles Stars every
-/// [`STARS_RECONCILE`] (all three first at start-up). Without `TELEGRAM_BOT_TOKEN` (and without dry-run) it says
+/// The Telegram effects worker ([`effects_loop_every`] with [`EFFECTS_POLL`]).
+pub async fn effects_loop(state: AppState, shutdown: ShutdownSignal) {
+    effects_loop_every(state, shutdown, EFFECTS_POLL).await;
+}
+
+/// The Telegram effects worker: performs due effects as soon as one may have been committed (a
+/// commit of this process, or a notification from another one on its listening connection:
+/// [`crate::worker::listen`]), after every (re)connect of that connection, and every `poll` in
+/// any case; enqueues pending refunds at each
+/// run, scans for reminders every [`EFFECTS_SCAN`] and reconciles Stars every
+/// [`STARS_RECONCILE`] (all three first at start-up). A run that stopped at its cap of effects
+/// is followed by the next at once. Without `TELEGRAM_BOT_TOKEN` (and without dry-run) it says
 /// so once and stops: effects stay queued until a restart with a token. On shutdown, the
 /// effect being performed is finished and recorded; no new one is claimed. An effect left
 /// claimed by a process that was killed mid-call is claimed again when its lease (30 s, renewed
-/// while a live worker performs it) runs out. The one worker is kept across polls, so an outage
+/// while a live worker performs it) runs out. The one worker is kept across runs, so an outage
 /// it found holds claims back until its probe (at most every few seconds) answers.
-pub async fn effects_loop(state: AppState, shutdown: ShutdownSignal) {
-    let worker = Worker::new(state.clone(), Options::default());
+pub async fn effects_loop_every(state: AppState, shutdown: ShutdownSignal, poll: Duration) {
+    let options = Options::default();
+    let max_effects = options.max_effects;
+    let worker = Worker::new(state.clone(), options);
     if !worker.is_enabled() {
         tracing::warn!(
             "TELEGRAM_BOT_TOKEN is not set: Telegram effects are queued but not performed \
@@ -101,10 +116,25 @@ pub async fn effects_loop(state: AppState, shutdown: ShutdownSignal) {
     if state.config.telegram_dry_run {
         tracing::info!("TELEGRAM_DRY_RUN=true: Bot API calls are logged, not made");
     }
-    let mut ticks = shutdown.ticks(EFFECTS_POLL);
+    let wake = Arc::new(Notify::new());
+    let target = listen::Target {
+        database_url: state.config.database_url.clone(),
+        ca_cert: state.config.database_ca_cert.clone(),
+    };
+    let listener = tokio::spawn(listen::listen(target, wake.clone(), shutdown.clone()));
+    let mut commits = crate::db::commits();
+    let mut ticks = shutdown.ticks(poll);
     let mut last_scan: Option<tokio::time::Instant> = None;
     let mut last_reconcile: Option<tokio::time::Instant> = None;
-    while ticks.next().await {
+    loop {
+        let go = tokio::select! {
+            more = ticks.next() => more,
+            () = wake.notified() => !shutdown.is_triggered(),
+            Ok(()) = commits.changed() => !shutdown.is_triggered(),
+        };
+        if !go {
+            break;
+        }
         let due = |last: Option<tokio::time::Instant>, every: Duration| {
             last.is_none_or(|t| t.elapsed() >= every)
         };
@@ -113,8 +143,13 @@ pub async fn effects_loop(state: AppState, shutdown: ShutdownSignal) {
             last_scan = Some(tokio::time::Instant::now());
         }
         let stop = || shutdown.is_triggered();
-        if let Err(e) = worker.run(scan, &stop).await {
-            tracing::error!(error = %e, "effects run failed; trying again at the next tick");
+        match worker.run(scan, &stop).await {
+            // Stopped at its cap with more due, maybe: the next run starts at once.
+            Ok(report) if report.attempted() >= max_effects => wake.notify_one(),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!(error = %e, "effects run failed; trying again at the next tick");
+            }
         }
         if due(last_reconcile, STARS_RECONCILE) && !shutdown.is_triggered() {
             last_reconcile = Some(tokio::time::Instant::now());
@@ -123,6 +158,8 @@ pub async fn effects_loop(state: AppState, shutdown: ShutdownSignal) {
             }
         }
     }
+    listener.abort();
+    let _ = listener.await;
 }
 
 /// At start-up: a running audit whose heartbeat stopped was left by a dead process; it is

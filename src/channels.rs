@@ -649,6 +649,23 @@ pub async fn store_invite_link(
     )
 }
 
+const STORED_INVITE_LINK_SQL: &str =
+    "SELECT invite_link FROM channels WHERE id = $1 AND telegram_chat_id = $2";
+
+/// Channel `id`'s stored join link, while the channel is still in chat `chat`.
+pub async fn stored_invite_link(
+    client: &impl GenericClient,
+    id: i32,
+    chat: i64,
+) -> Result<Option<String>, ApiError> {
+    Ok(
+        match db::row_opt(client, STORED_INVITE_LINK_SQL, &[&id, &chat]).await? {
+            Some(r) => r.try_get("invite_link")?,
+            None => None,
+        },
+    )
+}
+
 const SET_TELEGRAM_STATUS_SQL: &str = "UPDATE channels
      SET telegram_status = $2, telegram_status_at = statement_timestamp()
      WHERE telegram_chat_id = $1 AND telegram_status <> $2

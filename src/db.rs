@@ -86,6 +86,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "cheaper_writes",
         include_str!("../migrations/0015_cheaper_writes.sql"),
     ),
+    (
+        16,
+        "effects_wake_up",
+        include_str!("../migrations/0016_effects_wake_up.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,
@@ -152,11 +157,8 @@ pub fn pool_with_ca_cert(
     max_size: usize,
     ca_cert: Option<&Path>,
 ) -> Result<Pool, ApiError> {
-    let tls::Target {
-        config: mut pg,
-        ssl_mode,
-    } = tls::parse_url(database_url).map_err(ApiError::internal)?;
-    let connector = tls::connector(ssl_mode, ca_cert).map_err(ApiError::internal)?;
+    let (mut pg, connector) = connect_config(database_url, ca_cert)?;
+    // Already completed; called again (it only fills in what is unset) for the bound it returns.
     let create_timeout = complete_config(&mut pg);
     let manager = Manager::from_config(
         pg,
@@ -173,6 +175,30 @@ pub fn pool_with_ca_cert(
         .recycle_timeout(Some(Duration::from_secs(5)))
         .build()
         .map_err(ApiError::internal)
+}
+
+/// How every connection of the process is made: the PostgreSQL configuration of `database_url`
+/// (its hosts, `target_session_attrs`, …) completed by [`complete_config`] (connect and TCP user
+/// timeouts, the application name `subgate`, unless the URL sets them), and the TLS connector its
+/// `sslmode` asks for (with the roots of `ca_cert`). The pool's connections and the effects worker's listening connection
+/// ([`crate::worker::listen`]) are both made from it.
+pub fn connect_config(
+    database_url: &str,
+    ca_cert: Option<&Path>,
+) -> Result<
+    (
+        tokio_postgres::Config,
+        tokio_postgres_rustls::MakeRustlsConnect,
+    ),
+    ApiError,
+> {
+    let tls::Target {
+        config: mut pg,
+        ssl_mode,
+    } = tls::parse_url(database_url).map_err(ApiError::internal)?;
+    let connector = tls::connector(ssl_mode, ca_cert).map_err(ApiError::internal)?;
+    complete_config(&mut pg);
+    Ok((pg, connector))
 }
 
 /// Applies every migration not yet applied, each in its own transaction, under an advisory lock.
@@ -270,6 +296,27 @@ pub enum Step<T> {
     Retry,
 }
 
+/// Counts the commits of [`transaction!`](crate::transaction) in this process; see [`commits`].
+fn commit_counter() -> &'static tokio::sync::watch::Sender<u64> {
+    static COMMITS: std::sync::OnceLock<tokio::sync::watch::Sender<u64>> =
+        std::sync::OnceLock::new();
+    COMMITS.get_or_init(|| tokio::sync::watch::channel(0).0)
+}
+
+/// Says that a transaction of this process committed (the runner does it after each commit;
+/// code that commits a transaction of its own that may enqueue effects calls it too). An
+/// atomic update and a wake-up of the waiting receivers, nothing more.
+pub fn announce_commit() {
+    commit_counter().send_modify(|n| *n = n.wrapping_add(1));
+}
+
+/// A receiver that sees a change after every commit announced from now on ([`announce_commit`]):
+/// how the effects worker of this process learns, without asking the database, that effects
+/// may have been committed. Changes are folded: a receiver that was busy sees one.
+pub fn commits() -> tokio::sync::watch::Receiver<u64> {
+    commit_counter().subscribe()
+}
+
 /// Ends one attempt of [`transaction!`](crate::transaction): commits on success, rolls back on
 /// error, and asks for another attempt after a deadlock or serialization failure (with a short,
 /// growing, jittered pause) while attempts remain.
@@ -279,7 +326,13 @@ pub async fn finish<T>(
     attempt: usize,
 ) -> Step<T> {
     let outcome = match result {
-        Ok(v) => tx.commit().await.map(|_| v).map_err(ApiError::from),
+        Ok(v) => {
+            let committed = tx.commit().await.map(|_| v).map_err(ApiError::from);
+            if committed.is_ok() {
+                announce_commit();
+            }
+            committed
+        }
         Err(e) => {
             // Dropping would roll back too; doing it here leaves the connection clean now.
             let _ = tx.rollback().await;

@@ -83,6 +83,8 @@ pub async fn record_rights(
         woken = effects::wake_chat(&tx, chat).await?;
     }
     tx.commit().await?;
+    // Paused effects may have been made due: wake the worker.
+    crate::db::announce_commit();
     if let Some(channel_id) = changed {
         match status {
             TelegramStatus::NoRights => tracing::warn!(

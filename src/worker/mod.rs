@@ -17,6 +17,12 @@
 //! when repeated. A database error while recording gives the lease back, so the effect is due
 //! again.
 //!
+//! **Priority and wake-up.** A claim takes access effects ([`is_access`]) before every other
+//! kind, then by due time and id, and their Bot API calls take the pacer's next slot before
+//! waiting messages ([`Urgency`](crate::telegram::bot_api::Urgency)): a buyer who paid is never
+//! queued behind invoices, receipts or reminders. Inside `serve` the worker is woken when an
+//! effect is committed ([`listen`]), and polls besides.
+//!
 //! **Ordering.** The access effects of one chat member (`chat_id`, `user_id`) — grant, revoke,
 //! join approve and decline, unban ([`is_access`]) — are performed one at a time, in creation
 //! (`id`) order: one is claimed only when no earlier access effect of that member is `pending`
@@ -59,13 +65,14 @@
 mod bans;
 mod bot;
 mod health;
+pub mod listen;
 mod perform;
 
 pub use self::health::PROBE_EVERY;
 
 use std::{
-    collections::HashSet,
-    sync::Mutex,
+    collections::{HashMap, HashSet},
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -169,7 +176,7 @@ pub struct RunReport {
 
 impl RunReport {
     /// Effects attempted so far (whatever became of them).
-    fn attempted(&self) -> u64 {
+    pub fn attempted(&self) -> u64 {
         self.done
             + self.retried
             + self.rate_limited
@@ -215,6 +222,9 @@ pub struct Worker {
     options: Options,
     /// Whether Telegram answers, shared by the lanes and kept across runs.
     health: Health,
+    /// Per channel, held while its join link is made: lanes granting in a channel that has
+    /// none wait for the first to make and store it, instead of each making one.
+    link_locks: Mutex<HashMap<i32, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Worker {
@@ -227,7 +237,18 @@ impl Worker {
             bot,
             options,
             health: Health::default(),
+            link_locks: Mutex::default(),
         }
+    }
+
+    /// The lock held while channel `channel`'s join link is made.
+    fn link_lock(&self, channel: i32) -> Arc<tokio::sync::Mutex<()>> {
+        self.link_locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(channel)
+            .or_default()
+            .clone()
     }
 
     /// False without a bot token and without dry-run: effects then stay queued.
@@ -417,8 +438,9 @@ const RENEW_SQL: &str =
      WHERE id = $1 AND lease_token = $2 AND status = 'pending'
      RETURNING id";
 
-/// The access kinds, which are ordered per member (as a SQL list; the partial index
-/// `effects_member_access_idx` covers exactly these).
+/// The access kinds, which are ordered per member and claimed before every other kind (as a
+/// SQL list; the partial index `effects_member_access_idx` covers exactly these, and the claim
+/// index `effects_claim_idx` leads with `kind NOT IN` this list).
 macro_rules! access_kinds_sql {
     () => {
         "('grant', 'revoke', 'join_approve', 'join_decline', 'unban')"
@@ -464,7 +486,9 @@ const CANDIDATE_SQL: &str = concat!(
     " AND e.chat_id IN (",
     channels::no_rights_chats_sql!(),
     "))
-     ORDER BY next_attempt_at, id
+     ORDER BY (kind NOT IN ",
+    access_kinds_sql!(),
+    "), next_attempt_at, id
      LIMIT 1
      FOR UPDATE SKIP LOCKED"
 );

@@ -25,7 +25,7 @@ use crate::{
     present::texts,
     telegram::{
         JoinDecision,
-        bot_api::{BotApi, BotError},
+        bot_api::{BotApi, BotError, Urgency},
         join_request_decision,
         recovery::{self, RefundSearch, find_refund},
     },
@@ -163,6 +163,14 @@ impl Worker {
     /// the Bot API calls.
     pub(super) async fn perform(&self, client: Object, bot: &BotApi, e: &Effect) -> Attempt {
         let kind = e.kind;
+        // Access changes take the pacer's next slot before waiting messages.
+        let urgent;
+        let bot = if super::is_access(kind) {
+            urgent = bot.with_urgency(Urgency::Urgent);
+            &urgent
+        } else {
+            bot
+        };
         match kind {
             Kind::Refund => self.refund(client, bot, e).await,
             Kind::BotMessage | Kind::Invoice | Kind::SubscriptionCancel => {
@@ -286,14 +294,23 @@ impl Worker {
 
     /// The channel's join-request link: the stored one, or a new one stored for every later
     /// grant, in one short statement on a connection taken after the call (none is held
-    /// during it). Two grants racing here both create a link; the first stored wins and is
-    /// used by both.
+    /// during it). The lanes of this worker make one link per channel: the first to need it
+    /// makes it while the others wait, then read the stored one. Two processes racing here
+    /// both create a link; the first stored wins and is used by both.
     async fn channel_link(
         &self,
         bot: &BotApi,
         channel_id: i32,
         chat: i64,
     ) -> Result<String, Failure> {
+        let lock = self.link_lock(channel_id);
+        let _making = lock.lock().await;
+        if !bot.is_dry_run() {
+            let client = self.state.db.get().await.map_err(ApiError::from)?;
+            if let Some(link) = channels::stored_invite_link(&client, channel_id, chat).await? {
+                return Ok(link);
+            }
+        }
         let link = bot
             .create_join_request_link(chat, "subgate members")
             .await

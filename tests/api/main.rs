@@ -33,6 +33,7 @@ mod effects_convergence;
 mod effects_delivery;
 mod effects_refunds;
 mod effects_retries;
+mod effects_wake;
 mod exports;
 mod failover;
 mod gateway_refunds;

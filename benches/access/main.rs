@@ -1,0 +1,610 @@
+//! `make bench`, access: how soon a payment turns into its grant message at Telegram, and how
+//! fast a burst of payments is granted, against a fake Bot API that enforces Telegram's limits.
+//!
+//! The release-built `subgate serve` runs as a child process on its own database with
+//! `TELEGRAM_BOT_TOKEN` set and `TELEGRAM_API_URL` pointing at the fake ([`fake_bot`]: 429 with
+//! `retry_after` above 30 calls in any second or a second message to one chat within a second;
+//! it counts calls by method and its 429s). Payments come through door 1 (signed
+//! `payment.succeeded` deliveries); each pays one pending order of its own buyer in one of ten
+//! channels (the burst's in ten others, whose join links its first grants make), so each is one
+//! `grant` effect, one message to one chat. Three phases:
+//!
+//! 1. **time to access**: `ACCESS_BENCH_SEQUENTIAL` payments (default 100), one at a time, each
+//!    timed from its 200 to its grant message at the fake; p50, p99, max.
+//! 2. **behind a queue**: `ACCESS_BENCH_QUEUED` invoice effects (default 10,000; Stars invoices
+//!    of pending orders, inserted by SQL and committed at once) are queued first; then
+//!    `ACCESS_BENCH_BEHIND` payments (default 20), one every 250 ms, timed the same way while
+//!    the invoices drain at the pace. The invoices left are then marked done.
+//! 3. **burst**: `ACCESS_BENCH_BURST` payments (default 3,000) sent over 16 connections as fast
+//!    as the server takes them; grants/s from the first payment sent to the last grant message,
+//!    Bot API calls per grant and the 429s of the phase.
+//!
+//! A plain `harness = false` main. Environment as the payment benchmark's
+//! (`SUBGATE_TEST_DATABASE_URL`, `SUBGATE_BENCH_RUN`, `SUBGATE_BENCH_PIDFILE`,
+//! `SUBGATE_BENCH_RESULTS`: the figures are left in `access.tsv` there).
+
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../fake_bot/mod.rs"]
+mod fake_bot;
+
+use std::{
+    fs::File,
+    io::Write,
+    net::SocketAddr,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use common::{admin_url, url_for};
+use fake_bot::{Counts, FakeBot};
+use subgate::{
+    db,
+    payments::standard_webhooks::{WebhookKey, sign},
+};
+use tokio_postgres::NoTls;
+
+/// The bench bot's token (the fake accepts any).
+const TOKEN: &str = "424242:benchBENCHbenchBENCHbenchBENCHbench";
+const CHANNELS: i64 = 10;
+const AMOUNT_MINOR: i64 = 19_900;
+/// Buyers of the queued invoices are numbered from here (payers from 1).
+const INVOICE_BUYERS: i64 = 10_000_000;
+/// How long one payment's grant may take before the benchmark gives up.
+const GRANT_LIMIT: Duration = Duration::from_secs(30);
+
+fn env_or(name: &str, default: i64) -> i64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A PostgreSQL error with the server's message.
+fn pg(e: tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(d) => d.message().to_string(),
+        None => e.to_string(),
+    }
+}
+
+fn progress(message: impl std::fmt::Display) {
+    eprintln!("[bench] access: {message}");
+}
+
+/// Appends a process id to `$SUBGATE_BENCH_PIDFILE` (see the payment benchmark).
+fn record_pid(pid: u32) {
+    if let Some(path) = std::env::var_os("SUBGATE_BENCH_PIDFILE").filter(|p| !p.is_empty())
+        && let Ok(mut f) = File::options().create(true).append(true).open(path)
+    {
+        let _ = writeln!(f, "{pid}");
+    }
+}
+
+fn main() {
+    record_pid(std::process::id());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    if let Err(e) = runtime.block_on(run()) {
+        eprintln!("benches/access: {e}");
+        std::process::exit(1);
+    }
+}
+
+struct Sizes {
+    sequential: i64,
+    queued: i64,
+    behind: i64,
+    burst: i64,
+}
+
+async fn run() -> Result<(), String> {
+    let sizes = Sizes {
+        sequential: env_or("ACCESS_BENCH_SEQUENTIAL", 100).max(1),
+        queued: env_or("ACCESS_BENCH_QUEUED", 10_000).max(0),
+        behind: env_or("ACCESS_BENCH_BEHIND", 20).max(1),
+        burst: env_or("ACCESS_BENCH_BURST", 3_000).max(1),
+    };
+    let (admin, connection) = tokio_postgres::connect(&admin_url(), NoTls)
+        .await
+        .map_err(|e| format!("cannot reach PostgreSQL ({e}); run `make bench`"))?;
+    tokio::spawn(connection);
+    let stale = admin
+        .query(
+            r"SELECT datname FROM pg_database WHERE datname LIKE 'subgate\_bench\_access\_%'",
+            &[],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    for row in stale {
+        let name: String = row.get(0);
+        let _ = admin
+            .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\""))
+            .await;
+    }
+    let tag = std::env::var("SUBGATE_BENCH_RUN")
+        .ok()
+        .filter(|t| !t.is_empty() && t.chars().all(|c| c.is_ascii_alphanumeric()))
+        .unwrap_or_else(|| format!("{:08x}", rand::random::<u32>()))
+        .to_lowercase();
+    let name = format!("subgate_bench_access_{tag}");
+    admin
+        .batch_execute(&format!("CREATE DATABASE \"{name}\""))
+        .await
+        .map_err(|e| format!("CREATE DATABASE {name}: {e}"))?;
+    let database_url = url_for(&name);
+    let outcome = measure(&sizes, &database_url).await;
+    let _ = admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+        .await;
+    let figures = outcome?;
+    let table = figures.report(&sizes);
+    println!("\n{table}");
+    if let Some(dir) = std::env::var_os("SUBGATE_BENCH_RESULTS").filter(|p| !p.is_empty()) {
+        let dir = PathBuf::from(dir);
+        let _ = std::fs::create_dir_all(&dir);
+        let _ = std::fs::write(dir.join("access.tsv"), figures.tsv());
+        let _ = std::fs::write(dir.join("access.md"), &table);
+    }
+    Ok(())
+}
+
+/// The payers: order `n` (reference `n`) of buyer `n` (Telegram user `n`) in channel
+/// `(n - 1) % 10 + 1`, for `payers` orders — from order `burst_from` on in ten other channels,
+/// so the burst's first grants make their channels' join links as a fresh sale does; and
+/// `queued` Stars orders of other buyers, whose invoice effects [`queue_invoices`] inserts.
+async fn populate(
+    pool: &deadpool_postgres::Pool,
+    payers: i64,
+    burst_from: i64,
+    queued: i64,
+) -> Result<(), String> {
+    let client = pool.get().await.map_err(|e| e.to_string())?;
+    client
+        .batch_execute(&format!(
+            "INSERT INTO channels (telegram_chat_id, title, price_minor, currency, billing_period_days)
+             SELECT -1000 - g, 'bench ' || g, {AMOUNT_MINOR}, 'UAH', 30
+             FROM generate_series(1, 2 * {CHANNELS}) g;
+             INSERT INTO channels (telegram_chat_id, title, price_minor, currency, billing_period_days)
+             VALUES (-2000, 'bench stars', 50, 'XTR', 30);
+             INSERT INTO subscribers (telegram_user_id) SELECT g FROM generate_series(1, {payers}) g;
+             INSERT INTO orders (reference, subscriber_id, channel_id, amount_minor, currency)
+             SELECT g::text, g,
+                    (g - 1) % {CHANNELS} + 1 + CASE WHEN g >= {burst_from} THEN {CHANNELS} ELSE 0 END,
+                    {AMOUNT_MINOR}, 'UAH'
+             FROM generate_series(1, {payers}) g;
+             INSERT INTO subscribers (telegram_user_id)
+             SELECT {INVOICE_BUYERS} + g FROM generate_series(1, {queued}) g;
+             INSERT INTO orders (reference, subscriber_id, channel_id, amount_minor, currency)
+             SELECT 'stars-' || g, s.id, c.id, 50, 'XTR'
+             FROM generate_series(1, {queued}) g
+             JOIN subscribers s ON s.telegram_user_id = {INVOICE_BUYERS} + g
+             CROSS JOIN channels c WHERE c.telegram_chat_id = -2000;"
+        ))
+        .await
+        .map_err(|e| format!("populate: {}", pg(e)))?;
+    client
+        .batch_execute("VACUUM ANALYZE channels, subscribers, orders")
+        .await
+        .map_err(|e| format!("vacuum: {}", pg(e)))?;
+    Ok(())
+}
+
+/// Queues one invoice effect per Stars order, in one committed statement (as a storm of buy
+/// presses leaves them).
+async fn queue_invoices(pool: &deadpool_postgres::Pool) -> Result<u64, String> {
+    let client = pool.get().await.map_err(|e| e.to_string())?;
+    client
+        .execute(
+            "INSERT INTO effects (kind, order_id, user_id, payload, dedupe_key)
+             SELECT 'invoice', o.id, s.telegram_user_id, '{}', 'invoice:' || o.id
+             FROM orders o JOIN subscribers s ON s.id = o.subscriber_id
+             WHERE o.currency = 'XTR'",
+            &[],
+        )
+        .await
+        .map_err(|e| format!("queue invoices: {}", pg(e)))
+}
+
+/// A running `subgate serve` (stopped with SIGTERM, SIGKILL if it lingers or on drop).
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Server {
+    async fn start(
+        database_url: &str,
+        secret: &str,
+        fake: &FakeBot,
+        log: &PathBuf,
+    ) -> Result<Server, String> {
+        let addr = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+            l.local_addr().map_err(|e| e.to_string())?
+        };
+        let out = File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(|e| format!("{}: {e}", log.display()))?;
+        let err = out.try_clone().map_err(|e| e.to_string())?;
+        let child = Command::new(env!("CARGO_BIN_EXE_subgate"))
+            .arg("serve")
+            .env_clear()
+            .env("DATABASE_URL", database_url)
+            .env("BIND_ADDR", addr.to_string())
+            .env("JWT_SECRET", format!("{:032x}", rand::random::<u128>()))
+            .env("WEBHOOK_SECRET", secret)
+            .env("TELEGRAM_BOT_TOKEN", TOKEN)
+            .env("TELEGRAM_API_URL", &fake.url)
+            .env("LOG_FORMAT", "json")
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("cannot start the server: {e}"))?;
+        record_pid(child.id());
+        let mut server = Server { child, addr };
+        let client = reqwest::Client::new();
+        let started = Instant::now();
+        loop {
+            let ready = client
+                .get(format!("http://{addr}/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().as_u16() == 200);
+            if ready {
+                return Ok(server);
+            }
+            if let Ok(Some(status)) = server.child.try_wait() {
+                return Err(format!(
+                    "the server exited ({status}); see {}",
+                    log.display()
+                ));
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                return Err(format!(
+                    "the server was not ready after 30 s; see {}",
+                    log.display()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn stop(mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .stderr(Stdio::null())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Pays order `n` through door 1; returns when the 200 arrived.
+#[derive(Clone)]
+struct Payer {
+    http: reqwest::Client,
+    url: String,
+    key: Arc<WebhookKey>,
+}
+
+impl Payer {
+    async fn pay(&self, n: i64) -> Result<Instant, String> {
+        let body = format!(
+            r#"{{"type":"payment.succeeded","gateway":"bench","payment_id":"pay-{n}","order_reference":"{n}","amount_minor":{AMOUNT_MINOR},"currency":"UAH","paid_at":"{}"}}"#,
+            chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        );
+        let id = format!("msg-{n}");
+        let timestamp = chrono::Utc::now().timestamp();
+        let signature = sign(&self.key, &id, timestamp, body.as_bytes());
+        let response = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("webhook-id", id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", signature)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| format!("payment {n}: {e}"))?;
+        let status = response.status().as_u16();
+        let _ = response.bytes().await;
+        if status != 200 {
+            return Err(format!("payment {n}: HTTP {status}"));
+        }
+        Ok(Instant::now())
+    }
+
+    /// Pays order `n` and waits for its grant message: the time from the 200 to it.
+    async fn time_to_access(&self, fake: &FakeBot, n: i64) -> Result<Duration, String> {
+        let paid = self.pay(n).await?;
+        let at = fake
+            .first_message(n, GRANT_LIMIT)
+            .await
+            .ok_or_else(|| format!("payment {n}: no grant message within {GRANT_LIMIT:?}"))?;
+        Ok(at.saturating_duration_since(paid))
+    }
+}
+
+struct Latencies {
+    sorted: Vec<Duration>,
+}
+
+impl Latencies {
+    fn new(mut all: Vec<Duration>) -> Latencies {
+        all.sort();
+        Latencies { sorted: all }
+    }
+
+    fn q(&self, q: f64) -> f64 {
+        if self.sorted.is_empty() {
+            return f64::NAN;
+        }
+        let i = ((self.sorted.len() as f64 * q).ceil() as usize).clamp(1, self.sorted.len()) - 1;
+        self.sorted[i].as_secs_f64() * 1e3
+    }
+}
+
+struct Figures {
+    sequential: Latencies,
+    sequential_calls: Counts,
+    queued: u64,
+    behind: Latencies,
+    behind_calls: Counts,
+    invoices_sent: u64,
+    burst: i64,
+    burst_secs: f64,
+    burst_calls: Counts,
+    paid_secs: f64,
+}
+
+impl Figures {
+    fn grants_per_sec(&self, s: &Sizes) -> f64 {
+        s.burst as f64 / self.burst_secs
+    }
+
+    fn calls_per_grant(&self, s: &Sizes) -> f64 {
+        self.burst_calls.total() as f64 / s.burst as f64
+    }
+
+    fn report(&self, s: &Sizes) -> String {
+        let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
+        let mut t = String::new();
+        t.push_str(
+            "| access (fake Bot API at Telegram's limits) | figure | goal |\n|---|---|---|\n",
+        );
+        t.push_str(&format!(
+            "| time to access, one payment at a time ({} payments): p50 / p99 / max | {:.0} / {:.0} / {:.0} ms | p99 ≤ 500 ms: {} |\n",
+            s.sequential,
+            self.sequential.q(0.5),
+            self.sequential.q(0.99),
+            self.sequential.q(1.0),
+            verdict(self.sequential.q(0.99) <= 500.0)
+        ));
+        t.push_str(&format!(
+            "| time to access behind {} queued invoices ({} payments): p50 / p99 / max | {:.0} / {:.0} / {:.0} ms ({} invoices sent meanwhile) | every grant ≤ 1 s: {} |\n",
+            self.queued,
+            s.behind,
+            self.behind.q(0.5),
+            self.behind.q(0.99),
+            self.behind.q(1.0),
+            self.invoices_sent,
+            verdict(self.behind.q(1.0) <= 1000.0)
+        ));
+        t.push_str(&format!(
+            "| burst of {} payments: paid in / all granted after | {:.1} s / {:.1} s | |\n",
+            s.burst, self.paid_secs, self.burst_secs
+        ));
+        t.push_str(&format!(
+            "| burst: grants per second | {:.1} | ≥ 25: {} |\n",
+            self.grants_per_sec(s),
+            verdict(self.grants_per_sec(s) >= 25.0)
+        ));
+        t.push_str(&format!(
+            "| burst: Bot API calls per grant | {:.3} ({}) | 1 |\n",
+            self.calls_per_grant(s),
+            self.burst_calls.by_method()
+        ));
+        t.push_str(&format!(
+            "| 429s answered by the fake: sequential / queued / burst | {} / {} / {} | 0 |\n",
+            self.sequential_calls.refused, self.behind_calls.refused, self.burst_calls.refused
+        ));
+        t
+    }
+
+    fn tsv(&self) -> String {
+        [
+            ("access_p50_ms", self.sequential.q(0.5)),
+            ("access_p99_ms", self.sequential.q(0.99)),
+            ("queued_access_max_ms", self.behind.q(1.0)),
+            ("burst_grants_per_sec", self.burst as f64 / self.burst_secs),
+            (
+                "burst_calls_per_grant",
+                self.burst_calls.total() as f64 / self.burst as f64,
+            ),
+            ("burst_429s", self.burst_calls.refused as f64),
+        ]
+        .iter()
+        .map(|(k, v)| format!("{k}\t{v:.3}\n"))
+        .collect()
+    }
+}
+
+async fn measure(s: &Sizes, database_url: &str) -> Result<Figures, String> {
+    let pool = db::pool(database_url, 4).map_err(|e| e.to_string())?;
+    db::migrate(&pool)
+        .await
+        .map_err(|e| format!("migrate: {e}"))?;
+    let payers = s.sequential + s.behind + s.burst;
+    progress(format!(
+        "{payers} pending orders of their own buyers, {} Stars orders to invoice",
+        s.queued
+    ));
+    populate(&pool, payers, s.sequential + s.behind + 1, s.queued).await?;
+
+    let fake = FakeBot::start().await?;
+    let work_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench");
+    std::fs::create_dir_all(&work_dir).map_err(|e| e.to_string())?;
+    let log = work_dir.join("access-server.log");
+    let _ = std::fs::remove_file(&log);
+    let secret = format!(
+        "whsec_{}",
+        base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            rand::random::<[u8; 32]>()
+        )
+    );
+    let key = WebhookKey::parse(&secret).map_err(|e| e.to_string())?;
+    let server = Server::start(database_url, &secret, &fake, &log).await?;
+    progress(format!(
+        "server on {} (log: {})",
+        server.addr,
+        log.display()
+    ));
+    let payer = Payer {
+        http: reqwest::Client::builder()
+            .pool_max_idle_per_host(32)
+            .build()
+            .map_err(|e| e.to_string())?,
+        url: format!("http://{}/api/webhook/payment", server.addr),
+        key: Arc::new(key),
+    };
+    // Let start-up's own calls (the Stars reconcile, rights probes) pass first.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let result = phases(s, &pool, &fake, &payer).await;
+    server.stop().await;
+    pool.close();
+    result
+}
+
+async fn phases(
+    s: &Sizes,
+    pool: &deadpool_postgres::Pool,
+    fake: &FakeBot,
+    payer: &Payer,
+) -> Result<Figures, String> {
+    // 1. One payment at a time.
+    progress(format!(
+        "time to access: {} payments one at a time",
+        s.sequential
+    ));
+    let before = fake.counts();
+    let mut times = Vec::new();
+    for n in 1..=s.sequential {
+        times.push(payer.time_to_access(fake, n).await?);
+    }
+    let sequential = Latencies::new(times);
+    let sequential_calls = fake.counts().since(&before);
+
+    // 2. Behind a queue of invoices.
+    let queued = if s.queued > 0 {
+        queue_invoices(pool).await?
+    } else {
+        0
+    };
+    progress(format!(
+        "time to access behind {queued} queued invoices: {} payments, one every 250 ms",
+        s.behind
+    ));
+    let before = fake.counts();
+    let first = s.sequential + 1;
+    let mut times = Vec::new();
+    for n in first..first + s.behind {
+        let next = tokio::time::Instant::now() + Duration::from_millis(250);
+        times.push(payer.time_to_access(fake, n).await?);
+        tokio::time::sleep_until(next).await;
+    }
+    let behind = Latencies::new(times);
+    let behind_calls = fake.counts().since(&before);
+    let invoices_sent = behind_calls.calls.get("sendInvoice").copied().unwrap_or(0);
+    // The rest of the queue is not the burst's business.
+    let client = pool.get().await.map_err(|e| e.to_string())?;
+    client
+        .execute(
+            "UPDATE effects SET status = 'done', done_at = now(), lease_until = NULL
+             WHERE kind = 'invoice' AND status = 'pending'",
+            &[],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    drop(client);
+    // Leased invoices finish at the pace; let the window empty.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // 3. A burst.
+    let first = s.sequential + s.behind + 1;
+    let last = first + s.burst - 1;
+    progress(format!("burst: {} payments over 16 connections", s.burst));
+    let before = fake.counts();
+    let started = Instant::now();
+    let next = Arc::new(std::sync::atomic::AtomicI64::new(first));
+    let senders = (0..16).map(|_| {
+        let (payer, next) = (payer.clone(), next.clone());
+        tokio::spawn(async move {
+            loop {
+                let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if n > last {
+                    return Ok::<(), String>(());
+                }
+                payer.pay(n).await?;
+            }
+        })
+    });
+    for r in futures::future::join_all(senders).await {
+        r.map_err(|e| e.to_string())??;
+    }
+    let paid_secs = started.elapsed().as_secs_f64();
+    progress(format!(
+        "burst: paid in {paid_secs:.1} s; waiting for the grants"
+    ));
+    let limit = Duration::from_secs((s.burst as u64 / 10).max(60));
+    let deadline = Instant::now() + limit;
+    let last_grant = loop {
+        if let Some(at) = fake.last_first_message(first..=last) {
+            break at;
+        }
+        if Instant::now() > deadline {
+            return Err(format!("burst: not every grant arrived within {limit:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let burst_secs = last_grant.saturating_duration_since(started).as_secs_f64();
+    let burst_calls = fake.counts().since(&before);
+    Ok(Figures {
+        sequential,
+        sequential_calls,
+        queued,
+        behind,
+        behind_calls,
+        invoices_sent,
+        burst: s.burst,
+        burst_secs,
+        burst_calls,
+        paid_secs,
+    })
+}
