@@ -11,7 +11,10 @@
 #                           and the pgbench references; prints the summary table, with the
 #                           sweep's rows, and leaves it in target/bench/summary.md;
 #   3. benches/stats.rs     GET /api/stats/* on 1M memberships and 5M payments (made by SQL),
-#                           each endpoint's median and slowest latency.
+#                           each endpoint's median and slowest latency;
+#   4. benches/bot_storm.rs `/start` and buy-press storms at 100 webhook connections through a
+#                           real server, with the rows checked after (BOT_BENCH_ARGS sizes it,
+#                           e.g. '--duration 5'; BENCH_SKIP_BOT=1 leaves it out).
 # Arguments go to the payment benchmark, e.g.
 #   make bench ARGS='--connections 32 --duration 30'      scripts/bench.sh --help
 # SWEEP_BENCH_ROWS / SWEEP_BENCH_NAIVE_ROWS / SWEEP_BENCH_PROBE size the sweep; BENCH_SKIP_SWEEP=1
@@ -85,7 +88,7 @@ cleanup() {
     local alive=()
     for pid in "${pids[@]}"; do
         if kill -0 "$pid" 2>/dev/null &&
-            grep -qa -e subgate -e pgbench -e payments -e sweep -e stats -e cargo "/proc/$pid/cmdline" 2>/dev/null; then
+            grep -qa -e subgate -e pgbench -e payments -e sweep -e stats -e bot_storm -e cargo "/proc/$pid/cmdline" 2>/dev/null; then
             alive+=("$pid")
         fi
     done
@@ -145,6 +148,14 @@ if [[ "${BENCH_SKIP_STATS:-0}" != 1 ]]; then
     log "statistics benchmark: 1M memberships, 5M payments (scale ${STATS_BENCH_SCALE:-1})"
     run cargo bench --quiet --bench stats || status=$?
     log "statistics benchmark: $((SECONDS - step)) s"
+fi
+# Bot storms: /start and buy presses through the Telegram webhook (benches/bot_storm.rs).
+if [[ "${BENCH_SKIP_BOT:-0}" != 1 ]]; then
+    step=$SECONDS
+    read -r -a bot_args <<<"${BOT_BENCH_ARGS:-}"
+    log "bot storm benchmark: cargo bench --bench bot_storm -- ${bot_args[*]}"
+    run cargo bench --quiet --bench bot_storm -- "${bot_args[@]}" || status=$?
+    log "bot storm benchmark: $((SECONDS - step)) s"
 fi
 log "whole run $((SECONDS - started)) s"
 exit "$status"

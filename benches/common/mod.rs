@@ -15,3 +15,18 @@ pub fn url_for(name: &str) -> String {
     url.set_path(&format!("/{name}"));
     url.to_string()
 }
+
+/// Appends a process id to `$SUBGATE_BENCH_PIDFILE`, so the script that started the benchmark
+/// can stop what it started if it is interrupted.
+#[allow(dead_code)] // only the benchmarks that start processes call it
+pub fn record_pid(pid: u32) {
+    use std::io::Write as _;
+    if let Some(path) = std::env::var_os("SUBGATE_BENCH_PIDFILE").filter(|p| !p.is_empty())
+        && let Ok(mut f) = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(path)
+    {
+        let _ = writeln!(f, "{pid}");
+    }
+}

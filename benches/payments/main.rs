@@ -36,6 +36,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+pub use common::record_pid;
 use common::{admin_url, url_for};
 
 mod http;
@@ -45,7 +46,6 @@ mod server;
 use std::{
     collections::HashMap,
     fmt::Write as _,
-    io::Write as _,
     path::{Path, PathBuf},
     sync::Arc,
     time::Duration,
@@ -160,19 +160,6 @@ fn parse_args() -> Result<Option<Options>, String> {
         }
     }
     Ok(Some(o))
-}
-
-/// Appends a process id to `$SUBGATE_BENCH_PIDFILE`, so the script that started the benchmark
-/// can stop what it started if it is interrupted.
-pub fn record_pid(pid: u32) {
-    if let Some(path) = std::env::var_os("SUBGATE_BENCH_PIDFILE").filter(|p| !p.is_empty())
-        && let Ok(mut f) = std::fs::File::options()
-            .create(true)
-            .append(true)
-            .open(path)
-    {
-        let _ = writeln!(f, "{pid}");
-    }
 }
 
 fn main() {
@@ -394,6 +381,7 @@ async fn measure(o: &Options, pool: &Pool, database_url: &str) -> Result<Figures
         database_url,
         webhook_secret: &secret,
         jwt_secret: &jwt_secret,
+        extra: &[],
     };
 
     // Start-to-ready, `starts` times; the last server stays up for the load.

@@ -22,12 +22,14 @@ pub struct Server {
 }
 
 /// The configuration the server is started with: the bench database, a fresh staff-token key
-/// and the door-1 key the load generator signs with; nothing else (no Telegram, no in-process
-/// sweep), so the payment path is all it does.
+/// and the door-1 key the load generator signs with, and whatever `extra` a benchmark adds
+/// (the payment benchmark: nothing — no Telegram, no in-process sweep — so the payment path is
+/// all it does).
 pub struct ServerEnv<'a> {
     pub database_url: &'a str,
     pub webhook_secret: &'a str,
     pub jwt_secret: &'a str,
+    pub extra: &'a [(&'a str, String)],
 }
 
 impl Server {
@@ -51,6 +53,7 @@ impl Server {
             .env("JWT_SECRET", env.jwt_secret)
             .env("WEBHOOK_SECRET", env.webhook_secret)
             .env("LOG_FORMAT", "json")
+            .envs(env.extra.iter().map(|(k, v)| (*k, v.as_str())))
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);
