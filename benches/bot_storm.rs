@@ -20,16 +20,17 @@
 //!    Telegram does after a lost answer.
 //!
 //! Then the rows: every buyer whose press was answered has exactly one order, pending, with
-//! one invoice effect; the re-deliveries changed nothing; one `bot_updates` record per update;
-//! no error in the server's log. It prints updates/s, p50 and p99 of each storm against the
+//! one invoice effect; the re-deliveries changed nothing; one `bot_updates` record per buy press
+//! (a `/start` writes nothing and need not be recorded); no error in the server's log. It prints updates/s, p50 and p99 of each storm against the
 //! goals (`/start` p99 ≤ 50 ms; buy presses ≥ 500/s with p99 ≤ 100 ms), and leaves them in
 //! `$SUBGATE_BENCH_RESULTS/bot_storm.tsv`. Exits non-zero when a request failed or a row check
 //! did not hold (a missed goal is reported, not a failure: the machine may be busy).
 //!
 //! Environment: `SUBGATE_TEST_DATABASE_URL` (admin URL), `SUBGATE_BENCH_RUN` (a tag for the
 //! database's name), `SUBGATE_BENCH_PIDFILE`, `SUBGATE_BENCH_RESULTS`, as the payment benchmark;
-//! `BOT_BENCH_DB_POOL_SIZE` (the server's `DB_POOL_SIZE`; unset: its default). `--help` lists
-//! the options.
+//! `BOT_BENCH_DB_POOL_SIZE` (the server's `DB_POOL_SIZE`; unset: its default),
+//! `BOT_BENCH_SERVER` (another `subgate` binary to run, e.g. an older build to compare with;
+//! unset: this build's). `--help` lists the options.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -62,6 +63,10 @@ const STARTS_PER_SEC: i64 = 5_000;
 const PRESSES_PER_SEC: i64 = 3_000;
 /// Buyers of the warm-up: Telegram user ids from here (the storms' buyers are 1, 2, …).
 const WARMUP_BUYERS: i64 = 1_000_000_000;
+/// Buyers of the history made before the storms: Telegram user ids from here.
+const PAST_BUYERS: i64 = 2_000_000_000;
+/// Updates of that history: update ids from here.
+const PAST_UPDATES: i64 = 1_000_000_000_000;
 
 const USAGE: &str = "\
 benches/bot_storm: /start and buy-button storms through the Telegram webhook (docs/benchmarks.md)
@@ -72,6 +77,8 @@ Options:
   --channels N       Stars channels in the catalogue (default 5)
   --presses N        buy presses per buyer (default 1: distinct buyers)
   --redeliveries N   buy presses delivered again after the storm (default 1000)
+  --history N        past buyers in the database before the storms, each with a paid order
+                     and a live membership, and 3 bot updates each (default 50000)
 ";
 
 struct Options {
@@ -80,6 +87,7 @@ struct Options {
     channels: i64,
     presses: i64,
     redeliveries: usize,
+    history: i64,
 }
 
 fn parse_args() -> Result<Option<Options>, String> {
@@ -89,6 +97,7 @@ fn parse_args() -> Result<Option<Options>, String> {
         channels: 5,
         presses: 1,
         redeliveries: 1_000,
+        history: 50_000,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -112,6 +121,7 @@ fn parse_args() -> Result<Option<Options>, String> {
             "--channels" if n <= 100 => o.channels = n as i64,
             "--presses" if n <= 10 => o.presses = n as i64,
             "--redeliveries" => o.redeliveries = n as usize,
+            "--history" if n <= 10_000_000 => o.history = n as i64,
             _ => {
                 return Err(format!(
                     "unknown option or value out of range: {arg} {value}"
@@ -231,6 +241,10 @@ struct Figures {
     buyers: i64,
     orders: i64,
     errors_logged: i64,
+    /// The server's CPU time during the `/start` storm and the buy storm.
+    server_cpu: [Duration; 2],
+    /// The CPU time of PostgreSQL's backends serving the benchmark's database, the same.
+    db_cpu: [Duration; 2],
 }
 
 impl Figures {
@@ -240,6 +254,17 @@ impl Figures {
             out.push((format!("bot_{what}_rate"), format!("{:.1}", l.rate())));
             out.push((format!("bot_{what}_p50_ms"), format!("{:.2}", p(l, 0.50))));
             out.push((format!("bot_{what}_p99_ms"), format!("{:.2}", p(l, 0.99))));
+        }
+        for (i, (what, l)) in [("start", &self.starts), ("buy", &self.presses)]
+            .into_iter()
+            .enumerate()
+        {
+            for (whose, cpu) in [("server", self.server_cpu[i]), ("db", self.db_cpu[i])] {
+                out.push((
+                    format!("bot_{what}_{whose}_cpu_us"),
+                    format!("{:.0}", cpu.as_secs_f64() * 1e6 / l.ok.max(1) as f64),
+                ));
+            }
         }
         out.push(("bot_orders".into(), self.orders.to_string()));
         out
@@ -266,12 +291,30 @@ async fn measure(o: &Options, pool: &Pool, database_url: &str) -> Result<Figures
                                    billing_period_days)
              SELECT -1000 - g, 'Storm channel ' || g, 'Signals every day, number ' || g, 250,
                     'XTR', 30
-             FROM generate_series(1, {}) g;
-             VACUUM ANALYZE",
-            o.channels
+             FROM generate_series(1, {channels}) g;
+             INSERT INTO subscribers (telegram_user_id, username, display_name, language)
+             SELECT {PAST_BUYERS} + g, 'past' || g, 'Past buyer ' || g, 'en'
+             FROM generate_series(1, {history}) g;
+             INSERT INTO orders (reference, subscriber_id, channel_id, amount_minor,
+                                 list_price_minor, currency, status, paid_at, via_bot, created_at)
+             SELECT 'past-' || s.id, s.id, s.id % {channels} + 1, 250, 250, 'XTR', 'paid',
+                    now() - interval '10 days', true, now() - interval '10 days'
+             FROM subscribers s;
+             INSERT INTO memberships (subscriber_id, channel_id, status, expires_at)
+             SELECT s.id, s.id % {channels} + 1, 'active', now() + interval '20 days'
+             FROM subscribers s;
+             INSERT INTO bot_updates (update_id, reply, created_at)
+             SELECT {PAST_UPDATES} + g, '{{}}', now() - interval '1 hour'
+             FROM generate_series(1, 3 * {history}) g",
+            channels = o.channels,
+            history = o.history,
         ))
         .await
-        .map_err(|e| format!("channels: {e}"))?;
+        .map_err(|e| format!("channels and history: {e}"))?;
+    client
+        .batch_execute("VACUUM ANALYZE")
+        .await
+        .map_err(|e| format!("vacuum: {e}"))?;
 
     let work_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench");
     std::fs::create_dir_all(&work_dir).map_err(|e| e.to_string())?;
@@ -290,6 +333,12 @@ async fn measure(o: &Options, pool: &Pool, database_url: &str) -> Result<Figures
     if let Ok(size) = std::env::var("BOT_BENCH_DB_POOL_SIZE") {
         extra.push(("DB_POOL_SIZE", size));
     }
+    let server_bin = std::env::var("BOT_BENCH_SERVER")
+        .ok()
+        .filter(|b| !b.is_empty());
+    if let Some(bin) = &server_bin {
+        progress(format!("server binary: {bin} (BOT_BENCH_SERVER)"));
+    }
     let env = ServerEnv {
         database_url,
         webhook_secret: &format!(
@@ -298,6 +347,7 @@ async fn measure(o: &Options, pool: &Pool, database_url: &str) -> Result<Figures
         ),
         jwt_secret: &random_hex(32),
         extra: &extra,
+        bin: server_bin.as_deref(),
     };
     let server = Server::start(&env, &log).await?;
     progress(format!(
@@ -327,7 +377,7 @@ async fn measure(o: &Options, pool: &Pool, database_url: &str) -> Result<Figures
         "sendMessage",
     )
     .await;
-    check("warm-up", &warm)?;
+    check("warm-up", &warm, true)?;
 
     let buyers = STARTS_PER_SEC * d;
     let starts: Vec<_> = (1..=buyers)
@@ -337,6 +387,13 @@ async fn measure(o: &Options, pool: &Pool, database_url: &str) -> Result<Figures
         "/start storm: {} connections, {} s",
         o.connections, d
     ));
+    let db_name = client
+        .query_one("SELECT current_database()", &[])
+        .await
+        .map_err(|e| e.to_string())?
+        .get::<_, String>(0);
+    let cpu_before = cpu_time(server.pid());
+    let db_before = backends_cpu(&client, &db_name).await;
     let start_load = http::run(
         addr,
         PATH,
@@ -347,8 +404,11 @@ async fn measure(o: &Options, pool: &Pool, database_url: &str) -> Result<Figures
         "sendMessage",
     )
     .await;
-    check("/start storm", &start_load)?;
+    check("/start storm", &start_load, false)?;
+    let cpu_after_starts = cpu_time(server.pid());
+    let db_after_starts = backends_cpu(&client, &db_name).await;
 
+    let last_start = next_update();
     // Buyer n presses its channel's button `presses` times in a row (so side by side, in flight
     // together, when there are several).
     let press_buyers = PRESSES_PER_SEC * d / o.presses;
@@ -374,7 +434,17 @@ async fn measure(o: &Options, pool: &Pool, database_url: &str) -> Result<Figures
         "answerCallbackQuery",
     )
     .await;
-    check("buy storm", &press_load)?;
+    check("buy storm", &press_load, false)?;
+    let server_cpu = [
+        cpu_after_starts.saturating_sub(cpu_before),
+        cpu_time(server.pid()).saturating_sub(cpu_after_starts),
+    ];
+    let db_cpu = [
+        db_after_starts.saturating_sub(db_before),
+        backends_cpu(&client, &db_name)
+            .await
+            .saturating_sub(db_after_starts),
+    ];
     // Each buyer whose press was sent has its order (presses go out in order, a buyer's
     // together; the last buyer may have been cut off mid-way, which still pressed once).
     let sent = press_load.ok as i64;
@@ -400,7 +470,7 @@ async fn measure(o: &Options, pool: &Pool, database_url: &str) -> Result<Figures
         "answerCallbackQuery",
     )
     .await;
-    check("re-deliveries", &redeliveries)?;
+    check("re-deliveries", &redeliveries, true)?;
     server.stop().await;
 
     // The rows.
@@ -408,14 +478,19 @@ async fn measure(o: &Options, pool: &Pool, database_url: &str) -> Result<Figures
     let row = client
         .query_one(
             "SELECT
-                 (SELECT count(*) FROM subscribers) AS buyers,
+                 (SELECT count(*) FROM subscribers WHERE telegram_user_id < $2) AS buyers,
                  (SELECT count(*) FROM (SELECT subscriber_id FROM orders
+                                        WHERE reference NOT LIKE 'past-%'
                                         GROUP BY subscriber_id HAVING count(*) <> 1) x) AS not_one,
-                 (SELECT count(*) FROM orders WHERE status <> 'pending' OR NOT via_bot) AS odd,
-                 (SELECT count(*) FROM orders o WHERE (SELECT count(*) FROM effects e
+                 (SELECT count(*) FROM orders
+                  WHERE reference NOT LIKE 'past-%' AND (status <> 'pending' OR NOT via_bot))
+                     AS odd,
+                 (SELECT count(*) FROM orders o WHERE o.reference NOT LIKE 'past-%'
+                     AND (SELECT count(*) FROM effects e
                      WHERE e.order_id = o.id AND e.kind = 'invoice') <> 1) AS not_invoiced,
-                 (SELECT count(*) FROM bot_updates) AS updates",
-            &[],
+                 (SELECT count(*) FROM bot_updates
+                  WHERE update_id > $1 AND update_id < $3) AS updates",
+            &[&last_start, &PAST_BUYERS, &PAST_UPDATES],
         )
         .await
         .map_err(|e| e.to_string())?;
@@ -426,7 +501,7 @@ async fn measure(o: &Options, pool: &Pool, database_url: &str) -> Result<Figures
         row.get("not_invoiced"),
         row.get("updates"),
     );
-    let answered = (warm.ok + start_load.ok + press_load.ok) as i64;
+    let answered = press_load.ok as i64;
     let errors_logged = std::fs::read_to_string(&log)
         .map(|s| {
             s.lines()
@@ -453,7 +528,9 @@ async fn measure(o: &Options, pool: &Pool, database_url: &str) -> Result<Figures
         ));
     }
     if recorded != answered {
-        problems.push(format!("{answered} updates answered, {recorded} recorded"));
+        problems.push(format!(
+            "{answered} buy presses answered, {recorded} recorded"
+        ));
     }
     if errors_logged != 0 {
         problems.push(format!("{errors_logged} errors in {}", log.display()));
@@ -472,13 +549,43 @@ async fn measure(o: &Options, pool: &Pool, database_url: &str) -> Result<Figures
         buyers: buyers_pressed,
         orders,
         errors_logged,
+        server_cpu,
+        db_cpu,
     })
+}
+
+/// CPU time process `pid` used so far (user + system), from `/proc/<pid>/stat`.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command name's closing parenthesis: state is field 3, utime 14, stime 15.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|i| fields.get(*i).and_then(|f| f.parse::<u64>().ok()))
+        .sum();
+    // Linux reports in USER_HZ, 100 per second everywhere it runs.
+    Duration::from_millis(ticks * 10)
+}
+
+/// CPU time the PostgreSQL backends serving database `name` used so far.
+async fn backends_cpu(client: &tokio_postgres::Client, name: &str) -> Duration {
+    let pids = client
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+            &[&name],
+        )
+        .await
+        .map(|rows| rows.iter().map(|r| r.get::<_, i32>(0)).collect::<Vec<_>>())
+        .unwrap_or_default();
+    pids.iter().map(|pid| cpu_time(*pid as u32)).sum()
 }
 
 async fn counts(client: &tokio_postgres::Client) -> Result<(i64, i64), String> {
     let row = client
         .query_one(
-            "SELECT (SELECT count(*) FROM orders) AS orders,
+            "SELECT (SELECT count(*) FROM orders WHERE reference NOT LIKE 'past-%') AS orders,
                     (SELECT count(*) FROM effects) AS effects",
             &[],
         )
@@ -487,8 +594,9 @@ async fn counts(client: &tokio_postgres::Client) -> Result<(i64, i64), String> {
     Ok((row.get("orders"), row.get("effects")))
 }
 
-/// A storm must have been answered entirely: an error is a bug or a broken set-up.
-fn check(what: &str, load: &Load) -> Result<(), String> {
+/// A storm must have been answered entirely: an error is a bug or a broken set-up. A storm that
+/// ran out of updates says so (`runs_out`: it is meant to).
+fn check(what: &str, load: &Load, runs_out: bool) -> Result<(), String> {
     if load.errors > 0 || load.ok == 0 {
         return Err(format!(
             "{what}: {} of {} updates failed; first: {}",
@@ -497,7 +605,7 @@ fn check(what: &str, load: &Load) -> Result<(), String> {
             load.first_error.as_deref().unwrap_or("none")
         ));
     }
-    if load.exhausted {
+    if load.exhausted && !runs_out {
         progress(format!(
             "{what}: ran out of updates after {} in {:.1} s",
             load.ok,
@@ -520,17 +628,27 @@ fn report(o: &Options, f: &Figures) -> String {
     let _ = writeln!(t);
     let _ = writeln!(
         t,
-        "| storm | updates | updates/s | p50 ms | p99 ms | goal | met |"
+        "| storm | updates | updates/s | p50 ms | p99 ms | CPU µs/update: server, PostgreSQL | goal | met |"
     );
-    let _ = writeln!(t, "|---|---:|---:|---:|---:|---|---|");
-    let row = |t: &mut String, what: &str, l: &Load, goal: &str, met: Option<bool>| {
+    let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---|---|");
+    let row = |t: &mut String,
+               what: &str,
+               l: &Load,
+               cpu: Option<(Duration, Duration)>,
+               goal: &str,
+               met: Option<bool>| {
         let _ = writeln!(
             t,
-            "| {what} | {} | {:.0} | {:.1} | {:.1} | {goal} | {} |",
+            "| {what} | {} | {:.0} | {:.1} | {:.1} | {} | {goal} | {} |",
             l.ok,
             l.rate(),
             p(l, 0.50),
             p(l, 0.99),
+            cpu.map_or(String::new(), |(server, db)| format!(
+                "{:.0}, {:.0}",
+                server.as_secs_f64() * 1e6 / l.ok.max(1) as f64,
+                db.as_secs_f64() * 1e6 / l.ok.max(1) as f64
+            )),
             match met {
                 Some(true) => "yes",
                 Some(false) => "**no**",
@@ -542,6 +660,7 @@ fn report(o: &Options, f: &Figures) -> String {
         &mut t,
         "`/start`",
         &f.starts,
+        Some((f.server_cpu[0], f.db_cpu[0])),
         "p99 ≤ 50 ms",
         Some(p(&f.starts, 0.99) <= 50.0),
     );
@@ -549,10 +668,18 @@ fn report(o: &Options, f: &Figures) -> String {
         &mut t,
         "buy press",
         &f.presses,
+        Some((f.server_cpu[1], f.db_cpu[1])),
         "≥ 500/s, p99 ≤ 100 ms",
         Some(f.presses.rate() >= 500.0 && p(&f.presses, 0.99) <= 100.0),
     );
-    row(&mut t, "re-delivered press", &f.redeliveries, "", None);
+    row(
+        &mut t,
+        "re-delivered press",
+        &f.redeliveries,
+        None,
+        "",
+        None,
+    );
     let _ = writeln!(
         t,
         "\n{} buyers pressed: {} orders, exactly one (with one invoice) each; re-deliveries \

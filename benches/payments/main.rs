@@ -382,6 +382,7 @@ async fn measure(o: &Options, pool: &Pool, database_url: &str) -> Result<Figures
         webhook_secret: &secret,
         jwt_secret: &jwt_secret,
         extra: &[],
+        bin: None,
     };
 
     // Start-to-ready, `starts` times; the last server stays up for the load.

@@ -30,6 +30,8 @@ pub struct ServerEnv<'a> {
     pub webhook_secret: &'a str,
     pub jwt_secret: &'a str,
     pub extra: &'a [(&'a str, String)],
+    /// Another `subgate` binary to start (an older build, to compare); `None`: this build's.
+    pub bin: Option<&'a str>,
 }
 
 impl Server {
@@ -44,7 +46,8 @@ impl Server {
             .open(log)
             .map_err(|e| format!("{}: {e}", log.display()))?;
         let err = out.try_clone().map_err(|e| e.to_string())?;
-        let mut command = Command::new(env!("CARGO_BIN_EXE_subgate"));
+        let bin = env.bin.unwrap_or(env!("CARGO_BIN_EXE_subgate"));
+        let mut command = Command::new(bin);
         command
             .arg("serve")
             .env_clear()
@@ -60,7 +63,7 @@ impl Server {
         let started = Instant::now();
         let child = command
             .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", env!("CARGO_BIN_EXE_subgate")))?;
+            .map_err(|e| format!("cannot start {bin}: {e}"))?;
         crate::record_pid(child.id());
         let mut server = Server {
             child,
