@@ -36,14 +36,15 @@ use crate::{
 /// Channels one catalogue message lists at most (fewer when long descriptions fill it).
 const PAGE: i64 = 10;
 
-/// The conversation step for `action`; returns the webhook reply.
+/// The conversation step for `action` (`remembered`: the language remembered for the buyer);
+/// returns the webhook reply.
 pub(super) async fn act(
     tx: &Transaction<'_>,
     config: &Config,
+    remembered: Option<Language>,
     action: &Action,
 ) -> Result<Option<Value>, ApiError> {
     let from = action.from();
-    let remembered = subscribers::language_of_telegram_user(tx, from.id).await?;
     let l = Language::choose(remembered, from.language_code.as_deref());
     match action {
         Action::Text {
@@ -245,10 +246,14 @@ async fn viewer(tx: &Transaction<'_>, user_id: i64) -> Result<Viewer, ApiError> 
             lifetime: Vec::new(),
         });
     };
+    let (code, lifetime) = tokio::try_join!(
+        codes::stored(tx, s),
+        crate::memberships::lifetime_channels(tx, s)
+    )?;
     Ok(Viewer {
         subscriber,
-        code: codes::stored(tx, s).await?,
-        lifetime: crate::memberships::lifetime_channels(tx, s).await?,
+        code,
+        lifetime,
     })
 }
 
@@ -382,14 +387,21 @@ async fn catalogue(
     intro: Option<&str>,
     after: i32,
 ) -> Result<(render::Rendered, usize), ApiError> {
-    let channels = channels::active_offers(tx, after, PAGE + 1).await?;
+    // The reads that do not depend on each other go out together (tokio-postgres pipelines
+    // them on the connection): a round trip each, not one after the other.
+    let (mut channels, viewer) = tokio::try_join!(
+        channels::active_offers(tx, after, PAGE + 1),
+        viewer(tx, user_id)
+    )?;
     let more = channels.len() as i64 > PAGE;
-    let viewer = viewer(tx, user_id).await?;
+    channels.truncate(PAGE as usize);
+    let plans =
+        futures::future::try_join_all(channels.iter().map(|c| plans::active_of_channel(tx, c.id)))
+            .await?;
     let mut known = Channels::default();
     let mut offers = Vec::new();
-    for c in channels.into_iter().take(PAGE as usize) {
-        let plans = plans::active_of_channel(tx, c.id)
-            .await?
+    for (c, plans) in channels.into_iter().zip(plans) {
+        let plans = plans
             .into_iter()
             .filter(|p| p.channel_ids.first() == Some(&c.id))
             .collect();
