@@ -2,7 +2,8 @@
 //! connections, through the real server.
 //!
 //! On a fresh database of its own (`--channels` Stars channels made by SQL, each with its
-//! default plan, as staff would make them), it starts the `subgate` binary of this build
+//! default plan, as staff would make them, and a history of `--history` past buyers with a paid
+//! order, a live membership and three old updates each, analyzed), it starts the `subgate` binary of this build
 //! (`cargo bench`: the release profile) with a bot token, the webhook secret and
 //! `TELEGRAM_DRY_RUN=true` (the effects worker runs as in production and logs its Bot API calls
 //! instead of making them), and drives `POST /api/webhook/telegram` with the load generator of

@@ -140,7 +140,12 @@ pub async fn handle(state: &AppState, body: &[u8]) -> Result<Option<Value>, ApiE
         return Ok(None);
     };
     let update_id = update.update_id;
-    match step(state, update_id, &action).await {
+    let delivery = if conversation::reads_only(&action) {
+        read(state, &action).await
+    } else {
+        step(state, update_id, &action).await
+    };
+    match delivery {
         Ok(Delivery::Answered(reply)) => {
             if update_id % PURGE_EVERY == 0 {
                 purge(state).await;
@@ -169,6 +174,18 @@ enum Delivery {
     /// A twin delivery, running at the same time, recorded the update first while this one
     /// also wrote: this one's writes are rolled back and the twin's reply is returned.
     Twin,
+}
+
+/// A command that only reads (the catalogue, an offer, `/subscriptions`, help): answered on a
+/// pooled connection without a transaction and without a record — it changes nothing, so a
+/// repeat is answered afresh. (Inside a transaction its reads would see no more together: each
+/// statement of a read-committed transaction takes its own snapshot.)
+async fn read(state: &AppState, action: &Action) -> Result<Delivery, ApiError> {
+    let client = state.db.get().await?;
+    let remembered =
+        crate::subscribers::language_of_telegram_user(&client, action.from().id).await?;
+    let reply = conversation::answer_reading(&client, &state.config, remembered, action).await?;
+    Ok(Delivery::Answered(reply))
 }
 
 /// One delivery in its transaction (run again after a deadlock or serialization failure, as
