@@ -44,12 +44,11 @@ mod http;
 mod server;
 
 pub use common::record_pid;
-use common::{admin_url, url_for};
+use common::{random_hex, url_for};
 
 use std::{fmt::Write as _, path::PathBuf, sync::Arc, time::Duration};
 
 use deadpool_postgres::Pool;
-use tokio_postgres::NoTls;
 
 use crate::{
     http::{Load, Pick, Signed},
@@ -109,6 +108,13 @@ fn parse_args() -> Result<Option<Options>, String> {
         if arg == "--bench" {
             continue; // cargo bench passes it to every harness-less bench
         }
+        if !arg.starts_with("--") {
+            // `cargo bench NAME` passes NAME to every bench; honour one that is not us.
+            if "bot_storm".contains(arg.as_str()) {
+                continue;
+            }
+            return Ok(None);
+        }
         let value = args.next().ok_or(format!("{arg} needs a value"))?;
         let n: u64 = value
             .parse()
@@ -125,7 +131,7 @@ fn parse_args() -> Result<Option<Options>, String> {
             "--history" if n <= 10_000_000 => o.history = n as i64,
             _ => {
                 return Err(format!(
-                    "unknown option or value out of range: {arg} {value}"
+                    "unknown option or value out of range: {arg} {value}\n\n{USAGE}"
                 ));
             }
         }
@@ -134,47 +140,16 @@ fn parse_args() -> Result<Option<Options>, String> {
 }
 
 fn main() {
-    let options = match parse_args() {
-        Ok(Some(o)) => o,
-        Ok(None) => return,
-        Err(e) => {
-            eprintln!("benches/bot_storm: {e}\n\n{USAGE}");
-            std::process::exit(2);
-        }
-    };
-    record_pid(std::process::id());
-    // One thread: the load generator takes one core at most, as in the payment benchmark.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    if let Err(e) = runtime.block_on(run(options)) {
-        eprintln!("benches/bot_storm: {e}");
-        std::process::exit(1);
-    }
+    common::main_with("benches/bot_storm", parse_args(), run);
 }
 
 fn progress(message: impl std::fmt::Display) {
     eprintln!("[bot-bench] {message}");
 }
 
-fn random_hex(bytes: usize) -> String {
-    (0..bytes)
-        .map(|_| format!("{:02x}", rand::random::<u8>()))
-        .collect()
-}
-
 async fn run(o: Options) -> Result<(), String> {
-    let (admin, connection) = tokio_postgres::connect(&admin_url(), NoTls)
-        .await
-        .map_err(|e| format!("cannot reach PostgreSQL ({e}); run `make bench`"))?;
-    tokio::spawn(connection);
-    let tag = std::env::var("SUBGATE_BENCH_RUN")
-        .ok()
-        .filter(|t| !t.is_empty() && t.chars().all(|c| c.is_ascii_alphanumeric()))
-        .unwrap_or_else(|| random_hex(4))
-        .to_lowercase();
-    let name = format!("subgate_bench_bot_{tag}");
+    let admin = common::connect_admin().await?;
+    let name = format!("subgate_bench_bot_{}", common::run_tag());
     admin
         .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
         .await

@@ -37,7 +37,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 pub use common::record_pid;
-use common::{admin_url, url_for};
+use common::{random_hex, url_for};
 
 mod http;
 mod replay;
@@ -53,7 +53,6 @@ use std::{
 
 use deadpool_postgres::Pool;
 use subgate::{db, payments::standard_webhooks::WebhookKey};
-use tokio_postgres::NoTls;
 
 use crate::{
     http::{Load, Pick},
@@ -163,41 +162,15 @@ fn parse_args() -> Result<Option<Options>, String> {
 }
 
 fn main() {
-    let options = match parse_args() {
-        Ok(Some(o)) => o,
-        Ok(None) => return,
-        Err(e) => {
-            eprintln!("benches/payments: {e}");
-            std::process::exit(2);
-        }
-    };
-    record_pid(std::process::id());
-    // One thread: the load generator takes one core at most, like pgbench's single thread.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    if let Err(e) = runtime.block_on(run(options)) {
-        eprintln!("benches/payments: {e}");
-        std::process::exit(1);
-    }
+    common::main_with("benches/payments", parse_args(), run);
 }
 
 fn progress(message: impl std::fmt::Display) {
     eprintln!("[bench] {message}");
 }
 
-fn random_hex(bytes: usize) -> String {
-    (0..bytes)
-        .map(|_| format!("{:02x}", rand::random::<u8>()))
-        .collect()
-}
-
 async fn run(o: Options) -> Result<(), String> {
-    let (admin, connection) = tokio_postgres::connect(&admin_url(), NoTls)
-        .await
-        .map_err(|e| format!("cannot reach PostgreSQL ({e}); run `make bench`"))?;
-    tokio::spawn(connection);
+    let admin = common::connect_admin().await?;
     let machine = Machine::read(&admin).await?;
 
     // Databases an interrupted run left behind; one in use (another run's) refuses to go.
@@ -214,12 +187,7 @@ async fn run(o: Options) -> Result<(), String> {
             .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\""))
             .await;
     }
-    let tag = std::env::var("SUBGATE_BENCH_RUN")
-        .ok()
-        .filter(|t| !t.is_empty() && t.chars().all(|c| c.is_ascii_alphanumeric()))
-        .unwrap_or_else(|| random_hex(4))
-        .to_lowercase();
-    let name = format!("subgate_bench_pay_{tag}");
+    let name = format!("subgate_bench_pay_{}", common::run_tag());
     admin
         .batch_execute(&format!("CREATE DATABASE \"{name}\""))
         .await
