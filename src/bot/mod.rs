@@ -22,8 +22,10 @@
 //! - **Redelivery.** Telegram delivers an update again after any non-2xx answer (or a lost
 //!   one). A conversation update that wrote anything is recorded under its `update_id` in the
 //!   transaction of its effects (`bot_updates`), with its reply: a repeat gets the same reply
-//!   and changes nothing. One that wrote nothing (the catalogue) is not recorded — a write and a
-//!   WAL flush saved per `/start` — and a repeat of it is answered afresh ([`deliver`]).
+//!   and changes nothing. One that wrote nothing is not recorded — a write and a WAL flush
+//!   saved per `/start` — and a repeat of it is answered afresh: a command that only reads (the
+//!   catalogue, an offer, `/subscriptions`) runs outside a transaction ([`read`]), any other
+//!   step in one, recorded after it only when it wrote ([`deliver`]).
 //!   A repeated button press (a new update) never sends a second invoice either: the invoice
 //!   effect is keyed on the order, and a second press reuses the order. And the conversation
 //!   answers 200 for anything but an unavailable database, so no update is re-sent forever.
@@ -215,13 +217,12 @@ async fn step(state: &AppState, update_id: i64, action: &Action) -> Result<Deliv
 
 /// Acts on `action` unless update `update_id` was handled before, and records the update with
 /// its reply when acting on it wrote anything (an order, an invoice, a kept code, a language):
-/// what is recorded is what a repeat must not do again. A step that wrote nothing — the
-/// catalogue, `/subscriptions`, a press that found its invoice already sent — is not recorded,
-/// and a repeat of it is answered afresh, changing nothing either. Two deliveries of one update
+/// what is recorded is what a repeat must not do again (a row lock counts: every press upserts
+/// its buyer, which locks the buyer's row, so every press is recorded). A step that wrote
+/// nothing — a cancel-renewal button pressed by someone else — is not recorded, and a repeat of
+/// it is answered afresh, changing nothing either. Two deliveries of one update
 /// at the same time: the one that records second (its insert waits for the first's commit)
-/// rolls back what it wrote and answers the first's reply ([`Delivery::Twin`]); a press's
-/// writes are serialized by the buyer's pair locks before that, so it finds the first's order
-/// and writes nothing.
+/// rolls back what it wrote and answers the first's reply ([`Delivery::Twin`]).
 async fn deliver(
     tx: &deadpool_postgres::Transaction<'_>,
     config: &Config,
