@@ -16,6 +16,9 @@
 #                           each endpoint's median and slowest latency;
 #   4. benches/access       time from a payment to its grant message at a fake Bot API that
 #                           enforces Telegram's limits, behind queued invoices, and a burst.
+#   5. benches/bot_storm.rs `/start` and buy-press storms at 100 webhook connections through a
+#                           real server, with the rows checked after (BOT_BENCH_ARGS sizes it,
+#                           e.g. '--duration 5'; BENCH_SKIP_BOT=1 leaves it out).
 # Arguments go to the payment benchmark, e.g.
 #   make bench ARGS='--connections 32 --duration 30'      scripts/bench.sh --help
 # SWEEP_BENCH_ROWS / SWEEP_BENCH_NAIVE_ROWS / SWEEP_BENCH_PROBE size the sweep; BENCH_SKIP_SWEEP=1
@@ -106,7 +109,7 @@ cleanup() {
     local alive=()
     for pid in "${pids[@]}"; do
         if kill -0 "$pid" 2>/dev/null &&
-            grep -qa -e subgate -e pgbench -e payments -e sweep -e stats -e access -e cargo "/proc/$pid/cmdline" 2>/dev/null; then
+            grep -qa -e subgate -e pgbench -e payments -e sweep -e stats -e access -e bot_storm -e cargo "/proc/$pid/cmdline" 2>/dev/null; then
             alive+=("$pid")
         fi
     done
@@ -147,7 +150,7 @@ run() {
 
 started=$SECONDS
 log "building the benchmarks (release profile)"
-run cargo bench --no-run --bench payments --bench sweep --bench stats --bench access
+run cargo bench --no-run --bench payments --bench sweep --bench stats --bench access --bench bot_storm
 log "built in $((SECONDS - started)) s"
 
 status=0
@@ -178,6 +181,14 @@ if [[ "${BENCH_SKIP_ACCESS:-0}" != 1 ]]; then
     log "access benchmark: time to access and a burst of ${ACCESS_BENCH_BURST:-3000} payments"
     run cargo bench --quiet --bench access || status=$?
     log "access benchmark: $((SECONDS - step)) s"
+fi
+# Bot storms: /start and buy presses through the Telegram webhook (benches/bot_storm.rs).
+if [[ "${BENCH_SKIP_BOT:-0}" != 1 ]]; then
+    step=$SECONDS
+    read -r -a bot_args <<<"${BOT_BENCH_ARGS:-}"
+    log "bot storm benchmark: cargo bench --bench bot_storm -- ${bot_args[*]}"
+    run cargo bench --quiet --bench bot_storm -- "${bot_args[@]}" || status=$?
+    log "bot storm benchmark: $((SECONDS - step)) s"
 fi
 log "whole run $((SECONDS - started)) s"
 exit "$status"

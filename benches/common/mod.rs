@@ -15,3 +15,74 @@ pub fn url_for(name: &str) -> String {
     url.set_path(&format!("/{name}"));
     url.to_string()
 }
+
+/// Appends a process id to `$SUBGATE_BENCH_PIDFILE`, so the script that started the benchmark
+/// can stop what it started if it is interrupted.
+#[allow(dead_code)] // only the benchmarks that start processes call it
+pub fn record_pid(pid: u32) {
+    use std::io::Write as _;
+    if let Some(path) = std::env::var_os("SUBGATE_BENCH_PIDFILE").filter(|p| !p.is_empty())
+        && let Ok(mut f) = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(path)
+    {
+        let _ = writeln!(f, "{pid}");
+    }
+}
+
+/// A benchmark's `main` around its async `run`: nothing for `Ok(None)` options (`--help`),
+/// exit 2 for bad options, else its pid recorded ([`record_pid`]) and `run` on one thread — the
+/// load generator takes one core at most, like pgbench's single thread — exiting 1 when it
+/// fails. `name` prefixes the messages.
+#[allow(dead_code)] // only the benchmarks that drive a server
+pub fn main_with<O, F>(name: &str, options: Result<Option<O>, String>, run: impl FnOnce(O) -> F)
+where
+    F: std::future::Future<Output = Result<(), String>>,
+{
+    let options = match options {
+        Ok(Some(o)) => o,
+        Ok(None) => return,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            std::process::exit(2);
+        }
+    };
+    record_pid(std::process::id());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    if let Err(e) = runtime.block_on(run(options)) {
+        eprintln!("{name}: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// `bytes` random bytes in hex.
+#[allow(dead_code)]
+pub fn random_hex(bytes: usize) -> String {
+    (0..bytes)
+        .map(|_| format!("{:02x}", rand::random::<u8>()))
+        .collect()
+}
+
+/// This run's tag for database names: `SUBGATE_BENCH_RUN` when it is alphanumeric, else random.
+#[allow(dead_code)]
+pub fn run_tag() -> String {
+    std::env::var("SUBGATE_BENCH_RUN")
+        .ok()
+        .filter(|t| !t.is_empty() && t.chars().all(|c| c.is_ascii_alphanumeric()))
+        .unwrap_or_else(|| random_hex(4))
+        .to_lowercase()
+}
+
+/// A connection to [`admin_url`], its connection task spawned.
+#[allow(dead_code)]
+pub async fn connect_admin() -> Result<tokio_postgres::Client, String> {
+    let (admin, connection) = tokio_postgres::connect(&admin_url(), tokio_postgres::NoTls)
+        .await
+        .map_err(|e| format!("cannot reach PostgreSQL ({e}); run `make bench`"))?;
+    tokio::spawn(connection);
+    Ok(admin)
+}

@@ -1,6 +1,7 @@
 //! The load generator: HTTP/1.1 keep-alive connections (hyper's client connection, one request
-//! in flight per connection, as a gateway's delivery worker sends them) replaying requests that
-//! were signed before the clock started, so signing is not measured. Each connection is a task
+//! in flight per connection, as a gateway's delivery worker — or Telegram's webhook — sends
+//! them) replaying requests that were made (and signed) before the clock started, so making them
+//! is not measured. Each connection is a task
 //! on the benchmark's single-threaded runtime: the generator takes one core at most and leaves
 //! the rest to the server and PostgreSQL, like pgbench's single thread does for the references.
 
@@ -25,12 +26,21 @@ pub const GATEWAY: &str = "bench";
 /// The price of every benchmark channel, and so of every order.
 pub const AMOUNT_MINOR: i64 = 19_900;
 
-/// One delivery of door 1, signed: the Standard Webhooks headers and the exact body bytes.
+/// One request made before the clock starts: its headers (door 1's Standard Webhooks
+/// signature, Telegram's secret token) and the exact body bytes.
 pub struct Signed {
-    id: String,
-    timestamp: String,
-    signature: String,
+    headers: Vec<(&'static str, String)>,
     body: Bytes,
+}
+
+impl Signed {
+    /// A request of `body` with `headers` (besides `host` and `content-type: application/json`).
+    pub fn new(headers: Vec<(&'static str, String)>, body: String) -> Signed {
+        Signed {
+            headers,
+            body: Bytes::from(body),
+        }
+    }
 }
 
 /// The `payment.succeeded` body paying order `n` (reference `n`) as payment `pay-{n}`.
@@ -46,12 +56,14 @@ pub fn payment_body(n: i64) -> String {
 pub fn sign_delivery(key: &WebhookKey, msg_id: String, body: String) -> Signed {
     let timestamp = chrono::Utc::now().timestamp();
     let signature = sign(key, &msg_id, timestamp, body.as_bytes());
-    Signed {
-        id: msg_id,
-        timestamp: timestamp.to_string(),
-        signature,
-        body: Bytes::from(body),
-    }
+    Signed::new(
+        vec![
+            ("webhook-id", msg_id),
+            ("webhook-timestamp", timestamp.to_string()),
+            ("webhook-signature", signature),
+        ],
+        body,
+    )
 }
 
 /// Signs one delivery for each order in `orders` (`pay-{n}` for order `n`).
@@ -172,12 +184,13 @@ async fn worker(
             Pick::EachOnce => &requests[i],
             Pick::Cycle => &requests[i % requests.len()],
         };
-        let request = Request::post(path)
+        let mut request = Request::post(path)
             .header("host", &host)
-            .header("content-type", "application/json")
-            .header("webhook-id", &signed.id)
-            .header("webhook-timestamp", &signed.timestamp)
-            .header("webhook-signature", &signed.signature)
+            .header("content-type", "application/json");
+        for (name, value) in &signed.headers {
+            request = request.header(*name, value);
+        }
+        let request = request
             .body(Full::new(signed.body.clone()))
             .expect("a valid request");
         let t = Instant::now();

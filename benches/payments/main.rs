@@ -47,7 +47,8 @@
 
 #[path = "../common/mod.rs"]
 mod common;
-use common::{admin_url, url_for};
+pub use common::record_pid;
+use common::{admin_url, random_hex, url_for};
 
 mod cluster;
 mod current;
@@ -58,7 +59,6 @@ mod server;
 use std::{
     collections::HashMap,
     fmt::Write as _,
-    io::Write as _,
     path::{Path, PathBuf},
     sync::Arc,
     time::Duration,
@@ -180,56 +180,16 @@ fn parse_args() -> Result<Option<Options>, String> {
     Ok(Some(o))
 }
 
-/// Appends a process id to `$SUBGATE_BENCH_PIDFILE`, so the script that started the benchmark
-/// can stop what it started if it is interrupted.
-pub fn record_pid(pid: u32) {
-    if let Some(path) = std::env::var_os("SUBGATE_BENCH_PIDFILE").filter(|p| !p.is_empty())
-        && let Ok(mut f) = std::fs::File::options()
-            .create(true)
-            .append(true)
-            .open(path)
-    {
-        let _ = writeln!(f, "{pid}");
-    }
-}
-
 fn main() {
-    let options = match parse_args() {
-        Ok(Some(o)) => o,
-        Ok(None) => return,
-        Err(e) => {
-            eprintln!("benches/payments: {e}");
-            std::process::exit(2);
-        }
-    };
-    record_pid(std::process::id());
-    // One thread: the load generator takes one core at most, like pgbench's single thread.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    if let Err(e) = runtime.block_on(run(options)) {
-        eprintln!("benches/payments: {e}");
-        std::process::exit(1);
-    }
+    common::main_with("benches/payments", parse_args(), run);
 }
 
 fn progress(message: impl std::fmt::Display) {
     eprintln!("[bench] {message}");
 }
 
-fn random_hex(bytes: usize) -> String {
-    (0..bytes)
-        .map(|_| format!("{:02x}", rand::random::<u8>()))
-        .collect()
-}
-
 async fn run(o: Options) -> Result<(), String> {
-    let tag = std::env::var("SUBGATE_BENCH_RUN")
-        .ok()
-        .filter(|t| !t.is_empty() && t.chars().all(|c| c.is_ascii_alphanumeric()))
-        .unwrap_or_else(|| random_hex(4))
-        .to_lowercase();
+    let tag = common::run_tag();
     // The private cluster with TLS, in the results directory (`make bench`: target/bench).
     let cluster_dir = std::env::var_os("SUBGATE_BENCH_RESULTS")
         .filter(|p| !p.is_empty())
@@ -531,6 +491,8 @@ async fn measure(o: &Options, pool: &Pool, target: &Target) -> Result<Figures, S
                 .flatten(),
             webhook_secret: &secret,
             jwt_secret: &jwt_secret,
+            extra: &[],
+            bin: None,
         };
         // Start-to-ready, `starts` times (once with TLS); the last server stays up.
         let starts = if conn == Conn::Plain { o.starts } else { 1 };

@@ -22,14 +22,18 @@ pub struct Server {
 }
 
 /// The configuration the server is started with: the bench database, a fresh staff-token key
-/// and the door-1 key the load generator signs with; nothing else (no Telegram, no in-process
-/// sweep), so the payment path is all it does.
+/// and the door-1 key the load generator signs with, and whatever `extra` a benchmark adds
+/// (the payment benchmark: nothing — no Telegram, no in-process sweep — so the payment path is
+/// all it does).
 pub struct ServerEnv<'a> {
     pub database_url: &'a str,
     /// `DATABASE_CA_CERT`: the CA of the private cluster's certificate, for `sslmode=require`.
     pub ca_cert: Option<&'a Path>,
     pub webhook_secret: &'a str,
     pub jwt_secret: &'a str,
+    pub extra: &'a [(&'a str, String)],
+    /// Another `subgate` binary to start (an older build, to compare); `None`: this build's.
+    pub bin: Option<&'a str>,
 }
 
 impl Server {
@@ -44,7 +48,8 @@ impl Server {
             .open(log)
             .map_err(|e| format!("{}: {e}", log.display()))?;
         let err = out.try_clone().map_err(|e| e.to_string())?;
-        let mut command = Command::new(env!("CARGO_BIN_EXE_subgate"));
+        let bin = env.bin.unwrap_or(env!("CARGO_BIN_EXE_subgate"));
+        let mut command = Command::new(bin);
         command
             .arg("serve")
             .env_clear()
@@ -52,7 +57,8 @@ impl Server {
             .env("BIND_ADDR", addr.to_string())
             .env("JWT_SECRET", env.jwt_secret)
             .env("WEBHOOK_SECRET", env.webhook_secret)
-            .env("LOG_FORMAT", "json");
+            .env("LOG_FORMAT", "json")
+            .envs(env.extra.iter().map(|(k, v)| (*k, v.as_str())));
         if let Some(ca) = env.ca_cert {
             command.env("DATABASE_CA_CERT", ca);
         }
@@ -60,7 +66,7 @@ impl Server {
         let started = Instant::now();
         let child = command
             .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", env!("CARGO_BIN_EXE_subgate")))?;
+            .map_err(|e| format!("cannot start {bin}: {e}"))?;
         crate::record_pid(child.id());
         let mut server = Server {
             child,

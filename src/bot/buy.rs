@@ -110,27 +110,42 @@ pub(super) async fn buy(
     from: &Sender,
     target: Target,
 ) -> Result<Answer, ApiError> {
-    let plan = match target {
+    // Reads that do not depend on each other go out together (tokio-postgres pipelines them
+    // on the connection), and a channel read once is not read again.
+    let (plan, read) = match target {
         Target::Channel(channel_id) => {
-            match channels::offer(tx, channel_id).await? {
+            let (offer, plan) = tokio::try_join!(
+                channels::offer(tx, channel_id),
+                plans::default_of(tx, channel_id)
+            )?;
+            match offer {
                 None => return Ok(alert(texts::button_invalid(l))),
                 Some(c) if !c.active => return Ok(alert(texts::channel_unavailable(l))),
-                Some(_) => {}
+                Some(c) => (plan, Some(c)),
             }
-            plans::default_of(tx, channel_id).await?
         }
-        Target::Plan(plan_id) => plans::get(tx, plan_id).await?,
+        Target::Plan(plan_id) => (plans::get(tx, plan_id).await?, None),
     };
     let Some(plan) = plan else {
         return Ok(alert(texts::button_invalid(l)));
     };
-    let mut offers = Vec::new();
-    for id in &plan.channel_ids {
-        match channels::offer(tx, *id).await? {
-            Some(c) if c.active => offers.push(c),
-            _ => return Ok(alert(texts::channel_unavailable(l))),
+    let read = read.filter(|c| plan.channel_ids.contains(&c.id));
+    let mut offers = futures::future::try_join_all(plan.channel_ids.iter().map(|id| {
+        let known = read.as_ref().filter(|c| c.id == *id).cloned();
+        async move {
+            match known {
+                Some(c) => Ok(Some(c)),
+                None => channels::offer(tx, *id).await,
+            }
         }
-    }
+    }))
+    .await?
+    .into_iter()
+    .map(|c| c.filter(|c| c.active))
+    .collect::<Option<Vec<_>>>();
+    let Some(offers) = offers.take() else {
+        return Ok(alert(texts::channel_unavailable(l)));
+    };
     if !plan.active || offers.is_empty() {
         return Ok(alert(texts::channel_unavailable(l)));
     }
@@ -149,12 +164,19 @@ pub(super) async fn buy(
     let subscriber_id = upsert_subscriber(tx, from).await?;
     let buyer = SubscriberId(subscriber_id);
     // The pair locks first, in ascending channel id (every bundle and single-channel
-    // transaction takes them in that order).
-    for channel in plan.channels_ascending() {
-        db::lock_pair(tx, buyer, channel).await?;
-    }
-
-    let lifetime = crate::memberships::lifetime_channels(tx, buyer).await?;
+    // transaction takes them in that order). The reads under them go out with them: the
+    // statements of one connection run in the order they were sent, so they run once the locks
+    // are held.
+    let locks = futures::future::try_join_all(
+        plan.channels_ascending()
+            .into_iter()
+            .map(|channel| db::lock_pair(tx, buyer, channel)),
+    );
+    let (_, lifetime, stored_code) = tokio::try_join!(
+        locks,
+        crate::memberships::lifetime_channels(tx, buyer),
+        codes::stored(tx, buyer)
+    )?;
     if plan.channel_ids.iter().all(|c| lifetime.contains(c)) {
         return Ok(alert(texts::already_lifetime(l, &name)));
     }
@@ -184,7 +206,7 @@ pub(super) async fn buy(
     // The buyer's promo code, when it is meant for this plan (a code meant for other plans is
     // kept for them). One meant for it that cannot be used now is explained and forgotten, and
     // no order is made: the next press buys at the list price the buyer is then told.
-    let code = match codes::stored(tx, buyer).await? {
+    let code = match stored_code {
         Some(code) if code.covers(&plan) => match code.price_for(tx, Some(buyer), &plan).await? {
             Ok(_) => Some(code),
             Err(why) => {
@@ -454,17 +476,17 @@ async fn live_subscription(
     subscriber_id: i32,
     channel_id: i32,
 ) -> Result<Option<chrono::DateTime<chrono::Utc>>, ApiError> {
-    Ok(tx
-        .query_opt(
-            "SELECT expires_at FROM star_subscriptions
-             WHERE subscriber_id = $1 AND channel_id = $2 AND status = 'active'
-               AND expires_at > statement_timestamp()
-             ORDER BY id DESC LIMIT 1",
-            &[&subscriber_id, &channel_id],
-        )
-        .await?
-        .map(|r| r.try_get("expires_at"))
-        .transpose()?)
+    Ok(db::row_opt(
+        tx,
+        "SELECT expires_at FROM star_subscriptions
+         WHERE subscriber_id = $1 AND channel_id = $2 AND status = 'active'
+           AND expires_at > statement_timestamp()
+         ORDER BY id DESC LIMIT 1",
+        &[&subscriber_id, &channel_id],
+    )
+    .await?
+    .map(|r| r.try_get("expires_at"))
+    .transpose()?)
 }
 
 /// The buyer's newest order of the plan that can still be paid as invoiced: pending, not
@@ -479,9 +501,9 @@ async fn reusable_order(
     open_secs: i64,
     code_id: Option<i64>,
 ) -> Result<Option<(i64, Option<i64>)>, ApiError> {
-    let row = tx
-        .query_opt(
-            "SELECT id, promo_code_id FROM orders
+    let row = db::row_opt(
+        tx,
+        "SELECT id, promo_code_id FROM orders
              WHERE subscriber_id = $1 AND plan_id = $2 AND status = 'pending'
                AND superseded_at IS NULL
                AND (hold_until > statement_timestamp()
@@ -489,16 +511,16 @@ async fn reusable_order(
                         AND created_at > statement_timestamp() - make_interval(secs => $5)
                         AND ($6::bigint IS NULL OR promo_code_id = $6)))
              ORDER BY id DESC LIMIT 1",
-            &[
-                &subscriber_id,
-                &plan.id,
-                &plan.price_minor,
-                &plan.currency,
-                &(open_secs as f64),
-                &code_id,
-            ],
-        )
-        .await?;
+        &[
+            &subscriber_id,
+            &plan.id,
+            &plan.price_minor,
+            &plan.currency,
+            &(open_secs as f64),
+            &code_id,
+        ],
+    )
+    .await?;
     Ok(match row {
         Some(r) => Some((r.try_get("id")?, r.try_get("promo_code_id")?)),
         None => None,
@@ -517,9 +539,7 @@ async fn retire_stale_orders(
     subscriber_id: i32,
     plan_id: i64,
 ) -> Result<(), ApiError> {
-    let row = tx
-        .query_one(RETIRE_SQL, &[&subscriber_id, &plan_id])
-        .await?;
+    let row = db::row_one(tx, RETIRE_SQL, &[&subscriber_id, &plan_id]).await?;
     let (superseded, cancelled): (i64, i64) =
         (row.try_get("superseded")?, row.try_get("cancelled")?);
     if superseded + cancelled > 0 {
@@ -577,8 +597,8 @@ async fn enqueue_invoice(
     order_id: i64,
     user_id: i64,
 ) -> Result<bool, ApiError> {
-    let id = effects::enqueue(
-        &**tx,
+    let id = effects::enqueue_prepared(
+        tx,
         &NewEffect {
             membership_id: None,
             payment_id: None,

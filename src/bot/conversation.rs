@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use deadpool_postgres::Transaction;
+use deadpool_postgres::{GenericClient, Transaction};
 use serde_json::Value;
 
 use super::{
@@ -36,14 +36,15 @@ use crate::{
 /// Channels one catalogue message lists at most (fewer when long descriptions fill it).
 const PAGE: i64 = 10;
 
-/// The conversation step for `action`; returns the webhook reply.
+/// The conversation step for `action` (`remembered`: the language remembered for the buyer);
+/// returns the webhook reply.
 pub(super) async fn act(
     tx: &Transaction<'_>,
     config: &Config,
+    remembered: Option<Language>,
     action: &Action,
 ) -> Result<Option<Value>, ApiError> {
     let from = action.from();
-    let remembered = subscribers::language_of_telegram_user(tx, from.id).await?;
     let l = Language::choose(remembered, from.language_code.as_deref());
     match action {
         Action::Text {
@@ -61,6 +62,121 @@ pub(super) async fn act(
     }
 }
 
+/// Whether `action` is a command that only reads — the catalogue, an offer, `/subscriptions`,
+/// help, a usage line — and so can be answered without a transaction or a record
+/// ([`answer_reading`]).
+pub(super) fn reads_only(action: &Action) -> bool {
+    match action {
+        Action::Text { text, .. } => only_reads(&render::parse_command(text)),
+        Action::Button { .. } => false,
+    }
+}
+
+fn only_reads(command: &Command) -> bool {
+    match command {
+        Command::Start(Some(payload)) => !matches!(
+            render::deep_link(payload),
+            Some(DeepLink::Plan { code: Some(_), .. })
+        ),
+        Command::Code(code) => code.is_none(),
+        Command::Language(code) => code.as_deref().and_then(Language::of_tag).is_none(),
+        Command::Start(None) | Command::Help | Command::Subscriptions | Command::Other => true,
+    }
+}
+
+/// The reply to a command that only reads ([`reads_only`]), on any connection; `None` for
+/// anything else.
+pub(super) async fn answer_reading(
+    client: &impl GenericClient,
+    config: &Config,
+    remembered: Option<Language>,
+    action: &Action,
+) -> Result<Option<Value>, ApiError> {
+    let Action::Text {
+        chat_id,
+        from,
+        text,
+    } = action
+    else {
+        return Ok(None);
+    };
+    let l = Language::choose(remembered, from.language_code.as_deref());
+    let command = render::parse_command(text);
+    tracing::info!(user_id = from.id, ?command, "bot command");
+    Ok(read_command(client, config, l, from.id, &command)
+        .await?
+        .map(|rendered| render::send_message(*chat_id, &rendered)))
+}
+
+/// What a command that only reads shows; `None` for one that writes.
+async fn read_command(
+    client: &impl GenericClient,
+    config: &Config,
+    l: Language,
+    user_id: i64,
+    command: &Command,
+) -> Result<Option<render::Rendered>, ApiError> {
+    if !only_reads(command) {
+        return Ok(None);
+    }
+    Ok(Some(match command {
+        Command::Start(None) | Command::Help => {
+            catalogue(client, config, l, user_id, None, 0).await?.0
+        }
+        Command::Start(Some(payload)) => match render::deep_link(payload) {
+            Some(DeepLink::Channel(id)) => {
+                match channel_offer(client, config, l, user_id, id).await? {
+                    Some(o) => render::offer(l, None, &o),
+                    None => {
+                        let intro = texts::unknown_channel(l);
+                        catalogue(client, config, l, user_id, Some(&intro), 0)
+                            .await?
+                            .0
+                    }
+                }
+            }
+            Some(DeepLink::Plan { id, .. }) => {
+                plan_page(client, config, l, user_id, id, None).await?
+            }
+            None => catalogue(client, config, l, user_id, None, 0).await?.0,
+        },
+        Command::Code(_) => render::Rendered {
+            text: texts::code_usage(l),
+            rows: Vec::new(),
+        },
+        Command::Language(_) => render::language_choice(l),
+        Command::Subscriptions => subscriptions(client, config, l, user_id).await?,
+        Command::Other => render::Rendered {
+            text: texts::help(l),
+            rows: Vec::new(),
+        },
+    }))
+}
+
+/// Plan `id`'s offer, under `intro` when given; the catalogue saying the plan is unknown when
+/// it cannot be shown.
+async fn plan_page(
+    client: &impl GenericClient,
+    config: &Config,
+    l: Language,
+    user_id: i64,
+    id: i64,
+    intro: Option<String>,
+) -> Result<render::Rendered, ApiError> {
+    Ok(match plan_offer(client, config, l, user_id, id).await? {
+        Some(o) => render::offer(l, intro.as_deref(), &o),
+        None => {
+            let intro = match intro {
+                Some(i) => format!("{}\n\n{i}", texts::unknown_plan(l)),
+                None => texts::unknown_plan(l),
+            };
+            catalogue(client, config, l, user_id, Some(&intro), 0)
+                .await?
+                .0
+        }
+    })
+}
+
 async fn command(
     tx: &Transaction<'_>,
     config: &Config,
@@ -71,54 +187,32 @@ async fn command(
 ) -> Result<Value, ApiError> {
     let command = render::parse_command(text);
     tracing::info!(user_id = from.id, ?command, "bot command");
+    if let Some(rendered) = read_command(tx, config, l, from.id, &command).await? {
+        return Ok(render::send_message(chat_id, &rendered));
+    }
     let rendered = match command {
-        Command::Start(None) | Command::Help => catalogue(tx, config, l, from.id, None, 0).await?.0,
         Command::Start(Some(payload)) => match render::deep_link(&payload) {
-            Some(DeepLink::Channel(id)) => match channel_offer(tx, config, l, from.id, id).await? {
-                Some(o) => render::offer(l, None, &o),
-                None => {
-                    let intro = texts::unknown_channel(l);
-                    catalogue(tx, config, l, from.id, Some(&intro), 0).await?.0
-                }
-            },
-            Some(DeepLink::Plan { id, code }) => {
-                let intro = match &code {
-                    Some(code) => Some(apply_code(tx, l, from, code, Some(id)).await?),
-                    None => None,
-                };
-                match plan_offer(tx, config, l, from.id, id).await? {
-                    Some(o) => render::offer(l, intro.as_deref(), &o),
-                    None => {
-                        let intro = match intro {
-                            Some(i) => format!("{}\n\n{i}", texts::unknown_plan(l)),
-                            None => texts::unknown_plan(l),
-                        };
-                        catalogue(tx, config, l, from.id, Some(&intro), 0).await?.0
-                    }
-                }
+            Some(DeepLink::Plan {
+                id,
+                code: Some(code),
+            }) => {
+                let intro = apply_code(tx, l, from, &code, Some(id)).await?;
+                plan_page(tx, config, l, from.id, id, Some(intro)).await?
             }
-            None => catalogue(tx, config, l, from.id, None, 0).await?.0,
-        },
-        Command::Code(None) => render::Rendered {
-            text: texts::code_usage(l),
-            rows: Vec::new(),
+            _ => unreachable!("read_command shows every other deep link"),
         },
         Command::Code(Some(code)) => render::Rendered {
             text: apply_code(tx, l, from, &code, None).await?,
             rows: Vec::new(),
         },
-        Command::Language(code) => match code.as_deref().and_then(Language::of_tag) {
+        Command::Language(Some(code)) => match Language::of_tag(&code) {
             Some(chosen) => render::Rendered {
                 text: choose_language(tx, from, chosen).await?,
                 rows: Vec::new(),
             },
-            None => render::language_choice(l),
+            None => unreachable!("read_command shows the choice for an unknown language"),
         },
-        Command::Subscriptions => subscriptions(tx, config, l, from.id).await?,
-        Command::Other => render::Rendered {
-            text: texts::help(l),
-            rows: Vec::new(),
-        },
+        _ => unreachable!("read_command shows every command that only reads"),
     };
     Ok(render::send_message(chat_id, &rendered))
 }
@@ -234,8 +328,8 @@ struct Viewer {
     lifetime: Vec<i32>,
 }
 
-async fn viewer(tx: &Transaction<'_>, user_id: i64) -> Result<Viewer, ApiError> {
-    let subscriber = subscribers::of_telegram_user(tx, user_id)
+async fn viewer(client: &impl GenericClient, user_id: i64) -> Result<Viewer, ApiError> {
+    let subscriber = subscribers::of_telegram_user(client, user_id)
         .await?
         .map(SubscriberId);
     let Some(s) = subscriber else {
@@ -245,10 +339,14 @@ async fn viewer(tx: &Transaction<'_>, user_id: i64) -> Result<Viewer, ApiError> 
             lifetime: Vec::new(),
         });
     };
+    let (code, lifetime) = tokio::try_join!(
+        codes::stored(client, s),
+        crate::memberships::lifetime_channels(client, s)
+    )?;
     Ok(Viewer {
         subscriber,
-        code: codes::stored(tx, s).await?,
-        lifetime: crate::memberships::lifetime_channels(tx, s).await?,
+        code,
+        lifetime,
     })
 }
 
@@ -257,9 +355,13 @@ async fn viewer(tx: &Transaction<'_>, user_id: i64) -> Result<Viewer, ApiError> 
 struct Channels(HashMap<i32, Option<Offer>>);
 
 impl Channels {
-    async fn get(&mut self, tx: &Transaction<'_>, id: i32) -> Result<Option<&Offer>, ApiError> {
+    async fn get(
+        &mut self,
+        client: &impl GenericClient,
+        id: i32,
+    ) -> Result<Option<&Offer>, ApiError> {
         if let std::collections::hash_map::Entry::Vacant(e) = self.0.entry(id) {
-            e.insert(channels::offer(tx, id).await?);
+            e.insert(channels::offer(client, id).await?);
         }
         Ok(self.0.get(&id).and_then(Option::as_ref))
     }
@@ -270,7 +372,7 @@ impl Channels {
 /// a seat free or the viewer is a member there already (a renewal needs no seat). Read without
 /// locks: the buy button decides again under them.
 async fn availability(
-    tx: &Transaction<'_>,
+    client: &impl GenericClient,
     config: &Config,
     plan: &Plan,
     offers: &[Offer],
@@ -287,11 +389,11 @@ async fn availability(
             continue;
         };
         if let Some(s) = viewer.subscriber
-            && seats::is_live_member(tx, s, crate::ids::ChannelId(c.id)).await?
+            && seats::is_live_member(client, s, crate::ids::ChannelId(c.id)).await?
         {
             continue;
         }
-        if seats::seats_taken(tx, c.id).await? >= i64::from(limit) {
+        if seats::seats_taken(client, c.id).await? >= i64::from(limit) {
             return Ok(Availability::Full);
         }
     }
@@ -301,7 +403,7 @@ async fn availability(
 /// How `viewer` sees `plan`; `None` when it is not to be shown: a channel of it is gone or not
 /// active, or it is a trial the viewer can no longer use.
 async fn plan_view(
-    tx: &Transaction<'_>,
+    client: &impl GenericClient,
     config: &Config,
     l: Language,
     plan: &Plan,
@@ -310,7 +412,7 @@ async fn plan_view(
 ) -> Result<Option<PlanView>, ApiError> {
     let mut offers = Vec::new();
     for id in &plan.channel_ids {
-        match known.get(tx, *id).await? {
+        match known.get(client, *id).await? {
             Some(o) if o.active => offers.push(o.clone()),
             _ => return Ok(None),
         }
@@ -318,12 +420,12 @@ async fn plan_view(
     let trial = plan.kind == plans::Kind::Trial;
     if trial
         && let Some(s) = viewer.subscriber
-        && !trials::eligible(tx, s, plan).await?
+        && !trials::eligible(client, s, plan).await?
     {
         return Ok(None);
     }
     let discounted_minor = match &viewer.code {
-        Some(code) if !trial => code.price_for(tx, viewer.subscriber, plan).await?.ok(),
+        Some(code) if !trial => code.price_for(client, viewer.subscriber, plan).await?.ok(),
         _ => None,
     };
     let default_of = plan.is_default.then_some(plan.channel_ids[0]);
@@ -344,14 +446,14 @@ async fn plan_view(
             .iter()
             .map(|o| o.title_in(l).to_string())
             .collect(),
-        availability: availability(tx, config, plan, &offers, viewer).await?,
+        availability: availability(client, config, plan, &offers, viewer).await?,
     }))
 }
 
 /// The catalogue's view of channel `c` with `plans` under it (`present` knows no rows: the bot
 /// turns them into views, with what the viewer may do with each).
 async fn view(
-    tx: &Transaction<'_>,
+    client: &impl GenericClient,
     config: &Config,
     l: Language,
     c: Offer,
@@ -362,7 +464,7 @@ async fn view(
     known.0.insert(c.id, Some(c.clone()));
     let mut views = Vec::new();
     for p in &plans {
-        views.extend(plan_view(tx, config, l, p, known, viewer).await?);
+        views.extend(plan_view(client, config, l, p, known, viewer).await?);
     }
     Ok(OfferView {
         id: c.id,
@@ -375,25 +477,35 @@ async fn view(
 /// A page of the catalogue for Telegram user `user_id`: active channels after channel `after`,
 /// each with its active plans. A bundle is listed once, under its first channel.
 async fn catalogue(
-    tx: &Transaction<'_>,
+    client: &impl GenericClient,
     config: &Config,
     l: Language,
     user_id: i64,
     intro: Option<&str>,
     after: i32,
 ) -> Result<(render::Rendered, usize), ApiError> {
-    let channels = channels::active_offers(tx, after, PAGE + 1).await?;
+    // The reads that do not depend on each other go out together (tokio-postgres pipelines
+    // them on the connection): a round trip each, not one after the other.
+    let (mut channels, viewer) = tokio::try_join!(
+        channels::active_offers(client, after, PAGE + 1),
+        viewer(client, user_id)
+    )?;
     let more = channels.len() as i64 > PAGE;
-    let viewer = viewer(tx, user_id).await?;
+    channels.truncate(PAGE as usize);
+    let plans = futures::future::try_join_all(
+        channels
+            .iter()
+            .map(|c| plans::active_of_channel(client, c.id)),
+    )
+    .await?;
     let mut known = Channels::default();
     let mut offers = Vec::new();
-    for c in channels.into_iter().take(PAGE as usize) {
-        let plans = plans::active_of_channel(tx, c.id)
-            .await?
+    for (c, plans) in channels.into_iter().zip(plans) {
+        let plans = plans
             .into_iter()
             .filter(|p| p.channel_ids.first() == Some(&c.id))
             .collect();
-        offers.push(view(tx, config, l, c, plans, &mut known, &viewer).await?);
+        offers.push(view(client, config, l, c, plans, &mut known, &viewer).await?);
     }
     Ok(render::catalogue(l, intro, &offers, more))
 }
@@ -401,44 +513,56 @@ async fn catalogue(
 /// One active channel with every active plan that includes it (bundles whose first channel is
 /// another included); `None` when there is no such channel or it is not active.
 async fn channel_offer(
-    tx: &Transaction<'_>,
+    client: &impl GenericClient,
     config: &Config,
     l: Language,
     user_id: i64,
     channel_id: i32,
 ) -> Result<Option<OfferView>, ApiError> {
-    let Some(c) = channels::offer(tx, channel_id).await?.filter(|c| c.active) else {
+    let Some(c) = channels::offer(client, channel_id)
+        .await?
+        .filter(|c| c.active)
+    else {
         return Ok(None);
     };
-    let plans = plans::active_of_channel(tx, c.id).await?;
-    let viewer = viewer(tx, user_id).await?;
+    let plans = plans::active_of_channel(client, c.id).await?;
+    let viewer = viewer(client, user_id).await?;
     let mut known = Channels::default();
     Ok(Some(
-        view(tx, config, l, c, plans, &mut known, &viewer).await?,
+        view(client, config, l, c, plans, &mut known, &viewer).await?,
     ))
 }
 
 /// One active plan under its first channel; `None` when there is no such plan, it is not
 /// active, or it is not to be shown to this viewer ([`plan_view`]).
 async fn plan_offer(
-    tx: &Transaction<'_>,
+    client: &impl GenericClient,
     config: &Config,
     l: Language,
     user_id: i64,
     plan_id: i64,
 ) -> Result<Option<OfferView>, ApiError> {
-    let Some(plan) = plans::get(tx, plan_id).await?.filter(|p| p.active) else {
+    let Some(plan) = plans::get(client, plan_id).await?.filter(|p| p.active) else {
         return Ok(None);
     };
-    let Some(c) = channels::offer(tx, plan.channel_ids[0])
+    let Some(c) = channels::offer(client, plan.channel_ids[0])
         .await?
         .filter(|c| c.active)
     else {
         return Ok(None);
     };
-    let viewer = viewer(tx, user_id).await?;
+    let viewer = viewer(client, user_id).await?;
     let mut known = Channels::default();
-    let o = view(tx, config, l, c, vec![plan.clone()], &mut known, &viewer).await?;
+    let o = view(
+        client,
+        config,
+        l,
+        c,
+        vec![plan.clone()],
+        &mut known,
+        &viewer,
+    )
+    .await?;
     if o.plans.is_empty() {
         return Ok(None);
     }
@@ -457,12 +581,12 @@ const SUBSCRIPTIONS_MAX: i64 = 100;
 /// paid plan with a period, still active), else the channel's default plan; a lifetime
 /// membership reads "lifetime" and has nothing to renew.
 async fn subscriptions(
-    tx: &Transaction<'_>,
+    client: &impl GenericClient,
     config: &Config,
     l: Language,
     user_id: i64,
 ) -> Result<render::Rendered, ApiError> {
-    let rows = tx
+    let rows = client
         .query(
             "SELECT m.channel_id, c.title, c.translations, m.status,
                     m.expires_at,

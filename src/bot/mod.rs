@@ -20,8 +20,12 @@
 //!   invoice, a second page, a confirmation) goes through the effects outbox, in the same
 //!   transaction, with its retries, rate limits, dry-run mode and dead letters.
 //! - **Redelivery.** Telegram delivers an update again after any non-2xx answer (or a lost
-//!   one). Each conversation update is recorded under its `update_id` in the transaction of its
-//!   effects (`bot_updates`), with its reply: a repeat gets the same reply and changes nothing.
+//!   one). A conversation update that wrote anything is recorded under its `update_id` in the
+//!   transaction of its effects (`bot_updates`), with its reply: a repeat gets the same reply
+//!   and changes nothing. One that wrote nothing is not recorded — a write and a WAL flush
+//!   saved per `/start` — and a repeat of it is answered afresh: a command that only reads (the
+//!   catalogue, an offer, `/subscriptions`) runs outside a transaction ([`read`]), any other
+//!   step in one, recorded after it only when it wrote ([`deliver`]).
 //!   A repeated button press (a new update) never sends a second invoice either: the invoice
 //!   effect is keyed on the order, and a second press reuses the order. And the conversation
 //!   answers 200 for anything but an unavailable database, so no update is re-sent forever.
@@ -138,27 +142,23 @@ pub async fn handle(state: &AppState, body: &[u8]) -> Result<Option<Value>, ApiE
         return Ok(None);
     };
     let update_id = update.update_id;
-    let action = &action;
-    let result = crate::transaction!(state.db, |tx| {
-        if let Some(stored) = repeated(tx, update_id).await? {
-            tracing::info!(update_id, "Telegram update repeated: stored reply returned");
-            return Ok(stored);
-        }
-        let reply = conversation::act(tx, &state.config, action).await?;
-        tx.execute(
-            "UPDATE bot_updates SET reply = $2 WHERE update_id = $1",
-            &[&update_id, &reply],
-        )
-        .await?;
-        Ok(reply)
-    });
-    match result {
-        Ok(reply) => {
+    let delivery = if conversation::reads_only(&action) {
+        read(state, &action).await
+    } else {
+        step(state, update_id, &action).await
+    };
+    match delivery {
+        Ok(Delivery::Answered(reply)) => {
             if update_id % PURGE_EVERY == 0 {
                 purge(state).await;
             }
             Ok(reply)
         }
+        Ok(Delivery::Repeated(reply)) => {
+            tracing::info!(update_id, "Telegram update repeated: stored reply returned");
+            Ok(reply)
+        }
+        Ok(Delivery::Twin) => unreachable!("a twin delivery is answered in step"),
         Err(e) if is_transient(&e) => Err(e),
         Err(e) => {
             tracing::error!(update_id, error = %e, "bot update failed; answered without a reply");
@@ -167,37 +167,134 @@ pub async fn handle(state: &AppState, body: &[u8]) -> Result<Option<Value>, ApiE
     }
 }
 
-/// Records `update_id` as handled now; when it already was (within [`DEDUPE_WINDOW`]), returns
-/// the reply stored then. A twin delivery running at the same time waits here until the first
-/// commits, then reads its reply.
-async fn repeated(
+/// What a delivery of an update came to.
+enum Delivery {
+    /// Acted on now; the reply to send.
+    Answered(Option<Value>),
+    /// Handled before (within [`DEDUPE_WINDOW`]): the reply stored then.
+    Repeated(Option<Value>),
+    /// A twin delivery, running at the same time, recorded the update first while this one
+    /// also wrote: this one's writes are rolled back and the twin's reply is returned.
+    Twin,
+}
+
+/// A command that only reads (the catalogue, an offer, `/subscriptions`, help): answered on a
+/// pooled connection without a transaction and without a record — it changes nothing, so a
+/// repeat is answered afresh. (Inside a transaction its reads would see no more together: each
+/// statement of a read-committed transaction takes its own snapshot.)
+async fn read(state: &AppState, action: &Action) -> Result<Delivery, ApiError> {
+    let client = state.db.get().await?;
+    let remembered =
+        crate::subscribers::language_of_telegram_user(&client, action.from().id).await?;
+    let reply = conversation::answer_reading(&client, &state.config, remembered, action).await?;
+    Ok(Delivery::Answered(reply))
+}
+
+/// One delivery in its transaction (run again after a deadlock or serialization failure, as
+/// [`crate::transaction!`] does).
+async fn step(state: &AppState, update_id: i64, action: &Action) -> Result<Delivery, ApiError> {
+    let mut client = state.db.get().await?;
+    let mut attempt = 0usize;
+    loop {
+        attempt += 1;
+        let tx = client.transaction().await?;
+        let result = deliver(&tx, &state.config, update_id, action).await;
+        if let Ok(Delivery::Twin) = result {
+            tx.rollback().await?;
+            let stored = stored_reply(&client, update_id).await?;
+            tracing::info!(
+                update_id,
+                "Telegram update delivered twice at once: the first's reply returned"
+            );
+            return Ok(Delivery::Repeated(stored.unwrap_or_default()));
+        }
+        match crate::db::finish(tx, result, attempt).await {
+            crate::db::Step::Done(r) => return r,
+            crate::db::Step::Retry => continue,
+        }
+    }
+}
+
+/// Acts on `action` unless update `update_id` was handled before, and records the update with
+/// its reply when acting on it wrote anything (an order, an invoice, a kept code, a language):
+/// what is recorded is what a repeat must not do again (a row lock counts: every press upserts
+/// its buyer, which locks the buyer's row, so every press is recorded). A step that wrote
+/// nothing — a cancel-renewal button pressed by someone else — is not recorded, and a repeat of
+/// it is answered afresh, changing nothing either. Two deliveries of one update
+/// at the same time: the one that records second (its insert waits for the first's commit)
+/// rolls back what it wrote and answers the first's reply ([`Delivery::Twin`]).
+async fn deliver(
     tx: &deadpool_postgres::Transaction<'_>,
+    config: &Config,
+    update_id: i64,
+    action: &Action,
+) -> Result<Delivery, ApiError> {
+    // Both reads at once: tokio-postgres pipelines them on the connection.
+    let (stored, remembered) = tokio::try_join!(
+        stored_reply(tx, update_id),
+        crate::subscribers::language_of_telegram_user(tx, action.from().id),
+    )?;
+    if let Some(reply) = stored {
+        return Ok(Delivery::Repeated(reply));
+    }
+    let reply = conversation::act(tx, config, remembered, action).await?;
+    let row = crate::db::row_one(tx, &RECORD_SQL, &[&update_id, &reply]).await?;
+    let (wrote, recorded, found): (bool, bool, bool) = (
+        row.try_get("wrote")?,
+        row.try_get("recorded")?,
+        row.try_get("found")?,
+    );
+    Ok(match (wrote, recorded, found) {
+        (true, true, _) | (false, _, false) => Delivery::Answered(reply),
+        (false, _, true) => Delivery::Repeated(row.try_get("reply")?),
+        (true, false, _) => Delivery::Twin,
+    })
+}
+
+/// The reply stored for update `update_id` when it was handled within [`DEDUPE_WINDOW`]
+/// (`Some(None)`: answered `{}`).
+async fn stored_reply(
+    client: &impl deadpool_postgres::GenericClient,
     update_id: i64,
 ) -> Result<Option<Option<Value>>, ApiError> {
-    let fresh = tx
-        .query_opt(
-            &format!(
-                "INSERT INTO bot_updates (update_id) VALUES ($1)
-                 ON CONFLICT (update_id) DO UPDATE
-                     SET reply = NULL, created_at = statement_timestamp()
-                     WHERE bot_updates.created_at
-                           < statement_timestamp() - interval '{DEDUPE_WINDOW}'
-                 RETURNING update_id"
-            ),
-            &[&update_id],
-        )
-        .await?;
-    if fresh.is_some() {
-        return Ok(None);
-    }
-    let row = tx
-        .query_one(
-            "SELECT reply FROM bot_updates WHERE update_id = $1",
-            &[&update_id],
-        )
-        .await?;
-    Ok(Some(row.try_get("reply")?))
+    let row = crate::db::row_opt(client, &STORED_SQL, &[&update_id]).await?;
+    Ok(match row {
+        Some(r) => Some(r.try_get("reply")?),
+        None => None,
+    })
 }
+
+static STORED_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT reply FROM bot_updates
+         WHERE update_id = $1 AND created_at >= statement_timestamp() - interval '{DEDUPE_WINDOW}'"
+    )
+});
+
+/// Records the update with its reply when the transaction wrote anything
+/// (`pg_current_xact_id_if_assigned()`: a transaction gets an id at its first write); an older
+/// record than [`DEDUPE_WINDOW`] is taken over. `recorded` says whether it was; `found` and
+/// `reply` are a record there already (as of the statement's start).
+static RECORD_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "WITH w AS MATERIALIZED (
+             SELECT pg_current_xact_id_if_assigned() IS NOT NULL AS wrote
+         ), recorded AS (
+             INSERT INTO bot_updates (update_id, reply)
+             SELECT $1, $2 FROM w WHERE w.wrote
+             ON CONFLICT (update_id) DO UPDATE
+                 SET reply = EXCLUDED.reply, created_at = statement_timestamp()
+                 WHERE bot_updates.created_at
+                       < statement_timestamp() - interval '{DEDUPE_WINDOW}'
+             RETURNING update_id
+         )
+         SELECT w.wrote, EXISTS (SELECT 1 FROM recorded) AS recorded,
+                b.update_id IS NOT NULL AS found, b.reply
+         FROM w LEFT JOIN bot_updates b
+             ON b.update_id = $1
+            AND b.created_at >= statement_timestamp() - interval '{DEDUPE_WINDOW}'"
+    )
+});
 
 async fn purge(state: &AppState) {
     let result = async {

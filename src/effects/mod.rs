@@ -336,9 +336,30 @@ const ENQUEUE_SQL: &str = "INSERT INTO effects
 /// `dedupe_key` already exists (nothing inserted). Call it inside the transaction of the change
 /// that needs it.
 pub async fn enqueue(client: &impl GenericClient, e: &NewEffect) -> Result<Option<i64>, ApiError> {
+    enqueue_as(client, ENQUEUE_SQL, e).await
+}
+
+/// [`enqueue`] as a statement prepared once per pooled connection (one round trip, not two),
+/// for the paths that run often.
+pub async fn enqueue_prepared(
+    tx: &Transaction<'_>,
+    e: &NewEffect,
+) -> Result<Option<i64>, ApiError> {
+    let statement = tx.prepare_cached(ENQUEUE_SQL).await?;
+    enqueue_as(&**tx, &statement, e).await
+}
+
+async fn enqueue_as<S>(
+    client: &impl GenericClient,
+    statement: &S,
+    e: &NewEffect,
+) -> Result<Option<i64>, ApiError>
+where
+    S: ?Sized + tokio_postgres::ToStatement + Sync + Send,
+{
     let row = client
         .query_opt(
-            ENQUEUE_SQL,
+            statement,
             &[
                 &e.payload.kind(),
                 &e.membership_id,

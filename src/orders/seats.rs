@@ -613,7 +613,10 @@ const SEATS_TAKEN_SQL: &str = concat!(
 /// pending order of a plan including the channel whose hold is still valid at
 /// `statement_timestamp()`. Call it under the channel lock, or the count may be stale by the
 /// time it is used.
-pub async fn seats_taken(tx: &Transaction<'_>, channel_id: i32) -> Result<i64, ApiError> {
+pub async fn seats_taken(
+    tx: &impl deadpool_postgres::GenericClient,
+    channel_id: i32,
+) -> Result<i64, ApiError> {
     Ok(db::row_one(tx, SEATS_TAKEN_SQL, &[&channel_id])
         .await?
         .try_get("taken")?)
@@ -637,7 +640,7 @@ const SEATED_SQL: &str = concat!(
 /// of a plan including it (`subscription_holds_seat_sql!`). Such a buyer needs no seat. The
 /// caller holds the pair lock.
 pub async fn is_live_member(
-    tx: &Transaction<'_>,
+    tx: &impl deadpool_postgres::GenericClient,
     subscriber_id: SubscriberId,
     channel_id: ChannelId,
 ) -> Result<bool, ApiError> {

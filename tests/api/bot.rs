@@ -407,12 +407,106 @@ async fn an_update_delivered_again_gets_the_same_reply_and_changes_nothing() {
     assert_eq!(orders_of(&app, 7002, c).await.len(), 1);
     assert_eq!(pending(&app, "invoice").await, 1);
     assert_eq!(
-        one_i64(&app, "SELECT count(*) FROM bot_updates", &[]).await,
-        2,
-        "one record per update"
+        one_i64(&app, "SELECT update_id FROM bot_updates", &[]).await,
+        press["update_id"].as_i64().unwrap(),
+        "one record, the press's: /start wrote nothing and is not recorded"
     );
     run(&app).await;
     assert_eq!(fake.calls_of("sendInvoice").len(), 1);
+
+    // Delivered again later, once the invoice went out: the stored reply, not "already sent".
+    assert_answer(&send(&app, &press).await, ON_ITS_WAY);
+    assert_eq!(orders_of(&app, 7002, c).await.len(), 1);
+    assert_eq!(pending(&app, "invoice").await, 0);
+}
+
+/// Deliveries of one update at the same time that all write (a kept promo code, a chosen
+/// language) and are not held one after the other by a lock: each acts, the first to record the
+/// update wins, the others roll back what they wrote and answer the first's reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twin_deliveries_that_all_write_are_applied_once_and_answered_alike() {
+    let fake = FakeBot::start().await;
+    let app = Arc::new(app_with(&fake).await);
+    stars_channel(&app, -100_200_040, json!({})).await;
+    app.db()
+        .await
+        .execute(
+            "INSERT INTO promo_codes (code, percent_off) VALUES ('TWIN10', 10)",
+            &[],
+        )
+        .await
+        .unwrap();
+    for round in 0..ROUNDS {
+        let user = 7_400 + round;
+        let buyer = person(user);
+        let text = if round % 2 == 0 {
+            "/code twin10"
+        } else {
+            "/language uk"
+        };
+        let update = text_update(&buyer, text);
+        let barrier = Arc::new(Barrier::new(4));
+        let tasks: Vec<_> = (0..4)
+            .map(|_| {
+                let (app, barrier, update) = (app.clone(), barrier.clone(), update.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    send(&app, &update).await
+                })
+            })
+            .collect();
+        let mut replies = Vec::new();
+        for t in tasks {
+            replies.push(t.await.unwrap());
+        }
+        assert!(
+            replies.iter().all(|r| *r == replies[0]),
+            "round {round}: {replies:?}"
+        );
+        assert_eq!(replies[0]["method"], "sendMessage", "round {round}");
+        let id = update["update_id"].as_i64().unwrap();
+        assert_eq!(
+            one_i64(
+                &app,
+                "SELECT count(*) FROM bot_updates WHERE update_id = $1 AND reply IS NOT NULL",
+                &[&id]
+            )
+            .await,
+            1,
+            "round {round}"
+        );
+        assert_eq!(
+            one_i64(
+                &app,
+                "SELECT count(*) FROM subscribers WHERE telegram_user_id = $1",
+                &[&user]
+            )
+            .await,
+            1,
+            "round {round}"
+        );
+        let kept = one_i64(
+            &app,
+            "SELECT count(*) FROM bot_promo_codes b JOIN subscribers s ON s.id = b.subscriber_id
+             WHERE s.telegram_user_id = $1",
+            &[&user],
+        )
+        .await;
+        let language = one_i64(
+            &app,
+            "SELECT count(*) FROM subscribers WHERE telegram_user_id = $1 AND language = 'uk'",
+            &[&user],
+        )
+        .await;
+        if round % 2 == 0 {
+            assert_eq!((kept, language), (1, 0), "round {round}: {}", replies[0]);
+        } else {
+            assert_eq!((kept, language), (0, 1), "round {round}");
+        }
+        // And once more afterwards: the stored reply.
+        assert_eq!(send(&app, &update).await, replies[0], "round {round}");
+    }
+    assert_eq!(app.count("bot_updates").await, ROUNDS);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
