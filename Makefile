@@ -15,7 +15,7 @@ help:
 	@echo "make chaos         payments through a database failover: a primary and a synchronous standby, the primary killed mid-flood, the standby promoted; nothing acknowledged lost or doubled (ARGS='--help')"
 	@echo "make docs-test     run the docs' shell walk-throughs against a live server on a fresh database"
 	@echo "make fuzz          fuzz a live server against its OpenAPI document (schemathesis): no 5xx, answers as documented"
-	@echo "make bench         payment path, re-deliveries and sweep vs references, one table of ratios (ARGS=... to the payment bench, e.g. ARGS='--duration 30'; SWEEP_BENCH_ROWS=...)"
+	@echo "make bench         payment path (with and without TLS), re-deliveries and sweep vs references, statistics, time to access and grant bursts, bot storms (ARGS=... to the payment bench, e.g. ARGS='--duration 30'; SWEEP_BENCH_ROWS=...; BENCH_SKIP_*=1)"
 	@echo "make fmt           cargo fmt --check"
 	@echo "make lint          cargo clippy --all-targets -- -D warnings"
 	@echo "make shellcheck    ShellCheck over scripts/ and .ci/run (installs Debian's shellcheck when missing and root)"
