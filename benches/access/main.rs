@@ -27,24 +27,28 @@
 mod common;
 #[path = "../fake_bot/mod.rs"]
 mod fake_bot;
+// The payment benchmark's server runner (and the HTTP client it checks readiness with).
+#[allow(dead_code)]
+#[path = "../payments/http.rs"]
+mod http;
+#[allow(dead_code)]
+#[path = "../payments/server.rs"]
+mod server;
 
 use std::{
-    fs::File,
-    io::Write,
-    net::SocketAddr,
     path::PathBuf,
-    process::{Child, Command, Stdio},
     sync::Arc,
     time::{Duration, Instant},
 };
 
-use common::{admin_url, url_for};
+pub use common::record_pid;
+use common::{random_hex, url_for};
 use fake_bot::{Counts, FakeBot};
+use server::{Server, ServerEnv};
 use subgate::{
     db,
     payments::standard_webhooks::{WebhookKey, sign},
 };
-use tokio_postgres::NoTls;
 
 /// The bench bot's token (the fake accepts any).
 const TOKEN: &str = "424242:benchBENCHbenchBENCHbenchBENCHbench";
@@ -74,15 +78,6 @@ fn progress(message: impl std::fmt::Display) {
     eprintln!("[bench] access: {message}");
 }
 
-/// Appends a process id to `$SUBGATE_BENCH_PIDFILE` (see the payment benchmark).
-fn record_pid(pid: u32) {
-    if let Some(path) = std::env::var_os("SUBGATE_BENCH_PIDFILE").filter(|p| !p.is_empty())
-        && let Ok(mut f) = File::options().create(true).append(true).open(path)
-    {
-        let _ = writeln!(f, "{pid}");
-    }
-}
-
 fn main() {
     record_pid(std::process::id());
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -110,10 +105,7 @@ async fn run() -> Result<(), String> {
         behind: env_or("ACCESS_BENCH_BEHIND", 20).max(1),
         burst: env_or("ACCESS_BENCH_BURST", 3_000).max(1),
     };
-    let (admin, connection) = tokio_postgres::connect(&admin_url(), NoTls)
-        .await
-        .map_err(|e| format!("cannot reach PostgreSQL ({e}); run `make bench`"))?;
-    tokio::spawn(connection);
+    let admin = common::connect_admin().await?;
     let stale = admin
         .query(
             r"SELECT datname FROM pg_database WHERE datname LIKE 'subgate\_bench\_access\_%'",
@@ -127,12 +119,7 @@ async fn run() -> Result<(), String> {
             .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\""))
             .await;
     }
-    let tag = std::env::var("SUBGATE_BENCH_RUN")
-        .ok()
-        .filter(|t| !t.is_empty() && t.chars().all(|c| c.is_ascii_alphanumeric()))
-        .unwrap_or_else(|| format!("{:08x}", rand::random::<u32>()))
-        .to_lowercase();
-    let name = format!("subgate_bench_access_{tag}");
+    let name = format!("subgate_bench_access_{}", common::run_tag());
     admin
         .batch_execute(&format!("CREATE DATABASE \"{name}\""))
         .await
@@ -209,99 +196,6 @@ async fn queue_invoices(pool: &deadpool_postgres::Pool) -> Result<u64, String> {
         )
         .await
         .map_err(|e| format!("queue invoices: {}", pg(e)))
-}
-
-/// A running `subgate serve` (stopped with SIGTERM, SIGKILL if it lingers or on drop).
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Server {
-    async fn start(
-        database_url: &str,
-        secret: &str,
-        fake: &FakeBot,
-        log: &PathBuf,
-    ) -> Result<Server, String> {
-        let addr = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-            l.local_addr().map_err(|e| e.to_string())?
-        };
-        let out = File::options()
-            .create(true)
-            .append(true)
-            .open(log)
-            .map_err(|e| format!("{}: {e}", log.display()))?;
-        let err = out.try_clone().map_err(|e| e.to_string())?;
-        let child = Command::new(env!("CARGO_BIN_EXE_subgate"))
-            .arg("serve")
-            .env_clear()
-            .env("DATABASE_URL", database_url)
-            .env("BIND_ADDR", addr.to_string())
-            .env("JWT_SECRET", format!("{:032x}", rand::random::<u128>()))
-            .env("WEBHOOK_SECRET", secret)
-            .env("TELEGRAM_BOT_TOKEN", TOKEN)
-            .env("TELEGRAM_API_URL", &fake.url)
-            .env("LOG_FORMAT", "json")
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .map_err(|e| format!("cannot start the server: {e}"))?;
-        record_pid(child.id());
-        let mut server = Server { child, addr };
-        let client = reqwest::Client::new();
-        let started = Instant::now();
-        loop {
-            let ready = client
-                .get(format!("http://{addr}/readyz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().as_u16() == 200);
-            if ready {
-                return Ok(server);
-            }
-            if let Ok(Some(status)) = server.child.try_wait() {
-                return Err(format!(
-                    "the server exited ({status}); see {}",
-                    log.display()
-                ));
-            }
-            if started.elapsed() > Duration::from_secs(30) {
-                return Err(format!(
-                    "the server was not ready after 30 s; see {}",
-                    log.display()
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    async fn stop(mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .stderr(Stdio::null())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
 }
 
 /// Pays order `n` through door 1; returns when the 200 arrived.
@@ -480,7 +374,19 @@ async fn measure(s: &Sizes, database_url: &str) -> Result<Figures, String> {
         )
     );
     let key = WebhookKey::parse(&secret).map_err(|e| e.to_string())?;
-    let server = Server::start(database_url, &secret, &fake, &log).await?;
+    let extra = [
+        ("TELEGRAM_BOT_TOKEN", TOKEN.to_string()),
+        ("TELEGRAM_API_URL", fake.url.clone()),
+    ];
+    let env = ServerEnv {
+        database_url,
+        ca_cert: None,
+        webhook_secret: &secret,
+        jwt_secret: &random_hex(32),
+        extra: &extra,
+        bin: None,
+    };
+    let server = Server::start(&env, &log).await?;
     progress(format!(
         "server on {} (log: {})",
         server.addr,
