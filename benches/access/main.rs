@@ -106,24 +106,7 @@ async fn run() -> Result<(), String> {
         burst: env_or("ACCESS_BENCH_BURST", 3_000).max(1),
     };
     let admin = common::connect_admin().await?;
-    let stale = admin
-        .query(
-            r"SELECT datname FROM pg_database WHERE datname LIKE 'subgate\_bench\_access\_%'",
-            &[],
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-    for row in stale {
-        let name: String = row.get(0);
-        let _ = admin
-            .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\""))
-            .await;
-    }
-    let name = format!("subgate_bench_access_{}", common::run_tag());
-    admin
-        .batch_execute(&format!("CREATE DATABASE \"{name}\""))
-        .await
-        .map_err(|e| format!("CREATE DATABASE {name}: {e}"))?;
+    let name = common::fresh_database(&admin, "access", &common::run_tag()).await?;
     let database_url = url_for(&name);
     let outcome = measure(&sizes, &database_url).await;
     let _ = admin

@@ -86,3 +86,33 @@ pub async fn connect_admin() -> Result<tokio_postgres::Client, String> {
     tokio::spawn(connection);
     Ok(admin)
 }
+
+/// This run's database of benchmark `kind`, `subgate_bench_<kind>_<tag>`, created on `admin`'s
+/// server after dropping the `subgate_bench_<kind>_*` databases an interrupted run left behind
+/// (one in use — another run's — refuses to go and stays). Returns its name.
+#[allow(dead_code)]
+pub async fn fresh_database(
+    admin: &tokio_postgres::Client,
+    kind: &str,
+    tag: &str,
+) -> Result<String, String> {
+    let stale = admin
+        .query(
+            "SELECT datname FROM pg_database WHERE starts_with(datname, $1)",
+            &[&format!("subgate_bench_{kind}_")],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    for row in stale {
+        let name: String = row.get(0);
+        let _ = admin
+            .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\""))
+            .await;
+    }
+    let name = format!("subgate_bench_{kind}_{tag}");
+    admin
+        .batch_execute(&format!("CREATE DATABASE \"{name}\""))
+        .await
+        .map_err(|e| format!("CREATE DATABASE {name}: {e}"))?;
+    Ok(name)
+}

@@ -220,25 +220,7 @@ async fn run(o: Options) -> Result<(), String> {
     tokio::spawn(connection);
     let machine = Machine::read(&admin).await?;
 
-    // Databases an interrupted run left behind; one in use (another run's) refuses to go.
-    let stale = admin
-        .query(
-            r"SELECT datname FROM pg_database WHERE datname LIKE 'subgate\_bench\_pay\_%'",
-            &[],
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-    for row in stale {
-        let name: String = row.get(0);
-        let _ = admin
-            .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\""))
-            .await;
-    }
-    let name = format!("subgate_bench_pay_{tag}");
-    admin
-        .batch_execute(&format!("CREATE DATABASE \"{name}\""))
-        .await
-        .map_err(|e| format!("CREATE DATABASE {name}: {e}"))?;
+    let name = common::fresh_database(&admin, "pay", &tag).await?;
     let target = match &cluster {
         Some(c) => {
             let port = c.port;
@@ -520,42 +502,30 @@ async fn measure(o: &Options, pool: &Pool, target: &Target) -> Result<Figures, S
             rss_idle = server.rss_bytes();
         }
         let addr = server.addr;
-        let signed = Arc::new(http::sign_new_payments(
+        let warmup = new_payments(
+            addr,
             &key,
             plan.take(HTTP_ORDERS_PER_SEC),
-        ));
-        let warmup = http::run(
-            addr,
-            PATH,
             o.connections,
             Duration::from_secs(1),
-            signed,
-            Pick::EachOnce,
-            NEW,
+            "warm-up",
         )
-        .await;
-        check_load("warm-up", &warmup)?;
+        .await?;
         progress(format!(
             "new payments {}: {} connections, {} s",
             conn.label(),
             o.connections,
             o.duration.as_secs()
         ));
-        let signed = Arc::new(http::sign_new_payments(
+        let new = new_payments(
+            addr,
             &key,
             plan.take(HTTP_ORDERS_PER_SEC * o.duration.as_secs() as i64),
-        ));
-        let new = http::run(
-            addr,
-            PATH,
             o.connections,
             o.duration,
-            signed,
-            Pick::EachOnce,
-            NEW,
+            "new payments",
         )
-        .await;
-        check_load("new payments", &new)?;
+        .await?;
         paid += warmup.ok + new.ok;
 
         if conn == Conn::Plain {
@@ -563,21 +533,15 @@ async fn measure(o: &Options, pool: &Pool, target: &Target) -> Result<Figures, S
                 "new payments: 1 connection, {} s",
                 o.latency_duration.as_secs()
             ));
-            let signed = Arc::new(http::sign_new_payments(
+            let l = new_payments(
+                addr,
                 &key,
                 plan.take(LATENCY_ORDERS_PER_SEC * o.latency_duration.as_secs() as i64),
-            ));
-            let l = http::run(
-                addr,
-                PATH,
                 1,
                 o.latency_duration,
-                signed,
-                Pick::EachOnce,
-                NEW,
+                "new payments, one connection",
             )
-            .await;
-            check_load("new payments, one connection", &l)?;
+            .await?;
             paid += l.ok;
             latency = Some(l);
 
@@ -815,6 +779,31 @@ async fn row_counts(pool: &Pool) -> Result<Vec<i64>, String> {
 
 /// A load run must have succeeded entirely: an error is a bug or a broken set-up, and its
 /// figures would mislead.
+/// The payments of `orders`, signed first, delivered at `connections` for `duration`, each to be
+/// answered as a new payment; any failure fails the run (`what` names it).
+async fn new_payments(
+    addr: std::net::SocketAddr,
+    key: &WebhookKey,
+    orders: std::ops::Range<i64>,
+    connections: usize,
+    duration: Duration,
+    what: &str,
+) -> Result<Load, String> {
+    let signed = Arc::new(http::sign_new_payments(key, orders));
+    let load = http::run(
+        addr,
+        PATH,
+        connections,
+        duration,
+        signed,
+        Pick::EachOnce,
+        NEW,
+    )
+    .await;
+    check_load(what, &load)?;
+    Ok(load)
+}
+
 fn check_load(what: &str, load: &Load) -> Result<(), String> {
     if load.errors > 0 || load.ok == 0 {
         return Err(format!(
