@@ -132,6 +132,12 @@ pub fn complete_config(pg: &mut tokio_postgres::Config) -> Duration {
     if pg.get_application_name().is_none() {
         pg.application_name("subgate");
     }
+    create_timeout(pg)
+}
+
+/// How long making one connection of `pg` may take: its connect timeout once per host, plus the
+/// login's allowance.
+fn create_timeout(pg: &tokio_postgres::Config) -> Duration {
     let hosts = pg.get_hosts().len().max(pg.get_hostaddrs().len()).max(1);
     let per_host = pg
         .get_connect_timeout()
@@ -157,9 +163,8 @@ pub fn pool_with_ca_cert(
     max_size: usize,
     ca_cert: Option<&Path>,
 ) -> Result<Pool, ApiError> {
-    let (mut pg, connector) = connect_config(database_url, ca_cert)?;
-    // Already completed; called again (it only fills in what is unset) for the bound it returns.
-    let create_timeout = complete_config(&mut pg);
+    let (pg, connector) = connect_config(database_url, ca_cert)?;
+    let create_timeout = create_timeout(&pg);
     let manager = Manager::from_config(
         pg,
         connector,

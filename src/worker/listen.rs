@@ -60,10 +60,24 @@ pub struct Target {
 
 /// Listens until shutdown, waking `wake` at every notification and after every (re)connect.
 pub async fn listen(target: Target, wake: Arc<Notify>, shutdown: ShutdownSignal) {
+    // Made once, like the pool's (the CA file is read at start-up only): every reconnect uses it.
+    let (mut pg, tls) = match db::connect_config(
+        target.database_url.expose(),
+        target.ca_cert.as_deref(),
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "effects listener: no connection settings; the worker polls");
+            return;
+        }
+    };
+    if pg.get_application_name() == Some("subgate") {
+        pg.application_name(APPLICATION_NAME);
+    }
     let mut failures: u32 = 0;
     while !shutdown.is_triggered() {
         let ended = tokio::select! {
-            ended = session(&target, &wake) => ended,
+            ended = session(&pg, &tls, &wake) => ended,
             () = shutdown.wait() => return,
         };
         // A session that listened starts the count again: its loss is the first failure.
@@ -105,16 +119,12 @@ impl Ended {
 
 /// One connection: connect, `LISTEN`, wake the worker for a full pass, then wake it at every
 /// notification until the connection fails (or stops answering the probe).
-async fn session(target: &Target, wake: &Notify) -> Ended {
-    let (mut pg, tls) =
-        match db::connect_config(target.database_url.expose(), target.ca_cert.as_deref()) {
-            Ok(c) => c,
-            Err(e) => return Ended::new(false, e),
-        };
-    if pg.get_application_name() == Some("subgate") {
-        pg.application_name(APPLICATION_NAME);
-    }
-    let (client, mut connection) = match pg.connect(tls).await {
+async fn session(
+    pg: &tokio_postgres::Config,
+    tls: &tokio_postgres_rustls::MakeRustlsConnect,
+    wake: &Notify,
+) -> Ended {
+    let (client, mut connection) = match pg.connect(tls.clone()).await {
         Ok(c) => c,
         Err(e) => return Ended::new(false, e),
     };
