@@ -2,8 +2,9 @@
 //! same run on the same data — the naive way (one transaction per membership: lock, re-read,
 //! update, event, commit) and two lock-free single statements: one that writes only the status
 //! and the events, and the fair floor, which makes exactly the sweep's writes (status, one
-//! `membership_events` row and one `effects` row per transition, with the sweep's own effects
-//! SQL) for everything at once.
+//! `membership_events` row and one queued effect, a `sweep_queue` row, per transition, with the
+//! sweep's own SQL) for everything at once. After the sweep it also times what the effects
+//! worker then does off the sweep's path: the queued rows made `effects` rows, chunk by chunk.
 //! While the sweep runs, a probe plays a renewal that collides with it: it picks a pair whose lock
 //! a sweep batch holds right now and times how long `pg_advisory_xact_lock` waits for it.
 //!
@@ -142,6 +143,8 @@ struct Results {
     sweep: Duration,
     set_based: Duration,
     set_same_writes: Duration,
+    /// The worker's part after the sweep: its queued effects made `effects` rows, chunk by chunk.
+    materialize: Duration,
     naive: Duration,
     probe_waits: Vec<Duration>,
 }
@@ -159,6 +162,7 @@ impl Results {
             ("sweep_s", self.sweep.as_secs_f64()),
             ("set_based_s", self.set_based.as_secs_f64()),
             ("same_writes_s", self.set_same_writes.as_secs_f64()),
+            ("materialize_s", self.materialize.as_secs_f64()),
             (
                 "sweep_vs_status_events",
                 self.sweep.as_secs_f64() / self.set_based.as_secs_f64(),
@@ -220,6 +224,12 @@ impl Results {
             println!("  {label:<56} {n:>9} {:>10.2} {r:>12.0}", d.as_secs_f64());
         }
         println!(
+            "  then, off the sweep's path, the worker makes effects of its {rows} queued rows \
+             ({} a run): {:.2} s",
+            subgate::effects::SWEEP_QUEUE_CHUNK,
+            self.materialize.as_secs_f64()
+        );
+        println!(
             "  sweep vs naive: {:.1}x faster; naive would take {:.0} s for these {rows} rows",
             sweep_rate / naive_rate,
             rows as f64 / naive_rate
@@ -273,6 +283,24 @@ async fn bench(pool: &Pool, rows: i64, naive_rows: i64, batch: usize) -> Results
     check_swept(pool, rows, rows).await;
     eprintln!("[bench] sweep: {:.2} s", sweep_time.as_secs_f64());
 
+    // 1b. What the effects worker does with the sweep's queue, off the sweep's path: a chunk
+    // at the start of each run (timed here back to back, without performing anything).
+    let started = Instant::now();
+    {
+        let client = pool.get().await.unwrap();
+        while subgate::effects::materialize_sweep_queue(&client)
+            .await
+            .unwrap()
+            > 0
+        {}
+    }
+    let materialize = started.elapsed();
+    check_swept(pool, rows, rows).await;
+    eprintln!(
+        "[bench] the queue made effects: {:.2} s",
+        materialize.as_secs_f64()
+    );
+
     // 2. One UPDATE for everything, no locks, events in the same statement, no effects.
     reset(pool, None).await;
     let started = Instant::now();
@@ -304,8 +332,8 @@ async fn bench(pool: &Pool, rows: i64, naive_rows: i64, batch: usize) -> Results
     check_swept(pool, rows, 0).await;
     eprintln!("[bench] set-based: {:.2} s", set_based.as_secs_f64());
 
-    // 3. The floor: one statement, no locks, the sweep's writes — status, events and effects
-    // (the sweep's own events and effects CTEs, so the same columns, payloads and dedupe keys).
+    // 3. The floor: one statement, no locks, the sweep's writes — status, events and queued
+    // effects (the sweep's own events and effects CTEs, so the same rows).
     // Every row starts `active` (reset), which stands in for the status the sweep reads before
     // deciding.
     reset(pool, None).await;
@@ -358,6 +386,7 @@ async fn bench(pool: &Pool, rows: i64, naive_rows: i64, batch: usize) -> Results
         sweep: sweep_time,
         set_based,
         set_same_writes,
+        materialize,
         naive: naive_time,
         probe_waits,
     }
@@ -395,7 +424,8 @@ async fn populate(pool: &Pool, rows: i64) {
 }
 
 /// Every row is grace or expired as `next_sweep_status` says, with one sweep event each, and
-/// there are `effects` effects (one revoke or grace notice per transition, or none).
+/// there are `effects` effects (one revoke or grace notice per transition, or none), queued
+/// or made.
 async fn check_swept(pool: &Pool, rows: i64, effects: i64) {
     let client = pool.get().await.unwrap();
     let row = client
@@ -406,6 +436,7 @@ async fn check_swept(pool: &Pool, rows: i64, effects: i64) {
                              <= statement_timestamp() THEN 'expired' ELSE 'grace' END),
                     (SELECT count(*) FROM membership_events WHERE cause = 'sweep'),
                     (SELECT count(*) FROM effects WHERE kind IN ('revoke', 'grace_notice'))
+                    + (SELECT count(*) FROM sweep_queue)
              FROM memberships m JOIN channels ch ON ch.id = m.channel_id",
             &[],
         )
@@ -440,11 +471,11 @@ async fn reset(pool: &Pool, limit: Option<i64>) -> Vec<i64> {
         .map(|r| r.get(0))
         .collect();
     client
-        .batch_execute("TRUNCATE membership_events, effects")
+        .batch_execute("TRUNCATE membership_events, effects, sweep_queue")
         .await
         .unwrap();
     client
-        .batch_execute("VACUUM ANALYZE memberships, membership_events, effects")
+        .batch_execute("VACUUM ANALYZE memberships, membership_events, effects, sweep_queue")
         .await
         .unwrap();
     client.batch_execute("CHECKPOINT").await.unwrap();

@@ -91,6 +91,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "effects_wake_up",
         include_str!("../migrations/0016_effects_wake_up.sql"),
     ),
+    (
+        17,
+        "sweep_queue",
+        include_str!("../migrations/0017_sweep_queue.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,

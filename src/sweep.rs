@@ -30,7 +30,11 @@
 //!   decision was made from (the `UPDATE` reads each row's newest version after locking it),
 //!   and writes the `membership_events` rows (cause `sweep`) and the Telegram effects (revoke,
 //!   grace notice, each keyed on its event) for exactly the rows it updated, in the same
-//!   statement. This batch write is the one membership write outside
+//!   statement. The effects go to the `sweep_queue`, one narrow row each, which the effects
+//!   worker makes `effects` rows of a chunk at a time
+//!   ([`crate::effects::materialize_sweep_queue`]): the batch, which holds pair locks, writes
+//!   only what the transition needs to be decided and never lost, not a full outbox row with
+//!   its indexes for an effect Telegram's pace will reach only later. This batch write is the one membership write outside
 //!   [`crate::memberships`]: moving it there would split one statement (and one round trip per
 //!   batch) across modules; it uses the same status vocabulary and predicate.
 //!
@@ -50,7 +54,7 @@
 //! three `wal_writer_delay`s, 600 ms by default), those batches are lost whole — transition,
 //! event and effect together, never a part — and the next run makes them again. Nothing that
 //! saw a batch's writes can outlive it: a renewal that waited for a batch's pair lock, and the
-//! worker's claim of a batch's effect (committed before it calls Telegram), commit
+//! worker's making and claim of a batch's effect (committed before it calls Telegram), commit
 //! synchronously, and flushing such a commit flushes the batch's commit before it (WAL is one
 //! sequence). What this saves is one disk flush wait per batch.
 
@@ -435,7 +439,7 @@ pub fn decide(candidates: &[Candidate]) -> Vec<Decision> {
 
 /// The sweep's `membership_events` rows, as the data-modifying CTE after `updated` (the rows the
 /// batch's `UPDATE` changed): one `sweep` event per transition, returning `(id, membership_id)`
-/// so [`crate::effects::SWEEP_EFFECTS_CTE`] keys each effect on its event.
+/// so [`crate::effects::SWEEP_EFFECTS_CTE`] keys each queued effect on its event.
 macro_rules! sweep_events_cte {
     () => {
         "events AS (
@@ -451,7 +455,7 @@ macro_rules! sweep_events_cte {
 pub const SWEEP_EVENTS_CTE: &str = sweep_events_cte!();
 
 /// The batch write: the conditional `UPDATE`, then, for exactly the rows it changed, their
-/// events ([`SWEEP_EVENTS_CTE`]) and their Telegram effects keyed on those events
+/// events ([`SWEEP_EVENTS_CTE`]) and their Telegram effects keyed on those events, queued
 /// ([`crate::effects::SWEEP_EFFECTS_CTE`]) — one statement, so one round trip and one pass over
 /// the updated rows.
 const APPLY_BATCH_SQL: &str = concat!(
@@ -474,7 +478,7 @@ const APPLY_BATCH_SQL: &str = concat!(
 /// (which holds the rows' pair locks): the `UPDATE` applies a decision only if the row still has
 /// the status and `expires_at` it was made from; for each row actually updated one
 /// `membership_events` row (cause `sweep`, `expires_at_before = expires_at_after`) is inserted,
-/// and its revoke or grace notice is enqueued in the effects outbox, keyed on that event (so the
+/// and its revoke or grace notice is queued for the effects outbox, keyed on that event (so the
 /// effects commit exactly when the transitions do, one per transition). Returns those
 /// transitions.
 pub async fn apply_batch(

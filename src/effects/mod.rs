@@ -24,7 +24,7 @@
 //!   is keyed on the `membership_events` row of the change that asked for it —
 //!   `{grant|receipt|revoke|grace}:{membership}:ev{event}` ([`transition_key`]) — whoever wrote
 //!   it (a payment, staff through [`crate::memberships::record_event`], or the sweep through
-//!   [`SWEEP_EFFECTS_CTE`]). Two transitions are two effects even when they look alike: expired
+//!   [`SWEEP_EFFECTS_CTE`], whose queued rows [`materialize_sweep_queue`] makes effects of). Two transitions are two effects even when they look alike: expired
 //!   by the sweep, made active by staff with the same `expires_at`, expired by the sweep again is
 //!   two revokes (and a grant between them), so access always follows the row. One transition
 //!   is one effect: writers of one membership are serialized by its pair lock and write
@@ -419,42 +419,34 @@ pub fn found_key(kind: Kind, chat: i64, user: i64, found: payload::Found, marker
 }
 
 /// The sweep's effects, as the last data-modifying CTE of its batch write
-/// ([`crate::sweep::apply_batch`]): a revoke for every membership it moved to `expired` and a
-/// grace notice for every one it moved to `grace`, in the batch's statement and so in its
-/// transaction. It reads the CTEs `updated(id, subscriber_id, channel_id, from_status, status,
-/// expires_at)` — the rows the `UPDATE` actually changed — and `events(id, membership_id)` — the
-/// `membership_events` rows written for them ([`crate::sweep::SWEEP_EVENTS_CTE`]) — so it needs
-/// no second look at `memberships`. Each effect is keyed on its transition's event exactly as
-/// [`transition_key`] spells it (`revoke:{membership}:ev{event}`), so a membership expired again
-/// after a staff re-activation gets a second revoke instead of being deduplicated into the
-/// first. The payload and the Telegram ids are built in the same statement, so the effect names
-/// who they are now. (No channel lock here, unlike a change recorded by
+/// ([`crate::sweep::apply_batch`]): for every membership it moved to `expired` a revoke, and for
+/// every one it moved to `grace` a grace notice, recorded in the `sweep_queue` (migration 0017)
+/// in the batch's statement and so in its transaction; the worker turns queued rows into
+/// `effects` rows a chunk at a time ([`materialize_sweep_queue`]). It reads the CTEs
+/// `updated(id, subscriber_id, channel_id, from_status, status, expires_at)` — the rows the
+/// `UPDATE` actually changed — and `events(id, membership_id)` — the `membership_events` rows
+/// written for them ([`crate::sweep::SWEEP_EVENTS_CTE`]) — so it needs no second look at
+/// `memberships`. Each row is keyed on its transition's event, and the effect made of it is
+/// keyed as [`transition_key`] spells it (`revoke:{membership}:ev{event}`), so a membership
+/// expired again after a staff re-activation gets a second revoke instead of being
+/// deduplicated into the first. The Telegram ids are read in the same statement, so the effect
+/// names who they were at the transition. (No channel lock here, unlike a change recorded by
 /// [`crate::memberships::record_event`]: the sweep only moves live memberships, which block a
-/// chat change until it commits and whose pending effects block it after.) Rows are inserted in
-/// membership id order.
+/// chat change until it commits, and its queued rows block it after, [`pending_in_chat`].)
 macro_rules! sweep_effects_cte {
     () => {
-        concat!(
-            "sweep_effects AS (
-    INSERT INTO effects (kind, membership_id, chat_id, user_id, payload, dedupe_key)
-    SELECT e.kind, u.id, c.telegram_chat_id, s.telegram_user_id, ",
-            $crate::effects::expiry_payload_sql!("u.expires_at"),
-            ", ",
-            $crate::effects::transition_key_sql!("e.what", "u.id", "ev.id"),
-            "
+        "sweep_effects AS (
+    INSERT INTO sweep_queue (event_id, membership_id, kind, chat_id, user_id, expires_at)
+    SELECT ev.id, u.id,
+           CASE WHEN u.status = 'expired' THEN 'revoke' ELSE 'grace_notice' END,
+           c.telegram_chat_id, s.telegram_user_id, u.expires_at
     FROM updated u
     JOIN events ev ON ev.membership_id = u.id
-    CROSS JOIN LATERAL (
-        SELECT CASE WHEN u.status = 'expired' THEN 'revoke' ELSE 'grace_notice' END,
-               CASE WHEN u.status = 'expired' THEN 'revoke' ELSE 'grace' END
-    ) AS e(kind, what)
     JOIN subscribers s ON s.id = u.subscriber_id
     JOIN channels c ON c.id = u.channel_id
     WHERE (u.from_status IN ('active', 'grace') AND u.status = 'expired')
        OR (u.from_status = 'active' AND u.status = 'grace')
-    ORDER BY u.id
 )"
-        )
     };
 }
 pub(crate) use sweep_effects_cte;
@@ -462,13 +454,71 @@ pub(crate) use sweep_effects_cte;
 /// See [`sweep_effects_cte!`]: the sweep's effects CTE as a string.
 pub const SWEEP_EFFECTS_CTE: &str = sweep_effects_cte!();
 
+/// Queued sweep rows made into effects per call of [`materialize_sweep_queue`]: the worker
+/// calls it at the start of every run, so the effects table holds about one chunk of the
+/// sweep's effects at a time (a million revokes take Telegram's pace, hours, to perform).
+pub const SWEEP_QUEUE_CHUNK: i64 = 1000;
+
+/// The oldest `$1` rows of the `sweep_queue` that no one else is taking, deleted and made
+/// effects in one statement: each becomes exactly one effect, keyed as [`transition_key`]
+/// spells it, with its expiry as payload (a revoke whose membership has been deleted since
+/// names none and carries the deleted revoke's payload, as [`DELETED_REVOKES_CTE`] writes it;
+/// its membership, when it still exists, is key-share locked so it cannot vanish before the
+/// effect commits). `ON CONFLICT` keeps a row that somehow already has its effect from
+/// making a second one.
+const MATERIALIZE_SWEEP_QUEUE_SQL: &str = concat!(
+    "WITH taken AS (
+         DELETE FROM sweep_queue q
+         WHERE q.event_id IN (
+             SELECT event_id FROM sweep_queue ORDER BY event_id LIMIT $1 FOR UPDATE SKIP LOCKED)
+         RETURNING q.event_id, q.membership_id, q.kind, q.chat_id, q.user_id, q.expires_at
+     ), made AS (
+         INSERT INTO effects (kind, membership_id, chat_id, user_id, payload, dedupe_key)
+         SELECT t.kind, m.id, t.chat_id, t.user_id,
+                CASE WHEN m.id IS NULL AND t.kind = 'revoke' THEN ",
+    deleted_revoke_payload_sql!("t.membership_id", "t.expires_at"),
+    " ELSE ",
+    expiry_payload_sql!("t.expires_at"),
+    " END, ",
+    transition_key_sql!(
+        "CASE WHEN t.kind = 'revoke' THEN 'revoke' ELSE 'grace' END",
+        "t.membership_id",
+        "t.event_id"
+    ),
+    "
+         FROM taken t
+         LEFT JOIN LATERAL (
+             SELECT id FROM memberships WHERE id = t.membership_id FOR KEY SHARE
+         ) m ON true
+         ORDER BY t.event_id
+         ON CONFLICT (dedupe_key) DO NOTHING
+         RETURNING 1
+     )
+     SELECT (SELECT count(*) FROM taken) AS taken, (SELECT count(*) FROM made) AS made"
+);
+
+/// Makes effects of up to [`SWEEP_QUEUE_CHUNK`] queued sweep rows (revokes and grace notices,
+/// oldest transition first), in one statement; returns how many rows it took. Concurrent
+/// callers take different rows (`SKIP LOCKED`); a failed call leaves its rows queued.
+pub async fn materialize_sweep_queue(
+    client: &impl deadpool_postgres::GenericClient,
+) -> Result<u64, ApiError> {
+    let row = db::row_one(client, MATERIALIZE_SWEEP_QUEUE_SQL, &[&SWEEP_QUEUE_CHUNK]).await?;
+    let (taken, made): (i64, i64) = (row.try_get("taken")?, row.try_get("made")?);
+    if taken > 0 {
+        tracing::info!(taken, made, "sweep effects made from the queue");
+    }
+    Ok(taken as u64)
+}
+
 /// The revokes of deleted memberships, as a data-modifying CTE after the `DELETE` that names
 /// them ([`crate::memberships::delete`], [`crate::memberships::delete_of_subscriber`]): it reads
 /// the CTE `gone(id, subscriber_id, channel_id, status, expires_at)` — the rows the `DELETE`
 /// actually removed, as they were when removed — and enqueues one revoke
 /// (`revoke:{membership}:deleted`) for each one whose member still held access (active or
 /// grace), in the deletion's transaction. A deleted expired membership needs none: its expiry
-/// enqueued one.
+/// enqueued one (the sweep's, still queued, is made even after the deletion,
+/// [`materialize_sweep_queue`]).
 ///
 /// The effect outlives the row: it carries the chat and the user, its `membership_id` is NULL
 /// (the row it would name is being deleted by the same statement; `ON DELETE SET NULL` would
@@ -628,10 +678,11 @@ pub async fn get(
 }
 
 const PENDING_IN_CHAT_SQL: &str =
-    "SELECT EXISTS (SELECT 1 FROM effects WHERE status = 'pending' AND chat_id = $1) AS pending";
+    "SELECT EXISTS (SELECT 1 FROM effects WHERE status = 'pending' AND chat_id = $1)
+         OR EXISTS (SELECT 1 FROM sweep_queue WHERE chat_id = $1) AS pending";
 
 /// Whether effects are still to be performed in chat `chat_id` (a revoke still to kick
-/// someone, a grant still to send its link).
+/// someone, a grant still to send its link), counting the sweep's queued ones.
 pub async fn pending_in_chat(
     client: &impl deadpool_postgres::GenericClient,
     chat_id: i64,
@@ -650,9 +701,18 @@ macro_rules! queue_depth_columns {
 }
 
 const QUEUE_SQL: &str = concat!(
-    "SELECT ",
+    "SELECT kind, status, sum(count)::bigint AS count, max(oldest_secs) AS oldest_secs
+     FROM (
+         SELECT ",
     queue_depth_columns!(),
     " FROM effects WHERE status IN ('pending', 'failed')
+         GROUP BY kind, status
+         UNION ALL
+         SELECT ",
+    queue_depth_columns!(),
+    " FROM (SELECT kind, 'pending' AS status, created_at FROM sweep_queue) q
+         GROUP BY kind, status
+     ) d
      GROUP BY kind, status"
 );
 
@@ -681,7 +741,8 @@ impl FromRow for QueueDepth {
 }
 
 /// The effects not done, by kind and status (only the pairs that have any), over the status
-/// index: what the metrics sampler reports.
+/// index, the sweep's queued rows counted as pending effects of their kind: what the metrics
+/// sampler reports.
 pub async fn queue_depths(
     client: &impl deadpool_postgres::GenericClient,
 ) -> Result<Vec<QueueDepth>, ApiError> {
@@ -863,7 +924,11 @@ mod tests {
         assert!(
             expiry_payload_sql!("m.expires_at").contains("'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'")
         );
-        assert!(SWEEP_EFFECTS_CTE.contains(transition_key_sql!("e.what", "u.id", "ev.id")));
+        assert!(MATERIALIZE_SWEEP_QUEUE_SQL.contains(transition_key_sql!(
+            "CASE WHEN t.kind = 'revoke' THEN 'revoke' ELSE 'grace' END",
+            "t.membership_id",
+            "t.event_id"
+        )));
     }
 
     #[test]

@@ -281,11 +281,13 @@ impl Worker {
         Ok(report.into_inner().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// The scans of a run: refunds of `refund_pending` payments every run (cheap: an index
-    /// range), due reminders with `scan`. Returns how many effects they enqueued.
+    /// The scans of a run: a chunk of the sweep's queued effects made effects, and refunds of
+    /// `refund_pending` payments, every run (cheap: an index range each); due reminders with
+    /// `scan`. Returns how many effects they enqueued.
     async fn enqueue_scans(&self, scan: bool) -> Result<u64, ApiError> {
         let client = self.state.db.get().await?;
-        let mut enqueued = effects::enqueue_pending_refunds(&client).await?;
+        let mut enqueued = effects::materialize_sweep_queue(&client).await?;
+        enqueued += effects::enqueue_pending_refunds(&client).await?;
         if scan {
             enqueued +=
                 memberships::enqueue_due_reminders(&client, self.state.config.reminder_days)

@@ -274,6 +274,8 @@ async fn every_writer_s_rows_parse_as_their_kind_s_payload_and_follow_the_key_ru
         (Some(1), Some(1)),
         "{swept}"
     );
+    // Its queued effects, made rows as the worker's next run begins by doing.
+    crate::effects::materialize(&app).await;
 
     // Deletions: of a membership, and of a subscriber with a live membership.
     let e = subscriber(&app, 7104).await;

@@ -106,8 +106,22 @@ pub(crate) async fn patch_membership(app: &TestApp, id: i64, body: Value) -> Val
         .expect(200)
 }
 
+/// `POST /api/sweep`, then the sweep's queued effects made effects, as the worker's next run
+/// would begin by doing (`effects::materialize_sweep_queue`), so the caller sees them.
 pub(crate) async fn sweep(app: &TestApp) -> Value {
-    app.post("/api/sweep", Value::Null).await.expect(200)
+    let report = app.post("/api/sweep", Value::Null).await.expect(200);
+    materialize(app).await;
+    report
+}
+
+/// Makes effects of every queued sweep row (chunk after chunk until the queue is empty).
+pub(crate) async fn materialize(app: &TestApp) {
+    let client = app.db().await;
+    while subgate::effects::materialize_sweep_queue(&client)
+        .await
+        .expect("the sweep queue is made effects")
+        > 0
+    {}
 }
 
 /// The effects of `kind` (all statuses), via the staff API.

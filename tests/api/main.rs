@@ -60,6 +60,7 @@ mod stars_subscriptions;
 mod stats;
 mod stripe;
 mod sweep;
+mod sweep_queue;
 mod telegram;
 mod tls;
 mod trials;

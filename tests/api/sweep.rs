@@ -513,6 +513,8 @@ async fn sweep_effects_carry_the_same_keys_and_payloads_as_staff_effects() {
     // A staff expiry of the same kind, for comparison.
     set(&app, y, json!({"status": "expired", "expires_at": ex})).await;
     expect_counts(&sweep_now(&app).await, 2, 1, 1, 0);
+    // The sweep's effects are queued; made rows as the worker's next run begins by doing.
+    crate::effects::materialize(&app).await;
     let rows = app
         .db()
         .await
