@@ -1144,6 +1144,12 @@ fn report(o: &Options, m: &Machine, f: &Figures, sweep: &HashMap<String, f64>) -
                 "| same | | the set-based status + events statement (no effects): {set:.1} s | {events:.2}× | ≤ 2× (at 1M): {} |",
                 verdict(events <= 2.0)
             );
+            if let Some(made) = sweep.get("materialize_s") {
+                let _ = writeln!(
+                    t,
+                    "| then, off the sweep's path: the worker makes effects of the sweep's queued rows (a chunk a run, back to back here) | {made:.1} s | — | — | — |"
+                );
+            }
             match (sweep.get("probe_p99_ms"), sweep.get("probes")) {
                 (Some(p99), Some(n)) if *n > 0.0 => {
                     let _ = writeln!(
