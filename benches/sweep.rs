@@ -225,7 +225,7 @@ impl Results {
         }
         println!(
             "  then, off the sweep's path, the worker makes effects of its {rows} queued rows \
-             ({} a run): {:.2} s",
+             (chunks of {}): {:.2} s",
             subgate::effects::SWEEP_QUEUE_CHUNK,
             self.materialize.as_secs_f64()
         );
@@ -284,7 +284,7 @@ async fn bench(pool: &Pool, rows: i64, naive_rows: i64, batch: usize) -> Results
     eprintln!("[bench] sweep: {:.2} s", sweep_time.as_secs_f64());
 
     // 1b. What the effects worker does with the sweep's queue, off the sweep's path: a chunk
-    // at the start of each run (timed here back to back, without performing anything).
+    // whenever its lanes run dry (timed here back to back, without performing anything).
     let started = Instant::now();
     {
         let client = pool.get().await.unwrap();

@@ -1147,7 +1147,7 @@ fn report(o: &Options, m: &Machine, f: &Figures, sweep: &HashMap<String, f64>) -
             if let Some(made) = sweep.get("materialize_s") {
                 let _ = writeln!(
                     t,
-                    "| then, off the sweep's path: the worker makes effects of the sweep's queued rows (a chunk a run, back to back here) | {made:.1} s | — | — | — |"
+                    "| then, off the sweep's path: the worker makes effects of the sweep's queued rows (chunk after chunk, back to back here) | {made:.1} s | — | — | — |"
                 );
             }
             match (sweep.get("probe_p99_ms"), sweep.get("probes")) {

@@ -170,7 +170,8 @@ pub struct RunReport {
     /// Paused because the bot lacks its admin rights in the chat (the channel is marked
     /// `no_rights`): they wait, not counted, until the rights are back.
     pub paused: u64,
-    /// Reminders and refunds enqueued by this run's scans.
+    /// Reminders and refunds enqueued by this run's scans, and effects it made of the sweep's
+    /// queue.
     pub enqueued: u64,
 }
 
@@ -296,6 +297,12 @@ impl Worker {
         Ok(enqueued)
     }
 
+    /// A chunk of the sweep's queue made effects ([`effects::materialize_sweep_queue`]).
+    async fn materialize(&self) -> Result<u64, ApiError> {
+        let client = self.state.db.get().await?;
+        effects::materialize_sweep_queue(&client).await
+    }
+
     async fn lane(
         &self,
         bot: &BotApi,
@@ -311,6 +318,22 @@ impl Worker {
                 }
             }
             let result = self.claim_and_perform(bot, seen).await;
+            if let Ok(None) = result {
+                // Nothing due: the next chunk of the sweep's queue, if any, and on. Made only
+                // when the lanes run dry, so a grant committed meanwhile waits behind a chunk
+                // or two of revokes, not behind a whole sweep's.
+                match self.materialize().await {
+                    Ok(0) => return,
+                    Ok(made) => {
+                        report.lock().unwrap_or_else(|p| p.into_inner()).enqueued += made;
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "the sweep's queue not made effects; the next run carries on");
+                        return;
+                    }
+                }
+            }
             let mut r = report.lock().unwrap_or_else(|p| p.into_inner());
             match result {
                 Ok(None) => return,

@@ -314,3 +314,77 @@ async fn racing_workers_make_each_queued_effect_exactly_once() {
         );
     }
 }
+
+/// A grant committed while the worker drains a large sweep waits behind the chunk or two of
+/// revokes already made, not behind every revoke still queued: the queue is made effects a
+/// chunk at a time, when the worker's lanes run dry.
+#[tokio::test]
+async fn a_grant_during_a_sweeps_drain_waits_for_a_chunk_not_the_whole_queue() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let chat = -1_001_000_017_008;
+    let c = channel(&app, chat, json!({})).await;
+    const MEMBERS: i64 = 200;
+    app.db()
+        .await
+        .batch_execute(&format!(
+            "INSERT INTO subscribers (telegram_user_id)
+             SELECT 17200000 + g FROM generate_series(1, {MEMBERS}) g;
+             INSERT INTO memberships (subscriber_id, channel_id, status, expires_at)
+             SELECT s.id, {c}, 'active', now() - interval '1 hour'
+             FROM subscribers s WHERE s.telegram_user_id > 17200000;"
+        ))
+        .await
+        .unwrap();
+    let report = app.post("/api/sweep", Value::Null).await.expect(200);
+    assert_eq!(report["to_expired"].as_i64(), Some(MEMBERS));
+    let chunk = subgate::effects::SWEEP_QUEUE_CHUNK;
+    let lanes = subgate::worker::Options::default().concurrency as i64;
+
+    // The worker starts draining: a run capped at a few effects.
+    let capped = |max_effects| {
+        subgate::worker::Worker::new(
+            app.state.clone(),
+            subgate::worker::Options {
+                max_effects,
+                ..subgate::worker::Options::default()
+            },
+        )
+    };
+    capped(5).run(false, &|| false).await.unwrap();
+    let made = app.count("effects WHERE kind = 'revoke'").await;
+    assert!(made < MEMBERS / 2, "{made} revokes made of {MEMBERS}");
+
+    // Then a buyer is granted access.
+    let buyer = subscriber(&app, 17299999).await;
+    grant(&app, buyer, c, 30).await;
+    let pending_revokes = app
+        .count("effects WHERE kind = 'revoke' AND status = 'pending'")
+        .await;
+    // The next run reaches the grant after the revokes already made (and those its lanes
+    // claimed together with it), long before the queue's end.
+    capped((pending_revokes + lanes + 1) as u64)
+        .run(false, &|| false)
+        .await
+        .unwrap();
+    let grant_status: String = app
+        .db()
+        .await
+        .query_one(
+            "SELECT status FROM effects WHERE kind = 'grant' AND user_id = 17299999",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(grant_status, "done");
+    let bans = fake.calls_of("banChatMember").len() as i64;
+    assert!(
+        bans <= 5 + pending_revokes + lanes + chunk * lanes,
+        "{bans} kicks before the grant"
+    );
+    assert!(
+        app.count("sweep_queue").await >= MEMBERS - made - chunk * (lanes + 1),
+        "most of the sweep is still queued"
+    );
+}
