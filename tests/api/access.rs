@@ -348,6 +348,8 @@ async fn a_sweep_racing_a_staff_change_enqueues_one_effect_per_transition() {
         });
         staff.await.unwrap();
         swept.await.unwrap();
+        // The sweep's effects are queued: made rows, as the worker's next run would.
+        crate::effects::materialize(&app).await;
 
         let want = if round % 2 == 0 { "expired" } else { "active" };
         assert_eq!(membership_status(&app, m).await, want, "round {round}");
