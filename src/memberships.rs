@@ -389,12 +389,23 @@ pub async fn is_live(
         .try_get("found")?)
 }
 
-const LIFETIME_CHANNELS_SQL: &str = concat!(
-    "SELECT m.channel_id FROM memberships m
-     WHERE m.subscriber_id = $1 AND m.expires_at = 'infinity' AND ",
-    holds_access_sql!("m"),
-    " ORDER BY m.channel_id"
-);
+/// SQL: the channels subscriber `$s` holds live lifetime access to, ascending (a query:
+/// [`lifetime_channels`]'s, or an `ARRAY(…)` of another statement). `lifetime_channels_sql!("$1")`.
+macro_rules! lifetime_channels_sql {
+    ($s:literal) => {
+        concat!(
+            "SELECT m.channel_id FROM memberships m
+             WHERE m.subscriber_id = ",
+            $s,
+            " AND m.expires_at = 'infinity' AND ",
+            $crate::memberships::holds_access_sql!("m"),
+            " ORDER BY m.channel_id"
+        )
+    };
+}
+pub(crate) use lifetime_channels_sql;
+
+const LIFETIME_CHANNELS_SQL: &str = lifetime_channels_sql!("$1");
 
 /// The channels the subscriber holds live lifetime access to (as [`lifetime_in_every`] counts
 /// it): what the bot's catalogue and buy press show as held for life.

@@ -78,7 +78,8 @@ const UPSERT_SQL: &str =
                IS DISTINCT FROM (EXCLUDED.username, EXCLUDED.display_name)
             OR (subscribers.language IS NULL AND EXCLUDED.language IS NOT NULL)
      RETURNING id";
-const LANGUAGE_OF_TELEGRAM_USER_SQL: &str =
+/// The language remembered for Telegram user `$1` ([`language_of_telegram_user`]).
+pub const LANGUAGE_OF_TELEGRAM_USER_SQL: &str =
     "SELECT language FROM subscribers WHERE telegram_user_id = $1";
 const SET_LANGUAGE_SQL: &str = "UPDATE subscribers
      SET language = $2, updated_at = statement_timestamp()

@@ -164,19 +164,21 @@ pub(super) async fn buy(
     let subscriber_id = upsert_subscriber(tx, from).await?;
     let buyer = SubscriberId(subscriber_id);
     // The pair locks first, in ascending channel id (every bundle and single-channel
-    // transaction takes them in that order). The reads under them go out with them: the
-    // statements of one connection run in the order they were sent, so they run once the locks
+    // transaction takes them in that order). The read under them goes out with them: the
+    // statements of one connection run in the order they were sent, so it runs once the locks
     // are held.
     let locks = futures::future::try_join_all(
         plan.channels_ascending()
             .into_iter()
             .map(|channel| db::lock_pair(tx, buyer, channel)),
     );
-    let (_, lifetime, stored_code) = tokio::try_join!(
-        locks,
-        crate::memberships::lifetime_channels(tx, buyer),
-        codes::stored(tx, buyer)
-    )?;
+    let (_, state) = tokio::try_join!(locks, buyer_state(tx, buyer, plan.id))?;
+    let BuyerState {
+        lifetime,
+        stored_code,
+        pending,
+    } = state;
+    let stored_code = codes::of_stored(tx, buyer, stored_code).await?;
     if plan.channel_ids.iter().all(|c| lifetime.contains(c)) {
         return Ok(alert(texts::already_lifetime(l, &name)));
     }
@@ -224,9 +226,14 @@ pub(super) async fn buy(
 
     let open_secs = super::open_secs(gateway, config.hold_secs);
     let code_id = code.as_ref().map(codes::Code::id);
-    if let Some((order_id, order_code)) =
+    // Without a pending order of the plan (a new buyer's first press) there is nothing to
+    // reuse or retire.
+    let reusable = if pending {
         reusable_order(tx, subscriber_id, &plan, open_secs, code_id).await?
-    {
+    } else {
+        None
+    };
+    if let Some((order_id, order_code)) = reusable {
         let sent = enqueue_invoice(tx, order_id, from.id).await?;
         if code_id.is_some() && order_code == code_id {
             codes::forget(tx, buyer).await?;
@@ -238,7 +245,9 @@ pub(super) async fn buy(
             texts::invoice_already_sent(l)
         }));
     }
-    retire_stale_orders(tx, subscriber_id, plan.id).await?;
+    if pending {
+        retire_stale_orders(tx, subscriber_id, plan.id).await?;
+    }
 
     // The code's row next (the lock order: pair → order → promo code → channel). The decision
     // runs inside a savepoint, so a refusal leaves nothing of it behind.
@@ -309,11 +318,11 @@ pub(super) async fn buy(
             return Ok(alert(texts::channel_full(l, &channel_name)));
         }
     }
-    let order_id = create_order(tx, buyer, &plan, discount, config.hold_secs).await?;
-    if discount.is_some() {
-        codes::forget(tx, buyer).await?;
-    }
-    if gateway == Gateway::Card && seat_limited {
+    let order_id = if gateway == Gateway::Card && seat_limited {
+        let order_id = create_order(tx, buyer, &plan, discount, config.hold_secs).await?;
+        if discount.is_some() {
+            codes::forget(tx, buyer).await?;
+        }
         let locked = seats::lock_order(tx, order_id)
             .await?
             .ok_or_else(|| ApiError::internal("a new order vanished"))?;
@@ -324,8 +333,17 @@ pub(super) async fn buy(
                 .await?;
             return Ok(refused(l, &name, refusal));
         }
-    }
-    enqueue_invoice(tx, order_id, from.id).await?;
+        enqueue_invoice(tx, order_id, from.id).await?;
+        order_id
+    } else {
+        // Nothing to decide between the order and its invoice: one statement makes both.
+        let order_id =
+            create_invoiced_order(tx, buyer, &plan, discount, config.hold_secs, from.id).await?;
+        if discount.is_some() {
+            codes::forget(tx, buyer).await?;
+        }
+        order_id
+    };
     tracing::info!(
         order_id,
         subscriber_id,
@@ -470,6 +488,42 @@ fn clean(s: &str, max: usize) -> String {
     s.chars().filter(|c| *c != '\0').take(max).collect()
 }
 
+/// What a press decides from, read in one statement under the pair locks.
+struct BuyerState {
+    /// The channels the buyer holds for life ([`crate::memberships::lifetime_channels`]).
+    lifetime: Vec<i32>,
+    /// The code the buyer gave the bot, if one is kept ([`codes::stored`]).
+    stored_code: Option<i64>,
+    /// Whether the buyer has a pending order of the plan that is not superseded: only then can
+    /// [`reusable_order`] find one, or [`retire_stale_orders`] retire one.
+    pending: bool,
+}
+
+const BUYER_STATE_SQL: &str = concat!(
+    "SELECT ARRAY(",
+    crate::memberships::lifetime_channels_sql!("$1"),
+    ") AS lifetime,
+            ",
+    codes::stored_code_id_sql!("$1"),
+    " AS promo_code_id,
+            EXISTS (SELECT 1 FROM orders o
+                    WHERE o.subscriber_id = $1 AND o.plan_id = $2 AND o.status = 'pending'
+                      AND o.superseded_at IS NULL) AS pending"
+);
+
+async fn buyer_state(
+    tx: &Transaction<'_>,
+    buyer: SubscriberId,
+    plan_id: i64,
+) -> Result<BuyerState, ApiError> {
+    let row = db::row_one(tx, BUYER_STATE_SQL, &[&buyer, &plan_id]).await?;
+    Ok(BuyerState {
+        lifetime: row.try_get("lifetime")?,
+        stored_code: row.try_get("promo_code_id")?,
+        pending: row.try_get("pending")?,
+    })
+}
+
 /// When the buyer's live Stars subscription of the channel renews next, if they have one.
 async fn live_subscription(
     tx: &Transaction<'_>,
@@ -590,6 +644,9 @@ async fn create_order(
     )
 }
 
+/// An invoice's `dedupe_key` is this followed by its order's id: one invoice per order.
+const INVOICE_KEY_PREFIX: &str = "invoice:";
+
 /// Enqueues the order's invoice for Telegram user `user_id`, once per order; `false` when it
 /// was enqueued before.
 async fn enqueue_invoice(
@@ -606,9 +663,47 @@ async fn enqueue_invoice(
             chat_id: None,
             user_id,
             payload: Payload::Invoice(effects::payload::Invoice {}),
-            dedupe_key: Some(format!("invoice:{order_id}")),
+            dedupe_key: Some(format!("{INVOICE_KEY_PREFIX}{order_id}")),
         },
     )
     .await?;
     Ok(id.is_some())
+}
+
+/// [`create_order`] and [`enqueue_invoice`] of the new order, in one statement (the invoice row
+/// as `enqueue_invoice` writes it).
+const INVOICED_ORDER_SQL: &str = concat!(
+    "WITH o AS (",
+    orders::insert_for_plan_sql!(),
+    " RETURNING id),
+     invoice AS (
+         INSERT INTO effects (kind, order_id, user_id, payload, dedupe_key)
+         SELECT $12, o.id, $13, $14, $15::text || o.id FROM o
+         ON CONFLICT (dedupe_key) DO NOTHING)
+     SELECT id FROM o"
+);
+
+/// Makes the bot's order as [`create_order`] does, with its invoice for Telegram user
+/// `user_id` as [`enqueue_invoice`] does; returns the order's id.
+async fn create_invoiced_order(
+    tx: &Transaction<'_>,
+    buyer: SubscriberId,
+    plan: &Plan,
+    discount: Option<crate::promo_codes::Discount>,
+    hold_secs: i64,
+    user_id: i64,
+) -> Result<i64, ApiError> {
+    let order = orders::PlanOrderParams::new(buyer, plan, discount, hold_secs, true);
+    let invoice = Payload::Invoice(effects::payload::Invoice {});
+    let (kind, payload) = (invoice.kind(), invoice.to_json());
+    let mut params = order.params();
+    params.extend([
+        &kind as &(dyn tokio_postgres::types::ToSql + Sync),
+        &user_id,
+        &payload,
+        &INVOICE_KEY_PREFIX,
+    ]);
+    Ok(db::row_one(tx, INVOICED_ORDER_SQL, &params)
+        .await?
+        .try_get("id")?)
 }

@@ -28,8 +28,21 @@ use crate::{
 #[derive(Debug, Clone)]
 pub struct Code(promo_codes::Preview);
 
-const STORED_SQL: &str = "SELECT promo_code_id FROM bot_promo_codes
-     WHERE subscriber_id = $1 AND until > statement_timestamp()";
+/// SQL: the id of the code subscriber `$s` gave the bot in the last hour (a scalar subquery:
+/// null when none). `stored_code_id_sql!("$1")`.
+macro_rules! stored_code_id_sql {
+    ($s:literal) => {
+        concat!(
+            "(SELECT promo_code_id FROM bot_promo_codes
+              WHERE subscriber_id = ",
+            $s,
+            " AND until > statement_timestamp())"
+        )
+    };
+}
+pub(super) use stored_code_id_sql;
+
+const STORED_SQL: &str = concat!("SELECT ", stored_code_id_sql!("$1"), " AS promo_code_id");
 const STORE_SQL: &str = "INSERT INTO bot_promo_codes (subscriber_id, promo_code_id, until)
      VALUES ($1, $2, statement_timestamp() + interval '1 hour')
      ON CONFLICT (subscriber_id) DO UPDATE
@@ -58,10 +71,22 @@ pub async fn stored(
     client: &impl GenericClient,
     buyer: SubscriberId,
 ) -> Result<Option<Code>, ApiError> {
-    let Some(row) = db::row_opt(client, STORED_SQL, &[&buyer]).await? else {
+    let id: Option<i64> = db::row_one(client, STORED_SQL, &[&buyer])
+        .await?
+        .try_get("promo_code_id")?;
+    of_stored(client, buyer, id).await
+}
+
+/// The code buyer `buyer` gave the bot, from the id [`stored_code_id_sql!`] read (`None`: no
+/// code kept).
+pub async fn of_stored(
+    client: &impl GenericClient,
+    buyer: SubscriberId,
+    promo_code_id: Option<i64>,
+) -> Result<Option<Code>, ApiError> {
+    let Some(id) = promo_code_id else {
         return Ok(None);
     };
-    let id: i64 = row.try_get("promo_code_id")?;
     Ok(promo_codes::preview_by_id(client, id, Some(buyer))
         .await?
         .map(Code))

@@ -229,13 +229,11 @@ async fn deliver(
     update_id: i64,
     action: &Action,
 ) -> Result<Delivery, ApiError> {
-    // Both reads at once: tokio-postgres pipelines them on the connection.
-    let (stored, remembered) = tokio::try_join!(
-        stored_reply(tx, update_id),
-        crate::subscribers::language_of_telegram_user(tx, action.from().id),
-    )?;
-    if let Some(reply) = stored {
-        return Ok(Delivery::Repeated(reply));
+    // Both reads in one statement.
+    let row = crate::db::row_one(tx, &FIRST_SQL, &[&action.from().id, &update_id]).await?;
+    let remembered: Option<texts::Language> = row.try_get("language")?;
+    if row.try_get("found")? {
+        return Ok(Delivery::Repeated(row.try_get("reply")?));
     }
     let reply = conversation::act(tx, config, remembered, action).await?;
     let row = crate::db::row_one(tx, &RECORD_SQL, &[&update_id, &reply]).await?;
@@ -268,6 +266,20 @@ static STORED_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "SELECT reply FROM bot_updates
          WHERE update_id = $1 AND created_at >= statement_timestamp() - interval '{DEDUPE_WINDOW}'"
+    )
+});
+
+/// What a delivery reads first: the language remembered for Telegram user `$1`
+/// ([`crate::subscribers::language_of_telegram_user`]) and the reply stored for update `$2`
+/// (as [`STORED_SQL`] reads it: `found`, `reply`).
+static FIRST_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT b.update_id IS NOT NULL AS found, b.reply,
+                ({language}) AS language
+         FROM (VALUES (true)) AS one (x) LEFT JOIN bot_updates b
+             ON b.update_id = $2
+            AND b.created_at >= statement_timestamp() - interval '{DEDUPE_WINDOW}'",
+        language = crate::subscribers::LANGUAGE_OF_TELEGRAM_USER_SQL
     )
 });
 

@@ -228,17 +228,76 @@ pub async fn create(
     .await
 }
 
-const INSERT_FOR_PLAN_SQL: &str = concat!(
-    "INSERT INTO orders (reference, subscriber_id, channel_id, amount_minor, currency, plan_id,
-                         list_price_minor, discount_minor, promo_code_id, promo_held_until,
-                         via_bot)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
-             CASE WHEN $9::bigint IS NULL THEN NULL
-                  ELSE statement_timestamp() + make_interval(secs => $10::float8) END,
-             $11)
-     RETURNING ",
-    order_columns!()
-);
+/// SQL: the insert of [`insert_for_plan`], without its `RETURNING`; its parameters `$1`–`$11`
+/// are [`PlanOrderParams::params`].
+macro_rules! insert_for_plan_sql {
+    () => {
+        "INSERT INTO orders (reference, subscriber_id, channel_id, amount_minor, currency, plan_id,
+                             list_price_minor, discount_minor, promo_code_id, promo_held_until,
+                             via_bot)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
+                 CASE WHEN $9::bigint IS NULL THEN NULL
+                      ELSE statement_timestamp() + make_interval(secs => $10::float8) END,
+                 $11)"
+    };
+}
+pub(crate) use insert_for_plan_sql;
+
+const INSERT_FOR_PLAN_SQL: &str = concat!(insert_for_plan_sql!(), " RETURNING ", order_columns!());
+
+/// The values of a new order of a plan ([`insert_for_plan`]), as parameters of
+/// [`insert_for_plan_sql!`].
+pub struct PlanOrderParams<'a> {
+    reference: String,
+    subscriber: SubscriberId,
+    plan: &'a plans::Plan,
+    amount_minor: i64,
+    discount_minor: i64,
+    promo_code_id: Option<i64>,
+    hold_secs: f64,
+    via_bot: bool,
+}
+
+impl<'a> PlanOrderParams<'a> {
+    /// `plan` for `subscriber` at the plan's price less `discount`, holding the code's use for
+    /// `hold_secs`; a fresh reference.
+    pub fn new(
+        subscriber: SubscriberId,
+        plan: &'a plans::Plan,
+        discount: Option<promo_codes::Discount>,
+        hold_secs: i64,
+        via_bot: bool,
+    ) -> Self {
+        let discount_minor = discount.map_or(0, |d| d.discount_minor);
+        PlanOrderParams {
+            reference: new_reference(),
+            subscriber,
+            plan,
+            amount_minor: plan.price_minor - discount_minor,
+            discount_minor,
+            promo_code_id: discount.map(|d| d.promo_code_id),
+            hold_secs: hold_secs as f64,
+            via_bot,
+        }
+    }
+
+    /// `$1`–`$11` of [`insert_for_plan_sql!`].
+    pub fn params(&self) -> Vec<&(dyn tokio_postgres::types::ToSql + Sync)> {
+        vec![
+            &self.reference,
+            &self.subscriber,
+            &self.plan.channel_ids[0],
+            &self.amount_minor,
+            &self.plan.currency,
+            &self.plan.id,
+            &self.plan.price_minor,
+            &self.discount_minor,
+            &self.promo_code_id,
+            &self.hold_secs,
+            &self.via_bot,
+        ]
+    }
+}
 
 /// Inserts a new order of `plan` for `subscriber` at the plan's price less `discount` (whose
 /// use the caller took under the code's lock: the order holds it for `hold_secs`); its
@@ -252,25 +311,8 @@ pub async fn insert_for_plan(
     hold_secs: i64,
     via_bot: bool,
 ) -> Result<Order, ApiError> {
-    let discount_minor = discount.map_or(0, |d| d.discount_minor);
-    db::one(
-        tx,
-        INSERT_FOR_PLAN_SQL,
-        &[
-            &new_reference(),
-            &subscriber,
-            &plan.channel_ids[0],
-            &(plan.price_minor - discount_minor),
-            &plan.currency,
-            &plan.id,
-            &plan.price_minor,
-            &discount_minor,
-            &discount.map(|d| d.promo_code_id),
-            &(hold_secs as f64),
-            &via_bot,
-        ],
-    )
-    .await
+    let values = PlanOrderParams::new(subscriber, plan, discount, hold_secs, via_bot);
+    db::one(tx, INSERT_FOR_PLAN_SQL, &values.params()).await
 }
 
 /// 409 when the subscriber already holds live lifetime access to every one of `channel_ids`:
