@@ -8,9 +8,10 @@
 -- million). Now each batch writes, in the same statement and transaction as the transitions,
 -- one narrow row per revoke or grace notice here (one index, no foreign key, no trigger): the
 -- intent still commits exactly when the transition does, and is never lost. The worker moves
--- queued rows into `effects` (src/effects/mod.rs, `materialize_sweep_queue`) in chunks at the
--- start of every run, deleting them in the same statement, so each becomes exactly one effect
--- with the key, payload and Telegram ids it always had (`revoke:{membership}:ev{event}`).
+-- queued rows into `effects` (src/effects/mod.rs, `materialize_sweep_queue`) in chunks, at the
+-- start of every run and whenever it finds nothing due, deleting them in the same statement, so
+-- each becomes exactly one effect with the key, payload and Telegram ids it always had
+-- (`revoke:{membership}:ev{event}`).
 --
 -- A row is self-contained: the chat and the user are those of the transition, and it outlives
 -- its membership (a membership deleted before its revoke was made still gets it, naming no

@@ -24,9 +24,10 @@
 //!   is keyed on the `membership_events` row of the change that asked for it —
 //!   `{grant|receipt|revoke|grace}:{membership}:ev{event}` ([`transition_key`]) — whoever wrote
 //!   it (a payment, staff through [`crate::memberships::record_event`], or the sweep through
-//!   [`SWEEP_EFFECTS_CTE`], whose queued rows [`materialize_sweep_queue`] makes effects of). Two transitions are two effects even when they look alike: expired
-//!   by the sweep, made active by staff with the same `expires_at`, expired by the sweep again is
-//!   two revokes (and a grant between them), so access always follows the row. One transition
+//!   [`SWEEP_EFFECTS_CTE`], whose queued rows [`materialize_sweep_queue`] makes effects of).
+//!   Two transitions are two effects even when they look alike: expired by the sweep, made
+//!   active by staff with the same `expires_at`, expired by the sweep again is two revokes (and a
+//!   grant between them), so access always follows the row. One transition
 //!   is one effect: writers of one membership are serialized by its pair lock and write
 //!   conditionally, so a change is recorded once, by one of them.
 //! - **One revoke per deleted live membership** (`revoke:{membership}:deleted`): a staff
