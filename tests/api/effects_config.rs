@@ -53,16 +53,7 @@ async fn dry_run_logs_instead_of_calling_and_marks_done() {
     let m = grant(&app, s, c, 30).await;
     let report = run(&app).await;
     assert_eq!(report.done, 1, "{report:?}");
-    let link: Option<String> = app
-        .db()
-        .await
-        .query_one(
-            "SELECT invite_link FROM channels WHERE id = $1",
-            &[&(c as i32)],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let link = crate::access::invite_link(&app, c).await;
     assert_eq!(link, None, "a dry-run link is never stored");
     patch_membership(&app, m, json!({"status": "expired"})).await;
     assert_eq!(run(&app).await.done, 1);

@@ -41,17 +41,9 @@ async fn a_payment_grants_exactly_once_and_a_duplicate_webhook_grants_nothing() 
     assert_eq!(link["creates_join_request"], true);
     let message = &fake.calls_of("sendMessage")[0].params;
     assert_eq!(message["chat_id"].as_i64(), Some(user));
-    let stored: Option<String> = app
-        .db()
+    let stored = crate::access::invite_link(&app, c)
         .await
-        .query_one(
-            "SELECT invite_link FROM channels WHERE id = $1",
-            &[&(c as i32)],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    let stored = stored.expect("the channel's join link is stored");
+        .expect("the channel's join link is stored");
     assert!(
         message["text"].as_str().unwrap().contains(&stored),
         "{message}"

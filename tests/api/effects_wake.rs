@@ -294,16 +294,9 @@ async fn concurrent_grants_in_a_channel_without_a_link_make_one_link() {
             m[0].params["text"].as_str().unwrap().to_string()
         })
         .collect();
-    let stored: String = app
-        .db()
+    let stored = crate::access::invite_link(&app, c)
         .await
-        .query_one(
-            "SELECT invite_link FROM channels WHERE id = $1",
-            &[&(c as i32)],
-        )
-        .await
-        .unwrap()
-        .get("invite_link");
+        .expect("the channel's join link is stored");
     for text in links {
         assert!(text.contains(&stored), "{text} lacks {stored}");
     }

@@ -26,6 +26,22 @@ async fn overdue(app: &TestApp, m: i64) {
     patch_membership(app, m, json!({"expires_at": past})).await;
 }
 
+/// `n` subscribers (Telegram users `first_user + 1` …) with a membership of channel `c` that
+/// ended an hour ago, made by SQL.
+async fn overdue_members(app: &TestApp, c: i64, first_user: i64, n: i64) {
+    app.db()
+        .await
+        .batch_execute(&format!(
+            "INSERT INTO subscribers (telegram_user_id)
+             SELECT {first_user} + g FROM generate_series(1, {n}) g;
+             INSERT INTO memberships (subscriber_id, channel_id, status, expires_at)
+             SELECT s.id, {c}, 'active', now() - interval '1 hour'
+             FROM subscribers s WHERE s.telegram_user_id > {first_user};"
+        ))
+        .await
+        .unwrap();
+}
+
 /// The sweep's event of membership `m` (its only `sweep` event).
 async fn sweep_event(app: &TestApp, m: i64) -> i64 {
     app.db()
@@ -231,17 +247,7 @@ async fn racing_workers_make_each_queued_effect_exactly_once() {
     let c = channel(&app, -1_001_000_017_007, json!({})).await;
     const MEMBERS: i64 = 1_200;
     const WORKERS: usize = 4;
-    app.db()
-        .await
-        .batch_execute(&format!(
-            "INSERT INTO subscribers (telegram_user_id)
-             SELECT 17100000 + g FROM generate_series(1, {MEMBERS}) g;
-             INSERT INTO memberships (subscriber_id, channel_id, status, expires_at)
-             SELECT s.id, {c}, 'active', now() - interval '1 hour'
-             FROM subscribers s WHERE s.telegram_user_id > 17100000;"
-        ))
-        .await
-        .unwrap();
+    overdue_members(&app, c, 17100000, MEMBERS).await;
     for round in 0..3 {
         if round > 0 {
             // Live again and overdue again: the next sweep queues a second transition each.
@@ -325,17 +331,7 @@ async fn a_grant_during_a_sweeps_drain_waits_for_a_chunk_not_the_whole_queue() {
     let chat = -1_001_000_017_008;
     let c = channel(&app, chat, json!({})).await;
     const MEMBERS: i64 = 200;
-    app.db()
-        .await
-        .batch_execute(&format!(
-            "INSERT INTO subscribers (telegram_user_id)
-             SELECT 17200000 + g FROM generate_series(1, {MEMBERS}) g;
-             INSERT INTO memberships (subscriber_id, channel_id, status, expires_at)
-             SELECT s.id, {c}, 'active', now() - interval '1 hour'
-             FROM subscribers s WHERE s.telegram_user_id > 17200000;"
-        ))
-        .await
-        .unwrap();
+    overdue_members(&app, c, 17200000, MEMBERS).await;
     let report = app.post("/api/sweep", Value::Null).await.expect(200);
     assert_eq!(report["to_expired"].as_i64(), Some(MEMBERS));
     let chunk = subgate::effects::SWEEP_QUEUE_CHUNK;
