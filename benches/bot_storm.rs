@@ -292,10 +292,7 @@ async fn measure(o: &Options, pool: &Pool, database_url: &str) -> Result<Figures
         .await
         .map_err(|e| format!("vacuum: {e}"))?;
 
-    let work_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench");
-    std::fs::create_dir_all(&work_dir).map_err(|e| e.to_string())?;
-    let log = work_dir.join("bot-server.log");
-    let _ = std::fs::remove_file(&log);
+    let log = common::server_log("bot-server.log")?;
     let secret = random_hex(24);
     let mut extra = vec![
         ("TELEGRAM_WEBHOOK_SECRET", secret.clone()),

@@ -345,17 +345,8 @@ async fn measure(s: &Sizes, database_url: &str) -> Result<Figures, String> {
     populate(&pool, payers, s.sequential + s.behind + 1, s.queued).await?;
 
     let fake = FakeBot::start().await?;
-    let work_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench");
-    std::fs::create_dir_all(&work_dir).map_err(|e| e.to_string())?;
-    let log = work_dir.join("access-server.log");
-    let _ = std::fs::remove_file(&log);
-    let secret = format!(
-        "whsec_{}",
-        base64::Engine::encode(
-            &base64::engine::general_purpose::STANDARD,
-            rand::random::<[u8; 32]>()
-        )
-    );
+    let log = common::server_log("access-server.log")?;
+    let secret = common::webhook_secret();
     let key = WebhookKey::parse(&secret).map_err(|e| e.to_string())?;
     let extra = [
         ("TELEGRAM_BOT_TOKEN", TOKEN.to_string()),

@@ -59,6 +59,34 @@ where
     }
 }
 
+/// The benchmarks' work directory (`target/tmp/bench`), made if missing.
+#[allow(dead_code)]
+pub fn work_dir() -> Result<std::path::PathBuf, String> {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    Ok(dir)
+}
+
+/// A fresh server log `name` in [`work_dir`]: the path, with the file of an earlier run removed.
+#[allow(dead_code)]
+pub fn server_log(name: &str) -> Result<std::path::PathBuf, String> {
+    let log = work_dir()?.join(name);
+    let _ = std::fs::remove_file(&log);
+    Ok(log)
+}
+
+/// A random Standard Webhooks secret (`whsec_` and 32 bytes in base64) for door 1.
+#[allow(dead_code)]
+pub fn webhook_secret() -> String {
+    format!(
+        "whsec_{}",
+        base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            rand::random::<[u8; 32]>()
+        )
+    )
+}
+
 /// `bytes` random bytes in hex.
 #[allow(dead_code)]
 pub fn random_hex(bytes: usize) -> String {

@@ -427,17 +427,9 @@ async fn measure(o: &Options, pool: &Pool, target: &Target) -> Result<Figures, S
     progress(format!("creating {} pending orders", plan.total));
     populate(pool, plan.total).await?;
 
-    let work_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench");
-    std::fs::create_dir_all(&work_dir).map_err(|e| e.to_string())?;
-    let log = work_dir.join("server.log");
-    let _ = std::fs::remove_file(&log);
-    let secret = format!(
-        "whsec_{}",
-        base64::Engine::encode(
-            &base64::engine::general_purpose::STANDARD,
-            rand::random::<[u8; 32]>()
-        )
-    );
+    let work_dir = common::work_dir()?;
+    let log = common::server_log("server.log")?;
+    let secret = common::webhook_secret();
     let key = WebhookKey::parse(&secret).expect("a valid key");
     let jwt_secret = random_hex(32);
 
