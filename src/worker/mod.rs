@@ -72,7 +72,10 @@ pub use self::health::PROBE_EVERY;
 
 use std::{
     collections::{HashMap, HashSet},
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -270,25 +273,28 @@ impl Worker {
         let Some(bot) = &self.bot else {
             return Ok(RunReport::default());
         };
+        // The run's first chunk of the sweep's queue. A chunk short of full means the queue is
+        // empty now: the lanes do not ask again this run (rows queued meanwhile are the next
+        // run's), so an empty queue costs one statement a run.
+        let made = self.materialize().await?;
+        let drained = AtomicBool::new(made < effects::SWEEP_QUEUE_CHUNK as u64);
         let first = RunReport {
-            enqueued: self.enqueue_scans(scan).await?,
+            enqueued: made + self.enqueue_scans(scan).await?,
             ..RunReport::default()
         };
         let seen = Mutex::new(HashSet::new());
         let report = Mutex::new(first);
-        let lanes =
-            (0..self.options.concurrency.max(1)).map(|_| self.lane(bot, &seen, &report, stop));
+        let lanes = (0..self.options.concurrency.max(1))
+            .map(|_| self.lane(bot, &seen, &report, &drained, stop));
         futures::future::join_all(lanes).await;
         Ok(report.into_inner().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// The scans of a run: a chunk of the sweep's queued effects made effects, and refunds of
-    /// `refund_pending` payments, every run (cheap: an index range each); due reminders with
-    /// `scan`. Returns how many effects they enqueued.
+    /// The scans of a run: refunds of `refund_pending` payments every run (cheap: an index
+    /// range), due reminders with `scan`. Returns how many effects they enqueued.
     async fn enqueue_scans(&self, scan: bool) -> Result<u64, ApiError> {
         let client = self.state.db.get().await?;
-        let mut enqueued = effects::materialize_sweep_queue(&client).await?;
-        enqueued += effects::enqueue_pending_refunds(&client).await?;
+        let mut enqueued = effects::enqueue_pending_refunds(&client).await?;
         if scan {
             enqueued +=
                 memberships::enqueue_due_reminders(&client, self.state.config.reminder_days)
@@ -308,6 +314,7 @@ impl Worker {
         bot: &BotApi,
         seen: &Mutex<HashSet<i64>>,
         report: &Mutex<RunReport>,
+        drained: &AtomicBool,
         stop: &(dyn Fn() -> bool + Sync),
     ) {
         loop {
@@ -322,9 +329,17 @@ impl Worker {
                 // Nothing due: the next chunk of the sweep's queue, if any, and on. Made only
                 // when the lanes run dry, so a grant committed meanwhile waits behind a chunk
                 // or two of revokes, not behind a whole sweep's.
+                if drained.load(Ordering::Relaxed) {
+                    return;
+                }
                 match self.materialize().await {
-                    Ok(0) => return,
                     Ok(made) => {
+                        if made < effects::SWEEP_QUEUE_CHUNK as u64 {
+                            drained.store(true, Ordering::Relaxed);
+                        }
+                        if made == 0 {
+                            return;
+                        }
                         report.lock().unwrap_or_else(|p| p.into_inner()).enqueued += made;
                         continue;
                     }
