@@ -1761,9 +1761,11 @@ async fn a_buyer_whose_hold_ran_out_waits_before_holding_again_and_is_told_when(
     let ran_out = expire_hold(&app, first, 1).await;
     // Pressing again right away gets no new hold: an alert says when to try again.
     let reply = send(&app, &button_update(&squatter, &format!("b:{c}"))).await;
-    // The minute from which the cooldown has passed (rounded up).
+    // The minute from which the cooldown has passed (rounded up: database instants are whole
+    // microseconds, so adding a minute less one microsecond and dropping the seconds rounds
+    // up; adding 59 s would round an instant in the first second of a minute down).
     let allowed = ran_out + Duration::seconds(HOLD_SECS);
-    let when = (allowed + Duration::seconds(59) - Duration::nanoseconds(1))
+    let when = (allowed + Duration::seconds(60) - Duration::microseconds(1))
         .format("%Y-%m-%d %H:%M UTC")
         .to_string();
     assert_answer(
