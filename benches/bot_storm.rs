@@ -44,7 +44,7 @@ mod http;
 mod server;
 
 pub use common::record_pid;
-use common::{random_hex, url_for};
+use common::{cpu_time, random_hex, url_for};
 
 use std::{fmt::Write as _, path::PathBuf, sync::Arc, time::Duration};
 
@@ -526,21 +526,6 @@ async fn measure(o: &Options, pool: &Pool, database_url: &str) -> Result<Figures
         server_cpu,
         db_cpu,
     })
-}
-
-/// CPU time process `pid` used so far (user + system), from `/proc/<pid>/stat`.
-fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // After the command name's closing parenthesis: state is field 3, utime 14, stime 15.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
-    let ticks: u64 = [11, 12]
-        .iter()
-        .filter_map(|i| fields.get(*i).and_then(|f| f.parse::<u64>().ok()))
-        .sum();
-    // Linux reports in USER_HZ, 100 per second everywhere it runs.
-    Duration::from_millis(ticks * 10)
 }
 
 /// CPU time the PostgreSQL backends serving database `name` used so far.

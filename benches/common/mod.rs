@@ -95,6 +95,93 @@ pub fn random_hex(bytes: usize) -> String {
         .collect()
 }
 
+/// CPU time process `pid` (or `self`) used so far, from `/proc/<pid>/stat`: its own (user +
+/// system) and that of its children it has waited for.
+fn process_cpu(pid: &str) -> (std::time::Duration, std::time::Duration) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command name's closing parenthesis: state is field 3, utime 14, stime 15,
+    // cutime 16, cstime 17.
+    let fields: Vec<u64> = stat.rsplit_once(')').map_or(Vec::new(), |(_, rest)| {
+        rest.split_whitespace()
+            .map(|f| f.parse().unwrap_or(0))
+            .collect()
+    });
+    let ticks = |at: &[usize]| at.iter().filter_map(|i| fields.get(*i)).sum::<u64>();
+    (
+        ticks_to_time(ticks(&[11, 12])),
+        ticks_to_time(ticks(&[13, 14])),
+    )
+}
+
+/// Linux reports CPU time in USER_HZ, 100 per second everywhere it runs.
+fn ticks_to_time(ticks: u64) -> std::time::Duration {
+    std::time::Duration::from_millis(ticks * 10)
+}
+
+/// CPU time process `pid` used so far (user + system).
+#[allow(dead_code)]
+pub fn cpu_time(pid: u32) -> std::time::Duration {
+    process_cpu(&pid.to_string()).0
+}
+
+/// CPU time used so far, read from `/proc`: the whole machine's busy time (every core: user,
+/// nice, system, interrupts), this process's own, its waited-for children's (pgbench) and one
+/// other process's (the server). Differences of two readings say where a run's CPU went.
+#[allow(dead_code)]
+#[derive(Clone, Copy, Default)]
+pub struct CpuClock {
+    pub machine: std::time::Duration,
+    pub own: std::time::Duration,
+    pub children: std::time::Duration,
+    pub other: std::time::Duration,
+}
+
+#[allow(dead_code)]
+impl CpuClock {
+    /// Now, with `other`'s time when a process is named.
+    pub fn now(other: Option<u32>) -> CpuClock {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        // `cpu  user nice system idle iowait irq softirq steal …`
+        let busy: u64 = stat
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .skip(1)
+            .enumerate()
+            .filter(|(i, _)| matches!(i, 0 | 1 | 2 | 5 | 6))
+            .filter_map(|(_, v)| v.parse::<u64>().ok())
+            .sum();
+        let (own, children) = process_cpu("self");
+        CpuClock {
+            machine: ticks_to_time(busy),
+            own,
+            children,
+            other: other.map(cpu_time).unwrap_or_default(),
+        }
+    }
+
+    /// Two spans' use added up.
+    pub fn plus(&self, other: &CpuClock) -> CpuClock {
+        CpuClock {
+            machine: self.machine + other.machine,
+            own: self.own + other.own,
+            children: self.children + other.children,
+            other: self.other + other.other,
+        }
+    }
+
+    /// What was used between `earlier` and this reading.
+    pub fn since(&self, earlier: &CpuClock) -> CpuClock {
+        CpuClock {
+            machine: self.machine.saturating_sub(earlier.machine),
+            own: self.own.saturating_sub(earlier.own),
+            children: self.children.saturating_sub(earlier.children),
+            other: self.other.saturating_sub(earlier.other),
+        }
+    }
+}
+
 /// This run's tag for database names: `SUBGATE_BENCH_RUN` when it is alphanumeric, else random.
 #[allow(dead_code)]
 pub fn run_tag() -> String {

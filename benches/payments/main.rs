@@ -14,20 +14,26 @@
 //! drives it with the load generator in [`http`]: Standard Webhooks deliveries signed before
 //! the clock starts, over keep-alive connections:
 //!
-//! 1. new payments, each paying its own pending order, at `--connections` (16) for
-//!    `--duration` (10 s), after a one-second warm-up;
+//! 1. new payments, each paying its own pending order, at `--connections` (16), after a
+//!    one-second warm-up, taking turns with the references below: `--rounds` (5) rounds, each
+//!    of new payments and then each reference for `--duration` / `--rounds` (2 s of the 10 s),
+//!    a `CHECKPOINT` before each, the server idle while a reference runs — so a change in the
+//!    machine's speed during the run (its cores are shared with the host) falls on every side
+//!    alike; each side's figures are those of its rounds together, and where each side's CPU
+//!    went (the machine's busy time, the driver's, the server's, the rest: PostgreSQL) is
+//!    read from `/proc`;
 //! 2. without TLS only: the same at one connection for `--latency-duration` (5 s), latency
 //!    without queueing; re-deliveries of one stored payment at `--redelivery-connections` (10)
 //!    for `--duration`; the server's resident memory with `--idle-connections` (1,000) idle
 //!    keep-alive connections open, and its start-to-ready time (spawn → first 200 from
 //!    `/readyz`, `--starts` times).
 //!
-//! Then, with the server stopped, the references over the same kind of connection
-//! ([`replay`], pgbench with prepared statements and as many threads as cores, at most one per
-//! client): the service's own payment transaction as it stood when the goal was set, statement
-//! for statement (`payment_tx.sql`), the transaction as the code issues it now, generated from
-//! the code's own SQL constants ([`current`]), and a minimal six-statement payment transaction
-//! (`payment_minimal.sql`); without TLS also the first at one client. Where pgbench is not
+//! The references run over the same kind of connection ([`replay`], pgbench with prepared
+//! statements and as many threads as cores, at most one per client): the service's own payment
+//! transaction as it stood when the goal was set, statement for statement (`payment_tx.sql`),
+//! the transaction as the code issues it now, generated from the code's own SQL constants
+//! ([`current`]), and a minimal six-statement payment transaction (`payment_minimal.sql`);
+//! without TLS also the first at one client, with the server stopped. Where pgbench is not
 //! installed the same scripts run from Rust (without TLS only). The rows written are checked:
 //! one applied payment, membership, event, grant effect and paid order per successful new
 //! payment, nothing for a re-delivery, and the same per transaction of the generated replay.
@@ -48,7 +54,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 pub use common::record_pid;
-use common::{admin_url, random_hex, url_for};
+use common::{CpuClock, admin_url, random_hex, url_for};
 
 mod cluster;
 mod current;
@@ -100,7 +106,12 @@ usage: cargo bench --bench payments -- [options]      (make bench ARGS='[options
   --starts N                  server starts timed for start-to-ready (default 3)
   --replay pgbench|rust       who runs the reference scripts (default: pgbench if installed)
   --shared-server             no private cluster: measure on SUBGATE_TEST_DATABASE_URL's server,
-                              without TLS only";
+                              without TLS only
+  --rounds N                  rounds the throughput runs are split into: new payments and the
+                              three references take turns, each round --duration / N (rounded
+                              up to whole seconds) per side (default 5)
+  --server-env NAME=VALUE     one more variable for the server's environment (repeatable), e.g.
+                              RUST_LOG=warn or TOKIO_WORKER_THREADS=1 to compare settings";
 
 struct Options {
     connections: usize,
@@ -111,6 +122,16 @@ struct Options {
     starts: usize,
     replay: Option<String>,
     shared_server: bool,
+    server_env: Vec<(String, String)>,
+    rounds: u32,
+}
+
+impl Options {
+    /// Each side's share of one round: `--duration` / `--rounds`, rounded up to whole seconds
+    /// (pgbench's `-T` counts whole seconds).
+    fn round(&self) -> Duration {
+        Duration::from_secs(self.duration.as_secs().div_ceil(self.rounds as u64).max(1))
+    }
 }
 
 /// `None`: nothing to do (`--help`, or a `cargo bench` name filter that is not this bench).
@@ -124,6 +145,8 @@ fn parse_args() -> Result<Option<Options>, String> {
         starts: 3,
         replay: None,
         shared_server: false,
+        server_env: Vec::new(),
+        rounds: 5,
     };
     let mut args = std::env::args().skip(1);
     let mut filters = Vec::new();
@@ -158,6 +181,15 @@ fn parse_args() -> Result<Option<Options>, String> {
             "--idle-connections" => o.idle_connections = number(value()?)? as usize,
             "--starts" => o.starts = number(value()?)? as usize,
             "--shared-server" => o.shared_server = true,
+            "--rounds" => o.rounds = number(value()?)?.min(60) as u32,
+            "--server-env" => {
+                let v = value()?;
+                let (name, val) = v
+                    .split_once('=')
+                    .filter(|(n, _)| !n.is_empty())
+                    .ok_or_else(|| format!("--server-env is NAME=VALUE, got {v:?}"))?;
+                o.server_env.push((name.to_string(), val.to_string()));
+            }
             "--replay" => match value()?.as_str() {
                 v @ ("pgbench" | "rust") => o.replay = Some(v.to_string()),
                 v => return Err(format!("--replay is pgbench or rust, got {v:?}")),
@@ -286,6 +318,8 @@ impl Plan {
             o.duration.as_secs() as i64,
             o.latency_duration.as_secs() as i64,
         );
+        // Every round takes whole seconds, so the rounds may add up to more than `d`.
+        let d = d.max(o.round().as_secs() as i64 * o.rounds as i64);
         let per_kind = HTTP_ORDERS_PER_SEC * (1 + d)
             + REPLAY_ORDERS_PER_SEC * d * 2
             + MINIMAL_ORDERS_PER_SEC * d;
@@ -391,13 +425,40 @@ struct Target {
     kinds: Vec<Conn>,
 }
 
-/// What one connection kind measured: new payments and the three references.
+/// What one connection kind measured: new payments and the three references, each with where
+/// its CPU went.
 struct KindFigures {
     conn: Conn,
     new: Load,
-    fixed: Result<Replay, String>,
-    current: Result<Replay, String>,
-    minimal: Result<Replay, String>,
+    new_cpu: CpuUse,
+    fixed: Result<(Replay, CpuUse), String>,
+    current: Result<(Replay, CpuUse), String>,
+    minimal: Result<(Replay, CpuUse), String>,
+}
+
+/// Where one run's CPU went, in microseconds per operation (a request answered, a transaction
+/// committed): the machine's busy time, the driver's (the load generator, or pgbench), the
+/// server's (none for a reference) and the rest — PostgreSQL, and whatever else ran.
+#[derive(Clone, Copy)]
+struct CpuUse {
+    machine_us: f64,
+    driver_us: f64,
+    server_us: f64,
+}
+
+impl CpuUse {
+    fn of(used: &CpuClock, ops: u64) -> CpuUse {
+        let per = |d: Duration| d.as_secs_f64() * 1e6 / ops.max(1) as f64;
+        CpuUse {
+            machine_us: per(used.machine),
+            driver_us: per(used.own + used.children),
+            server_us: per(used.other),
+        }
+    }
+
+    fn rest_us(&self) -> f64 {
+        (self.machine_us - self.driver_us - self.server_us).max(0.0)
+    }
 }
 
 /// Everything one run measured.
@@ -454,6 +515,11 @@ async fn measure(o: &Options, pool: &Pool, target: &Target) -> Result<Figures, S
     let (mut idle_open, mut idle_failed) = (0, 0);
     let (mut latency, mut redelivery, mut replay_latency) = (None, None, None);
     let mut kinds = Vec::new();
+    let server_env: Vec<(&str, String)> = o
+        .server_env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
     for &conn in &target.kinds {
         let database_url = (target.url)(conn);
         let before = row_counts(pool).await?;
@@ -465,7 +531,7 @@ async fn measure(o: &Options, pool: &Pool, target: &Target) -> Result<Figures, S
                 .flatten(),
             webhook_secret: &secret,
             jwt_secret: &jwt_secret,
-            extra: &[],
+            extra: &server_env,
             bin: None,
         };
         // Start-to-ready, `starts` times (once with TLS); the last server stays up.
@@ -494,8 +560,10 @@ async fn measure(o: &Options, pool: &Pool, target: &Target) -> Result<Figures, S
             rss_idle = server.rss_bytes();
         }
         let addr = server.addr;
-        let warmup = new_payments(
+        let server_pid = server.pid();
+        let (warmup, _) = new_payments(
             addr,
+            server_pid,
             &key,
             plan.take(HTTP_ORDERS_PER_SEC),
             o.connections,
@@ -503,30 +571,144 @@ async fn measure(o: &Options, pool: &Pool, target: &Target) -> Result<Figures, S
             "warm-up",
         )
         .await?;
-        progress(format!(
-            "new payments {}: {} connections, {} s",
-            conn.label(),
-            o.connections,
-            o.duration.as_secs()
-        ));
-        let new = new_payments(
-            addr,
-            &key,
-            plan.take(HTTP_ORDERS_PER_SEC * o.duration.as_secs() as i64),
-            o.connections,
-            o.duration,
-            "new payments",
-        )
-        .await?;
-        paid += warmup.ok + new.ok;
+        paid += warmup.ok;
+        expect_gain(pool, &before, paid, conn.label()).await?;
+
+        // The references over the same kind of connection, the server idle meanwhile.
+        let tls_needs_pgbench = conn == Conn::Tls && matches!(runner, Runner::Rust);
+        let replay_with = |script: PathBuf,
+                           clients: usize,
+                           d: Duration,
+                           lo: i64,
+                           extra: Vec<(&'static str, String)>| {
+            let (runner, database_url, work_dir) = (&runner, &database_url, &work_dir);
+            async move {
+                if tls_needs_pgbench {
+                    return Err("the replay over TLS needs pgbench".to_string());
+                }
+                checkpoint(pool).await?;
+                let before = CpuClock::now(None);
+                let r = replay::run(
+                    runner,
+                    database_url,
+                    &script,
+                    clients,
+                    d,
+                    lo,
+                    &extra,
+                    work_dir,
+                )
+                .await?;
+                Ok((r, CpuClock::now(None).since(&before)))
+            }
+        };
+
+        // New payments and the three references in turn, `--rounds` times, so that a change
+        // in the machine's speed during the run (its cores are shared with the host) falls on
+        // every side alike; each side's figures are those of all its rounds together.
+        let round = o.round();
+        let round_secs = round.as_secs() as i64;
+        let mut new_side = Side::default();
+        let mut refs: [Result<Vec<(Replay, CpuClock)>, String>; 3] =
+            [Ok(Vec::new()), Ok(Vec::new()), Ok(Vec::new())];
+        for i in 1..=o.rounds {
+            progress(format!(
+                "round {i} of {} {}: new payments at {} connections, then the fixed, current \
+                 and minimal transactions by {} at {} clients ({} threads), {} s each",
+                o.rounds,
+                conn.label(),
+                o.connections,
+                runner.name(),
+                o.connections,
+                replay::threads(o.connections),
+                round.as_secs()
+            ));
+            let counted = row_counts(pool).await?;
+            checkpoint(pool).await?;
+            let (new, cpu) = new_payments(
+                addr,
+                server_pid,
+                &key,
+                plan.take(HTTP_ORDERS_PER_SEC * round_secs),
+                o.connections,
+                round,
+                "new payments",
+            )
+            .await?;
+            expect_gain(pool, &counted, new.ok, conn.label()).await?;
+            paid += new.ok;
+            new_side.loads.push(new);
+            new_side.cpu = new_side.cpu.plus(&cpu);
+
+            let scripts = [
+                (&fixed_script, REPLAY_ORDERS_PER_SEC, Vec::new()),
+                (
+                    &current_script,
+                    REPLAY_ORDERS_PER_SEC,
+                    current_defines.clone(),
+                ),
+                (&minimal_script, MINIMAL_ORDERS_PER_SEC, Vec::new()),
+            ];
+            for (which, (script, per_sec, defines)) in scripts.into_iter().enumerate() {
+                let Ok(done) = &mut refs[which] else {
+                    continue;
+                };
+                // Only the generated replay's writes are checked (below).
+                let counted = match which {
+                    1 => row_counts(pool).await?,
+                    _ => Vec::new(),
+                };
+                let r = replay_with(
+                    script.clone(),
+                    o.connections,
+                    round,
+                    plan.take(per_sec * round_secs).start,
+                    defines,
+                )
+                .await;
+                // The generated replay must write what a new payment writes: one applied
+                // payment, membership, event, grant and paid order per transaction.
+                let r = match r {
+                    Ok((r, cpu)) if which == 1 => {
+                        let gained = gains(pool, &counted).await?;
+                        if gained.iter().any(|g| *g as u64 != r.transactions) {
+                            Err(format!(
+                                "{} transactions of the current replay, but the database \
+                                 gained {gained:?}",
+                                r.transactions
+                            ))
+                        } else {
+                            Ok((r, cpu))
+                        }
+                    }
+                    r => r,
+                };
+                match r {
+                    Ok(r) => done.push(r),
+                    Err(e) => {
+                        progress(format!(
+                            "reference {} {} failed: {e}",
+                            ["fixed replay", "current replay", "minimal"][which],
+                            conn.label()
+                        ));
+                        refs[which] = Err(e);
+                    }
+                }
+            }
+        }
+        let [fixed, current, minimal] = refs.map(|r| r.map(|runs| merge_replays(&runs)));
+        let new_cpu = CpuUse::of(&new_side.cpu, new_side.ok());
+        let new = merge_loads(new_side.loads);
 
         if conn == Conn::Plain {
             progress(format!(
                 "new payments: 1 connection, {} s",
                 o.latency_duration.as_secs()
             ));
-            let l = new_payments(
+            let counted = row_counts(pool).await?;
+            let (l, _) = new_payments(
                 addr,
+                server_pid,
                 &key,
                 plan.take(LATENCY_ORDERS_PER_SEC * o.latency_duration.as_secs() as i64),
                 1,
@@ -535,6 +717,7 @@ async fn measure(o: &Options, pool: &Pool, target: &Target) -> Result<Figures, S
             )
             .await?;
             paid += l.ok;
+            expect_gain(pool, &counted, l.ok, conn.label()).await?;
             latency = Some(l);
 
             progress(format!(
@@ -542,6 +725,7 @@ async fn measure(o: &Options, pool: &Pool, target: &Target) -> Result<Figures, S
                 o.redelivery_connections,
                 o.duration.as_secs()
             ));
+            let counted = row_counts(pool).await?;
             let n = plan.take(1).start;
             let once = Arc::new(vec![http::sign_delivery(
                 &key,
@@ -576,6 +760,8 @@ async fn measure(o: &Options, pool: &Pool, target: &Target) -> Result<Figures, S
             )
             .await;
             check_load("re-deliveries", &r)?;
+            // The first delivery applied once; its re-deliveries wrote nothing.
+            expect_gain(pool, &counted, 1, conn.label()).await?;
             redelivery = Some(r);
 
             progress(format!("{} idle connections", o.idle_connections));
@@ -587,119 +773,18 @@ async fn measure(o: &Options, pool: &Pool, target: &Target) -> Result<Figures, S
             drop(idle);
         }
         server.stop().await;
+        progress(format!(
+            "{paid} new payments {} in all, each applied and granted once",
+            conn.label()
+        ));
 
-        // Every successful new payment applied once, granted once; re-deliveries wrote nothing.
-        let after = row_counts(pool).await?;
-        if after
-            .iter()
-            .zip(&before)
-            .any(|(a, b)| (a - b) as u64 != paid)
-        {
-            return Err(format!(
-                "{paid} payments succeeded over HTTP {}, but the database gained (applied \
-                 payments, payments, active memberships, events, grants, paid orders) = {:?}",
-                conn.label(),
-                after
-                    .iter()
-                    .zip(&before)
-                    .map(|(a, b)| a - b)
-                    .collect::<Vec<_>>()
-            ));
-        }
-
-        // The references, with the server stopped, over the same kind of connection.
-        let reference = |what: &str, clients: usize, secs: u64| {
+        if conn == Conn::Plain {
             progress(format!(
-                "reference {} ({}): {what}, {clients} clients ({} threads), {secs} s",
+                "reference {} ({}): the fixed transaction, 1 client, {} s",
                 conn.label(),
                 runner.name(),
-                replay::threads(clients)
-            ))
-        };
-        let tls_needs_pgbench = conn == Conn::Tls && matches!(runner, Runner::Rust);
-        let replay_with = |script: PathBuf,
-                           clients: usize,
-                           d: Duration,
-                           lo: i64,
-                           extra: Vec<(&'static str, String)>| {
-            let (runner, database_url, work_dir) = (&runner, &database_url, &work_dir);
-            async move {
-                if tls_needs_pgbench {
-                    return Err("the replay over TLS needs pgbench".to_string());
-                }
-                replay::run(
-                    runner,
-                    database_url,
-                    &script,
-                    clients,
-                    d,
-                    lo,
-                    &extra,
-                    work_dir,
-                )
-                .await
-            }
-        };
-        let secs = o.duration.as_secs() as i64;
-        reference(
-            "the fixed transaction (payment_tx.sql)",
-            o.connections,
-            o.duration.as_secs(),
-        );
-        let fixed = replay_with(
-            fixed_script.clone(),
-            o.connections,
-            o.duration,
-            plan.take(REPLAY_ORDERS_PER_SEC * secs).start,
-            Vec::new(),
-        )
-        .await;
-        reference(
-            "the current transaction (generated)",
-            o.connections,
-            o.duration.as_secs(),
-        );
-        let before = row_counts(pool).await?;
-        let current = replay_with(
-            current_script.clone(),
-            o.connections,
-            o.duration,
-            plan.take(REPLAY_ORDERS_PER_SEC * secs).start,
-            current_defines.clone(),
-        )
-        .await;
-        // The generated replay must write what a new payment writes: one applied payment,
-        // membership, event, grant and paid order per transaction.
-        let current = match current {
-            Ok(r) => {
-                let after = row_counts(pool).await?;
-                let gained: Vec<i64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
-                if gained.iter().any(|g| *g as u64 != r.transactions) {
-                    Err(format!(
-                        "{} transactions of the current replay, but the database gained {gained:?}",
-                        r.transactions
-                    ))
-                } else {
-                    Ok(r)
-                }
-            }
-            e => e,
-        };
-        reference(
-            "the minimal transaction (payment_minimal.sql)",
-            o.connections,
-            o.duration.as_secs(),
-        );
-        let minimal = replay_with(
-            minimal_script.clone(),
-            o.connections,
-            o.duration,
-            plan.take(MINIMAL_ORDERS_PER_SEC * secs).start,
-            Vec::new(),
-        )
-        .await;
-        if conn == Conn::Plain {
-            reference("the fixed transaction", 1, o.latency_duration.as_secs());
+                o.latency_duration.as_secs()
+            ));
             replay_latency = Some(
                 replay_with(
                     fixed_script.clone(),
@@ -709,21 +794,14 @@ async fn measure(o: &Options, pool: &Pool, target: &Target) -> Result<Figures, S
                         .start,
                     Vec::new(),
                 )
-                .await,
+                .await
+                .map(|(r, _)| r),
             );
-        }
-        for (what, r) in [
-            ("fixed replay", &fixed),
-            ("current replay", &current),
-            ("minimal", &minimal),
-        ] {
-            if let Err(e) = r {
-                progress(format!("reference {what} {} failed: {e}", conn.label()));
-            }
         }
         kinds.push(KindFigures {
             conn,
             new,
+            new_cpu,
             fixed,
             current,
             minimal,
@@ -750,6 +828,107 @@ async fn measure(o: &Options, pool: &Pool, target: &Target) -> Result<Figures, S
     })
 }
 
+/// The new payments' rounds of one connection kind, and their CPU together.
+#[derive(Default)]
+struct Side {
+    loads: Vec<Load>,
+    cpu: CpuClock,
+}
+
+impl Side {
+    fn ok(&self) -> u64 {
+        self.loads.iter().map(|l| l.ok).sum()
+    }
+}
+
+/// The rounds of one load as one run: requests and time added up, latencies pooled.
+fn merge_loads(loads: Vec<Load>) -> Load {
+    let mut all = Load {
+        connections: loads.first().map_or(0, |l| l.connections),
+        ok: 0,
+        errors: 0,
+        first_error: None,
+        elapsed: Duration::ZERO,
+        latencies_us: Vec::new(),
+        exhausted: false,
+    };
+    for l in loads {
+        all.ok += l.ok;
+        all.errors += l.errors;
+        all.first_error = all.first_error.or(l.first_error);
+        all.elapsed += l.elapsed;
+        all.latencies_us.extend(l.latencies_us);
+        all.exhausted |= l.exhausted;
+    }
+    all.latencies_us.sort_unstable();
+    all
+}
+
+/// The rounds of one reference as one run: transactions added up over the time they took
+/// (each round's TPS is pgbench's, without connection time), latencies pooled; and their CPU.
+fn merge_replays(runs: &[(Replay, CpuClock)]) -> (Replay, CpuUse) {
+    let transactions: u64 = runs.iter().map(|(r, _)| r.transactions).sum();
+    let secs: f64 = runs
+        .iter()
+        .filter(|(r, _)| r.tps > 0.0)
+        .map(|(r, _)| r.transactions as f64 / r.tps)
+        .sum();
+    let mut latencies_us: Vec<u32> = runs
+        .iter()
+        .flat_map(|(r, _)| r.latencies_us.iter().copied())
+        .collect();
+    latencies_us.sort_unstable();
+    let cpu = runs
+        .iter()
+        .fold(CpuClock::default(), |sum, (_, c)| sum.plus(c));
+    let first = runs.first().map(|(r, _)| r);
+    (
+        Replay {
+            clients: first.map_or(0, |r| r.clients),
+            threads: first.map_or(0, |r| r.threads),
+            transactions,
+            tps: if secs > 0.0 {
+                transactions as f64 / secs
+            } else {
+                0.0
+            },
+            latencies_us,
+        },
+        CpuUse::of(&cpu, transactions),
+    )
+}
+
+/// What the database gained since `before` ([`row_counts`]).
+async fn gains(pool: &Pool, before: &[i64]) -> Result<Vec<i64>, String> {
+    let after = row_counts(pool).await?;
+    Ok(after.iter().zip(before).map(|(a, b)| a - b).collect())
+}
+
+/// Every successful new payment since `before` applied once and granted once (`paid` of
+/// them), and nothing else written: re-deliveries write nothing.
+async fn expect_gain(pool: &Pool, before: &[i64], paid: u64, kind: &str) -> Result<(), String> {
+    let gained = gains(pool, before).await?;
+    if gained.iter().any(|g| *g as u64 != paid) {
+        return Err(format!(
+            "{paid} payments succeeded over HTTP {kind}, but the database gained (applied \
+             payments, payments, active memberships, events, grants, paid orders) = {gained:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// A checkpoint before each throughput run, so that none of them pays for another's dirty
+/// pages (the orders made by SQL, the writes of the run before) and each starts from the same
+/// state: the first changes of each page after a checkpoint are logged whole
+/// (`full_page_writes`), for the service and the references alike.
+async fn checkpoint(pool: &Pool) -> Result<(), String> {
+    let client = pool.get().await.map_err(|e| e.to_string())?;
+    client
+        .batch_execute("CHECKPOINT")
+        .await
+        .map_err(|e| format!("checkpoint: {e}"))
+}
+
 /// (applied payments, payments, active memberships, membership events, grant effects, paid
 /// orders): what one new payment adds one of each to.
 async fn row_counts(pool: &Pool) -> Result<Vec<i64>, String> {
@@ -771,17 +950,20 @@ async fn row_counts(pool: &Pool) -> Result<Vec<i64>, String> {
 
 /// A load run must have succeeded entirely: an error is a bug or a broken set-up, and its
 /// figures would mislead.
-/// The payments of `orders`, signed first, delivered at `connections` for `duration`, each to be
-/// answered as a new payment; any failure fails the run (`what` names it).
+/// The payments of `orders`, signed first, delivered at `connections` for `duration` to the
+/// server (process `server`), each to be answered as a new payment; any failure fails the run
+/// (`what` names it). Also where the delivery's CPU went.
 async fn new_payments(
     addr: std::net::SocketAddr,
+    server: u32,
     key: &WebhookKey,
     orders: std::ops::Range<i64>,
     connections: usize,
     duration: Duration,
     what: &str,
-) -> Result<Load, String> {
+) -> Result<(Load, CpuClock), String> {
     let signed = Arc::new(http::sign_new_payments(key, orders));
+    let before = CpuClock::now(Some(server));
     let load = http::run(
         addr,
         PATH,
@@ -792,8 +974,9 @@ async fn new_payments(
         NEW,
     )
     .await;
+    let cpu = CpuClock::now(Some(server)).since(&before);
     check_load(what, &load)?;
-    Ok(load)
+    Ok((load, cpu))
 }
 
 fn check_load(what: &str, load: &Load) -> Result<(), String> {
@@ -904,13 +1087,22 @@ impl Figures {
             ("new_c1".to_string(), &self.latency),
             ("redelivery".to_string(), &self.redelivery),
         ];
-        let mut replays = vec![("replay_c1".to_string(), &self.replay_latency)];
+        let mut replays = vec![("replay_c1".to_string(), self.replay_latency.as_ref().ok())];
+        let mut cpus = Vec::new();
         for k in &self.kinds {
             let p = k.conn.key();
             loads.push((format!("{p}new"), &k.new));
-            replays.push((format!("{p}replay"), &k.fixed));
-            replays.push((format!("{p}current"), &k.current));
-            replays.push((format!("{p}minimal"), &k.minimal));
+            cpus.push((format!("{p}new"), k.new_cpu));
+            for (name, r) in [
+                ("replay", &k.fixed),
+                ("current", &k.current),
+                ("minimal", &k.minimal),
+            ] {
+                replays.push((format!("{p}{name}"), r.as_ref().ok().map(|(r, _)| r)));
+                if let Ok((_, cpu)) = r {
+                    cpus.push((format!("{p}{name}"), *cpu));
+                }
+            }
         }
         for (name, l) in loads {
             put(&format!("{name}_rps"), l.rate());
@@ -921,7 +1113,7 @@ impl Figures {
             );
         }
         for (name, r) in replays {
-            if let Ok(r) = r {
+            if let Some(r) = r {
                 put(&format!("{name}_tps"), r.tps);
                 put(&format!("{name}_p50_ms"), quantile_ms(&r.latencies_us, 0.5));
                 put(
@@ -930,6 +1122,12 @@ impl Figures {
                 );
             }
         }
+        for (name, c) in cpus {
+            put(&format!("{name}_cpu_machine_us"), c.machine_us);
+            put(&format!("{name}_cpu_driver_us"), c.driver_us);
+            put(&format!("{name}_cpu_server_us"), c.server_us);
+            put(&format!("{name}_cpu_rest_us"), c.rest_us());
+        }
         for k in &self.kinds {
             let p = k.conn.key();
             for (name, r) in [
@@ -937,7 +1135,7 @@ impl Figures {
                 ("vs_current", &k.current),
                 ("vs_minimal", &k.minimal),
             ] {
-                if let Ok(r) = r {
+                if let Ok((r, _)) = r {
                     put(&format!("{p}new_{name}"), k.new.rate() / r.tps);
                 }
             }
@@ -1018,10 +1216,12 @@ fn report(o: &Options, m: &Machine, f: &Figures, sweep: &HashMap<String, f64>) -
     );
     let _ = writeln!(
         t,
-        "references run by {} with prepared statements, {} threads for {c} clients; {} pending \
+        "references run by {} with prepared statements, {} threads for {c} clients, taking turns \
+         with the new payments ({} rounds, a CHECKPOINT before each side's turn); {} pending \
          orders created by SQL before the run\n",
         f.runner,
         replay::threads(c),
+        o.rounds,
         f.orders
     );
     let _ = writeln!(
@@ -1051,9 +1251,12 @@ fn report(o: &Options, m: &Machine, f: &Figures, sweep: &HashMap<String, f64>) -
             ),
         ];
         for (i, (r, what, goal)) in refs.into_iter().enumerate() {
+            let r = r.as_ref().map(|(r, _)| r);
             let first = if i == 0 {
                 format!(
-                    "| new payments through door 1, {kind}, c={c}, {secs} s | {} ",
+                    "| new payments through door 1, {kind}, c={c}, {} rounds of {} s | {} ",
+                    o.rounds,
+                    o.round().as_secs(),
                     load_cell(&k.new, "req/s")
                 )
             } else {
@@ -1193,7 +1396,43 @@ fn report(o: &Options, m: &Machine, f: &Figures, sweep: &HashMap<String, f64>) -
         max.as_secs_f64() * 1e3,
         verdict(max < Duration::from_secs(1))
     );
+    cpu_table(&mut t, f);
     t
+}
+
+/// Where each throughput run's CPU went, per payment: the machine's busy time over the run,
+/// split into the driver (the load generator, or pgbench), the server and the rest (PostgreSQL).
+fn cpu_table(t: &mut String, f: &Figures) {
+    let _ = writeln!(
+        t,
+        "\nCPU per payment (µs; from /proc over each run: the machine's busy time = the driver \
+         (load generator or pgbench) + the server + the rest, which is PostgreSQL)\n"
+    );
+    let _ = writeln!(t, "| run | machine | driver | server | rest (PostgreSQL) |");
+    let _ = writeln!(t, "|---|---:|---:|---:|---:|");
+    for k in &f.kinds {
+        let kind = k.conn.label();
+        let mut rows = vec![(format!("new payments, {kind}"), Some(k.new_cpu))];
+        for (what, r) in [
+            ("fixed replay", &k.fixed),
+            ("current replay", &k.current),
+            ("minimal", &k.minimal),
+        ] {
+            rows.push((format!("{what}, {kind}"), r.as_ref().ok().map(|(_, c)| *c)));
+        }
+        for (what, cpu) in rows {
+            if let Some(c) = cpu {
+                let _ = writeln!(
+                    t,
+                    "| {what} | {:.0} | {:.0} | {:.0} | {:.0} |",
+                    c.machine_us,
+                    c.driver_us,
+                    c.server_us,
+                    c.rest_us()
+                );
+            }
+        }
+    }
 }
 
 fn thousands(n: u64) -> String {
