@@ -90,6 +90,19 @@ pub struct Load {
 }
 
 impl Load {
+    /// A run of `connections` that has measured nothing yet.
+    pub fn empty(connections: usize) -> Load {
+        Load {
+            connections,
+            ok: 0,
+            errors: 0,
+            first_error: None,
+            elapsed: Duration::ZERO,
+            latencies_us: Vec::new(),
+            exhausted: false,
+        }
+    }
+
     pub fn rate(&self) -> f64 {
         self.ok as f64 / self.elapsed.as_secs_f64()
     }
@@ -125,15 +138,7 @@ pub async fn run(
             tokio::spawn(worker(addr, path, next, requests, pick, deadline, expect))
         })
         .collect();
-    let mut load = Load {
-        connections,
-        ok: 0,
-        errors: 0,
-        first_error: None,
-        elapsed: Duration::ZERO,
-        latencies_us: Vec::new(),
-        exhausted: false,
-    };
+    let mut load = Load::empty(connections);
     for w in workers {
         let r = w.await.expect("a load worker panicked");
         load.ok += r.latencies_us.len() as u64;

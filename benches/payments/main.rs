@@ -608,7 +608,7 @@ async fn measure(o: &Options, pool: &Pool, target: &Target) -> Result<Figures, S
         // every side alike; each side's figures are those of all its rounds together.
         let round = o.round();
         let round_secs = round.as_secs() as i64;
-        let mut new_side = Side::default();
+        let (mut new_rounds, mut new_cpu) = (Vec::new(), CpuClock::default());
         let mut refs: [Result<Vec<(Replay, CpuClock)>, String>; 3] =
             [Ok(Vec::new()), Ok(Vec::new()), Ok(Vec::new())];
         for i in 1..=o.rounds {
@@ -637,8 +637,8 @@ async fn measure(o: &Options, pool: &Pool, target: &Target) -> Result<Figures, S
             .await?;
             expect_gain(pool, &counted, new.ok, conn.label()).await?;
             paid += new.ok;
-            new_side.loads.push(new);
-            new_side.cpu = new_side.cpu.plus(&cpu);
+            new_rounds.push(new);
+            new_cpu = new_cpu.plus(&cpu);
 
             let scripts = [
                 (&fixed_script, REPLAY_ORDERS_PER_SEC, Vec::new()),
@@ -697,8 +697,8 @@ async fn measure(o: &Options, pool: &Pool, target: &Target) -> Result<Figures, S
             }
         }
         let [fixed, current, minimal] = refs.map(|r| r.map(|runs| merge_replays(&runs)));
-        let new_cpu = CpuUse::of(&new_side.cpu, new_side.ok());
-        let new = merge_loads(new_side.loads);
+        let new = merge_loads(new_rounds);
+        let new_cpu = CpuUse::of(&new_cpu, new.ok);
 
         if conn == Conn::Plain {
             progress(format!(
@@ -828,30 +828,9 @@ async fn measure(o: &Options, pool: &Pool, target: &Target) -> Result<Figures, S
     })
 }
 
-/// The new payments' rounds of one connection kind, and their CPU together.
-#[derive(Default)]
-struct Side {
-    loads: Vec<Load>,
-    cpu: CpuClock,
-}
-
-impl Side {
-    fn ok(&self) -> u64 {
-        self.loads.iter().map(|l| l.ok).sum()
-    }
-}
-
 /// The rounds of one load as one run: requests and time added up, latencies pooled.
 fn merge_loads(loads: Vec<Load>) -> Load {
-    let mut all = Load {
-        connections: loads.first().map_or(0, |l| l.connections),
-        ok: 0,
-        errors: 0,
-        first_error: None,
-        elapsed: Duration::ZERO,
-        latencies_us: Vec::new(),
-        exhausted: false,
-    };
+    let mut all = Load::empty(loads.first().map_or(0, |l| l.connections));
     for l in loads {
         all.ok += l.ok;
         all.errors += l.errors;
