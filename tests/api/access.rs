@@ -389,6 +389,23 @@ fn join_request_update(chat_id: i64, from: i64) -> Value {
     })
 }
 
+/// Moving the channel at `path` to chat `new_chat` is refused (409) while an effect on its
+/// current chat is pending, and the problem says so.
+pub(crate) async fn assert_chat_change_waits_for_pending_effects(
+    app: &TestApp,
+    path: &str,
+    new_chat: i64,
+) {
+    let body = assert_problem(
+        &app.patch(path, json!({"telegram_chat_id": new_chat})).await,
+        409,
+    );
+    assert!(
+        body["detail"].as_str().unwrap().contains("pending"),
+        "{body}"
+    );
+}
+
 pub(crate) async fn invite_link(app: &TestApp, channel_id: i64) -> Option<String> {
     app.db()
         .await
@@ -447,15 +464,7 @@ async fn a_channels_chat_cannot_change_while_members_or_effects_remain_and_a_cha
 
     // Expired, but its revoke has not been performed yet: still refused.
     patch_membership(&app, m, json!({"status": "expired"})).await;
-    let body = assert_problem(
-        &app.patch(&path, json!({"telegram_chat_id": new_chat}))
-            .await,
-        409,
-    );
-    assert!(
-        body["detail"].as_str().unwrap().contains("pending"),
-        "{body}"
-    );
+    assert_chat_change_waits_for_pending_effects(&app, &path, new_chat).await;
     run(&app).await;
 
     // A pending effect that names the chat but no membership (a join request's answer) counts too.

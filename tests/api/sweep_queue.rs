@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tokio::sync::Barrier;
 
 use crate::{
-    auth::assert_problem,
+    access::assert_chat_change_waits_for_pending_effects,
     effects::{
         app_with, channel, effects_of, grant, materialize, patch_membership, run, settle,
         subscriber,
@@ -221,15 +221,7 @@ async fn queued_effects_hold_off_a_chat_change() {
     assert_eq!(app.count("sweep_queue").await, 1);
 
     let path = format!("/api/channels/{c}");
-    let body = assert_problem(
-        &app.patch(&path, json!({"telegram_chat_id": new_chat}))
-            .await,
-        409,
-    );
-    assert!(
-        body["detail"].as_str().unwrap().contains("pending"),
-        "{body}"
-    );
+    assert_chat_change_waits_for_pending_effects(&app, &path, new_chat).await;
     run(&app).await;
     assert_eq!(app.count("sweep_queue").await, 0);
     let changed = app
