@@ -125,12 +125,14 @@ pub fn cpu_time(pid: u32) -> std::time::Duration {
 }
 
 /// CPU time used so far, read from `/proc`: the whole machine's busy time (every core: user,
-/// nice, system, interrupts), this process's own, its waited-for children's (pgbench) and one
-/// other process's (the server). Differences of two readings say where a run's CPU went.
+/// nice, system, interrupts) and idle time (idle and waiting for I/O), this process's own, its
+/// waited-for children's (pgbench) and one other process's (the server). Differences of two
+/// readings say where a run's CPU went, and how much of the cores nobody used.
 #[allow(dead_code)]
 #[derive(Clone, Copy, Default)]
 pub struct CpuClock {
     pub machine: std::time::Duration,
+    pub idle: std::time::Duration,
     pub own: std::time::Duration,
     pub children: std::time::Duration,
     pub other: std::time::Duration,
@@ -142,19 +144,21 @@ impl CpuClock {
     pub fn now(other: Option<u32>) -> CpuClock {
         let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
         // `cpu  user nice system idle iowait irq softirq steal …`
-        let busy: u64 = stat
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .split_whitespace()
-            .skip(1)
-            .enumerate()
-            .filter(|(i, _)| matches!(i, 0 | 1 | 2 | 5 | 6))
-            .filter_map(|(_, v)| v.parse::<u64>().ok())
-            .sum();
+        let ticks = |fields: &[usize]| -> u64 {
+            stat.lines()
+                .next()
+                .unwrap_or_default()
+                .split_whitespace()
+                .skip(1)
+                .enumerate()
+                .filter(|(i, _)| fields.contains(i))
+                .filter_map(|(_, v)| v.parse::<u64>().ok())
+                .sum()
+        };
         let (own, children) = process_cpu("self");
         CpuClock {
-            machine: ticks_to_time(busy),
+            machine: ticks_to_time(ticks(&[0, 1, 2, 5, 6])),
+            idle: ticks_to_time(ticks(&[3, 4])),
             own,
             children,
             other: other.map(cpu_time).unwrap_or_default(),
@@ -165,6 +169,7 @@ impl CpuClock {
     pub fn plus(&self, other: &CpuClock) -> CpuClock {
         CpuClock {
             machine: self.machine + other.machine,
+            idle: self.idle + other.idle,
             own: self.own + other.own,
             children: self.children + other.children,
             other: self.other + other.other,
@@ -175,6 +180,7 @@ impl CpuClock {
     pub fn since(&self, earlier: &CpuClock) -> CpuClock {
         CpuClock {
             machine: self.machine.saturating_sub(earlier.machine),
+            idle: self.idle.saturating_sub(earlier.idle),
             own: self.own.saturating_sub(earlier.own),
             children: self.children.saturating_sub(earlier.children),
             other: self.other.saturating_sub(earlier.other),

@@ -444,15 +444,24 @@ struct CpuUse {
     machine_us: f64,
     driver_us: f64,
     server_us: f64,
+    /// Of all the cores' time during the run, the part nobody used (idle or waiting for I/O),
+    /// in per cent: a side that leaves cores idle gets less done than its CPU a payment says.
+    idle_pct: f64,
 }
 
 impl CpuUse {
     fn of(used: &CpuClock, ops: u64) -> CpuUse {
         let per = |d: Duration| d.as_secs_f64() * 1e6 / ops.max(1) as f64;
+        let all = (used.machine + used.idle).as_secs_f64();
         CpuUse {
             machine_us: per(used.machine),
             driver_us: per(used.own + used.children),
             server_us: per(used.other),
+            idle_pct: if all > 0.0 {
+                used.idle.as_secs_f64() * 100.0 / all
+            } else {
+                0.0
+            },
         }
     }
 
@@ -1106,6 +1115,7 @@ impl Figures {
             put(&format!("{name}_cpu_driver_us"), c.driver_us);
             put(&format!("{name}_cpu_server_us"), c.server_us);
             put(&format!("{name}_cpu_rest_us"), c.rest_us());
+            put(&format!("{name}_cpu_idle_pct"), c.idle_pct);
         }
         for k in &self.kinds {
             let p = k.conn.key();
@@ -1385,10 +1395,14 @@ fn cpu_table(t: &mut String, f: &Figures) {
     let _ = writeln!(
         t,
         "\nCPU per payment (µs; from /proc over each run: the machine's busy time = the driver \
-         (load generator or pgbench) + the server + the rest, which is PostgreSQL)\n"
+         (load generator or pgbench) + the server + the rest, which is PostgreSQL), and the share \
+         of the cores' time nobody used\n"
     );
-    let _ = writeln!(t, "| run | machine | driver | server | rest (PostgreSQL) |");
-    let _ = writeln!(t, "|---|---:|---:|---:|---:|");
+    let _ = writeln!(
+        t,
+        "| run | machine | driver | server | rest (PostgreSQL) | cores idle |"
+    );
+    let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|");
     for k in &f.kinds {
         let kind = k.conn.label();
         let mut rows = vec![(format!("new payments, {kind}"), Some(k.new_cpu))];
@@ -1403,11 +1417,12 @@ fn cpu_table(t: &mut String, f: &Figures) {
             if let Some(c) = cpu {
                 let _ = writeln!(
                     t,
-                    "| {what} | {:.0} | {:.0} | {:.0} | {:.0} |",
+                    "| {what} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} % |",
                     c.machine_us,
                     c.driver_us,
                     c.server_us,
-                    c.rest_us()
+                    c.rest_us(),
+                    c.idle_pct
                 );
             }
         }
