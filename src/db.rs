@@ -417,7 +417,8 @@ macro_rules! transaction {
     }};
 }
 
-const LOCK_PAIR_SQL: &str = "SELECT pg_advisory_xact_lock($1, $2)";
+/// The pair's advisory lock ([`lock_pair`]).
+pub(crate) const LOCK_PAIR_SQL: &str = "SELECT pg_advisory_xact_lock($1, $2)";
 
 /// Takes the lock every transaction touching a hold or a membership takes first.
 pub async fn lock_pair(

@@ -105,6 +105,7 @@ macro_rules! membership_columns {
         "id, subscriber_id, channel_id, status, expires_at, created_at, updated_at"
     };
 }
+pub(crate) use membership_columns;
 
 /// A membership as the API shows it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -635,6 +636,75 @@ pub async fn effect_view_in_chat(
 
 // ---- writes ----
 
+/// SQL: the common table expressions of [`EXTEND_SQL`] (`sub`, `b`, `m`, `ev`, `fx`, without the
+/// `WITH`), bound to its parameters `$1`–`$11` ([`Extension::params`]). `$when` is a condition
+/// the subscriber's row (`sub`) is read under: `"true"` for [`EXTEND_SQL`]; a statement that
+/// extends only if an earlier expression of it wrote something (the payment core's short way,
+/// `crate::payments::core`) makes it that, and then nothing of the extension is written
+/// either — every later expression reads its rows from `sub`.
+macro_rules! extend_ctes_sql {
+    ($when:literal) => {
+        concat!(
+            "sub AS (
+                 SELECT id, telegram_user_id FROM subscribers WHERE id = $1 AND (",
+            $when,
+            ") FOR KEY SHARE
+             ), b AS (
+                 SELECT id, status, expires_at FROM memberships
+                 WHERE subscriber_id = $1 AND channel_id = $2
+             ), m AS (
+                 INSERT INTO memberships (subscriber_id, channel_id, status, expires_at)
+                 SELECT sub.id, $2, $4,
+                        CASE WHEN $3::integer IS NULL THEN 'infinity'::timestamptz
+                             ELSE GREATEST(statement_timestamp() + make_interval(days => $3),
+                                           $11::timestamptz) END
+                 FROM sub
+                 ON CONFLICT (subscriber_id, channel_id) DO UPDATE
+                 SET status = $4,
+                     expires_at = CASE WHEN $3::integer IS NULL THEN 'infinity'::timestamptz
+                                       ELSE GREATEST(GREATEST(memberships.expires_at, statement_timestamp())
+                                                     + make_interval(days => $3), $11::timestamptz) END,
+                     updated_at = statement_timestamp()
+                 RETURNING ",
+            $crate::memberships::membership_columns!(),
+            "
+             ), ev AS (
+                 INSERT INTO membership_events
+                     (membership_id, from_status, to_status, expires_at_before, expires_at_after, cause,
+                      payment_id)
+                 SELECT m.id, b.status, m.status, b.expires_at, m.expires_at, $5, $6
+                 FROM m LEFT JOIN b ON true
+                 RETURNING id, membership_id
+             ), fx AS (
+                 INSERT INTO effects (kind, membership_id, payment_id, chat_id, user_id, payload, dedupe_key)
+                 SELECT k.kind, m.id, $6, c.telegram_chat_id, sub.telegram_user_id, ",
+            $crate::effects::expiry_payload_sql!("m.expires_at"),
+            ", ",
+            $crate::effects::transition_key_sql!("k.key_prefix", "m.id", "ev.id"),
+            "
+                 FROM m
+                 JOIN ev ON ev.membership_id = m.id
+                 LEFT JOIN b ON true
+                 CROSS JOIN LATERAL (
+                     SELECT CASE WHEN ",
+            $crate::memberships::holds_access_sql!("b"),
+            " THEN $7::text ELSE $8::text END,
+                            CASE WHEN ",
+            $crate::memberships::holds_access_sql!("b"),
+            " THEN $9::text ELSE $10::text END
+                 ) AS k(kind, key_prefix)
+                 JOIN sub ON sub.id = m.subscriber_id
+                 JOIN channels c ON c.id = m.channel_id
+                 WHERE b.id IS NULL OR NOT (",
+            $crate::memberships::holds_access_sql!("b"),
+            ") OR m.expires_at > b.expires_at
+                 FOR KEY SHARE OF c
+             )"
+        )
+    };
+}
+pub(crate) use extend_ctes_sql;
+
 /// [`extend`] in one statement (one round trip): the membership as it was (`b`), the upsert
 /// (`m`), its event (`ev`) and its effect (`fx`), returning the membership, the event's id and
 /// the status and `expires_at` it had before. `$3` is the term in days, NULL for lifetime
@@ -657,59 +727,9 @@ pub async fn effect_view_in_chat(
 /// membership takes first, so the statement's snapshot (taken after that lock) shows the row as
 /// the upsert finds it. The upsert locks the row, last in the lock order.
 pub(crate) const EXTEND_SQL: &str = concat!(
-    "WITH sub AS (
-         SELECT id, telegram_user_id FROM subscribers WHERE id = $1 FOR KEY SHARE
-     ), b AS (
-         SELECT id, status, expires_at FROM memberships
-         WHERE subscriber_id = $1 AND channel_id = $2
-     ), m AS (
-         INSERT INTO memberships (subscriber_id, channel_id, status, expires_at)
-         SELECT sub.id, $2, $4,
-                CASE WHEN $3::integer IS NULL THEN 'infinity'::timestamptz
-                     ELSE GREATEST(statement_timestamp() + make_interval(days => $3),
-                                   $11::timestamptz) END
-         FROM sub
-         ON CONFLICT (subscriber_id, channel_id) DO UPDATE
-         SET status = $4,
-             expires_at = CASE WHEN $3::integer IS NULL THEN 'infinity'::timestamptz
-                               ELSE GREATEST(GREATEST(memberships.expires_at, statement_timestamp())
-                                             + make_interval(days => $3), $11::timestamptz) END,
-             updated_at = statement_timestamp()
-         RETURNING ",
-    membership_columns!(),
+    "WITH ",
+    extend_ctes_sql!("true"),
     "
-     ), ev AS (
-         INSERT INTO membership_events
-             (membership_id, from_status, to_status, expires_at_before, expires_at_after, cause,
-              payment_id)
-         SELECT m.id, b.status, m.status, b.expires_at, m.expires_at, $5, $6
-         FROM m LEFT JOIN b ON true
-         RETURNING id, membership_id
-     ), fx AS (
-         INSERT INTO effects (kind, membership_id, payment_id, chat_id, user_id, payload, dedupe_key)
-         SELECT k.kind, m.id, $6, c.telegram_chat_id, sub.telegram_user_id, ",
-    effects::expiry_payload_sql!("m.expires_at"),
-    ", ",
-    effects::transition_key_sql!("k.key_prefix", "m.id", "ev.id"),
-    "
-         FROM m
-         JOIN ev ON ev.membership_id = m.id
-         LEFT JOIN b ON true
-         CROSS JOIN LATERAL (
-             SELECT CASE WHEN ",
-    holds_access_sql!("b"),
-    " THEN $7::text ELSE $8::text END,
-                    CASE WHEN ",
-    holds_access_sql!("b"),
-    " THEN $9::text ELSE $10::text END
-         ) AS k(kind, key_prefix)
-         JOIN sub ON sub.id = m.subscriber_id
-         JOIN channels c ON c.id = m.channel_id
-         WHERE b.id IS NULL OR NOT (",
-    holds_access_sql!("b"),
-    ") OR m.expires_at > b.expires_at
-         FOR KEY SHARE OF c
-     )
      SELECT m.*, ev.id AS event_id, b.status AS status_before, b.expires_at AS expires_at_before
      FROM m JOIN ev ON ev.membership_id = m.id LEFT JOIN b ON true"
 );
@@ -731,6 +751,81 @@ pub async fn extend(
     extend_at_least(tx, subscriber_id, channel_id, Term::Days(days), cause, None).await
 }
 
+/// What [`EXTEND_SQL`]'s parameters `$1`–`$11` are bound to, for one extension (and, in the same
+/// places, those of a statement that splices [`extend_ctes_sql!`]).
+pub(crate) struct Extension {
+    subscriber_id: SubscriberId,
+    channel_id: ChannelId,
+    /// NULL: lifetime.
+    days: Option<i32>,
+    status: Status,
+    cause: EventCause,
+    payment_id: Option<i64>,
+    receipt: Kind,
+    grant: Kind,
+    receipt_prefix: &'static str,
+    grant_prefix: &'static str,
+    at_least: Option<DateTime<Utc>>,
+}
+
+impl Extension {
+    /// The extension of the pair's membership by `term` for `cause`, ending no earlier than
+    /// `at_least` (see [`extend_at_least`]); a term of less than a day is refused.
+    pub(crate) fn new(
+        subscriber_id: SubscriberId,
+        channel_id: ChannelId,
+        term: Term,
+        cause: Cause,
+        at_least: Option<DateTime<Utc>>,
+    ) -> Result<Extension, ApiError> {
+        let days = match term {
+            Term::Days(days) if days < 1 => {
+                return Err(ApiError::internal(
+                    "a membership is extended by at least one day",
+                ));
+            }
+            Term::Days(days) => Some(days),
+            Term::Lifetime => None,
+        };
+        let (cause, payment_id) = cause.parts();
+        // The statement picks one of the two when the term ends later (or the membership did
+        // not hold access), and none otherwise ([`effect_of_extension`]).
+        let later = |held| effect_of_extension(held, true).expect("a later term is told");
+        let (receipt, grant) = (later(true), later(false));
+        let prefix = |kind| effects::transition_prefix(kind).expect("a transition's effect");
+        Ok(Extension {
+            subscriber_id,
+            channel_id,
+            days,
+            status: Status::Active,
+            cause,
+            payment_id,
+            receipt,
+            grant,
+            receipt_prefix: prefix(receipt),
+            grant_prefix: prefix(grant),
+            at_least,
+        })
+    }
+
+    /// The values of `$1`–`$11`, in order.
+    pub(crate) fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 11] {
+        [
+            &self.subscriber_id,
+            &self.channel_id,
+            &self.days,
+            &self.status,
+            &self.cause,
+            &self.payment_id,
+            &self.receipt,
+            &self.grant,
+            &self.receipt_prefix,
+            &self.grant_prefix,
+            &self.at_least,
+        ]
+    }
+}
+
 /// [`extend`] by `term`, with the new term ending no earlier than `at_least` when given: a Stars
 /// subscription charge's membership lasts until the subscription's next renewal plus a slack
 /// (`payments::star_subscriptions::SLACK_SECS`), however late the charge is applied.
@@ -746,40 +841,8 @@ pub async fn extend_at_least(
     cause: Cause,
     at_least: Option<DateTime<Utc>>,
 ) -> Result<(Membership, bool), ApiError> {
-    // NULL days: lifetime.
-    let days = match term {
-        Term::Days(days) if days < 1 => {
-            return Err(ApiError::internal(
-                "a membership is extended by at least one day",
-            ));
-        }
-        Term::Days(days) => Some(days),
-        Term::Lifetime => None,
-    };
-    let (cause_name, payment_id) = cause.parts();
-    // The statement picks one of the two when the term ends later (or the membership did not
-    // hold access), and none otherwise ([`effect_of_extension`]).
-    let later = |held| effect_of_extension(held, true).expect("a later term is told");
-    let (receipt, grant) = (later(true), later(false));
-    let prefix = |kind| effects::transition_prefix(kind).expect("a transition's effect");
-    let row = db::row_opt(
-        tx,
-        EXTEND_SQL,
-        &[
-            &subscriber_id,
-            &channel_id,
-            &days,
-            &Status::Active,
-            &cause_name,
-            &payment_id,
-            &receipt,
-            &grant,
-            &prefix(receipt),
-            &prefix(grant),
-            &at_least,
-        ],
-    )
-    .await?;
+    let extension = Extension::new(subscriber_id, channel_id, term, cause, at_least)?;
+    let row = db::row_opt(tx, EXTEND_SQL, &extension.params()).await?;
     // No row: the subscriber was deleted after the caller looked it up.
     let row = row.ok_or(ApiError::NotFound("subscriber"))?;
     let after = Membership::from_row(&row)?;

@@ -278,31 +278,124 @@ const PAIR_BY_REFERENCE_SQL: &str = concat!(
 // subscriber holds for life, as `memberships::lifetime_in_every` does: the caller holds every
 // pair lock of the order, which each writer of those memberships takes first, so this
 // statement's snapshot is as current as a later one's would be ([`held_for_life`]).
-pub(crate) const LOCK_ORDER_SQL: &str = concat!(
-    "SELECT o.*, c.active, c.seat_limit, c.billing_period_days, s.telegram_user_id,
-            p.kind AS plan_kind, p.period_days AS plan_period_days,
-            p.recurring AS plan_recurring, p.active AS plan_active,
-            ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = o.plan_id
-                  ORDER BY pc.channel_id) AS plan_channel_ids,
-            (SELECT count(*) FROM memberships lm
-             WHERE lm.subscriber_id = o.subscriber_id
-               AND lm.channel_id = ANY (COALESCE(
-                   NULLIF(ARRAY(SELECT pc.channel_id FROM plan_channels pc
-                                WHERE pc.plan_id = o.plan_id), '{}'::integer[]),
-                   ARRAY[o.channel_id]))
-               AND lm.expires_at = 'infinity' AND ",
-    crate::memberships::holds_access_sql!("lm"),
-    ") AS lifetime_channels
-     FROM (SELECT ",
-    order_columns!(),
-    " FROM orders WHERE id = $1 FOR UPDATE) AS o
-     LEFT JOIN LATERAL (SELECT pcl.id FROM promo_codes pcl WHERE pcl.id = o.promo_code_id
-                        FOR UPDATE) AS promo_lock ON true
-     JOIN channels c ON c.id = o.channel_id
-     JOIN subscribers s ON s.id = o.subscriber_id
-     JOIN plans p ON p.id = o.plan_id
-     FOR KEY SHARE OF c"
+pub(crate) const LOCK_ORDER_SQL: &str = order_terms_sql!(
+    "",
+    " FROM orders WHERE id = $1 FOR UPDATE",
+    "LEFT JOIN LATERAL (SELECT pcl.id FROM promo_codes pcl WHERE pcl.id = o.promo_code_id
+                        FOR UPDATE) AS promo_lock ON true",
+    "FOR KEY SHARE OF c"
 );
+
+/// SQL: what [`LOCK_ORDER_SQL`] reads of an order (`o`: the order's columns, selected by
+/// `$order`, the rest of the order's subquery after its select list), its own channel (`c`),
+/// subscriber (`s`) and plan (`p`), plus `$extra` (a select list continued after a comma, or
+/// `""`), with `$join` (a join of the caller's, or `""`) between the order and the others and
+/// `$lock` at the end. The
+/// locked read of the lock order and the payment core's read without locks
+/// (`crate::payments::core`) are both made from it, so they read the same things alike.
+macro_rules! order_terms_sql {
+    ($extra:literal, $order:literal, $join:literal, $lock:literal) => {
+        concat!(
+            "SELECT o.*, c.active, c.seat_limit, c.billing_period_days, s.telegram_user_id,
+                    p.kind AS plan_kind, p.period_days AS plan_period_days,
+                    p.recurring AS plan_recurring, p.active AS plan_active,
+                    ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = o.plan_id
+                          ORDER BY pc.channel_id) AS plan_channel_ids,
+                    (SELECT count(*) FROM memberships lm
+                     WHERE lm.subscriber_id = o.subscriber_id
+                       AND lm.channel_id = ANY (COALESCE(
+                           NULLIF(ARRAY(SELECT pc.channel_id FROM plan_channels pc
+                                        WHERE pc.plan_id = o.plan_id), '{}'::integer[]),
+                           ARRAY[o.channel_id]))
+                       AND lm.expires_at = 'infinity' AND ",
+            $crate::memberships::holds_access_sql!("lm"),
+            ") AS lifetime_channels",
+            $extra,
+            "
+             FROM (SELECT ",
+            $crate::orders::order_columns!(),
+            $order,
+            ") AS o
+             ",
+            $join,
+            "
+             JOIN channels c ON c.id = o.channel_id
+             JOIN subscribers s ON s.id = o.subscriber_id
+             JOIN plans p ON p.id = o.plan_id
+             ",
+            $lock
+        )
+    };
+}
+pub(crate) use order_terms_sql;
+
+/// What a row of [`order_terms_sql!`] says of an order, besides its subscriber's Telegram id
+/// and the count of lifetime memberships.
+struct Terms {
+    order: Order,
+    /// The terms of the order's own channel.
+    own: ChannelTerms,
+    plan: PlanTerms,
+    /// The plan's channels, ascending (the order's own for a plan without `plan_channels`).
+    channels: Vec<ChannelId>,
+}
+
+impl Terms {
+    fn from_row(row: &tokio_postgres::Row) -> Result<Terms, ApiError> {
+        let order = Order::from_row(row)?;
+        let own = ChannelTerms::from_row(row)?;
+        let plan = PlanTerms {
+            id: order.plan_id,
+            kind: row.try_get("plan_kind")?,
+            period_days: row.try_get("plan_period_days")?,
+            recurring: row.try_get("plan_recurring")?,
+            active: row.try_get("plan_active")?,
+        };
+        let mut channels: Vec<ChannelId> = row
+            .try_get::<_, Vec<i32>>("plan_channel_ids")?
+            .into_iter()
+            .map(ChannelId)
+            .collect();
+        if channels.is_empty() {
+            channels.push(order.channel());
+        }
+        Ok(Terms {
+            order,
+            own,
+            plan,
+            channels,
+        })
+    }
+}
+
+/// The order of a row of [`order_terms_sql!`] read **without locks**, as the checks would see it
+/// if it were locked now — for a plan of one channel only (`None` for a bundle). Nothing may be
+/// decided from it unless the write that follows verifies, under the locks, that every row it
+/// was read from is unchanged (the payment core's short way, `crate::payments::core`).
+pub(crate) fn unlocked_of_one_channel(
+    row: &tokio_postgres::Row,
+) -> Result<Option<LockedOrder>, ApiError> {
+    let Terms {
+        order,
+        own,
+        plan,
+        channels,
+    } = Terms::from_row(row)?;
+    if channels != [order.channel()] {
+        return Ok(None);
+    }
+    Ok(Some(LockedOrder {
+        channels: vec![LockedChannel {
+            id: order.channel(),
+            terms: own.clone(),
+        }],
+        channel: own,
+        order,
+        plan,
+        subscriber_telegram_id: row.try_get("telegram_user_id")?,
+        lifetime_channels: row.try_get("lifetime_channels")?,
+    }))
+}
 
 /// Takes the locks of the lock order for the order `pair_sql` finds by `key`.
 async fn lock_where(
@@ -348,23 +441,12 @@ pub async fn lock_order_of_locked_pair(
     let Some(row) = db::row_opt(tx, LOCK_ORDER_SQL, &[&pairs.order_id]).await? else {
         return Ok(None);
     };
-    let order = Order::from_row(&row)?;
-    let own = ChannelTerms::from_row(&row)?;
-    let plan = PlanTerms {
-        id: order.plan_id,
-        kind: row.try_get("plan_kind")?,
-        period_days: row.try_get("plan_period_days")?,
-        recurring: row.try_get("plan_recurring")?,
-        active: row.try_get("plan_active")?,
-    };
-    let mut ids: Vec<ChannelId> = row
-        .try_get::<_, Vec<i32>>("plan_channel_ids")?
-        .into_iter()
-        .map(ChannelId)
-        .collect();
-    if ids.is_empty() {
-        ids.push(order.channel());
-    }
+    let Terms {
+        order,
+        own,
+        plan,
+        channels: ids,
+    } = Terms::from_row(&row)?;
     let locked_ids: &[ChannelId] = if pairs.channels.is_empty() {
         &[ChannelId(order.channel_id)]
     } else {

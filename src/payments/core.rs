@@ -22,6 +22,17 @@
 //! goes on to the locks, where the insert's conflict still decides. The same statement reads
 //! the order's pair and takes its lock, so a new payment costs one round trip less.
 //!
+//! **The fast path.** The common case — a payment that passes every check, of an order of a plan
+//! of one channel without a seat limit or a promo code, through a door that names no payer (doors
+//! 1, 2 and 4) — is applied by [`super::fast`] instead, in two round trips: a read without locks,
+//! these checks in Rust, then one pipeline of `BEGIN`, the pair lock, one statement that takes
+//! the rest of the lock order and writes everything only if every row the checks read is still
+//! the version they read, and `COMMIT`. Anything else, and anything that changed in between,
+//! takes the locked path below (the same transaction as before the fast path existed), which
+//! decides from the rows as they are then. Both paths write the same rows. Through those doors a
+//! repeat of a stored payment is answered after the fast path's read, from the stored row, as
+//! above but without a transaction.
+//!
 //! What a payment buys comes from the order's plan, read under those locks: the plan's term
 //! (`period_days`, or lifetime) in **every** channel of the plan — a bundle's payment extends
 //! each membership once, with its own event and effect. The checks (API.md order: unknown
@@ -49,6 +60,7 @@ use serde::Serialize;
 use tokio_postgres::Row;
 
 use super::{
+    fast::{self, Fast},
     notices,
     star_subscriptions::{self, StarSubscription},
 };
@@ -294,7 +306,8 @@ pub fn outcome_for(gateway: &Gateway, reason: Option<Reason>) -> Outcome {
     }
 }
 
-/// Applies one payment in one transaction (API.md "Payment ingestion" 1–4): locks in the lock
+/// Applies one payment in one transaction (API.md "Payment ingestion" 1–4) — the fast path's
+/// or the locked path's (see the module doc): locks in the lock
 /// order, checks against the order, stores the payment once with its outcome, and on success
 /// marks the order paid and extends the membership of every channel of the order's plan by the
 /// plan's term (read at apply time) from `GREATEST(current expiry, database now)`; `paid_at` is kept as reported (a future one
@@ -314,8 +327,36 @@ pub async fn apply_payment_as(
     p: NormalizedPayment,
     recurrence: Recurrence,
 ) -> Result<Applied, ApiError> {
+    apply_with(pool, p, recurrence, None::<std::future::Ready<()>>).await
+}
+
+/// [`apply_payment`] with `between` run between the fast path's read and its write (see
+/// [`super::fast`]), for tests that change rows in that window. Not an API.
+#[doc(hidden)]
+pub async fn apply_payment_changing_rows_between(
+    pool: &Pool,
+    p: NormalizedPayment,
+    between: impl std::future::Future<Output = ()>,
+) -> Result<Applied, ApiError> {
+    apply_with(pool, p, Recurrence::Unknown, Some(between)).await
+}
+
+/// [`apply_payment_as`]: the fast path ([`super::fast`]) for the common case, else the locked
+/// path, one transaction ([`apply_in`]).
+async fn apply_with<F>(
+    pool: &Pool,
+    p: NormalizedPayment,
+    recurrence: Recurrence,
+    between: Option<F>,
+) -> Result<Applied, ApiError>
+where
+    F: std::future::Future<Output = ()>,
+{
     let p = &p;
-    let applied = crate::transaction!(pool, |tx| { apply_in(tx, p, recurrence).await })?;
+    let applied = match fast::apply(pool, p, recurrence, between).await? {
+        Fast::Done(applied) => *applied,
+        Fast::Locked => crate::transaction!(pool, |tx| { apply_in(tx, p, recurrence).await })?,
+    };
     if applied.duplicate {
         warn_if_redelivery_differs(p, &applied.payment);
     }
@@ -471,22 +512,15 @@ async fn apply_in(
     })
 }
 
-/// The statements a new payment issues between `BEGIN` and `COMMIT` when it pays a pending
-/// order of a plan of one unlimited channel with no promo code (door 1's common case), in
-/// order, each with a name: [`stored_or_lock_pair`], the order's locks and what the checks read
-/// ([`seats::lock_order_of_locked_pair`]), the payment insert that marks the order paid
-/// ([`insert`]) and the membership's extension with its event and grant
-/// ([`memberships::extend_at_least`]). `benches/payments` replays these
-/// very constants with pgbench (its "current transaction" reference), so that replay cannot
-/// drift from the code. Not an API.
+/// The statements a new payment issues when it pays a pending order of a plan of one unlimited
+/// channel with no promo code (door 1's common case: the fast path, [`super::fast`]), each with
+/// a name: its read, outside a transaction, then the pair lock and the verified write, sent
+/// between `BEGIN` and `COMMIT` in one pipeline. `benches/payments` replays these very
+/// constants with pgbench (its "current transaction" reference), so that replay cannot drift
+/// from the code. Not an API.
 #[doc(hidden)]
-pub fn new_payment_statements() -> [(&'static str, &'static str); 4] {
-    [
-        ("stored_or_lock_pair", STORED_OR_PAIR_SQL),
-        ("lock_order", seats::LOCK_ORDER_SQL),
-        ("insert_and_mark_paid", INSERT_SQL),
-        ("extend", memberships::EXTEND_SQL),
-    ]
+pub fn new_payment_statements() -> [(&'static str, &'static str); 3] {
+    fast::statements()
 }
 
 /// What the transaction's first statement found ([`stored_or_lock_pair`]).
@@ -576,11 +610,21 @@ async fn check_found(
     }
 }
 
+/// The columns a payment is inserted with (beside its id), in the order of [`INSERT_SQL`]'s
+/// values; the fast path's insert ([`super::fast`]) lists them alike.
+macro_rules! insert_columns {
+    () => {
+        "gateway, external_id, order_reference, order_id, subscriber_id, channel_id, payer, \
+         amount_minor, currency, paid_at, outcome, reason, renewal, subscription_expires_at"
+    };
+}
+pub(super) use insert_columns;
+
 const INSERT_SQL: &str = concat!(
     "WITH inserted AS (
-         INSERT INTO payments (gateway, external_id, order_reference, order_id,
-             subscriber_id, channel_id, payer, amount_minor, currency, paid_at,
-             outcome, reason, renewal, subscription_expires_at)
+         INSERT INTO payments (",
+    insert_columns!(),
+    ")
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
                  LEAST($10::timestamptz, statement_timestamp()), $11, $12, $13, $14)
          ON CONFLICT (gateway, external_id) DO NOTHING
@@ -997,26 +1041,10 @@ async fn check(
     p: &NormalizedPayment,
     l: &LockedOrder,
 ) -> Result<Option<Reason>, ApiError> {
-    let o = &l.order;
-    if o.status == orders::Status::Cancelled {
-        return Ok(Some(Reason::OrderCancelled));
-    }
-    if let Some(reason) = mismatch(p, l) {
+    if let Some(reason) = check_order(p, l) {
         return Ok(Some(reason));
     }
-    // Duplicates of the payment that paid it never get here (they conflict on insert), so a
-    // paid order means another payment paid it.
-    if o.status == orders::Status::Paid {
-        return Ok(Some(Reason::AlreadyPaid));
-    }
-    if !l.channels_active() {
-        return Ok(Some(Reason::ChannelInactive));
-    }
-    // The buyer already has lifetime access: the payment would buy nothing (under the pair
-    // lock, so no grant can come between this and the extension).
-    if seats::held_for_life(l) {
-        return Ok(Some(Reason::AlreadyLifetime));
-    }
+    let o = &l.order;
     // A promo price is paid only while the order holds its code's use, or may take it again.
     if !promo_codes::use_still_held(tx, o.promo_use()).await? {
         return Ok(Some(Reason::PromoExhausted));
@@ -1026,6 +1054,33 @@ async fn check(
         SeatCheck::HoldExpired => Some(Reason::HoldExpired),
         SeatCheck::Full => Some(Reason::NoSeat),
     })
+}
+
+/// The checks of [`check`] that read nothing but the order as locked, in order (the promo
+/// code's use and the seat come after them, and read the database): cancelled, currency,
+/// amount, payer, already paid, a channel inactive, lifetime access held already.
+pub(super) fn check_order(p: &NormalizedPayment, l: &LockedOrder) -> Option<Reason> {
+    let o = &l.order;
+    if o.status == orders::Status::Cancelled {
+        return Some(Reason::OrderCancelled);
+    }
+    if let Some(reason) = mismatch(p, l) {
+        return Some(reason);
+    }
+    // Duplicates of the payment that paid it never get here (they conflict on insert), so a
+    // paid order means another payment paid it.
+    if o.status == orders::Status::Paid {
+        return Some(Reason::AlreadyPaid);
+    }
+    if !l.channels_active() {
+        return Some(Reason::ChannelInactive);
+    }
+    // The buyer already has lifetime access: the payment would buy nothing (under the pair
+    // lock, so no grant can come between this and the extension).
+    if seats::held_for_life(l) {
+        return Some(Reason::AlreadyLifetime);
+    }
+    None
 }
 
 const STORED_SQL: &str = concat!(
@@ -1038,7 +1093,7 @@ const STORED_SQL: &str = concat!(
 /// membership; `None` when this (gateway, external_id) is not stored. After the insert found
 /// the conflict, the stored row is committed (`ON CONFLICT DO NOTHING` waited for its
 /// inserter), so this new statement sees it.
-async fn stored(
+pub(super) async fn stored(
     client: &impl deadpool_postgres::GenericClient,
     p: &NormalizedPayment,
 ) -> Result<Option<Applied>, ApiError> {

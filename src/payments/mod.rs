@@ -9,6 +9,7 @@
 //! doors themselves are HTTP handlers (`api::webhooks`); no door touches membership SQL.
 
 pub mod core;
+mod fast;
 pub mod gateway_refunds;
 pub mod notices;
 pub mod refunds;

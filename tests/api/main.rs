@@ -36,6 +36,7 @@ mod effects_retries;
 mod effects_wake;
 mod exports;
 mod failover;
+mod fast_payments;
 mod gateway_refunds;
 mod hardening_payments;
 mod openapi;
