@@ -3,13 +3,15 @@
 //! prepares), so this reference always replays what the code does now — unlike
 //! `payment_tx.sql`, the transaction as it stood when the goal was set.
 //!
-//! Each statement's `$n` parameters are bound to pgbench variables the way door 1 binds them
-//! for a new payment of a pending order (a plan of one unlimited channel, no promo code): the
-//! delivery's fields (`-D` defines and the script's counters) and values read back with
-//! `\gset` from the statements before, as the Rust code reads them from the rows. pgbench
-//! cannot bind NULL (a NULL variable is sent as text), so a parameter the service binds as NULL
-//! for such a payment (no payer, no reason, no subscription expiry, no lower bound of the term)
-//! is written as the literal `NULL` in its place. pgbench would read `:name` inside a string
+//! The statements are the payment core's fast path (`payments::core::fast`): its read without
+//! locks, then `BEGIN`, the pair lock, the verified write and `COMMIT` sent in one pipeline
+//! (`\startpipeline`), as the service sends them. Each statement's `$n` parameters are bound
+//! to pgbench variables the way door 1 binds them for a new payment of a pending order (a plan
+//! of one unlimited channel, no promo code): the delivery's fields (`-D` defines and the
+//! script's counters) and values read back with `\gset` from the read, as the Rust code reads
+//! them from its row. pgbench cannot bind NULL (a NULL variable is sent as text), so a
+//! parameter the service binds as NULL for such a payment (no lower bound of the term, no
+//! membership read) is written as the literal `NULL` in its place. pgbench would read `:name` inside a string
 //! literal as a variable, so such a literal is rewritten as the same constant in escape syntax
 //! (`':ev'` becomes `E'\x3aev'`). A statement whose parameters no longer match the bindings
 //! here stops the benchmark with a message saying so.
@@ -34,8 +36,6 @@ pub fn defines(paid_at: &str) -> Vec<(&'static str, String)> {
         ("gateway", crate::http::GATEWAY.to_string()),
         ("paid_at", paid_at.to_string()),
         ("outcome", "applied".into()),
-        ("renewal", "false".into()),
-        ("pays_order", "true".into()),
         ("active", "active".into()),
         ("cause", "payment".into()),
         ("receipt_kind", "renewal_receipt".into()),
@@ -49,47 +49,40 @@ pub fn defines(paid_at: &str) -> Vec<(&'static str, String)> {
 /// `\gset` prefix of its row, if later statements read it.
 fn bindings(name: &str) -> Option<(&'static [Bind], Option<&'static str>)> {
     Some(match name {
-        // (reference, gateway, external id)
-        "stored_or_lock_pair" => (&[Var("n"), Var("gateway"), Var("pay")], Some("a_")),
-        // (order id)
-        "lock_order" => (&[Var("a_order_id_named")], Some("o_")),
-        // (subscriber, the plan's channels)
-        "lifetime_in_every" => (&[Var("o_subscriber_id"), Var("o_plan_channel_ids")], None),
-        // apply_in → store → insert
-        "insert_and_mark_paid" => (
+        // (reference, gateway, external id): the order as the checks see it, the row versions
+        // and the new payment's id
+        "read" => (&[Var("n"), Var("gateway"), Var("pay")], Some("r_")),
+        // (subscriber, channel)
+        "lock_pair" => (&[Var("r_subscriber_id"), Var("r_channel_id")], None),
+        // the extension's $1-$11 (memberships::Extension), then the delivery and the versions
+        "write" => (
             &[
-                Var("gateway"),
-                Var("pay"),
-                Var("n"),
-                Var("o_id"),
-                Var("o_subscriber_id"),
-                Var("o_channel_id"),
-                Null, // payer: door 1 names none
-                Var("o_amount_minor"),
-                Var("o_currency"),
-                Var("paid_at"),
-                Var("outcome"),
-                Null, // reason: the checks passed
-                Var("renewal"),
-                Null, // subscription_expires_at: not a Stars subscription
-                Var("pays_order"),
-            ],
-            Some("p_"),
-        ),
-        // memberships::extend_at_least
-        "extend" => (
-            &[
-                Var("o_subscriber_id"),
-                Var("o_channel_id"),
-                Var("o_plan_period_days"),
+                Var("r_subscriber_id"),
+                Var("r_channel_id"),
+                Var("r_plan_period_days"),
                 Var("active"),
                 Var("cause"),
-                Var("p_id"),
+                Var("r_new_payment_id"),
                 Var("receipt_kind"),
                 Var("grant_kind"),
                 Var("receipt_prefix"),
                 Var("grant_prefix"),
                 Null, // at_least: not a Stars subscription
+                Var("gateway"),
+                Var("pay"),
+                Var("n"),
+                Var("r_id"),
+                Var("r_amount_minor"),
+                Var("r_currency"),
+                Var("paid_at"),
+                Var("outcome"),
+                Var("r_order_version"),
+                Var("r_channel_version"),
+                Var("r_plan_id"),
+                Var("r_plan_version"),
+                // the membership's version: none, every order of the benchmark is its pair's
+                // first (the row check after the run would see a second extension otherwise)
+                Null,
             ],
             None,
         ),
@@ -98,17 +91,20 @@ fn bindings(name: &str) -> Option<(&'static [Bind], Option<&'static str>)> {
 }
 
 /// The script: the same counters as `payment_tx.sql` (each client walks its own orders,
-/// random 40-bit external ids), then `BEGIN`, the service's statements, `COMMIT`.
+/// random 40-bit external ids), then the service's read on its own, and `BEGIN`, the pair
+/// lock, the write and `COMMIT` in one pipeline, as the service sends them.
 pub fn script() -> Result<String, String> {
     let mut out = String::from(
         "-- Generated by benches/payments/current.rs from the service's SQL constants\n\
          -- (payments::core::new_payment_statements); do not edit.\n\
          \\set k :k + 1\n\
          \\set n :lo + :client_id + (:k - 1) * :clients\n\
-         \\set pay random(1, 1099511627776)\n\
-         BEGIN;\n",
+         \\set pay random(1, 1099511627776)\n",
     );
-    for (name, sql) in subgate::payments::core::new_payment_statements() {
+    for (i, (name, sql)) in subgate::payments::core::new_payment_statements()
+        .into_iter()
+        .enumerate()
+    {
         let (binds, gset) = bindings(name).ok_or_else(|| {
             format!(
                 "the payment path has a statement `{name}` the current-transaction replay does \
@@ -116,6 +112,9 @@ pub fn script() -> Result<String, String> {
             )
         })?;
         let text = rewrite(sql, binds).map_err(|e| format!("statement `{name}`: {e}"))?;
+        if i == 1 {
+            out.push_str("\\startpipeline\nBEGIN;\n");
+        }
         match gset {
             Some(prefix) => {
                 let _ = writeln!(out, "{text} \\gset {prefix}");
@@ -125,7 +124,7 @@ pub fn script() -> Result<String, String> {
             }
         }
     }
-    out.push_str("COMMIT;\n");
+    out.push_str("COMMIT;\n\\endpipeline\n");
     Ok(out)
 }
 

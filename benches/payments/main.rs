@@ -1230,7 +1230,7 @@ fn report(o: &Options, m: &Machine, f: &Figures, sweep: &HashMap<String, f64>) -
             ),
             (
                 &k.current,
-                "the service's payment transaction as it is now, generated from its SQL (4 statements)",
+                "the service's payment transaction as it is now, generated from its SQL (a read, then the lock and the write in one pipeline)",
                 "— (what the code's own statements cost)",
             ),
             (

@@ -4,9 +4,11 @@
 //! per-transaction log for the percentiles),
 //! else by a small interpreter here that runs the same script the same way from Rust: one
 //! connection per client, every statement prepared once per connection, one round trip per
-//! statement. It understands what the two scripts use: `\set name expression` (integers,
+//! statement. It understands what the scripts use: `\set name expression` (integers,
 //! variables, `+ - * / %`, parentheses, `random(lo, hi)`), SQL commands ending in `;` or in
-//! `\gset [prefix]`, and `:name` variables (a `::` cast is left alone, as pgbench does).
+//! `\gset [prefix]`, `:name` variables (a `::` cast is left alone, as pgbench does), and
+//! `\startpipeline` … `\endpipeline` (the commands between sent together, in order, before
+//! their answers are read; no `\gset` among them).
 
 use std::{
     collections::HashMap,
@@ -262,14 +264,25 @@ struct Sql {
     params: Vec<String>,
     /// `\gset [prefix]`: store the single row's columns as variables.
     gset: Option<String>,
+    /// Between `\startpipeline` and `\endpipeline`.
+    pipelined: bool,
 }
 
 fn parse_script(source: &str) -> Result<Vec<Step>, String> {
     let mut steps = Vec::new();
     let mut sql = String::new();
+    let mut pipelined = false;
     for line in source.lines() {
         let trimmed = line.trim();
         if sql.is_empty() && (trimmed.is_empty() || trimmed.starts_with("--")) {
+            continue;
+        }
+        if sql.is_empty() && (trimmed == "\\startpipeline" || trimmed == "\\endpipeline") {
+            let start = trimmed == "\\startpipeline";
+            if start == pipelined {
+                return Err(format!("unmatched {trimmed}"));
+            }
+            pipelined = start;
             continue;
         }
         if sql.is_empty()
@@ -286,12 +299,19 @@ fn parse_script(source: &str) -> Result<Vec<Step>, String> {
             continue;
         }
         if let Some((before, prefix)) = line.split_once("\\gset") {
+            if pipelined {
+                return Err(format!("\\gset in a pipeline: {line}"));
+            }
             sql.push_str(before);
-            steps.push(Step::Sql(substitute(&sql, Some(prefix.trim().to_string()))));
+            steps.push(Step::Sql(substitute(
+                &sql,
+                Some(prefix.trim().to_string()),
+                false,
+            )));
             sql.clear();
         } else if let Some(before) = trimmed.strip_suffix(';') {
             sql.push_str(before);
-            steps.push(Step::Sql(substitute(&sql, None)));
+            steps.push(Step::Sql(substitute(&sql, None, pipelined)));
             sql.clear();
         } else {
             sql.push_str(line);
@@ -300,6 +320,9 @@ fn parse_script(source: &str) -> Result<Vec<Step>, String> {
     }
     if !sql.trim().is_empty() {
         return Err(format!("unterminated SQL command: {sql}"));
+    }
+    if pipelined {
+        return Err("\\startpipeline without \\endpipeline".into());
     }
     Ok(steps)
 }
@@ -310,7 +333,7 @@ fn is_name_char(c: char) -> bool {
 
 /// Replaces each `:name` with `$n` the way pgbench's prepared mode does (a variable used twice
 /// is two parameters); a `:` not followed by a name character — `::` casts — is kept.
-fn substitute(sql: &str, gset: Option<String>) -> Sql {
+fn substitute(sql: &str, gset: Option<String>, pipelined: bool) -> Sql {
     let mut text = String::with_capacity(sql.len());
     let mut params = Vec::new();
     let mut chars = sql.char_indices().peekable();
@@ -345,6 +368,7 @@ fn substitute(sql: &str, gset: Option<String>) -> Sql {
         text: text.trim().to_string(),
         params,
         gset,
+        pipelined,
     }
 }
 
@@ -623,23 +647,42 @@ async fn transaction(
     prepared: &[Option<Statement>],
     vars: &mut Vars,
 ) -> Result<(), String> {
-    for (step, statement) in steps.iter().zip(prepared) {
-        match (step, statement) {
+    let mut i = 0;
+    while i < steps.len() {
+        match (&steps[i], &prepared[i]) {
             (Step::Set { name, expr }, _) => {
                 let v = eval(expr, vars)?;
                 vars.insert(name.clone(), Some(v.to_string()));
+                i += 1;
+            }
+            (Step::Sql(sql), Some(_)) if sql.pipelined => {
+                // The pipeline's commands: bound first, then sent together (each query hands
+                // its messages to the connection on its first poll, and `join_all` polls them
+                // in order), then their answers read.
+                let mut bound = Vec::new();
+                while let (Some(Step::Sql(sql)), Some(Some(statement))) =
+                    (steps.get(i), prepared.get(i))
+                    && sql.pipelined
+                {
+                    bound.push((sql, statement, values(sql, statement, vars)?));
+                    i += 1;
+                }
+                let lists: Vec<_> = bound.iter().map(|(_, _, v)| params(v)).collect();
+                let answers = futures::future::join_all(
+                    bound
+                        .iter()
+                        .zip(&lists)
+                        .map(|((_, statement, _), list)| client.query(*statement, list)),
+                )
+                .await;
+                for ((sql, _, _), answer) in bound.iter().zip(answers) {
+                    answer.map_err(|e| format!("{}: {e}", sql.text))?;
+                }
             }
             (Step::Sql(sql), Some(statement)) => {
-                let mut values = Vec::with_capacity(sql.params.len());
-                for (name, ty) in sql.params.iter().zip(statement.params()) {
-                    values.push(bind(var(vars, name)?, ty)?);
-                }
-                let params: Vec<&(dyn ToSql + Sync)> = values
-                    .iter()
-                    .map(|v| v.as_ref() as &(dyn ToSql + Sync))
-                    .collect();
+                let values = values(sql, statement, vars)?;
                 let rows = client
-                    .query(statement, &params)
+                    .query(statement, &params(&values))
                     .await
                     .map_err(|e| format!("{}: {e}", sql.text))?;
                 if let Some(prefix) = &sql.gset {
@@ -654,9 +697,31 @@ async fn transaction(
                         vars.insert(format!("{prefix}{}", column.name()), column_text(row, i));
                     }
                 }
+                i += 1;
             }
             (Step::Sql(_), None) => unreachable!("every SQL step is prepared"),
         }
     }
     Ok(())
+}
+
+/// The values of a command's parameters, from the variables, typed as the statement wants.
+fn values(
+    sql: &Sql,
+    statement: &Statement,
+    vars: &Vars,
+) -> Result<Vec<Box<dyn ToSql + Sync + Send>>, String> {
+    sql.params
+        .iter()
+        .zip(statement.params())
+        .map(|(name, ty)| bind(var(vars, name)?, ty))
+        .collect()
+}
+
+/// `values` as the parameter list of a query.
+fn params(values: &[Box<dyn ToSql + Sync + Send>]) -> Vec<&(dyn ToSql + Sync)> {
+    values
+        .iter()
+        .map(|v| v.as_ref() as &(dyn ToSql + Sync))
+        .collect()
 }
