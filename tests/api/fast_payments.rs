@@ -86,6 +86,17 @@ async fn events_of(app: &TestApp, sub: i64, chan: i64) -> i64 {
     .await
 }
 
+/// A staff grant of five days to (subscriber, channel): 201 when it creates the membership, 200
+/// when it extends it.
+async fn grant_five_days(app: &TestApp, sub: i64, chan: i64, status: u16) {
+    app.post(
+        "/api/memberships",
+        json!({"subscriber_id": sub, "channel_id": chan, "days": 5}),
+    )
+    .await
+    .expect(status);
+}
+
 /// Everything a payment wrote, with the ids, times and names that differ from payment to
 /// payment left out and the links between the rows checked instead: the payment row, its
 /// order, the membership, its events and its effects.
@@ -293,12 +304,7 @@ async fn a_change_between_the_read_and_the_write_is_decided_by_the_locked_path()
         let chan = id(&app.create_channel(-40_200 - i, json!({})).await);
         let buyer = id(&app.create_subscriber(40_200 + i).await);
         // A membership to start from (a staff grant of 5 days).
-        app.post(
-            "/api/memberships",
-            json!({"subscriber_id": buyer, "channel_id": chan, "days": 5}),
-        )
-        .await
-        .expect(201);
+        grant_five_days(&app, buyer, chan, 201).await;
         let order = app.create_order(buyer, chan).await;
         let order_id = id(&order);
         let before = events_of(&app, buyer, chan).await;
@@ -327,12 +333,7 @@ async fn a_change_between_the_read_and_the_write_is_decided_by_the_locked_path()
                     // Another live member, then a limit of one seat: the buyer (a live member
                     // too) would renew without a seat, so the buyer's membership ends first.
                     let member = id(&app.create_subscriber(40_300 + i).await);
-                    app.post(
-                        "/api/memberships",
-                        json!({"subscriber_id": member, "channel_id": chan, "days": 5}),
-                    )
-                    .await
-                    .expect(201);
+                    grant_five_days(&app, member, chan, 201).await;
                     sql(
                         &app,
                         "UPDATE memberships SET status = 'expired',
@@ -422,12 +423,7 @@ async fn a_membership_or_plan_changed_between_the_read_and_the_write_is_extended
     let buyer = id(&app.create_subscriber(40_401).await);
     let order = app.create_order(buyer, chan).await;
     let (a, ran) = apply_between(&app, delivery(&reference(&order), "pay_created"), async {
-        app.post(
-            "/api/memberships",
-            json!({"subscriber_id": buyer, "channel_id": chan, "days": 5}),
-        )
-        .await
-        .expect(201);
+        grant_five_days(&app, buyer, chan, 201).await;
     })
     .await;
     assert!(ran);
@@ -444,12 +440,7 @@ async fn a_membership_or_plan_changed_between_the_read_and_the_write_is_extended
     // A membership extended in between: the payment extends the new end, not the one read.
     let order = app.create_order(buyer, chan).await;
     let (a, ran) = apply_between(&app, delivery(&reference(&order), "pay_extended"), async {
-        app.post(
-            "/api/memberships",
-            json!({"subscriber_id": buyer, "channel_id": chan, "days": 5}),
-        )
-        .await
-        .expect(200);
+        grant_five_days(&app, buyer, chan, 200).await;
     })
     .await;
     assert!(ran);
