@@ -639,8 +639,8 @@ pub async fn effect_view_in_chat(
 /// SQL: the common table expressions of [`EXTEND_SQL`] (`sub`, `b`, `m`, `ev`, `fx`, without the
 /// `WITH`), bound to its parameters `$1`–`$11` ([`Extension::params`]). `$when` is a condition
 /// the subscriber's row (`sub`) is read under: `"true"` for [`EXTEND_SQL`]; a statement that
-/// extends only if an earlier expression of it wrote something (the payment core's short way,
-/// `crate::payments::core`) makes it that, and then nothing of the extension is written
+/// extends only if an earlier expression of it wrote something (the payment core's fast path,
+/// `crate::payments::fast`) makes it that, and then nothing of the extension is written
 /// either — every later expression reads its rows from `sub`.
 macro_rules! extend_ctes_sql {
     ($when:literal) => {

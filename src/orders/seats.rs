@@ -290,9 +290,8 @@ pub(crate) const LOCK_ORDER_SQL: &str = order_terms_sql!(
 /// `$order`, the rest of the order's subquery after its select list), its own channel (`c`),
 /// subscriber (`s`) and plan (`p`), plus `$extra` (a select list continued after a comma, or
 /// `""`), with `$join` (a join of the caller's, or `""`) between the order and the others and
-/// `$lock` at the end. The
-/// locked read of the lock order and the payment core's read without locks
-/// (`crate::payments::core`) are both made from it, so they read the same things alike.
+/// `$lock` at the end. The locked read of the lock order and the payment core's read without
+/// locks (`crate::payments::fast`) are both made from it, so they read the same things alike.
 macro_rules! order_terms_sql {
     ($extra:literal, $order:literal, $join:literal, $lock:literal) => {
         concat!(
@@ -371,7 +370,7 @@ impl Terms {
 /// The order of a row of [`order_terms_sql!`] read **without locks**, as the checks would see it
 /// if it were locked now — for a plan of one channel only (`None` for a bundle). Nothing may be
 /// decided from it unless the write that follows verifies, under the locks, that every row it
-/// was read from is unchanged (the payment core's short way, `crate::payments::core`).
+/// was read from is unchanged (the payment core's fast path, `crate::payments::fast`).
 pub(crate) fn unlocked_of_one_channel(
     row: &tokio_postgres::Row,
 ) -> Result<Option<LockedOrder>, ApiError> {

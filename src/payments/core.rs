@@ -1089,10 +1089,11 @@ const STORED_SQL: &str = concat!(
     " FROM payments WHERE gateway = $1 AND external_id = $2"
 );
 
-/// A repeat delivery that raced the first one: the stored payment, and its pair's current
-/// membership; `None` when this (gateway, external_id) is not stored. After the insert found
-/// the conflict, the stored row is committed (`ON CONFLICT DO NOTHING` waited for its
-/// inserter), so this new statement sees it.
+/// The answer to a repeat delivery: the stored payment, and its pair's current membership;
+/// `None` when this (gateway, external_id) is not stored. Used for a repeat the fast path's read
+/// found stored, and for one that raced the first delivery on the locked path: after the
+/// insert found the conflict, the stored row is committed (`ON CONFLICT DO NOTHING` waited for
+/// its inserter), so this new statement sees it.
 pub(super) async fn stored(
     client: &impl deadpool_postgres::GenericClient,
     p: &NormalizedPayment,
