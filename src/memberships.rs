@@ -726,7 +726,7 @@ pub(crate) use extend_ctes_sql;
 /// `b` is a plain read: the caller holds the pair's advisory lock, which every writer of this
 /// membership takes first, so the statement's snapshot (taken after that lock) shows the row as
 /// the upsert finds it. The upsert locks the row, last in the lock order.
-pub(crate) const EXTEND_SQL: &str = concat!(
+const EXTEND_SQL: &str = concat!(
     "WITH ",
     extend_ctes_sql!("true"),
     "

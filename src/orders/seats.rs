@@ -278,7 +278,7 @@ const PAIR_BY_REFERENCE_SQL: &str = concat!(
 // subscriber holds for life, as `memberships::lifetime_in_every` does: the caller holds every
 // pair lock of the order, which each writer of those memberships takes first, so this
 // statement's snapshot is as current as a later one's would be ([`held_for_life`]).
-pub(crate) const LOCK_ORDER_SQL: &str = order_terms_sql!(
+const LOCK_ORDER_SQL: &str = order_terms_sql!(
     "",
     " FROM orders WHERE id = $1 FOR UPDATE",
     "LEFT JOIN LATERAL (SELECT pcl.id FROM promo_codes pcl WHERE pcl.id = o.promo_code_id

@@ -275,19 +275,25 @@ async fn write(
     .await;
     // The first error is the cause; the statements after it failed because of it, and the
     // `COMMIT` rolled the transaction back.
-    let sent = begin.and(locked.map(|_| ())).and(written);
+    let sent = begin
+        .and(locked.map(|_| ()))
+        .and(written)
+        .map_err(ApiError::from);
     let row = match (sent, committed) {
         (Ok(row), Ok(())) => row,
-        (Err(e), Ok(())) if is_contention(&e) => {
+        // A deadlock or serialization failure: the locked path, which runs its transaction
+        // again on these, decides instead.
+        (Err(e), Ok(())) if e.is_retryable() => {
             tracing::info!(
                 gateway = %p.gateway,
                 external_id = %p.external_id,
-                sqlstate = ?e.code().map(SqlState::code),
+                sqlstate = ?e.sql_state().map(SqlState::code),
                 "payment's fast path aborted by contention; taking the locked path"
             );
             return Ok(Fast::Locked);
         }
-        (Err(e), _) | (Ok(_), Err(e)) => return Err(e.into()),
+        (Err(e), _) => return Err(e),
+        (Ok(_), Err(e)) => return Err(e.into()),
     };
     let Some(row) = row else {
         tracing::debug!(
@@ -321,15 +327,6 @@ async fn write(
         },
         membership: Some(membership),
     })))
-}
-
-/// A deadlock or serialization failure: the locked path, which runs its transaction again on
-/// these, decides instead.
-fn is_contention(e: &tokio_postgres::Error) -> bool {
-    matches!(
-        e.code(),
-        Some(c) if *c == SqlState::T_R_DEADLOCK_DETECTED || *c == SqlState::T_R_SERIALIZATION_FAILURE
-    )
 }
 
 #[cfg(test)]
