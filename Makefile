@@ -7,7 +7,7 @@ SHELL := /bin/bash
 ARGS ?=
 IMAGE ?= subgate
 
-.PHONY: help run test chaos docs-test fuzz bench fmt lint shellcheck clean-db docker-build docker-smoke
+.PHONY: help run test chaos docs-test fuzz bench fmt lint lint-js shellcheck clean-db docker-build docker-smoke
 
 help:
 	@echo "make run           build and run the server locally (PostgreSQL and dev secrets set up for you)"
@@ -18,6 +18,7 @@ help:
 	@echo "make bench         payment path (with and without TLS), re-deliveries and sweep vs references, statistics, time to access and grant bursts, bot storms (ARGS=... to the payment bench, e.g. ARGS='--duration 30'; SWEEP_BENCH_ROWS=...; BENCH_SKIP_*=1)"
 	@echo "make fmt           cargo fmt --check"
 	@echo "make lint          cargo clippy --all-targets -- -D warnings"
+	@echo "make lint-js       ESLint over the console's JavaScript (pinned in scripts/eslint/, installed under target/eslint with npm ci; Debian's nodejs and npm when node is missing and root)"
 	@echo "make shellcheck    ShellCheck over scripts/ and .ci/run (installs Debian's shellcheck when missing and root)"
 	@echo "make clean-db      stop the private PostgreSQL cluster in target/pgdata"
 	@echo "make docker-build  docker build -t $(IMAGE) ."
@@ -46,6 +47,9 @@ fmt:
 
 lint:
 	cargo clippy --all-targets -- -D warnings
+
+lint-js:
+	scripts/lint-js.sh
 
 shellcheck:
 	scripts/lint-shell.sh

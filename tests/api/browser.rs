@@ -7,6 +7,11 @@
 //! normal build would no longer share their compiled dependencies.
 //!
 //! A missing browser is a failure with a clear message, never a skipped test.
+//!
+//! Every screen a test waits for is also checked for what a person would see as broken
+//! ([`Browser::check_screen`]): `[object …]`, `null`, `undefined`, `NaN` or `Invalid Date` in the
+//! visible text, and any error in the browser's console (read from chromedriver's browser log,
+//! which Chromium fills from the first script of each page on, before any hook could be set).
 
 use std::{
     path::{Path, PathBuf},
@@ -47,6 +52,14 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .expect("a free local port")
         .port()
+}
+
+/// Whether a failed request in the browser's log was the API refusing it (a 4xx), as Chromium
+/// words it: "… Failed to load resource: the server responded with a status of 422 (…)".
+fn refused_by_the_api(message: &str) -> bool {
+    message
+        .split_once("responded with a status of ")
+        .is_some_and(|(_, status)| status.starts_with('4'))
 }
 
 /// One browser session; its chromedriver is killed when this is dropped.
@@ -127,6 +140,9 @@ impl Browser {
         }
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
+            // Console errors, uncaught exceptions, CSP violations and failed requests, for
+            // `console_errors`.
+            "goog:loggingPrefs": {"browser": "SEVERE"},
             "goog:chromeOptions": {
                 "binary": chrome_bin.to_string_lossy(),
                 "args": [
@@ -275,12 +291,15 @@ impl Browser {
     }
 
     /// Waits until the element matching `css` shows text containing `needle`; returns its text.
+    /// The screen is then checked as [`Browser::check_screen`] does.
     pub async fn wait_text(&self, css: &str, needle: &str) -> String {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
             if let Some(el) = self.find_now(css).await {
                 let text = self.text(&el).await;
                 if text.contains(needle) {
+                    self.check_screen(&format!("{css} showing {needle:?}"))
+                        .await;
                     return text;
                 }
             }
@@ -291,6 +310,81 @@ impl Browser {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// The errors the browser's console received since the last call: console errors, uncaught
+    /// exceptions and rejections, CSP violations, and requests answered 5xx or not at all. A
+    /// request answered 4xx is left out: the console shows the API's refusal in its own words,
+    /// and the tests provoke those on purpose.
+    pub async fn console_errors(&self) -> Vec<String> {
+        let log = self
+            .cmd("POST", "/se/log", json!({"type": "browser"}))
+            .await;
+        log.as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["level"] == "SEVERE")
+            .filter(|e| {
+                let message = e["message"].as_str().unwrap_or_default();
+                !(e["source"] == "network" && refused_by_the_api(message))
+            })
+            .map(|e| format!("{} ({})", e["message"], e["source"]))
+            .collect()
+    }
+
+    /// What a person would see as broken on the current screen: each finding as a line. The
+    /// visible text is the page's rendered text (`innerText`: closed `<details>` and hidden
+    /// elements left out), its title, and the values and placeholders of visible fields.
+    pub async fn broken_text(&self) -> Vec<String> {
+        let found = self
+            .execute(
+                "const bad = /\\[object|\\bnull\\b|\\bundefined\\b|\\bNaN\\b|Invalid Date/;
+                 const seen = [['title', document.title]];
+                 for (const line of document.body.innerText.split('\\n')) seen.push(['text', line]);
+                 for (const f of document.querySelectorAll('input, textarea, select')) {
+                   if (f.offsetParent === null || f.type === 'password') continue;
+                   const what = f.id || f.name || f.tagName;
+                   const value = f.tagName === 'SELECT'
+                     ? Array.from(f.selectedOptions).map((o) => o.text).join(', ') : f.value;
+                   seen.push([what + ' value', value], [what + ' placeholder', f.placeholder || '']);
+                 }
+                 return seen.filter(([, t]) => bad.test(t)).map(([w, t]) => w + ': ' + t.trim());",
+                json!([]),
+            )
+            .await;
+        found
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect()
+    }
+
+    /// The page's scroll width and the screen's width when the page is wider (a phone would
+    /// scroll sideways), else `None`.
+    pub async fn wider_than_screen(&self) -> Option<(i64, i64)> {
+        let v = self
+            .execute(
+                "return [document.documentElement.scrollWidth, document.documentElement.clientWidth];",
+                json!([]),
+            )
+            .await;
+        let (scroll, client) = (v[0].as_i64()?, v[1].as_i64()?);
+        (scroll > client).then_some((scroll, client))
+    }
+
+    /// Fails the test when the current screen shows `[object …]`, `null`, `undefined`, `NaN` or
+    /// `Invalid Date`, or when the browser's console received an error since the last check.
+    /// `screen` names it in the message.
+    pub async fn check_screen(&self, screen: &str) {
+        let text = self.broken_text().await;
+        let errors = self.console_errors().await;
+        assert!(
+            text.is_empty() && errors.is_empty(),
+            "{screen}: the screen looks broken\n  visible text: {text:#?}\n  console errors: \
+             {errors:#?}\nthe page shows:\n{}",
+            self.page_text().await
+        );
     }
 
     pub async fn click(&self, css: &str) {
@@ -357,8 +451,20 @@ impl Browser {
         self.screenshot().await
     }
 
-    /// Ends the browser session and chromedriver.
-    pub async fn quit(mut self) {
+    /// Ends the browser session and chromedriver, after a last look at the console: an error
+    /// logged after the last screen was checked fails the test too.
+    pub async fn quit(self) {
+        let errors = self.console_errors().await;
+        assert!(
+            errors.is_empty(),
+            "console errors after the last screen: {errors:#?}"
+        );
+        self.close().await;
+    }
+
+    /// Ends the browser session and chromedriver without looking at the console (a test that
+    /// already failed).
+    pub async fn close(mut self) {
         let _ = self.try_cmd("DELETE", "", Value::Null).await;
         let _ = self.driver.kill().await;
     }

@@ -88,8 +88,11 @@ async fn webhook_endpoints_and_csv_downloads_in_the_console() {
     })
     .catch_unwind()
     .await;
-    browser.quit().await;
-    if let Err(panic) = walked {
-        std::panic::resume_unwind(panic);
+    match walked {
+        Ok(()) => browser.quit().await,
+        Err(panic) => {
+            browser.close().await;
+            std::panic::resume_unwind(panic);
+        }
     }
 }

@@ -83,8 +83,11 @@ async fn the_console_shows_what_is_chased_and_what_was_found() {
     })
     .catch_unwind()
     .await;
-    browser.quit().await;
-    if let Err(panic) = walked {
-        std::panic::resume_unwind(panic);
+    match walked {
+        Ok(()) => browser.quit().await,
+        Err(panic) => {
+            browser.close().await;
+            std::panic::resume_unwind(panic);
+        }
     }
 }

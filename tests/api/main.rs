@@ -23,6 +23,7 @@ mod console_charts;
 mod console_integrations;
 mod console_reconciliation;
 mod console_rights;
+mod console_screens;
 mod convergence;
 mod crud;
 mod effect_rows;

@@ -164,7 +164,7 @@
         style: 'currency', currency, currencyDisplay: 'symbol',
         minimumFractionDigits: exponent, maximumFractionDigits: exponent,
       }).format(decimal);
-    } catch (_) {
+    } catch {
       text = decimal + ' ' + currency;
     }
     return h('span', { class: 'money', title: decimal + ' ' + currency }, text);
@@ -246,10 +246,18 @@
     const p = err.problem;
     let text = p.detail || p.title || ('HTTP ' + err.status);
     if (p.errors) {
-      text += ': ' + Object.entries(p.errors).map(([k, v]) => k + ' ' + v).join('; ');
+      text += ': ' + Object.entries(p.errors).map(([k, v]) => k + ' ' + inFormTerms(v)).join('; ');
     }
     if (err.retryAfter) text += ' (Retry-After: ' + err.retryAfter + ' s)';
     return text;
+  }
+
+  /**
+   * A field message of the API in the form's terms: the API speaks JSON, where `null` is what
+   * a form leaves empty ("must be null (unlimited) or at least 1" for a seat limit).
+   */
+  function inFormTerms(message) {
+    return String(message).replace(/\bnull\b/g, 'empty');
   }
 
   /** Shows a 422's per-field messages next to the inputs (`map` renames API fields). */
@@ -264,7 +272,7 @@
       if (!input) continue;
       input.setAttribute('aria-invalid', 'true');
       const slot = $(input.id + '-error');
-      if (slot) slot.textContent = message;
+      if (slot) slot.textContent = inFormTerms(message);
       first = first || input;
     }
     if (first) first.focus();
@@ -294,12 +302,12 @@
         method, headers, cache: 'no-store', credentials: 'omit',
         body: body === undefined ? undefined : JSON.stringify(body),
       });
-    } catch (_) {
+    } catch {
       throw new ApiError(0, { detail: 'The server could not be reached. Check the connection and try again.' });
     }
     const text = await res.text();
     let data = null;
-    try { data = text ? JSON.parse(text) : null; } catch (_) { data = { detail: text }; }
+    try { data = text ? JSON.parse(text) : null; } catch { data = { detail: text }; }
     if (!res.ok) {
       const err = new ApiError(res.status, data, res.headers.get('retry-after'));
       if (res.status === 401 && session && !opts.anonymous) {
@@ -351,10 +359,10 @@
     let after = 0;
     for (;;) {
       const sep = path.includes('?') ? '&' : '?';
-      const page = await api('GET', `${path}${sep}limit=200&after=${after}`);
-      items.push(...page.items);
-      if (page.next_after === null) return items;
-      after = page.next_after;
+      const batch = await api('GET', `${path}${sep}limit=200&after=${after}`);
+      items.push(...batch.items);
+      if (batch.next_after === null) return items;
+      after = batch.next_after;
     }
   }
 
@@ -742,9 +750,9 @@
         const role = h('select', { id: `staff-role-${a.id}`, 'aria-label': `Role of ${a.email}` },
           ROLES.map((r) => h('option', { value: r, selected: r === a.role }, r)));
         const save = h('button', { type: 'button', class: 'small' }, 'Set role');
-        save.addEventListener('click', () => change(save, a, { role: role.value }, `${a.email} is now ${role.value}.`));
+        save.addEventListener('click', () => patchAccount(save, a, { role: role.value }, `${a.email} is now ${role.value}.`));
         const toggle = h('button', { type: 'button', class: 'small secondary' }, a.disabled ? 'Enable' : 'Disable');
-        toggle.addEventListener('click', () => change(toggle, a, { disabled: !a.disabled },
+        toggle.addEventListener('click', () => patchAccount(toggle, a, { disabled: !a.disabled },
           `${a.email} is ${a.disabled ? 'enabled' : 'disabled'}.`));
         const del = h('button', { type: 'button', class: 'small danger' }, 'Delete');
         del.addEventListener('click', async () => {
@@ -764,7 +772,8 @@
       }), 'No accounts.'));
   }
 
-  async function change(button, account, body, done) {
+  /** `PATCH /api/staff/{id}` from one of the account's buttons, then the list again. */
+  async function patchAccount(button, account, body, done) {
     await busy(button, async () => {
       try {
         await api('PATCH', `/staff/${account.id}`, body);
@@ -846,7 +855,8 @@
     const { main, live } = page('Overview');
     const o = await api('GET', '/overview');
     if (!live()) return;
-    main.append(rightsBanner(o.channels_without_rights || []));
+    // The banner is null when every channel is fine: `append` skips it, `Node.append` would print "null".
+    append(main, [rightsBanner(o.channels_without_rights || [])]);
     const attention = [
       ['Payments needing review', o.payments.needs_review, '#/payments?outcome=needs_review'],
       ['Refunds that failed', o.payments.refund_failed, '#/payments?outcome=refund_failed'],
@@ -942,7 +952,7 @@
       onclick: async () => {
         try {
           await navigator.clipboard.writeText(text);
-        } catch (_) {
+        } catch {
           input.select();
           document.execCommand('copy');
         }
@@ -1473,7 +1483,7 @@
     const byAmount = c.amount_off_minor !== null && c.amount_off_minor !== undefined;
     const kind = h('select', { id: `${f}-discount`, name: 'discount' },
       [['percent', 'percent off'], ['amount', 'amount off']].map(([v, t]) => h('option', { value: v, selected: (v === 'amount') === byAmount }, t)));
-    const percent = input('percent_off', { value: c.percent_off === null ? '' : String(c.percent_off), type: 'number', min: 1, max: 100 });
+    const percentOff = input('percent_off', { value: c.percent_off === null ? '' : String(c.percent_off), type: 'number', min: 1, max: 100 });
     const currency = input('currency', { value: c.currency || '', list: 'currency-codes', maxlength: 3, autocapitalize: 'characters' });
     const amount = input('amount_off', {
       value: byAmount ? minorToDecimal(c.amount_off_minor, exponentOf(c.currency)) : '', inputmode: 'decimal',
@@ -1490,7 +1500,7 @@
     const sync = () => {
       // Only the inputs of the kind of discount chosen are shown and sent.
       const pct = kind.value === 'percent';
-      for (const [el, off] of [[percent, !pct], [amount, pct], [currency, pct]]) {
+      for (const [el, off] of [[percentOff, !pct], [amount, pct], [currency, pct]]) {
         el.disabled = off;
         el.closest('.field').hidden = off;
       }
@@ -1501,7 +1511,7 @@
         field('Code', input('code', { value: c.code, required: true, maxlength: 32, autocapitalize: 'characters', autocomplete: 'off' }),
           '3..32 of A-Z, 0-9, _ and -; buyers may type it in any case.'),
         field('Discount', kind),
-        field('Percent off', percent, '1..100; 100 makes a free order, granted at once.'),
+        field('Percent off', percentOff, '1..100; 100 makes a free order, granted at once.'),
         field('Amount off', amount, 'In currency units; never below one minor unit.'),
         field('Currency of the amount', currency, 'The plans’ currency.'),
         field('Uses at most', input('max_redemptions', { value: c.max_redemptions === null ? '' : String(c.max_redemptions), type: 'number', min: 1 }),
@@ -1720,7 +1730,7 @@
         });
         if (!res.ok) {
           let data = null;
-          try { data = await res.json(); } catch (_) { /* not a problem document */ }
+          try { data = await res.json(); } catch { /* not a problem document */ }
           throw new ApiError(res.status, data || { detail: res.statusText });
         }
         const blob = await res.blob();
@@ -2474,7 +2484,7 @@
     try {
       const res = await fetch('currencies.json', { cache: 'no-cache' });
       if (res.ok) exponents = await res.json();
-    } catch (_) { /* amounts fall back to two decimals */ }
+    } catch { /* amounts fall back to two decimals */ }
     route();
   }
 
