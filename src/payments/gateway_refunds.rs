@@ -1,4 +1,4 @@
-//! A refund made at the gateway (WayForPay `Refunded`/`Voided`, later Stripe
+//! A refund made at the gateway (WayForPay `Refunded`/`Voided`, Stripe
 //! `charge.refunded`): the applied payment becomes `refunded` (`refunded_at_gateway`) and every
 //! membership it extended is shortened by what it bought, once however often it is reported.
 //!
