@@ -96,6 +96,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "sweep_queue",
         include_str!("../migrations/0017_sweep_queue.sql"),
     ),
+    (
+        18,
+        "refund_before_payment",
+        include_str!("../migrations/0018_refund_before_payment.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,

@@ -938,44 +938,64 @@ pub async fn extended_by(
 /// statement (`at` is that statement's now); a first grant has no `before` and `GREATEST`
 /// skips the NULL — as an interval of plain microseconds (never calendar days, so the time
 /// taken back is exactly the time added, whatever the session's time zone), and whether it made
-/// the membership lifetime (ended now instead: nothing is left of an infinite term). An
-/// extension of a membership that was lifetime already bought nothing. The new expiry is the
-/// current one minus that time, so what later payments added stays; at or before now the
-/// membership is `expired` (its grace does not apply: the term was never paid for). Nothing is
-/// written when nothing changes (no such events, or a current expiry of `infinity` that a later
+/// the membership lifetime. An extension of a membership that was lifetime already bought
+/// nothing. The new expiry is the current one minus that time, so what later payments added
+/// stays; a lifetime purchase gives back the later of the expiry it replaced and now (what
+/// earlier payments bought survives it), never later than the current expiry.
+///
+/// The status: `expired` (`$4`) when the new expiry is at or before now (its grace does not
+/// apply: the term was never paid for), and also when the payment is what made the membership
+/// hold access — its event starts from no membership or an `expired` one (staff may end one
+/// whose `expires_at` is still ahead) — and nothing but the sweep or a refund changed it since:
+/// a refund never leaves a membership better off than before the refunded payment. A later
+/// payment, grant or staff change stands on its own and keeps the status. Nothing is written
+/// when nothing changes (no such events, or a current expiry of `infinity` that a later
 /// lifetime purchase set).
 const TAKE_BACK_SQL: &str = concat!(
     "WITH bought AS (
          SELECT bool_or(e.expires_at_after = 'infinity'
                         AND e.expires_at_before IS DISTINCT FROM 'infinity') AS for_life,
+                max(e.expires_at_before)
+                    FILTER (WHERE e.expires_at_after = 'infinity'
+                                  AND e.expires_at_before IS DISTINCT FROM 'infinity')
+                    AS before_life,
                 COALESCE(sum(extract(epoch FROM e.expires_at_after)
                              - extract(epoch FROM GREATEST(e.expires_at_before, e.at)))
-                         FILTER (WHERE e.expires_at_after <> 'infinity'), 0) AS secs
+                         FILTER (WHERE e.expires_at_after <> 'infinity'), 0) AS secs,
+                bool_or(e.from_status IS NULL OR e.from_status = $4) AS revived,
+                max(e.id) AS last_event
          FROM membership_events e
          WHERE e.membership_id = $1 AND e.payment_id = $2 AND e.cause = $3
      ), target AS (
          SELECT m.id,
-                CASE WHEN b.for_life THEN statement_timestamp()
+                CASE WHEN b.for_life
+                     THEN LEAST(m.expires_at, GREATEST(b.before_life, statement_timestamp()))
                      ELSE m.expires_at
                           - interval '1 microsecond' * round(b.secs * 1000000)::float8 END
-                    AS expires_at
+                    AS expires_at,
+                b.revived AND NOT EXISTS (
+                    SELECT 1 FROM membership_events l
+                    WHERE l.membership_id = m.id AND l.id > b.last_event
+                      AND l.cause NOT IN ($5, $6)) AS ends
          FROM memberships m CROSS JOIN bought b
          WHERE m.id = $1 AND (b.for_life OR b.secs > 0)
      )
      UPDATE memberships m
      SET expires_at = t.expires_at,
-         status = CASE WHEN t.expires_at <= statement_timestamp() THEN $4 ELSE m.status END,
+         status = CASE WHEN t.ends OR t.expires_at <= statement_timestamp() THEN $4
+                       ELSE m.status END,
          updated_at = statement_timestamp()
      FROM target t
-     WHERE m.id = t.id AND m.expires_at <> t.expires_at
+     WHERE m.id = t.id AND (m.expires_at <> t.expires_at OR (t.ends AND m.status <> $4))
      RETURNING ",
     "m.id, m.subscriber_id, m.channel_id, m.status, m.expires_at, m.created_at, m.updated_at"
 );
 
 /// Takes back from the locked membership `before` ([`lock`]) what payment `payment_id` bought
 /// in it ([`TAKE_BACK_SQL`]), recorded as one `refund` event naming the payment
-/// ([`record_event`]): a membership that ends by it goes to `expired`, and its revoke is
-/// enqueued keyed on that event like every other ending. An `expired` membership is left
+/// ([`record_event`]): a membership that ends by it (its term is over, or the payment is what
+/// let its member in) goes to `expired`, and its revoke is enqueued keyed on that event like
+/// every other ending. An `expired` membership is left
 /// alone (its member is out already; nothing it holds is this payment's). Returns the
 /// membership after the change; `None` when nothing changed. The caller holds the lock order
 /// up to the membership row.
@@ -995,6 +1015,8 @@ pub async fn take_back(
             &payment_id,
             &EventCause::Payment,
             &Status::Expired,
+            &EventCause::Sweep,
+            &EventCause::Refund,
         ],
     )
     .await?

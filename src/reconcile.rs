@@ -15,7 +15,10 @@
 //!    [`crate::payments::core::apply_payment`] exactly as the callback would ([`crate::payments::wayforpay::normalize`]: gateway
 //!    `wayforpay`, external id = order reference, so the late callback is a duplicate) and the
 //!    row is `found`; `Refunded`/`Voided` is handed to [`crate::payments::gateway_refunds::refund_at_gateway`]
-//!    and the row is `settled`; any other status (`Declined`, `Expired`, `InProcessing`, …),
+//!    (which takes back what the payment bought, or records the refund as the payment when it
+//!    has not come, so its late callback grants nothing) and the row is `settled` naming that
+//!    payment — a refund it could not record (its money cannot be stored) settles nothing and
+//!    is asked about again; any other status (`Declined`, `Expired`, `InProcessing`, …),
 //!    an unsigned or badly signed answer, an error or a timeout leaves the order pending and the
 //!    row is asked again after a back-off ([`backoff`]: 1 min doubling to 1 h, jittered), the
 //!    last one exactly at the deadline; a row past it that is still not paid is `gave_up`.
@@ -33,8 +36,7 @@ use crate::{
     error::ApiError,
     gateway_checks::{self, Due, State},
     payments::{
-        core,
-        gateway_refunds::{self, GatewayRefund},
+        core, gateway_refunds,
         wayforpay::{self, Status as WayForPayStatus},
     },
     shutdown::ShutdownSignal,
@@ -310,23 +312,31 @@ impl Checker {
             WayForPayStatus::Refunded => {
                 crate::metrics::reconciliation_check("refunded");
                 report.refunded += 1;
+                let reported = wayforpay::normalize(&cb, Utc::now())
+                    .ok()
+                    .map(|p| gateway_refunds::Reported::of(&p));
                 let refund = gateway_refunds::refund_at_gateway(
                     &state.db,
                     Gateway::WayForPay,
                     &due.reference,
+                    reported.as_ref(),
                 )
                 .await?;
-                let payment_id = match refund {
-                    GatewayRefund::Refunded { payment_id, .. }
-                    | GatewayRefund::AlreadyRefunded { payment_id }
-                    | GatewayRefund::NotApplied { payment_id } => Some(payment_id),
-                    GatewayRefund::UnknownPayment => None,
-                };
                 tracing::info!(order_id = due.order_id, status, result = ?refund, "WayForPay reports the order refunded");
-                Record::Closed {
-                    state: State::Settled,
-                    status,
-                    payment_id,
+                match refund.payment_id() {
+                    Some(payment_id) => Record::Closed {
+                        state: State::Settled,
+                        status,
+                        payment_id: Some(payment_id),
+                    },
+                    // Matched to no payment and not recorded: the order is not settled by it.
+                    None => {
+                        report.retried += 1;
+                        Record::Again {
+                            status: Some(status),
+                            error: Some("refunded, but its money cannot be stored"),
+                        }
+                    }
                 }
             }
             WayForPayStatus::NotPaid => {

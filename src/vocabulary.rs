@@ -53,6 +53,10 @@ crate::text_enum! {
         /// An applied payment the gateway later reported `Refunded` or `Voided`: its outcome
         /// becomes `refunded` and what it bought is taken back. Never a pre-checkout refusal.
         RefundedAtGateway => "refunded_at_gateway",
+        /// A refund the gateway reported before the payment it refunds (or while that payment
+        /// waited for its locks): recorded as that payment, `refunded`, so its later delivery
+        /// is a duplicate that grants nothing. Never a pre-checkout refusal.
+        RefundedBeforePayment => "refunded_before_payment",
     }
 }
 
@@ -66,6 +70,7 @@ impl Reason {
                 | Reason::UnknownSubscription
                 | Reason::SubscriptionCancelled
                 | Reason::RefundedAtGateway
+                | Reason::RefundedBeforePayment
         )
     }
 

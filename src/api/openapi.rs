@@ -212,7 +212,9 @@ pub enum SignedWebhookAnswer {
 }
 
 /// Door 4's answer to a full refund: what taking it back found (`refunded` now,
-/// `already_refunded`, `not_applied`, `unknown_payment`).
+/// `already_refunded`, `not_applied`, `recorded_before_payment` — no payment yet: the refund is
+/// recorded as it, so it grants nothing when it comes —, or `unknown_payment` when the charge
+/// says too little to record it).
 #[derive(Serialize, ToSchema)]
 pub struct StripeRefundAnswer {
     pub refund: String,

@@ -17,8 +17,10 @@
 //! a charge's refund names), the order `client_reference_id` (`metadata.order` when absent),
 //! `amount_total` in Stripe's minor units, currency upper-cased, paid at the event's `created`.
 //! `charge.refunded` with `refunded: true` (the whole charge) names the payment to take back by
-//! its `payment_intent`; a partial refund takes nothing back (what it should shorten is not
-//! defined) and is logged. Everything else is ignored.
+//! its `payment_intent`, and says what it was (`amount`, `currency`, `created`, the order in
+//! `metadata.order`) for a refund that comes before the payment; a partial refund takes
+//! nothing back (what it should shorten is not defined) and is logged. Everything else is
+//! ignored.
 //!
 //! **Checkout Session.** `POST {STRIPE_API_URL}/v1/checkout/sessions`, form-encoded, with
 //! `Idempotency-Key: subgate-checkout-<order reference>`: the effect that makes it may run
@@ -33,7 +35,7 @@ use serde_json::Value;
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
-use super::core::NormalizedPayment;
+use super::{core::NormalizedPayment, gateway_refunds::Reported};
 use crate::vocabulary::Gateway;
 
 /// How far `t` may be from server time, either direction.
@@ -134,8 +136,13 @@ pub fn verify(
 pub enum Event {
     /// A paid Checkout Session: a payment for the core.
     Paid(NormalizedPayment),
-    /// A charge refunded in full: take back what the payment of this `payment_intent` bought.
-    Refunded { payment_intent: String },
+    /// A charge refunded in full: take back what the payment of this `payment_intent` bought
+    /// — or, when it has not come yet, record the refund as it (`payment`: what the charge
+    /// says of it; `None` when its money cannot be read).
+    Refunded {
+        payment_intent: String,
+        payment: Option<Reported>,
+    },
     /// Nothing to do (another type, an unpaid session, a partial refund); the text says why.
     Ignored(String),
 }
@@ -184,6 +191,42 @@ struct Charge {
     id: String,
     payment_intent: Option<String>,
     refunded: bool,
+    amount: Option<i64>,
+    currency: Option<String>,
+    created: Option<i64>,
+    #[serde(default)]
+    metadata: Option<std::collections::HashMap<String, String>>,
+}
+
+impl Charge {
+    /// What the charge says of its payment, for a refund that comes before it: the amount
+    /// charged, its currency, when it was made, and the order the Checkout Session's
+    /// `payment_intent_data[metadata][order]` put on the payment intent (Stripe copies it to
+    /// the charge). `None` when the money cannot be read.
+    fn reported(&self) -> Option<Reported> {
+        let amount_minor = self.amount.filter(|a| *a > 0)?;
+        let currency = self
+            .currency
+            .as_deref()
+            .filter(|c| c.len() == 3 && c.bytes().all(|b| b.is_ascii_alphabetic()))?
+            .to_ascii_uppercase();
+        let paid_at = self
+            .created
+            .and_then(|t| Utc.timestamp_opt(t, 0).single())
+            .unwrap_or_else(Utc::now);
+        let order_reference = self
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get("order"))
+            .filter(|r| (1..=255).contains(&r.len()))
+            .cloned();
+        Some(Reported {
+            order_reference,
+            amount_minor,
+            currency,
+            paid_at,
+        })
+    }
 }
 
 fn invalid(field: &'static str, message: impl Into<String>) -> EventError {
@@ -258,11 +301,15 @@ pub fn read_event(body: &[u8]) -> Result<Event, EventError> {
                     c.id
                 )));
             }
+            let payment = c.reported();
             let payment_intent = c
                 .payment_intent
                 .filter(|p| !p.is_empty())
                 .ok_or_else(|| invalid("data.object.payment_intent", "is required"))?;
-            Ok(Event::Refunded { payment_intent })
+            Ok(Event::Refunded {
+                payment_intent,
+                payment,
+            })
         }
         other => Ok(Event::Ignored(format!(
             "event {} of type {other}",
@@ -530,7 +577,25 @@ mod tests {
         let full = br#"{"id":"evt_2","type":"charge.refunded","created":1,
             "data":{"object":{"id":"ch_1","payment_intent":"pi_1","refunded":true}}}"#;
         assert!(
-            matches!(read_event(full), Ok(Event::Refunded { payment_intent }) if payment_intent == "pi_1")
+            matches!(read_event(full), Ok(Event::Refunded { payment_intent, payment: None }) if payment_intent == "pi_1")
+        );
+        let described = br#"{"id":"evt_2","type":"charge.refunded","created":1,
+            "data":{"object":{"id":"ch_1","payment_intent":"pi_1","refunded":true,
+            "amount":1999,"currency":"usd","created":1700000000,"metadata":{"order":"ord_1"}}}}"#;
+        let Ok(Event::Refunded {
+            payment: Some(p), ..
+        }) = read_event(described)
+        else {
+            panic!("a described refund")
+        };
+        assert_eq!(
+            p,
+            Reported {
+                order_reference: Some("ord_1".into()),
+                amount_minor: 1999,
+                currency: "USD".into(),
+                paid_at: Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
+            }
         );
         let other = br#"{"id":"evt_3","type":"customer.created","created":1,"data":{"object":{}}}"#;
         assert!(matches!(read_event(other), Ok(Event::Ignored(_))));

@@ -93,7 +93,8 @@ pub fn pre_checkout_refusal(l: Language, reason: Reason) -> String {
         Reason::RefundedElsewhere
         | Reason::UnknownSubscription
         | Reason::SubscriptionCancelled
-        | Reason::RefundedAtGateway => "pre-checkout-busy",
+        | Reason::RefundedAtGateway
+        | Reason::RefundedBeforePayment => "pre-checkout-busy",
     };
     say(l, id, None)
 }
@@ -615,6 +616,7 @@ pub fn with_subscription_stopped(l: Language, notice: &str, reason: Option<Reaso
             | Reason::UnknownSubscription
             | Reason::SubscriptionCancelled
             | Reason::RefundedAtGateway
+            | Reason::RefundedBeforePayment
             | Reason::HoldLimited,
         )
         | None => "subscription-stopped",

@@ -2,8 +2,9 @@
 //! WayForPay callback `Refunded` or `Voided` for an applied payment marks it `refunded`
 //! (`refunded_at_gateway`) and shortens every membership it extended by what it bought — a
 //! lifetime one ends now, one whose new expiry is past is `expired` and its member removed —
-//! once, however often (and however concurrently) it is reported. Every signed refund callback
-//! is acknowledged, whatever it finds.
+//! once, however often (and however concurrently) it is reported; a lifetime purchase gives
+//! back the time earlier payments bought, and a refund never revives a membership staff ended.
+//! Every signed refund callback is acknowledged, whatever it finds.
 
 use std::sync::Arc;
 
@@ -349,8 +350,20 @@ async fn refunds_of_unknown_unapplied_or_ended_payments_are_acknowledged_and_cha
     let s = id(&app.create_subscriber(9_600_008).await);
     let c = id(&app.create_channel(-9_600_008, json!({})).await);
 
-    // Unknown: no payment of that reference.
+    // Unknown: no payment (nor order) of that reference. The refund is recorded as the payment
+    // it refunds, so that payment grants nothing should it come (tests/api/refunds_before_payments.rs).
     report(&app, "ord_never_paid", "199", "Refunded").await;
+    let recorded: ListBody<PaymentBody> =
+        body_of(&app.get("/api/payments?outcome=refunded").await.expect(200));
+    let early = &recorded.items[0];
+    assert_eq!(
+        (
+            early.external_id.as_str(),
+            early.reason.as_deref(),
+            early.order_id
+        ),
+        ("ord_never_paid", Some("refunded_before_payment"), None)
+    );
 
     // Not applied: kept for review (the amount did not match).
     let wrong = app.create_order(s, c).await;
@@ -415,4 +428,108 @@ async fn refunds_of_unknown_unapplied_or_ended_payments_are_acknowledged_and_cha
     assert_ne!(WAYFORPAY_KEY, "not-the-key");
     app.post_wayforpay(&forged).await.expect(401);
     assert_eq!(payment_of(&app, &o3).await.outcome, "applied");
+}
+
+#[tokio::test]
+async fn refunding_a_lifetime_purchase_gives_back_the_time_an_earlier_payment_bought() {
+    let app = TestApp::spawn().await;
+    let s = id(&app.create_subscriber(9_600_010).await);
+    let c = id(&app.create_channel(-9_600_010, json!({})).await);
+    let month = app.create_order(s, c).await;
+    pay(&app, &month, "199").await;
+    let (m, _, bought) = membership(&app, s, c).await;
+    let bought = bought.expect("30 days");
+    let plan = insert_plan(&app, "paid", 50_000, "UAH", None, &[c]).await;
+    let life = order_plan(&app, s, plan).await;
+    pay(&app, &life, "500").await;
+    assert_eq!(membership(&app, s, c).await.2, None, "lifetime");
+
+    report(&app, &reference(&life), "500", "Refunded").await;
+
+    let (_, status, expires) = membership(&app, s, c).await;
+    assert_eq!(
+        (status.as_str(), expires),
+        ("active", Some(bought)),
+        "the 30-day payment is still applied: its term is back"
+    );
+    let last = events(&app, m).await.pop().unwrap();
+    assert_eq!(
+        (last.cause.as_str(), last.expires_at_before.as_deref()),
+        ("refund", Some("infinity"))
+    );
+    assert_eq!(at(&last.expires_at_after), bought);
+    assert_eq!(
+        app.count("effects WHERE kind = 'revoke'").await,
+        0,
+        "nobody is removed while the 30 days run"
+    );
+    assert_eq!(payment_of(&app, &month).await.outcome, "applied");
+    assert_eq!(payment_of(&app, &life).await.outcome, "refunded");
+}
+
+#[tokio::test]
+async fn a_refund_never_revives_a_membership_staff_ended() {
+    let app = TestApp::spawn().await;
+    let s = id(&app.create_subscriber(9_600_011).await);
+    let c = id(&app.create_channel(-9_600_011, json!({})).await);
+    grant(&app, s, c, 10).await;
+    let (m, _, held) = membership(&app, s, c).await;
+    // Staff end it, its expiry still ten days ahead.
+    app.patch(
+        &format!("/api/memberships/{m}"),
+        json!({"status": "expired"}),
+    )
+    .await
+    .expect(200);
+    let o = app.create_order(s, c).await;
+    pay(&app, &o, "199").await;
+    assert_eq!(
+        membership(&app, s, c).await.1,
+        "active",
+        "the payment revives it"
+    );
+    let revokes = app.count("effects WHERE kind = 'revoke'").await;
+
+    report(&app, &reference(&o), "199", "Refunded").await;
+
+    let (_, status, expires) = membership(&app, s, c).await;
+    assert_eq!(
+        (status.as_str(), expires),
+        ("expired", held),
+        "back to what staff left: ended"
+    );
+    let last = events(&app, m).await.pop().unwrap();
+    assert_eq!(
+        (
+            last.cause.as_str(),
+            last.from_status.as_deref(),
+            last.to_status.as_str()
+        ),
+        ("refund", Some("active"), "expired")
+    );
+    assert_eq!(
+        app.count("effects WHERE kind = 'revoke'").await,
+        revokes + 1,
+        "the member the payment let in is removed"
+    );
+
+    // A later purchase stands on its own: refunding the earlier one keeps it active.
+    let s2 = id(&app.create_subscriber(9_600_012).await);
+    grant(&app, s2, c, 10).await;
+    let (m2, _, _) = membership(&app, s2, c).await;
+    app.patch(
+        &format!("/api/memberships/{m2}"),
+        json!({"status": "expired"}),
+    )
+    .await
+    .expect(200);
+    let revived = app.create_order(s2, c).await;
+    pay(&app, &revived, "199").await;
+    let renewal = app.create_order(s2, c).await;
+    pay(&app, &renewal, "199").await;
+    let (_, _, both) = membership(&app, s2, c).await;
+    report(&app, &reference(&revived), "199", "Refunded").await;
+    let (_, status, expires) = membership(&app, s2, c).await;
+    assert_eq!(status, "active", "the renewal was bought while it was live");
+    assert_eq!(expires.unwrap(), both.unwrap() - Duration::days(30));
 }

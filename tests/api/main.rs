@@ -54,6 +54,7 @@ mod payments;
 mod plans;
 mod promo_codes;
 mod reconciliation;
+mod refunds_before_payments;
 mod roles;
 mod schema;
 mod smoke;

@@ -414,25 +414,77 @@ async fn an_order_paid_or_cancelled_meanwhile_is_settled_without_a_call() {
 async fn a_refunded_answer_goes_to_the_refund_rule_and_settles() {
     let (bot, wfp) = (FakeBot::start().await, FakeWayForPay::start().await);
     let app = app_with(&bot, &wfp).await;
-    let (refunded, refunded_ref, _) = card_link(&app, 8109).await;
-    let (voided, voided_ref, _) = card_link(&app, 8110).await;
+    let (refunded, refunded_ref, c1) = card_link(&app, 8109).await;
+    let (voided, voided_ref, c2) = card_link(&app, 8110).await;
     wfp.script(&refunded_ref, Script::status("Refunded", "199.00"));
     wfp.script(&voided_ref, Script::status("Voided", "199.00"));
     due(&app, refunded).await;
     due(&app, voided).await;
     let report = pass(&app).await;
     assert_eq!((report.checked, report.refunded), (2, 2), "{report:?}");
-    for (order, status) in [(refunded, "Refunded"), (voided, "Voided")] {
+    for (order, reference, status) in [
+        (refunded, &refunded_ref, "Refunded"),
+        (voided, &voided_ref, "Voided"),
+    ] {
         let row = check(&app, order).await;
         assert_eq!(row.state, "settled");
         assert_eq!(row.last_status.as_deref(), Some(status));
-        // No payment of that order was stored, so the refund rule had nothing to take back.
-        assert_eq!(row.payment_id, None);
-        assert_eq!(order_status(&app, order).await, "pending");
+        // No payment of that order was stored: the refund is recorded as it, and the check
+        // names that row.
+        let payment = app
+            .get(&format!("/api/payments?order_id={order}"))
+            .await
+            .expect(200)["items"][0]
+            .clone();
+        assert_eq!(
+            (
+                payment["outcome"].as_str(),
+                payment["reason"].as_str(),
+                payment["external_id"].as_str()
+            ),
+            (
+                Some("refunded"),
+                Some("refunded_before_payment"),
+                Some(reference.as_str())
+            )
+        );
+        assert_eq!(row.payment_id, payment["id"].as_i64());
+        assert_eq!(order_status(&app, order).await, "paid");
     }
-    assert_eq!(app.count("payments").await, 0);
+    assert_eq!(app.count("payments").await, 2);
     due(&app, refunded).await;
     assert_eq!(pass(&app).await.checked, 0);
+    // The callback of the refunded payment, late: a duplicate that grants nothing.
+    for reference in [&refunded_ref, &voided_ref] {
+        let ack = app
+            .post_wayforpay(&wayforpay_callback(reference, "199.00", "UAH", "Approved"))
+            .await
+            .expect(200);
+        assert_wayforpay_accept(&ack, reference);
+    }
+    assert_eq!(app.count("payments").await, 2);
+    for c in [c1, c2] {
+        assert_eq!(membership_of(&app, 8109, c).await, None);
+        assert_eq!(membership_of(&app, 8110, c).await, None);
+    }
+}
+
+#[tokio::test]
+async fn a_refunded_answer_that_cannot_be_recorded_settles_nothing() {
+    let (bot, wfp) = (FakeBot::start().await, FakeWayForPay::start().await);
+    let app = app_with(&bot, &wfp).await;
+    let (order, reference, _) = card_link(&app, 8111).await;
+    // Signed, but its amount has more decimals than UAH has: no payment could be stored.
+    wfp.script(&reference, Script::status("Refunded", "199.001"));
+    due(&app, order).await;
+    let report = pass(&app).await;
+    assert_eq!((report.checked, report.retried), (1, 1), "{report:?}");
+    let row = check(&app, order).await;
+    assert_eq!((row.state.as_str(), row.payment_id), ("chasing", None));
+    assert_eq!(row.last_status.as_deref(), Some("Refunded"));
+    assert!(row.next_check_at > db_now(&app).await, "asked again later");
+    assert_eq!(order_status(&app, order).await, "pending");
+    assert_eq!(app.count("payments").await, 0);
 }
 
 #[tokio::test]

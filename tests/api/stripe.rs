@@ -15,7 +15,7 @@ use crate::{
 };
 
 /// A Stripe-configured app (WayForPay stays configured, as in every test).
-async fn stripe_app(api_url: &str) -> TestApp {
+pub(crate) async fn stripe_app(api_url: &str) -> TestApp {
     let api_url = api_url.to_string();
     TestApp::spawn_with(move |env| {
         env.insert("STRIPE_SECRET_KEY".into(), SECRET_KEY.into());
@@ -48,13 +48,18 @@ async fn post_raw(app: &TestApp, body: &str, signature: Option<String>) -> TestR
 }
 
 /// Posts `event`, signed now.
-async fn post_event(app: &TestApp, event: &Value) -> TestResponse {
+pub(crate) async fn post_event(app: &TestApp, event: &Value) -> TestResponse {
     let body = event.to_string();
     let sig = stripe_signature(WEBHOOK_SECRET, Utc::now().timestamp(), &body);
     post_raw(app, &body, Some(sig)).await
 }
 
-fn session_completed(reference: &str, intent: &str, amount: i64, currency: &str) -> Value {
+pub(crate) fn session_completed(
+    reference: &str,
+    intent: &str,
+    amount: i64,
+    currency: &str,
+) -> Value {
     json!({
         "id": format!("evt_{intent}"), "object": "event", "type": "checkout.session.completed",
         "created": Utc::now().timestamp(), "livemode": false,

@@ -217,7 +217,7 @@ async fn correctly_signed_but_unrepresentable_money_is_422_and_stores_nothing() 
 async fn only_approved_is_a_payment_but_every_signed_callback_is_acknowledged() {
     let app = TestApp::spawn().await;
     let o = order(&app, 50).await;
-    for status in ["Declined", "Pending", "InProcessing", "Expired", "Refunded"] {
+    for status in ["Declined", "Pending", "InProcessing", "Expired"] {
         let ack = app
             .post_wayforpay(&wayforpay_callback(&reference(&o), "199.5", "UAH", status))
             .await
@@ -230,6 +230,23 @@ async fn only_approved_is_a_payment_but_every_signed_callback_is_acknowledged() 
             .await
             .expect(200)["status"],
         "pending"
+    );
+    // A refund before any payment is recorded as that payment, so the payment grants nothing
+    // (tests/api/refunds_before_payments.rs).
+    let ack = app
+        .post_wayforpay(&wayforpay_callback(
+            &reference(&o),
+            "199.5",
+            "UAH",
+            "Refunded",
+        ))
+        .await
+        .expect(200);
+    assert_wayforpay_accept(&ack, &reference(&o));
+    assert_eq!(
+        app.count("payments WHERE outcome = 'refunded' AND reason = 'refunded_before_payment'")
+            .await,
+        1
     );
 }
 

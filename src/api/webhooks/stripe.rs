@@ -7,7 +7,8 @@
 //! stored. A paid `checkout.session.completed` goes through the payment core (a repeat is a
 //! duplicate of `(stripe, payment_intent)` and changes nothing); a full `charge.refunded`
 //! through the refund rule ([`gateway_refunds::refund_at_gateway`], once however often it is
-//! reported); anything else is answered `{"ignored": true}`.
+//! reported; one that comes before its session's event is recorded as the payment, which then
+//! grants nothing); anything else is answered `{"ignored": true}`.
 
 use axum::{
     Json,
@@ -88,10 +89,17 @@ pub async fn receive(
         Event::Paid(payment) => {
             StripeAnswer::Applied(Box::new(core::apply_payment(&state.db, payment).await?))
         }
-        Event::Refunded { payment_intent } => {
-            let result =
-                gateway_refunds::refund_at_gateway(&state.db, Gateway::Stripe, &payment_intent)
-                    .await?;
+        Event::Refunded {
+            payment_intent,
+            payment,
+        } => {
+            let result = gateway_refunds::refund_at_gateway(
+                &state.db,
+                Gateway::Stripe,
+                &payment_intent,
+                payment.as_ref(),
+            )
+            .await?;
             StripeAnswer::Refund(StripeRefundAnswer {
                 refund: result.as_str().to_string(),
             })

@@ -13,7 +13,10 @@
 //! - `Refunded` or `Voided` takes back what the payment `(wayforpay, orderReference)` bought
 //!   ([`gateway_refunds::refund_at_gateway`]: the payment becomes `refunded`, its memberships
 //!   are shortened, once however often it is reported) and is acknowledged whatever it found —
-//!   also when no such payment is applied (unknown, kept for review): the result is logged.
+//!   also when no such payment is applied (kept for review): the result is logged. A refund
+//!   that comes before its `Approved` is recorded as that payment (`refunded`,
+//!   `refunded_before_payment`, from the callback's order reference, amount and currency), so
+//!   the `Approved` that follows is a duplicate and grants nothing.
 //!
 //! A correctly signed `Approved` callback whose amount or currency cannot be turned into minor
 //! units (an unknown currency, a malformed or over-precise amount) cannot be stored: the schema
@@ -93,8 +96,18 @@ pub async fn receive(State(state): State<AppState>, body: Bytes) -> Result<Respo
     } else if cb.is_refund() {
         // Whatever it finds (refunded now, reported before, never applied, unknown), the
         // callback is acknowledged: it is logged, and nothing more can be done with it.
-        gateway_refunds::refund_at_gateway(&state.db, Gateway::WayForPay, &cb.order_reference)
-            .await?;
+        // What it says of the payment records the refund when the payment has not come yet;
+        // money that cannot be stored cannot be a stored payment's either.
+        let reported = wayforpay::normalize(&cb, Utc::now())
+            .ok()
+            .map(|p| gateway_refunds::Reported::of(&p));
+        gateway_refunds::refund_at_gateway(
+            &state.db,
+            Gateway::WayForPay,
+            &cb.order_reference,
+            reported.as_ref(),
+        )
+        .await?;
     } else {
         tracing::info!(
             order_reference = %cb.order_reference,

@@ -185,6 +185,8 @@
     subscription_cancelled: 'A renewal charge of a Stars subscription that had been cancelled.',
     promo_exhausted: 'The order’s promo code had no use left when the money arrived (its hold had lapsed and the code filled up).',
     already_lifetime: 'The buyer already had lifetime access to every channel of the plan.',
+    refunded_at_gateway: 'Refunded in the gateway’s cabinet after it was applied; what it bought was taken back.',
+    refunded_before_payment: 'The gateway reported the refund before the payment itself; nothing was granted.',
   };
 
   const ADVICE = {
@@ -202,6 +204,8 @@
     subscription_cancelled: 'Grant by hand if the renewal should count, or refund the Stars in Telegram.',
     promo_exhausted: 'Grant the days by hand if the discount should stand (raise the code’s limit first if you like), or refund through the gateway.',
     already_lifetime: 'Nothing was bought: refund it through the gateway (Stars are refunded automatically).',
+    refunded_at_gateway: 'Nothing to do.',
+    refunded_before_payment: 'Nothing to do.',
   };
 
   function reasonText(reason) {
