@@ -96,6 +96,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "sweep_queue",
         include_str!("../migrations/0017_sweep_queue.sql"),
     ),
+    (
+        20,
+        "subscription_updates_code_guesses",
+        include_str!("../migrations/0020_subscription_updates_code_guesses.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,
