@@ -35,11 +35,12 @@
 //!   (both in `crate::present`, which the payment core and the effects worker use too);
 //! - [`outbox`]: the bot's messages to buyers, through the effects outbox;
 //! - [`conversation`]: commands and buttons; [`buy`]: the buy button; [`codes`]: the buyer's
-//!   promo code as the bot keeps and shows it.
+//!   promo code as the bot keeps and shows it; [`guesses`]: the limit on wrong codes.
 
 mod buy;
 mod codes;
 mod conversation;
+pub mod guesses;
 pub mod outbox;
 pub mod update;
 
