@@ -284,6 +284,7 @@ async fn choose_language(
 
 /// `/code CODE` (or a deep link's code, `for_plan` its plan): keeps a usable code for the
 /// buyer's next order and says what it gives; or says why not, keeping any code given before.
+/// Past the limit on wrong codes ([`guesses`]) the code is not looked up at all.
 async fn apply_code(
     tx: &Transaction<'_>,
     l: Language,
