@@ -101,6 +101,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "refund_before_payment",
         include_str!("../migrations/0018_refund_before_payment.sql"),
     ),
+    (
+        19,
+        "subscription_updates_code_guesses",
+        include_str!("../migrations/0019_subscription_updates_code_guesses.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,

@@ -114,6 +114,13 @@ pub const OUTBOUND_QUEUE: &str = "subgate_outbound_webhook_queue_depth";
 /// Counter: outbound webhook attempts by `result`: `delivered`, `retry` (failed, tried again
 /// later) or `failed` (failed for good: the schedule ran out, or `410 Gone`).
 pub const OUTBOUND_ATTEMPTS: &str = "subgate_outbound_webhook_attempts_total";
+/// Counter: promo codes given to the bot (`/code`, a deep link with a code), by `result`:
+/// `applied`, `refused` (a real code that cannot be used now), `wrong` (unknown or no longer
+/// active: "there is no such code") or `limited` (refused unread: too many wrong codes).
+pub const BOT_CODE_GUESSES: &str = "subgate_bot_code_guesses_total";
+/// Counter: Telegram `subscription` updates, by `state` (`canceled`, `active`, `failed`,
+/// `other`) and `outcome` (`applied`, `unchanged`, `review`, `repeated`).
+pub const STAR_SUBSCRIPTION_UPDATES: &str = "subgate_star_subscription_updates_total";
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(15);
 
 /// Request latency buckets, in seconds (webhooks and staff requests; the request timeout is
@@ -253,6 +260,11 @@ fn describe() {
         "Outbound webhook deliveries waiting for enabled endpoints (sampled)."
     );
     describe_counter!(OUTBOUND_ATTEMPTS, "Outbound webhook attempts by result.");
+    describe_counter!(BOT_CODE_GUESSES, "Promo codes given to the bot, by result.");
+    describe_counter!(
+        STAR_SUBSCRIPTION_UPDATES,
+        "Telegram subscription updates, by state and outcome."
+    );
     describe_gauge!(DB_POOL_MAX, "Maximum database connections (DB_POOL_SIZE).");
     describe_gauge!(DB_POOL_SIZE, "Database connections open.");
     describe_gauge!(DB_POOL_IN_USE, "Database connections in use.");
@@ -489,6 +501,17 @@ impl Drop for SweepRun {
 /// An audit found a user of `category` (`crate::audits::Category`).
 pub fn audit_finding(category: &'static str) {
     counter!(AUDIT_FINDINGS, "category" => category).increment(1);
+}
+
+/// A promo code was given to the bot: `applied`, `refused`, `wrong` or `limited`
+/// ([`BOT_CODE_GUESSES`]).
+pub fn bot_code_guess(result: &'static str) {
+    counter!(BOT_CODE_GUESSES, "result" => result).increment(1);
+}
+
+/// A Telegram `subscription` update was handled ([`STAR_SUBSCRIPTION_UPDATES`]).
+pub fn star_subscription_update(state: &'static str, outcome: &'static str) {
+    counter!(STAR_SUBSCRIPTION_UPDATES, "state" => state, "outcome" => outcome).increment(1);
 }
 
 /// A Bot API call was made (not a dry run, not held back by the pacer); `outcome` is `ok` or

@@ -176,3 +176,14 @@ subscription-stopped = So we cancelled this subscription: you will not be charge
 payment-already-lifetime-refunded = You already have lifetime access to «{ $title }», so your payment of { $price } was not needed. Your stars will be refunded.
 payment-already-lifetime-review = You already have lifetime access to «{ $title }», so your payment of { $price } was not needed. We will review it and get back to you about a refund.
 payment-unknown-order = We received your payment of { $price } but could not match it to an order. We will review it and get back to you.
+
+## Promo code guesses and Stars subscriptions changed in Telegram
+
+code-too-many =
+    Too many wrong codes. Please try again in { $minutes ->
+        [one] { $minutes } minute
+       *[other] { $minutes } minutes
+    }.
+subscription-renewal-failed-until = Telegram could not charge the renewal of your subscription to «{ $title }». Your access stays until { $until }. To keep it, top up your Telegram Stars and renew the subscription in Telegram (Settings → My Stars), or buy again here: /subscriptions
+subscription-renewal-failed = Telegram could not charge the renewal of your subscription to «{ $title }». To keep your access, top up your Telegram Stars and renew the subscription in Telegram (Settings → My Stars), or buy again here: /subscriptions
+reminder-renews = Your subscription to «{ $title }» renews automatically on { $renewsAt }. Keep enough Telegram Stars for it. To stop it: /subscriptions

@@ -185,3 +185,16 @@ subscription-stopped = Поэтому мы отменили эту подпис�
 payment-already-lifetime-refunded = У вас уже есть бессрочный доступ к «{ $title }», поэтому платёж { $price } не понадобился. Звёзды будут возвращены.
 payment-already-lifetime-review = У вас уже есть бессрочный доступ к «{ $title }», поэтому платёж { $price } не понадобился. Мы его проверим и свяжемся с вами насчёт возврата.
 payment-unknown-order = Мы получили ваш платёж { $price }, но не смогли сопоставить его с заказом. Мы его проверим и свяжемся с вами.
+
+## Попытки угадать промокод и изменения Stars-подписок в Telegram
+
+code-too-many =
+    Слишком много неверных кодов. Попробуйте ещё раз через { $minutes ->
+        [one] { $minutes } минуту
+        [few] { $minutes } минуты
+        [many] { $minutes } минут
+       *[other] { $minutes } минуты
+    }.
+subscription-renewal-failed-until = Telegram не смог списать оплату за продление вашей подписки на «{ $title }». Доступ сохранится до { $until }. Чтобы не потерять его, пополните баланс Telegram Stars и возобновите подписку в Telegram (Настройки → Мои звёзды) или купите снова здесь: /subscriptions
+subscription-renewal-failed = Telegram не смог списать оплату за продление вашей подписки на «{ $title }». Чтобы не потерять доступ, пополните баланс Telegram Stars и возобновите подписку в Telegram (Настройки → Мои звёзды) или купите снова здесь: /subscriptions
+reminder-renews = Ваша подписка на «{ $title }» продлится автоматически { $renewsAt }. Позаботьтесь, чтобы на балансе хватало Telegram Stars. Отменить: /subscriptions

@@ -184,3 +184,16 @@ subscription-stopped = Тож ми скасували цю підписку: б�
 payment-already-lifetime-refunded = У вас уже є безстроковий доступ до «{ $title }», тож платіж { $price } був не потрібен. Зірки буде повернуто.
 payment-already-lifetime-review = У вас уже є безстроковий доступ до «{ $title }», тож платіж { $price } був не потрібен. Ми його перевіримо й зв’яжемося з вами щодо повернення коштів.
 payment-unknown-order = Ми отримали ваш платіж { $price }, але не змогли пов’язати його із замовленням. Ми його перевіримо й зв’яжемося з вами.
+
+## Спроби вгадати промокод і зміни Stars-підписок у Telegram
+
+code-too-many =
+    Забагато неправильних кодів. Спробуйте ще раз через { $minutes ->
+        [one] { $minutes } хвилину
+        [few] { $minutes } хвилини
+        [many] { $minutes } хвилин
+       *[other] { $minutes } хвилини
+    }.
+subscription-renewal-failed-until = Telegram не зміг списати оплату за продовження вашої підписки на «{ $title }». Доступ збережеться до { $until }. Щоб не втратити його, поповніть баланс Telegram Stars і відновіть підписку в Telegram (Налаштування → Мої зірки) або купіть знову тут: /subscriptions
+subscription-renewal-failed = Telegram не зміг списати оплату за продовження вашої підписки на «{ $title }». Щоб не втратити доступ, поповніть баланс Telegram Stars і відновіть підписку в Telegram (Налаштування → Мої зірки) або купіть знову тут: /subscriptions
+reminder-renews = Ваша підписка на «{ $title }» продовжиться автоматично { $renewsAt }. Подбайте, щоб на балансі було досить Telegram Stars. Скасувати: /subscriptions

@@ -12,7 +12,7 @@ use deadpool_postgres::{GenericClient, Transaction};
 use serde_json::Value;
 
 use super::{
-    buy, codes, gateway,
+    buy, codes, gateway, guesses,
     render::{
         self, Availability, Callback, Command, DeepLink, MembershipView, OfferView, PlanView,
         SubscriptionView,
@@ -284,6 +284,7 @@ async fn choose_language(
 
 /// `/code CODE` (or a deep link's code, `for_plan` its plan): keeps a usable code for the
 /// buyer's next order and says what it gives; or says why not, keeping any code given before.
+/// Past the limit on wrong codes ([`guesses`]) the code is not looked up at all.
 async fn apply_code(
     tx: &Transaction<'_>,
     l: Language,
@@ -294,23 +295,42 @@ async fn apply_code(
     let text = text.trim();
     let shown = render::clip(&render::one_line(text), 32).to_uppercase();
     let buyer = SubscriberId(buy::upsert_subscriber(tx, from).await?);
-    let Some(code) = codes::by_text(tx, text, Some(buyer)).await? else {
+    if let guesses::Gate::Limited { retry_after_secs } = guesses::open(tx, from.id).await? {
+        crate::metrics::bot_code_guess("limited");
+        tracing::warn!(
+            user_id = from.id,
+            retry_after_secs,
+            "bot promo code refused: too many wrong codes"
+        );
+        return Ok(texts::code_too_many(l, retry_after_secs));
+    }
+    let code = codes::by_text(tx, text, Some(buyer)).await?;
+    // An inactive code reads as an unknown one, so guessing tells nothing about either.
+    let Some(code) = code.filter(|c| c.refusal() != Some(texts::CodeRefusal::Inactive)) else {
+        guesses::wrong(tx, from.id).await?;
+        crate::metrics::bot_code_guess("wrong");
         return Ok(texts::code_refused(l, &shown, texts::CodeRefusal::Unknown));
     };
     if let Some(why) = code.refusal() {
+        crate::metrics::bot_code_guess("refused");
         return Ok(texts::code_refused(l, code.text(), why));
     }
     let gives = match code.gives(tx, l).await? {
         Ok(gives) => gives,
-        Err(why) => return Ok(texts::code_refused(l, code.text(), why)),
+        Err(why) => {
+            crate::metrics::bot_code_guess("refused");
+            return Ok(texts::code_refused(l, code.text(), why));
+        }
     };
     if let Some(plan) = match for_plan {
         Some(id) => plans::get(tx, id).await?,
         None => None,
     } && let Err(why) = code.price_for(tx, Some(buyer), &plan).await?
     {
+        crate::metrics::bot_code_guess("refused");
         return Ok(texts::code_refused(l, code.text(), why));
     }
+    crate::metrics::bot_code_guess("applied");
     codes::store(tx, buyer, &code).await?;
     tracing::info!(
         subscriber_id = buyer.0,

@@ -5,7 +5,7 @@
 //! a trial the buyer can still use; a bundle under its first channel), `/start c<id>` (a
 //! channel's `buy_link`) one channel's plans, `/start p<id>` (a plan's) one plan, `/start
 //! p<id>-<CODE>` that plan with a promo code applied, `/code CODE` keeps a code for the next
-//! order ([`codes`]), `/subscriptions` the buyer's memberships with renew and cancel-renewal
+//! order ([`codes`]; wrong codes are limited, [`guesses`]), `/subscriptions` the buyer's memberships with renew and cancel-renewal
 //! buttons, `/language` the language the bot writes in (English, Ukrainian, Russian: the one
 //! remembered for the buyer, else their Telegram app's, else `BOT_DEFAULT_LANGUAGE`;
 //! `crate::present::locale`). A buy button makes (or reuses) the buyer's order of the plan and sends the invoice:
@@ -35,11 +35,12 @@
 //!   (both in `crate::present`, which the payment core and the effects worker use too);
 //! - [`outbox`]: the bot's messages to buyers, through the effects outbox;
 //! - [`conversation`]: commands and buttons; [`buy`]: the buy button; [`codes`]: the buyer's
-//!   promo code as the bot keeps and shows it.
+//!   promo code as the bot keeps and shows it; [`guesses`]: the limit on wrong codes.
 
 mod buy;
 mod codes;
 mod conversation;
+pub mod guesses;
 pub mod outbox;
 pub mod update;
 

@@ -1,6 +1,6 @@
 //! Payments: the one transaction that turns a payment into access ([`core`]), the notice to a
 //! buyer whose payment could not be used ([`notices`]), Telegram Stars subscriptions
-//! ([`star_subscriptions`]), the payment side of Stars refunds ([`refunds`]), a refund made at
+//! ([`star_subscriptions`]) and what Telegram reports of them ([`subscription_updates`]), the payment side of Stars refunds ([`refunds`]), a refund made at
 //! the gateway taking back what its payment bought ([`gateway_refunds`]), and the pure code
 //! the doors use to authenticate and read what gateways send — Standard Webhooks signatures
 //! ([`standard_webhooks`]), WayForPay's signatures and callback ([`wayforpay`]) and its
@@ -16,6 +16,7 @@ pub mod refunds;
 pub mod standard_webhooks;
 pub mod star_subscriptions;
 pub mod stripe;
+pub mod subscription_updates;
 pub mod wayforpay;
 pub mod wayforpay_purchase;
 

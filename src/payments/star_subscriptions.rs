@@ -401,6 +401,79 @@ pub async fn cancel(
     Ok(Some(Ok(s)))
 }
 
+const LOCK_OF_REFERENCE_SQL: &str = concat!(
+    "SELECT ",
+    subscription_columns!(),
+    " FROM star_subscriptions
+     WHERE applied AND order_id = (SELECT id FROM orders WHERE reference = $1)
+     FOR UPDATE"
+);
+const REENABLE_SQL: &str = "UPDATE star_subscriptions
+     SET status = 'active', cancelled_by = NULL, cancelled_at = NULL,
+         updated_at = statement_timestamp()
+     WHERE id = $1";
+
+/// The subscription started by the applied first charge of the order with this reference (a
+/// Stars invoice's `invoice_payload`), locked `FOR UPDATE`; `None` when there is none.
+pub async fn lock_of_reference(
+    tx: &Transaction<'_>,
+    reference: &str,
+) -> Result<Option<StarSubscription>, ApiError> {
+    db::opt(tx, LOCK_OF_REFERENCE_SQL, &[&reference]).await
+}
+
+/// Records locked, active subscription `id` cancelled by its buyer in Telegram: like
+/// [`cancel`] by the buyer, without asking Telegram to cancel what it reported cancelled.
+pub async fn cancelled_in_telegram(tx: &Transaction<'_>, id: i64) -> Result<(), ApiError> {
+    let no_reason: Option<Reason> = None;
+    let s: StarSubscription = db::one(
+        tx,
+        CANCEL_SQL,
+        &[&id, &CancelledBy::Buyer, &Status::Cancelled, &no_reason],
+    )
+    .await?;
+    tracing::info!(
+        subscription_id = s.id,
+        "Stars subscription cancelled by its buyer in Telegram"
+    );
+    Ok(())
+}
+
+/// Makes locked subscription `id`, which its buyer cancelled, active again (the buyer
+/// re-enabled it in Telegram): its renewal charges are applied again.
+pub async fn reenabled(tx: &Transaction<'_>, id: i64) -> Result<(), ApiError> {
+    db::execute(tx, REENABLE_SQL, &[&id]).await?;
+    tracing::info!(
+        subscription_id = id,
+        "Stars subscription re-enabled by its buyer in Telegram"
+    );
+    Ok(())
+}
+
+const RENEWS_AT_OF_MEMBERSHIP_SQL: &str = "SELECT max(ss.expires_at) AS renews_at
+     FROM memberships m
+     JOIN star_subscriptions ss ON ss.subscriber_id = m.subscriber_id
+     JOIN orders o ON o.id = ss.order_id
+     WHERE m.id = $1 AND ss.applied AND ss.status = 'active'
+       AND ss.expires_at > statement_timestamp()
+       AND (o.channel_id = m.channel_id
+            OR EXISTS (SELECT 1 FROM plan_channels pc
+                       WHERE pc.plan_id = o.plan_id AND pc.channel_id = m.channel_id))";
+
+/// When the active Stars subscription that renews membership `membership_id` (its channel's,
+/// or a bundle's including it) renews next; `None` when none does (never had one, cancelled,
+/// or its renewal date has passed).
+pub async fn renews_at_of_membership(
+    client: &impl deadpool_postgres::GenericClient,
+    membership_id: i64,
+) -> Result<Option<DateTime<Utc>>, ApiError> {
+    Ok(
+        db::row_one(client, RENEWS_AT_OF_MEMBERSHIP_SQL, &[&membership_id])
+            .await?
+            .try_get("renews_at")?,
+    )
+}
+
 /// The `editUserStarSubscription(is_canceled = true)` effect of cancelled subscription `s`,
 /// for Telegram user `user_id` (whose charge started it), once per subscription.
 async fn enqueue_cancel(

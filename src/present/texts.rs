@@ -640,6 +640,42 @@ pub fn payment_unknown_order(l: Language, price: &str) -> String {
     say_with(l, "payment-unknown-order", &[("price", s(price))])
 }
 
+// ---- promo code guesses; Stars subscriptions changed in Telegram ----
+
+/// Code attempts are refused for now: too many wrong codes (the buyer's, or everyone's this
+/// minute); they may try again in `retry_after_secs` (said in whole minutes, at least one).
+pub fn code_too_many(l: Language, retry_after_secs: i64) -> String {
+    let minutes = ((retry_after_secs.max(1) + 59) / 60).max(1);
+    say_with(
+        l,
+        "code-too-many",
+        &[("minutes", FluentValue::from(minutes))],
+    )
+}
+
+/// Telegram could not charge a subscription's renewal: access lasts until `access_until` (when
+/// it ends at all), and how to keep it.
+pub fn subscription_renewal_failed(l: Language, title: &str, access_until: Option<&str>) -> String {
+    match access_until {
+        Some(until) => say_with(
+            l,
+            "subscription-renewal-failed-until",
+            &[("title", s(title)), ("until", s(until))],
+        ),
+        None => say_with(l, "subscription-renewal-failed", &[("title", s(title))]),
+    }
+}
+
+/// The reminder of a membership whose Stars subscription still renews: it renews on
+/// `renews_at`, nothing to buy.
+pub fn reminder_renews(l: Language, title: &str, renews_at: &str) -> String {
+    say_with(
+        l,
+        "reminder-renews",
+        &[("title", s(title)), ("renewsAt", s(renews_at))],
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

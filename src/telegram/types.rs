@@ -4,7 +4,7 @@
 //! every struct names only what subgate uses and serde skips the rest. Update kinds this door
 //! does not decide itself (commands and button presses, which go to the bot's conversation in
 //! [`crate::bot`] with its own view of the update; edited messages, channel posts, …) leave all
-//! three options of [`Update`] empty, or a `message` without a payment. Field names and types
+//! the options of [`Update`] empty, or a `message` without a payment. Field names and types
 //! follow <https://core.telegram.org/bots/api>.
 
 use serde::Deserialize;
@@ -32,6 +32,13 @@ pub struct Update {
     #[serde(default, deserialize_with = "lenient")]
     #[schema(value_type = Option<Object>)]
     pub chat_member: Option<ChatMemberUpdated>,
+    /// A buyer's Stars subscription changed in Telegram: cancelled, re-enabled, or its renewal
+    /// failed (Bot API 10.2; sent only to a bot that asked for `subscription` in
+    /// `allowed_updates`). Its fields are read one by one, so an odd one still reaches the
+    /// door, which keeps it for review.
+    #[serde(default, deserialize_with = "lenient")]
+    #[schema(value_type = Option<Object>)]
+    pub subscription: Option<BotSubscriptionUpdated>,
 }
 
 /// An optional object field that is dropped when it does not read as `T`: an update kind we
@@ -50,6 +57,32 @@ where
             "an update's object field is not an object",
         )),
     }
+}
+
+/// A field read as `T` when it can be, else left out (the value is still consumed).
+fn lenient_field<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    Ok(Option::<serde_json::Value>::deserialize(d)?.and_then(|v| serde_json::from_value(v).ok()))
+}
+
+/// `BotSubscriptionUpdated`: a user's payment subscription to the bot changed. Every field is
+/// optional here so that an update of an unexpected shape is recorded, not dropped.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[schema(as = TelegramBotSubscriptionUpdated)]
+pub struct BotSubscriptionUpdated {
+    /// Who subscribed.
+    #[serde(default, deserialize_with = "lenient_field")]
+    pub user: Option<User>,
+    /// What the bot put in the subscription's invoice: our order reference.
+    #[serde(default, deserialize_with = "lenient_field")]
+    pub invoice_payload: Option<String>,
+    /// `canceled` (the user cancelled it), `active` (the user re-enabled it) or `failed` (its
+    /// renewal charge failed).
+    #[serde(default, deserialize_with = "lenient_field")]
+    pub state: Option<String>,
 }
 
 /// A message; subgate only cares about service messages carrying a `successful_payment`.
@@ -274,6 +307,31 @@ mod tests {
         .unwrap();
         let j = u.chat_join_request.unwrap();
         assert_eq!((j.chat.id, j.from.id), (-1001, 7));
+    }
+
+    #[test]
+    fn a_subscription_update_is_read_field_by_field() {
+        let u: Update = serde_json::from_str(
+            r#"{"update_id": 14, "subscription": {"user": {"id": 7, "is_bot": false,
+                "first_name": "A"}, "invoice_payload": "ord_x", "state": "canceled"}}"#,
+        )
+        .unwrap();
+        let s = u.subscription.unwrap();
+        assert_eq!(s.user.map(|u| u.id), Some(7));
+        assert_eq!(
+            (s.invoice_payload.as_deref(), s.state.as_deref()),
+            (Some("ord_x"), Some("canceled"))
+        );
+        let odd: Update = serde_json::from_str(
+            r#"{"update_id": 15, "subscription": {"user": "x", "invoice_payload": 5,
+                "state": "paused"}}"#,
+        )
+        .unwrap();
+        let s = odd
+            .subscription
+            .expect("an odd subscription object is still read");
+        assert!(s.user.is_none() && s.invoice_payload.is_none());
+        assert_eq!(s.state.as_deref(), Some("paused"));
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! A call that manages the chat (ban, unban, join answers, the join link) refused because the
 //! bot lacks its rights there is [`Failure::NoRights`]: the effect pauses, it does not fail.
 
+use chrono::{DateTime, Utc};
 use deadpool_postgres::Object;
 
 use super::{Worker, bans};
@@ -21,6 +22,7 @@ use crate::{
     payments::{
         core::Outcome,
         refunds::{self, RefundFacts},
+        star_subscriptions,
     },
     present::texts,
     telegram::{
@@ -230,16 +232,23 @@ impl Worker {
                     (_, Some(id), _) => memberships::effect_view(&client, id).await,
                     (_, None, _) => Ok(None),
                 };
+                // A reminder of a membership whose Stars subscription renews says so instead.
+                let renews = match (kind, e.membership_id) {
+                    (Kind::Reminder, Some(id)) => {
+                        star_subscriptions::renews_at_of_membership(&client, id).await
+                    }
+                    _ => Ok(None),
+                };
                 drop(client);
-                let m = match m {
-                    Ok(m) => m,
-                    Err(err) => return Attempt::from(Err(Failure::Db(err))),
+                let (m, renews) = match (m, renews) {
+                    (Ok(m), Ok(renews)) => (m, renews),
+                    (Err(err), _) | (_, Err(err)) => return Attempt::from(Err(Failure::Db(err))),
                 };
                 match kind {
                     Kind::RenewalReceipt => self.receipt(bot, e, m).await.into(),
                     Kind::Unban => self.unban(bot, e, m).await,
-                    Kind::Reminder => self.notice(bot, e, m, Status::Active).await.into(),
-                    _ => self.notice(bot, e, m, Status::Grace).await.into(),
+                    Kind::Reminder => self.notice(bot, e, m, Status::Active, renews).await.into(),
+                    _ => self.notice(bot, e, m, Status::Grace, None).await.into(),
                 }
             }
         }
@@ -395,13 +404,16 @@ impl Worker {
     }
 
     /// A reminder (`status` active) or grace notice (`status` grace): sent only while the
-    /// membership is still in the state and term it was enqueued for.
+    /// membership is still in the state and term it was enqueued for. A reminder of a
+    /// membership whose Stars subscription is active and `renews` on a date says when it renews;
+    /// any other (a cancelled subscription's too) says when access ends.
     async fn notice(
         &self,
         bot: &BotApi,
         e: &Effect,
         m: Option<EffectView>,
         status: Status,
+        renews: Option<DateTime<Utc>>,
     ) -> Performed {
         let Some(m) = m else {
             return Ok(Some("skipped: the membership was deleted".into()));
@@ -421,7 +433,9 @@ impl Worker {
             return Ok(Some("skipped: lifetime access never ends".into()));
         };
         let (l, title) = m.speaking();
-        let text = if status == Status::Active {
+        let text = if let (Status::Active, Some(renews)) = (status, renews) {
+            texts::reminder_renews(l, title, &texts::day(l, renews))
+        } else if status == Status::Active {
             texts::reminder(l, title, &texts::day(l, at))
         } else {
             texts::grace_notice(l, title, &texts::day(l, at))

@@ -437,7 +437,8 @@ async fn code_keeps_a_usable_code_says_what_it_gives_or_why_not() {
         ("nope", "NOPE cannot be used: there is no such code."),
         ("x", "X cannot be used: there is no such code."),
         ("old", "OLD cannot be used: it has expired."),
-        ("off", "OFF cannot be used: it is no longer active."),
+        // An inactive code reads as an unknown one (guessing tells nothing).
+        ("off", "OFF cannot be used: there is no such code."),
         ("full1", "FULL1 cannot be used: it has been used up."),
         ("euro", "EURO cannot be used: no plan on sale takes it."),
     ] {

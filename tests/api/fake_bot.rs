@@ -1,7 +1,8 @@
 //! A fake Telegram Bot API: a real axum HTTP server on 127.0.0.1:0 inside the test, serving
 //! `POST /bot{token}/{method}`. It records every call (method and JSON parameters), keeps the
 //! state that makes repeats observable (who is banned, which join requests are open, which
-//! charges were refunded, the Stars transaction list), and can be scripted per method to answer
+//! charges were refunded, the Stars transaction list, the `allowed_updates` of `setWebhook`,
+//! checked against the update kinds Telegram knows), and can be scripted per method to answer
 //! ok, 429 with `parameters.retry_after`, 500, a Telegram error, or to hang.
 //!
 //! It also watches for overlapping calls about the same (chat, user): each call is held open
@@ -92,7 +93,38 @@ struct FakeState {
     revoked_links: HashSet<String>,
     /// The `sendMessage` calls performed (answered ok, or performed then hung), in order.
     delivered: Vec<Call>,
+    /// The `allowed_updates` of the last `setWebhook` that named them.
+    allowed_updates: Option<Vec<String>>,
 }
+
+/// The update kinds Telegram sends (Bot API 10.2): what `setWebhook` accepts in
+/// `allowed_updates`. `subscription` is `BotSubscriptionUpdated`.
+pub const UPDATE_KINDS: &[&str] = &[
+    "message",
+    "edited_message",
+    "channel_post",
+    "edited_channel_post",
+    "business_connection",
+    "business_message",
+    "edited_business_message",
+    "deleted_business_messages",
+    "message_reaction",
+    "message_reaction_count",
+    "inline_query",
+    "chosen_inline_result",
+    "callback_query",
+    "shipping_query",
+    "pre_checkout_query",
+    "purchased_paid_media",
+    "subscription",
+    "poll",
+    "poll_answer",
+    "my_chat_member",
+    "chat_member",
+    "chat_join_request",
+    "chat_boost",
+    "removed_chat_boost",
+];
 
 /// A call held open by [`FakeBot::hold`] until the test releases it.
 #[derive(Clone, Default)]
@@ -406,6 +438,11 @@ impl FakeBot {
         self.with(|s| s.links.iter().find(|(_, l)| l == link).map(|(c, _)| *c))
     }
 
+    /// The `allowed_updates` the last `setWebhook` gave, if any did.
+    pub fn allowed_updates(&self) -> Option<Vec<String>> {
+        self.with(|s| s.allowed_updates.clone())
+    }
+
     pub fn has_open_request(&self, chat: i64, user: i64) -> bool {
         self.with(|s| s.open_requests.contains(&(chat, user)))
     }
@@ -634,6 +671,26 @@ fn perform(state: &Arc<Mutex<FakeState>>, method: &str, p: &Value) -> Response {
                         "total_amount": p["prices"][0]["amount"]}
         })),
         "answerCallbackQuery" => ok(json!(true)),
+        "setWebhook" => {
+            if let Some(kinds) = p.get("allowed_updates") {
+                let Some(kinds) = kinds.as_array().and_then(|k| {
+                    k.iter()
+                        .map(|v| v.as_str().map(str::to_string))
+                        .collect::<Option<Vec<String>>>()
+                }) else {
+                    return error(400, "Bad Request: can't parse allowed updates", None);
+                };
+                if let Some(unknown) = kinds.iter().find(|k| !UPDATE_KINDS.contains(&k.as_str())) {
+                    return error(
+                        400,
+                        &format!("Bad Request: unknown update type {unknown}"),
+                        None,
+                    );
+                }
+                s.allowed_updates = Some(kinds);
+            }
+            ok(json!(true))
+        }
         "editUserStarSubscription" => {
             let user = p["user_id"].as_i64().unwrap_or(0);
             let charge = p["telegram_payment_charge_id"]

@@ -762,3 +762,39 @@ async fn the_time_from_a_payment_to_its_grant_message_is_observed() {
     );
     assert!(after.has("subgate_payment_grant_seconds_bucket", &[("le", "3600")]));
 }
+
+#[tokio::test]
+async fn promo_code_guesses_and_subscription_updates_are_counted() {
+    subgate::metrics::install().unwrap();
+    let fake = FakeBot::start().await;
+    let app = crate::bot::app_with(&fake).await;
+    let before = scrape(&app).await;
+    let buyer = crate::bot::person(7_190);
+    // Five wrong codes (the buyer's limit), then one refused unread.
+    for n in 0..6 {
+        crate::bot::send(
+            &app,
+            &crate::bot::text_update(&buyer, &format!("/code NOPE7190X{n}")),
+        )
+        .await;
+    }
+    // A `subscription` update naming no subscription: kept for review.
+    crate::bot::send(
+        &app,
+        &json!({"update_id": crate::bot::next_id(), "subscription": {
+            "user": {"id": 7_190, "is_bot": false, "first_name": "Ann"},
+            "invoice_payload": "ord_none_7190", "state": "failed"}}),
+    )
+    .await;
+    let after = scrape(&app).await;
+    let guesses = "subgate_bot_code_guesses_total";
+    assert_grew(&before, &after, guesses, &[("result", "wrong")], 5.0);
+    assert_grew(&before, &after, guesses, &[("result", "limited")], 1.0);
+    assert_grew(
+        &before,
+        &after,
+        "subgate_star_subscription_updates_total",
+        &[("state", "failed"), ("outcome", "review")],
+        1.0,
+    );
+}

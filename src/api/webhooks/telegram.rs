@@ -11,7 +11,9 @@
 //! `Update` is 400 and logged in full for reconciliation (updates carry no secrets; the token
 //! is in the header). Update kinds we do not handle get 200 `{}` so they are not re-sent.
 //! `my_chat_member` and `chat_member` (the bot's rights, users joining) are decided by
-//! [`crate::telegram::members`] and answered `{}`.
+//! [`crate::telegram::members`] and answered `{}`; `subscription` (a Stars subscription
+//! cancelled, re-enabled or failed in Telegram) by [`crate::payments::subscription_updates`],
+//! answered `{}` whatever it said (an update that cannot be applied is kept for review).
 
 use axum::{
     Json,
@@ -26,7 +28,10 @@ use crate::{
     api::openapi::{Empty, Problem, TelegramAnswer},
     effects,
     error::ApiError,
-    payments::core::{self, NormalizedPayment},
+    payments::{
+        core::{self, NormalizedPayment},
+        subscription_updates,
+    },
     state::AppState,
     telegram::{
         self, JoinDecision, WebhookReply, join_request_decision, members, pre_checkout,
@@ -95,6 +100,16 @@ pub async fn webhook(
     }
     if let Some(changed) = &update.chat_member {
         members::chat_member(&state.db, changed).await?;
+        return Ok(empty());
+    }
+    if let Some(changed) = &update.subscription {
+        let reported = subscription_updates::Reported {
+            update_id: update.update_id,
+            user_id: changed.user.as_ref().map(|u| u.id),
+            invoice_payload: changed.invoice_payload.as_deref(),
+            state: changed.state.as_deref(),
+        };
+        subscription_updates::apply(&state.db, &reported).await?;
         return Ok(empty());
     }
     // Buyers talking to the bot (commands, buttons); everything else is ignored there.
