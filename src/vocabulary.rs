@@ -53,6 +53,14 @@ crate::text_enum! {
         /// An applied payment the gateway later reported `Refunded` or `Voided`: its outcome
         /// becomes `refunded` and what it bought is taken back. Never a pre-checkout refusal.
         RefundedAtGateway => "refunded_at_gateway",
+        /// An applied payment whose charge the buyer disputed with their bank (Stripe
+        /// `charge.dispute.created`): its outcome becomes `disputed` and what it bought is
+        /// taken back as for a refund. Never a pre-checkout refusal.
+        DisputedAtGateway => "disputed_at_gateway",
+        /// A disputed payment whose dispute was decided for us (Stripe `charge.dispute.closed`,
+        /// `won`): the money stays, so it waits for staff (`needs_review`) to grant again what
+        /// the dispute took back. Never a pre-checkout refusal.
+        DisputeWon => "dispute_won",
     }
 }
 
@@ -66,6 +74,8 @@ impl Reason {
                 | Reason::UnknownSubscription
                 | Reason::SubscriptionCancelled
                 | Reason::RefundedAtGateway
+                | Reason::DisputedAtGateway
+                | Reason::DisputeWon
         )
     }
 

@@ -93,7 +93,9 @@ pub fn pre_checkout_refusal(l: Language, reason: Reason) -> String {
         Reason::RefundedElsewhere
         | Reason::UnknownSubscription
         | Reason::SubscriptionCancelled
-        | Reason::RefundedAtGateway => "pre-checkout-busy",
+        | Reason::RefundedAtGateway
+        | Reason::DisputedAtGateway
+        | Reason::DisputeWon => "pre-checkout-busy",
     };
     say(l, id, None)
 }
@@ -615,6 +617,8 @@ pub fn with_subscription_stopped(l: Language, notice: &str, reason: Option<Reaso
             | Reason::UnknownSubscription
             | Reason::SubscriptionCancelled
             | Reason::RefundedAtGateway
+            | Reason::DisputedAtGateway
+            | Reason::DisputeWon
             | Reason::HoldLimited,
         )
         | None => "subscription-stopped",
