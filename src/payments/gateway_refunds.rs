@@ -71,7 +71,9 @@ pub async fn refund_at_gateway(
     external_id: &str,
 ) -> Result<GatewayRefund, ApiError> {
     let gateway = &gateway;
-    let result = crate::transaction!(pool, |tx| { refund_in(tx, gateway, external_id).await })?;
+    let result = crate::transaction!(pool, |tx| {
+        refund_in(tx, gateway, external_id, TakenBack::REFUNDED).await
+    })?;
     match &result {
         GatewayRefund::Refunded {
             payment_id,
@@ -122,9 +124,26 @@ async fn facts(
     }))
 }
 
+/// What a payment becomes when the gateway takes its money back: `refunded`
+/// (`refunded_at_gateway`) for a refund, `disputed` (`disputed_at_gateway`) for a dispute
+/// ([`super::disputes`]). Either way what it bought is taken back alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct TakenBack {
+    pub outcome: Outcome,
+    pub reason: Reason,
+}
+
+impl TakenBack {
+    /// A refund at the gateway.
+    pub const REFUNDED: TakenBack = TakenBack {
+        outcome: Outcome::Refunded,
+        reason: Reason::RefundedAtGateway,
+    };
+}
+
 /// The answer for a payment that is not (or no longer) `applied`.
-fn settled(f: &Facts) -> GatewayRefund {
-    if f.outcome == Outcome::Refunded && f.reason == Some(Reason::RefundedAtGateway) {
+fn settled(f: &Facts, target: TakenBack) -> GatewayRefund {
+    if f.outcome == target.outcome && f.reason == Some(target.reason) {
         GatewayRefund::AlreadyRefunded { payment_id: f.id }
     } else {
         GatewayRefund::NotApplied { payment_id: f.id }
@@ -135,17 +154,19 @@ const CLAIM_SQL: &str = "UPDATE payments
      SET outcome = $2, reason = $3, updated_at = statement_timestamp()
      WHERE id = $1 AND outcome = $4";
 
-async fn refund_in(
+/// The transaction of [`refund_at_gateway`], the payment becoming `target`.
+pub(super) async fn refund_in(
     tx: &Transaction<'_>,
     gateway: &Gateway,
     external_id: &str,
+    target: TakenBack,
 ) -> Result<GatewayRefund, ApiError> {
     let Some(f) = facts(tx, gateway, external_id).await? else {
         return Ok(GatewayRefund::UnknownPayment);
     };
     // An applied payment always paid an order (the core applies none without one).
     let Some(order_id) = f.order_id.filter(|_| f.outcome == Outcome::Applied) else {
-        return Ok(settled(&f));
+        return Ok(settled(&f, target));
     };
     // Locks 1–3 (pairs, order, channels), as a payment of this order takes them.
     let Some(locked) = seats::lock_order(tx, order_id).await? else {
@@ -154,12 +175,7 @@ async fn refund_in(
     let claimed = db::execute(
         tx,
         CLAIM_SQL,
-        &[
-            &f.id,
-            &Outcome::Refunded,
-            &Reason::RefundedAtGateway,
-            &Outcome::Applied,
-        ],
+        &[&f.id, &target.outcome, &target.reason, &Outcome::Applied],
     )
     .await?;
     if claimed == 0 {
@@ -167,7 +183,7 @@ async fn refund_in(
         let now = facts(tx, gateway, external_id)
             .await?
             .ok_or_else(|| ApiError::internal("a stored payment disappeared"))?;
-        return Ok(settled(&now));
+        return Ok(settled(&now, target));
     }
     // Read after the locks: a membership deleted meanwhile is not listed. Every membership a
     // payment of this order extended is one of its plan's channels' pairs, all locked above.
