@@ -60,6 +60,7 @@ mod staff;
 mod stars_subscriptions;
 mod stats;
 mod stripe;
+mod stripe_events;
 mod sweep;
 mod sweep_queue;
 mod telegram;
