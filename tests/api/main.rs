@@ -20,6 +20,7 @@ mod connections;
 mod console;
 mod console_audit;
 mod console_charts;
+mod console_disputes;
 mod console_integrations;
 mod console_reconciliation;
 mod console_rights;

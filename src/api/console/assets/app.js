@@ -185,6 +185,8 @@
     subscription_cancelled: 'A renewal charge of a Stars subscription that had been cancelled.',
     promo_exhausted: 'The order’s promo code had no use left when the money arrived (its hold had lapsed and the code filled up).',
     already_lifetime: 'The buyer already had lifetime access to every channel of the plan.',
+    disputed_at_gateway: 'The buyer disputed the charge with their bank; what it bought was taken back.',
+    dispute_won: 'The dispute was decided for you: the money stays, but the access the dispute took back was not given again.',
   };
 
   const ADVICE = {
@@ -202,6 +204,7 @@
     subscription_cancelled: 'Grant by hand if the renewal should count, or refund the Stars in Telegram.',
     promo_exhausted: 'Grant the days by hand if the discount should stand (raise the code’s limit first if you like), or refund through the gateway.',
     already_lifetime: 'Nothing was bought: refund it through the gateway (Stars are refunded automatically).',
+    dispute_won: 'Grant the days by hand if the buyer should have them again (the dispute took back what the payment bought).',
   };
 
   function reasonText(reason) {
@@ -2037,7 +2040,7 @@
 
   // ------------------------------------------------------------------ payments
 
-  const OUTCOMES = ['needs_review', 'refund_failed', 'refund_pending', 'applied', 'refunded'];
+  const OUTCOMES = ['needs_review', 'refund_failed', 'refund_pending', 'applied', 'refunded', 'disputed'];
 
   async function renderPayments(params) {
     const { main, live } = page('Payments');
@@ -2099,6 +2102,7 @@
     }
     if (p.outcome === 'refund_pending') return 'The Stars refund is queued; nothing to do unless it fails.';
     if (p.outcome === 'refunded') return 'Refunded; nothing to do.';
+    if (p.outcome === 'disputed') return 'Disputed at the bank; access was taken back. Answer the dispute in the Stripe dashboard.';
     if (p.outcome === 'applied') return '—';
     out.push(h('p', {}, ADVICE[p.reason] || 'Review it against the gateway’s record.'));
     if (p.subscriber_id && p.channel_id) {
@@ -2111,7 +2115,8 @@
   // ------------------------------------------------------------------ webhooks
 
   const EVENT_TYPES = [
-    'payment.applied', 'payment.needs_review', 'payment.refunded', 'membership.activated',
+    'payment.applied', 'payment.needs_review', 'payment.refunded', 'payment.disputed',
+    'membership.activated',
     'membership.renewed', 'membership.grace', 'membership.expired', 'membership.deleted',
     'trial.started',
   ];
