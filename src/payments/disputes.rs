@@ -72,10 +72,8 @@ pub async fn dispute_at_gateway(
     gateway: Gateway,
     external_id: &str,
 ) -> Result<Opened, ApiError> {
-    let gateway = &gateway;
-    let result = crate::transaction!(pool, |tx| {
-        gateway_refunds::refund_in(tx, gateway, external_id, TakenBack::DISPUTED).await
-    })?;
+    let result =
+        gateway_refunds::take_back(pool, &gateway, external_id, TakenBack::DISPUTED).await?;
     let opened = match result {
         GatewayRefund::Refunded {
             payment_id,

@@ -70,10 +70,7 @@ pub async fn refund_at_gateway(
     gateway: Gateway,
     external_id: &str,
 ) -> Result<GatewayRefund, ApiError> {
-    let gateway = &gateway;
-    let result = crate::transaction!(pool, |tx| {
-        refund_in(tx, gateway, external_id, TakenBack::REFUNDED).await
-    })?;
+    let result = take_back(pool, &gateway, external_id, TakenBack::REFUNDED).await?;
     match &result {
         GatewayRefund::Refunded {
             payment_id,
@@ -95,6 +92,19 @@ pub async fn refund_at_gateway(
         ),
     }
     Ok(result)
+}
+
+/// The transaction of [`refund_at_gateway`], the payment becoming `target` (a dispute's
+/// [`super::disputes`] runs it too), without its logs.
+pub(super) async fn take_back(
+    pool: &Pool,
+    gateway: &Gateway,
+    external_id: &str,
+    target: TakenBack,
+) -> Result<GatewayRefund, ApiError> {
+    crate::transaction!(pool, |tx| {
+        refund_in(tx, gateway, external_id, target).await
+    })
 }
 
 /// What the refund needs of the payment, read before and after the locks.
@@ -154,8 +164,7 @@ const CLAIM_SQL: &str = "UPDATE payments
      SET outcome = $2, reason = $3, updated_at = statement_timestamp()
      WHERE id = $1 AND outcome = $4";
 
-/// The transaction of [`refund_at_gateway`], the payment becoming `target`.
-pub(super) async fn refund_in(
+async fn refund_in(
     tx: &Transaction<'_>,
     gateway: &Gateway,
     external_id: &str,
