@@ -106,6 +106,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "subscription_updates_code_guesses",
         include_str!("../migrations/0019_subscription_updates_code_guesses.sql"),
     ),
+    (
+        20,
+        "stripe_disputes",
+        include_str!("../migrations/0020_stripe_disputes.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,

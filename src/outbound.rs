@@ -41,10 +41,11 @@ use crate::{
 };
 
 /// Every event type an endpoint may ask for (the schema's CHECK lists the same).
-pub const EVENT_TYPES: [&str; 9] = [
+pub const EVENT_TYPES: [&str; 10] = [
     "payment.applied",
     "payment.needs_review",
     "payment.refunded",
+    "payment.disputed",
     "membership.activated",
     "membership.renewed",
     "membership.grace",

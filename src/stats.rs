@@ -7,8 +7,9 @@
 //! to the start of its interval and `to` is exclusive, so the first interval is whole and the
 //! last may be partial. Definitions (docs/staff.md repeats them for readers):
 //! - **revenue**: payments by `paid_at`. `gross` is every payment the core accepted (`applied`,
-//!   and those refunded or being refunded since); payments kept for review are not revenue.
-//!   `refunded` is the part of those refunded (by the payment's own interval), `net` the rest.
+//!   and those refunded, being refunded or disputed since); payments kept for review are not
+//!   revenue. `refunded` is the part of those refunded or disputed (by the payment's own
+//!   interval), `net` the rest.
 //! - **members**, from the membership events: `new` memberships (their creation), `renewed`
 //!   (a payment extending an existing membership), `expired` (moved to expired: churn),
 //!   `trials_started` (trial uses), `trials_converted` (the first paid payment of a pair after
@@ -83,8 +84,9 @@ const STARTS: &str = "starts AS (
                               ('1 ' || $3)::interval) AS s
      )";
 
-/// The outcomes that are revenue.
-const REVENUE_OUTCOMES: &str = "('applied', 'refund_pending', 'refunded', 'refund_failed')";
+/// The outcomes that are revenue (a disputed payment is money taken back, as a refund is).
+const REVENUE_OUTCOMES: &str =
+    "('applied', 'refund_pending', 'refunded', 'refund_failed', 'disputed')";
 
 /// The first day that is not rolled up (yet): today, and yesterday during the first hour of
 /// today (so a write stamped just before midnight has committed before its day is rolled).
@@ -96,7 +98,8 @@ fn revenue_days_raw(lo: &str, hi: &str) -> String {
     format!(
         "SELECT (paid_at AT TIME ZONE 'UTC')::date AS day, currency,
                 sum(amount_minor)::bigint AS gross,
-                (coalesce(sum(amount_minor) FILTER (WHERE outcome = 'refunded'), 0))::bigint
+                (coalesce(sum(amount_minor) FILTER (WHERE outcome IN ('refunded', 'disputed')),
+                          0))::bigint
                     AS refunded,
                 count(*) AS payments
          FROM payments

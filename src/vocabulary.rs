@@ -57,6 +57,14 @@ crate::text_enum! {
         /// waited for its locks): recorded as that payment, `refunded`, so its later delivery
         /// is a duplicate that grants nothing. Never a pre-checkout refusal.
         RefundedBeforePayment => "refunded_before_payment",
+        /// An applied payment whose charge the buyer disputed with their bank (Stripe
+        /// `charge.dispute.created`): its outcome becomes `disputed` and what it bought is
+        /// taken back as for a refund. Never a pre-checkout refusal.
+        DisputedAtGateway => "disputed_at_gateway",
+        /// A disputed payment whose dispute was decided for us (Stripe `charge.dispute.closed`,
+        /// `won`): the money stays, so it waits for staff (`needs_review`) to grant again what
+        /// the dispute took back. Never a pre-checkout refusal.
+        DisputeWon => "dispute_won",
     }
 }
 
@@ -71,6 +79,8 @@ impl Reason {
                 | Reason::SubscriptionCancelled
                 | Reason::RefundedAtGateway
                 | Reason::RefundedBeforePayment
+                | Reason::DisputedAtGateway
+                | Reason::DisputeWon
         )
     }
 

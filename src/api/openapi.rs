@@ -220,18 +220,38 @@ pub struct StripeRefundAnswer {
     pub refund: String,
 }
 
-/// Door 4's answer: what the payment core did, what a refund took back, or that the event
-/// was ignored.
+/// Door 4's answer to a failed delayed payment (`checkout.session.async_payment_failed`):
+/// what releasing its order's holds found (`released`, `not_held`, `not_pending`,
+/// `unknown_order`).
+#[derive(Serialize, ToSchema)]
+pub struct StripeHoldAnswer {
+    pub hold: String,
+}
+
+/// Door 4's answer to a dispute: what `charge.dispute.created` took back (`disputed` now,
+/// `already_disputed`, `not_applied`, `unknown_payment`), or what a won
+/// `charge.dispute.closed` did (`in_review` now, `already_in_review`, `not_disputed`,
+/// `unknown_payment`).
+#[derive(Serialize, ToSchema)]
+pub struct StripeDisputeAnswer {
+    pub dispute: String,
+}
+
+/// Door 4's answer: what the payment core did, what a refund or a dispute took back, the
+/// holds a failed payment released, or that the event was ignored.
 #[derive(Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum StripeAnswer {
     Applied(Box<core::Applied>),
     Refund(StripeRefundAnswer),
+    Hold(StripeHoldAnswer),
+    Dispute(StripeDisputeAnswer),
     Ignored(Ignored),
 }
 
-/// A Stripe event (`checkout.session.completed`, `charge.refunded`, or any other type,
-/// ignored), as Stripe sends it; only the fields read are described.
+/// A Stripe event (`checkout.session.completed`, `checkout.session.async_payment_succeeded`
+/// and `…_failed`, `charge.refunded`, `charge.dispute.created` and `…closed`, or any other
+/// type, ignored), as Stripe sends it; only the fields read are described.
 #[derive(Serialize, ToSchema)]
 #[schema(example = json!({"id": "evt_1", "object": "event", "type": "checkout.session.completed",
     "created": 1735689600, "data": {"object": {"id": "cs_1", "object": "checkout.session",
@@ -243,7 +263,7 @@ pub struct StripeEvent {
     pub kind: String,
     /// Unix seconds.
     pub created: i64,
-    /// `{"object": {...}}`: a Checkout Session or a Charge.
+    /// `{"object": {...}}`: a Checkout Session, a Charge or a Dispute.
     #[schema(value_type = Object)]
     pub data: serde_json::Value,
 }

@@ -71,8 +71,9 @@ pub struct Order {
     /// Telegram Stars invoice link, when one was made.
     pub invoice_link: Option<String>,
     /// When the bot made the buyer a newer order in place of this one (the buyer pressed buy
-    /// again once it could no longer be reused). It stays `pending`: a late payment of it is
-    /// judged by the seat rules like any other, but the bot never offers it again.
+    /// again once it could no longer be reused), or its gateway reported its payment failed
+    /// ([`release_holds`]). It stays `pending`: a late payment of it is judged by the seat
+    /// rules like any other, but the bot never offers it again.
     pub superseded_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub paid_at: Option<DateTime<Utc>>,
@@ -467,6 +468,71 @@ pub async fn cancel(tx: &Transaction<'_>, id: i64) -> Result<Order, ApiError> {
         )));
     }
     db::one(tx, CANCEL_SQL, &[&id, &Status::Cancelled]).await
+}
+
+/// What a payment that failed at the gateway did to its order ([`release_holds`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldRelease {
+    /// The order's seat hold and promo code use end now, and the bot offers it no more.
+    Released,
+    /// Released before (or never held and retired already): nothing changed.
+    NotHeld,
+    /// Paid or cancelled: nothing to release.
+    NotPending,
+    /// No order has this reference.
+    UnknownOrder,
+}
+
+impl HoldRelease {
+    /// The result's name, as door 4 answers it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldRelease::Released => "released",
+            HoldRelease::NotHeld => "not_held",
+            HoldRelease::NotPending => "not_pending",
+            HoldRelease::UnknownOrder => "unknown_order",
+        }
+    }
+}
+
+// A hold that still runs ends now (an ended one keeps its time: the hold rules count it); a bot
+// order is retired from the bot's reuse, as a superseded one is, since its gateway page can no
+// longer be paid (only bot orders are ever superseded). `$2` is [`Status::Pending`].
+const RELEASE_SQL: &str = "UPDATE orders
+     SET hold_until = CASE WHEN hold_until > statement_timestamp() THEN statement_timestamp()
+                           ELSE hold_until END,
+         promo_held_until = CASE WHEN promo_held_until > statement_timestamp()
+                                 THEN statement_timestamp() ELSE promo_held_until END,
+         superseded_at = CASE WHEN via_bot
+                              THEN COALESCE(superseded_at, statement_timestamp()) END
+     WHERE id = $1 AND status = $2
+       AND (hold_until > statement_timestamp() OR promo_held_until > statement_timestamp()
+            OR (via_bot AND superseded_at IS NULL))";
+
+/// Releases what the pending order `reference` holds because its payment failed at the gateway
+/// (a Stripe delayed payment method that did not go through): its seat hold and its promo
+/// code's use end now, so both are free for other buyers at once, and the bot stops offering
+/// a bot order (its payment page is spent: a press of buy makes a new order). The order stays
+/// `pending`, so a late payment of it is still judged by the seat rules. One transaction in the
+/// lock order, like every change of a hold; a repeat changes nothing.
+pub async fn release_holds(
+    pool: &deadpool_postgres::Pool,
+    reference: &str,
+) -> Result<HoldRelease, ApiError> {
+    crate::transaction!(pool, |tx| {
+        let Some(locked) = seats::lock_order_by_reference(tx, reference).await? else {
+            return Ok(HoldRelease::UnknownOrder);
+        };
+        if locked.order.status != Status::Pending {
+            return Ok(HoldRelease::NotPending);
+        }
+        let changed = db::execute(tx, RELEASE_SQL, &[&locked.order.id, &Status::Pending]).await?;
+        Ok(if changed == 0 {
+            HoldRelease::NotHeld
+        } else {
+            HoldRelease::Released
+        })
+    })
 }
 
 /// Stores a Stars invoice link on the order unless one is stored already (the first stored

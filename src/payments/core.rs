@@ -260,6 +260,9 @@ crate::text_enum! {
         Refunded => "refunded",
         /// Telegram refused the refund: a human decides.
         RefundFailed => "refund_failed",
+        /// The buyer disputed the charge with their bank (a Stripe chargeback): what it bought
+        /// was taken back, as for a refund ([`super::disputes`]).
+        Disputed => "disputed",
     }
 }
 

@@ -154,25 +154,7 @@ pub async fn refund_at_gateway(
     external_id: &str,
     reported: Option<&Reported>,
 ) -> Result<GatewayRefund, ApiError> {
-    let gateway = &gateway;
-    let mut result = None;
-    for _ in 0..ATTEMPTS {
-        let attempt = crate::transaction!(pool, |tx| {
-            refund_in(tx, gateway, external_id, reported).await
-        })?;
-        if let Attempt::Done(r) = attempt {
-            result = Some(r);
-            break;
-        }
-        tracing::info!(
-            gateway = %gateway,
-            external_id,
-            "the refunded payment was stored while its refund waited; taking it back"
-        );
-    }
-    let result = result.ok_or_else(|| {
-        ApiError::internal("a refund at the gateway kept finding its payment changed")
-    })?;
+    let result = take_back(pool, &gateway, external_id, TakenBack::REFUNDED, reported).await?;
     match &result {
         GatewayRefund::Refunded {
             payment_id,
@@ -210,6 +192,36 @@ pub async fn refund_at_gateway(
     Ok(result)
 }
 
+/// The transaction of [`refund_at_gateway`], the payment becoming `target` (a dispute's
+/// [`super::disputes`] runs it too), without its logs.
+/// With no such payment, a refund whose `reported` says what it was is recorded as it (see the
+/// module doc); a dispute passes `None`. The transaction runs again when the payment was stored
+/// while it waited.
+pub(super) async fn take_back(
+    pool: &Pool,
+    gateway: &Gateway,
+    external_id: &str,
+    target: TakenBack,
+    reported: Option<&Reported>,
+) -> Result<GatewayRefund, ApiError> {
+    for _ in 0..ATTEMPTS {
+        let attempt = crate::transaction!(pool, |tx| {
+            refund_in(tx, gateway, external_id, target, reported).await
+        })?;
+        if let Attempt::Done(r) = attempt {
+            return Ok(r);
+        }
+        tracing::info!(
+            gateway = %gateway,
+            external_id,
+            "the payment taken back was stored while its refund waited; taking it back"
+        );
+    }
+    Err(ApiError::internal(
+        "a refund at the gateway kept finding its payment changed",
+    ))
+}
+
 /// What the refund needs of the payment, read before and after the locks.
 struct Facts {
     id: i64,
@@ -237,13 +249,29 @@ async fn facts(
     }))
 }
 
+/// What a payment becomes when the gateway takes its money back: `refunded`
+/// (`refunded_at_gateway`) for a refund, `disputed` (`disputed_at_gateway`) for a dispute
+/// ([`super::disputes`]). Either way what it bought is taken back alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct TakenBack {
+    pub outcome: Outcome,
+    pub reason: Reason,
+}
+
+impl TakenBack {
+    /// A refund at the gateway.
+    pub const REFUNDED: TakenBack = TakenBack {
+        outcome: Outcome::Refunded,
+        reason: Reason::RefundedAtGateway,
+    };
+}
+
 /// The answer for a payment that is not (or no longer) `applied`.
-fn settled(f: &Facts) -> GatewayRefund {
-    let refunded_here = matches!(
-        f.reason,
-        Some(Reason::RefundedAtGateway | Reason::RefundedBeforePayment)
-    );
-    if f.outcome == Outcome::Refunded && refunded_here {
+fn settled(f: &Facts, target: TakenBack) -> GatewayRefund {
+    // A refund recorded before its payment is that refund too.
+    let before_payment =
+        target == TakenBack::REFUNDED && f.reason == Some(Reason::RefundedBeforePayment);
+    if f.outcome == target.outcome && (f.reason == Some(target.reason) || before_payment) {
         GatewayRefund::AlreadyRefunded { payment_id: f.id }
     } else {
         GatewayRefund::NotApplied { payment_id: f.id }
@@ -258,6 +286,7 @@ async fn refund_in(
     tx: &Transaction<'_>,
     gateway: &Gateway,
     external_id: &str,
+    target: TakenBack,
     reported: Option<&Reported>,
 ) -> Result<Attempt, ApiError> {
     let Some(f) = facts(tx, gateway, external_id).await? else {
@@ -266,7 +295,7 @@ async fn refund_in(
             None => Ok(Attempt::Done(GatewayRefund::UnknownPayment)),
         };
     };
-    take_back_applied(tx, gateway, external_id, f)
+    take_back_applied(tx, gateway, external_id, f, target)
         .await
         .map(Attempt::Done)
 }
@@ -277,10 +306,11 @@ async fn take_back_applied(
     gateway: &Gateway,
     external_id: &str,
     f: Facts,
+    target: TakenBack,
 ) -> Result<GatewayRefund, ApiError> {
     // An applied payment always paid an order (the core applies none without one).
     let Some(order_id) = f.order_id.filter(|_| f.outcome == Outcome::Applied) else {
-        return Ok(settled(&f));
+        return Ok(settled(&f, target));
     };
     // Locks 1–3 (pairs, order, channels), as a payment of this order takes them.
     let Some(locked) = seats::lock_order(tx, order_id).await? else {
@@ -289,12 +319,7 @@ async fn take_back_applied(
     let claimed = db::execute(
         tx,
         CLAIM_SQL,
-        &[
-            &f.id,
-            &Outcome::Refunded,
-            &Reason::RefundedAtGateway,
-            &Outcome::Applied,
-        ],
+        &[&f.id, &target.outcome, &target.reason, &Outcome::Applied],
     )
     .await?;
     if claimed == 0 {
@@ -302,7 +327,7 @@ async fn take_back_applied(
         let now = facts(tx, gateway, external_id)
             .await?
             .ok_or_else(|| ApiError::internal("a stored payment disappeared"))?;
-        return Ok(settled(&now));
+        return Ok(settled(&now, target));
     }
     // Read after the locks: a membership deleted meanwhile is not listed. Every membership a
     // payment of this order extended is one of its plan's channels' pairs, all locked above.

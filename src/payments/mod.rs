@@ -1,7 +1,9 @@
 //! Payments: the one transaction that turns a payment into access ([`core`]), the notice to a
 //! buyer whose payment could not be used ([`notices`]), Telegram Stars subscriptions
-//! ([`star_subscriptions`]) and what Telegram reports of them ([`subscription_updates`]), the payment side of Stars refunds ([`refunds`]), a refund made at
-//! the gateway taking back what its payment bought ([`gateway_refunds`]), and the pure code
+//! ([`star_subscriptions`]) and what Telegram reports of them ([`subscription_updates`]), the
+//! payment side of Stars refunds ([`refunds`]), a refund made at the gateway taking back what
+//! its payment bought ([`gateway_refunds`]), a charge disputed with the buyer's bank taking it
+//! back alike and a won dispute put in review ([`disputes`]), and the pure code
 //! the doors use to authenticate and read what gateways send — Standard Webhooks signatures
 //! ([`standard_webhooks`]), WayForPay's signatures and callback ([`wayforpay`]) and its
 //! Purchase links ([`wayforpay_purchase`]), Stripe's signatures, events and Checkout Sessions
@@ -9,6 +11,7 @@
 //! doors themselves are HTTP handlers (`api::webhooks`); no door touches membership SQL.
 
 pub mod core;
+pub mod disputes;
 mod fast;
 pub mod gateway_refunds;
 pub mod notices;

@@ -14,13 +14,20 @@
 //!
 //! **Events.** `checkout.session.completed` with `payment_status: "paid"` is a payment:
 //! gateway `stripe`, external id the session's `payment_intent` (one per paid session, and what
-//! a charge's refund names), the order `client_reference_id` (`metadata.order` when absent),
-//! `amount_total` in Stripe's minor units, currency upper-cased, paid at the event's `created`.
-//! `charge.refunded` with `refunded: true` (the whole charge) names the payment to take back by
-//! its `payment_intent`, and says what it was (`amount`, `currency`, `created`, the order in
-//! `metadata.order`) for a refund that comes before the payment; a partial refund takes
-//! nothing back (what it should shorten is not defined) and is logged. Everything else is
-//! ignored.
+//! a charge's refund or dispute names), the order `client_reference_id` (`metadata.order` when
+//! absent), `amount_total` in Stripe's minor units, currency upper-cased, paid at the event's
+//! `created`. A delayed payment method (a bank debit) completes the session `unpaid` and
+//! reports the money later: `checkout.session.async_payment_succeeded` is then the same
+//! payment, read alike, so whichever of the two says `paid` first applies it and the other is
+//! its duplicate; `checkout.session.async_payment_failed` names the order whose holds to
+//! release. `charge.refunded` with `refunded: true` (the whole charge) names the payment to take
+//! back by its `payment_intent`, and says what it was (`amount`, `currency`, `created`, the
+//! order in `metadata.order`) for a refund that comes before the payment; a partial refund
+//! takes nothing back (what it should shorten is not defined) and is logged.
+//! `charge.dispute.created` names the disputed payment by the Dispute's `payment_intent`, and
+//! `charge.dispute.closed` the one whose dispute was won (`won`, or `warning_closed`: an
+//! inquiry that ended without a chargeback); a lost dispute changes nothing. Everything else
+//! is ignored.
 //!
 //! **Checkout Session.** `POST {STRIPE_API_URL}/v1/checkout/sessions`, form-encoded, with
 //! `Idempotency-Key: subgate-checkout-<order reference>`: the effect that makes it may run
@@ -143,6 +150,16 @@ pub enum Event {
         payment_intent: String,
         payment: Option<Reported>,
     },
+    /// A delayed payment method failed: release the holds of the order of this reference.
+    PaymentFailed { order_reference: String },
+    /// The charge of this `payment_intent` is disputed: take back what its payment bought.
+    /// `dispute` describes the Dispute for logs (id, reason, status, amount).
+    Disputed {
+        payment_intent: String,
+        dispute: String,
+    },
+    /// The dispute of the charge of this `payment_intent` was decided for us.
+    DisputeWon { payment_intent: String },
     /// Nothing to do (another type, an unpaid session, a partial refund); the text says why.
     Ignored(String),
 }
@@ -184,6 +201,17 @@ struct Session {
     client_reference_id: Option<String>,
     #[serde(default)]
     metadata: Option<std::collections::HashMap<String, String>>,
+}
+
+/// A Dispute: `charge` is an id, or the Charge when expanded (read only for logs).
+#[derive(Deserialize)]
+struct Dispute {
+    id: String,
+    charge: Option<Value>,
+    payment_intent: Option<String>,
+    status: String,
+    amount: Option<i64>,
+    reason: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -245,52 +273,115 @@ pub fn event_id(body: &[u8]) -> Option<String> {
         .map(str::to_string)
 }
 
+fn session(object: Value) -> Result<Session, EventError> {
+    serde_json::from_value(object).map_err(|e| EventError::Malformed(format!("data.object: {e}")))
+}
+
+/// The order a session names: `client_reference_id`, else `metadata.order`.
+fn order_of(
+    client_reference_id: Option<String>,
+    metadata: Option<std::collections::HashMap<String, String>>,
+) -> Result<String, EventError> {
+    client_reference_id
+        .or_else(|| metadata.and_then(|mut m| m.remove("order")))
+        .filter(|r| (1..=255).contains(&r.len()))
+        .ok_or_else(|| invalid("data.object.client_reference_id", "is required"))
+}
+
+/// A completed or succeeded session: a payment when it says `paid`.
+fn paid_session(object: Value, created: i64) -> Result<Event, EventError> {
+    let s = session(object)?;
+    if s.payment_status.as_deref() != Some("paid") {
+        return Ok(Event::Ignored(format!(
+            "checkout session {} is not paid ({})",
+            s.id,
+            s.payment_status.as_deref().unwrap_or("no payment_status")
+        )));
+    }
+    let payment_intent = s
+        .payment_intent
+        .filter(|p| (1..=255).contains(&p.len()))
+        .ok_or_else(|| invalid("data.object.payment_intent", "is required"))?;
+    let order_reference = order_of(s.client_reference_id, s.metadata)?;
+    let amount_minor = s
+        .amount_total
+        .filter(|a| *a > 0)
+        .ok_or_else(|| invalid("data.object.amount_total", "must be a positive integer"))?;
+    let currency = s
+        .currency
+        .filter(|c| c.len() == 3 && c.bytes().all(|b| b.is_ascii_alphabetic()))
+        .ok_or_else(|| invalid("data.object.currency", "must be three letters"))?
+        .to_ascii_uppercase();
+    let paid_at: DateTime<Utc> = Utc
+        .timestamp_opt(created, 0)
+        .single()
+        .ok_or_else(|| invalid("created", "is not a Unix time"))?;
+    Ok(Event::Paid(NormalizedPayment {
+        gateway: Gateway::Stripe,
+        external_id: payment_intent,
+        order_reference,
+        amount_minor,
+        currency,
+        paid_at,
+        payer_telegram_id: None,
+    }))
+}
+
+fn dispute(object: Value) -> Result<Dispute, EventError> {
+    serde_json::from_value(object).map_err(|e| EventError::Malformed(format!("data.object: {e}")))
+}
+
+/// A Dispute of a charge made without a PaymentIntent: not a Checkout payment of ours.
+fn no_payment_intent(d: &Dispute) -> Event {
+    Event::Ignored(format!(
+        "dispute {} of charge {} names no payment_intent: no payment of ours to match",
+        d.id,
+        d.charge.as_ref().unwrap_or(&Value::Null)
+    ))
+}
+
 /// Reads a verified event body.
 pub fn read_event(body: &[u8]) -> Result<Event, EventError> {
     let envelope: Envelope =
         serde_json::from_slice(body).map_err(|e| EventError::Malformed(e.to_string()))?;
     match envelope.kind.as_str() {
-        "checkout.session.completed" => {
-            let s: Session = serde_json::from_value(envelope.data.object)
-                .map_err(|e| EventError::Malformed(format!("data.object: {e}")))?;
-            if s.payment_status.as_deref() != Some("paid") {
+        "checkout.session.completed" | "checkout.session.async_payment_succeeded" => {
+            paid_session(envelope.data.object, envelope.created)
+        }
+        "checkout.session.async_payment_failed" => {
+            let s = session(envelope.data.object)?;
+            Ok(Event::PaymentFailed {
+                order_reference: order_of(s.client_reference_id, s.metadata)?,
+            })
+        }
+        "charge.dispute.created" => {
+            let d = dispute(envelope.data.object)?;
+            Ok(match d.payment_intent.clone().filter(|p| !p.is_empty()) {
+                Some(payment_intent) => Event::Disputed {
+                    payment_intent,
+                    dispute: format!(
+                        "{} ({}, {}, amount {})",
+                        d.id,
+                        d.reason.as_deref().unwrap_or("no reason"),
+                        d.status,
+                        d.amount.map_or("unknown".into(), |a| a.to_string())
+                    ),
+                },
+                None => no_payment_intent(&d),
+            })
+        }
+        "charge.dispute.closed" => {
+            let d = dispute(envelope.data.object)?;
+            if !matches!(d.status.as_str(), "won" | "warning_closed") {
                 return Ok(Event::Ignored(format!(
-                    "checkout session {} is not paid ({})",
-                    s.id,
-                    s.payment_status.as_deref().unwrap_or("no payment_status")
+                    "dispute {} closed {}: the payment stays as it is",
+                    d.id, d.status
                 )));
             }
-            let payment_intent = s
-                .payment_intent
-                .filter(|p| (1..=255).contains(&p.len()))
-                .ok_or_else(|| invalid("data.object.payment_intent", "is required"))?;
-            let order_reference = s
-                .client_reference_id
-                .or_else(|| s.metadata.and_then(|mut m| m.remove("order")))
-                .filter(|r| (1..=255).contains(&r.len()))
-                .ok_or_else(|| invalid("data.object.client_reference_id", "is required"))?;
-            let amount_minor = s
-                .amount_total
-                .filter(|a| *a > 0)
-                .ok_or_else(|| invalid("data.object.amount_total", "must be a positive integer"))?;
-            let currency = s
-                .currency
-                .filter(|c| c.len() == 3 && c.bytes().all(|b| b.is_ascii_alphabetic()))
-                .ok_or_else(|| invalid("data.object.currency", "must be three letters"))?
-                .to_ascii_uppercase();
-            let paid_at: DateTime<Utc> = Utc
-                .timestamp_opt(envelope.created, 0)
-                .single()
-                .ok_or_else(|| invalid("created", "is not a Unix time"))?;
-            Ok(Event::Paid(NormalizedPayment {
-                gateway: Gateway::Stripe,
-                external_id: payment_intent,
-                order_reference,
-                amount_minor,
-                currency,
-                paid_at,
-                payer_telegram_id: None,
-            }))
+            Ok(match d.payment_intent.clone().filter(|p| !p.is_empty()) {
+                Some(payment_intent) => Event::DisputeWon { payment_intent },
+                None => no_payment_intent(&d),
+            })
         }
         "charge.refunded" => {
             let c: Charge = serde_json::from_value(envelope.data.object)
@@ -599,6 +690,102 @@ mod tests {
         );
         let other = br#"{"id":"evt_3","type":"customer.created","created":1,"data":{"object":{}}}"#;
         assert!(matches!(read_event(other), Ok(Event::Ignored(_))));
+    }
+
+    fn event_of(kind: &str, object: Value) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "id": "evt_9", "object": "event", "type": kind, "created": 1_700_000_000,
+            "data": {"object": object}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_delayed_payment_that_succeeds_is_the_same_payment() {
+        let completed = session_event(serde_json::json!({}));
+        let object = serde_json::from_slice::<Value>(&completed).unwrap()["data"]["object"].clone();
+        let Event::Paid(p) = read_event(&event_of(
+            "checkout.session.async_payment_succeeded",
+            object.clone(),
+        ))
+        .unwrap() else {
+            panic!("not a payment")
+        };
+        let Event::Paid(q) = read_event(&completed).unwrap() else {
+            panic!("not a payment")
+        };
+        assert_eq!(
+            (p.external_id, p.order_reference, p.amount_minor, p.currency),
+            (q.external_id, q.order_reference, q.amount_minor, q.currency)
+        );
+        // A delayed method's session completes unpaid: nothing yet.
+        let mut unpaid = object.clone();
+        unpaid["payment_status"] = "unpaid".into();
+        assert!(matches!(
+            read_event(&event_of("checkout.session.completed", unpaid.clone())),
+            Ok(Event::Ignored(_))
+        ));
+        // …and when it fails, its order is named (by the metadata when need be).
+        unpaid["client_reference_id"] = Value::Null;
+        assert!(matches!(
+            read_event(&event_of("checkout.session.async_payment_failed", unpaid.clone())),
+            Ok(Event::PaymentFailed { order_reference }) if order_reference == "ord_1"
+        ));
+        unpaid["metadata"] = serde_json::json!({});
+        assert!(matches!(
+            read_event(&event_of("checkout.session.async_payment_failed", unpaid)),
+            Err(EventError::Invalid {
+                field: "data.object.client_reference_id",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn disputes_name_their_payment_intent_and_only_a_won_close_acts() {
+        let dispute = |status: &str, intent: Value| {
+            serde_json::json!({"id": "du_1", "object": "dispute", "amount": 1999,
+                "charge": "ch_1", "currency": "usd", "payment_intent": intent,
+                "reason": "fraudulent", "status": status})
+        };
+        let opened = read_event(&event_of(
+            "charge.dispute.created",
+            dispute("needs_response", "pi_1".into()),
+        ));
+        assert!(
+            matches!(opened, Ok(Event::Disputed { ref payment_intent, ref dispute })
+                if payment_intent == "pi_1" && dispute.contains("du_1") && dispute.contains("fraudulent")),
+            "{opened:?}"
+        );
+        for status in ["won", "warning_closed"] {
+            assert!(matches!(
+                read_event(&event_of("charge.dispute.closed", dispute(status, "pi_1".into()))),
+                Ok(Event::DisputeWon { payment_intent }) if payment_intent == "pi_1"
+            ));
+        }
+        assert!(matches!(
+            read_event(&event_of(
+                "charge.dispute.closed",
+                dispute("lost", "pi_1".into())
+            )),
+            Ok(Event::Ignored(_))
+        ));
+        // A charge made without a PaymentIntent is none of our Checkout payments.
+        assert!(matches!(
+            read_event(&event_of(
+                "charge.dispute.created",
+                dispute("needs_response", Value::Null)
+            )),
+            Ok(Event::Ignored(_))
+        ));
+        // A status that is not text is a malformed Dispute.
+        assert!(matches!(
+            read_event(&event_of(
+                "charge.dispute.created",
+                serde_json::json!({"id": "du_1", "status": 5})
+            )),
+            Err(EventError::Malformed(_))
+        ));
     }
 
     #[test]

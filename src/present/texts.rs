@@ -95,6 +95,7 @@ pub fn pre_checkout_refusal(l: Language, reason: Reason) -> String {
         | Reason::SubscriptionCancelled
         | Reason::RefundedAtGateway
         | Reason::RefundedBeforePayment => "pre-checkout-busy",
+        Reason::DisputedAtGateway | Reason::DisputeWon => "pre-checkout-busy",
     };
     say(l, id, None)
 }
@@ -617,6 +618,8 @@ pub fn with_subscription_stopped(l: Language, notice: &str, reason: Option<Reaso
             | Reason::SubscriptionCancelled
             | Reason::RefundedAtGateway
             | Reason::RefundedBeforePayment
+            | Reason::DisputedAtGateway
+            | Reason::DisputeWon
             | Reason::HoldLimited,
         )
         | None => "subscription-stopped",

@@ -4,6 +4,11 @@
 //! the first request made (a repeat with other parameters is refused, as Stripe refuses it). It
 //! keeps every request, so a test can count sessions and read what was sent, and can be told to
 //! lose its next answers (the session is made, the caller gets a 500) to drive retries.
+//!
+//! Stripe's side of the webhook too: the events it sends ([`event`], with the objects
+//! [`checkout_session`] and [`dispute`] in the shapes of Stripe's API reference) and their
+//! `Stripe-Signature` ([`signature`]: HMAC-SHA256 over `"{t}.{body}"` keyed with the whole
+//! `whsec_…` text, computed here rather than by the service's code).
 
 use std::{
     collections::HashMap,
@@ -18,7 +23,9 @@ use axum::{
     routing::post,
 };
 use base64::Engine;
+use hmac::{Hmac, Mac};
 use serde_json::{Value, json};
+use sha2::Sha256;
 
 /// The secret key the fake accepts.
 pub const SECRET_KEY: &str = "sk_test_subgate_fake_0123456789";
@@ -137,4 +144,59 @@ async fn create(
         return error(StatusCode::INTERNAL_SERVER_ERROR, "answer lost");
     }
     Json(session).into_response()
+}
+
+// ---- the events Stripe sends ----
+
+/// `t=…,v1=…` as Stripe computes it for `body` at Unix time `t`.
+pub fn signature(t: i64, body: &str) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(WEBHOOK_SECRET.as_bytes()).unwrap();
+    mac.update(format!("{t}.{body}").as_bytes());
+    format!("t={t},v1={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// An event of `kind` about `object`, as Stripe delivers it: a fresh `evt_` id (a test resends
+/// the same value to redeliver it), created now.
+pub fn event(kind: &str, object: Value) -> Value {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    json!({
+        "id": format!("evt_fake_{n}"), "object": "event", "api_version": "2025-03-31.basil",
+        "created": chrono::Utc::now().timestamp(), "livemode": false, "pending_webhooks": 1,
+        "request": {"id": null, "idempotency_key": null}, "type": kind,
+        "data": {"object": object}
+    })
+}
+
+/// A Checkout Session of our order `reference` in `mode=payment`, paid through `intent`:
+/// `payment_status` is `paid`, or `unpaid` while a delayed method (a bank debit) settles and
+/// after it failed.
+pub fn checkout_session(
+    reference: &str,
+    intent: &str,
+    amount: i64,
+    currency: &str,
+    payment_status: &str,
+) -> Value {
+    json!({
+        "id": format!("cs_test_{intent}"), "object": "checkout.session", "mode": "payment",
+        "status": "complete", "payment_status": payment_status, "payment_intent": intent,
+        "amount_total": amount, "amount_subtotal": amount, "currency": currency,
+        "client_reference_id": reference, "metadata": {"order": reference},
+        "payment_method_types": ["card", "sepa_debit"], "livemode": false
+    })
+}
+
+/// A Dispute of the charge of `intent` (the charge Checkout made for it), in `status`
+/// (`needs_response` when opened, `won` or `lost` when closed).
+pub fn dispute(intent: &str, status: &str) -> Value {
+    json!({
+        "id": format!("du_test_{intent}"), "object": "dispute", "amount": 19900,
+        "balance_transactions": [], "charge": format!("ch_test_{intent}"),
+        "created": chrono::Utc::now().timestamp(), "currency": "uah",
+        "evidence_details": {"due_by": chrono::Utc::now().timestamp() + 7 * 86_400,
+            "has_evidence": false, "past_due": false, "submission_count": 0},
+        "is_charge_refundable": false, "livemode": false, "metadata": {},
+        "payment_intent": intent, "reason": "fraudulent", "status": status
+    })
 }

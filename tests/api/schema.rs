@@ -2,7 +2,11 @@
 //! test database's catalogue (`pg_constraint`), so whichever migration last defined a
 //! constraint, the check is against what the database enforces.
 
-use subgate::{effects::Kind, payments::core::Reason};
+use subgate::{
+    effects::Kind,
+    outbound::EVENT_TYPES,
+    payments::core::{Outcome, Reason},
+};
 
 use crate::helpers::TestApp;
 
@@ -47,5 +51,18 @@ async fn reasons_match_the_schema() {
                 "{r:?} is a pre-checkout reason"
             );
         }
+    }
+}
+
+#[tokio::test]
+async fn outcomes_and_outbound_event_types_match_the_schema() {
+    let app = TestApp::spawn().await;
+    let outcomes = constraint(&app, "payments_outcome_check").await;
+    for o in Outcome::ALL {
+        assert!(outcomes.contains(&format!("'{}'", o.as_str())), "{o:?}");
+    }
+    let types = constraint(&app, "webhook_endpoints_event_types_check").await;
+    for t in EVENT_TYPES {
+        assert!(types.contains(&format!("'{t}'")), "{t}");
     }
 }

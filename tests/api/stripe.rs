@@ -47,10 +47,10 @@ async fn post_raw(app: &TestApp, body: &str, signature: Option<String>) -> TestR
     .await
 }
 
-/// Posts `event`, signed now.
+/// Posts `event`, signed now as Stripe signs it.
 pub(crate) async fn post_event(app: &TestApp, event: &Value) -> TestResponse {
     let body = event.to_string();
-    let sig = stripe_signature(WEBHOOK_SECRET, Utc::now().timestamp(), &body);
+    let sig = crate::fake_stripe::signature(Utc::now().timestamp(), &body);
     post_raw(app, &body, Some(sig)).await
 }
 
@@ -83,14 +83,14 @@ fn charge_refunded(intent: &str, refunded: bool) -> Value {
 }
 
 /// A subscriber, a 199.00 UAH channel and an order; returns (channel id, order).
-async fn order(app: &TestApp, user: i64, chat: i64) -> (i64, Value) {
+pub(crate) async fn order(app: &TestApp, user: i64, chat: i64) -> (i64, Value) {
     let s = app.create_subscriber(user).await;
     let c = app.create_channel(chat, json!({})).await;
     let o = app.create_order(id(&s), id(&c)).await;
     (id(&c), o)
 }
 
-async fn membership_status(app: &TestApp, channel: i64) -> Option<String> {
+pub(crate) async fn membership_status(app: &TestApp, channel: i64) -> Option<String> {
     app.db()
         .await
         .query_opt(
@@ -271,7 +271,7 @@ async fn a_full_refund_takes_back_what_the_payment_bought_once() {
 
 // ---- the bot's Stripe Checkout pages ----
 
-async fn bot_app(fake: &FakeBot, stripe: &FakeStripe, with_wayforpay: bool) -> TestApp {
+pub(crate) async fn bot_app(fake: &FakeBot, stripe: &FakeStripe, with_wayforpay: bool) -> TestApp {
     let (bot_url, stripe_url) = (fake.url.clone(), stripe.url.clone());
     TestApp::spawn_with(move |env| {
         env.insert("TELEGRAM_API_URL".into(), bot_url);

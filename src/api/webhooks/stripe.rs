@@ -4,11 +4,21 @@
 //! must verify over the raw bytes (else 401, nothing read or stored); then the body is read
 //! ([`stripe::read_event`]): not an event or a field of the wrong type → 400, a paid session
 //! without what a payment needs → 422, both logged in full for reconciliation and nothing
-//! stored. A paid `checkout.session.completed` goes through the payment core (a repeat is a
-//! duplicate of `(stripe, payment_intent)` and changes nothing); a full `charge.refunded`
+//! stored. A paid `checkout.session.completed` or `checkout.session.async_payment_succeeded`
+//! goes through the payment core (a repeat, or the other of the two, is a duplicate of
+//! `(stripe, payment_intent)` and changes nothing); `checkout.session.async_payment_failed`
+//! releases its order's holds ([`orders::release_holds`]); a full `charge.refunded` goes
 //! through the refund rule ([`gateway_refunds::refund_at_gateway`], once however often it is
 //! reported; one that comes before its session's event is recorded as the payment, which then
-//! grants nothing); anything else is answered `{"ignored": true}`.
+//! grants nothing), `charge.dispute.created` through the same rule as a dispute
+//! ([`disputes::dispute_at_gateway`]) and a won `charge.dispute.closed` to review
+//! ([`disputes::dispute_won`]); anything else is answered `{"ignored": true}`.
+//!
+//! A redelivered event (the same event id) changes nothing, without a table of event ids: each
+//! event is a change of a row's state that holds once — the payment of `(stripe,
+//! payment_intent)` is stored once, a hold ends once, a payment is taken back only while
+//! `applied` and put in review only while `disputed` — so a repeat finds the change made and
+//! says so.
 
 use axum::{
     Json,
@@ -20,11 +30,15 @@ use axum::{
 use chrono::Utc;
 
 use crate::{
-    api::openapi::{Ignored, Problem, StripeAnswer, StripeEvent, StripeRefundAnswer},
+    api::openapi::{
+        Ignored, Problem, StripeAnswer, StripeDisputeAnswer, StripeEvent, StripeHoldAnswer,
+        StripeRefundAnswer,
+    },
     error::ApiError,
+    orders,
     payments::{
         core::{self, Gateway},
-        gateway_refunds,
+        disputes, gateway_refunds,
         stripe::{self, Event, EventError},
     },
     state::AppState,
@@ -34,18 +48,23 @@ use crate::{
 #[utoipa::path(post, path = "/webhook/stripe", operation_id = "receiveStripeEvent",
     tag = "payment doors",
     description = "Stripe's webhook events, authenticated by `Stripe-Signature`. \
-        `checkout.session.completed` (paid) is a payment of the session's `payment_intent`; \
-        `charge.refunded` (in full) takes back what that payment bought; other types are ignored.",
+        `checkout.session.completed` (paid) and `checkout.session.async_payment_succeeded` are \
+        one payment of the session's `payment_intent`; `checkout.session.async_payment_failed` \
+        releases its order's holds; `charge.refunded` (in full) and `charge.dispute.created` \
+        take back what that payment bought (`refunded`, `disputed`); `charge.dispute.closed` \
+        (`won`) puts a disputed payment in review (`dispute_won`); other types are ignored. \
+        A repeat of an event changes nothing.",
     request_body = StripeEvent,
     security(("stripe_signature" = [])),
     responses(
         (status = 200, description = "Stored (applied, needs review or a duplicate), a refund \
-            taken back (or found taken already), or an event ignored.", body = StripeAnswer),
+            or dispute taken back (or found taken already), a won dispute put in review, an \
+            order's holds released, or an event ignored.", body = StripeAnswer),
         (status = 400, description = "Signed, but not an event or a field of the wrong type \
             (logged for reconciliation; nothing stored).", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "`Stripe-Signature` missing, stale or not matching.", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Signed, but a paid session lacks what a payment needs \
-            (logged for reconciliation; nothing stored).", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Signed, but a paid session lacks what a payment needs, \
+            or a failed one names no order (logged for reconciliation; nothing stored).", body = Problem, content_type = "application/problem+json"),
     ),
 )]
 pub async fn receive(
@@ -102,6 +121,41 @@ pub async fn receive(
             .await?;
             StripeAnswer::Refund(StripeRefundAnswer {
                 refund: result.as_str().to_string(),
+            })
+        }
+        Event::PaymentFailed { order_reference } => {
+            let result = orders::release_holds(&state.db, &order_reference).await?;
+            tracing::info!(
+                event_id = stripe::event_id(&body).as_deref().unwrap_or("-"),
+                order_reference,
+                result = result.as_str(),
+                "Stripe delayed payment failed: the order's holds released"
+            );
+            StripeAnswer::Hold(StripeHoldAnswer {
+                hold: result.as_str().to_string(),
+            })
+        }
+        Event::Disputed {
+            payment_intent,
+            dispute,
+        } => {
+            tracing::warn!(
+                event_id = stripe::event_id(&body).as_deref().unwrap_or("-"),
+                payment_intent,
+                dispute,
+                "Stripe dispute opened"
+            );
+            let result =
+                disputes::dispute_at_gateway(&state.db, Gateway::Stripe, &payment_intent).await?;
+            StripeAnswer::Dispute(StripeDisputeAnswer {
+                dispute: result.as_str().to_string(),
+            })
+        }
+        Event::DisputeWon { payment_intent } => {
+            let client = state.db.get().await?;
+            let result = disputes::dispute_won(&client, Gateway::Stripe, &payment_intent).await?;
+            StripeAnswer::Dispute(StripeDisputeAnswer {
+                dispute: result.as_str().to_string(),
             })
         }
         Event::Ignored(why) => {

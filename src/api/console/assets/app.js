@@ -187,6 +187,8 @@
     already_lifetime: 'The buyer already had lifetime access to every channel of the plan.',
     refunded_at_gateway: 'Refunded in the gateway’s cabinet after it was applied; what it bought was taken back.',
     refunded_before_payment: 'The gateway reported the refund before the payment itself; nothing was granted.',
+    disputed_at_gateway: 'The buyer disputed the charge with their bank; what it bought was taken back.',
+    dispute_won: 'The dispute was decided for you: the money stays, but the access the dispute took back was not given again.',
   };
 
   const ADVICE = {
@@ -206,6 +208,7 @@
     already_lifetime: 'Nothing was bought: refund it through the gateway (Stars are refunded automatically).',
     refunded_at_gateway: 'Nothing to do.',
     refunded_before_payment: 'Nothing to do.',
+    dispute_won: 'Grant the days by hand if the buyer should have them again (the dispute took back what the payment bought).',
   };
 
   function reasonText(reason) {
@@ -2051,7 +2054,7 @@
 
   // ------------------------------------------------------------------ payments
 
-  const OUTCOMES = ['needs_review', 'refund_failed', 'refund_pending', 'applied', 'refunded'];
+  const OUTCOMES = ['needs_review', 'refund_failed', 'refund_pending', 'applied', 'refunded', 'disputed'];
 
   async function renderPayments(params) {
     const { main, live } = page('Payments');
@@ -2113,6 +2116,7 @@
     }
     if (p.outcome === 'refund_pending') return 'The Stars refund is queued; nothing to do unless it fails.';
     if (p.outcome === 'refunded') return 'Refunded; nothing to do.';
+    if (p.outcome === 'disputed') return 'Disputed at the bank; access was taken back. Answer the dispute in the Stripe dashboard.';
     if (p.outcome === 'applied') return '—';
     out.push(h('p', {}, ADVICE[p.reason] || 'Review it against the gateway’s record.'));
     if (p.subscriber_id && p.channel_id) {
@@ -2125,7 +2129,8 @@
   // ------------------------------------------------------------------ webhooks
 
   const EVENT_TYPES = [
-    'payment.applied', 'payment.needs_review', 'payment.refunded', 'membership.activated',
+    'payment.applied', 'payment.needs_review', 'payment.refunded', 'payment.disputed',
+    'membership.activated',
     'membership.renewed', 'membership.grace', 'membership.expired', 'membership.deleted',
     'trial.started',
   ];
