@@ -245,8 +245,9 @@ async fn run() {
     // What the background loop does once after an upgrade: roll every ended day up.
     let rolled_at = Instant::now();
     let days = subgate::stats::roll_up(
-        &pool,
+        &subgate::stats::StatsDb::new(pool.clone()),
         (Utc::now() - chrono::Duration::days(800)).date_naive(),
+        None,
     )
     .await
     .expect("roll up");

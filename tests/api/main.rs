@@ -66,4 +66,5 @@ mod telegram;
 mod tls;
 mod trials;
 mod user_id_change;
+mod values;
 mod wayforpay;
