@@ -1,7 +1,12 @@
 //! Statistics of the business, computed in SQL: revenue by interval and currency, members by
-//! interval and channel, and a summary of now. Reads only; the indexes that keep these queries
-//! short are in migration 14 (`make bench` measures them on 1M memberships and 5M payments,
-//! docs/benchmarks.md).
+//! interval and channel, and a summary of now. Reads only, besides the daily roll-ups; the
+//! indexes that keep these queries short are in migration 14 (`make bench` measures them on 1M
+//! memberships and 5M payments, docs/benchmarks.md).
+//!
+//! Viewers may ask for any range, as often as they like: a read rolls up only the days it needs
+//! from the first record on ([`roll_up`]), and everything here runs on [`StatsDb`], a quarter of
+//! the pool, so statistics never take the connections the payment doors need. Sums of money are
+//! `numeric` in SQL and `i128` here ([`db::exact_sum`]): no stored amount can make them fail.
 //!
 //! Intervals are UTC calendar days, ISO weeks (from Monday) or months; `from` is rounded down
 //! to the start of its interval and `to` is exclusive, so the first interval is whole and the
