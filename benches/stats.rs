@@ -177,7 +177,9 @@ async fn run() {
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
     let config = subgate::Config::from_lookup(|k| env.get(k).cloned()).expect("config");
-    let pool = subgate::db::pool(config.database_url.expose(), 4).expect("pool");
+    // The default pool size: the statistics' share of it (a quarter, `stats::StatsDb`) lets the
+    // summary run its three parts at once, as a server with the default configuration does.
+    let pool = subgate::db::pool(config.database_url.expose(), 16).expect("pool");
     subgate::db::migrate(&pool).await.expect("migrate");
 
     let started = Instant::now();
@@ -245,8 +247,9 @@ async fn run() {
     // What the background loop does once after an upgrade: roll every ended day up.
     let rolled_at = Instant::now();
     let days = subgate::stats::roll_up(
-        &pool,
+        &subgate::stats::StatsDb::new(pool.clone()),
         (Utc::now() - chrono::Duration::days(800)).date_naive(),
+        None,
     )
     .await
     .expect("roll up");

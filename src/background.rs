@@ -68,7 +68,7 @@ pub async fn stats_loop(state: AppState, shutdown: ShutdownSignal) {
     let mut ticks = shutdown.ticks(STATS_ROLL_UP);
     let since = chrono::NaiveDate::from_ymd_opt(2000, 1, 1).unwrap_or_default();
     while ticks.next().await {
-        match stats::roll_up(&state.db, since).await {
+        match stats::roll_up(&state.stats, since, None).await {
             Ok(0) => {}
             Ok(days) => tracing::info!(days, "statistics: days rolled up"),
             Err(e) => tracing::warn!(error = %e, "statistics: roll-up failed; trying again later"),

@@ -28,6 +28,7 @@ use serde::Serialize;
 use tokio_postgres::Row;
 
 use crate::{
+    currency,
     db::{self, FromRow},
     effects,
     error::ApiError,
@@ -225,9 +226,38 @@ fn recurring_refused(e: tokio_postgres::Error) -> ApiError {
     }
 }
 
+/// What is wrong with a channel price of `price_minor` in `currency`: above the currency's
+/// highest price ([`currency::max_price_minor`]). Pure.
+pub fn price_error(price_minor: i64, currency: &str) -> Option<String> {
+    let max = currency::max_price_minor(currency)?;
+    (price_minor > max)
+        .then(|| currency::max_price_message(currency))
+        .flatten()
+}
+
+/// What is wrong with a `telegram_chat_id`: a channel or supergroup (or group) has a negative id
+/// (`-100…` for channels and supergroups); a positive id is a user, whose chat the bot cannot
+/// sell access to. Pure.
+pub fn chat_id_error(telegram_chat_id: i64) -> Option<&'static str> {
+    match telegram_chat_id {
+        0 => Some("must not be 0"),
+        id if id > 0 => Some(
+            "must be a channel's or supergroup's id, which is negative (-100…); a positive id \
+             is a user",
+        ),
+        _ => None,
+    }
+}
+
 /// Creates a channel. A taken `telegram_chat_id` is the schema's unique violation (409 when
-/// rendered); a recurring channel that is not `XTR` for 30 days is a 422 on `recurring`.
+/// rendered); a recurring channel that is not `XTR` for 30 days is a 422 on `recurring`, and a
+/// price above its currency's highest ([`price_error`]) one on `price_minor`.
 pub async fn create(tx: &Transaction<'_>, f: &Fields) -> Result<Channel, ApiError> {
+    if let (Some(price), Some(currency)) = (f.price_minor, f.currency.as_deref())
+        && let Some(why) = price_error(price, currency)
+    {
+        return Err(ApiError::field("price_minor", why));
+    }
     let row = tx
         .query_one(
             INSERT_SQL,
@@ -282,6 +312,17 @@ pub async fn get(client: &impl GenericClient, id: i32) -> Result<Option<Channel>
 /// chat is refused with 409 while [`chat_change_blocker`] names a reason. 404 when there is no
 /// such channel.
 pub async fn change(tx: &Transaction<'_>, id: i32, f: &Fields) -> Result<Channel, ApiError> {
+    // The price is checked in the currency it will be in (a new currency with the stored price
+    // too); a concurrent change of the currency takes the row lock, and the plan it writes
+    // through the trigger is checked by its own rules.
+    if (f.price_minor.is_some() || f.currency.is_some())
+        && let Some(stored) = price(tx, id).await?
+    {
+        let currency = f.currency.as_deref().unwrap_or(&stored.currency);
+        if let Some(why) = price_error(f.price_minor.unwrap_or(stored.price_minor), currency) {
+            return Err(ApiError::field("price_minor", why));
+        }
+    }
     // A new or lower limit must bind every seat decision not yet committed: wait for those
     // made from the old terms, hold off new ones until this commits (docs/locking.md). A new
     // chat takes the same lock (the one a change of a unique column takes anyway) before its

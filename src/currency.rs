@@ -219,6 +219,42 @@ pub fn minor_unit_exponent(code: &str) -> Option<u32> {
         .map(|i| EXPONENTS[i].1)
 }
 
+/// The most stars a price in `XTR` may be: a sanity bound; Telegram's own cap on an invoice or a
+/// subscription is lower and it refuses an invoice above it.
+pub const MAX_STARS: i64 = 100_000;
+
+/// The most major units (a billion) a price in an ISO 4217 currency may be.
+pub const MAX_MAJOR_UNITS: i64 = 1_000_000_000;
+
+/// The highest price, in minor units, the service accepts in `code`: [`MAX_STARS`] for `XTR`,
+/// else [`MAX_MAJOR_UNITS`] whole units (`UAH`: 100 000 000 000 kopiyok, `JPY`: 1 000 000 000
+/// yen, `KWD`: 1 000 000 000 000 fils); `None` for a code not in the table. It bounds prices
+/// and amounts off, so nobody sets a price nobody meant (`i64::MAX`), and an order's amount
+/// stays far from the limits of the integers that carry it.
+pub fn max_price_minor(code: &str) -> Option<i64> {
+    if code == "XTR" {
+        return Some(MAX_STARS);
+    }
+    let exponent = minor_unit_exponent(code)?;
+    Some(MAX_MAJOR_UNITS * 10_i64.pow(exponent))
+}
+
+/// The smallest amount, in minor units, an order in `code` may be charged: one minor unit (one
+/// star for `XTR`), the floor a discount never goes below (a free order is a 100 % code).
+pub fn smallest_charge_minor(_code: &str) -> i64 {
+    1
+}
+
+/// The 422 message of a price above [`max_price_minor`].
+pub fn max_price_message(code: &str) -> Option<String> {
+    let max = max_price_minor(code)?;
+    let exponent = minor_unit_exponent(code)?;
+    Some(format!(
+        "must be at most {max} minor units of {code} ({} {code})",
+        minor_to_decimal(max, exponent)
+    ))
+}
+
 /// Why a decimal amount could not be converted to minor units.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum AmountError {
@@ -364,6 +400,27 @@ impl Money {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prices_are_bounded_per_currency() {
+        assert_eq!(max_price_minor("XTR"), Some(100_000));
+        assert_eq!(max_price_minor("UAH"), Some(100_000_000_000));
+        assert_eq!(max_price_minor("JPY"), Some(1_000_000_000));
+        assert_eq!(max_price_minor("KWD"), Some(1_000_000_000_000));
+        assert_eq!(max_price_minor("CLF"), Some(10_000_000_000_000));
+        assert_eq!(max_price_minor("ZZZ"), None);
+        // Every currency's bound fits, with room for sums of many orders.
+        for (code, _) in exponents() {
+            assert!(
+                max_price_minor(code).unwrap() <= i64::MAX / 100_000,
+                "{code}"
+            );
+        }
+        assert_eq!(
+            max_price_message("UAH").as_deref(),
+            Some("must be at most 100000000000 minor units of UAH (1000000000.00 UAH)")
+        );
+    }
 
     #[test]
     fn minor_units_print_as_exact_decimals() {

@@ -111,6 +111,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "stripe_disputes",
         include_str!("../migrations/0020_stripe_disputes.sql"),
     ),
+    (
+        21,
+        "exact_sums",
+        include_str!("../migrations/0021_exact_sums.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,
@@ -530,6 +535,20 @@ pub async fn execute(
 ) -> Result<u64, ApiError> {
     let stmt = client.prepare_cached(sql).await?;
     Ok(client.execute(&stmt, params).await?)
+}
+
+/// An exact sum of `bigint` amounts, selected as `sum(…)::text` (PostgreSQL sums `bigint` as
+/// `numeric`, which never overflows). Sums are `i128`: `bigint`'s range times any row count
+/// PostgreSQL can hold fits, so a sum beyond `i64` is still answered exactly (as a JSON integer)
+/// rather than failing the whole answer. A null sum (no rows) is 0.
+pub fn exact_sum(row: &Row, column: &str) -> Result<i128, ApiError> {
+    let text: Option<String> = row.try_get(column)?;
+    match text {
+        None => Ok(0),
+        Some(t) => t
+            .parse()
+            .map_err(|_| ApiError::internal(format!("{column} is not an integer sum: {t}"))),
+    }
 }
 
 /// Whether a column or parameter of type `ty` holds text: the state enums of [`text_enum!`]

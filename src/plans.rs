@@ -307,6 +307,12 @@ pub fn term_errors(t: &Terms, e: &mut BTreeMap<String, String>) {
         ),
         _ => {}
     }
+    if let Some(max) = currency::max_price_minor(&t.currency)
+        && t.price_minor > max
+        && let Some(why) = currency::max_price_message(&t.currency)
+    {
+        add("price_minor", why);
+    }
     match (t.kind, t.period_days) {
         (_, Some(d)) if !(1..=MAX_PERIOD_DAYS).contains(&d) => add(
             "period_days",

@@ -27,6 +27,7 @@ use serde::Serialize;
 use tokio_postgres::Row;
 
 use crate::{
+    currency,
     db::{self, FromRow},
     error::ApiError,
     ids::SubscriberId,
@@ -730,6 +731,14 @@ impl Draft {
         match (self.amount_off_minor, &self.currency) {
             (Some(_), None) => e.push(("currency", "is required with amount_off_minor".into())),
             (None, Some(_)) => e.push(("currency", "applies to amount_off_minor only".into())),
+            (Some(off), Some(c)) => {
+                if let Some(max) = currency::max_price_minor(c)
+                    && off > max
+                    && let Some(why) = currency::max_price_message(c)
+                {
+                    e.push(("amount_off_minor", why));
+                }
+            }
             _ => {}
         }
         e
@@ -746,10 +755,14 @@ impl Draft {
     }
 }
 
-const PLANS_SQL: &str = "SELECT id, kind, currency FROM plans WHERE id = ANY($1::bigint[])";
+const PLANS_SQL: &str =
+    "SELECT id, kind, currency, price_minor FROM plans WHERE id = ANY($1::bigint[])";
 
 /// Checks a draft whole: the rules between fields, then `plan_ids` against the plans (each
-/// exists and is paid; an amount-off code's plans are sold in its currency). 422 per field.
+/// exists and is paid; an amount-off code's plans are sold in its currency, and each leaves at
+/// least the currency's smallest charge, [`currency::smallest_charge_minor`]). 422 per field.
+/// A code for every plan (`plan_ids` null) is bounded by the currency's highest price only: a
+/// plan it would take below the smallest charge is charged that ([`discount_minor`]).
 async fn check(tx: &Transaction<'_>, d: &Draft) -> Result<(), ApiError> {
     let mut errors: std::collections::BTreeMap<String, String> = d
         .errors()
@@ -777,6 +790,17 @@ async fn check(tx: &Transaction<'_>, d: &Draft) -> Result<(), ApiError> {
                     "plan {id} is sold in {currency}; this code takes {c} off"
                 ));
                 break;
+            }
+            let price: i64 = r.try_get("price_minor")?;
+            let smallest = currency::smallest_charge_minor(&currency);
+            if let Some(off) = d.amount_off_minor
+                && price.saturating_sub(off) < smallest
+            {
+                errors.entry("amount_off_minor".into()).or_insert(format!(
+                    "leaves plan {id} ({price} minor units of {currency}) below the smallest \
+                     charge of {smallest}: at most {} off",
+                    price - smallest
+                ));
             }
         }
         if let Some(why) = why {
@@ -823,6 +847,13 @@ const LOCK_FOR_CHANGE_SQL: &str = concat!(
     "SELECT ",
     promo_code_columns!(),
     " FROM promo_codes pc WHERE pc.id = $1 FOR UPDATE"
+);
+/// Whether `$1` is not after the database's now.
+const PAST_SQL: &str = "SELECT $1::timestamptz <= statement_timestamp() AS past";
+/// Code `$1`'s uses (read under its lock, as every use decision is).
+const USES_SQL: &str = concat!(
+    "SELECT count(*) AS uses FROM orders o WHERE o.promo_code_id = $1 AND ",
+    holds_use_sql!("o")
 );
 const USED_SQL: &str = "SELECT EXISTS (SELECT 1 FROM orders WHERE promo_code_id = $1) AS used";
 const LIST_SQL: &str = concat!(
@@ -873,6 +904,16 @@ async fn write(
 pub async fn create(tx: &Transaction<'_>, f: &Fields) -> Result<PromoCode, ApiError> {
     let d = Draft::new().with(f);
     check(tx, &d).await?;
+    if let Some(at) = d.expires_at
+        && db::row_one(tx, PAST_SQL, &[&at])
+            .await?
+            .try_get::<_, bool>("past")?
+    {
+        return Err(ApiError::field(
+            "expires_at",
+            "is already past: a new code must be usable (give a later time, or none)",
+        ));
+    }
     let c = write(tx, INSERT_SQL, None, &d).await?;
     tracing::info!(promo_code_id = c.id, code = %c.code, "promo code created");
     Ok(c)
@@ -902,6 +943,20 @@ pub async fn change(tx: &Transaction<'_>, id: i64, f: &Fields) -> Result<PromoCo
         ));
     }
     check(tx, &after).await?;
+    if let Some(max) = after.max_redemptions
+        && after.max_redemptions != before.max_redemptions
+    {
+        let uses: i64 = db::row_one(tx, USES_SQL, &[&id]).await?.try_get("uses")?;
+        if i64::from(max) < uses {
+            return Err(ApiError::field(
+                "max_redemptions",
+                format!(
+                    "is below the {uses} uses the code has (paid orders and pending orders \
+                     holding a use); at least {uses}, or null (unlimited)"
+                ),
+            ));
+        }
+    }
     let c = write(tx, UPDATE_SQL, Some(id), &after).await?;
     tracing::info!(promo_code_id = id, active = c.active, "promo code changed");
     Ok(c)

@@ -8,6 +8,7 @@ use deadpool_postgres::Pool;
 use crate::{
     auth::{HashPermits, LoginThrottle},
     config::Config,
+    stats::StatsDb,
     sweep::LastSweep,
 };
 
@@ -24,6 +25,8 @@ pub struct AppState {
     pub dummy_hash: DummyHash,
     /// The last sweep this process ran, for the staff overview.
     pub last_sweep: LastSweep,
+    /// The statistics' share of the pool (a cap on the connections they hold at once).
+    pub stats: StatsDb,
 }
 
 impl AppState {
@@ -42,6 +45,7 @@ impl AppState {
             config.login_account_max_failures,
         );
         Ok(AppState {
+            stats: StatsDb::new(db.clone()),
             db,
             config: Arc::new(config),
             login_throttle,

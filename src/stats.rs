@@ -1,7 +1,12 @@
 //! Statistics of the business, computed in SQL: revenue by interval and currency, members by
-//! interval and channel, and a summary of now. Reads only; the indexes that keep these queries
-//! short are in migration 14 (`make bench` measures them on 1M memberships and 5M payments,
-//! docs/benchmarks.md).
+//! interval and channel, and a summary of now. Reads only, besides the daily roll-ups; the
+//! indexes that keep these queries short are in migration 14 (`make bench` measures them on 1M
+//! memberships and 5M payments, docs/benchmarks.md).
+//!
+//! Viewers may ask for any range, as often as they like: a read rolls up only the days it needs
+//! from the first record on ([`roll_up`]), and everything here runs on [`StatsDb`], a quarter of
+//! the pool, so statistics never take the connections the payment doors need. Sums of money are
+//! `numeric` in SQL and `i128` here ([`db::exact_sum`]): no stored amount can make them fail.
 //!
 //! Intervals are UTC calendar days, ISO weeks (from Monday) or months; `from` is rounded down
 //! to the start of its interval and `to` is exclusive, so the first interval is whole and the
@@ -22,8 +27,11 @@
 //!   (expirations over memberships live 30 days ago) and the renewal rate (renewals over
 //!   renewals plus expirations).
 
+use std::sync::Arc;
+
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::Serialize;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_postgres::Row;
 
 use crate::{channels, db, error::ApiError};
@@ -67,9 +75,10 @@ pub struct Revenue {
     /// Where the interval starts (UTC).
     pub start: DateTime<Utc>,
     pub currency: String,
-    pub gross_minor: i64,
-    pub refunded_minor: i64,
-    pub net_minor: i64,
+    /// Sums of minor units are exact integers of any size ([`crate::db::exact_sum`]).
+    pub gross_minor: i128,
+    pub refunded_minor: i128,
+    pub net_minor: i128,
     /// How many payments make up `gross_minor`.
     pub payments: i64,
 }
@@ -97,9 +106,8 @@ const OPEN_FROM: &str = "((statement_timestamp() - interval '1 hour') AT TIME ZO
 fn revenue_days_raw(lo: &str, hi: &str) -> String {
     format!(
         "SELECT (paid_at AT TIME ZONE 'UTC')::date AS day, currency,
-                sum(amount_minor)::bigint AS gross,
-                (coalesce(sum(amount_minor) FILTER (WHERE outcome IN ('refunded', 'disputed')),
-                          0))::bigint
+                sum(amount_minor) AS gross,
+                coalesce(sum(amount_minor) FILTER (WHERE outcome IN ('refunded', 'disputed')), 0)
                     AS refunded,
                 count(*) AS payments
          FROM payments
@@ -148,10 +156,19 @@ fn member_days_raw(lo: &str, hi: &str) -> String {
     )
 }
 
-const MISSING_DAYS_SQL: &str = "SELECT coalesce(array_agg(d::date ORDER BY d), '{}') AS days
-     FROM generate_series($1::date,
-                          ((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date - 1,
-                          interval '1 day') AS d
+/// The ended days of `[$1, $2)` that are not rolled up (or were changed since), from the first
+/// day with a record on: days before any payment, membership event or trial have nothing to
+/// roll, so a range that starts in year 1 costs no more than one that starts with the data.
+const MISSING_DAYS_SQL: &str = "WITH floor AS (
+         SELECT (least((SELECT min(paid_at) FROM payments),
+                       (SELECT min(at) FROM membership_events),
+                       (SELECT min(created_at) FROM trial_uses)) AT TIME ZONE 'UTC')::date AS day
+     )
+     SELECT coalesce(array_agg(d::date ORDER BY d), '{}') AS days
+     FROM floor, generate_series(greatest($1::date, floor.day),
+                                 least(coalesce($2::date, 'infinity'), ((statement_timestamp() - interval '1 hour')
+                                                  AT TIME ZONE 'UTC')::date) - 1,
+                                 interval '1 day') AS d
      WHERE NOT EXISTS (SELECT 1 FROM stats_rolled_days r WHERE r.day = d::date)";
 
 const LOCK_DAYS_SQL: &str =
@@ -172,24 +189,105 @@ const HI: &str = "(((SELECT max(d) FROM unnest($1::date[]) d) + 1)::timestamp AT
 /// and PostgreSQL's lock table is shared and bounded.
 const ROLL_UP_CHUNK: usize = 200;
 
-/// Rolls up every ended day from `from` on that is not rolled up (or was changed since), in
+/// The database as the statistics use it: the pool, a cap on the connections they hold at
+/// once, and one roll-up at a time in this process.
+///
+/// Statistics are read by viewers, whose requests may be many and long (a roll-up of years);
+/// every connection they take is counted against [`StatsDb::limit`] (a quarter of the pool, at
+/// least one), so the rest of the pool always serves the payment doors and the staff writes.
+/// Requests past the cap wait for a connection of the share, not for the pool. Roll-ups run one
+/// at a time: a read waiting behind another's roll-up of the same days then finds them rolled.
+#[derive(Clone)]
+pub struct StatsDb {
+    pool: deadpool_postgres::Pool,
+    connections: Arc<Semaphore>,
+    limit: usize,
+    roll_ups: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// A pooled connection held within the statistics' share ([`StatsDb`]).
+struct StatsConn {
+    client: deadpool_postgres::Object,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl std::ops::Deref for StatsConn {
+    type Target = deadpool_postgres::Object;
+
+    fn deref(&self) -> &Self::Target {
+        &self.client
+    }
+}
+
+impl StatsDb {
+    /// The statistics' share of `pool`: a quarter of its connections, at least one.
+    pub fn new(pool: deadpool_postgres::Pool) -> StatsDb {
+        let limit = (pool.status().max_size / 4).max(1);
+        StatsDb::with_limit(pool, limit)
+    }
+
+    /// A share of `limit` connections (at least one) of `pool`.
+    pub fn with_limit(pool: deadpool_postgres::Pool, limit: usize) -> StatsDb {
+        let limit = limit.max(1);
+        StatsDb {
+            pool,
+            connections: Arc::new(Semaphore::new(limit)),
+            limit,
+            roll_ups: Arc::default(),
+        }
+    }
+
+    /// How many connections the statistics may hold at once.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// A place in the share; taken before the connection, so a request past the cap waits here
+    /// and not in the pool's queue.
+    async fn permit(&self) -> Result<OwnedSemaphorePermit, ApiError> {
+        Arc::clone(&self.connections)
+            .acquire_owned()
+            .await
+            .map_err(ApiError::internal)
+    }
+
+    async fn get(&self) -> Result<StatsConn, ApiError> {
+        let permit = self.permit().await?;
+        Ok(StatsConn {
+            client: self.pool.get().await?,
+            _permit: permit,
+        })
+    }
+}
+
+/// Rolls up every ended day of `[from, to)` (every ended day from `from` on, without `to`) that
+/// is not rolled up (or was changed since), from the first day with a record on, in
 /// transactions of at most [`ROLL_UP_CHUNK`] days; returns how many days it rolled. Reads call
 /// it first for their range; the background loop and the benchmark call it for all history.
-pub async fn roll_up(pool: &deadpool_postgres::Pool, from: NaiveDate) -> Result<usize, ApiError> {
-    let missing: Vec<NaiveDate> = db::row_one(&pool.get().await?, MISSING_DAYS_SQL, &[&from])
+pub async fn roll_up(
+    db: &StatsDb,
+    from: NaiveDate,
+    to: Option<NaiveDate>,
+) -> Result<usize, ApiError> {
+    if to.is_some_and(|to| to <= from) {
+        return Ok(0);
+    }
+    let _one_at_a_time = db.roll_ups.lock().await;
+    let missing: Vec<NaiveDate> = db::row_one(&*db.get().await?, MISSING_DAYS_SQL, &[&from, &to])
         .await?
         .try_get("days")?;
     for chunk in missing.chunks(ROLL_UP_CHUNK) {
-        roll_up_days(pool, chunk).await?;
+        roll_up_days(db, chunk).await?;
     }
     Ok(missing.len())
 }
 
 /// Rolls `days` up in one transaction, after taking each day's lock exclusively (so writes of
 /// those days in flight have committed). Rolling a day twice gives the same rows.
-async fn roll_up_days(pool: &deadpool_postgres::Pool, days: &[NaiveDate]) -> Result<(), ApiError> {
+async fn roll_up_days(db: &StatsDb, days: &[NaiveDate]) -> Result<(), ApiError> {
     let days = days.to_vec();
-    crate::transaction!(pool, |tx| {
+    let _permit = db.permit().await?;
+    crate::transaction!(db.pool, |tx| {
         db::row_one(tx, LOCK_DAYS_SQL, &[&days]).await?;
         db::row_one(tx, FORGET_ROLLED_SQL, &[&days]).await?;
         let revenue = format!(
@@ -221,6 +319,13 @@ fn first_day(from: DateTime<Utc>, interval: Interval) -> NaiveDate {
     }
 }
 
+/// The first day a range ending (exclusively) at `to` does not read: `to`'s day at its
+/// midnight, else the day after.
+fn day_after(to: DateTime<Utc>) -> NaiveDate {
+    let last = (to - chrono::Duration::microseconds(1)).date_naive();
+    last.succ_opt().unwrap_or(NaiveDate::MAX)
+}
+
 fn revenue_sql() -> String {
     let open = format!("({OPEN_FROM}::timestamp AT TIME ZONE 'UTC')");
     format!(
@@ -235,15 +340,15 @@ fn revenue_sql() -> String {
          ),
          agg AS (
              SELECT date_trunc($3, day::timestamp) AT TIME ZONE 'UTC' AS start, currency,
-                    sum(gross)::bigint AS gross, sum(refunded)::bigint AS refunded,
+                    sum(gross) AS gross, sum(refunded) AS refunded,
                     sum(payments)::bigint AS payments
              FROM days WHERE day::timestamp AT TIME ZONE 'UTC' < $2
              GROUP BY 1, 2
          ),
          currencies AS (SELECT DISTINCT currency FROM agg)
-         SELECT s.start, c.currency, coalesce(a.gross, 0) AS gross_minor,
-                coalesce(a.refunded, 0) AS refunded_minor,
-                coalesce(a.gross - a.refunded, 0) AS net_minor,
+         SELECT s.start, c.currency, coalesce(a.gross, 0)::text AS gross_minor,
+                coalesce(a.refunded, 0)::text AS refunded_minor,
+                coalesce(a.gross - a.refunded, 0)::text AS net_minor,
                 coalesce(a.payments, 0) AS payments
          FROM starts s CROSS JOIN currencies c
          LEFT JOIN agg a ON a.start = s.start AND a.currency = c.currency
@@ -258,22 +363,22 @@ fn revenue_sql() -> String {
 /// Revenue per interval and currency over `[from, to)`: every interval of every currency that
 /// had revenue in the range (zeros where it had none).
 pub async fn revenue(
-    pool: &deadpool_postgres::Pool,
+    db: &StatsDb,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
     interval: Interval,
 ) -> Result<Vec<Revenue>, ApiError> {
-    roll_up(pool, first_day(from, interval)).await?;
-    let client = pool.get().await?;
-    let rows = db::rows(&client, &revenue_sql(), &[&from, &to, &interval.as_str()]).await?;
+    roll_up(db, first_day(from, interval), Some(day_after(to))).await?;
+    let client = db.get().await?;
+    let rows = db::rows(&*client, &revenue_sql(), &[&from, &to, &interval.as_str()]).await?;
     rows.iter()
         .map(|r| {
             Ok(Revenue {
                 start: r.try_get("start")?,
                 currency: r.try_get("currency")?,
-                gross_minor: r.try_get("gross_minor")?,
-                refunded_minor: r.try_get("refunded_minor")?,
-                net_minor: r.try_get("net_minor")?,
+                gross_minor: db::exact_sum(r, "gross_minor")?,
+                refunded_minor: db::exact_sum(r, "refunded_minor")?,
+                net_minor: db::exact_sum(r, "net_minor")?,
                 payments: r.try_get("payments")?,
             })
         })
@@ -366,14 +471,17 @@ fn members_sql() -> String {
 
 /// Members per interval and channel over `[from, to)`, every channel (or only `channel_id`).
 pub async fn members(
-    pool: &deadpool_postgres::Pool,
+    db: &StatsDb,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
     interval: Interval,
     channel_id: Option<i32>,
 ) -> Result<Vec<Members>, ApiError> {
-    roll_up(pool, first_day(from, interval)).await?;
-    let client = &pool.get().await?;
+    // Live members at the end of an interval are counted back from now, through every day
+    // after it: those days are rolled up too (the hourly loop has usually done so).
+    roll_up(db, first_day(from, interval), None).await?;
+    let conn = db.get().await?;
+    let client = &*conn;
     let channels: Vec<i32> = match channel_id {
         Some(id) => channels::ids(client)
             .await?
@@ -408,7 +516,8 @@ fn members_row(r: &Row) -> Result<Members, ApiError> {
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Mrr {
     pub currency: String,
-    pub amount_minor: i64,
+    /// An exact integer of any size ([`crate::db::exact_sum`]).
+    pub amount_minor: i128,
 }
 
 /// The business now.
@@ -457,7 +566,7 @@ const MRR_SQL: &str = "WITH live AS (
      )
      SELECT c.currency,
             round(sum((l.n - coalesce(t.n, 0))::numeric * c.price_minor * 30
-                      / c.billing_period_days))::bigint AS amount_minor
+                      / c.billing_period_days))::text AS amount_minor
      FROM live l JOIN channels c ON c.id = l.channel_id
      LEFT JOIN on_trial t ON t.channel_id = l.channel_id
      GROUP BY c.currency ORDER BY c.currency";
@@ -485,23 +594,23 @@ fn last_30_days_sql() -> String {
 }
 
 /// The summary of now. Its three parts run at once, on three connections.
-pub async fn summary(pool: &deadpool_postgres::Pool) -> Result<Summary, ApiError> {
+pub async fn summary(db: &StatsDb) -> Result<Summary, ApiError> {
     let since = (Utc::now() - chrono::Duration::days(31)).date_naive();
-    roll_up(pool, since).await?;
+    roll_up(db, since, None).await?;
     let mrr = async {
-        db::rows(&pool.get().await?, MRR_SQL, &[])
+        db::rows(&*db.get().await?, MRR_SQL, &[])
             .await?
             .iter()
             .map(|r| {
                 Ok(Mrr {
                     currency: r.try_get("currency")?,
-                    amount_minor: r.try_get("amount_minor")?,
+                    amount_minor: db::exact_sum(r, "amount_minor")?,
                 })
             })
             .collect::<Result<Vec<_>, ApiError>>()
     };
-    let now = async { db::row_one(&pool.get().await?, MEMBERS_NOW_SQL, &[]).await };
-    let month = async { db::row_one(&pool.get().await?, &last_30_days_sql(), &[]).await };
+    let now = async { db::row_one(&*db.get().await?, MEMBERS_NOW_SQL, &[]).await };
+    let month = async { db::row_one(&*db.get().await?, &last_30_days_sql(), &[]).await };
     let (mrr, now, month) = tokio::try_join!(mrr, now, month)?;
     let live: i64 = now.try_get("live_memberships")?;
     let delta: i64 = month.try_get("delta")?;

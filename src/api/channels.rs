@@ -184,8 +184,8 @@ fn validate(b: &ChannelInput, create: bool, mut e: Errors) -> Result<(), ApiErro
         e.required("currency", b.currency.as_ref());
         e.required("billing_period_days", b.billing_period_days);
     }
-    if b.telegram_chat_id == Some(0) {
-        e.add("telegram_chat_id", "must not be 0");
+    if let Some(why) = b.telegram_chat_id.and_then(channels::chat_id_error) {
+        e.add("telegram_chat_id", why);
     }
     super::check_translations(&mut e, b.translations.as_ref());
     if let Some(t) = &b.title {
@@ -199,6 +199,11 @@ fn validate(b: &ChannelInput, create: bool, mut e: Errors) -> Result<(), ApiErro
         && p <= 0
     {
         e.add("price_minor", "must be a positive integer of minor units");
+    }
+    if let (Some(p), Some(c)) = (b.price_minor, b.currency.as_deref())
+        && let Some(why) = channels::price_error(p, c)
+    {
+        e.add("price_minor", why);
     }
     if let Some(c) = &b.currency
         && !(currency::is_valid_code(c) && currency::minor_unit_exponent(c).is_some())

@@ -14,7 +14,9 @@ use serde::{Deserialize, Serialize};
 use tokio_postgres::IsolationLevel;
 
 use super::{ApiQuery, auth::Staff};
-use crate::{channels, effects, error::ApiError, orders::seats, state::AppState, sweep::SweepRun};
+use crate::{
+    channels, db, effects, error::ApiError, orders::seats, state::AppState, sweep::SweepRun,
+};
 
 /// The body of `GET /api/overview`.
 #[derive(Serialize, utoipa::ToSchema)]
@@ -64,7 +66,8 @@ pub struct MemberCounts {
 #[schema(as = OverviewRevenue)]
 pub struct Revenue {
     pub currency: String,
-    pub amount_minor: i64,
+    /// An exact integer of any size ([`crate::db::exact_sum`]).
+    pub amount_minor: i128,
     pub payments: i64,
 }
 
@@ -135,7 +138,7 @@ pub async fn get(
     let paused_no_rights = effects::paused_by_rights(&tx).await?;
     let revenue_30d = tx
         .query(
-            "SELECT currency, sum(amount_minor)::bigint AS amount_minor, count(*) AS payments
+            "SELECT currency, sum(amount_minor)::text AS amount_minor, count(*) AS payments
              FROM payments
              WHERE outcome = 'applied' AND paid_at > statement_timestamp() - interval '30 days'
              GROUP BY currency ORDER BY currency",
@@ -146,11 +149,11 @@ pub async fn get(
         .map(|r| {
             Ok(Revenue {
                 currency: r.try_get("currency")?,
-                amount_minor: r.try_get("amount_minor")?,
+                amount_minor: db::exact_sum(r, "amount_minor")?,
                 payments: r.try_get("payments")?,
             })
         })
-        .collect::<Result<_, tokio_postgres::Error>>()?;
+        .collect::<Result<_, ApiError>>()?;
     let r = tx
         .query_one(
             "SELECT count(*) FILTER (WHERE outcome = 'needs_review') AS needs_review,

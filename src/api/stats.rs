@@ -16,12 +16,13 @@ use crate::{
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct SeriesQuery {
-    /// The first instant (RFC 3339), rounded down to the start of its interval (UTC).
-    #[param(required = true)]
-    from: Option<DateTime<Utc>>,
-    /// The end (RFC 3339, exclusive).
-    #[param(required = true)]
-    to: Option<DateTime<Utc>>,
+    /// The first instant, rounded down to the start of its interval (UTC): a date
+    /// (`2026-12-01`, its midnight UTC) or an RFC 3339 time.
+    #[param(required = true, value_type = String, example = "2026-12-01")]
+    from: Option<String>,
+    /// The end (exclusive): a date (its midnight UTC) or an RFC 3339 time.
+    #[param(required = true, value_type = String, example = "2027-01-01")]
+    to: Option<String>,
     /// `day` (default), `week` (ISO, from Monday) or `month`.
     #[param(value_type = Option<String>, pattern = "^(day|week|month)$")]
     interval: Option<String>,
@@ -35,12 +36,32 @@ pub struct Series<T: Serialize> {
     pub items: Vec<T>,
 }
 
-/// The checked range: 422 when `from` or `to` is missing, `to` is not after `from`, the
-/// interval is unknown, or the range spans more than [`MAX_INTERVALS`] intervals.
+/// An instant of a query string: a date (`2026-12-01`, its midnight UTC) or an RFC 3339 time;
+/// anything else is recorded against `field`.
+fn instant(e: &mut Errors, field: &str, value: Option<&str>) -> Option<DateTime<Utc>> {
+    let v = e.required(field, value)?;
+    let parsed = match chrono::NaiveDate::parse_from_str(v, "%Y-%m-%d") {
+        Ok(day) => Some(day.and_time(chrono::NaiveTime::MIN).and_utc()),
+        Err(_) => DateTime::parse_from_rfc3339(v)
+            .ok()
+            .map(|t| t.with_timezone(&Utc)),
+    };
+    if parsed.is_none() {
+        e.add(
+            field,
+            "must be a date (2026-12-01) or an RFC 3339 time (2026-12-01T00:00:00Z)",
+        );
+    }
+    parsed
+}
+
+/// The checked range: 422 naming the field when `from` or `to` is missing or not a date or
+/// time, `to` is not after `from`, the interval is unknown, or the range spans more than
+/// [`MAX_INTERVALS`] intervals.
 fn range(q: &SeriesQuery) -> Result<(DateTime<Utc>, DateTime<Utc>, Interval), ApiError> {
     let mut e = Errors::default();
-    let from = e.required("from", q.from);
-    let to = e.required("to", q.to);
+    let from = instant(&mut e, "from", q.from.as_deref());
+    let to = instant(&mut e, "to", q.to.as_deref());
     let interval = match q.interval.as_deref() {
         None => Some(Interval::Day),
         Some(i) => e.state::<Interval>("interval", Some(i)),
@@ -67,8 +88,8 @@ fn range(q: &SeriesQuery) -> Result<(DateTime<Utc>, DateTime<Utc>, Interval), Ap
     responses(
         (status = 200, description = "Every interval of every currency with revenue in the \
             range, by start then currency.", body = Series<Revenue>),
-        (status = 422, description = "`from`/`to` missing or reversed, an unknown interval, or \
-            more than 400 intervals.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`from`/`to` missing, not a date or time, or reversed, an \
+            unknown interval, or more than 400 intervals.", body = Problem, content_type = "application/problem+json"),
     ),
 )]
 pub async fn revenue(
@@ -83,7 +104,7 @@ pub async fn revenue(
         ));
     }
     let (from, to, interval) = range(&q)?;
-    let items = stats::revenue(&state.db, from, to, interval).await?;
+    let items = stats::revenue(&state.stats, from, to, interval).await?;
     Ok(Json(Series { items }))
 }
 
@@ -95,8 +116,8 @@ pub async fn revenue(
     responses(
         (status = 200, description = "Every interval of every channel (or of `channel_id`), \
             by start then channel.", body = Series<Members>),
-        (status = 422, description = "`from`/`to` missing or reversed, an unknown interval, or \
-            more than 400 intervals.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`from`/`to` missing, not a date or time, or reversed, an \
+            unknown interval, or more than 400 intervals.", body = Problem, content_type = "application/problem+json"),
     ),
 )]
 pub async fn members(
@@ -105,7 +126,7 @@ pub async fn members(
     ApiQuery(q): ApiQuery<SeriesQuery>,
 ) -> Result<Json<Series<Members>>, ApiError> {
     let (from, to, interval) = range(&q)?;
-    let items = stats::members(&state.db, from, to, interval, q.channel_id).await?;
+    let items = stats::members(&state.stats, from, to, interval, q.channel_id).await?;
     Ok(Json(Series { items }))
 }
 
@@ -115,5 +136,5 @@ pub async fn members(
     responses((status = 200, description = "The business now.", body = Summary)),
 )]
 pub async fn summary(State(state): State<AppState>, _: Staff) -> Result<Json<Summary>, ApiError> {
-    Ok(Json(stats::summary(&state.db).await?))
+    Ok(Json(stats::summary(&state.stats).await?))
 }

@@ -482,7 +482,7 @@ async fn channel_lifecycle() {
         .post(
             "/api/channels",
             json!({
-                "telegram_chat_id": 55,
+                "telegram_chat_id": -55,
                 "title": "T".repeat(255),
                 "price_minor": 250,
                 "currency": "XTR",
@@ -501,7 +501,7 @@ async fn channel_lifecycle() {
     app.post(
         "/api/channels",
         with(
-            channel_body(56),
+            channel_body(-56),
             json!({"billing_period_days": 1, "grace_period_days": 0, "seat_limit": null}),
         ),
     )
@@ -572,17 +572,17 @@ async fn channel_400s_and_404s() {
     let path = format!("/api/channels/{}", id(&c));
     for body in [
         "{".to_string(),
-        with(channel_body(1), json!({"price_minor": "19900"})).to_string(),
-        with(channel_body(1), json!({"price_minor": 199.5})).to_string(),
-        with(channel_body(1), json!({"telegram_chat_id": "-100"})).to_string(),
+        with(channel_body(-1), json!({"price_minor": "19900"})).to_string(),
+        with(channel_body(-1), json!({"price_minor": 199.5})).to_string(),
+        with(channel_body(-1), json!({"telegram_chat_id": "-100"})).to_string(),
         with(
-            channel_body(1),
+            channel_body(-1),
             json!({"billing_period_days": 99999999999i64}),
         )
         .to_string(),
-        with(channel_body(1), json!({"active": "yes"})).to_string(),
-        with(channel_body(1), json!({"seat_limit": "5"})).to_string(),
-        with(channel_body(1), json!({"colour": "blue"})).to_string(),
+        with(channel_body(-1), json!({"active": "yes"})).to_string(),
+        with(channel_body(-1), json!({"seat_limit": "5"})).to_string(),
+        with(channel_body(-1), json!({"colour": "blue"})).to_string(),
     ] {
         assert_problem(&raw(&app, Method::POST, "/api/channels", &body).await, 400);
     }
@@ -620,6 +620,8 @@ async fn channel_422s() {
     );
     let cases: Vec<(Value, &str)> = vec![
         (json!({"telegram_chat_id": 0}), "telegram_chat_id"),
+        (json!({"telegram_chat_id": 7}), "telegram_chat_id"),
+        (json!({"price_minor": i64::MAX}), "price_minor"),
         (json!({"title": ""}), "title"),
         (json!({"title": "t".repeat(256)}), "title"),
         (json!({"title": "a\u{0}b"}), "title"),
@@ -640,7 +642,7 @@ async fn channel_422s() {
     ];
     for (extra, field) in &cases {
         assert_invalid(
-            &app.post("/api/channels", with(channel_body(1), extra.clone()))
+            &app.post("/api/channels", with(channel_body(-1), extra.clone()))
                 .await,
             &[field],
         );
@@ -652,13 +654,13 @@ async fn channel_422s() {
         "currency",
         "billing_period_days",
     ] {
-        let mut body = channel_body(1);
+        let mut body = channel_body(-1);
         body.as_object_mut().unwrap().remove(field);
         assert_invalid(&app.post("/api/channels", body).await, &[field]);
     }
     assert_eq!(count(&app, "SELECT count(*) FROM channels").await, 0);
 
-    let c = app.create_channel(1, json!({})).await;
+    let c = app.create_channel(-1, json!({})).await;
     let path = format!("/api/channels/{}", id(&c));
     for (extra, field) in &cases {
         assert_invalid(&app.patch(&path, extra.clone()).await, &[field]);

@@ -72,4 +72,5 @@ mod telegram;
 mod tls;
 mod trials;
 mod user_id_change;
+mod values;
 mod wayforpay;

@@ -482,6 +482,102 @@ async fn a_used_codes_text_and_discount_are_fixed_but_its_limits_and_plans_may_c
     assert_eq!(o["promo_code"], "USED");
 }
 
+/// Values nobody meant are refused with a 422 naming the field: an amount off that leaves a
+/// plan of the code below the currency's smallest charge (one minor unit), a code already
+/// expired when created, and a `max_redemptions` below the uses the code has.
+#[tokio::test]
+async fn a_code_that_could_never_work_as_meant_is_a_422_naming_the_field() {
+    let app = TestApp::spawn().await;
+    let chan = id(&app
+        .create_channel(-1001, json!({"price_minor": 1000}))
+        .await);
+    let plan = default_plan(&app, chan).await;
+    let stars = id(&app
+        .create_channel(-1002, json!({"currency": "XTR", "price_minor": 50}))
+        .await);
+    let star_plan = default_plan(&app, stars).await;
+    for (body, field) in [
+        (
+            json!({"code": "ALL", "amount_off_minor": 1000, "currency": "UAH", "plan_ids": [plan]}),
+            "amount_off_minor",
+        ),
+        (
+            json!({"code": "ALLXTR", "amount_off_minor": 50, "currency": "XTR",
+                   "plan_ids": [star_plan]}),
+            "amount_off_minor",
+        ),
+        (
+            json!({"code": "GONE", "percent_off": 10, "expires_at": "2020-01-01T00:00:00Z"}),
+            "expires_at",
+        ),
+    ] {
+        let r = app.post("/api/promo-codes", body.clone()).await;
+        let problem = r.expect(422);
+        assert!(problem["errors"][field].is_string(), "{body}: {problem}");
+    }
+    assert_eq!(app.count("promo_codes").await, 0);
+    // One minor unit left is a charge.
+    new_code(
+        &app,
+        json!({"code": "ALMOST", "amount_off_minor": 999, "currency": "UAH", "plan_ids": [plan]}),
+    )
+    .await;
+    new_code(
+        &app,
+        json!({"code": "STAR49", "amount_off_minor": 49, "currency": "XTR",
+               "plan_ids": [star_plan]}),
+    )
+    .await;
+    // A change that would leave less is refused too.
+    let almost = app.get("/api/promo-codes?code=ALMOST").await.expect(200)["items"][0].clone();
+    let cheap = paid_plan(&app, chan, 500, "UAH").await;
+    let r = app
+        .patch(
+            &format!("/api/promo-codes/{}", id(&almost)),
+            json!({"plan_ids": [plan, cheap]}),
+        )
+        .await;
+    assert!(r.expect(422)["errors"]["amount_off_minor"].is_string());
+
+    // Three uses: two paid orders and a pending one holding its use.
+    let code = id(&new_code(
+        &app,
+        json!({"code": "LIMITED", "percent_off": 10, "per_buyer_limit": 1}),
+    )
+    .await);
+    let subs = subscribers(&app, 500, 3).await;
+    for (i, sub) in subs.iter().enumerate() {
+        let o = order(&app, *sub, plan, Some("LIMITED")).await.expect(201);
+        if i < 2 {
+            app.pay_order(&o, &format!("limited-{i}")).await.expect(200);
+        }
+    }
+    assert_eq!(paid_with(&app, code).await, 2);
+    let path = format!("/api/promo-codes/{code}");
+    for max in [1, 2] {
+        let r = app.patch(&path, json!({"max_redemptions": max})).await;
+        let problem = r.expect(422);
+        assert!(
+            problem["errors"]["max_redemptions"]
+                .as_str()
+                .is_some_and(|m| m.contains('3')),
+            "{max}: {problem}"
+        );
+    }
+    let stored = app.get(&path).await.expect(200);
+    assert_eq!(stored["max_redemptions"], Value::Null);
+    assert_eq!(
+        app.patch(&path, json!({"max_redemptions": 3}))
+            .await
+            .expect(200)["max_redemptions"],
+        3
+    );
+    // Raising it, or lifting it, stays possible.
+    app.patch(&path, json!({"max_redemptions": null}))
+        .await
+        .expect(200);
+}
+
 // ---- discounts ----
 
 #[tokio::test]
@@ -595,11 +691,14 @@ async fn each_code_that_cannot_be_used_is_a_422_on_promo_code_with_its_reason() 
         json!({"code": "OFF", "percent_off": 10, "active": false}),
     )
     .await;
-    new_code(
-        &app,
-        json!({"code": "OLD", "percent_off": 10, "expires_at": "2020-01-01T00:00:00Z"}),
+    // A new code cannot be expired already; a change may end one.
+    let old = new_code(&app, json!({"code": "OLD", "percent_off": 10})).await;
+    app.patch(
+        &format!("/api/promo-codes/{}", id(&old)),
+        json!({"expires_at": "2020-01-01T00:00:00Z"}),
     )
-    .await;
+    .await
+    .expect(200);
     new_code(
         &app,
         json!({"code": "ONLYOTHER", "percent_off": 10, "plan_ids": [other]}),
