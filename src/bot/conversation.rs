@@ -297,10 +297,12 @@ async fn apply_code(
     let Some(code) = codes::by_text(tx, text, Some(buyer)).await? else {
         return Ok(texts::code_refused(l, &shown, texts::CodeRefusal::Unknown));
     };
-    if let Some(applied) = code.already_applied(tx, buyer, l).await? {
-        return Ok(applied);
-    }
     if let Some(why) = code.refusal() {
+        // The buyer's own pending order may be what holds the use that the refusal counts:
+        // the code is applied there, not used up.
+        if let Some(applied) = code.already_applied(tx, buyer, l).await? {
+            return Ok(applied);
+        }
         return Ok(texts::code_refused(l, code.text(), why));
     }
     let gives = match code.gives(tx, l).await? {
