@@ -523,3 +523,48 @@ async fn start_up_warns_when_card_pages_could_not_stay_open_a_minute() {
     assert!(log.contains("listening"), "{log}");
     assert!(!log.contains("HOLD_SECS"), "{log}");
 }
+
+#[tokio::test]
+async fn a_refund_at_the_gateway_ends_access_and_says_why() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let chat = -100_713_071;
+    let c = channel(&app, chat, json!({"title": "Refunded"})).await;
+    let user = 7_130_071;
+    let s = id(&app.create_subscriber(user).await);
+    app.db()
+        .await
+        .execute(
+            "UPDATE subscribers SET language = 'ru' WHERE id = $1",
+            &[&(s as i32)],
+        )
+        .await
+        .unwrap();
+    let order = app.create_order(s, c).await;
+    let r = crate::helpers::reference(&order);
+    let paid = crate::helpers::wayforpay_callback(&r, "199", "UAH", "Approved");
+    app.post_wayforpay(&paid).await.expect(200);
+    run_until_done(&app).await;
+    fake.add_member(chat, user);
+    let refunded = crate::helpers::wayforpay_callback(&r, "199", "UAH", "Refunded");
+    app.post_wayforpay(&refunded).await.expect(200);
+    run_until_done(&app).await;
+    assert!(!fake.is_member(chat, user), "removed");
+    let sent = sent_to(&fake, user);
+    assert!(
+        sent[0].0.starts_with("Оплата получена, спасибо!"),
+        "{sent:?}"
+    );
+    let ended: Vec<_> = sent
+        .iter()
+        .filter(|(t, _)| t.contains("закончился"))
+        .collect();
+    assert_eq!(
+        ended,
+        [&(
+            "Ваш доступ к «Refunded» закончился: оплата за него возвращена.".to_string(),
+            vec![("Продлить: Refunded".to_string(), format!("b:{c}"))]
+        )],
+        "{sent:?}"
+    );
+}
