@@ -162,6 +162,9 @@ pub async fn bootstrap_admin(state: &AppState) -> Result<(), error::ApiError> {
 /// served under `MAX_CONNECTIONS`, `HEADER_READ_TIMEOUT_SECS` and `IDLE_TIMEOUT_SECS`
 /// ([`server`]).
 pub async fn serve(state: AppState) -> std::io::Result<()> {
+    if let Some(warning) = bot::card_page_warning(&state.config) {
+        tracing::warn!("{warning}");
+    }
     let addr = state.config.bind_addr;
     let listener = TcpListener::bind(addr).await?;
     tracing::info!(%addr, "listening");

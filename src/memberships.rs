@@ -634,6 +634,25 @@ pub async fn effect_view_in_chat(
     db::opt(client, VIEW_IN_CHAT_SQL, &[&chat_id, &user_id]).await
 }
 
+const EVENT_CAUSE_SQL: &str =
+    "SELECT cause FROM membership_events WHERE id = $1 AND membership_id = $2";
+
+/// Who made change `event_id` of membership `membership_id` (what an effect keyed on that event
+/// tells the buyer about, `crate::effects::transition_event`); `None` when there is no such
+/// event of that membership.
+pub async fn event_cause(
+    client: &impl GenericClient,
+    membership_id: i64,
+    event_id: i64,
+) -> Result<Option<EventCause>, ApiError> {
+    Ok(
+        match db::row_opt(client, EVENT_CAUSE_SQL, &[&event_id, &membership_id]).await? {
+            Some(r) => Some(r.try_get("cause")?),
+            None => None,
+        },
+    )
+}
+
 // ---- writes ----
 
 /// SQL: the common table expressions of [`EXTEND_SQL`] (`sub`, `b`, `m`, `ev`, `fx`, without the

@@ -93,7 +93,7 @@ hold-limited-daily = You have held a seat on «{ $title }» several times today 
 cannot-be-paid = Sorry, «{ $title }» cannot be paid for right now. Please try again later.
 already-lifetime = You already have lifetime access to «{ $title }». There is nothing more to buy.
 trial-used = You already had a trial or a membership of «{ $title }»: the free trial is for new members only.
-free-access-granted = Done! Your free access to «{ $title }» has started. Your join link is on its way.
+free-access-granted = Done! Your free access to { $channels } has started. Your join link is on its way.
 code-refused-at-order = Your code { $code } cannot be used for this order ({ $why }). Press the button again to buy at the full price of { $listPrice }.
 already-subscribed = You are subscribed to «{ $title }»; it renews automatically on { $renewsAt }.
 renewal-cancelled = Renewal cancelled. Your access stays until it expires.
@@ -187,3 +187,43 @@ code-too-many =
 subscription-renewal-failed-until = Telegram could not charge the renewal of your subscription to «{ $title }». Your access stays until { $until }. To keep it, top up your Telegram Stars and renew the subscription in Telegram (Settings → My Stars), or buy again here: /subscriptions
 subscription-renewal-failed = Telegram could not charge the renewal of your subscription to «{ $title }». To keep your access, top up your Telegram Stars and renew the subscription in Telegram (Settings → My Stars), or buy again here: /subscriptions
 reminder-renews = Your subscription to «{ $title }» renews automatically on { $renewsAt }. Keep enough Telegram Stars for it. To stop it: /subscriptions
+
+## What was given without a payment, the end of access, codes already applied, card pages
+
+# A grant nobody paid for: a trial, a free order (a 100 % code), staff.
+grant-trial =
+    Your free trial of «{ $title }» has started: your access lasts until { $until }.
+
+    Join here: { $link }
+    Tap the link and send a join request: it is approved automatically for members.
+grant-free =
+    Your free access to «{ $title }» is active until { $until }.
+
+    Join here: { $link }
+    Tap the link and send a join request: it is approved automatically for members.
+grant-free-for-life =
+    Your free access to «{ $title }» is yours for life: it never expires.
+
+    Join here: { $link }
+    Tap the link and send a join request: it is approved automatically for members.
+grant-staff =
+    You have been given access to «{ $title }» until { $until }.
+
+    Join here: { $link }
+    Tap the link and send a join request: it is approved automatically for members.
+grant-staff-for-life =
+    You have been given lifetime access to «{ $title }»: it never expires.
+
+    Join here: { $link }
+    Tap the link and send a join request: it is approved automatically for members.
+# A member's term made longer without a payment (staff, a free order).
+access-extended = Your access to «{ $title }» has been extended until { $until }.
+access-extended-for-life = Your access to «{ $title }» is now yours for life: it never expires.
+# Access ended (with a renew button): its term ran out; its payment was refunded; staff ended it.
+access-ended = Your access to «{ $title }» has ended. Renew it to come back.
+access-ended-refunded = Your access to «{ $title }» has ended: the payment for it was refunded.
+access-ended-revoked = Your access to «{ $title }» has been ended.
+# /code for a code the buyer's pending order already uses.
+code-already-applied = Code { $code } is already applied to your order of «{ $title }»: { $price } instead of { $listPrice }. Its invoice is in the chat above.
+# A card press when no card page could stay open long enough (HOLD_SECS under a minute).
+card-unavailable = Sorry, card payment for «{ $title }» is not available right now. Please try again later.

@@ -156,6 +156,11 @@ pub(super) async fn buy(
         render::title(l, plan.title_in(l), first.id)
     };
     let first_name = render::title(l, first.title_in(l), first.id);
+    // A free grant's confirmation names what it gives access to: the channels, not the plan.
+    let channel_names: Vec<String> = offers
+        .iter()
+        .map(|o| render::title(l, o.title_in(l), o.id))
+        .collect();
     let trial = plan.kind == plans::Kind::Trial;
     let gateway = gateway(config, &plan.currency);
     if !trial && gateway.is_none() {
@@ -188,7 +193,7 @@ pub(super) async fn buy(
             l,
             buyer,
             &plan,
-            (&name, &first_name),
+            (&name, &first_name, &channel_names),
             None,
             config.hold_secs,
         )
@@ -208,9 +213,13 @@ pub(super) async fn buy(
     // The buyer's promo code, when it is meant for this plan (a code meant for other plans is
     // kept for them). One meant for it that cannot be used now is explained and forgotten, and
     // no order is made: the next press buys at the list price the buyer is then told.
+    let mut free_with_code = false;
     let code = match stored_code {
         Some(code) if code.covers(&plan) => match code.price_for(tx, Some(buyer), &plan).await? {
-            Ok(_) => Some(code),
+            Ok(price) => {
+                free_with_code = price <= 0;
+                Some(code)
+            }
             Err(why) => {
                 codes::forget(tx, buyer).await?;
                 return Ok(alert(texts::code_refused_at_order(
@@ -224,12 +233,31 @@ pub(super) async fn buy(
         _ => None,
     };
 
+    // A card order is paid on a page the worker sends only while it can be open a minute
+    // ([`super::MIN_CARD_PAGE_SECS`]): when `HOLD_SECS` is shorter, no page would follow, so the
+    // press says card payment is not available instead of promising one. A free order needs none.
+    if gateway == Gateway::Card && !free_with_code && !super::card_page_opens(config.hold_secs) {
+        tracing::warn!(
+            subscriber_id,
+            plan_id = plan.id,
+            hold_secs = config.hold_secs,
+            "bot card order refused: HOLD_SECS is too short for a card page"
+        );
+        return Ok(alert(texts::card_unavailable(l, &name)));
+    }
+
     let open_secs = super::open_secs(gateway, config.hold_secs);
     let code_id = code.as_ref().map(codes::Code::id);
     // Without a pending order of the plan (a new buyer's first press) there is nothing to
     // reuse or retire.
+    // A card order is reused only while its page can still be open a minute, as a new order's
+    // would be: an older one is retired and a new page sent.
+    let reuse_secs = match gateway {
+        Gateway::Card => open_secs - super::MIN_CARD_PAGE_SECS,
+        Gateway::Stars => open_secs,
+    };
     let reusable = if pending {
-        reusable_order(tx, subscriber_id, &plan, open_secs, code_id).await?
+        reusable_order(tx, subscriber_id, &plan, reuse_secs, code_id).await?
     } else {
         None
     };
@@ -272,7 +300,7 @@ pub(super) async fn buy(
             l,
             buyer,
             &plan,
-            (&name, &first_name),
+            (&name, &first_name, &channel_names),
             discount,
             config.hold_secs,
         )
@@ -357,14 +385,14 @@ pub(super) async fn buy(
 
 /// A free order — a trial's, or one a 100 % code made free — is not invoiced: it is made and
 /// claimed at once ([`trials::claim`], which grants through the locked path and sends the join
-/// link as any grant does). A refused claim leaves no order. `names`: the plan's, and its
-/// first channel's (what a refusal names).
+/// link as any grant does). A refused claim leaves no order. `names`: the plan's, its first
+/// channel's (what a refusal names), and every channel's (what the confirmation names).
 async fn free(
     tx: &Transaction<'_>,
     l: Language,
     buyer: SubscriberId,
     plan: &Plan,
-    (name, channel): (&str, &str),
+    (name, channel, channels): (&str, &str, &[String]),
     discount: Option<crate::promo_codes::Discount>,
     hold_secs: i64,
 ) -> Result<Answer, ApiError> {
@@ -384,7 +412,7 @@ async fn free(
                 granted = memberships.len(),
                 "bot free order granted"
             );
-            Ok(note(texts::free_access_granted(l, name)))
+            Ok(note(texts::free_access_granted(l, channels)))
         }
         Err(refusal) => {
             tracing::info!(

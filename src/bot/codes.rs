@@ -56,6 +56,18 @@ const PLAN_NAMES_SQL: &str = "SELECT p.id, coalesce(c.title, p.title) AS name,
        AND ($1::bigint[] IS NULL OR p.id = ANY($1))
        AND ($2::text IS NULL OR p.currency = $2)
      ORDER BY p.price_minor, p.position, p.id LIMIT 4";
+/// The buyer's (`$1`) newest order that uses code `$2` now: pending, not superseded (the buy
+/// button still reuses it) and holding the code's use; with its plan's name as the catalogue
+/// shows it (a default plan is its channel).
+const APPLIED_SQL: &str = "SELECT o.amount_minor, o.list_price_minor, o.currency, o.channel_id,
+            coalesce(c.title, p.title) AS name,
+            coalesce(c.translations, p.translations) AS translations
+     FROM orders o
+     JOIN plans p ON p.id = o.plan_id
+     LEFT JOIN channels c ON c.id = p.default_of
+     WHERE o.subscriber_id = $1 AND o.promo_code_id = $2 AND o.status = 'pending'
+       AND o.superseded_at IS NULL AND o.promo_held_until > statement_timestamp()
+     ORDER BY o.id DESC LIMIT 1";
 
 /// The code with this text (any case), as buyer `buyer` may use it.
 pub async fn by_text(
@@ -130,6 +142,31 @@ impl Code {
     /// Its text (upper case).
     pub fn text(&self) -> &str {
         &self.0.code
+    }
+
+    /// What `/code` says when `buyer`'s pending order already uses this code (it holds the
+    /// code's use, which is what would otherwise read as "used already"): applied, at the
+    /// order's price. `None` when no such order exists.
+    pub async fn already_applied(
+        &self,
+        client: &impl GenericClient,
+        buyer: SubscriberId,
+        l: Language,
+    ) -> Result<Option<String>, ApiError> {
+        let Some(r) = db::row_opt(client, APPLIED_SQL, &[&buyer, &self.id()]).await? else {
+            return Ok(None);
+        };
+        let currency: String = r.try_get("currency")?;
+        let name: String = r.try_get("name")?;
+        let translations: Translations = r.try_get("translations")?;
+        let title = render::title(l, translations.title(l, &name), r.try_get("channel_id")?);
+        Ok(Some(texts::code_already_applied(
+            l,
+            self.text(),
+            &title,
+            &render::price(l, &Money::new(r.try_get("amount_minor")?, &currency)),
+            &render::price(l, &Money::new(r.try_get("list_price_minor")?, &currency)),
+        )))
     }
 
     /// Why the code cannot be used at all now (for any plan), as buyers read it.

@@ -312,6 +312,11 @@ async fn apply_code(
         return Ok(texts::code_refused(l, &shown, texts::CodeRefusal::Unknown));
     };
     if let Some(why) = code.refusal() {
+        // The buyer's own pending order may be what holds the use that the refusal counts:
+        // the code is applied there, not used up.
+        if let Some(applied) = code.already_applied(tx, buyer, l).await? {
+            return Ok(applied);
+        }
         crate::metrics::bot_code_guess("refused");
         return Ok(texts::code_refused(l, code.text(), why));
     }
@@ -597,6 +602,33 @@ async fn plan_offer(
 /// Memberships listed at most (the renderer sums up the rest it cannot fit).
 const SUBSCRIPTIONS_MAX: i64 = 100;
 
+/// The buyer's (Telegram user `$1`) memberships for `/subscriptions`, at most `$2`: each with its
+/// channel, its newest applied Stars subscription, and the plan a renew button buys.
+const SUBSCRIPTIONS_SQL: &str = concat!(
+    "SELECT m.channel_id, c.title, c.translations, m.status,
+            m.expires_at,
+            c.active, c.currency,
+            lp.last_plan_id, lp.last_plan_renews,
+            ss.id AS subscription_id, ss.status AS subscription_status,
+            ss.expires_at AS subscription_expires_at,
+            ss.expires_at > statement_timestamp() AS subscription_ahead
+     FROM memberships m
+     JOIN subscribers s ON s.id = m.subscriber_id
+     JOIN channels c ON c.id = m.channel_id
+     LEFT JOIN LATERAL (
+         SELECT x.id, x.status, x.expires_at FROM star_subscriptions x
+         WHERE x.subscriber_id = m.subscriber_id AND x.channel_id = m.channel_id
+           AND x.applied
+         ORDER BY x.id DESC LIMIT 1
+     ) ss ON true
+     ",
+    super::last_paid_plan_sql!("m"),
+    "
+     WHERE s.telegram_user_id = $1
+     ORDER BY m.status = 'expired', m.expires_at DESC, m.id
+     LIMIT $2"
+);
+
 /// `/subscriptions`: a renew button buys again the plan the buyer last paid for the channel (a
 /// paid plan with a period, still active), else the channel's default plan; a lifetime
 /// membership reads "lifetime" and has nothing to renew.
@@ -607,39 +639,9 @@ async fn subscriptions(
     user_id: i64,
 ) -> Result<render::Rendered, ApiError> {
     let rows = client
-        .query(
-            "SELECT m.channel_id, c.title, c.translations, m.status,
-                    m.expires_at,
-                    c.active, c.currency,
-                    lp.plan_id AS last_plan_id,
-                    lp.active AND lp.default_of IS NULL AS last_plan_renews,
-                    ss.id AS subscription_id, ss.status AS subscription_status,
-                    ss.expires_at AS subscription_expires_at,
-                    ss.expires_at > statement_timestamp() AS subscription_ahead
-             FROM memberships m
-             JOIN subscribers s ON s.id = m.subscriber_id
-             JOIN channels c ON c.id = m.channel_id
-             LEFT JOIN LATERAL (
-                 SELECT x.id, x.status, x.expires_at FROM star_subscriptions x
-                 WHERE x.subscriber_id = m.subscriber_id AND x.channel_id = m.channel_id
-                   AND x.applied
-                 ORDER BY x.id DESC LIMIT 1
-             ) ss ON true
-             LEFT JOIN LATERAL (
-                 SELECT o.plan_id, p.active, p.default_of
-                 FROM orders o JOIN plans p ON p.id = o.plan_id
-                 WHERE o.subscriber_id = m.subscriber_id AND o.status = 'paid'
-                   AND p.kind = 'paid' AND p.period_days IS NOT NULL
-                   AND EXISTS (SELECT 1 FROM plan_channels pc
-                               WHERE pc.plan_id = o.plan_id AND pc.channel_id = m.channel_id)
-                 ORDER BY o.paid_at DESC NULLS LAST, o.id DESC LIMIT 1
-             ) lp ON true
-             WHERE s.telegram_user_id = $1
-             ORDER BY m.status = 'expired', m.expires_at DESC, m.id
-             LIMIT $2",
-            &[&user_id, &SUBSCRIPTIONS_MAX],
-        )
+        .query(SUBSCRIPTIONS_SQL, &[&user_id, &SUBSCRIPTIONS_MAX])
         .await?;
+
     let memberships: Vec<MembershipView> = rows
         .iter()
         .map(|r| {
@@ -665,10 +667,7 @@ async fn subscriptions(
             };
             let last_plan: Option<i64> = r.try_get("last_plan_id")?;
             let last_renews: Option<bool> = r.try_get("last_plan_renews")?;
-            let renew = match last_plan {
-                Some(plan) if last_renews == Some(true) => Callback::Plan(plan),
-                _ => Callback::Buy(channel_id),
-            };
+            let renew = super::renew_target(channel_id, last_plan, last_renews);
             let status: String = r.try_get("status")?;
             let expires_at: Expiry = r.try_get("expires_at")?;
             // Live lifetime access is not bought again.

@@ -75,6 +75,101 @@ pub fn open_secs(gateway: Gateway, hold_secs: i64) -> i64 {
     }
 }
 
+/// The shortest time a card page is sent for: the worker sends no page that would close
+/// sooner (`worker::bot`), so a press promises one only when it can be open at least this long.
+pub const MIN_CARD_PAGE_SECS: i64 = 60;
+
+/// Whether a new card order's page can be open for [`MIN_CARD_PAGE_SECS`] at least: it is open
+/// no longer than [`open_secs`], which `HOLD_SECS` (`hold_secs`) bounds.
+pub fn card_page_opens(hold_secs: i64) -> bool {
+    open_secs(Gateway::Card, hold_secs) >= MIN_CARD_PAGE_SECS
+}
+
+/// The start-up warning of a bot that sells card plans (a bot token, `PUBLIC_URL` and a card
+/// page configured) with `HOLD_SECS` too short for any card page to be sent: every card press
+/// is then answered that card payment is not available.
+pub fn card_page_warning(config: &Config) -> Option<String> {
+    let pages = card_pages(config);
+    let sells_cards = config.telegram_bot_token.is_some()
+        && config.public_url.is_some()
+        && (pages.wayforpay || pages.stripe);
+    (sells_cards && !card_page_opens(config.hold_secs)).then(|| {
+        format!(
+            "HOLD_SECS={} is under {MIN_CARD_PAGE_SECS}: no card payment page can stay open that \
+             long, so the bot sends none and answers every card purchase that card payment is \
+             not available; set HOLD_SECS to {MIN_CARD_PAGE_SECS} or more to sell by card",
+            config.hold_secs
+        )
+    })
+}
+
+/// SQL: a lateral join, after membership row `$m`, of the plan a renew button of it buys
+/// ([`renew_target`]): the newest paid order of its subscriber for a paid plan with a period
+/// that includes its channel — `last_plan_id`, and `last_plan_renews`: that plan is active and
+/// not a channel's default plan.
+macro_rules! last_paid_plan_sql {
+    ($m:literal) => {
+        concat!(
+            "LEFT JOIN LATERAL (
+                 SELECT o.plan_id AS last_plan_id,
+                        p.active AND p.default_of IS NULL AS last_plan_renews
+                 FROM orders o JOIN plans p ON p.id = o.plan_id
+                 WHERE o.subscriber_id = ",
+            $m,
+            ".subscriber_id AND o.status = 'paid'
+                   AND p.kind = 'paid' AND p.period_days IS NOT NULL
+                   AND EXISTS (SELECT 1 FROM plan_channels pc
+                               WHERE pc.plan_id = o.plan_id AND pc.channel_id = ",
+            $m,
+            ".channel_id)
+                 ORDER BY o.paid_at DESC NULLS LAST, o.id DESC LIMIT 1
+             ) lp ON true"
+        )
+    };
+}
+pub(crate) use last_paid_plan_sql;
+
+/// What a renew button of a membership of `channel_id` buys: the plan its buyer last paid for
+/// the channel when that plan still renews ([`last_paid_plan_sql!`]), else the channel's default
+/// plan.
+pub fn renew_target(
+    channel_id: i32,
+    last_plan: Option<i64>,
+    last_plan_renews: Option<bool>,
+) -> render::Callback {
+    match last_plan {
+        Some(plan) if last_plan_renews == Some(true) => render::Callback::Plan(plan),
+        _ => render::Callback::Buy(channel_id),
+    }
+}
+
+const RENEW_SQL: &str = concat!(
+    "SELECT m.channel_id, c.active, c.currency, lp.last_plan_id, lp.last_plan_renews
+     FROM memberships m JOIN channels c ON c.id = m.channel_id ",
+    last_paid_plan_sql!("m"),
+    " WHERE m.id = $1"
+);
+
+/// The renew button's callback of membership `membership_id`, when its channel can be bought
+/// now (active, a gateway takes its currency); `None` otherwise.
+pub async fn renew_callback(
+    client: &impl deadpool_postgres::GenericClient,
+    config: &Config,
+    membership_id: i64,
+) -> Result<Option<render::Callback>, ApiError> {
+    let Some(r) = crate::db::row_opt(client, RENEW_SQL, &[&membership_id]).await? else {
+        return Ok(None);
+    };
+    let (active, currency): (bool, String) = (r.try_get("active")?, r.try_get("currency")?);
+    Ok(
+        (active && gateway(config, &currency).is_some()).then_some(renew_target(
+            r.try_get("channel_id")?,
+            r.try_get("last_plan_id")?,
+            r.try_get("last_plan_renews")?,
+        )),
+    )
+}
+
 /// How a channel's price can be paid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gateway {

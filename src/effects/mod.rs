@@ -114,6 +114,43 @@ pub fn transition_key(kind: Kind, membership_id: i64, event_id: i64) -> Option<S
     Some(format!("{what}:{membership_id}:ev{event_id}"))
 }
 
+/// The `membership_events` row a transition's effect was enqueued for: the `event` of its
+/// [`transition_key`] (`None` for any other key).
+pub fn transition_event(dedupe_key: &str) -> Option<i64> {
+    let (what, rest) = dedupe_key.split_once(':')?;
+    ["grant", "receipt", "revoke", "grace"]
+        .contains(&what)
+        .then_some(())?;
+    let (_membership, event) = rest.split_once(":ev")?;
+    event.parse().ok()
+}
+
+const DELIVERED_SQL: &str = "SELECT EXISTS (
+         SELECT 1 FROM effects
+         WHERE membership_id = $1 AND user_id = $2 AND kind IN ('grant', 'renewal_receipt')
+           AND status = 'done' AND NOT payload ? 'note'
+     ) AS delivered";
+
+/// Whether Telegram user `user_id` was told of membership `membership_id`: one of its grants or
+/// renewal receipts was sent to that account (done without a note, which only a skip or an
+/// "already done" answer writes).
+pub async fn told_of(
+    client: &impl deadpool_postgres::GenericClient,
+    membership_id: i64,
+    user_id: i64,
+) -> Result<bool, ApiError> {
+    Ok(
+        db::row_one(client, DELIVERED_SQL, &[&membership_id, &user_id])
+            .await?
+            .try_get("delivered")?,
+    )
+}
+
+/// The key of the notice that a revoke's access ended: one per revoke effect, so one per ending.
+pub fn access_ended_key(revoke_effect_id: i64) -> String {
+    format!("access_ended:{revoke_effect_id}")
+}
+
 /// The first part of a [`transition_key`] of `kind` (`None` for kinds no transition causes),
 /// for SQL that builds the key from ids it has just written.
 pub fn transition_prefix(kind: Kind) -> Option<&'static str> {
@@ -881,6 +918,22 @@ pub async fn paused_by_rights(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_transition_key_names_its_event() {
+        for kind in [
+            Kind::Grant,
+            Kind::RenewalReceipt,
+            Kind::Revoke,
+            Kind::GraceNotice,
+        ] {
+            let key = transition_key(kind, 12, 345).unwrap();
+            assert_eq!(transition_event(&key), Some(345), "{key}");
+        }
+        assert_eq!(transition_event("revoke:12:deleted"), None);
+        assert_eq!(transition_event("reminder:12:1700000000000000"), None);
+        assert_eq!(transition_event("invoice:7"), None);
+        assert_eq!(transition_event("revoke:-100:5:chat_member:1"), None);
+    }
     use serde_json::json;
 
     use super::*;

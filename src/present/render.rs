@@ -732,6 +732,30 @@ pub fn invoice_description(
     clip(&text, INVOICE_DESCRIPTION_MAX)
 }
 
+/// The notice that a buyer's access to channel `channel_id` (titled `title`) ended, why, and a
+/// renew button when the channel can be bought again (`renew`).
+pub fn access_ended(
+    l: Language,
+    ending: texts::Ending,
+    title: &str,
+    channel_id: i32,
+    renew: Option<Callback>,
+) -> Rendered {
+    let name = self::title(l, title, channel_id);
+    let rows = renew
+        .map(|r| {
+            vec![vec![button(
+                &texts::renew_button(l, &clip(&name, TITLE_IN_LIST_MAX)),
+                r,
+            )]]
+        })
+        .unwrap_or_default();
+    Rendered {
+        text: texts::access_ended(l, ending, &name),
+        rows,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -1196,7 +1220,8 @@ mod tests {
                 texts::cannot_be_paid(l, &title),
                 texts::already_lifetime(l, &title),
                 texts::trial_used(l, &title),
-                texts::free_access_granted(l, &title),
+                texts::free_access_granted(l, &[title.clone(), title.clone()]),
+                texts::card_unavailable(l, &title),
                 texts::already_subscribed(l, &title, &when),
                 texts::code_refused_at_order(
                     l,

@@ -320,9 +320,15 @@ pub fn trial_used(l: Language, title: &str) -> String {
     say_with(l, "trial-used", &[("title", s(title))])
 }
 
-/// A trial (or a free order) was granted: the join link comes as a message.
-pub fn free_access_granted(l: Language, title: &str) -> String {
-    say_with(l, "free-access-granted", &[("title", s(title))])
+/// A trial (or a free order) was granted: the join links of `channels` (their titles) come as
+/// messages.
+pub fn free_access_granted(l: Language, channels: &[String]) -> String {
+    let names: Vec<String> = channels.iter().map(|t| format!("«{t}»")).collect();
+    say_with(
+        l,
+        "free-access-granted",
+        &[("channels", FluentValue::from(names.join(", ")))],
+    )
 }
 
 /// The buyer's stored promo code could not be used for this order: the code is forgotten, no
@@ -677,6 +683,112 @@ pub fn reminder_renews(l: Language, title: &str, renews_at: &str) -> String {
         "reminder-renews",
         &[("title", s(title)), ("renewsAt", s(renews_at))],
     )
+}
+
+// ---- what was given without a payment, the end of access, codes already applied, card pages ----
+
+/// Where access a buyer is told about came from: only a payment is thanked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// A payment (or a Stars subscription's charge).
+    Payment,
+    /// A trial plan.
+    Trial,
+    /// A free order (a 100 % promo code).
+    Free,
+    /// Staff: a grant or a correction.
+    Staff,
+}
+
+/// The buyer's access to `title` started (until `expires`): the channel's join link, in the
+/// words of its `source`.
+pub fn access_granted(
+    l: Language,
+    source: Source,
+    title: &str,
+    expires: Expiry,
+    link: &str,
+) -> String {
+    let until = match expires {
+        Expiry::At(t) => Some(day(l, t)),
+        Expiry::Never => None,
+    };
+    let id = match (source, &until) {
+        (Source::Payment, Some(until)) => return grant(l, title, until, link),
+        (Source::Payment, None) => return grant_for_life(l, title, link),
+        (Source::Trial, Some(_)) => "grant-trial",
+        (Source::Free, Some(_)) => "grant-free",
+        (Source::Trial | Source::Free, None) => "grant-free-for-life",
+        (Source::Staff, Some(_)) => "grant-staff",
+        (Source::Staff, None) => "grant-staff-for-life",
+    };
+    let mut args = vec![("title", s(title)), ("link", s(link))];
+    if let Some(until) = &until {
+        args.push(("until", FluentValue::from(until.as_str())));
+    }
+    say_with(l, id, &args)
+}
+
+/// A member's access to `title` now lasts until `expires`, in the words of its `source`.
+pub fn access_extended(l: Language, source: Source, title: &str, expires: Expiry) -> String {
+    match (source, expires) {
+        (Source::Payment, Expiry::At(t)) => renewal_receipt(l, title, &day(l, t)),
+        (Source::Payment, Expiry::Never) => lifetime_receipt(l, title),
+        (_, Expiry::At(t)) => say_with(
+            l,
+            "access-extended",
+            &[("title", s(title)), ("until", s(&day(l, t)))],
+        ),
+        (_, Expiry::Never) => say_with(l, "access-extended-for-life", &[("title", s(title))]),
+    }
+}
+
+/// Why a buyer's access ended, as they are told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// Its term (and grace) ran out.
+    Expired,
+    /// The payment that bought it was refunded.
+    Refunded,
+    /// Staff ended it.
+    Revoked,
+}
+
+/// The buyer's access to `title` ended (sent with a renew button).
+pub fn access_ended(l: Language, ending: Ending, title: &str) -> String {
+    let id = match ending {
+        Ending::Expired => "access-ended",
+        Ending::Refunded => "access-ended-refunded",
+        Ending::Revoked => "access-ended-revoked",
+    };
+    say_with(l, id, &[("title", s(title))])
+}
+
+/// `/code` for a code the buyer's pending order of `title` already uses: its price with the
+/// code (`price`) and without (`list_price`).
+pub fn code_already_applied(
+    l: Language,
+    code: &str,
+    title: &str,
+    price: &str,
+    list_price: &str,
+) -> String {
+    say_with(
+        l,
+        "code-already-applied",
+        &[
+            ("code", s(code)),
+            ("title", s(title)),
+            ("price", s(price)),
+            ("listPrice", s(list_price)),
+        ],
+    )
+}
+
+/// A card-priced plan pressed while no card page could stay open long enough to pay on it: no
+/// order is made.
+pub fn card_unavailable(l: Language, title: &str) -> String {
+    say_with(l, "card-unavailable", &[("title", s(title))])
 }
 
 #[cfg(test)]

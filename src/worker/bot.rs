@@ -20,6 +20,9 @@
 //! - `subscription_cancel`: `editUserStarSubscription(is_canceled = true)`, then a confirmation
 //!   to the buyer (a `bot_message`, enqueued once) — except for a subscription the payment core
 //!   stopped because it refused a charge, whose buyer's payment notice already said so.
+//! - The notice that a buyer's access ended ([`access_ended_notice`]): decided here for a
+//!   revoke the worker is about to perform, enqueued as a `bot_message` (keyed on the revoke)
+//!   once the user is out.
 //!
 //! Every one is harmless when repeated: a message may rarely arrive twice, an invoice of a
 //! pending order can be paid once, a cancellation is idempotent on Telegram's side.
@@ -31,9 +34,11 @@ use crate::{
     bot::{self, outbox::enqueue_message},
     config::Config,
     currency::Money,
-    effects::{Effect, Kind, Payload, payload::SubscriptionCancel},
+    effects::{self, Effect, Kind, Payload, payload::SubscriptionCancel},
     error::ApiError,
-    gateway_checks, orders,
+    gateway_checks,
+    memberships::{self, EventCause},
+    orders,
     payments::{star_subscriptions, stripe, wayforpay_purchase},
     present::{
         render,
@@ -174,7 +179,7 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
             bot.send_stars_invoice(e.user_id, &stars).await?;
         }
         Some(bot::Gateway::Card) => {
-            if f.open_secs < 60 {
+            if f.open_secs < bot::MIN_CARD_PAGE_SECS {
                 return Ok(Some(
                     "skipped: the order can no longer be paid as invoiced (its hold ran out)"
                         .into(),
@@ -366,4 +371,61 @@ async fn subscription_cancel(
     )
     .await?;
     Ok(None)
+}
+
+/// The notice a revoke `e` about to be performed sends its buyer once the user is out: their
+/// access ended (the term ran out, its payment was refunded, or staff ended it), with a renew
+/// button when the channel can be bought again ([`bot::renew_callback`]). Read on the claim's
+/// connection, after [`super::perform`]'s check that the account holds no access in the chat
+/// again (a member again through a renewal or a new membership is neither removed nor told).
+/// `None` — nothing to say — for a revoke that no ending of a membership asked for (a user
+/// found in the chat without access, the revoke of a deleted membership), for a membership
+/// whose subscriber is another Telegram account now or that holds access again, and for a
+/// buyer who was never told of it (no grant or receipt of it ever reached that account:
+/// someone who never started the bot is not written to first about an ending).
+pub async fn access_ended_notice(
+    state: &AppState,
+    client: &Object,
+    e: &Effect,
+) -> Result<Option<render::Rendered>, ApiError> {
+    let Some(membership_id) = e.membership_id else {
+        return Ok(None);
+    };
+    let from_an_ending = matches!(
+        e.typed_payload(),
+        Ok(Payload::Revoke(effects::payload::Revoke {
+            found: None,
+            deleted: false,
+            ..
+        }))
+    );
+    let Some(event) = e.dedupe_key.as_deref().and_then(effects::transition_event) else {
+        return Ok(None);
+    };
+    if !from_an_ending {
+        return Ok(None);
+    }
+    let Some(m) = memberships::effect_view(client, membership_id).await? else {
+        return Ok(None);
+    };
+    if m.telegram_user_id != e.user_id || m.status.holds_access() {
+        return Ok(None);
+    }
+    if !effects::told_of(client, membership_id, e.user_id).await? {
+        return Ok(None);
+    }
+    let ending = match memberships::event_cause(client, membership_id, event).await? {
+        Some(EventCause::Refund) => texts::Ending::Refunded,
+        Some(EventCause::Staff) => texts::Ending::Revoked,
+        _ => texts::Ending::Expired,
+    };
+    let renew = bot::renew_callback(client, &state.config, membership_id).await?;
+    let (l, title) = m.speaking();
+    Ok(Some(render::access_ended(
+        l,
+        ending,
+        title,
+        m.channel_id,
+        renew,
+    )))
 }

@@ -15,16 +15,16 @@ use deadpool_postgres::Object;
 use super::{Worker, bans};
 use crate::{
     channels,
-    effects::{Effect, Kind, Payload, payload},
+    effects::{self, Effect, Kind, Payload, payload},
     error::ApiError,
     exemptions,
-    memberships::{self, EffectView, Expiry, Status},
+    memberships::{self, EffectView, EventCause, Expiry, Status},
     payments::{
         core::Outcome,
         refunds::{self, RefundFacts},
         star_subscriptions,
     },
-    present::texts,
+    present::{render, texts},
     telegram::{
         JoinDecision,
         bot_api::{BotApi, BotError, Urgency},
@@ -201,12 +201,13 @@ impl Worker {
                         Some(id) => memberships::effect_view(&client, id).await?,
                         None => None,
                     };
-                    Ok::<_, ApiError>((m, bans::banned_by_us(&client, chat, e.user_id).await?))
+                    let banned = bans::banned_by_us(&client, chat, e.user_id).await?;
+                    Ok::<_, ApiError>((m, banned, source_of(&client, e).await?))
                 }
                 .await;
                 drop(client);
                 match facts {
-                    Ok((m, banned)) => self.grant(bot, e, chat, m, banned).await,
+                    Ok((m, banned, source)) => self.grant(bot, e, chat, m, banned, source).await,
                     Err(err) => Attempt::from(Err(Failure::Db(err))),
                 }
             }
@@ -214,11 +215,19 @@ impl Worker {
                 let Some(chat) = e.chat_id else {
                     return Attempt::from(Err(no_chat()));
                 };
-                let skip = revoke_skip(&client, e, chat).await;
+                let facts = async {
+                    let skip = revoke_skip(&client, e, chat).await?;
+                    let notice = match skip {
+                        Some(_) => None,
+                        None => super::bot::access_ended_notice(&self.state, &client, e).await?,
+                    };
+                    Ok::<_, ApiError>((skip, notice))
+                }
+                .await;
                 drop(client);
-                match skip {
-                    Ok(Some(skip)) => Attempt::from(Ok(Some(skip))),
-                    Ok(None) => self.revoke(bot, e, chat).await,
+                match facts {
+                    Ok((Some(skip), _)) => Attempt::from(Ok(Some(skip))),
+                    Ok((None, notice)) => self.revoke(bot, e, chat, notice).await,
                     Err(err) => Attempt::from(Err(Failure::Db(err))),
                 }
             }
@@ -239,13 +248,23 @@ impl Worker {
                     }
                     _ => Ok(None),
                 };
+                // A receipt's words depend on what made the term longer.
+                let source = match (kind, &m) {
+                    (Kind::RenewalReceipt, Ok(_)) => source_of(&client, e).await.map(Some),
+                    _ => Ok(None),
+                };
                 drop(client);
-                let (m, renews) = match (m, renews) {
-                    (Ok(m), Ok(renews)) => (m, renews),
-                    (Err(err), _) | (_, Err(err)) => return Attempt::from(Err(Failure::Db(err))),
+                let (m, renews, source) = match (m, renews, source) {
+                    (Ok(m), Ok(renews), Ok(source)) => (m, renews, source),
+                    (Err(err), _, _) | (_, Err(err), _) | (_, _, Err(err)) => {
+                        return Attempt::from(Err(Failure::Db(err)));
+                    }
                 };
                 match kind {
-                    Kind::RenewalReceipt => self.receipt(bot, e, m).await.into(),
+                    Kind::RenewalReceipt => {
+                        let source = source.unwrap_or(texts::Source::Payment);
+                        self.receipt(bot, e, m, source).await.into()
+                    }
                     Kind::Unban => self.unban(bot, e, m).await,
                     Kind::Reminder => self.notice(bot, e, m, Status::Active, renews).await.into(),
                     _ => self.notice(bot, e, m, Status::Grace, None).await.into(),
@@ -265,6 +284,7 @@ impl Worker {
         chat: i64,
         m: Option<EffectView>,
         banned: bool,
+        source: texts::Source,
     ) -> Attempt {
         let Some(m) = m else {
             return Attempt::from(Ok(Some("skipped: the membership was deleted".into())));
@@ -282,21 +302,27 @@ impl Worker {
             if let Err(err) = bot.unban_chat_member(chat, e.user_id).await {
                 return Attempt::from(Err(chat_failure(err)));
             }
-            return Attempt::clearing_ban(self.grant_message(bot, e, chat, m).await);
+            return Attempt::clearing_ban(self.grant_message(bot, e, chat, m, source).await);
         }
-        Attempt::from(self.grant_message(bot, e, chat, m).await)
+        Attempt::from(self.grant_message(bot, e, chat, m, source).await)
     }
 
-    async fn grant_message(&self, bot: &BotApi, e: &Effect, chat: i64, m: EffectView) -> Performed {
+    /// The join link, in the words of what gave the access (`source`: only a payment is
+    /// thanked for).
+    async fn grant_message(
+        &self,
+        bot: &BotApi,
+        e: &Effect,
+        chat: i64,
+        m: EffectView,
+        source: texts::Source,
+    ) -> Performed {
         let link = match m.invite_link.clone() {
             Some(link) => link,
             None => self.channel_link(bot, m.channel_id, chat).await?,
         };
         let (l, title) = m.speaking();
-        let text = match m.expires_at {
-            Expiry::At(t) => texts::grant(l, title, &texts::day(l, t), &link),
-            Expiry::Never => texts::grant_for_life(l, title, &link),
-        };
+        let text = texts::access_granted(l, source, title, m.expires_at, &link);
         bot.send_message(e.user_id, &text).await?;
         Ok(None)
     }
@@ -337,7 +363,14 @@ impl Worker {
         )
     }
 
-    async fn receipt(&self, bot: &BotApi, e: &Effect, m: Option<EffectView>) -> Performed {
+    /// A member's longer term, in the words of what made it longer (`source`).
+    async fn receipt(
+        &self,
+        bot: &BotApi,
+        e: &Effect,
+        m: Option<EffectView>,
+        source: texts::Source,
+    ) -> Performed {
         let Some(m) = m else {
             return Ok(Some("skipped: the membership was deleted".into()));
         };
@@ -348,10 +381,7 @@ impl Worker {
             return Ok(Some(format!("skipped: the membership is {} now", m.status)));
         }
         let (l, title) = m.speaking();
-        let text = match m.expires_at {
-            Expiry::At(t) => texts::renewal_receipt(l, title, &texts::day(l, t)),
-            Expiry::Never => texts::lifetime_receipt(l, title),
-        };
+        let text = texts::access_extended(l, source, title, m.expires_at);
         bot.send_message(e.user_id, &text).await?;
         Ok(None)
     }
@@ -359,10 +389,23 @@ impl Worker {
     /// Ban, then unban only if banned: out of the channel now, free to rejoin after paying
     /// (the ban's `chat_bans` row, written by [`revoke_skip`], goes once this is recorded
     /// done). Telegram's "an administrator", "never in the chat" and "no such user" mean there
-    /// is nobody to remove: done, with a note.
-    async fn revoke(&self, bot: &BotApi, e: &Effect, chat: i64) -> Attempt {
-        match bot.ban_chat_member(chat, e.user_id).await {
-            Ok(_) => {}
+    /// is nobody to remove: done, with a note. Once the user is out (or was never in), the
+    /// buyer's `notice` that their access ended, if the revoke has one, is enqueued — keyed on
+    /// this revoke, so a repeated attempt enqueues it once — never for a chat administrator,
+    /// whose access did not end.
+    async fn revoke(
+        &self,
+        bot: &BotApi,
+        e: &Effect,
+        chat: i64,
+        notice: Option<render::Rendered>,
+    ) -> Attempt {
+        let result = match bot.ban_chat_member(chat, e.user_id).await {
+            Ok(_) => bot
+                .unban_chat_member(chat, e.user_id)
+                .await
+                .map(|_| None)
+                .map_err(chat_failure),
             Err(err) if err.mentions("user is an administrator of the chat") => {
                 return Attempt::clearing_ban(Ok(Some(format!(
                     "skipped: the user is an administrator of the chat ({err})"
@@ -372,16 +415,41 @@ impl Worker {
             Err(err)
                 if err.mentions("PARTICIPANT_ID_INVALID") || err.mentions("user not found") =>
             {
-                return Attempt::clearing_ban(Ok(Some(format!("nothing to remove: {err}"))));
+                Ok(Some(format!("nothing to remove: {err}")))
             }
             Err(err) => return Attempt::from(Err(chat_failure(err))),
+        };
+        if result.is_err() {
+            return Attempt::clearing_ban(result);
         }
-        Attempt::clearing_ban(
-            bot.unban_chat_member(chat, e.user_id)
-                .await
-                .map(|_| None)
-                .map_err(chat_failure),
-        )
+        if let Some(notice) = notice
+            && let Err(err) = self.tell_access_ended(e, &notice).await
+        {
+            return Attempt::from(Err(Failure::Db(err)));
+        }
+        Attempt::clearing_ban(result)
+    }
+
+    /// Enqueues `notice` (access ended) for the revoke `e`'s user, once per revoke, on a
+    /// connection taken after the Bot API calls.
+    async fn tell_access_ended(
+        &self,
+        e: &Effect,
+        notice: &render::Rendered,
+    ) -> Result<(), ApiError> {
+        let client = self.state.db.get().await?;
+        let key = effects::access_ended_key(e.id);
+        if crate::bot::outbox::enqueue_message(&**client, e.user_id, notice, Some(key))
+            .await?
+            .is_some()
+        {
+            tracing::info!(
+                effect_id = e.id,
+                user_id = e.user_id,
+                "access-ended notice enqueued"
+            );
+        }
+        Ok(())
     }
 
     /// Lifts a ban of a live member (an audit found them banned), while their account still
@@ -597,6 +665,25 @@ async fn revoke_skip(client: &Object, e: &Effect, chat: i64) -> Result<Option<St
     }
     bans::record(client, chat, e.user_id).await?;
     Ok(None)
+}
+
+/// What gave the access a grant or receipt `e` tells of: the cause of the membership change its
+/// key names ([`effects::transition_event`]); for an effect without such a key, a payment when
+/// it names one, else staff.
+async fn source_of(client: &Object, e: &Effect) -> Result<texts::Source, ApiError> {
+    let event = e.dedupe_key.as_deref().and_then(effects::transition_event);
+    let cause = match (e.membership_id, event) {
+        (Some(m), Some(event)) => memberships::event_cause(client, m, event).await?,
+        _ => None,
+    };
+    Ok(match cause {
+        Some(EventCause::Payment) => texts::Source::Payment,
+        Some(EventCause::Trial) => texts::Source::Trial,
+        Some(EventCause::Promo) => texts::Source::Free,
+        Some(EventCause::Staff | EventCause::Sweep | EventCause::Refund) => texts::Source::Staff,
+        None if e.payment_id.is_some() => texts::Source::Payment,
+        None => texts::Source::Staff,
+    })
 }
 
 /// The skip note of a grant, receipt or notice enqueued for a Telegram account that is no

@@ -460,7 +460,7 @@ async fn reminders_and_grace_notices_are_said_in_the_remembered_language() {
     let m = crate::effects::grant(&app, s, c, 30).await;
     run(&app).await;
     assert!(
-        messages_to(&fake, user)[0].starts_with("Оплату отримано, дякуємо! Ваш доступ до «Клуб»"),
+        messages_to(&fake, user)[0].starts_with("Вам надано доступ до «Клуб» до "),
         "{:?}",
         messages_to(&fake, user)
     );

@@ -792,7 +792,7 @@ async fn a_trial_press_grants_once_and_a_second_is_refused() {
     let reply = send(&app, &button_update(&buyer, &format!("p:{trial}"))).await;
     assert_answer(
         &reply,
-        "Done! Your free access to «Taster» has started. Your join link is on its way.",
+        "Done! Your free access to «Tasting» has started. Your join link is on its way.",
     );
     let (status, expires_at) = membership_of(&app, 7401, c).await.unwrap();
     assert_eq!(status, "active");

@@ -56,13 +56,17 @@ async fn dry_run_logs_instead_of_calling_and_marks_done() {
     let link = crate::access::invite_link(&app, c).await;
     assert_eq!(link, None, "a dry-run link is never stored");
     patch_membership(&app, m, json!({"status": "expired"})).await;
-    assert_eq!(run(&app).await.done, 1);
+    assert_eq!(
+        run(&app).await.done,
+        2,
+        "the revoke, then the access-ended notice"
+    );
     assert!(
         fake.calls().is_empty(),
         "dry run called Telegram: {:?}",
         fake.methods()
     );
-    assert_eq!(app.count("effects WHERE status = 'done'").await, 2);
+    assert_eq!(app.count("effects WHERE status = 'done'").await, 3);
 }
 
 // ---- the bot token never leaks ----

@@ -95,8 +95,14 @@ async fn a_receipt_backing_off_holds_back_no_access_change_of_its_member() {
     patch_membership(&app, m, json!({"status": "expired"})).await;
     fake.clear_calls();
     let report = run(&app).await;
-    assert_eq!(report.done, 1, "{report:?}");
-    assert_eq!(fake.methods(), ["banChatMember", "unbanChatMember"]);
+    assert_eq!(
+        report.done, 2,
+        "the revoke, then the buyer's access-ended notice: {report:?}"
+    );
+    assert_eq!(
+        fake.methods(),
+        ["banChatMember", "unbanChatMember", "sendMessage"]
+    );
     assert!(!fake.is_member(chat, user));
     assert_eq!(effects_of(&app, "revoke").await[0]["status"], "done");
     assert_eq!(effect(&app, ids[0]).await["status"], "pending");
@@ -313,7 +319,10 @@ async fn access_effects_pause_while_the_bot_lacks_its_rights_in_the_chat() {
         .await
         .unwrap();
     let report = run(&app).await;
-    assert_eq!(report.done, 1, "{report:?}");
+    assert_eq!(
+        report.done, 2,
+        "the revoke, then the buyer's access-ended notice: {report:?}"
+    );
     assert!(!fake.is_member(chat, user));
     let revoke = effect(&app, revoke["id"].as_i64().unwrap()).await;
     assert_eq!(

@@ -14,6 +14,7 @@ mod auth;
 mod bot;
 mod bot_languages;
 mod bot_plans;
+mod bot_words;
 mod bundles;
 mod chat_members;
 mod code_guesses;

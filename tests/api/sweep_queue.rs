@@ -139,7 +139,27 @@ async fn the_sweep_queues_its_effects_and_each_becomes_one_effect() {
     fake.add_member(-1_001_000_017_002, 17002);
     run(&app).await;
     assert!(!fake.is_member(-1_001_000_017_002, 17002), "removed");
-    assert_eq!(fake.calls_of("sendMessage").len(), 1, "the grace notice");
+    let texts: Vec<(i64, String)> = fake
+        .calls_of("sendMessage")
+        .iter()
+        .map(|c| {
+            (
+                c.params["chat_id"].as_i64().unwrap(),
+                c.params["text"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        texts.len(),
+        2,
+        "the grace notice, the end of access: {texts:?}"
+    );
+    assert!(
+        texts
+            .iter()
+            .any(|(to, t)| *to == 17002 && t.contains("has ended")),
+        "{texts:?}"
+    );
 }
 
 #[tokio::test]
@@ -161,7 +181,11 @@ async fn a_worker_run_makes_and_performs_the_queued_revokes() {
     let report = run(&app).await;
     assert_eq!(report.enqueued, 1, "{report:?}");
     assert_eq!(app.count("sweep_queue").await, 0);
-    assert_eq!(fake.methods(), ["banChatMember", "unbanChatMember"]);
+    assert_eq!(
+        fake.methods(),
+        ["banChatMember", "unbanChatMember", "sendMessage"],
+        "removed, then told"
+    );
     assert!(!fake.is_member(chat, 17003));
     let revokes = effects_of(&app, "revoke").await;
     assert_eq!(revokes.len(), 1);
