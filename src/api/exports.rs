@@ -5,7 +5,7 @@
 //! **No formulas.** A spreadsheet opening the file runs a cell that starts with `=`, `+`, `-`,
 //! `@`, a tab or a carriage return as a formula, and buyers choose some of this text (a
 //! Telegram display name `=HYPERLINK(...)`). Every text cell starting so is written with a
-//! leading `'`, as OWASP's CSV injection advice says, in [`encode`], which every export goes
+//! leading `'`, as OWASP's CSV injection advice says, in `encode`, which every export goes
 //! through. A text cell is a field the API shows as a JSON string (names, usernames, gateway
 //! references, statuses, times); numbers (amounts, ids, which may be negative) stay numbers,
 //! written as JSON writes them, so a spreadsheet still adds them up.
