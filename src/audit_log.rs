@@ -1,6 +1,10 @@
 //! The audit log of staff writes: who changed what, when, from what to what, under which
 //! request. Owner of `audit_log`.
 //!
+//! Who is a staff account ([`Actor`], through the API) or the command line (`subgate staff
+//! create` and `set-password`, [`record_command_line`]), which has no account: its rows name
+//! neither an account id nor an email ([`ActorKind`]).
+//!
 //! A write records its row with [`record`] in its own transaction, so a write that rolls back
 //! leaves no row and a committed write always has one. Rows are append-only: the schema refuses
 //! every UPDATE, DELETE and TRUNCATE (trigger `audit_log_append_only`), and the API only reads
@@ -19,7 +23,17 @@ use crate::{
     error::ApiError,
 };
 
-/// Who made a write, as its audit row names them.
+crate::text_enum! {
+    /// Who made a write: the `actor` of its row.
+    pub enum ActorKind {
+        /// A staff account, through the API (the row names it).
+        Staff => "staff",
+        /// The command line (`subgate staff …`): no account, no request.
+        CommandLine => "cli",
+    }
+}
+
+/// The staff account that made a write, as its audit row names it.
 #[derive(Debug, Clone)]
 pub struct Actor {
     pub staff_id: i64,
@@ -66,8 +80,8 @@ impl Entry {
 }
 
 const RECORD_SQL: &str = "INSERT INTO audit_log
-     (staff_id, staff_email, action, target_type, target_id, before, after, request_id)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+     (actor, staff_id, staff_email, action, target_type, target_id, before, after, request_id)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)";
 
 /// Records one staff write; call it in the write's transaction.
 pub async fn record(
@@ -75,18 +89,40 @@ pub async fn record(
     actor: &Actor,
     entry: Entry,
 ) -> Result<(), ApiError> {
+    insert(client, Some(actor), entry).await
+}
+
+/// Records one write made from the command line; call it in the write's transaction.
+pub async fn record_command_line(
+    client: &impl GenericClient,
+    entry: Entry,
+) -> Result<(), ApiError> {
+    insert(client, None, entry).await
+}
+
+/// The row of `entry`, by the staff account `actor` or (`None`) the command line.
+async fn insert(
+    client: &impl GenericClient,
+    actor: Option<&Actor>,
+    entry: Entry,
+) -> Result<(), ApiError> {
+    let kind = match actor {
+        Some(_) => ActorKind::Staff,
+        None => ActorKind::CommandLine,
+    };
     db::execute(
         client,
         RECORD_SQL,
         &[
-            &actor.staff_id,
-            &actor.email,
+            &kind,
+            &actor.map(|a| a.staff_id),
+            &actor.map(|a| a.email.as_str()),
             &entry.action,
             &entry.target_type,
             &entry.target_id,
             &entry.before,
             &entry.after,
-            &actor.request_id,
+            &actor.and_then(|a| a.request_id.as_deref()),
         ],
     )
     .await?;
@@ -95,16 +131,21 @@ pub async fn record(
 
 /// One row of the audit log.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-#[schema(example = json!({"id": 7, "staff_id": 1, "staff_email": "admin@example.com",
-    "action": "channel.update", "target_type": "channel", "target_id": 3,
+#[schema(example = json!({"id": 7, "actor": "staff", "staff_id": 1,
+    "staff_email": "admin@example.com", "action": "channel.update", "target_type": "channel", "target_id": 3,
     "before": {"id": 3, "price_minor": 19900}, "after": {"id": 3, "price_minor": 24900},
     "request_id": "5f1c0d2e-8a4b-4c3d-9e2f-1a2b3c4d5e6f", "at": "2026-01-01T12:00:00Z"}))]
 pub struct Record {
     pub id: i64,
-    /// The account that made the write (it may have been deleted since).
-    pub staff_id: i64,
-    /// Its email when it made the write.
-    pub staff_email: String,
+    /// Who made the write: `staff` (the account below) or `cli` (the command line, `subgate
+    /// staff …`).
+    #[schema(value_type = String, pattern = "^(staff|cli)$")]
+    pub actor: ActorKind,
+    /// The account that made the write (it may have been deleted since); null for the command
+    /// line.
+    pub staff_id: Option<i64>,
+    /// Its email when it made the write; null for the command line.
+    pub staff_email: Option<String>,
     pub action: String,
     pub target_type: String,
     pub target_id: Option<i64>,
@@ -119,12 +160,13 @@ pub struct Record {
 }
 
 impl FromRow for Record {
-    const COLUMNS: &'static str =
-        "id, staff_id, staff_email, action, target_type, target_id, before, after, request_id, at";
+    const COLUMNS: &'static str = "id, actor, staff_id, staff_email, action, target_type, \
+                                   target_id, before, after, request_id, at";
 
     fn from_row(r: &tokio_postgres::Row) -> Result<Record, tokio_postgres::Error> {
         Ok(Record {
             id: r.try_get("id")?,
+            actor: r.try_get("actor")?,
             staff_id: r.try_get("staff_id")?,
             staff_email: r.try_get("staff_email")?,
             action: r.try_get("action")?,
@@ -151,7 +193,7 @@ pub struct Filter {
     pub to: Option<DateTime<Utc>>,
 }
 
-const LIST_SQL: &str = "SELECT id, staff_id, staff_email, action, target_type, target_id,
+const LIST_SQL: &str = "SELECT id, actor, staff_id, staff_email, action, target_type, target_id,
             before, after, request_id, at
      FROM audit_log
      WHERE id > $1

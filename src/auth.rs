@@ -1,7 +1,8 @@
 //! Staff authentication, without HTTP: bcrypt passwords, HS256 JWTs, the login throttle and
 //! the hashing permits, the staff-account lookups, staff-account creation (start-up admin and
-//! CLI), password changes (CLI) and ending an account's sessions (its token version). The login
-//! handler and the `Staff` extractor that use them are `api::auth`.
+//! CLI), password changes (CLI) and ending an account's sessions (its token version). What the
+//! CLI changes is in the audit log as the command line's. The login handler and the `Staff`
+//! extractor that use them are `api::auth`.
 //!
 //! Login answers the same 401, in about the same time, for an unknown email and a wrong
 //! password: an unknown email is still checked against a dummy bcrypt hash of the configured
@@ -26,7 +27,12 @@ use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::{db, error::ApiError, staff::Role};
+use crate::{
+    audit_log::{self, Entry},
+    db,
+    error::ApiError,
+    staff::{Account, Role},
+};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Claims {
@@ -123,9 +129,9 @@ pub async fn hash_password(password: String, cost: u32) -> Result<String, ApiErr
         .map_err(ApiError::internal)
 }
 
-/// Creates a staff account of `role` unless one with that email exists (start-up's admin and
-/// the CLI). Returns whether it was created. The email and password are checked like the API's
-/// ([`new_account`]).
+/// Creates a staff account of `role` unless one with that email exists (start-up's admin from
+/// `ADMIN_EMAIL`, which is no staff write). Returns whether it was created. The email and
+/// password are checked like the API's ([`new_account`]).
 pub async fn create_staff(
     pool: &deadpool_postgres::Pool,
     email: &str,
@@ -133,16 +139,47 @@ pub async fn create_staff(
     role: Role,
     cost: u32,
 ) -> Result<bool, ApiError> {
+    insert_staff(pool, email, password, role, cost, false).await
+}
+
+/// [`create_staff`] for `subgate staff create`: the account and its `staff.create` row in the
+/// audit log (the command line's, [`audit_log::record_command_line`]) in one transaction.
+pub async fn create_staff_from_command_line(
+    pool: &deadpool_postgres::Pool,
+    email: &str,
+    password: &str,
+    role: Role,
+    cost: u32,
+) -> Result<bool, ApiError> {
+    insert_staff(pool, email, password, role, cost, true).await
+}
+
+const INSERT_STAFF_SQL: &str = "INSERT INTO staff_accounts (email, password_hash, role)
+     VALUES ($1, $2, $3) ON CONFLICT (email) DO NOTHING
+     RETURNING id, email, role, disabled, created_at, updated_at";
+
+/// [`create_staff`], with the command line's audit row when `audited`.
+async fn insert_staff(
+    pool: &deadpool_postgres::Pool,
+    email: &str,
+    password: &str,
+    role: Role,
+    cost: u32,
+    audited: bool,
+) -> Result<bool, ApiError> {
     let (email, hash) = new_account(email, password, cost).await?;
-    let client = pool.get().await?;
-    let inserted = client
-        .execute(
-            "INSERT INTO staff_accounts (email, password_hash, role) VALUES ($1, $2, $3)
-             ON CONFLICT (email) DO NOTHING",
-            &[&email, &hash, &role],
-        )
-        .await?;
-    Ok(inserted == 1)
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let Some(account) = db::opt::<Account>(&tx, INSERT_STAFF_SQL, &[&email, &hash, &role]).await?
+    else {
+        return Ok(false);
+    };
+    if audited {
+        let entry = Entry::new("staff.create", Some(account.id)).after(&account);
+        audit_log::record_command_line(&tx, entry).await?;
+    }
+    tx.commit().await?;
+    Ok(true)
 }
 
 /// A new account's normalized email and the bcrypt hash of its password, both checked (422
@@ -265,8 +302,9 @@ const SET_PASSWORD_SQL: &str = "UPDATE staff_accounts SET password_hash = $2 WHE
      RETURNING id";
 
 /// Sets the password of the staff account with this email (8..72 bytes, like
-/// [`create_staff`]) and ends its sessions ([`end_sessions`]), in one transaction. Returns
-/// whether the account exists.
+/// [`create_staff`]) and ends its sessions ([`end_sessions`]), in one transaction with its
+/// `staff.change_password` row in the audit log: `subgate staff set-password`, so the row is
+/// the command line's ([`audit_log::record_command_line`]). Returns whether the account exists.
 pub async fn set_password(
     pool: &deadpool_postgres::Pool,
     email: &str,
@@ -281,7 +319,10 @@ pub async fn set_password(
     let Some(row) = db::row_opt(&tx, SET_PASSWORD_SQL, &[&email, &hash]).await? else {
         return Ok(false);
     };
-    end_sessions(&tx, row.try_get("id")?).await?;
+    let id: i64 = row.try_get("id")?;
+    end_sessions(&tx, id).await?;
+    // No password, old or new, in the record: only that it changed.
+    audit_log::record_command_line(&tx, Entry::new("staff.change_password", Some(id))).await?;
     tx.commit().await?;
     Ok(true)
 }

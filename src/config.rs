@@ -44,7 +44,7 @@
 //! | `DB_POOL_SIZE` | maximum database connections, 1..=1000 | `16` |
 //! | `REQUEST_TIMEOUT_SECS` | per-request timeout, 1..=600 | `30` |
 //! | `HEADER_READ_TIMEOUT_SECS` | a connection whose request headers have not all arrived this long after it opened (or after the request's first byte) is closed, 1..=600 | `10` |
-//! | `IDLE_TIMEOUT_SECS` | a keep-alive connection idle this long between requests is closed, 1..=3600 | `60` |
+//! | `IDLE_TIMEOUT_SECS` | a keep-alive connection idle this long between requests is closed, and so is one whose response has had no byte leave for this long (a client that stopped reading), 1..=3600 | `60` |
 //! | `MAX_CONNECTIONS` | connections served at once; more wait to be accepted, 1..=1000000 | `10000` |
 //! | `LOGIN_MAX_FAILURES` | failed logins per (email, client address) before 429, 1..=1000 | `5` |
 //! | `LOGIN_WINDOW_SECS` | window of that count, and the wait after it is reached, 1..=86400 | `900` |

@@ -116,6 +116,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "exact_sums",
         include_str!("../migrations/0021_exact_sums.sql"),
     ),
+    (
+        22,
+        "cli_audit",
+        include_str!("../migrations/0022_cli_audit.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,

@@ -148,10 +148,15 @@ async fn run(cli: Cli) -> Result<(), String> {
         } => {
             let role = subgate::staff::Role::parse(&role).ok_or("unknown role")?;
             let password = read_password()?;
-            let created =
-                subgate::auth::create_staff(&pool, &email, &password, role, config.bcrypt_cost)
-                    .await
-                    .map_err(staff_error)?;
+            let created = subgate::auth::create_staff_from_command_line(
+                &pool,
+                &email,
+                &password,
+                role,
+                config.bcrypt_cost,
+            )
+            .await
+            .map_err(staff_error)?;
             if created {
                 println!("staff account {email} created with role {role}");
                 Ok(())

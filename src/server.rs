@@ -6,17 +6,22 @@
 //! therefore has its own watchdog over three phases:
 //! - **head**: from accept, or from the first byte after an idle spell, until the request's
 //!   headers are complete (the router is called): at most [`ConnectionLimits::header_read_timeout`];
-//! - **busy**: a request is being handled (its own limit is `REQUEST_TIMEOUT_SECS`) until its
-//!   response body has been handed to hyper: no connection timeout;
+//! - **busy**: a request is being handled (its own limit is `REQUEST_TIMEOUT_SECS`): no
+//!   connection timeout;
+//! - **sending**: its response is being written, until its body is done: at most
+//!   [`ConnectionLimits::idle_timeout`] without a byte leaving. A client that stops reading a
+//!   streamed response (a CSV export) stops its bytes once the socket's buffers are full; the
+//!   response then ends there, as does one whose body stops coming. A slow reader is never cut
+//!   while bytes still move;
 //! - **idle**: after a response, until the next request's first byte: at most
-//!   [`ConnectionLimits::idle_timeout`] without bytes moving (a client that stops reading its
-//!   response counts as idle too).
+//!   [`ConnectionLimits::idle_timeout`] without bytes moving (a client that stops reading the
+//!   end of a response hyper already holds counts as idle too).
 //!
 //! When the watchdog fires the connection is dropped, which closes the socket. At most
 //! [`ConnectionLimits::max_connections`] connections are served at once; when that many are
 //! open, the loop stops accepting until one closes, so new clients wait in the kernel's
 //! backlog rather than being refused (the timeouts free a slot held by a slow client within
-//! the header or idle timeout).
+//! the header or idle timeout, whether it is slow to send or to read).
 
 use std::{
     convert::Infallible,
@@ -50,7 +55,8 @@ pub struct ConnectionLimits {
     /// How long a request's headers may take to arrive, from the connection's start or from
     /// the request's first byte.
     pub header_read_timeout: Duration,
-    /// How long a connection may sit between requests without a byte moving.
+    /// How long a connection may sit between requests without a byte moving, and how long a
+    /// response may go without a byte of it leaving.
     pub idle_timeout: Duration,
     /// How many connections are served at once.
     pub max_connections: usize,
@@ -132,7 +138,13 @@ async fn serve_connection(
         let now = Instant::now();
         let wake = match activity.deadline(&limits) {
             Some((deadline, phase)) if deadline <= now => {
-                tracing::debug!(%peer, phase, "connection closed: timed out");
+                if phase == STALLED {
+                    tracing::info!(%peer, "response ended unfinished: no byte of it left for \
+                        IDLE_TIMEOUT_SECS (the client stopped reading, or the body stopped \
+                        coming); connection closed");
+                } else {
+                    tracing::debug!(%peer, phase, "connection closed: timed out");
+                }
                 return;
             }
             Some((deadline, _)) => deadline.min(now + recheck),
@@ -154,12 +166,25 @@ async fn serve_connection(
     }
 }
 
+/// The name of the deadline of a response that makes no progress, as the watchdog logs it.
+const STALLED: &str = "sending";
+
 /// Where a connection is in its life (see the module documentation).
 #[derive(Debug, Clone, Copy)]
 enum Phase {
-    Head { since: Instant },
-    Busy { requests: usize },
-    Idle { since: Instant },
+    Head {
+        since: Instant,
+    },
+    /// `handling` requests are in the router, the responses of `sending` more are being
+    /// written; `since` is when a byte last left (or the last response began).
+    Busy {
+        handling: usize,
+        sending: usize,
+        since: Instant,
+    },
+    Idle {
+        since: Instant,
+    },
 }
 
 /// A connection's phase, shared by its IO (bytes moving), its service (requests) and its
@@ -186,6 +211,9 @@ impl Activity {
     fn deadline(&self, limits: &ConnectionLimits) -> Option<(Instant, &'static str)> {
         match *self.phase() {
             Phase::Head { since } => Some((since + limits.header_read_timeout, "head")),
+            Phase::Busy {
+                handling: 0, since, ..
+            } => Some((since + limits.idle_timeout, STALLED)),
             Phase::Busy { .. } => None,
             Phase::Idle { since } => Some((since + limits.idle_timeout, "idle")),
         }
@@ -201,41 +229,94 @@ impl Activity {
         }
     }
 
-    /// Bytes left: a response still being written keeps an idle connection alive.
+    /// Bytes left: progress of the response being written, or of one hyper still holds after
+    /// an idle connection's last request.
     fn wrote(&self) {
         let mut phase = self.phase();
-        if let Phase::Idle { .. } = *phase {
-            *phase = Phase::Idle {
-                since: Instant::now(),
-            };
+        match &mut *phase {
+            Phase::Idle { since } | Phase::Busy { since, .. } => *since = Instant::now(),
+            Phase::Head { .. } => {}
         }
     }
 
-    /// A request's headers are complete: the connection is busy until [`Busy`] is dropped.
-    fn begin_request(self: &Arc<Self>) -> Busy {
+    /// A request's headers are complete: the connection is busy until the [`InFlight`] is
+    /// dropped.
+    fn begin_request(self: &Arc<Self>) -> InFlight {
         let mut phase = self.phase();
-        let requests = match *phase {
-            Phase::Busy { requests } => requests + 1,
-            _ => 1,
+        *phase = match *phase {
+            Phase::Busy {
+                handling,
+                sending,
+                since,
+            } => Phase::Busy {
+                handling: handling + 1,
+                sending,
+                since,
+            },
+            _ => Phase::Busy {
+                handling: 1,
+                sending: 0,
+                since: Instant::now(),
+            },
         };
-        *phase = Phase::Busy { requests };
-        Busy(self.clone())
+        InFlight {
+            activity: self.clone(),
+            sending: false,
+        }
     }
 }
 
-/// A request being handled; dropped when its response body is done (or abandoned).
-struct Busy(Arc<Activity>);
+/// A request on its connection: handled until [`InFlight::responded`], then its response is
+/// sent until this is dropped (its body done or abandoned).
+struct InFlight {
+    activity: Arc<Activity>,
+    sending: bool,
+}
 
-impl Drop for Busy {
-    fn drop(&mut self) {
-        let mut phase = self.0.phase();
-        *phase = match *phase {
-            Phase::Busy { requests } if requests > 1 => Phase::Busy {
-                requests: requests - 1,
-            },
-            _ => Phase::Idle {
+impl InFlight {
+    /// The router answered: from now on the response must keep making progress.
+    fn responded(&mut self) {
+        let mut phase = self.activity.phase();
+        if let Phase::Busy {
+            handling, sending, ..
+        } = *phase
+        {
+            *phase = Phase::Busy {
+                handling: handling.saturating_sub(1),
+                sending: sending + 1,
                 since: Instant::now(),
-            },
+            };
+            self.sending = true;
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut phase = self.activity.phase();
+        let Phase::Busy {
+            mut handling,
+            mut sending,
+            since,
+        } = *phase
+        else {
+            return;
+        };
+        if self.sending {
+            sending = sending.saturating_sub(1);
+        } else {
+            handling = handling.saturating_sub(1);
+        }
+        *phase = if handling + sending == 0 {
+            Phase::Idle {
+                since: Instant::now(),
+            }
+        } else {
+            Phase::Busy {
+                handling,
+                sending,
+                since,
+            }
         };
     }
 }
@@ -303,7 +384,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WatchedIo<T> {
 }
 
 /// The router as hyper's service for one connection: adds the peer's `ConnectInfo` and marks
-/// the connection busy from the call until the response body is done.
+/// the connection busy from the call until the response is returned, then sending until its
+/// body is done.
 #[derive(Clone)]
 struct Tracked {
     app: Router,
@@ -317,20 +399,24 @@ impl hyper::service::Service<Request<Incoming>> for Tracked {
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
 
     fn call(&self, mut req: Request<Incoming>) -> Self::Future {
-        let busy = self.activity.begin_request();
+        let mut request = self.activity.begin_request();
         req.extensions_mut().insert(ConnectInfo(self.peer));
         let handled = tower::ServiceExt::oneshot(self.app.clone(), req.map(Body::new));
         Box::pin(async move {
             let response = handled.await?;
-            Ok(response.map(|body| TrackedBody { body, _busy: busy }))
+            request.responded();
+            Ok(response.map(|body| TrackedBody {
+                body,
+                _request: request,
+            }))
         })
     }
 }
 
-/// A response body that keeps its connection busy until hyper is done with it.
+/// A response body that keeps its connection sending until hyper is done with it.
 struct TrackedBody {
     body: Body,
-    _busy: Busy,
+    _request: InFlight,
 }
 
 impl HttpBody for TrackedBody {
@@ -366,6 +452,7 @@ mod tests {
     fn phase_of(activity: &Activity) -> &'static str {
         match *activity.phase() {
             Phase::Head { .. } => "head",
+            Phase::Busy { handling: 0, .. } => "sending",
             Phase::Busy { .. } => "busy",
             Phase::Idle { .. } => "idle",
         }
@@ -381,13 +468,24 @@ mod tests {
         // Bytes of the head do not extend it.
         activity.read();
         assert_eq!(activity.deadline(&LIMITS).unwrap().0, deadline);
-        let first = activity.begin_request();
+        let mut first = activity.begin_request();
         assert!(activity.deadline(&LIMITS).is_none());
         // A second request while the first is in flight (pipelining) keeps it busy.
         let second = activity.begin_request();
-        drop(first);
-        assert_eq!(phase_of(&activity), "busy");
         drop(second);
+        assert_eq!(phase_of(&activity), "busy");
+        // Answered: its response must keep making progress.
+        first.responded();
+        assert_eq!(phase_of(&activity), "sending");
+        let (sending_deadline, phase) = activity.deadline(&LIMITS).unwrap();
+        assert_eq!(phase, STALLED);
+        std::thread::sleep(Duration::from_millis(5));
+        activity.wrote();
+        assert!(activity.deadline(&LIMITS).unwrap().0 > sending_deadline);
+        // Bytes arriving meanwhile (a pipelined request) do not start a head.
+        activity.read();
+        assert_eq!(phase_of(&activity), "sending");
+        drop(first);
         assert_eq!(phase_of(&activity), "idle");
         assert_eq!(activity.deadline(&LIMITS).unwrap().1, "idle");
         activity.wrote();
@@ -395,5 +493,18 @@ mod tests {
         // The next request's first byte starts its head.
         activity.read();
         assert_eq!(phase_of(&activity), "head");
+    }
+
+    #[test]
+    fn a_request_still_handled_keeps_a_sending_one_from_timing_out() {
+        let activity = Arc::new(Activity::new());
+        let mut first = activity.begin_request();
+        first.responded();
+        let second = activity.begin_request();
+        assert!(activity.deadline(&LIMITS).is_none());
+        drop(second);
+        assert_eq!(activity.deadline(&LIMITS).unwrap().1, STALLED);
+        drop(first);
+        assert_eq!(phase_of(&activity), "idle");
     }
 }

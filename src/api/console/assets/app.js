@@ -693,7 +693,7 @@
       items.map((r) => [
         String(r.id),
         when(r.at),
-        r.staff_email,
+        r.actor === 'cli' ? h('em', {}, 'command line') : r.staff_email,
         h('code', {}, r.action),
         r.target_id === null ? r.target_type : `${r.target_type} #${r.target_id}`,
         change(r.before, r.after),
