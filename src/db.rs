@@ -96,6 +96,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "sweep_queue",
         include_str!("../migrations/0017_sweep_queue.sql"),
     ),
+    (
+        24,
+        "outbound_lanes",
+        include_str!("../migrations/0024_outbound_lanes.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,

@@ -48,6 +48,7 @@ mod logs;
 mod metrics;
 mod orders;
 mod outbound;
+mod outbound_delivery;
 mod overview;
 mod payments;
 mod plans;

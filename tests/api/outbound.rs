@@ -88,7 +88,7 @@ pub(crate) async fn app() -> TestApp {
 }
 
 /// Creates an endpoint for `types`; returns its id and secret.
-async fn endpoint(app: &TestApp, url: &str, types: &[&str]) -> (i64, String) {
+pub(crate) async fn endpoint(app: &TestApp, url: &str, types: &[&str]) -> (i64, String) {
     let r = app
         .post(
             "/api/webhook-endpoints",
@@ -475,6 +475,14 @@ async fn endpoint_urls_must_be_https_and_public() {
         ("https://10.0.0.7/hook", "resolves to a private"),
         ("https://[::1]/hook", "resolves to a private"),
         ("https://localhost/hook", "resolves to a private"),
+        // Addresses that embed a private IPv4 one, and special-purpose space.
+        ("https://[64:ff9b::a00:7]/hook", "resolves to a private"),
+        ("https://[2002:a00:7::1]/hook", "resolves to a private"),
+        ("https://[::a00:7]/hook", "resolves to a private"),
+        ("https://[fec0::7]/hook", "resolves to a private"),
+        ("https://198.18.0.7/hook", "resolves to a private"),
+        ("https://100.64.0.7/hook", "resolves to a private"),
+        ("https://168.63.129.16/hook", "resolves to a private"),
         ("ftp://1.1.1.1/", "must use https"),
         ("nonsense", "must be an absolute URL"),
     ] {
