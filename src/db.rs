@@ -121,6 +121,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "cli_audit",
         include_str!("../migrations/0022_cli_audit.sql"),
     ),
+    (
+        23,
+        "outbound_lanes",
+        include_str!("../migrations/0023_outbound_lanes.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,

@@ -52,6 +52,7 @@ mod logs;
 mod metrics;
 mod orders;
 mod outbound;
+mod outbound_delivery;
 mod overview;
 mod payments;
 mod plans;

@@ -88,7 +88,7 @@ pub(crate) async fn app() -> TestApp {
 }
 
 /// Creates an endpoint for `types`; returns its id and secret.
-async fn endpoint(app: &TestApp, url: &str, types: &[&str]) -> (i64, String) {
+pub(crate) async fn endpoint(app: &TestApp, url: &str, types: &[&str]) -> (i64, String) {
     let r = app
         .post(
             "/api/webhook-endpoints",
@@ -413,6 +413,45 @@ async fn a_rotated_secret_and_the_previous_one_both_sign_and_a_replay_resends_th
     );
 }
 
+/// A delivery being sent (claimed, its lease running) is not replayed: it would be sent twice at
+/// once. One waiting for its next retry is.
+#[tokio::test]
+async fn a_delivery_being_sent_is_not_replayed() {
+    let app = app().await;
+    let receiver = Receiver::start().await;
+    endpoint(&app, &receiver.url, &["payment.applied"]).await;
+    paid_order(&app, 9212, -100_920_012).await;
+    let db = app.db().await;
+    let id: i64 = db
+        .query_one("SELECT id FROM webhook_deliveries", &[])
+        .await
+        .unwrap()
+        .get(0);
+    // As a claim leaves it.
+    db.execute(
+        "UPDATE webhook_deliveries
+         SET next_attempt_at = statement_timestamp() + interval '60 seconds',
+             leased_until = statement_timestamp() + interval '60 seconds'",
+        &[],
+    )
+    .await
+    .unwrap();
+    let path = format!("/api/webhook-deliveries/{id}/replay");
+    let replay = || app.post(&path, Value::Null);
+    assert_eq!(replay().await.status.as_u16(), 409);
+    // As a failed attempt leaves it: waiting for its retry.
+    db.execute(
+        "UPDATE webhook_deliveries SET leased_until = NULL, attempts = 1,
+             next_attempt_at = statement_timestamp() + interval '5 minutes'",
+        &[],
+    )
+    .await
+    .unwrap();
+    assert_eq!(replay().await.expect(200)["status"], "pending");
+    assert_eq!(deliver(&app).await, 1);
+    assert_eq!(receiver.got().len(), 1);
+}
+
 #[tokio::test]
 async fn the_sweep_and_staff_writes_report_membership_changes() {
     let app = app().await;
@@ -475,6 +514,14 @@ async fn endpoint_urls_must_be_https_and_public() {
         ("https://10.0.0.7/hook", "resolves to a private"),
         ("https://[::1]/hook", "resolves to a private"),
         ("https://localhost/hook", "resolves to a private"),
+        // Addresses that embed a private IPv4 one, and special-purpose space.
+        ("https://[64:ff9b::a00:7]/hook", "resolves to a private"),
+        ("https://[2002:a00:7::1]/hook", "resolves to a private"),
+        ("https://[::a00:7]/hook", "resolves to a private"),
+        ("https://[fec0::7]/hook", "resolves to a private"),
+        ("https://198.18.0.7/hook", "resolves to a private"),
+        ("https://100.64.0.7/hook", "resolves to a private"),
+        ("https://168.63.129.16/hook", "resolves to a private"),
         ("ftp://1.1.1.1/", "must use https"),
         ("nonsense", "must be an absolute URL"),
     ] {
