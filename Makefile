@@ -7,7 +7,7 @@ SHELL := /bin/bash
 ARGS ?=
 IMAGE ?= subgate
 
-.PHONY: help run test chaos docs-test fuzz bench fmt lint lint-js shellcheck clean-db docker-build docker-smoke
+.PHONY: help run test chaos docs-test fuzz bench fmt lint doc lint-js shellcheck clean-db docker-build docker-smoke
 
 help:
 	@echo "make run           build and run the server locally (PostgreSQL and dev secrets set up for you)"
@@ -18,6 +18,7 @@ help:
 	@echo "make bench         payment path (with and without TLS), re-deliveries and sweep vs references, statistics, time to access and grant bursts, bot storms (ARGS=... to the payment bench, e.g. ARGS='--duration 30'; SWEEP_BENCH_ROWS=...; BENCH_SKIP_*=1)"
 	@echo "make fmt           cargo fmt --check"
 	@echo "make lint          cargo clippy --all-targets -- -D warnings"
+	@echo "make doc           cargo doc of the crate, private items included; a broken intra-doc link or any other rustdoc warning fails"
 	@echo "make lint-js       ESLint over the console's JavaScript (pinned in scripts/eslint/, installed under target/eslint with npm ci; Debian's nodejs and npm when node is missing and root)"
 	@echo "make shellcheck    ShellCheck over scripts/ and .ci/run (installs Debian's shellcheck when missing and root)"
 	@echo "make clean-db      stop the private PostgreSQL cluster in target/pgdata"
@@ -47,6 +48,12 @@ fmt:
 
 lint:
 	cargo clippy --all-targets -- -D warnings
+
+# The code is documented for its developers, so private items are documented and links to them
+# are expected (rustdoc's private_intra_doc_links is allowed); every other warning, a broken
+# link first, fails.
+doc:
+	RUSTDOCFLAGS="-D warnings -A rustdoc::private_intra_doc_links" cargo doc --no-deps --document-private-items
 
 lint-js:
 	scripts/lint-js.sh

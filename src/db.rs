@@ -561,7 +561,7 @@ pub fn exact_sum(row: &Row, column: &str) -> Result<i128, ApiError> {
     }
 }
 
-/// Whether a column or parameter of type `ty` holds text: the state enums of [`text_enum!`]
+/// Whether a column or parameter of type `ty` holds text: the state enums of [`text_enum!`](crate::text_enum!)
 /// are stored in `text` columns (with CHECK constraints listing their spellings), and a
 /// parameter compared with one may be typed `varchar` too.
 pub fn is_text(ty: &tokio_postgres::types::Type) -> bool {
@@ -579,7 +579,7 @@ pub fn list_words<'a>(words: impl IntoIterator<Item = &'a str>) -> String {
     }
 }
 
-/// What every [`text_enum!`] can do, for code generic over them (parsing a query filter).
+/// What every [`text_enum!`](crate::text_enum!) can do, for code generic over them (parsing a query filter).
 pub trait TextEnum: Sized + Copy + 'static {
     /// Parses the spelling.
     fn parse_text(s: &str) -> Option<Self>;

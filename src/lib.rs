@@ -22,7 +22,7 @@
 //!   (payment recovery) and the Bot API client;
 //! - [`server`]: the HTTP accept loop with its connection cap and header and idle timeouts;
 //! - [`metrics`]: Prometheus metrics on their own listener (`METRICS_ADDR`);
-//! - [`console`]: the staff console at `/console`, a static client of the staff API;
+//! - [`api::console`]: the staff console at `/console`, a static client of the staff API;
 //! - [`auth`], [`idempotency`]: staff accounts and tokens, idempotency keys, without HTTP;
 //! - [`config`], [`state`], [`db`], [`error`]: configuration, shared state, the database, the
 //!   one error type.

@@ -3,7 +3,7 @@
 //! and every decision about a use.
 //!
 //! A code's **uses** are its paid orders plus the pending orders that hold one
-//! (`orders.promo_held_until` in the future, [`holds_use_sql!`]): a new order takes a use and
+//! (`orders.promo_held_until` in the future, `holds_use_sql!`): a new order takes a use and
 //! holds it for `HOLD_SECS` like a seat hold ([`discount_for_new_order`]); a checkout,
 //! pre-checkout or payment of an order whose hold lapsed takes it again only while the code has
 //! room ([`use_still_held`], then [`hold_again`] for an approved checkout); paying the order makes the use permanent (and clears the hold),

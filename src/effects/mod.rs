@@ -32,7 +32,7 @@
 //!   conditionally, so a change is recorded once, by one of them.
 //! - **One revoke per deleted live membership** (`revoke:{membership}:deleted`): a staff
 //!   `DELETE` of an active or grace membership, or the cascade of a subscriber's `DELETE`
-//!   ([`DELETED_REVOKES_CTE`]). The effect names the chat and the user, not the membership
+//!   (`deleted_revokes_cte!`). The effect names the chat and the user, not the membership
 //!   (which is gone), and the worker performs a revoke whose membership no longer exists.
 //! - **One reminder per (membership, expiry)** — that is, per period:
 //!   `reminder:{membership}:{expiry in µs}` ([`crate::memberships::enqueue_due_reminders`]).
@@ -507,7 +507,7 @@ pub const SWEEP_QUEUE_CHUNK: i64 = 25;
 /// The oldest `$1` rows of the `sweep_queue` that no one else is taking, deleted and made
 /// effects in one statement: each becomes exactly one effect, keyed as [`transition_key`]
 /// spells it, with its expiry as payload (a revoke whose membership has been deleted since
-/// names none and carries the deleted revoke's payload, as [`DELETED_REVOKES_CTE`] writes it;
+/// names none and carries the deleted revoke's payload, as `deleted_revokes_cte!` writes it;
 /// its membership, when it still exists, is key-share locked so it cannot vanish before the
 /// effect commits). `ON CONFLICT` keeps a row that somehow already has its effect from
 /// making a second one.

@@ -8,7 +8,7 @@
 //!   membership deleted — with one delivery row per enabled endpoint that wants the type. Every
 //!   writer (the payment core, refunds, the set-based sweep, staff writes, trials) is covered
 //!   without calling anything, and a rolled-back change leaves no event.
-//! - **Delivery** ([`delivery`]): due deliveries are claimed with a lease counted in the
+//! - **Delivery** ([`delivery`](mod@delivery)): due deliveries are claimed with a lease counted in the
 //!   database, and sent each in a task of its own, so one endpoint's slow receiver holds back
 //!   only its own deliveries: at most [`Options::per_endpoint`] of one endpoint are in flight
 //!   over every process, and at most [`Options::concurrency`] of all endpoints per process.

@@ -31,7 +31,7 @@
 //! **Why the pair lock is a statement of its own.** A statement's snapshot is taken when it
 //! starts, before the locks it waits for; only rows it locks itself are read again at their
 //! newest version. The membership is read, not locked, before it is written (`b` in
-//! [`memberships::EXTEND_SQL`]), so a membership another payment changed and committed while
+//! `memberships::extend_ctes_sql!`), so a membership another payment changed and committed while
 //! this one waited for the pair lock would be judged from its old version. With the lock taken
 //! by the statement before, the write's snapshot is taken after the lock is granted, when every
 //! writer of the pair has committed — as on the locked path.

@@ -56,7 +56,7 @@
 //! grant is one `sendMessage`.
 //!
 //! A run is three named steps per effect — [`claim`], `perform` (the Bot API calls of each kind,
-//! [`perform`](self::perform)) and [`record`] — over lanes that share one report. The worker is
+//! [`perform`]) and [`record`] — over lanes that share one report. The worker is
 //! its own module, apart from the outbox it drains ([`crate::effects`]), because it reads
 //! memberships, payments and Telegram decisions, all of which enqueue effects: kept apart, no
 //! module both enqueues and performs. The Stars reconcile is payment recovery, not an effect:
