@@ -94,8 +94,9 @@ pub fn pre_checkout_refusal(l: Language, reason: Reason) -> String {
         | Reason::UnknownSubscription
         | Reason::SubscriptionCancelled
         | Reason::RefundedAtGateway
-        | Reason::RefundedBeforePayment => "pre-checkout-busy",
-        Reason::DisputedAtGateway | Reason::DisputeWon => "pre-checkout-busy",
+        | Reason::RefundedBeforePayment
+        | Reason::DisputedAtGateway
+        | Reason::DisputeWon => "pre-checkout-busy",
     };
     say(l, id, None)
 }
