@@ -226,15 +226,6 @@ fn recurring_refused(e: tokio_postgres::Error) -> ApiError {
     }
 }
 
-/// What is wrong with a channel price of `price_minor` in `currency`: above the currency's
-/// highest price ([`currency::max_price_minor`]). Pure.
-pub fn price_error(price_minor: i64, currency: &str) -> Option<String> {
-    let max = currency::max_price_minor(currency)?;
-    (price_minor > max)
-        .then(|| currency::max_price_message(currency))
-        .flatten()
-}
-
 /// What is wrong with a `telegram_chat_id`: a channel or supergroup (or group) has a negative id
 /// (`-100…` for channels and supergroups); a positive id is a user, whose chat the bot cannot
 /// sell access to. Pure.
@@ -251,10 +242,10 @@ pub fn chat_id_error(telegram_chat_id: i64) -> Option<&'static str> {
 
 /// Creates a channel. A taken `telegram_chat_id` is the schema's unique violation (409 when
 /// rendered); a recurring channel that is not `XTR` for 30 days is a 422 on `recurring`, and a
-/// price above its currency's highest ([`price_error`]) one on `price_minor`.
+/// price above its currency's highest ([`currency::price_over_max`]) one on `price_minor`.
 pub async fn create(tx: &Transaction<'_>, f: &Fields) -> Result<Channel, ApiError> {
     if let (Some(price), Some(currency)) = (f.price_minor, f.currency.as_deref())
-        && let Some(why) = price_error(price, currency)
+        && let Some(why) = currency::price_over_max(price, currency)
     {
         return Err(ApiError::field("price_minor", why));
     }
@@ -319,7 +310,9 @@ pub async fn change(tx: &Transaction<'_>, id: i32, f: &Fields) -> Result<Channel
         && let Some(stored) = price(tx, id).await?
     {
         let currency = f.currency.as_deref().unwrap_or(&stored.currency);
-        if let Some(why) = price_error(f.price_minor.unwrap_or(stored.price_minor), currency) {
+        if let Some(why) =
+            currency::price_over_max(f.price_minor.unwrap_or(stored.price_minor), currency)
+        {
             return Err(ApiError::field("price_minor", why));
         }
     }

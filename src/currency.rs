@@ -245,14 +245,17 @@ pub fn smallest_charge_minor(_code: &str) -> i64 {
     1
 }
 
-/// The 422 message of a price above [`max_price_minor`].
-pub fn max_price_message(code: &str) -> Option<String> {
+/// What is wrong with a price (or an amount off) of `price_minor` in `code`: above the
+/// currency's highest price ([`max_price_minor`]), as a 422 says it. Pure.
+pub fn price_over_max(price_minor: i64, code: &str) -> Option<String> {
     let max = max_price_minor(code)?;
     let exponent = minor_unit_exponent(code)?;
-    Some(format!(
-        "must be at most {max} minor units of {code} ({} {code})",
-        minor_to_decimal(max, exponent)
-    ))
+    (price_minor > max).then(|| {
+        format!(
+            "must be at most {max} minor units of {code} ({} {code})",
+            minor_to_decimal(max, exponent)
+        )
+    })
 }
 
 /// Why a decimal amount could not be converted to minor units.
@@ -417,9 +420,10 @@ mod tests {
             );
         }
         assert_eq!(
-            max_price_message("UAH").as_deref(),
+            price_over_max(100_000_000_001, "UAH").as_deref(),
             Some("must be at most 100000000000 minor units of UAH (1000000000.00 UAH)")
         );
+        assert_eq!(price_over_max(100_000_000_000, "UAH"), None);
     }
 
     #[test]

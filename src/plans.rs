@@ -307,10 +307,7 @@ pub fn term_errors(t: &Terms, e: &mut BTreeMap<String, String>) {
         ),
         _ => {}
     }
-    if let Some(max) = currency::max_price_minor(&t.currency)
-        && t.price_minor > max
-        && let Some(why) = currency::max_price_message(&t.currency)
-    {
+    if let Some(why) = currency::price_over_max(t.price_minor, &t.currency) {
         add("price_minor", why);
     }
     match (t.kind, t.period_days) {

@@ -732,10 +732,7 @@ impl Draft {
             (Some(_), None) => e.push(("currency", "is required with amount_off_minor".into())),
             (None, Some(_)) => e.push(("currency", "applies to amount_off_minor only".into())),
             (Some(off), Some(c)) => {
-                if let Some(max) = currency::max_price_minor(c)
-                    && off > max
-                    && let Some(why) = currency::max_price_message(c)
-                {
+                if let Some(why) = currency::price_over_max(off, c) {
                     e.push(("amount_off_minor", why));
                 }
             }

@@ -201,7 +201,7 @@ fn validate(b: &ChannelInput, create: bool, mut e: Errors) -> Result<(), ApiErro
         e.add("price_minor", "must be a positive integer of minor units");
     }
     if let (Some(p), Some(c)) = (b.price_minor, b.currency.as_deref())
-        && let Some(why) = channels::price_error(p, c)
+        && let Some(why) = crate::currency::price_over_max(p, c)
     {
         e.add("price_minor", why);
     }
