@@ -233,11 +233,7 @@ impl Charge {
     /// the charge). `None` when the money cannot be read.
     fn reported(&self) -> Option<Reported> {
         let amount_minor = self.amount.filter(|a| *a > 0)?;
-        let currency = self
-            .currency
-            .as_deref()
-            .filter(|c| c.len() == 3 && c.bytes().all(|b| b.is_ascii_alphabetic()))?
-            .to_ascii_uppercase();
+        let currency = currency_code(self.currency.as_deref())?;
         let paid_at = self
             .created
             .and_then(|t| Utc.timestamp_opt(t, 0).single())
@@ -273,8 +269,16 @@ pub fn event_id(body: &[u8]) -> Option<String> {
         .map(str::to_string)
 }
 
-fn session(object: Value) -> Result<Session, EventError> {
+/// An event's `data.object` read as `T`.
+fn object<T: serde::de::DeserializeOwned>(object: Value) -> Result<T, EventError> {
     serde_json::from_value(object).map_err(|e| EventError::Malformed(format!("data.object: {e}")))
+}
+
+/// A currency as Stripe writes it (three letters, lower-case), upper-cased; `None` otherwise.
+fn currency_code(currency: Option<&str>) -> Option<String> {
+    currency
+        .filter(|c| c.len() == 3 && c.bytes().all(|b| b.is_ascii_alphabetic()))
+        .map(str::to_ascii_uppercase)
 }
 
 /// The order a session names: `client_reference_id`, else `metadata.order`.
@@ -289,8 +293,8 @@ fn order_of(
 }
 
 /// A completed or succeeded session: a payment when it says `paid`.
-fn paid_session(object: Value, created: i64) -> Result<Event, EventError> {
-    let s = session(object)?;
+fn paid_session(data: Value, created: i64) -> Result<Event, EventError> {
+    let s: Session = object(data)?;
     if s.payment_status.as_deref() != Some("paid") {
         return Ok(Event::Ignored(format!(
             "checkout session {} is not paid ({})",
@@ -307,11 +311,8 @@ fn paid_session(object: Value, created: i64) -> Result<Event, EventError> {
         .amount_total
         .filter(|a| *a > 0)
         .ok_or_else(|| invalid("data.object.amount_total", "must be a positive integer"))?;
-    let currency = s
-        .currency
-        .filter(|c| c.len() == 3 && c.bytes().all(|b| b.is_ascii_alphabetic()))
-        .ok_or_else(|| invalid("data.object.currency", "must be three letters"))?
-        .to_ascii_uppercase();
+    let currency = currency_code(s.currency.as_deref())
+        .ok_or_else(|| invalid("data.object.currency", "must be three letters"))?;
     let paid_at: DateTime<Utc> = Utc
         .timestamp_opt(created, 0)
         .single()
@@ -325,10 +326,6 @@ fn paid_session(object: Value, created: i64) -> Result<Event, EventError> {
         paid_at,
         payer_telegram_id: None,
     }))
-}
-
-fn dispute(object: Value) -> Result<Dispute, EventError> {
-    serde_json::from_value(object).map_err(|e| EventError::Malformed(format!("data.object: {e}")))
 }
 
 /// A Dispute of a charge made without a PaymentIntent: not a Checkout payment of ours.
@@ -349,13 +346,13 @@ pub fn read_event(body: &[u8]) -> Result<Event, EventError> {
             paid_session(envelope.data.object, envelope.created)
         }
         "checkout.session.async_payment_failed" => {
-            let s = session(envelope.data.object)?;
+            let s: Session = object(envelope.data.object)?;
             Ok(Event::PaymentFailed {
                 order_reference: order_of(s.client_reference_id, s.metadata)?,
             })
         }
         "charge.dispute.created" => {
-            let d = dispute(envelope.data.object)?;
+            let d: Dispute = object(envelope.data.object)?;
             Ok(match d.payment_intent.clone().filter(|p| !p.is_empty()) {
                 Some(payment_intent) => Event::Disputed {
                     payment_intent,
@@ -371,7 +368,7 @@ pub fn read_event(body: &[u8]) -> Result<Event, EventError> {
             })
         }
         "charge.dispute.closed" => {
-            let d = dispute(envelope.data.object)?;
+            let d: Dispute = object(envelope.data.object)?;
             if !matches!(d.status.as_str(), "won" | "warning_closed") {
                 return Ok(Event::Ignored(format!(
                     "dispute {} closed {}: the payment stays as it is",
@@ -384,8 +381,7 @@ pub fn read_event(body: &[u8]) -> Result<Event, EventError> {
             })
         }
         "charge.refunded" => {
-            let c: Charge = serde_json::from_value(envelope.data.object)
-                .map_err(|e| EventError::Malformed(format!("data.object: {e}")))?;
+            let c: Charge = object(envelope.data.object)?;
             if !c.refunded {
                 return Ok(Event::Ignored(format!(
                     "charge {} refunded in part: nothing taken back",
