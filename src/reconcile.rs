@@ -312,9 +312,7 @@ impl Checker {
             WayForPayStatus::Refunded => {
                 crate::metrics::reconciliation_check("refunded");
                 report.refunded += 1;
-                let reported = wayforpay::normalize(&cb, Utc::now())
-                    .ok()
-                    .map(|p| gateway_refunds::Reported::of(&p));
+                let reported = wayforpay::refund_report(&cb, Utc::now());
                 let refund = gateway_refunds::refund_at_gateway(
                     &state.db,
                     Gateway::WayForPay,

@@ -32,6 +32,7 @@ use subtle::ConstantTimeEq;
 use super::{
     core::{Gateway, NormalizedPayment},
     currency,
+    gateway_refunds::Reported,
 };
 use crate::error::ApiError;
 
@@ -446,6 +447,14 @@ pub fn normalize(cb: &Callback, now: DateTime<Utc>) -> Result<NormalizedPayment,
         paid_at,
         payer_telegram_id: None,
     })
+}
+
+/// What a verified `Refunded`/`Voided` report (a callback, or a `CHECK_STATUS` answer) says of
+/// the payment it refunds, read as [`normalize`] reads a payment: what records the refund when
+/// the payment has not come yet. `None` when its money cannot be stored, as a payment of it
+/// could not be either.
+pub fn refund_report(cb: &Callback, now: DateTime<Utc>) -> Option<Reported> {
+    normalize(cb, now).ok().map(|p| Reported::of(&p))
 }
 
 #[cfg(test)]

@@ -96,11 +96,8 @@ pub async fn receive(State(state): State<AppState>, body: Bytes) -> Result<Respo
     } else if cb.is_refund() {
         // Whatever it finds (refunded now, reported before, never applied, unknown), the
         // callback is acknowledged: it is logged, and nothing more can be done with it.
-        // What it says of the payment records the refund when the payment has not come yet;
-        // money that cannot be stored cannot be a stored payment's either.
-        let reported = wayforpay::normalize(&cb, Utc::now())
-            .ok()
-            .map(|p| gateway_refunds::Reported::of(&p));
+        // What it says of the payment records the refund when the payment has not come yet.
+        let reported = wayforpay::refund_report(&cb, Utc::now());
         gateway_refunds::refund_at_gateway(
             &state.db,
             Gateway::WayForPay,
