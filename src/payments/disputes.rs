@@ -150,9 +150,6 @@ const WON_SQL: &str = "UPDATE payments
      WHERE gateway = $1 AND external_id = $2 AND outcome = $5
      RETURNING id";
 
-const STATE_SQL: &str = "SELECT id, outcome, reason FROM payments
-     WHERE gateway = $1 AND external_id = $2";
-
 /// Puts the disputed payment `(gateway, external_id)` in review because its dispute was won
 /// (see the module doc).
 pub async fn dispute_won(
@@ -176,18 +173,14 @@ pub async fn dispute_won(
         Some(r) => Won::InReview {
             payment_id: r.try_get("id")?,
         },
-        None => match db::row_opt(client, STATE_SQL, &[&gateway, &external_id]).await? {
+        None => match gateway_refunds::facts(client, &gateway, external_id).await? {
             None => Won::UnknownPayment,
-            Some(r) => {
-                let payment_id = r.try_get("id")?;
-                let outcome: Outcome = r.try_get("outcome")?;
-                let reason: Option<Reason> = r.try_get("reason")?;
-                if outcome == Outcome::NeedsReview && reason == Some(Reason::DisputeWon) {
-                    Won::AlreadyInReview { payment_id }
-                } else {
-                    Won::NotDisputed { payment_id }
-                }
+            Some(f)
+                if f.outcome == Outcome::NeedsReview && f.reason == Some(Reason::DisputeWon) =>
+            {
+                Won::AlreadyInReview { payment_id: f.id }
             }
+            Some(f) => Won::NotDisputed { payment_id: f.id },
         },
     };
     match &won {

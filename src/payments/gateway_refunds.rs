@@ -223,17 +223,19 @@ pub(super) async fn take_back(
 }
 
 /// What the refund needs of the payment, read before and after the locks.
-struct Facts {
-    id: i64,
-    outcome: Outcome,
-    reason: Option<Reason>,
-    order_id: Option<i64>,
+pub(super) struct Facts {
+    pub id: i64,
+    pub outcome: Outcome,
+    pub reason: Option<Reason>,
+    pub order_id: Option<i64>,
 }
 
 const FACTS_SQL: &str = "SELECT id, outcome, reason, order_id FROM payments
      WHERE gateway = $1 AND external_id = $2";
 
-async fn facts(
+/// The payment `(gateway, external_id)` as a refund (or a dispute) judges it; `None` when none
+/// is stored.
+pub(super) async fn facts(
     client: &impl GenericClient,
     gateway: &Gateway,
     external_id: &str,
