@@ -246,8 +246,8 @@ async fn run() {
 
     // What the background loop does once after an upgrade: roll every ended day up.
     let rolled_at = Instant::now();
-    let days = subgate::stats::roll_up(
-        &subgate::stats::StatsDb::new(pool.clone()),
+    let days = subgate::reports::stats::roll_up(
+        &subgate::reports::stats::StatsDb::new(pool.clone()),
         (Utc::now() - chrono::Duration::days(800)).date_naive(),
         None,
     )
@@ -259,7 +259,7 @@ async fn run() {
         roll_up.as_secs_f64()
     );
 
-    let state = subgate::state::AppState::new(config, pool.clone())
+    let state = subgate::app::state::AppState::new(config, pool.clone())
         .await
         .expect("state");
     subgate::bootstrap_admin(&state).await.expect("admin");

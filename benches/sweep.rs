@@ -31,8 +31,8 @@ use std::{
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use subgate::{
+    access::sweep::{self, Status, next_sweep_status},
     db,
-    sweep::{self, Status, next_sweep_status},
 };
 use tokio_postgres::NoTls;
 
@@ -226,7 +226,7 @@ impl Results {
         println!(
             "  then, off the sweep's path, the worker makes effects of its {rows} queued rows \
              (chunks of {}): {:.2} s",
-            subgate::effects::SWEEP_QUEUE_CHUNK,
+            subgate::outbox::effects::SWEEP_QUEUE_CHUNK,
             self.materialize.as_secs_f64()
         );
         println!(
@@ -288,7 +288,7 @@ async fn bench(pool: &Pool, rows: i64, naive_rows: i64, batch: usize) -> Results
     let started = Instant::now();
     {
         let client = pool.get().await.unwrap();
-        while subgate::effects::materialize_sweep_queue(&client)
+        while subgate::outbox::effects::materialize_sweep_queue(&client)
             .await
             .unwrap()
             > 0
@@ -358,7 +358,7 @@ async fn bench(pool: &Pool, rows: i64, naive_rows: i64, batch: usize) -> Results
                  ), {}, {}
                  SELECT count(*) FROM updated",
                 sweep::SWEEP_EVENTS_CTE,
-                subgate::effects::SWEEP_EFFECTS_CTE
+                subgate::outbox::effects::SWEEP_EFFECTS_CTE
             ),
             &[],
         )

@@ -36,7 +36,7 @@ enum Command {
     /// Run one full sweep (active → grace → expired) and print its JSON report.
     Sweep {
         /// Memberships per batch transaction (1..=5000).
-        #[arg(long, default_value_t = subgate::sweep::DEFAULT_BATCH_SIZE as u64,
+        #[arg(long, default_value_t = subgate::access::sweep::DEFAULT_BATCH_SIZE as u64,
               value_parser = clap::value_parser!(u64).range(1..=5000))]
         batch_size: u64,
     },
@@ -133,7 +133,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Migrate => migrate(&pool).await,
         Command::Sweep { batch_size } => {
-            let report = subgate::sweep::sweep(&pool, batch_size as usize)
+            let report = subgate::access::sweep::sweep(&pool, batch_size as usize)
                 .await
                 .map_err(|e| format!("sweep failed: {e}"))?;
             println!(
@@ -148,7 +148,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         } => {
             let role = subgate::staff::Role::parse(&role).ok_or("unknown role")?;
             let password = read_password()?;
-            let created = subgate::auth::create_staff_from_command_line(
+            let created = subgate::staff::auth::create_staff_from_command_line(
                 &pool,
                 &email,
                 &password,
@@ -168,9 +168,10 @@ async fn run(cli: Cli) -> Result<(), String> {
             command: StaffCommand::SetPassword { email },
         } => {
             let password = read_password()?;
-            let changed = subgate::auth::set_password(&pool, &email, &password, config.bcrypt_cost)
-                .await
-                .map_err(staff_error)?;
+            let changed =
+                subgate::staff::auth::set_password(&pool, &email, &password, config.bcrypt_cost)
+                    .await
+                    .map_err(staff_error)?;
             if changed {
                 println!("password of staff account {email} changed; its sessions are ended");
                 Ok(())
@@ -193,9 +194,9 @@ fn read_password() -> Result<String, String> {
 }
 
 /// A `staff` command's error as one line: field errors as "field message; …".
-fn staff_error(e: subgate::error::ApiError) -> String {
+fn staff_error(e: subgate::common::error::ApiError) -> String {
     match e {
-        subgate::error::ApiError::Validation(fields) => fields
+        subgate::common::error::ApiError::Validation(fields) => fields
             .iter()
             .map(|(k, v)| format!("{k} {v}"))
             .collect::<Vec<_>>()
@@ -210,7 +211,7 @@ async fn effects(
     pool: deadpool_postgres::Pool,
     command: EffectsCommand,
 ) -> Result<(), String> {
-    use subgate::worker::{Options, Worker};
+    use subgate::app::worker::{Options, Worker};
     let state = AppState::new(config, pool)
         .await
         .map_err(|e| e.to_string())?;

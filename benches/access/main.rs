@@ -47,7 +47,7 @@ use fake_bot::{Counts, FakeBot};
 use server::{Server, ServerEnv};
 use subgate::{
     db,
-    payments::standard_webhooks::{WebhookKey, sign},
+    payments::gateways::standard_webhooks::{WebhookKey, sign},
 };
 
 /// The bench bot's token (the fake accepts any).

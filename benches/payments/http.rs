@@ -18,7 +18,7 @@ use axum::body::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::{Request, client::conn::http1::SendRequest};
 use hyper_util::rt::TokioIo;
-use subgate::payments::standard_webhooks::{WebhookKey, sign};
+use subgate::payments::gateways::standard_webhooks::{WebhookKey, sign};
 use tokio::net::TcpStream;
 
 /// The gateway name every benchmark payment uses (door 1 accepts any that is not reserved).

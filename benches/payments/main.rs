@@ -71,7 +71,7 @@ use std::{
 };
 
 use deadpool_postgres::Pool;
-use subgate::{db, payments::standard_webhooks::WebhookKey};
+use subgate::{db, payments::gateways::standard_webhooks::WebhookKey};
 use tokio_postgres::NoTls;
 
 use crate::{

@@ -1,4 +1,4 @@
-//! `GET /api/audit-log`: the record of every staff write ([`crate::audit_log`]), read-only.
+//! `GET /api/audit-log`: the record of every staff write ([`crate::staff::audit_log`]), read-only.
 
 use axum::{Json, extract::State};
 use chrono::{DateTime, Utc};
@@ -6,9 +6,9 @@ use serde::Deserialize;
 
 use super::{ApiQuery, Errors, Page, Paging, auth::Staff, check_text, openapi::Problem};
 use crate::{
-    audit_log::{self, Filter, Record},
-    error::ApiError,
-    state::AppState,
+    app::state::AppState,
+    common::error::ApiError,
+    staff::audit_log::{self, Filter, Record},
 };
 
 #[derive(Deserialize, utoipa::IntoParams)]

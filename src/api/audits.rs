@@ -1,5 +1,5 @@
 //! `POST /api/channels/{id}/audit`, `GET /api/audits/{id}`, `GET /api/audits`: audits of a
-//! channel's member list against the database ([`crate::audits`]). The request records the
+//! channel's member list against the database ([`crate::telegram::audits`]). The request records the
 //! running audit and answers 202 at once; the audit runs on in the background and its row shows
 //! its progress and, when done, its report.
 //!
@@ -16,10 +16,10 @@ use serde::{Deserialize, Serialize};
 
 use super::{ApiJson, ApiQuery, PathId, auth::Staff, openapi::Problem};
 use crate::{
-    audits::{self, Audit, Start},
-    channels,
-    error::ApiError,
-    state::AppState,
+    app::state::AppState,
+    catalog::channels,
+    common::error::ApiError,
+    telegram::audits::{self, Audit, Start},
 };
 
 /// The body of `POST /api/channels/{id}/audit` (optional: no body is `{"fix": false}`).

@@ -1,5 +1,5 @@
 //! `POST /api/auth/login` and the [`Staff`] extractor: the HTTP side of staff authentication.
-//! Tokens, passwords, the login throttle and the account lookups are [`crate::auth`]'s.
+//! Tokens, passwords, the login throttle and the account lookups are [`crate::staff::auth`]'s.
 //!
 //! Login answers the same 401, in about the same time, for an unknown email and a wrong
 //! password (an unknown email is checked against the dummy hash); docs/auth.md has the rules.
@@ -26,11 +26,13 @@ use super::{
 use deadpool_postgres::GenericClient;
 
 use crate::{
-    audit_log::{self, Actor, Entry},
-    auth::{self, MAX_EMAIL_BYTES},
-    error::ApiError,
-    staff::Role,
-    state::AppState,
+    app::state::AppState,
+    common::error::ApiError,
+    staff::{
+        Role,
+        audit_log::{self, Actor, Entry},
+        auth::{self, MAX_EMAIL_BYTES},
+    },
 };
 
 /// The authenticated staff account behind a request, as the role layer

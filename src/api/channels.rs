@@ -3,7 +3,7 @@
 //! whether the bot sells them as a Telegram Stars subscription (`recurring`), and the deep link
 //! that opens their offer in the bot (`buy_link`, read-only).
 //!
-//! HTTP only: a handler checks the body's fields, calls one function of [`crate::channels`]
+//! HTTP only: a handler checks the body's fields, calls one function of [`crate::catalog::channels`]
 //! (which owns the rows, the SQL and the rules of a change) and renders its answer.
 
 use axum::{
@@ -20,12 +20,11 @@ use super::{
 };
 use super::{auth::Staff, idempotency::StaffWrite, openapi::Problem};
 use crate::{
-    audit_log::Entry,
-    channels::{self, Channel, RECURRING_PERIOD_DAYS, RECURRING_RULE},
-    currency,
-    error::ApiError,
-    state::AppState,
-    translations::{self, Translation},
+    app::state::AppState,
+    catalog::channels::{self, Channel, RECURRING_PERIOD_DAYS, RECURRING_RULE},
+    common::{currency, error::ApiError},
+    present::translations::{self, Translation},
+    staff::audit_log::Entry,
 };
 
 /// The longest `description`, in characters.
@@ -201,7 +200,7 @@ fn validate(b: &ChannelInput, create: bool, mut e: Errors) -> Result<(), ApiErro
         e.add("price_minor", "must be a positive integer of minor units");
     }
     if let (Some(p), Some(c)) = (b.price_minor, b.currency.as_deref())
-        && let Some(why) = crate::currency::price_over_max(p, c)
+        && let Some(why) = crate::common::currency::price_over_max(p, c)
     {
         e.add("price_minor", why);
     }

@@ -1,7 +1,7 @@
 //! `/api/effects`: the Telegram effects outbox as staff see it — what is queued, what was done,
 //! and the dead letters (`status=failed`) with Telegram's reason, which staff can send back to
 //! the queue once the cause is fixed (bot made admin, user unblocked the bot, Telegram back after
-//! an outage), one by one or all those matching a filter. The outbox is [`crate::effects`].
+//! an outage), one by one or all those matching a filter. The outbox is [`crate::outbox::effects`].
 
 use axum::{
     Json,
@@ -19,10 +19,10 @@ use super::{
     openapi::{Problem, Retried},
 };
 use crate::{
-    audit_log::Entry,
-    effects::{self, Effect, Kind, RetryRefusal, Status},
-    error::ApiError,
-    state::AppState,
+    app::state::AppState,
+    common::error::ApiError,
+    outbox::effects::{self, Effect, Kind, RetryRefusal, Status},
+    staff::audit_log::Entry,
 };
 
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -35,7 +35,7 @@ pub struct ListEffects {
     /// Return ids greater than this (the previous page's `next_after`).
     after: Option<i64>,
     /// `failed`: the dead letters.
-    #[param(value_type = Option<crate::effects::Status>)]
+    #[param(value_type = Option<crate::outbox::effects::Status>)]
     status: Option<String>,
     #[param(value_type = Option<Kind>)]
     kind: Option<String>,

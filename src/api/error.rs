@@ -16,7 +16,7 @@ use axum::{
 use serde::Serialize;
 use tokio_postgres::error::SqlState;
 
-use crate::error::ApiError;
+use crate::common::error::ApiError;
 
 /// A body that could not be read: 413 when it exceeds the size limit, else 400.
 impl From<axum::extract::rejection::BytesRejection> for ApiError {

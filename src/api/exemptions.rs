@@ -3,7 +3,7 @@
 //! access is removed unless exempt (or an administrator); a revoke and an audit leave them
 //! alone too.
 //!
-//! HTTP only: the handlers check the body's fields and call [`crate::exemptions`], which owns
+//! HTTP only: the handlers check the body's fields and call [`crate::access::exemptions`], which owns
 //! the rows.
 
 use axum::{
@@ -17,11 +17,11 @@ use serde::{Deserialize, Serialize};
 use super::{Errors, check_text};
 use super::{auth::Staff, idempotency::StaffWrite, openapi::Problem};
 use crate::{
-    audit_log::Entry,
-    channels,
-    error::ApiError,
-    exemptions::{self, Exemption},
-    state::AppState,
+    access::exemptions::{self, Exemption},
+    app::state::AppState,
+    catalog::channels,
+    common::error::ApiError,
+    staff::audit_log::Entry,
 };
 
 /// The longest `note`, in characters (also a CHECK of the schema).

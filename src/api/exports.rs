@@ -32,7 +32,7 @@ use axum::{
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::error::ApiError;
+use crate::common::error::ApiError;
 
 /// Rows read and encoded at a time.
 pub const PAGE: i64 = 1000;

@@ -1,11 +1,11 @@
 //! Staff writes and the `Idempotency-Key` header, in one wrapper: the HTTP side of
-//! [`crate::idempotency`].
+//! [`crate::staff::idempotency`].
 //!
 //! Every staff `POST` whose effect commits in one transaction (create subscriber, channel and
 //! order, manual grant, cancel, checkout, effect retry) takes a [`StaffWrite`] and runs its
 //! effect through [`idempotent!`](crate::idempotent). Without a key that is simply
 //! "authenticate, parse, run in a transaction". With a key, the key row is claimed first in the
-//! effect's transaction and the response saved in it last ([`crate::idempotency`] has the
+//! effect's transaction and the response saved in it last ([`crate::staff::idempotency`] has the
 //! rules), so a repeat replays the saved status and body byte for byte with
 //! `Idempotent-Replayed: true`.
 
@@ -22,9 +22,9 @@ use sha2::{Digest, Sha256};
 
 use super::{auth::Staff, parse_json};
 use crate::{
-    error::ApiError,
-    idempotency::{self, Fingerprint, SavedResponse, parse_key},
-    state::AppState,
+    app::state::AppState,
+    common::error::ApiError,
+    staff::idempotency::{self, Fingerprint, SavedResponse, parse_key},
 };
 
 /// The header's name.
@@ -146,7 +146,7 @@ macro_rules! idempotent {
                 None => {
                     let effect: ::std::result::Result<
                         (::axum::http::StatusCode, ::serde_json::Value),
-                        $crate::error::ApiError,
+                        $crate::common::error::ApiError,
                     > = async { $body }.await;
                     let (status, value) = effect?;
                     write.save($tx, status, &value).await

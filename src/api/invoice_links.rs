@@ -17,15 +17,15 @@ use super::{
     openapi::{OrderEnvelope, Problem},
 };
 use crate::{
-    audit_log::Entry,
-    error::ApiError,
+    app::state::AppState,
+    common::error::ApiError,
     orders::{self, Order},
     present::{
         render,
         texts::{self, Language},
     },
-    state::AppState,
-    telegram::bot_api::{BotApi, DEFAULT_TIMEOUT},
+    staff::audit_log::Entry,
+    telegram_api::client::{BotApi, DEFAULT_TIMEOUT},
 };
 
 /// `POST /api/orders/{id}/invoice-link` → 200 `{"order": Order}` with `invoice_link` set.

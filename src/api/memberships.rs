@@ -1,5 +1,5 @@
 //! `/api/memberships`: read, manual grant, staff corrections, delete, and the event history
-//! ([`crate::memberships`] owns the rows).
+//! ([`crate::access::memberships`] owns the rows).
 //!
 //! Grant, PATCH and DELETE go through the same lock order as a payment (advisory pair lock →
 //! channel row for a seat-limited channel → membership row), so staff work can never interleave
@@ -20,14 +20,18 @@ use super::{
     not_null, nullable, openapi::Problem, state_filter,
 };
 use crate::{
-    audit_log::Entry,
+    access::{
+        memberships::{self, Cause, Event, Expiry, Membership, Status},
+        subscribers,
+    },
+    app::state::AppState,
+    common::{
+        error::ApiError,
+        ids::{ChannelId, SubscriberId},
+    },
     db,
-    error::ApiError,
-    ids::{ChannelId, SubscriberId},
-    memberships::{self, Cause, Event, Expiry, Membership, Status},
     orders::seats,
-    state::AppState,
-    subscribers,
+    staff::audit_log::Entry,
 };
 
 #[derive(Deserialize, utoipa::IntoParams)]

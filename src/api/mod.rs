@@ -48,7 +48,7 @@ use axum::{
 };
 use serde::{Deserialize, Deserializer, Serialize, de::DeserializeOwned};
 
-use crate::error::ApiError;
+use crate::common::error::ApiError;
 
 /// A JSON body whose rejection is a 400 problem naming what is wrong (413 when too large). The
 /// content type is not required to be `application/json` (gateways and curl users often omit
@@ -246,9 +246,9 @@ pub fn check_text(e: &mut Errors, field: &str, v: Option<&str>, max: usize) {
     }
 }
 
-/// Checks a channel's or plan's `translations` ([`crate::translations::check`]).
+/// Checks a channel's or plan's `translations` ([`crate::present::translations::check`]).
 pub fn check_translations(e: &mut Errors, v: Option<&serde_json::Value>) {
-    if let Some(Err(errors)) = v.map(crate::translations::check) {
+    if let Some(Err(errors)) = v.map(crate::present::translations::check) {
         for (field, message) in errors {
             e.add(&field, message);
         }

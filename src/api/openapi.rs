@@ -41,7 +41,7 @@ use utoipa::{
 };
 
 use super::webhooks::telegram;
-use crate::{memberships as membership_domain, orders as order_domain, payments::core};
+use crate::{access::memberships as membership_domain, orders as order_domain, payments::core};
 
 /// The content type of every error body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -353,22 +353,22 @@ text_enum_schemas! {
         "`active` until `expires_at`, then `grace` for the channel's grace period, then `expired`.",
     membership_domain::EventCause => "EventCause": "Who made a membership change.",
     order_domain::Status => "OrderStatus": "`pending` until a payment pays it or staff cancel it.",
-    crate::plans::Kind => "PlanKind": "`paid`, or a free `trial` (once per buyer and channel).",
+    crate::catalog::plans::Kind => "PlanKind": "`paid`, or a free `trial` (once per buyer and channel).",
     core::Outcome => "PaymentOutcome": "What became of a stored payment.",
     core::Reason => "PaymentReason":
         "Why a payment was not applied (or a Telegram pre-checkout refused).",
-    crate::effects::Kind => "EffectKind": "What an effect does on Telegram.",
+    crate::outbox::effects::Kind => "EffectKind": "What an effect does on Telegram.",
     crate::payments::star_subscriptions::Status => "StarSubscriptionStatus":
         "`active` (renews) or `cancelled`.",
     crate::payments::star_subscriptions::CancelledBy => "CancelledBy":
         "Who cancelled a Stars subscription.",
-    crate::audits::Status => "AuditStatus":
+    crate::telegram::audits::Status => "AuditStatus":
         "`running`, then `done` or `failed` (see `error`).",
-    crate::effects::Status => "EffectStatus":
+    crate::outbox::effects::Status => "EffectStatus":
         "`pending` (queued or being retried), `done`, or `failed` (a dead letter).",
     crate::present::locale::Language => "Language":
         "A language the bot speaks: `en` (English), `uk` (Ukrainian), `ru` (Russian).",
-    crate::gateway_checks::State => "ReconciliationState":
+    crate::payments::gateways::wayforpay::checks::State => "ReconciliationState":
         "`chasing` (asked again later), `found` (the gateway's answer was stored as a payment), \
          `gave_up` (not paid 72 hours after the link) or `settled` (paid, cancelled or refunded).",
 }

@@ -13,14 +13,14 @@ use super::{
     state_filter,
 };
 use crate::{
-    audit_log::Entry,
-    error::ApiError,
+    app::state::AppState,
+    common::error::ApiError,
     orders::{
         self, Order,
         seats::{self, CheckoutRefusal},
         trials,
     },
-    state::AppState,
+    staff::audit_log::Entry,
 };
 
 /// A new order: a plan (`plan_id`, with an optional `promo_code`), or a channel's default plan

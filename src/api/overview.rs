@@ -15,7 +15,8 @@ use tokio_postgres::IsolationLevel;
 
 use super::{ApiQuery, auth::Staff};
 use crate::{
-    channels, db, effects, error::ApiError, orders::seats, state::AppState, sweep::SweepRun,
+    access::sweep::SweepRun, app::state::AppState, catalog::channels, common::error::ApiError, db,
+    orders::seats, outbox::effects,
 };
 
 /// The body of `GET /api/overview`.

@@ -8,9 +8,9 @@ use serde::Deserialize;
 
 use super::{ApiQuery, Page, Paging, PathId, auth::Staff, exports, openapi::Problem, state_filter};
 use crate::{
-    error::ApiError,
+    app::state::AppState,
+    common::error::ApiError,
     payments::core::{self, Outcome, Payment},
-    state::AppState,
 };
 
 #[derive(Deserialize, utoipa::IntoParams)]

@@ -4,7 +4,7 @@
 //! (`is_default`), which is the channel's own price fields.
 //!
 //! HTTP only: a handler checks the body's fields one by one, calls one function of
-//! [`crate::plans`] (which owns the rows, the SQL and the rules that combine fields, channels
+//! [`crate::catalog::plans`] (which owns the rows, the SQL and the rules that combine fields, channels
 //! and orders) and renders its answer.
 
 use axum::{
@@ -21,11 +21,11 @@ use super::{
 };
 use super::{auth::Staff, idempotency::StaffWrite, openapi::Problem};
 use crate::{
-    audit_log::Entry,
-    error::ApiError,
-    plans::{self, Kind, Plan},
-    state::AppState,
-    translations::{self, Translation},
+    app::state::AppState,
+    catalog::plans::{self, Kind, Plan},
+    common::error::ApiError,
+    present::translations::{self, Translation},
+    staff::audit_log::Entry,
 };
 
 /// The longest `description`, in characters.

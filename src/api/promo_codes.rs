@@ -3,7 +3,7 @@
 //! with `active: false` (orders keep pointing at it).
 //!
 //! HTTP only: a handler checks each field's shape, calls one function of
-//! [`crate::promo_codes`] (which owns the rows, the rules between fields, the plan list check
+//! [`crate::catalog::promo_codes`] (which owns the rows, the rules between fields, the plan list check
 //! and what may change once a code is used) and renders its answer.
 
 use axum::{Json, extract::State, http::StatusCode, response::Response};
@@ -13,11 +13,10 @@ use serde::Deserialize;
 use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, not_null, nullable};
 use super::{auth::Staff, idempotency::StaffWrite, openapi::Problem};
 use crate::{
-    audit_log::Entry,
-    currency,
-    error::ApiError,
-    promo_codes::{self, CODE_RULE, PLAN_IDS_MAX, PromoCode},
-    state::AppState,
+    app::state::AppState,
+    catalog::promo_codes::{self, CODE_RULE, PLAN_IDS_MAX, PromoCode},
+    common::{currency, error::ApiError},
+    staff::audit_log::Entry,
 };
 
 /// A new promo code: `percent_off`, or `amount_off_minor` with `currency`.

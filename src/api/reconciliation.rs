@@ -1,15 +1,18 @@
 //! `GET /api/reconciliation`: the card orders asked about at the gateway because their callback
 //! had not come — what is being chased, what was found, what was given up on — with how many
-//! are in each state. [`crate::gateway_checks`] owns them; [`crate::reconcile`] does the asking.
+//! are in each state. [`crate::payments::gateways::wayforpay::checks`] owns them; [`crate::payments::gateways::wayforpay::reconcile`] does the asking.
 
 use axum::{Json, extract::State};
 use serde::{Deserialize, Serialize};
 
 use super::{ApiQuery, Paging, auth::Staff, openapi::Problem, state_filter};
 use crate::{
-    error::ApiError,
-    gateway_checks::{self, Check, Counts},
-    state::AppState,
+    app::state::AppState,
+    common::error::ApiError,
+    payments::gateways::wayforpay::{
+        checks as gateway_checks,
+        checks::{Check, Counts},
+    },
 };
 
 #[derive(Deserialize, utoipa::IntoParams)]

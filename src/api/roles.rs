@@ -36,7 +36,11 @@ use utoipa::openapi::extensions::Extensions;
 use utoipa_axum::router::UtoipaMethodRouter;
 
 use super::auth::{Staff, bearer};
-use crate::{auth, error::ApiError, staff, staff::Role, state::AppState};
+use crate::{
+    app::state::AppState,
+    common::error::ApiError,
+    staff::{self, Role, auth},
+};
 
 /// The OpenAPI extension naming an operation's least role.
 pub const EXTENSION: &str = "x-required-role";

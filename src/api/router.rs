@@ -32,9 +32,9 @@ use super::{
     webhooks::{standard, stripe, telegram, wayforpay},
 };
 use crate::{
-    error::ApiError,
+    app::state::AppState,
+    common::error::ApiError,
     staff::Role::{Admin, Owner, Support, Viewer},
-    state::AppState,
 };
 
 /// Largest request body accepted (webhooks and staff JSON are small).
@@ -166,7 +166,9 @@ pub fn router(state: AppState) -> Router {
                     timeout,
                 )),
         )
-        .layer(axum::middleware::from_fn(crate::metrics::track_http))
+        .layer(axum::middleware::from_fn(
+            crate::common::metrics::track_http,
+        ))
         // For the role layer of staff routes (`api::roles`), declared before the state exists.
         .layer(axum::Extension(state.clone()))
         .with_state(state)

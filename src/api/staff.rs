@@ -1,6 +1,6 @@
 //! `/api/staff` (the owner manages staff accounts) and `POST /api/auth/password` (anyone
 //! changes their own password). HTTP only: the accounts and the last-owner rule are
-//! [`crate::staff`]'s, passwords [`crate::auth`]'s. Every write is recorded in the audit log in
+//! [`crate::staff`]'s, passwords [`crate::staff::auth`]'s. Every write is recorded in the audit log in
 //! its transaction; a snapshot never holds a password or its hash.
 
 use axum::{
@@ -18,11 +18,9 @@ use super::{
     openapi::{Problem, Token},
 };
 use crate::{
-    audit_log::Entry,
-    auth,
-    error::ApiError,
-    staff::{self, Account, Change, Role},
-    state::AppState,
+    app::state::AppState,
+    common::error::ApiError,
+    staff::{self, Account, Change, Role, audit_log::Entry, auth},
 };
 
 /// A new staff account.

@@ -15,10 +15,10 @@ use super::{
     openapi::Problem,
 };
 use crate::{
-    audit_log::Entry,
-    error::ApiError,
+    app::state::AppState,
+    common::error::ApiError,
     payments::star_subscriptions::{self, CancelRefusal, CancelledBy, StarSubscription},
-    state::AppState,
+    staff::audit_log::Entry,
 };
 
 #[derive(Deserialize, utoipa::IntoParams)]

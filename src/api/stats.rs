@@ -1,5 +1,5 @@
 //! `GET /api/stats/revenue`, `/api/stats/members` and `/api/stats/summary`: the statistics of
-//! [`crate::stats`], computed in SQL. Read-only.
+//! [`crate::reports::stats`], computed in SQL. Read-only.
 
 use axum::{Json, extract::State};
 use chrono::{DateTime, Utc};
@@ -7,9 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{ApiQuery, Errors, auth::Staff, openapi::Problem};
 use crate::{
-    error::ApiError,
-    state::AppState,
-    stats::{self, Interval, MAX_INTERVALS, Members, Revenue, Summary},
+    app::state::AppState,
+    common::error::ApiError,
+    reports::stats::{self, Interval, MAX_INTERVALS, Members, Revenue, Summary},
 };
 
 #[derive(Deserialize, utoipa::IntoParams)]

@@ -1,6 +1,6 @@
 //! `/api/subscribers`: the buyers, identified by their Telegram user id.
 //!
-//! HTTP only: a handler checks the body's fields, calls one function of [`crate::subscribers`]
+//! HTTP only: a handler checks the body's fields, calls one function of [`crate::access::subscribers`]
 //! (which owns the rows, the SQL and the rules of a change) and renders its answer.
 
 use axum::{
@@ -15,11 +15,11 @@ use serde::Deserialize;
 use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, check_text, not_null, nullable};
 use super::{auth::Staff, exports, idempotency::StaffWrite, openapi::Problem};
 use crate::{
-    audit_log::Entry,
-    error::ApiError,
+    access::subscribers::{self, Subscriber},
+    app::state::AppState,
+    common::error::ApiError,
     present::locale::Language,
-    state::AppState,
-    subscribers::{self, Subscriber},
+    staff::audit_log::Entry,
 };
 
 #[derive(Deserialize, utoipa::ToSchema)]

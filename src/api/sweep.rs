@@ -1,4 +1,4 @@
-//! `POST /api/sweep`: runs one full sweep ([`crate::sweep`]) and answers its report.
+//! `POST /api/sweep`: runs one full sweep ([`crate::access::sweep`]) and answers its report.
 //!
 //! Callable by staff (JWT) or, so cron needs no login, with `Authorization: Bearer
 //! <SWEEP_TOKEN>` when that variable is set. Not idempotency-keyed: a sweep is idempotent by
@@ -8,10 +8,10 @@ use axum::{Json, extract::FromRequestParts, extract::State, http::request::Parts
 
 use super::auth::{Staff, bearer};
 use crate::{
-    audit_log::Entry,
-    error::ApiError,
-    state::AppState,
-    sweep::{self, SweepReport},
+    access::sweep::{self, SweepReport},
+    app::state::AppState,
+    common::error::ApiError,
+    staff::audit_log::Entry,
 };
 
 /// Who asked for a sweep.

@@ -1,5 +1,5 @@
 //! `/api/webhook-endpoints` and `/api/webhook-deliveries`: the owner's endpoints for outbound
-//! webhooks (the domain is [`crate::outbound`]). The secret is shown once, when made (create,
+//! webhooks (the domain is [`crate::outbox::outbound`]). The secret is shown once, when made (create,
 //! rotate; a replay of the same `Idempotency-Key` shows the same answer, as for every staff
 //! POST); every other answer leaves it out.
 
@@ -15,10 +15,10 @@ use super::{
     openapi::Problem,
 };
 use crate::{
-    audit_log::Entry,
-    error::ApiError,
-    outbound::{self, Delivery, EVENT_TYPES, Endpoint},
-    state::AppState,
+    app::state::AppState,
+    common::error::ApiError,
+    outbox::outbound::{self, Delivery, EVENT_TYPES, Endpoint},
+    staff::audit_log::Entry,
 };
 
 #[derive(Deserialize, utoipa::ToSchema)]

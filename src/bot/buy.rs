@@ -29,7 +29,7 @@
 //! use): its old invoice is then refused at pre-checkout.
 //!
 //! **Promo codes.** The code the buyer gave (`/code`, a deep link; [`super::codes`]) is decided
-//! under the code's row lock by [`crate::promo_codes::discount_for_new_order`], after the pair
+//! under the code's row lock by [`crate::catalog::promo_codes::discount_for_new_order`], after the pair
 //! locks and the order rows and before the channel rows (the lock order). When it refuses (the
 //! code filled up since it was shown), the buyer is told, the code is forgotten and no order is
 //! made: a second press buys at the list price. The bot never charges a price the buyer was not
@@ -58,19 +58,20 @@ use super::{
     update::Sender,
 };
 use crate::{
-    channels,
+    access::subscribers,
+    catalog::{
+        channels,
+        plans::{self, Plan},
+    },
+    common::{error::ApiError, ids::SubscriberId},
     config::Config,
     db,
-    effects::{self, NewEffect, Payload},
-    error::ApiError,
-    ids::SubscriberId,
     orders::{
         self,
         seats::{self, CheckoutRefusal, HoldLimit},
         trials::{self, ClaimRefusal},
     },
-    plans::{self, Plan},
-    subscribers,
+    outbox::effects::{self, NewEffect, Payload},
 };
 
 /// The answer to a press: a passing notification, or an alert the buyer must close.
@@ -393,7 +394,7 @@ async fn free(
     buyer: SubscriberId,
     plan: &Plan,
     (name, channel, channels): (&str, &str, &[String]),
-    discount: Option<crate::promo_codes::Discount>,
+    discount: Option<crate::catalog::promo_codes::Discount>,
     hold_secs: i64,
 ) -> Result<Answer, ApiError> {
     if plan.kind == plans::Kind::Trial && !trials::eligible(tx, buyer, plan).await? {
@@ -436,16 +437,16 @@ async fn free(
 }
 
 /// The discount `code` gives the new order, decided under the code's lock
-/// ([`crate::promo_codes::discount_for_new_order`]) inside a savepoint; `Err(())` when it
+/// ([`crate::catalog::promo_codes::discount_for_new_order`]) inside a savepoint; `Err(())` when it
 /// refuses (nothing of the decision stays). Other failures are the caller's.
 async fn discount(
     tx: &Transaction<'_>,
     code: &codes::Code,
     buyer: SubscriberId,
     plan: &Plan,
-) -> Result<Result<crate::promo_codes::Discount, ()>, ApiError> {
+) -> Result<Result<crate::catalog::promo_codes::Discount, ()>, ApiError> {
     tx.batch_execute("SAVEPOINT bot_promo_code").await?;
-    match crate::promo_codes::discount_for_new_order(tx, code.text(), buyer, plan).await {
+    match crate::catalog::promo_codes::discount_for_new_order(tx, code.text(), buyer, plan).await {
         Ok(d) => {
             tx.batch_execute("RELEASE SAVEPOINT bot_promo_code").await?;
             Ok(Ok(d))
@@ -518,7 +519,7 @@ fn clean(s: &str, max: usize) -> String {
 
 /// What a press decides from, read in one statement under the pair locks.
 struct BuyerState {
-    /// The channels the buyer holds for life ([`crate::memberships::lifetime_channels`]).
+    /// The channels the buyer holds for life ([`crate::access::memberships::lifetime_channels`]).
     lifetime: Vec<i32>,
     /// The code the buyer gave the bot, if one is kept ([`codes::stored`]).
     stored_code: Option<i64>,
@@ -529,7 +530,7 @@ struct BuyerState {
 
 const BUYER_STATE_SQL: &str = concat!(
     "SELECT ARRAY(",
-    crate::memberships::lifetime_channels_sql!("$1"),
+    crate::access::memberships::lifetime_channels_sql!("$1"),
     ") AS lifetime,
             ",
     codes::stored_code_id_sql!("$1"),
@@ -662,7 +663,7 @@ async fn create_order(
     tx: &Transaction<'_>,
     buyer: SubscriberId,
     plan: &Plan,
-    discount: Option<crate::promo_codes::Discount>,
+    discount: Option<crate::catalog::promo_codes::Discount>,
     hold_secs: i64,
 ) -> Result<i64, ApiError> {
     Ok(
@@ -717,7 +718,7 @@ async fn create_invoiced_order(
     tx: &Transaction<'_>,
     buyer: SubscriberId,
     plan: &Plan,
-    discount: Option<crate::promo_codes::Discount>,
+    discount: Option<crate::catalog::promo_codes::Discount>,
     hold_secs: i64,
     user_id: i64,
 ) -> Result<i64, ApiError> {

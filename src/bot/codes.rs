@@ -3,7 +3,7 @@
 //! read-only look at what it gives on a plan, to show prices with it.
 //!
 //! Only reads and the bot's own table: a use of a code is taken when an order is made, under
-//! the code's lock, by [`crate::promo_codes::discount_for_new_order`], which decides again and
+//! the code's lock, by [`crate::catalog::promo_codes::discount_for_new_order`], which decides again and
 //! may still refuse (the code filled up meanwhile). What a code gives here is what that
 //! decision gives when it agrees: the look at a code is [`promo_codes::preview`], the same rule
 //! read without a lock; this module only says it in the buyer's words.
@@ -11,17 +11,17 @@
 use deadpool_postgres::GenericClient;
 
 use crate::{
-    currency::Money,
+    catalog::{
+        plans::Plan,
+        promo_codes::{self, Refusal},
+    },
+    common::{currency::Money, error::ApiError, ids::SubscriberId},
     db,
-    error::ApiError,
-    ids::SubscriberId,
-    plans::Plan,
     present::{
         render,
         texts::{self, CodeRefusal, Language},
+        translations::Translations,
     },
-    promo_codes::{self, Refusal},
-    translations::Translations,
 };
 
 /// A promo code as the bot reads it, with what stops it now ([`promo_codes::Preview`]).

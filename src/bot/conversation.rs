@@ -21,16 +21,16 @@ use super::{
     update::{Action, Sender},
 };
 use crate::{
-    channels::{self, Offer},
+    access::subscribers,
+    catalog::{
+        channels::{self, Offer},
+        plans::{self, Plan},
+    },
+    common::{error::ApiError, expiry::Expiry, ids::SubscriberId},
     config::Config,
-    error::ApiError,
-    expiry::Expiry,
-    ids::SubscriberId,
     orders::{seats, trials},
     payments::star_subscriptions::{self, CancelRefusal, CancelledBy},
-    plans::{self, Plan},
-    subscribers,
-    translations::Translations,
+    present::translations::Translations,
 };
 
 /// Channels one catalogue message lists at most (fewer when long descriptions fill it).
@@ -251,7 +251,7 @@ async fn button(
         Callback::More(after) => {
             // The page is a second message: the reply answers the button, the outbox sends it.
             let (page, _) = catalogue(tx, config, l, from.id, None, after).await?;
-            super::outbox::enqueue_message(&**tx, from.id, &page, None).await?;
+            crate::outbox::bot_messages::enqueue_message(&**tx, from.id, &page, None).await?;
             Ok(render::answer_callback(query_id, "", false))
         }
         Callback::CancelRenewal(id) => {
@@ -296,7 +296,7 @@ async fn apply_code(
     let shown = render::clip(&render::one_line(text), 32).to_uppercase();
     let buyer = SubscriberId(buy::upsert_subscriber(tx, from).await?);
     if let guesses::Gate::Limited { retry_after_secs } = guesses::open(tx, from.id).await? {
-        crate::metrics::bot_code_guess("limited");
+        crate::common::metrics::bot_code_guess("limited");
         tracing::warn!(
             user_id = from.id,
             retry_after_secs,
@@ -308,7 +308,7 @@ async fn apply_code(
     // An inactive code reads as an unknown one, so guessing tells nothing about either.
     let Some(code) = code.filter(|c| c.refusal() != Some(texts::CodeRefusal::Inactive)) else {
         guesses::wrong(tx, from.id).await?;
-        crate::metrics::bot_code_guess("wrong");
+        crate::common::metrics::bot_code_guess("wrong");
         return Ok(texts::code_refused(l, &shown, texts::CodeRefusal::Unknown));
     };
     if let Some(why) = code.refusal() {
@@ -317,13 +317,13 @@ async fn apply_code(
         if let Some(applied) = code.already_applied(tx, buyer, l).await? {
             return Ok(applied);
         }
-        crate::metrics::bot_code_guess("refused");
+        crate::common::metrics::bot_code_guess("refused");
         return Ok(texts::code_refused(l, code.text(), why));
     }
     let gives = match code.gives(tx, l).await? {
         Ok(gives) => gives,
         Err(why) => {
-            crate::metrics::bot_code_guess("refused");
+            crate::common::metrics::bot_code_guess("refused");
             return Ok(texts::code_refused(l, code.text(), why));
         }
     };
@@ -332,10 +332,10 @@ async fn apply_code(
         None => None,
     } && let Err(why) = code.price_for(tx, Some(buyer), &plan).await?
     {
-        crate::metrics::bot_code_guess("refused");
+        crate::common::metrics::bot_code_guess("refused");
         return Ok(texts::code_refused(l, code.text(), why));
     }
-    crate::metrics::bot_code_guess("applied");
+    crate::common::metrics::bot_code_guess("applied");
     codes::store(tx, buyer, &code).await?;
     tracing::info!(
         subscriber_id = buyer.0,
@@ -366,7 +366,7 @@ async fn viewer(client: &impl GenericClient, user_id: i64) -> Result<Viewer, Api
     };
     let (code, lifetime) = tokio::try_join!(
         codes::stored(client, s),
-        crate::memberships::lifetime_channels(client, s)
+        crate::access::memberships::lifetime_channels(client, s)
     )?;
     Ok(Viewer {
         subscriber,
@@ -414,7 +414,7 @@ async fn availability(
             continue;
         };
         if let Some(s) = viewer.subscriber
-            && seats::is_live_member(client, s, crate::ids::ChannelId(c.id)).await?
+            && seats::is_live_member(client, s, crate::common::ids::ChannelId(c.id)).await?
         {
             continue;
         }

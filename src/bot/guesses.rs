@@ -13,7 +13,7 @@
 
 use deadpool_postgres::GenericClient;
 
-use crate::{db, error::ApiError};
+use crate::{common::error::ApiError, db};
 
 /// Wrong codes one Telegram user may give in [`PER_USER_WINDOW_SECS`].
 pub const PER_USER: i32 = 5;

@@ -41,15 +41,15 @@ mod buy;
 mod codes;
 mod conversation;
 pub mod guesses;
-pub mod outbox;
 pub mod update;
 
 pub use crate::present::{render, texts};
 
+use deadpool_postgres::Pool;
 use serde_json::Value;
 use tokio_postgres::error::SqlState;
 
-use crate::{config::Config, error::ApiError, state::AppState};
+use crate::{common::error::ApiError, config::Config};
 use update::{Action, BotUpdate};
 
 /// Telegram stops re-delivering an update within a day: an older record deduplicates nothing
@@ -225,7 +225,7 @@ pub fn gateway(config: &Config, currency: &str) -> Option<Gateway> {
 /// Fails only when the database is unavailable (Telegram then delivers the update again);
 /// any other failure is logged and the update answered `{}`, so Telegram does not re-send it
 /// forever.
-pub async fn handle(state: &AppState, body: &[u8]) -> Result<Option<Value>, ApiError> {
+pub async fn handle(db: &Pool, config: &Config, body: &[u8]) -> Result<Option<Value>, ApiError> {
     let update: BotUpdate = match serde_json::from_slice(body) {
         Ok(u) => u,
         Err(e) => {
@@ -239,14 +239,14 @@ pub async fn handle(state: &AppState, body: &[u8]) -> Result<Option<Value>, ApiE
     };
     let update_id = update.update_id;
     let delivery = if conversation::reads_only(&action) {
-        read(state, &action).await
+        read(db, config, &action).await
     } else {
-        step(state, update_id, &action).await
+        step(db, config, update_id, &action).await
     };
     match delivery {
         Ok(Delivery::Answered(reply)) => {
             if update_id % PURGE_EVERY == 0 {
-                purge(state).await;
+                purge(db).await;
             }
             Ok(reply)
         }
@@ -278,23 +278,28 @@ enum Delivery {
 /// pooled connection without a transaction and without a record — it changes nothing, so a
 /// repeat is answered afresh. (Inside a transaction its reads would see no more together: each
 /// statement of a read-committed transaction takes its own snapshot.)
-async fn read(state: &AppState, action: &Action) -> Result<Delivery, ApiError> {
-    let client = state.db.get().await?;
+async fn read(db: &Pool, config: &Config, action: &Action) -> Result<Delivery, ApiError> {
+    let client = db.get().await?;
     let remembered =
-        crate::subscribers::language_of_telegram_user(&client, action.from().id).await?;
-    let reply = conversation::answer_reading(&client, &state.config, remembered, action).await?;
+        crate::access::subscribers::language_of_telegram_user(&client, action.from().id).await?;
+    let reply = conversation::answer_reading(&client, config, remembered, action).await?;
     Ok(Delivery::Answered(reply))
 }
 
 /// One delivery in its transaction (run again after a deadlock or serialization failure, as
 /// [`crate::transaction!`] does).
-async fn step(state: &AppState, update_id: i64, action: &Action) -> Result<Delivery, ApiError> {
-    let mut client = state.db.get().await?;
+async fn step(
+    db: &Pool,
+    config: &Config,
+    update_id: i64,
+    action: &Action,
+) -> Result<Delivery, ApiError> {
+    let mut client = db.get().await?;
     let mut attempt = 0usize;
     loop {
         attempt += 1;
         let tx = client.transaction().await?;
-        let result = deliver(&tx, &state.config, update_id, action).await;
+        let result = deliver(&tx, config, update_id, action).await;
         if let Ok(Delivery::Twin) = result {
             tx.rollback().await?;
             let stored = stored_reply(&client, update_id).await?;
@@ -366,7 +371,7 @@ static STORED_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 });
 
 /// What a delivery reads first: the language remembered for Telegram user `$1`
-/// ([`crate::subscribers::language_of_telegram_user`]) and the reply stored for update `$2`
+/// ([`crate::access::subscribers::language_of_telegram_user`]) and the reply stored for update `$2`
 /// (as [`STORED_SQL`] reads it: `found`, `reply`).
 static FIRST_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
@@ -375,7 +380,7 @@ static FIRST_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
          FROM (VALUES (true)) AS one (x) LEFT JOIN bot_updates b
              ON b.update_id = $2
             AND b.created_at >= statement_timestamp() - interval '{DEDUPE_WINDOW}'",
-        language = crate::subscribers::LANGUAGE_OF_TELEGRAM_USER_SQL
+        language = crate::access::subscribers::LANGUAGE_OF_TELEGRAM_USER_SQL
     )
 });
 
@@ -404,9 +409,9 @@ static RECORD_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     )
 });
 
-async fn purge(state: &AppState) {
+async fn purge(db: &Pool) {
     let result = async {
-        let client = state.db.get().await?;
+        let client = db.get().await?;
         let n = client
             .execute(
                 &format!(

@@ -3,7 +3,7 @@
 //! chats, channel posts, stickers and photos, edited messages — is not a conversation and is
 //! ignored ([`Action::of`] is `None`).
 //!
-//! Like [`crate::telegram::types`], only the fields used are named and unknown ones skipped.
+//! Like [`crate::telegram_api::types`], only the fields used are named and unknown ones skipped.
 
 use serde::Deserialize;
 

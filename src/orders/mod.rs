@@ -16,15 +16,15 @@ use serde::Serialize;
 use tokio_postgres::Row;
 
 use crate::{
-    channels,
-    currency::Money,
+    access::{memberships, subscribers},
+    catalog::{channels, plans, promo_codes},
+    common::{
+        currency::Money,
+        error::ApiError,
+        ids::{ChannelId, SubscriberId},
+    },
     db::{self, FromRow},
-    error::ApiError,
-    ids::{ChannelId, SubscriberId},
-    memberships, plans,
-    present::locale::Language,
-    promo_codes, subscribers,
-    translations::Translations,
+    present::{locale::Language, translations::Translations},
 };
 
 crate::text_enum! {

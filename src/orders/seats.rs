@@ -12,7 +12,7 @@
 //! plan) takes exactly the locks a channel's order always took. The channel lock serializes
 //! every seat decision of one channel: two buyers racing for the last seat decide one after
 //! the other, and the second sees the first one's hold. A staff PATCH of `seat_limit` locks the
-//! channel `FOR UPDATE` first ([`crate::channels::lock_for_change`]), so no decision is made
+//! channel `FOR UPDATE` first ([`crate::catalog::channels::lock_for_change`]), so no decision is made
 //! from a limit older than the one it commits.
 //!
 //! **Bundles.** An order of a plan of several channels needs a seat in every seat-limited one,
@@ -22,7 +22,7 @@
 //! (`plan_channels`), not only those whose `channel_id` is it, and a live Stars subscription
 //! holds its seat in every channel of its order's plan.
 //!
-//! Seats taken in channel C = live memberships of C ([`crate::memberships::live_sql!`]: active
+//! Seats taken in channel C = live memberships of C ([`crate::access::memberships::live_sql!`]: active
 //! or grace and inside its term plus grace by database time) + distinct subscribers who are not
 //! live members of C but hold a live Stars subscription of a plan including C
 //! (`subscription_holds_seat_sql!`: active, and database time before its next renewal plus
@@ -46,11 +46,14 @@ use tokio_postgres::types::ToSql;
 
 use super::{Order, Status, order_columns};
 use crate::{
+    access::memberships::Term,
+    catalog::{plans, promo_codes},
+    common::{
+        error::ApiError,
+        ids::{ChannelId, SubscriberId},
+    },
+    config::HoldRules,
     db::{self, FromRow},
-    error::ApiError,
-    ids::{ChannelId, SubscriberId},
-    memberships::Term,
-    plans, promo_codes,
 };
 
 /// What the checks need to know of a channel, read under the channel lock.
@@ -132,17 +135,6 @@ pub enum SeatCheck {
     HoldExpired,
     /// The order was never held and no seat is free (in at least one channel).
     Full,
-}
-
-/// The rules of a new seat hold, from the configuration (`HOLD_SECS`, `HOLD_COOLDOWN_SECS`,
-/// `HOLDS_PER_DAY`): how long a hold lasts, how long a buyer whose hold ran out unpaid waits
-/// before holding a seat of that channel again, and how many holds of one channel a buyer may
-/// take in 24 hours. A hold already granted is never affected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HoldRules {
-    pub hold_secs: i64,
-    pub cooldown_secs: i64,
-    pub per_day: i64,
 }
 
 /// Which hold rule stops a buyer from holding a seat now.
@@ -269,7 +261,7 @@ const PAIR_BY_REFERENCE_SQL: &str = concat!(
 );
 // The order `FOR UPDATE` (in its subquery, which locks it first), then its promo code's row
 // `FOR UPDATE` (in the lateral subquery, locked as soon as the order is: the code row comes
-// between the order and the channels in the lock order, `crate::promo_codes`), then its own
+// between the order and the channels in the lock order, `crate::catalog::promo_codes`), then its own
 // channel's terms `FOR KEY SHARE`, its subscriber's Telegram id and its plan's terms and channels (no lock: a
 // plan's channels cannot change once it has orders, and its period is read at apply time), in
 // one statement. The order's foreign keys keep the channel, the plan and the subscriber alive
@@ -307,7 +299,7 @@ macro_rules! order_terms_sql {
                                         WHERE pc.plan_id = o.plan_id), '{}'::integer[]),
                            ARRAY[o.channel_id]))
                        AND lm.expires_at = 'infinity' AND ",
-            $crate::memberships::holds_access_sql!("lm"),
+            $crate::access::memberships::holds_access_sql!("lm"),
             ") AS lifetime_channels",
             $extra,
             "
@@ -531,7 +523,7 @@ async fn lock_channels(
 /// Reads the channel's terms under a lock, third in the lock order. Every channel is read
 /// `FOR KEY SHARE`: it blocks no other payment, checkout or foreign-key check (they take the
 /// same mode), but it conflicts with the `FOR UPDATE` a staff PATCH of `seat_limit` takes first
-/// ([`crate::channels::lock_for_change`]), so such a PATCH waits for every transaction that decided
+/// ([`crate::catalog::channels::lock_for_change`]), so such a PATCH waits for every transaction that decided
 /// from the old terms, and every later one waits for the PATCH and reads the new limit. A
 /// seat-limited channel is then locked `FOR NO KEY UPDATE` and re-read (a newer limit may have
 /// been committed meanwhile): that serializes its seat decisions. Unlimited channels are not
@@ -645,14 +637,14 @@ macro_rules! further_plans_of_sql {
 /// The seat count: live memberships of channel `$1`, plus the distinct subscribers who are not
 /// live members but hold a live Stars subscription of a plan including it, plus the distinct
 /// subscribers who are neither and hold a valid hold on a pending order of a plan including
-/// it. Membership is tested with the one live predicate ([`crate::memberships::live_sql!`]).
+/// it. Membership is tested with the one live predicate ([`crate::access::memberships::live_sql!`]).
 /// An order or subscription covers `$1` by its own `channel_id` or as a further channel of its
 /// bundle plan (`OR … = ANY (…)`, so each half can use its index: the holds' and `plan_id`'s).
 const SEATS_TAKEN_SQL: &str = concat!(
     "SELECT
        (SELECT count(*) FROM memberships m JOIN channels c ON c.id = m.channel_id
          WHERE m.channel_id = $1 AND ",
-    crate::memberships::live_sql!("m", "c"),
+    crate::access::memberships::live_sql!("m", "c"),
     ")
      + (SELECT count(DISTINCT ss.subscriber_id) FROM star_subscriptions ss
          WHERE (ss.channel_id = $1 OR ss.order_id = ANY (ARRAY(
@@ -666,7 +658,7 @@ const SEATS_TAKEN_SQL: &str = concat!(
                SELECT 1 FROM memberships m JOIN channels c ON c.id = m.channel_id
                 WHERE m.subscriber_id = ss.subscriber_id AND m.channel_id = $1
                   AND ",
-    crate::memberships::live_sql!("m", "c"),
+    crate::access::memberships::live_sql!("m", "c"),
     "))
      + (SELECT count(DISTINCT o.subscriber_id) FROM orders o
          WHERE (o.channel_id = $1 OR o.plan_id = ANY (",
@@ -678,7 +670,7 @@ const SEATS_TAKEN_SQL: &str = concat!(
                SELECT 1 FROM memberships m JOIN channels c ON c.id = m.channel_id
                 WHERE m.subscriber_id = o.subscriber_id AND m.channel_id = $1
                   AND ",
-    crate::memberships::live_sql!("m", "c"),
+    crate::access::memberships::live_sql!("m", "c"),
     ")
            AND NOT EXISTS (
                SELECT 1 FROM star_subscriptions ss
@@ -706,7 +698,7 @@ pub async fn seats_taken(
 const SEATED_SQL: &str = concat!(
     "SELECT EXISTS (SELECT 1 FROM memberships m JOIN channels c ON c.id = m.channel_id
                     WHERE m.subscriber_id = $1 AND m.channel_id = $2 AND ",
-    crate::memberships::live_sql!("m", "c"),
+    crate::access::memberships::live_sql!("m", "c"),
     ")
          OR EXISTS (SELECT 1 FROM star_subscriptions ss
                     WHERE ss.subscriber_id = $1 AND ",
@@ -717,7 +709,7 @@ const SEATED_SQL: &str = concat!(
 );
 
 /// True when the subscriber holds a seat of the channel already: a live member (the one
-/// definition, [`crate::memberships::live_sql!`]), or the holder of a live Stars subscription
+/// definition, [`crate::access::memberships::live_sql!`]), or the holder of a live Stars subscription
 /// of a plan including it (`subscription_holds_seat_sql!`). Such a buyer needs no seat. The
 /// caller holds the pair lock.
 pub async fn is_live_member(
@@ -749,7 +741,7 @@ pub async fn holds_live(client: &impl deadpool_postgres::GenericClient) -> Resul
 /// 'infinity'`, in a status that holds access): one more purchase or claim would buy nothing.
 /// Read by the statement that locked the order, under every pair lock of the order (so no
 /// membership of those pairs can change until the caller commits), as
-/// [`crate::memberships::lifetime_in_every`] would read it; no round trip of its own.
+/// [`crate::access::memberships::lifetime_in_every`] would read it; no round trip of its own.
 pub fn held_for_life(locked: &LockedOrder) -> bool {
     locked.lifetime_channels == locked.channels.len() as i64
 }

@@ -18,10 +18,10 @@ use deadpool_postgres::Transaction;
 
 use super::{Status, seats};
 use crate::{
+    access::memberships::{self, Cause, Membership},
+    catalog::plans,
+    common::error::ApiError,
     db,
-    error::ApiError,
-    memberships::{self, Cause, Membership},
-    plans,
 };
 
 /// Why an order cannot be claimed.
@@ -159,8 +159,8 @@ pub async fn claim(
 /// the locks.
 pub async fn eligible(
     client: &impl deadpool_postgres::GenericClient,
-    subscriber: crate::ids::SubscriberId,
-    plan: &crate::plans::Plan,
+    subscriber: crate::common::ids::SubscriberId,
+    plan: &crate::catalog::plans::Plan,
 ) -> Result<bool, ApiError> {
     let row = crate::db::row_one(
         client,

@@ -65,19 +65,21 @@ use super::{
     star_subscriptions::{self, StarSubscription},
 };
 use crate::{
-    currency::{Mismatch, Money},
+    access::memberships::{self, Cause, Membership},
+    catalog::promo_codes,
+    common::{
+        currency::{Mismatch, Money},
+        error::ApiError,
+        ids::{ChannelId, SubscriberId},
+    },
     db::{self, FromRow},
-    error::ApiError,
-    ids::{ChannelId, SubscriberId},
-    memberships::{self, Cause, Membership},
     orders::{
         self,
         seats::{self, LockedOrder, SeatCheck},
     },
-    promo_codes,
 };
 
-pub use crate::vocabulary::{Gateway, Reason};
+pub use crate::common::vocabulary::{Gateway, Reason};
 
 /// A payment as every door hands it to [`apply_payment`], after authenticating its sender.
 #[derive(Debug, Clone)]
@@ -374,7 +376,7 @@ where
         duplicate = applied.duplicate,
         "payment ingested"
     );
-    crate::metrics::payment(
+    crate::common::metrics::payment(
         &applied.payment.gateway,
         applied.duplicate,
         applied.payment.outcome.as_str(),

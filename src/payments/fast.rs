@@ -58,9 +58,9 @@ use tokio_postgres::error::SqlState;
 
 use super::core::{self, Applied, Gateway, NormalizedPayment, Outcome, Payment, Recurrence};
 use crate::{
+    access::memberships::{self, Cause, Extension, Membership, Term},
+    common::error::ApiError,
     db::{self, FromRow},
-    error::ApiError,
-    memberships::{self, Cause, Extension, Membership, Term},
     orders::{self, seats},
 };
 

@@ -7,21 +7,12 @@
 //! the doors use to authenticate and read what gateways send — Standard Webhooks signatures
 //! ([`standard_webhooks`]), WayForPay's signatures and callback ([`wayforpay`]) and its
 //! Purchase links ([`wayforpay_purchase`]), Stripe's signatures, events and Checkout Sessions
-//! ([`stripe`]). Money in minor units is [`crate::currency`]. The
+//! ([`stripe`]). Money in minor units is [`crate::common::currency`]. The
 //! doors themselves are HTTP handlers (`api::webhooks`); no door touches membership SQL.
 
 pub mod core;
-pub mod disputes;
 mod fast;
-pub mod gateway_refunds;
+pub mod gateways;
 pub mod notices;
 pub mod refunds;
-pub mod standard_webhooks;
 pub mod star_subscriptions;
-pub mod stripe;
-pub mod subscription_updates;
-pub mod wayforpay;
-pub mod wayforpay_purchase;
-
-/// Money in minor units, where the payment code has always found it.
-pub use crate::currency;

@@ -7,14 +7,14 @@ use deadpool_postgres::Transaction;
 
 use super::core::{Outcome, Payment, Reason};
 use crate::{
-    channels,
-    effects::{NewEffect, Payload, enqueue, payload::BotMessage},
-    error::ApiError,
+    access::subscribers,
+    catalog::channels,
+    common::error::ApiError,
+    outbox::effects::{NewEffect, Payload, enqueue, payload::BotMessage},
     present::{
         render,
         texts::{self, Language},
     },
-    subscribers,
 };
 
 /// Tells the buyer, once, that payment `p` could not be used: it will be refunded (a Stars

@@ -8,3 +8,4 @@
 pub mod locale;
 pub mod render;
 pub mod texts;
+pub mod translations;

@@ -16,7 +16,7 @@
 use serde_json::{Value, json};
 
 use super::texts::{self, Language};
-use crate::{
+use crate::common::{
     currency::{self, Money},
     expiry::Expiry,
 };
@@ -1300,7 +1300,7 @@ mod tests {
                 texts::with_subscription_stopped(
                     l,
                     &texts::payment_in_review(l, &title, &price, true),
-                    Some(crate::vocabulary::Reason::AlreadyLifetime),
+                    Some(crate::common::vocabulary::Reason::AlreadyLifetime),
                 ),
                 texts::payment_already_lifetime(l, &title, &price, false),
                 texts::payment_refunded(l, &title, &price, false),

@@ -14,7 +14,7 @@ use fluent_bundle::FluentValue;
 
 pub use super::locale::Language;
 use super::locale::{DATE_FORMAT, say, say_with};
-use crate::{expiry::Expiry, vocabulary::Reason};
+use crate::common::{expiry::Expiry, vocabulary::Reason};
 
 fn s(v: &str) -> FluentValue<'_> {
     FluentValue::from(v)

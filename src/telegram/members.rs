@@ -8,7 +8,7 @@
 //!   and the chat's waiting effects are due at once.
 //! - [`chat_member`]: a user who joined a channel's chat without live access (a forwarded
 //!   link, an administrator adding them) gets a revoke, found by this update, unless they are
-//!   an administrator or exempt ([`crate::exemptions`]). The revoke is re-checked by the worker
+//!   an administrator or exempt ([`crate::access::exemptions`]). The revoke is re-checked by the worker
 //!   just before it is performed, like every revoke.
 //! - [`probe_once`]: asks Telegram (`getChatMember` of the bot itself) about every `no_rights`
 //!   channel, for rights given back without an update we saw; [`probe_loop`] runs it every
@@ -22,15 +22,14 @@ use std::time::Duration;
 use deadpool_postgres::Pool;
 
 use crate::{
-    channels::{self, TelegramStatus},
+    access::exemptions,
+    catalog::channels::{self, TelegramStatus},
+    common::{error::ApiError, shutdown::ShutdownSignal},
     config::Config,
-    effects::{self, Kind, payload::Found},
-    error::ApiError,
-    exemptions,
-    shutdown::ShutdownSignal,
-    telegram::{
-        self, JoinDecision,
-        bot_api::BotApi,
+    outbox::effects::{self, Kind, payload::Found},
+    telegram::{self, JoinDecision},
+    telegram_api::{
+        client::BotApi,
         types::{ChatMember, ChatMemberUpdated},
     },
 };

@@ -18,16 +18,15 @@
 //! - [`recovery`]: Telegram payment recovery, the Stars reconcile (missed payments, refunds
 //!   confirmed or made outside subgate).
 
-pub mod bot_api;
+pub mod audits;
 pub mod members;
 pub mod pre_checkout;
 pub mod recovery;
-pub mod types;
 
 use deadpool_postgres::GenericClient;
 use serde::Serialize;
 
-use crate::{config::Config, error::ApiError, memberships};
+use crate::{access::memberships, common::error::ApiError, config::Config};
 
 /// Whether Telegram effects can be performed: a bot token is set, or dry-run is on. Without,
 /// effects stay queued, and a join request is answered only in the webhook's reply.

@@ -34,20 +34,20 @@ use deadpool_postgres::{Object, Transaction};
 use tokio::time::{Instant, timeout, timeout_at};
 use tokio_postgres::{NoTls, Row, error::SqlState};
 
-use super::types::PreCheckoutQuery;
+use crate::telegram_api::types::PreCheckoutQuery;
 use deadpool_postgres::Pool;
 
 use crate::{
+    access::{memberships, subscribers},
+    common::error::ApiError,
+    config::HoldRules,
     db::{self, FromRow},
-    error::ApiError,
-    memberships,
     orders::{
         self,
-        seats::{self, CheckoutRefusal, HoldRules, LockedOrder},
+        seats::{self, CheckoutRefusal, LockedOrder},
     },
     payments::core::Reason,
     present::texts::{self, Language},
-    subscribers,
 };
 
 /// The only currency a Stars invoice can carry.
@@ -574,7 +574,7 @@ async fn store(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::telegram::types::User;
+    use crate::telegram_api::types::User;
 
     fn query(from: i64, currency: &str, amount: i64) -> PreCheckoutQuery {
         PreCheckoutQuery {

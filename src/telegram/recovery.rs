@@ -28,11 +28,11 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Pool};
 use serde::Serialize;
 
-use super::bot_api::{BotApi, BotError, DEFAULT_TIMEOUT, StarTransaction};
+use crate::telegram_api::client::{BotApi, BotError, DEFAULT_TIMEOUT, StarTransaction};
 use crate::{
+    common::error::ApiError,
     config::Config,
     db,
-    error::ApiError,
     payments::{
         core::{Gateway, NormalizedPayment, apply_payment},
         refunds,

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use subgate::{effects, shutdown::ShutdownSignal};
+use subgate::{common::shutdown::ShutdownSignal, outbox::effects};
 
 use crate::{
     effects::{app_with, run},
@@ -443,7 +443,9 @@ async fn a_running_audit_left_by_a_dead_process_is_marked_interrupted() {
         .unwrap()
         .get("id");
     assert_eq!(
-        subgate::audits::interrupt_stale(&db, None).await.unwrap(),
+        subgate::telegram::audits::interrupt_stale(&db, None)
+            .await
+            .unwrap(),
         1
     );
     let s = app.get(&format!("/api/audits/{stale}")).await.expect(200);
@@ -471,7 +473,7 @@ async fn scheduled_audits_check_every_active_channel_with_audit_fix() {
         .expect("AUDIT_INTERVAL_SECS is read");
 
     let shutdown = ShutdownSignal::new();
-    let audits = tokio::spawn(subgate::background::audit_loop(
+    let audits = tokio::spawn(subgate::app::background::audit_loop(
         app.state.clone(),
         shutdown.clone(),
         every,

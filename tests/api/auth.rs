@@ -638,7 +638,7 @@ async fn a_password_change_ends_earlier_tokens_at_once_and_a_new_login_works() {
         .expect(200);
     let password = "the admin's new passphrase";
     assert!(
-        subgate::auth::set_password(&app.state.db, ADMIN_EMAIL, password, 4)
+        subgate::staff::auth::set_password(&app.state.db, ADMIN_EMAIL, password, 4)
             .await
             .unwrap()
     );
@@ -658,7 +658,7 @@ async fn ending_an_account_s_sessions_refuses_its_tokens_and_no_one_else_s() {
     let ops = "ops@example.com";
     let ops_password = "the ops passphrase";
     assert!(
-        subgate::auth::create_staff(
+        subgate::staff::auth::create_staff(
             &app.state.db,
             ops,
             ops_password,
@@ -675,8 +675,16 @@ async fn ending_an_account_s_sessions_refuses_its_tokens_and_no_one_else_s() {
         .to_string();
     let id = admin_id(&app).await;
     let client = app.db().await;
-    assert!(subgate::auth::end_sessions(&client, id).await.unwrap());
-    assert!(!subgate::auth::end_sessions(&client, 999_999).await.unwrap());
+    assert!(
+        subgate::staff::auth::end_sessions(&client, id)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !subgate::staff::auth::end_sessions(&client, 999_999)
+            .await
+            .unwrap()
+    );
     drop(client);
     assert_bearer_401(&with_auth(&app, Some(&format!("Bearer {admin}"))).await);
     with_auth(&app, Some(&format!("Bearer {ops_token}")))

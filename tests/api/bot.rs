@@ -17,8 +17,8 @@ use std::{
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
 use subgate::{
+    app::worker::{self, RunReport},
     telegram::recovery,
-    worker::{self, RunReport},
 };
 use tokio::sync::Barrier;
 

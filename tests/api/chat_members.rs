@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use subgate::telegram::{bot_api::BotApi, members};
+use subgate::{telegram::members, telegram_api::client::BotApi};
 
 use crate::{
     access::invite_link,

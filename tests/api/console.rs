@@ -418,7 +418,7 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
         "sendMessage",
         Reply::Error(400, "Bad Request: chat not found".into()),
     );
-    subgate::worker::run_once(&app.state).await.unwrap();
+    subgate::app::worker::run_once(&app.state).await.unwrap();
     let failed: Vec<i64> = app
         .db()
         .await

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 use serde_json::{Value, json};
-use subgate::effects::{self, Kind, NewEffect, Payload, payload};
+use subgate::outbox::effects::{self, Kind, NewEffect, Payload, payload};
 
 use crate::{effects::grant, helpers::TestApp};
 
@@ -249,7 +249,7 @@ async fn every_writer_s_rows_parse_as_their_kind_s_payload_and_follow_the_key_ru
     // The reminder scan, on an expiry of a whole second.
     let soon = whole_second_from_now(&app, Duration::days(2)).await;
     patch(&app, ma, json!({"expires_at": soon})).await;
-    let reminders = subgate::memberships::enqueue_due_reminders(&app.db().await, 3)
+    let reminders = subgate::access::memberships::enqueue_due_reminders(&app.db().await, 3)
         .await
         .unwrap();
     assert_eq!(reminders, 1);

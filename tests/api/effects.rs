@@ -14,7 +14,7 @@ use std::{
 
 use chrono::Utc;
 use serde_json::{Value, json};
-use subgate::worker::{self, Options, RunReport, Worker};
+use subgate::app::worker::{self, Options, RunReport, Worker};
 
 use crate::{
     fake_bot::{FakeBot, TOKEN},
@@ -117,7 +117,7 @@ pub(crate) async fn sweep(app: &TestApp) -> Value {
 /// Makes effects of every queued sweep row (chunk after chunk until the queue is empty).
 pub(crate) async fn materialize(app: &TestApp) {
     let client = app.db().await;
-    while subgate::effects::materialize_sweep_queue(&client)
+    while subgate::outbox::effects::materialize_sweep_queue(&client)
         .await
         .expect("the sweep queue is made effects")
         > 0

@@ -6,7 +6,7 @@ use std::{sync::Arc, time::Duration};
 
 use chrono::Utc;
 use serde_json::{Value, json};
-use subgate::worker::{Options, RunReport, Worker};
+use subgate::app::worker::{Options, RunReport, Worker};
 use tokio::sync::Barrier;
 
 use crate::{

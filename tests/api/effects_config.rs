@@ -8,7 +8,7 @@ use std::{
 };
 
 use serde_json::{Value, json};
-use subgate::worker::RunReport;
+use subgate::app::worker::RunReport;
 
 use crate::{
     effects::*,

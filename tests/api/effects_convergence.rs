@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use subgate::{
-    channels::{self, TelegramStatus},
-    worker::{Options, RunReport, Worker},
+    app::worker::{Options, RunReport, Worker},
+    catalog::channels::{self, TelegramStatus},
 };
 use tokio::time::Instant;
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use chrono::Utc;
 use serde_json::{Value, json};
-use subgate::memberships;
+use subgate::access::memberships;
 use tokio::sync::Barrier;
 
 use crate::{effects::*, fake_bot::FakeBot, helpers::TestApp};

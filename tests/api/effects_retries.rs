@@ -5,7 +5,7 @@
 use axum::http::Method;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
-use subgate::worker::RunReport;
+use subgate::app::worker::RunReport;
 
 use crate::{
     effects::*,

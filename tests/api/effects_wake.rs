@@ -10,9 +10,11 @@ use std::{sync::Arc, time::Duration};
 
 use serde_json::json;
 use subgate::{
-    background::effects_loop_every,
-    shutdown::ShutdownSignal,
-    worker::{Options, Worker, listen},
+    app::{
+        background::effects_loop_every,
+        worker::{Options, Worker, listen},
+    },
+    common::shutdown::ShutdownSignal,
 };
 
 use crate::{

@@ -418,7 +418,7 @@ impl TestApp {
         let email = format!("{role}.staff@example.com");
         let password = format!("the {role} passphrase");
         let role = subgate::staff::Role::parse(role).expect("a role");
-        subgate::auth::create_staff(&self.state.db, &email, &password, role, 4)
+        subgate::staff::auth::create_staff(&self.state.db, &email, &password, role, 4)
             .await
             .unwrap();
         let r = self.login(&email, &password).await;
@@ -534,7 +534,7 @@ pub fn signed_headers(
     timestamp: i64,
     body: &str,
 ) -> Vec<(&'static str, String)> {
-    use subgate::payments::standard_webhooks::{WebhookKey, sign};
+    use subgate::payments::gateways::standard_webhooks::{WebhookKey, sign};
     let key = WebhookKey::parse(secret).expect("a whsec_ key");
     vec![
         ("webhook-id", msg_id.to_string()),

@@ -188,7 +188,7 @@ async fn expired_key_runs_anew() {
         )
         .await
         .unwrap();
-    let purged = subgate::idempotency::purge_expired(&**app.db().await)
+    let purged = subgate::staff::idempotency::purge_expired(&**app.db().await)
         .await
         .unwrap();
     assert_eq!(purged, 1);
@@ -197,7 +197,7 @@ async fn expired_key_runs_anew() {
 #[tokio::test]
 async fn keys_are_scoped_per_staff_account() {
     let app = TestApp::spawn().await;
-    subgate::auth::create_staff(
+    subgate::staff::auth::create_staff(
         &app.state.db,
         "second@example.com",
         "another password",

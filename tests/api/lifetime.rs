@@ -8,10 +8,12 @@
 
 use serde_json::{Value, json};
 use subgate::{
+    access::{
+        memberships::{self, Cause, Expiry, Term},
+        sweep,
+    },
+    common::ids::{ChannelId, SubscriberId},
     db,
-    ids::{ChannelId, SubscriberId},
-    memberships::{self, Cause, Expiry, Term},
-    sweep,
 };
 
 use crate::bot::{payment_update, pre_checkout_update, send};

@@ -125,8 +125,8 @@ impl Metrics {
 
 /// Installs the recorder (once per process) and reads `/metrics` through the metrics router.
 async fn scrape(app: &TestApp) -> Metrics {
-    let handle = subgate::metrics::install().expect("the recorder installs");
-    let response = subgate::metrics::router(handle, app.state.db.clone())
+    let handle = subgate::common::metrics::install().expect("the recorder installs");
+    let response = subgate::app::metrics::router(handle, app.state.db.clone())
         .oneshot(
             Request::builder()
                 .uri("/metrics")
@@ -159,7 +159,7 @@ const HTTP: &str = "subgate_http_request_duration_seconds_count";
 
 #[tokio::test]
 async fn payments_duplicates_logins_and_requests_are_counted() {
-    subgate::metrics::install().unwrap();
+    subgate::common::metrics::install().unwrap();
     let app = TestApp::spawn_with(|env| {
         env.insert("LOGIN_MAX_FAILURES".into(), "1".into());
     })
@@ -314,7 +314,7 @@ async fn payments_duplicates_logins_and_requests_are_counted() {
 
 #[tokio::test]
 async fn sweep_runs_moves_and_skips_are_counted() {
-    subgate::metrics::install().unwrap();
+    subgate::common::metrics::install().unwrap();
     let app = TestApp::spawn().await;
     // Three memberships past their term: one enters grace, one expires (no grace), and one is
     // being renewed (its pair lock is held) so the sweep skips it.
@@ -408,7 +408,7 @@ async fn sweep_runs_moves_and_skips_are_counted() {
 
 #[tokio::test]
 async fn bot_api_calls_429s_and_pre_checkout_decisions_are_counted() {
-    subgate::metrics::install().unwrap();
+    subgate::common::metrics::install().unwrap();
     let fake = FakeBot::start().await;
     let url = fake.url.clone();
     let app = TestApp::spawn_with(move |env| {
@@ -437,7 +437,7 @@ async fn bot_api_calls_429s_and_pre_checkout_decisions_are_counted() {
     .await
     .expect(201);
     fake.script("sendMessage", Reply::TooManyRequests(1));
-    subgate::worker::run_once(&app.state).await.unwrap();
+    subgate::app::worker::run_once(&app.state).await.unwrap();
     assert!(
         fake.calls().iter().any(|c| c.method == "sendMessage"),
         "the grant reached the fake Bot API"
@@ -520,7 +520,7 @@ async fn bot_api_calls_429s_and_pre_checkout_decisions_are_counted() {
 /// The database gauges, against what the database holds. Only this test samples them.
 #[tokio::test]
 async fn database_gauges_are_sampled_from_the_database() {
-    subgate::metrics::install().unwrap();
+    subgate::common::metrics::install().unwrap();
     let app = TestApp::spawn().await;
     let s = app.create_subscriber(7401).await["id"].as_i64().unwrap();
     let limited = app
@@ -606,7 +606,7 @@ async fn database_gauges_are_sampled_from_the_database() {
     .await
     .unwrap();
 
-    subgate::metrics::sample_database(&app.state.db)
+    subgate::app::metrics::sample_database(&app.state.db)
         .await
         .unwrap();
     let m = scrape(&app).await;
@@ -617,7 +617,7 @@ async fn database_gauges_are_sampled_from_the_database() {
     assert_eq!(m.get("subgate_effects_dead_letters", &[]), 1.0);
     let age = m.get("subgate_effects_oldest_pending_age_seconds", &[]);
     assert!((3600.0..3700.0).contains(&age), "{age}");
-    for kind in subgate::effects::Kind::ALL {
+    for kind in subgate::outbox::effects::Kind::ALL {
         for status in ["pending", "failed"] {
             let want = expected
                 .iter()
@@ -735,7 +735,7 @@ async fn serve_exposes_metrics_on_their_own_listener() {
 
 #[tokio::test]
 async fn the_time_from_a_payment_to_its_grant_message_is_observed() {
-    subgate::metrics::install().unwrap();
+    subgate::common::metrics::install().unwrap();
     let fake = FakeBot::start().await;
     let url = fake.url.clone();
     let app = TestApp::spawn_with(move |env| {
@@ -750,7 +750,7 @@ async fn the_time_from_a_payment_to_its_grant_message_is_observed() {
     let order = app.create_order(s, c).await;
     let before = scrape(&app).await;
     app.pay_order(&order, "pay-metric-7401").await.expect(200);
-    let report = subgate::worker::run_once(&app.state).await.unwrap();
+    let report = subgate::app::worker::run_once(&app.state).await.unwrap();
     assert_eq!(report.done, 1, "{report:?}");
     let after = scrape(&app).await;
     assert_grew(
@@ -765,7 +765,7 @@ async fn the_time_from_a_payment_to_its_grant_message_is_observed() {
 
 #[tokio::test]
 async fn promo_code_guesses_and_subscription_updates_are_counted() {
-    subgate::metrics::install().unwrap();
+    subgate::common::metrics::install().unwrap();
     let fake = FakeBot::start().await;
     let app = crate::bot::app_with(&fake).await;
     let before = scrape(&app).await;

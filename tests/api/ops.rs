@@ -31,7 +31,8 @@ fn is_uuid(s: &str) -> bool {
 /// A token for staff account `id`, signed with the test secret (for apps whose database is
 /// unreachable, so login cannot be used).
 fn token_for(id: i64) -> String {
-    subgate::auth::issue_token(JWT_SECRET.as_bytes(), id, 0, Duration::from_secs(600)).unwrap()
+    subgate::staff::auth::issue_token(JWT_SECRET.as_bytes(), id, 0, Duration::from_secs(600))
+        .unwrap()
 }
 
 // ---------------------------------------------------------------- request ids, routes

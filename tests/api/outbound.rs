@@ -14,7 +14,7 @@ use axum::{
     routing::post,
 };
 use serde_json::{Value, json};
-use subgate::outbound;
+use subgate::outbox::outbound;
 
 use crate::helpers::{TestApp, id};
 

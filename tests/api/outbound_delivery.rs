@@ -13,7 +13,7 @@ use std::{
 };
 
 use axum::{Router, extract::State, http::HeaderMap, routing::post};
-use subgate::{outbound, shutdown::ShutdownSignal};
+use subgate::{common::shutdown::ShutdownSignal, outbox::outbound};
 use tokio::{io::AsyncReadExt, io::AsyncWriteExt, sync::Semaphore};
 
 use crate::{

@@ -180,8 +180,8 @@ async fn the_sweep_token_and_the_schedule_are_recorded_as_the_last_sweep() {
     let o = app.get("/api/overview").await.expect(200);
     assert_eq!(o["last_sweep"]["trigger"], "sweep_token");
 
-    let shutdown = subgate::shutdown::ShutdownSignal::new();
-    let schedule = tokio::spawn(subgate::background::sweep_loop(
+    let shutdown = subgate::common::shutdown::ShutdownSignal::new();
+    let schedule = tokio::spawn(subgate::app::background::sweep_loop(
         app.state.clone(),
         shutdown.clone(),
         std::time::Duration::from_secs(3600),

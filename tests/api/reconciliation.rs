@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
-use subgate::reconcile::{self, Checker, Report};
+use subgate::payments::gateways::wayforpay::reconcile::{self, Checker, Report};
 
 use crate::{
     bot::{button_update, channel, membership_of, person, run, send, text_update},
@@ -99,7 +99,9 @@ pub(crate) async fn due(app: &TestApp, order: i64) {
 }
 
 pub(crate) async fn pass(app: &TestApp) -> Report {
-    reconcile::run_once(&app.state).await.unwrap()
+    reconcile::run_once(&app.state.db, &app.state.config)
+        .await
+        .unwrap()
 }
 
 async fn order_status(app: &TestApp, order: i64) -> String {
@@ -111,7 +113,7 @@ async fn order_status(app: &TestApp, order: i64) -> String {
 
 /// The value of a series in the process-wide recorder (0 when absent).
 fn metric(name: &str, label: Option<(&str, &str)>) -> f64 {
-    let text = subgate::metrics::handle().unwrap().render();
+    let text = subgate::common::metrics::handle().unwrap().render();
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| l.rsplit_once(' '))
@@ -125,7 +127,7 @@ fn metric(name: &str, label: Option<(&str, &str)>) -> f64 {
 
 #[tokio::test]
 async fn a_lost_callback_is_found_and_applied_once_and_the_late_callback_is_a_duplicate() {
-    subgate::metrics::install().unwrap();
+    subgate::common::metrics::install().unwrap();
     let (bot, wfp) = (FakeBot::start().await, FakeWayForPay::start().await);
     let app = app_with(&bot, &wfp).await;
     let (order, reference, c) = card_link(&app, 8101).await;
@@ -292,7 +294,10 @@ async fn answers_that_cannot_be_believed_change_nothing_and_are_asked_again() {
     for (n, (script, error)) in cases.into_iter().enumerate() {
         wfp.script(&reference, script);
         due(&app, order).await;
-        let report = quick.run(&app.state, &|| false).await.unwrap();
+        let report = quick
+            .run(&app.state.db, &app.state.config, &|| false)
+            .await
+            .unwrap();
         assert_eq!(
             (report.checked, report.retried),
             (1, 1),

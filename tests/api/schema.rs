@@ -3,8 +3,7 @@
 //! constraint, the check is against what the database enforces.
 
 use subgate::{
-    effects::Kind,
-    outbound::EVENT_TYPES,
+    outbox::{effects::Kind, outbound::EVENT_TYPES},
     payments::core::{Outcome, Reason},
 };
 

@@ -7,7 +7,7 @@
 
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
-use subgate::{telegram::recovery, worker};
+use subgate::{app::worker, telegram::recovery};
 
 use crate::{
     bot::{next_id, payment_update, pre_checkout_update, send},

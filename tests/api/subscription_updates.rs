@@ -7,7 +7,7 @@
 use chrono::{Duration, Utc};
 use serde_json::{Value, json};
 use subgate::{
-    memberships,
+    access::memberships,
     present::texts::{self, Language},
 };
 

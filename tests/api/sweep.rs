@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use axum::http::Method;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
-use subgate::sweep::{self, Decision, Status};
+use subgate::access::sweep::{self, Decision, Status};
 
 use crate::bodies::{EventBody, ListBody, body_of};
 use crate::helpers::db_now;
@@ -807,8 +807,8 @@ async fn sweep_interval_runs_the_sweep_in_the_server_and_stops_on_shutdown() {
     let id = m["id"].as_i64().unwrap();
     back_date(&app, id, chrono::Duration::hours(1)).await;
 
-    let shutdown = subgate::shutdown::ShutdownSignal::new();
-    let loops = tokio::spawn(subgate::background::run(
+    let shutdown = subgate::common::shutdown::ShutdownSignal::new();
+    let loops = tokio::spawn(subgate::app::background::run(
         app.state.clone(),
         shutdown.clone(),
     ));

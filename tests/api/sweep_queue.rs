@@ -79,21 +79,24 @@ async fn the_sweep_queues_its_effects_and_each_becomes_one_effect() {
     assert!(effects_of(&app, "revoke").await.is_empty());
     assert!(effects_of(&app, "grace_notice").await.is_empty());
     // A queued revoke is pending work in its chat, for the metrics as for the API.
-    let depths = subgate::effects::queue_depths(&app.db().await)
+    let depths = subgate::outbox::effects::queue_depths(&app.db().await)
         .await
         .unwrap();
     for kind in [
-        subgate::effects::Kind::Revoke,
-        subgate::effects::Kind::GraceNotice,
+        subgate::outbox::effects::Kind::Revoke,
+        subgate::outbox::effects::Kind::GraceNotice,
     ] {
         let d = depths
             .iter()
             .find(|d| d.kind == kind)
             .expect("a queue depth");
-        assert_eq!((d.status, d.count), (subgate::effects::Status::Pending, 1));
+        assert_eq!(
+            (d.status, d.count),
+            (subgate::outbox::effects::Status::Pending, 1)
+        );
     }
 
-    let taken = subgate::effects::materialize_sweep_queue(&app.db().await)
+    let taken = subgate::outbox::effects::materialize_sweep_queue(&app.db().await)
         .await
         .unwrap();
     assert_eq!(taken, 2);
@@ -131,7 +134,7 @@ async fn the_sweep_queues_its_effects_and_each_becomes_one_effect() {
 
     // Nothing left to take; the worker performs what was made.
     assert_eq!(
-        subgate::effects::materialize_sweep_queue(&app.db().await)
+        subgate::outbox::effects::materialize_sweep_queue(&app.db().await)
             .await
             .unwrap(),
         0
@@ -291,7 +294,7 @@ async fn racing_workers_make_each_queued_effect_exactly_once() {
                     barrier.wait().await;
                     let mut taken = 0;
                     loop {
-                        let n = subgate::effects::materialize_sweep_queue(&client)
+                        let n = subgate::outbox::effects::materialize_sweep_queue(&client)
                             .await
                             .unwrap();
                         if n == 0 {
@@ -350,16 +353,16 @@ async fn a_grant_during_a_sweeps_drain_waits_for_a_chunk_not_the_whole_queue() {
     overdue_members(&app, c, 17200000, MEMBERS).await;
     let report = app.post("/api/sweep", Value::Null).await.expect(200);
     assert_eq!(report["to_expired"].as_i64(), Some(MEMBERS));
-    let chunk = subgate::effects::SWEEP_QUEUE_CHUNK;
-    let lanes = subgate::worker::Options::default().concurrency as i64;
+    let chunk = subgate::outbox::effects::SWEEP_QUEUE_CHUNK;
+    let lanes = subgate::app::worker::Options::default().concurrency as i64;
 
     // The worker starts draining: a run capped at a few effects.
     let capped = |max_effects| {
-        subgate::worker::Worker::new(
+        subgate::app::worker::Worker::new(
             app.state.clone(),
-            subgate::worker::Options {
+            subgate::app::worker::Options {
                 max_effects,
-                ..subgate::worker::Options::default()
+                ..subgate::app::worker::Options::default()
             },
         )
     };

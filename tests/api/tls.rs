@@ -15,7 +15,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose,
 };
-use subgate::{Config, db, error::ApiError};
+use subgate::{Config, common::error::ApiError, db};
 
 use crate::helpers::JWT_SECRET;
 

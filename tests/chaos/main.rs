@@ -43,7 +43,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use subgate::payments::standard_webhooks::{WebhookKey, sign};
+use subgate::payments::gateways::standard_webhooks::{WebhookKey, sign};
 use tokio_postgres::NoTls;
 
 const CHANNELS: i64 = 4;

@@ -20,7 +20,7 @@ use axum::{
 use sha2::{Digest, Sha256};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::{currency, error::ApiError};
+use crate::common::{currency, error::ApiError};
 
 /// One embedded file.
 struct Asset {

@@ -29,12 +29,12 @@ use crate::{
         Errors, chars,
         openapi::{Ignored, Problem, SignedWebhookAnswer},
     },
-    error::ApiError,
+    app::state::AppState,
+    common::{currency, error::ApiError},
     payments::{
         core::{self, Gateway, NormalizedPayment},
-        currency, standard_webhooks,
+        gateways::standard_webhooks,
     },
-    state::AppState,
 };
 
 /// How far `webhook-timestamp` may be from server time, either direction.

@@ -34,14 +34,14 @@ use crate::{
         Ignored, Problem, StripeAnswer, StripeDisputeAnswer, StripeEvent, StripeHoldAnswer,
         StripeRefundAnswer,
     },
-    error::ApiError,
+    app::state::AppState,
+    common::error::ApiError,
     orders,
     payments::{
         core::{self, Gateway},
-        disputes, gateway_refunds,
-        stripe::{self, Event, EventError},
+        gateways::stripe::{self, Event, EventError},
+        refunds::{at_gateway as gateway_refunds, disputes},
     },
-    state::AppState,
 };
 
 /// `POST /api/webhook/stripe`.

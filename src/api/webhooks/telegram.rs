@@ -12,7 +12,7 @@
 //! is in the header). Update kinds we do not handle get 200 `{}` so they are not re-sent.
 //! `my_chat_member` and `chat_member` (the bot's rights, users joining) are decided by
 //! [`crate::telegram::members`] and answered `{}`; `subscription` (a Stars subscription
-//! cancelled, re-enabled or failed in Telegram) by [`crate::payments::subscription_updates`],
+//! cancelled, re-enabled or failed in Telegram) by [`crate::payments::star_subscriptions::updates`],
 //! answered `{}` whatever it said (an update that cannot be applied is kept for review).
 
 use axum::{
@@ -26,17 +26,15 @@ use chrono::DateTime;
 
 use crate::{
     api::openapi::{Empty, Problem, TelegramAnswer},
-    effects,
-    error::ApiError,
+    app::state::AppState,
+    common::error::ApiError,
+    outbox::effects,
     payments::{
         core::{self, NormalizedPayment},
-        subscription_updates,
+        star_subscriptions::updates as subscription_updates,
     },
-    state::AppState,
-    telegram::{
-        self, JoinDecision, WebhookReply, join_request_decision, members, pre_checkout,
-        types::{ChatJoinRequest, Message, PreCheckoutQuery, SuccessfulPayment, Update},
-    },
+    telegram::{self, JoinDecision, WebhookReply, join_request_decision, members, pre_checkout},
+    telegram_api::types::{ChatJoinRequest, Message, PreCheckoutQuery, SuccessfulPayment, Update},
 };
 
 /// The header Telegram puts the webhook's `secret_token` in.
@@ -73,7 +71,7 @@ pub async fn webhook(
 
     if let Some(q) = &update.pre_checkout_query {
         check_pre_checkout(q)?;
-        let answer = crate::metrics::pre_checkout(
+        let answer = crate::common::metrics::pre_checkout(
             pre_checkout::answer(&state.db, state.config.hold_rules(), q),
             pre_checkout::Answer::metric_label,
         )
@@ -113,7 +111,7 @@ pub async fn webhook(
         return Ok(empty());
     }
     // Buyers talking to the bot (commands, buttons); everything else is ignored there.
-    match crate::bot::handle(&state, &body).await? {
+    match crate::bot::handle(&state.db, &state.config, &body).await? {
         Some(call) => Ok(Json(call).into_response()),
         None => Ok(empty()),
     }

@@ -34,12 +34,13 @@ use chrono::Utc;
 
 use crate::{
     api::openapi::{Problem, WayForPayAck, WayForPayCallback},
-    error::ApiError,
+    app::state::AppState,
+    common::error::ApiError,
     payments::{
         core::{self, Gateway},
-        gateway_refunds, wayforpay,
+        gateways::wayforpay,
+        refunds::at_gateway as gateway_refunds,
     },
-    state::AppState,
 };
 
 /// `POST /api/webhook/wayforpay`.

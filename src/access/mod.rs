@@ -1,0 +1,11 @@
+//! Who holds access: buyers ([`subscribers`]), their memberships with the events and effects
+//! of every change ([`memberships`]), the sweep that moves overdue memberships to grace and
+//! expired ([`sweep`]), and users a chat may hold without a membership ([`exemptions`]).
+//!
+//! Below `orders` and `payments`; imports `outbox` (effects are written in the transaction that
+//! decides them), `catalog` and the layers below.
+
+pub mod exemptions;
+pub mod memberships;
+pub mod subscribers;
+pub mod sweep;

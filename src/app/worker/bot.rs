@@ -1,0 +1,438 @@
+//! Performing the bot's effects: messages to buyers, invoices, and cancellations of Stars
+//! subscriptions, performed by the worker like every other effect (leases, retries, rate limits, dry run,
+//! dead letters) through one match arm each.
+//!
+//! - `bot_message`: `sendMessage` of `payload.text` with the optional `payload.reply_markup`
+//!   (a second catalogue page, what happened to a payment, a cancellation confirmed).
+//! - `invoice`: the invoice of a pending order, decided when performed from the order (its
+//!   amount, after any discount) and its plan (title, description, period or lifetime; a
+//!   default plan reads as its channel): `sendInvoice` in Stars; for a `recurring` plan a
+//!   subscription link
+//!   (`createInvoiceLink` with `subscription_period`, stored on the order so a repeat sends the
+//!   same link) as a URL button; otherwise a card page as a URL button: a signed WayForPay
+//!   Purchase link, or a Stripe Checkout Session made now (keyed on the order, so a repeat of
+//!   the effect finds the same session), or both buttons when both gateways are configured.
+//!   An order that was paid, cancelled or superseded meanwhile gets nothing. A card link's
+//!   `orderTimeout` is what is left of the time the order can be paid as invoiced: its seat
+//!   hold, else [`bot::open_secs`] from when it was made — never longer than a hold. WayForPay
+//!   does not sign `orderTimeout`, so nothing relies on it: a payment that arrives later anyway
+//!   is judged by the payment core's seat rules like any late payment.
+//! - `subscription_cancel`: `editUserStarSubscription(is_canceled = true)`, then a confirmation
+//!   to the buyer (a `bot_message`, enqueued once) — except for a subscription the payment core
+//!   stopped because it refused a charge, whose buyer's payment notice already said so.
+//! - The notice that a buyer's access ended ([`access_ended_notice`]): decided here for a
+//!   revoke the worker is about to perform, enqueued as a `bot_message` (keyed on the revoke)
+//!   once the user is out.
+//!
+//! Every one is harmless when repeated: a message may rarely arrive twice, an invoice of a
+//! pending order can be paid once, a cancellation is idempotent on Telegram's side.
+
+use deadpool_postgres::Object;
+use serde_json::{Value, json};
+
+use crate::{
+    access::memberships::{self, EventCause},
+    app::state::AppState,
+    bot,
+    common::{currency::Money, error::ApiError},
+    config::Config,
+    orders,
+    outbox::{
+        bot_messages::enqueue_message,
+        effects::{self, Effect, Kind, Payload, payload::SubscriptionCancel},
+    },
+    payments::{
+        gateways::{
+            stripe,
+            wayforpay::{checks as gateway_checks, purchase as wayforpay_purchase},
+        },
+        star_subscriptions,
+    },
+    present::{
+        render,
+        texts::{self, Language},
+    },
+    telegram_api::client::{BotApi, BotError, StarsInvoice},
+};
+
+/// Why a bot effect was not done; the worker maps it onto its own retry rules.
+#[derive(Debug)]
+pub enum BotFailure {
+    /// A database error: nothing is recorded, the effect runs again.
+    Db(ApiError),
+    /// Telegram (or the way to it) failed; classified like any Bot API failure.
+    Bot(BotError),
+    /// Cannot succeed as it stands (missing data or configuration): dead letter.
+    Permanent(String),
+    /// Another service (a payment gateway's API) failed in a way worth retrying.
+    Retry(String),
+}
+
+impl From<ApiError> for BotFailure {
+    fn from(e: ApiError) -> BotFailure {
+        BotFailure::Db(e)
+    }
+}
+
+impl From<tokio_postgres::Error> for BotFailure {
+    fn from(e: tokio_postgres::Error) -> BotFailure {
+        BotFailure::Db(e.into())
+    }
+}
+
+impl From<BotError> for BotFailure {
+    fn from(e: BotError) -> BotFailure {
+        BotFailure::Bot(e)
+    }
+}
+
+/// Done, with an optional note (why it was skipped).
+pub type BotPerformed = Result<Option<String>, BotFailure>;
+
+/// Performs a bot effect of `kind`: reads what it needs on `client`, gives the connection back,
+/// then calls Telegram.
+pub async fn perform(
+    state: &AppState,
+    client: Object,
+    bot: &BotApi,
+    e: &Effect,
+    kind: Kind,
+) -> BotPerformed {
+    match kind {
+        Kind::BotMessage => {
+            drop(client);
+            message(bot, e).await
+        }
+        Kind::Invoice => invoice(state, client, bot, e).await,
+        Kind::SubscriptionCancel => subscription_cancel(state, client, bot, e).await,
+        other => Err(BotFailure::Permanent(format!(
+            "{} is not a bot effect",
+            other.as_str()
+        ))),
+    }
+}
+
+async fn message(bot: &BotApi, e: &Effect) -> BotPerformed {
+    let Ok(Payload::BotMessage(message)) = e.typed_payload() else {
+        return Err(BotFailure::Permanent("the message has no text".into()));
+    };
+    match &message.reply_markup {
+        Some(markup) => {
+            bot.send_message_with_markup(e.user_id, &message.text, markup)
+                .await?
+        }
+        None => bot.send_message(e.user_id, &message.text).await?,
+    };
+    Ok(None)
+}
+
+async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> BotPerformed {
+    let Some(order_id) = e.order_id else {
+        return Err(BotFailure::Permanent("the order was deleted".into()));
+    };
+    let card_open = bot::open_secs(bot::Gateway::Card, state.config.hold_secs);
+    let facts = orders::invoice_facts(&client, order_id, card_open).await?;
+    drop(client);
+    let Some(mut f) = facts else {
+        return Err(BotFailure::Permanent("the order was deleted".into()));
+    };
+    // Never longer than a hold, even for a hold granted before `HOLD_SECS` was lowered.
+    f.open_secs = f.open_secs.min(state.config.hold_secs);
+    if f.status != orders::Status::Pending {
+        return Ok(Some(format!("skipped: the order is {} now", f.status)));
+    }
+    if f.superseded {
+        return Ok(Some(
+            "skipped: the order was superseded by a newer one".into(),
+        ));
+    }
+    let l = Language::choose(f.language, None);
+    let title = render::invoice_title(l, f.title_in(l), f.channel_id);
+    let description =
+        render::invoice_description(l, f.description_in(l), f.title_in(l), f.channel_id, f.days);
+    let price = render::price(l, &Money::new(f.amount_minor, &f.currency));
+    let period = render::term(l, f.days);
+    let label = render::clip(
+        &texts::invoice_label(l, period.as_deref()),
+        render::INVOICE_TITLE_MAX,
+    );
+    let stars = StarsInvoice {
+        title: &title,
+        description: &description,
+        payload: &f.reference,
+        label: &label,
+        amount: f.amount_minor,
+    };
+    let name = render::title(l, f.title_in(l), f.channel_id);
+    match bot::gateway(&state.config, &f.currency) {
+        Some(bot::Gateway::Stars) if f.recurring => {
+            let link = match f.invoice_link {
+                Some(link) => link,
+                None => {
+                    let link = bot
+                        .create_stars_subscription_link(&stars, star_subscriptions::PERIOD_SECS)
+                        .await?;
+                    store_invoice_link(state, bot, order_id, link).await?
+                }
+            };
+            // A recurring plan has a period (the schema: 30 days).
+            let every = period.clone().unwrap_or_else(|| render::period(l, 30));
+            let text = texts::subscription_offer(l, &name, &price, &every);
+            let button = render::url_button(&texts::subscription_button(l, &price), &link);
+            bot.send_message_with_markup(e.user_id, &text, &markup(vec![button]))
+                .await?;
+        }
+        Some(bot::Gateway::Stars) => {
+            bot.send_stars_invoice(e.user_id, &stars).await?;
+        }
+        Some(bot::Gateway::Card) => {
+            if f.open_secs < bot::MIN_CARD_PAGE_SECS {
+                return Ok(Some(
+                    "skipped: the order can no longer be paid as invoiced (its hold ran out)"
+                        .into(),
+                ));
+            }
+            let pages = bot::card_pages(&state.config);
+            let wayforpay = if pages.wayforpay {
+                Some(card_link(&state.config, &f, &name)?)
+            } else {
+                None
+            };
+            let stripe = if pages.stripe {
+                stripe_session(&state.config, &f, &name).await?
+            } else {
+                None
+            };
+            let buttons: Vec<Value> = match (&wayforpay, &stripe) {
+                (Some(w), Some(s)) => vec![
+                    render::url_button(&texts::card_button_via(l, &price, "WayForPay"), w),
+                    render::url_button(&texts::card_button_via(l, &price, "Stripe"), s),
+                ],
+                (Some(link), None) | (None, Some(link)) => {
+                    vec![render::url_button(&texts::card_button(l, &price), link)]
+                }
+                (None, None) => {
+                    return Ok(Some(
+                        "skipped: the order can no longer be paid as invoiced (too late for a \
+                         Stripe Checkout page)"
+                            .into(),
+                    ));
+                }
+            };
+            let text = texts::card_offer(l, &name, &price, period.as_deref(), f.open_secs / 60);
+            bot.send_message_with_markup(e.user_id, &text, &markup(buttons))
+                .await?;
+            if wayforpay.is_some() && !bot.is_dry_run() {
+                // From now on a lost callback is possible: the reconciliation will ask.
+                gateway_checks::link_issued(&state.db, order_id, state.config.reconcile_after)
+                    .await?;
+            }
+        }
+        None => {
+            return Err(BotFailure::Permanent(format!(
+                "no gateway takes {}: configure WayForPay (WAYFORPAY_MERCHANT_ACCOUNT, \
+                 WAYFORPAY_SECRET_KEY, PUBLIC_URL) or Stripe (STRIPE_SECRET_KEY, \
+                 STRIPE_WEBHOOK_SECRET) and retry",
+                f.currency
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// An inline keyboard of `buttons`, one a row.
+fn markup(buttons: Vec<Value>) -> Value {
+    let rows: Vec<Vec<Value>> = buttons.into_iter().map(|b| vec![b]).collect();
+    json!({ "inline_keyboard": rows })
+}
+
+/// The signed WayForPay Purchase link of an order.
+fn card_link(config: &Config, f: &orders::InvoiceFacts, name: &str) -> Result<String, BotFailure> {
+    let missing = || BotFailure::Permanent("WayForPay purchase links are not configured".into());
+    let wfp = config.wayforpay.as_ref().ok_or_else(missing)?;
+    let domain = config.wayforpay_domain.as_deref().ok_or_else(missing)?;
+    let public_url = config.public_url.as_deref().ok_or_else(missing)?;
+    let service_url = format!("{public_url}/api/webhook/wayforpay");
+    let return_url = config
+        .telegram_bot_username
+        .as_ref()
+        .map(|u| format!("https://t.me/{u}"));
+    let product = render::clip(name, 120);
+    let purchase = wayforpay_purchase::Purchase {
+        merchant_account: &wfp.merchant_account,
+        merchant_domain: domain,
+        order_reference: &f.reference,
+        order_date: f.order_date,
+        price: &Money::new(f.amount_minor, &f.currency),
+        product_name: &product,
+        service_url: &service_url,
+        return_url: return_url.as_deref(),
+        order_timeout_secs: Some(f.open_secs),
+    };
+    wayforpay_purchase::url(wfp.secret_key.expose().as_bytes(), &purchase)
+        .ok_or_else(|| BotFailure::Permanent(format!("{} has no known minor unit", f.currency)))
+}
+
+/// The URL of the order's Stripe Checkout page, made now (or found again: the call is keyed on
+/// the order, [`stripe::create_checkout_session`]); `None` when the page could no longer be
+/// open for the half hour Stripe requires before the order closes.
+async fn stripe_session(
+    config: &Config,
+    f: &orders::InvoiceFacts,
+    name: &str,
+) -> Result<Option<String>, BotFailure> {
+    let missing = || BotFailure::Permanent("Stripe is not configured".into());
+    let stripe_config = config.stripe.as_ref().ok_or_else(missing)?;
+    let return_url = bot::stripe_return_url(config).ok_or_else(missing)?;
+    let expires_at = stripe::checkout_expires_at(f.order_date, f.closes_at);
+    // A minute of slack for the call itself.
+    if chrono::Utc::now().timestamp() + stripe::MIN_SESSION_SECS + 60 > expires_at {
+        return Ok(None);
+    }
+    let product = render::clip(name, 120);
+    let checkout = stripe::Checkout {
+        order_reference: &f.reference,
+        amount_minor: f.amount_minor,
+        currency: &f.currency,
+        product_name: &product,
+        return_url: &return_url,
+        expires_at,
+    };
+    match stripe::create_checkout_session(
+        &stripe_config.api_url,
+        stripe_config.secret_key.expose(),
+        &checkout,
+    )
+    .await
+    {
+        Ok(session) => {
+            tracing::info!(order_reference = %f.reference, session = %session.id,
+                "Stripe Checkout Session made");
+            Ok(Some(session.url))
+        }
+        Err(stripe::ApiCallError::Transient(why)) => Err(BotFailure::Retry(why)),
+        Err(e @ stripe::ApiCallError::Refused(_)) => Err(BotFailure::Permanent(e.to_string())),
+    }
+}
+
+/// Stores a new subscription link on the order (the first stored wins, so a repeat of the
+/// effect sends the same link), in one short statement on a connection taken after the call.
+/// A dry run's stand-in link is not stored.
+async fn store_invoice_link(
+    state: &AppState,
+    bot: &BotApi,
+    order_id: i64,
+    link: String,
+) -> Result<String, BotFailure> {
+    if bot.is_dry_run() {
+        return Ok(link);
+    }
+    let client = state.db.get().await.map_err(ApiError::from)?;
+    let kept = orders::keep_invoice_link(&client, order_id, &link).await?;
+    Ok(kept.unwrap_or(link))
+}
+
+async fn subscription_cancel(
+    state: &AppState,
+    client: Object,
+    bot: &BotApi,
+    e: &Effect,
+) -> BotPerformed {
+    let Ok(Payload::SubscriptionCancel(SubscriptionCancel {
+        subscription_id: id,
+    })) = e.typed_payload()
+    else {
+        return Err(BotFailure::Permanent(
+            "the effect names no subscription".into(),
+        ));
+    };
+    let sub = star_subscriptions::cancelled(&client, id).await?;
+    drop(client);
+    let Some(sub) = sub else {
+        return Err(BotFailure::Permanent("the subscription was deleted".into()));
+    };
+    if sub.status != star_subscriptions::Status::Cancelled {
+        return Ok(Some(format!("skipped: the subscription is {}", sub.status)));
+    }
+    bot.edit_user_star_subscription(e.user_id, &sub.charge_id, true)
+        .await?;
+    // Stopped by the payment core for a refused charge: the buyer's payment notice (enqueued
+    // with this effect) already says so and why.
+    if sub.cancelled_by == Some(star_subscriptions::CancelledBy::Subgate) {
+        return Ok(None);
+    }
+    let l = Language::choose(sub.language, None);
+    let name = render::title(l, sub.translations.title(l, &sub.title), sub.channel_id);
+    // Lifetime access outlasts any subscription: nothing to say about when it ends.
+    let until = sub.access_until.and_then(|e| e.at());
+    let text = texts::subscription_cancelled(l, &name, until.map(|t| texts::day(l, t)).as_deref());
+    let client = state.db.get().await.map_err(ApiError::from)?;
+    enqueue_message(
+        &**client,
+        e.user_id,
+        &render::Rendered {
+            text,
+            rows: Vec::new(),
+        },
+        Some(format!("subscription_cancelled:{id}")),
+    )
+    .await?;
+    Ok(None)
+}
+
+/// The notice a revoke `e` about to be performed sends its buyer once the user is out: their
+/// access ended (the term ran out, its payment was refunded, or staff ended it), with a renew
+/// button when the channel can be bought again ([`bot::renew_callback`]). Read on the claim's
+/// connection, after [`super::perform`]'s check that the account holds no access in the chat
+/// again (a member again through a renewal or a new membership is neither removed nor told).
+/// `None` — nothing to say — for a revoke that no ending of a membership asked for (a user
+/// found in the chat without access, the revoke of a deleted membership), for a membership
+/// whose subscriber is another Telegram account now or that holds access again, and for a
+/// buyer who was never told of it (no grant or receipt of it ever reached that account:
+/// someone who never started the bot is not written to first about an ending).
+pub async fn access_ended_notice(
+    state: &AppState,
+    client: &Object,
+    e: &Effect,
+) -> Result<Option<render::Rendered>, ApiError> {
+    let Some(membership_id) = e.membership_id else {
+        return Ok(None);
+    };
+    let from_an_ending = matches!(
+        e.typed_payload(),
+        Ok(Payload::Revoke(effects::payload::Revoke {
+            found: None,
+            deleted: false,
+            ..
+        }))
+    );
+    let Some(event) = e.dedupe_key.as_deref().and_then(effects::transition_event) else {
+        return Ok(None);
+    };
+    if !from_an_ending {
+        return Ok(None);
+    }
+    let Some(m) = memberships::effect_view(client, membership_id).await? else {
+        return Ok(None);
+    };
+    if m.telegram_user_id != e.user_id || m.status.holds_access() {
+        return Ok(None);
+    }
+    if !effects::told_of(client, membership_id, e.user_id).await? {
+        return Ok(None);
+    }
+    let ending = match memberships::event_cause(client, membership_id, event).await? {
+        Some(EventCause::Refund) => texts::Ending::Refunded,
+        Some(EventCause::Staff) => texts::Ending::Revoked,
+        _ => texts::Ending::Expired,
+    };
+    let renew = bot::renew_callback(client, &state.config, membership_id).await?;
+    let (l, title) = m.speaking();
+    Ok(Some(render::access_ended(
+        l,
+        ending,
+        title,
+        m.channel_id,
+        renew,
+    )))
+}
