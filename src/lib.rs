@@ -2,30 +2,28 @@
 //! (a signed card-gateway webhook, WayForPay's callback, Telegram Stars, Stripe), and each
 //! payment turns into channel access exactly once.
 //!
-//! The crate is a library with a thin binary (`main.rs` parses the CLI). Layers point down:
-//! [`api`] (HTTP: every route and handler, the doors included) → the domain modules → [`db`].
-//! `docs/ARCHITECTURE.md` names every module with what it owns and may call.
-//! - [`api`]: the router ([`router`]), handlers by resource, login, the payment doors, the
-//!   extractors, `Idempotency-Key`, problem+json rendering;
-//! - [`plans`]: the ways a channel is sold (plans, bundles, trials, lifetime);
-//! - [`promo_codes`]: promo codes and their exact uses;
-//! - [`orders`]: orders, the one lock order, seats and holds;
-//! - [`payments`]: the one `apply_payment` core and the pure signature and money code;
-//! - [`memberships`]: every read and write of membership rows (the sweep's batch write aside)
-//!   and the events and effects of their changes; [`expiry`]: when a term ends (an instant, or
-//!   never: lifetime access);
-//! - [`sweep`]: the batched, lock-respecting move of overdue memberships to grace and expired;
-//! - [`bot`]: the buyer side of the bot (catalogue, buy button, invoices, `/subscriptions`);
-//! - [`effects`]: the outbox of Telegram effects; [`worker`]: the effects worker that performs
-//!   them;
-//! - [`telegram`]: the Telegram decisions (pre-checkout, join requests), the Stars reconcile
-//!   (payment recovery) and the Bot API client;
-//! - [`server`]: the HTTP accept loop with its connection cap and header and idle timeouts;
-//! - [`metrics`]: Prometheus metrics on their own listener (`METRICS_ADDR`);
-//! - [`api::console`]: the staff console at `/console`, a static client of the staff API;
-//! - [`auth`], [`idempotency`]: staff accounts and tokens, idempotency keys, without HTTP;
-//! - [`config`], [`state`], [`db`], [`error`]: configuration, shared state, the database, the
-//!   one error type.
+//! The crate is a library with a thin binary (`main.rs` parses the CLI). One folder per layer,
+//! top to bottom; each imports only the folders below it (checked by a unit test over the
+//! source, `layers.rs`), and `docs/ARCHITECTURE.md` says what each owns and why the order is so:
+//! - [`api`]: HTTP — the router ([`router`]), handlers by resource, the payment doors, the
+//!   extractors, `Idempotency-Key`, problem+json, the staff console's files;
+//! - [`app`]: the running service — [`AppState`], the accept loop, the background loops, the
+//!   effects worker, the `/metrics` listener;
+//! - [`bot`]: the buyer side of the bot (catalogue, buy button, `/code`, `/subscriptions`);
+//! - [`telegram`]: Telegram decisions (pre-checkout, join requests, chat members, audits) and
+//!   the Stars reconcile;
+//! - [`payments`]: the one `apply_payment` core, refunds and disputes, one module per gateway;
+//! - [`orders`]: orders, the one lock order, seats and holds, trials;
+//! - [`reports`]: statistics for staff;
+//! - [`catalog`]: channels, plans and promo codes;
+//! - [`access`]: subscribers, memberships, the sweep, exemptions;
+//! - [`outbox`]: effects rows, the bot's messages, outbound events;
+//! - [`staff`]: staff accounts, tokens, the audit log, idempotency keys;
+//! - [`telegram_api`]: the Bot API client;
+//! - [`config`]: every environment variable, typed;
+//! - [`present`]: what a buyer reads;
+//! - [`db`]: the pool, migrations, transactions, row mapping;
+//! - [`common`]: ids, money, shared words, the error type, metric series.
 
 pub mod access;
 pub mod api;

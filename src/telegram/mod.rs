@@ -1,5 +1,6 @@
 //! Telegram: the decisions the bot webhook door (`api::webhooks::telegram`, API.md "Door 3")
-//! makes, and the Bot API client.
+//! makes, the audits of a chat's member list and the Stars reconcile. The Bot API client they
+//! call is [`crate::telegram_api`].
 //!
 //! Telegram lets a webhook answer an update by putting one Bot API call in the response body,
 //! which is how this door answers without calling out: a `pre_checkout_query` gets
@@ -8,15 +9,16 @@
 //! and handed to the one payment core ([`crate::payments::core::apply_payment`]); no code here
 //! writes memberships.
 //!
-//! - [`types`]: the subset of the `Update` object we read;
-//! - [`bot_api`]: the Bot API client the effects worker and invoice links use;
 //! - [`pre_checkout`]: the stored, time-boxed pre-checkout decision and the seat hold;
 //! - [`join_request_decision`]: who may join a channel (the door and the effects worker
 //!   decide alike);
 //! - [`members`]: `my_chat_member` / `chat_member` (the bot's rights in a channel, users who
 //!   joined without access) and the rights probe;
 //! - [`recovery`]: Telegram payment recovery, the Stars reconcile (missed payments, refunds
-//!   confirmed or made outside subgate).
+//!   confirmed or made outside subgate);
+//! - [`audits`]: audits of a channel's member list against the database.
+//!
+//! Below `bot`; imports `payments` and every layer below it.
 
 pub mod audits;
 pub mod members;
