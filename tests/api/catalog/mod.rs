@@ -1,0 +1,10 @@
+//! What staff manage through the API: subscribers, channels and memberships (create, read,
+//! change, delete, the 4xx of each, keyset pages and filters), plans and bundles of several
+//! channels, promo codes and what they take off an order, and the values nobody meant (prices
+//! past a currency's bound, a user's chat as a channel, sums past `i64`).
+
+pub(crate) mod bundles;
+mod plans;
+mod promo_codes;
+mod subscribers;
+mod values;
