@@ -6,5 +6,7 @@ mod lifetime;
 pub(crate) mod membership_changes;
 mod sweep;
 mod sweep_queue;
+mod sweep_races;
+mod sweep_runs;
 mod trials;
 mod user_id_change;

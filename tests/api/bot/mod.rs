@@ -4,8 +4,12 @@
 //! answers with and the guesses of codes it throttles. `conversation` holds the updates and
 //! look-ups the other files build their conversations from.
 
+mod catalogue;
 mod code_guesses;
 pub(crate) mod conversation;
+mod holds;
 mod languages;
+mod plan_prices;
 mod plans;
+mod stars_renewals;
 mod words;

@@ -4,7 +4,13 @@
 //! past a currency's bound, a user's chat as a channel, sums past `i64`).
 
 pub(crate) mod bundles;
+mod channels;
+mod memberships;
+mod paging;
+mod plan_channels;
 mod plans;
 mod promo_codes;
+mod promo_lapses;
+mod promo_uses;
 mod subscribers;
 mod values;

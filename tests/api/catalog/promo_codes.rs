@@ -1,34 +1,30 @@
-//! Promo codes: the staff API (create, read, list, change; every 422 and 409), the discount an
-//! order gets, and the exact uses — racing buyers never get more paid orders than
-//! `max_redemptions`, a buyer never more than `per_buyer_limit`, a lapsed hold is taken again
-//! only while the code has room, a cancelled order gives its use back.
+//! Promo codes as a staff resource: create, read, list and change, a repeated create under one
+//! idempotency key, every 422 and 409, what may change once a code is used, and the answers
+//! against the OpenAPI document. The discount and limits at order time are in `promo_uses`;
+//! lapsed holds and races in `promo_lapses`.
 //!
-//! Plans other than a channel's default one are inserted with SQL. Holds are lapsed by
-//! back-dating `orders.promo_held_until`, never by sleeping; the concurrent tests release their
-//! tasks together with a barrier, repeat for [`ROUNDS`] rounds, then count the rows.
-
-use std::sync::Arc;
+//! Plans other than a channel's default one are inserted with SQL.
 
 use axum::http::Method;
 use serde_json::{Value, json};
-use subgate::payments::core::{Gateway, NormalizedPayment, apply_payment};
-use tokio::sync::Barrier;
 
-use crate::payments::telegram_door::{payment_update, pre_checkout_update};
 use crate::support::bodies::{PromoCodeBody, body_of};
-use crate::support::helpers::{NewPlan, TestApp, TestResponse, db_now, id, reference};
-
-const ROUNDS: usize = 6;
-const BUYERS: usize = 20;
+use crate::support::helpers::{NewPlan, TestApp, TestResponse, id};
 
 // ---- fixtures ----
 
 /// A paid plan of `channel` at `price` in `currency` for 30 days; returns its id.
-async fn paid_plan(app: &TestApp, channel: i64, price: i64, currency: &str) -> i64 {
+pub(crate) async fn paid_plan(app: &TestApp, channel: i64, price: i64, currency: &str) -> i64 {
     plan(app, channel, "paid", price, currency).await
 }
 
-async fn plan(app: &TestApp, channel: i64, kind: &str, price: i64, currency: &str) -> i64 {
+pub(crate) async fn plan(
+    app: &TestApp,
+    channel: i64,
+    kind: &str,
+    price: i64,
+    currency: &str,
+) -> i64 {
     let period = if kind == "trial" { 7 } else { 30 };
     let plan = NewPlan {
         title: "Extra plan",
@@ -42,7 +38,7 @@ async fn plan(app: &TestApp, channel: i64, kind: &str, price: i64, currency: &st
 }
 
 /// Channel `channel`'s default plan.
-async fn default_plan(app: &TestApp, channel: i64) -> i64 {
+pub(crate) async fn default_plan(app: &TestApp, channel: i64) -> i64 {
     app.db()
         .await
         .query_one(
@@ -55,12 +51,12 @@ async fn default_plan(app: &TestApp, channel: i64) -> i64 {
 }
 
 /// Creates a code; returns its JSON.
-async fn new_code(app: &TestApp, body: Value) -> Value {
+pub(crate) async fn new_code(app: &TestApp, body: Value) -> Value {
     app.post("/api/promo-codes", body).await.expect(201)
 }
 
 /// `POST /api/orders` of `plan` for `sub` with `code`.
-async fn order(app: &TestApp, sub: i64, plan: i64, code: Option<&str>) -> TestResponse {
+pub(crate) async fn order(app: &TestApp, sub: i64, plan: i64, code: Option<&str>) -> TestResponse {
     let mut body = json!({"subscriber_id": sub, "plan_id": plan});
     if let Some(code) = code {
         body["promo_code"] = json!(code);
@@ -70,7 +66,7 @@ async fn order(app: &TestApp, sub: i64, plan: i64, code: Option<&str>) -> TestRe
 
 /// The 422 message on `promo_code` of a refused order.
 #[track_caller]
-fn promo_refusal(r: &TestResponse) -> String {
+pub(crate) fn promo_refusal(r: &TestResponse) -> String {
     let body = r.expect(422);
     body["errors"]["promo_code"]
         .as_str()
@@ -79,7 +75,7 @@ fn promo_refusal(r: &TestResponse) -> String {
 }
 
 /// Moves an order's promo hold one second into the past (the same as waiting `HOLD_SECS`).
-async fn lapse(app: &TestApp, order_id: i64) {
+pub(crate) async fn lapse(app: &TestApp, order_id: i64) {
     let n = app
         .db()
         .await
@@ -93,7 +89,10 @@ async fn lapse(app: &TestApp, order_id: i64) {
     assert_eq!(n, 1, "order {order_id} held no use to lapse");
 }
 
-async fn promo_held_until(app: &TestApp, order_id: i64) -> Option<chrono::DateTime<chrono::Utc>> {
+pub(crate) async fn promo_held_until(
+    app: &TestApp,
+    order_id: i64,
+) -> Option<chrono::DateTime<chrono::Utc>> {
     app.db()
         .await
         .query_one(
@@ -106,14 +105,14 @@ async fn promo_held_until(app: &TestApp, order_id: i64) -> Option<chrono::DateTi
 }
 
 /// Paid orders using code `code_id`, counted in the database.
-async fn paid_with(app: &TestApp, code_id: i64) -> i64 {
+pub(crate) async fn paid_with(app: &TestApp, code_id: i64) -> i64 {
     app.count(&format!(
         "orders WHERE promo_code_id = {code_id} AND status = 'paid'"
     ))
     .await
 }
 
-async fn subscribers(app: &TestApp, first_telegram_id: i64, n: usize) -> Vec<i64> {
+pub(crate) async fn subscribers(app: &TestApp, first_telegram_id: i64, n: usize) -> Vec<i64> {
     let mut ids = Vec::new();
     for i in 0..n {
         ids.push(id(&app
@@ -576,627 +575,6 @@ async fn a_code_that_could_never_work_as_meant_is_a_422_naming_the_field() {
     app.patch(&path, json!({"max_redemptions": null}))
         .await
         .expect(200);
-}
-
-// ---- discounts ----
-
-#[tokio::test]
-async fn discounts_round_down_never_leave_less_than_one_unit_and_a_payment_pays_the_order_price() {
-    let app = TestApp::spawn().await;
-    let chan = id(&app.create_channel(-1001, json!({})).await);
-    let p19900 = default_plan(&app, chan).await;
-    let p999 = paid_plan(&app, chan, 999, "UAH").await;
-    let p1 = paid_plan(&app, chan, 1, "UAH").await;
-    let stars = id(&app
-        .create_channel(-1002, json!({"currency": "XTR", "price_minor": 1}))
-        .await);
-    let s1 = default_plan(&app, stars).await;
-    let subs = subscribers(&app, 100, 12).await;
-    for (code, body) in [
-        ("P25", json!({"percent_off": 25})),
-        ("P33", json!({"percent_off": 33})),
-        ("P99", json!({"percent_off": 99})),
-        ("P100", json!({"percent_off": 100})),
-        (
-            "A5000",
-            json!({"amount_off_minor": 5000, "currency": "UAH"}),
-        ),
-        (
-            "AALL",
-            json!({"amount_off_minor": 1_000_000, "currency": "UAH"}),
-        ),
-        ("XTR5", json!({"amount_off_minor": 5, "currency": "XTR"})),
-    ] {
-        let mut b = body;
-        b["code"] = json!(code);
-        b["per_buyer_limit"] = json!(5);
-        new_code(&app, b).await;
-    }
-    // (plan, code, list, discount, amount)
-    let cases = [
-        (p19900, "p25", 19900, 4975, 14925),
-        (p999, "P33", 999, 329, 670),
-        (p19900, "P99", 19900, 19701, 199),
-        (p1, "P99", 1, 0, 1),
-        (p19900, "P100", 19900, 19900, 0),
-        (p1, "P100", 1, 1, 0),
-        (p19900, "A5000", 19900, 5000, 14900),
-        (p999, "AALL", 999, 998, 1),
-        (p1, "AALL", 1, 0, 1),
-        (s1, "XTR5", 1, 0, 1),
-    ];
-    for (i, (plan, code, list, discount, amount)) in cases.into_iter().enumerate() {
-        let o = order(&app, subs[i], plan, Some(code)).await.expect(201);
-        assert_eq!(
-            (
-                o["list_price_minor"].as_i64(),
-                o["discount_minor"].as_i64(),
-                o["amount_minor"].as_i64()
-            ),
-            (Some(list), Some(discount), Some(amount)),
-            "{code} on {list}: {o}"
-        );
-        assert_eq!(o["plan_id"], plan);
-        assert_eq!(o["promo_code"], code.to_uppercase());
-    }
-    // Without a code: the list price, no discount.
-    let plain = order(&app, subs[10], p19900, None).await.expect(201);
-    assert_eq!(
-        (&plain["discount_minor"], &plain["promo_code"]),
-        (&json!(0), &Value::Null)
-    );
-    // A code needs a plan.
-    let r = app
-        .post(
-            "/api/orders",
-            json!({"subscriber_id": subs[10], "channel_id": chan, "promo_code": "P25"}),
-        )
-        .await;
-    assert!(r.expect(422)["errors"]["promo_code"].is_string());
-
-    // The payment pays the order's (discounted) price: the list price is an amount mismatch.
-    let o = order(&app, subs[11], p19900, Some("P25")).await.expect(201);
-    let wrong = app
-        .post_signed_webhook(&crate::support::helpers::payment_event(
-            "pay_list",
-            &reference(&o),
-            19900,
-            "UAH",
-        ))
-        .await
-        .expect(200);
-    assert_eq!(wrong["payment"]["reason"], "amount_mismatch");
-    let right = app.pay_order(&o, "pay_discounted").await.expect(200);
-    assert_eq!(right["payment"]["outcome"], "applied", "{right}");
-    assert_eq!(right["payment"]["amount_minor"], 14925);
-    assert_eq!(promo_held_until(&app, id(&o)).await, None, "paid: no hold");
-}
-
-// ---- every refusal of a code ----
-
-#[tokio::test]
-async fn each_code_that_cannot_be_used_is_a_422_on_promo_code_with_its_reason() {
-    let app = TestApp::spawn().await;
-    let chan = id(&app.create_channel(-1001, json!({})).await);
-    let plan = default_plan(&app, chan).await;
-    let other = paid_plan(&app, chan, 5000, "UAH").await;
-    let trial = plan_of_kind_trial(&app, chan).await;
-    let usd_chan = id(&app
-        .create_channel(-1002, json!({"currency": "USD", "price_minor": 500}))
-        .await);
-    let usd = default_plan(&app, usd_chan).await;
-    let subs = subscribers(&app, 100, 4).await;
-    new_code(
-        &app,
-        json!({"code": "OFF", "percent_off": 10, "active": false}),
-    )
-    .await;
-    // A new code cannot be expired already; a change may end one.
-    let old = new_code(&app, json!({"code": "OLD", "percent_off": 10})).await;
-    app.patch(
-        &format!("/api/promo-codes/{}", id(&old)),
-        json!({"expires_at": "2020-01-01T00:00:00Z"}),
-    )
-    .await
-    .expect(200);
-    new_code(
-        &app,
-        json!({"code": "ONLYOTHER", "percent_off": 10, "plan_ids": [other]}),
-    )
-    .await;
-    new_code(
-        &app,
-        json!({"code": "HRYVNIA", "amount_off_minor": 100, "currency": "UAH"}),
-    )
-    .await;
-    new_code(
-        &app,
-        json!({"code": "ONE", "percent_off": 10, "max_redemptions": 1}),
-    )
-    .await;
-    new_code(&app, json!({"code": "ANY", "percent_off": 10})).await;
-
-    let cases = [
-        (plan, "NOPE", "no such promo code"),
-        (plan, "x", "no such promo code"),
-        (plan, "OFF", "not active"),
-        (plan, "old", "expired"),
-        (plan, "ONLYOTHER", "does not apply to this plan"),
-        (usd, "HRYVNIA", "this plan is sold in USD"),
-        (trial, "ANY", "paid plans only"),
-    ];
-    for (plan, code, why) in cases {
-        let msg = promo_refusal(&order(&app, subs[0], plan, Some(code)).await);
-        assert!(msg.contains(why), "{code}: {msg:?} should say {why:?}");
-    }
-    order(&app, subs[0], other, Some("onlyother"))
-        .await
-        .expect(201);
-    order(&app, subs[1], plan, Some("ONE")).await.expect(201);
-    let msg = promo_refusal(&order(&app, subs[2], plan, Some("ONE")).await);
-    assert!(msg.contains("used up"), "{msg}");
-    order(&app, subs[1], plan, Some("ANY")).await.expect(201);
-    let msg = promo_refusal(&order(&app, subs[1], plan, Some("ANY")).await);
-    assert!(msg.contains("already used"), "{msg}");
-    // Nothing was made by a refusal.
-    assert_eq!(app.count("orders").await, 3);
-}
-
-async fn plan_of_kind_trial(app: &TestApp, channel: i64) -> i64 {
-    plan(app, channel, "trial", 0, "UAH").await
-}
-
-#[tokio::test]
-async fn a_buyer_uses_a_code_at_most_per_buyer_limit_times_and_a_cancel_gives_a_use_back() {
-    let app = TestApp::spawn().await;
-    let chan = id(&app.create_channel(-1001, json!({})).await);
-    let plan = default_plan(&app, chan).await;
-    let subs = subscribers(&app, 100, 2).await;
-    let code = id(&new_code(
-        &app,
-        json!({"code": "TWICE", "percent_off": 10, "per_buyer_limit": 2}),
-    )
-    .await);
-    let first = order(&app, subs[0], plan, Some("TWICE")).await.expect(201);
-    app.pay_order(&first, "pay_1").await.expect(200);
-    let second = order(&app, subs[0], plan, Some("TWICE")).await.expect(201);
-    // Paid + holding = the limit.
-    let msg = promo_refusal(&order(&app, subs[0], plan, Some("TWICE")).await);
-    assert!(msg.contains("2 times"), "{msg}");
-    // Another buyer has their own share.
-    order(&app, subs[1], plan, Some("TWICE")).await.expect(201);
-    // A cancelled order gives its use back at once.
-    let cancelled = app
-        .post(&format!("/api/orders/{}/cancel", id(&second)), Value::Null)
-        .await
-        .expect(200);
-    assert_eq!(cancelled["status"], "cancelled");
-    assert_eq!(promo_held_until(&app, id(&second)).await, None);
-    let third = order(&app, subs[0], plan, Some("TWICE")).await.expect(201);
-    // A pending order whose hold lapsed counts no more.
-    lapse(&app, id(&third)).await;
-    order(&app, subs[0], plan, Some("TWICE")).await.expect(201);
-    let c = app
-        .get(&format!("/api/promo-codes/{code}"))
-        .await
-        .expect(200);
-    assert_eq!(
-        (&c["redemptions"], &c["held"]),
-        (&json!(1), &json!(2)),
-        "{c}"
-    );
-}
-
-#[tokio::test]
-async fn a_cancelled_order_gives_the_last_use_back() {
-    let app = TestApp::spawn().await;
-    let chan = id(&app.create_channel(-1001, json!({})).await);
-    let plan = default_plan(&app, chan).await;
-    let subs = subscribers(&app, 100, 2).await;
-    new_code(
-        &app,
-        json!({"code": "LAST", "percent_off": 10, "max_redemptions": 1}),
-    )
-    .await;
-    let a = order(&app, subs[0], plan, Some("LAST")).await.expect(201);
-    assert!(promo_refusal(&order(&app, subs[1], plan, Some("LAST")).await).contains("used up"));
-    app.post(&format!("/api/orders/{}/cancel", id(&a)), Value::Null)
-        .await
-        .expect(200);
-    let b = order(&app, subs[1], plan, Some("LAST")).await.expect(201);
-    assert_eq!(b["promo_code"], "LAST");
-    // The cancelled order's payment, arriving anyway, is kept for review as before.
-    let late = app.pay_order(&a, "pay_late").await.expect(200);
-    assert_eq!(late["payment"]["reason"], "order_cancelled");
-}
-
-#[tokio::test]
-async fn an_expired_code_refuses_new_orders_by_database_time_but_an_order_made_keeps_its_price() {
-    let app = TestApp::spawn().await;
-    let chan = id(&app.create_channel(-1001, json!({})).await);
-    let plan = default_plan(&app, chan).await;
-    let subs = subscribers(&app, 100, 2).await;
-    let code = id(&new_code(
-        &app,
-        json!({"code": "SOON", "percent_off": 50, "expires_at": "2999-01-01T00:00:00Z"}),
-    )
-    .await);
-    let made = order(&app, subs[0], plan, Some("SOON")).await.expect(201);
-    app.db()
-        .await
-        .execute(
-            "UPDATE promo_codes SET expires_at = statement_timestamp() - interval '1 second'
-             WHERE id = $1",
-            &[&code],
-        )
-        .await
-        .unwrap();
-    assert!(promo_refusal(&order(&app, subs[1], plan, Some("SOON")).await).contains("expired"));
-    let paid = app.pay_order(&made, "pay_made").await.expect(200);
-    assert_eq!(paid["payment"]["outcome"], "applied", "{paid}");
-    assert_eq!(paid["payment"]["amount_minor"], 9950);
-}
-
-#[tokio::test]
-async fn a_first_purchase_code_is_only_for_buyers_who_never_paid_for_the_plans_channels() {
-    let app = TestApp::spawn().await;
-    let chan = id(&app.create_channel(-1001, json!({})).await);
-    let elsewhere = id(&app.create_channel(-1002, json!({})).await);
-    let plan = default_plan(&app, chan).await;
-    let cheap = paid_plan(&app, chan, 9900, "UAH").await;
-    let subs = subscribers(&app, 100, 3).await;
-    new_code(
-        &app,
-        json!({"code": "WELCOME", "percent_off": 20, "first_purchase_only": true}),
-    )
-    .await;
-    // A buyer who paid for this channel (by any of its plans) before is refused.
-    let bought = app.create_order(subs[0], chan).await;
-    app.pay_order(&bought, "pay_before").await.expect(200);
-    let msg = promo_refusal(&order(&app, subs[0], cheap, Some("WELCOME")).await);
-    assert!(msg.contains("first purchase"), "{msg}");
-    // An unpaid order is no purchase, nor is a paid order of another channel.
-    app.create_order(subs[1], chan).await;
-    let other = app.create_order(subs[1], elsewhere).await;
-    app.pay_order(&other, "pay_other").await.expect(200);
-    order(&app, subs[1], plan, Some("WELCOME"))
-        .await
-        .expect(201);
-    order(&app, subs[2], cheap, Some("WELCOME"))
-        .await
-        .expect(201);
-}
-
-// ---- lapsed holds ----
-
-#[tokio::test]
-async fn a_lapsed_use_is_taken_again_at_checkout_while_the_code_has_room() {
-    let app = TestApp::spawn().await;
-    let chan = id(&app.create_channel(-1001, json!({})).await);
-    let plan = default_plan(&app, chan).await;
-    let subs = subscribers(&app, 100, 2).await;
-    let code = id(&new_code(
-        &app,
-        json!({"code": "ROOM", "percent_off": 10, "max_redemptions": 1}),
-    )
-    .await);
-    let a = order(&app, subs[0], plan, Some("ROOM")).await.expect(201);
-    let held = promo_held_until(&app, id(&a))
-        .await
-        .expect("a new order holds its use");
-    let now = db_now(&app).await;
-    assert!(
-        held > now + chrono::Duration::seconds(290) && held <= now + chrono::Duration::seconds(300),
-        "held for HOLD_SECS: {held} vs {now}"
-    );
-    lapse(&app, id(&a)).await;
-    let c = app
-        .get(&format!("/api/promo-codes/{code}"))
-        .await
-        .expect(200);
-    assert_eq!(c["held"], 0, "a lapsed use counts no more");
-    // Checkout takes it again for HOLD_SECS; a second checkout does not extend it.
-    app.checkout(id(&a)).await.expect(200);
-    let again = promo_held_until(&app, id(&a)).await.unwrap();
-    assert!(again > db_now(&app).await + chrono::Duration::seconds(290));
-    app.checkout(id(&a)).await.expect(200);
-    assert_eq!(promo_held_until(&app, id(&a)).await, Some(again));
-    // So the code is full again.
-    assert!(promo_refusal(&order(&app, subs[1], plan, Some("ROOM")).await).contains("used up"));
-    // A lapsed order paid while the code has room is applied (no checkout needed).
-    lapse(&app, id(&a)).await;
-    let paid = app.pay_order(&a, "pay_a").await.expect(200);
-    assert_eq!(paid["payment"]["outcome"], "applied", "{paid}");
-    assert_eq!(promo_held_until(&app, id(&a)).await, None);
-    let c = app
-        .get(&format!("/api/promo-codes/{code}"))
-        .await
-        .expect(200);
-    assert_eq!((&c["redemptions"], &c["held"]), (&json!(1), &json!(0)));
-}
-
-#[tokio::test]
-async fn a_lapsed_use_is_refused_when_the_code_filled_up_and_its_payment_is_kept_for_review() {
-    let app = TestApp::spawn().await;
-    let chan = id(&app.create_channel(-1001, json!({})).await);
-    let plan = default_plan(&app, chan).await;
-    let subs = subscribers(&app, 100, 2).await;
-    let code = id(&new_code(
-        &app,
-        json!({"code": "FULL", "percent_off": 10, "max_redemptions": 1}),
-    )
-    .await);
-    let a = order(&app, subs[0], plan, Some("FULL")).await.expect(201);
-    lapse(&app, id(&a)).await;
-    let b = order(&app, subs[1], plan, Some("FULL")).await.expect(201);
-    // Checkout of the lapsed order: 409, nothing written.
-    let problem = app.checkout(id(&a)).await.expect(409);
-    assert!(
-        problem["detail"]
-            .as_str()
-            .unwrap()
-            .contains("no longer available"),
-        "{problem}"
-    );
-    assert!(promo_held_until(&app, id(&a)).await.unwrap() < db_now(&app).await);
-    // Its payment arrives anyway: kept for review, nothing granted, the order stays pending.
-    let late = app.pay_order(&a, "pay_a").await.expect(200);
-    assert_eq!(late["payment"]["outcome"], "needs_review", "{late}");
-    assert_eq!(late["payment"]["reason"], "promo_exhausted");
-    assert_eq!(late["membership"], Value::Null);
-    assert_eq!(
-        app.get(&format!("/api/orders/{}", id(&a)))
-            .await
-            .expect(200)["status"],
-        "pending"
-    );
-    assert_eq!(app.count("memberships").await, 0);
-    // The holder pays at its price.
-    let paid = app.pay_order(&b, "pay_b").await.expect(200);
-    assert_eq!(paid["payment"]["outcome"], "applied");
-    assert_eq!(paid_with(&app, code).await, 1);
-    let c = app
-        .get(&format!("/api/promo-codes/{code}"))
-        .await
-        .expect(200);
-    assert_eq!(c["redemptions"], 1);
-}
-
-#[tokio::test]
-async fn a_stars_pre_checkout_and_payment_of_a_lapsed_use_of_a_full_code_are_refused_for_review() {
-    let app = TestApp::spawn().await;
-    let chan = id(&app
-        .create_channel(-1001, json!({"currency": "XTR", "price_minor": 250}))
-        .await);
-    let plan = default_plan(&app, chan).await;
-    let (buyer_a, buyer_b) = (7001, 7002);
-    let a_sub = id(&app.create_subscriber(buyer_a).await);
-    let b_sub = id(&app.create_subscriber(buyer_b).await);
-    new_code(
-        &app,
-        json!({"code": "STAR", "amount_off_minor": 50, "currency": "XTR", "max_redemptions": 1}),
-    )
-    .await;
-    let a = order(&app, a_sub, plan, Some("STAR")).await.expect(201);
-    assert_eq!(a["amount_minor"], 200);
-    lapse(&app, id(&a)).await;
-    order(&app, b_sub, plan, Some("STAR")).await.expect(201);
-
-    let r = app
-        .post_telegram_update(pre_checkout_update(
-            "q_promo",
-            buyer_a,
-            &reference(&a),
-            "XTR",
-            200,
-        ))
-        .await;
-    let answer = r.expect(200);
-    assert_eq!(answer["ok"], false, "{answer}");
-    assert_eq!(
-        answer["error_message"],
-        "This price is no longer available. Please start a new order."
-    );
-    let reason: Option<String> = app
-        .db()
-        .await
-        .query_one(
-            "SELECT reason FROM pre_checkout_decisions WHERE query_id = 'q_promo'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(reason.as_deref(), Some("promo_exhausted"));
-
-    // Telegram charges anyway: needs_review (not refunded automatically), nothing granted.
-    app.post_telegram_update(payment_update(
-        "charge_a",
-        buyer_a,
-        &reference(&a),
-        "XTR",
-        200,
-    ))
-    .await
-    .expect(200);
-    let row = app
-        .db()
-        .await
-        .query_one(
-            "SELECT outcome, reason FROM payments WHERE external_id = 'charge_a'",
-            &[],
-        )
-        .await
-        .unwrap();
-    let (outcome, reason): (String, Option<String>) = (row.get(0), row.get(1));
-    assert_eq!(
-        (outcome.as_str(), reason.as_deref()),
-        ("needs_review", Some("promo_exhausted"))
-    );
-    // The core decides the same for a Stars payment handed to it directly.
-    let applied = apply_payment(
-        &app.state.db,
-        NormalizedPayment {
-            gateway: Gateway::TelegramStars,
-            external_id: "charge_a2".into(),
-            order_reference: reference(&a),
-            amount_minor: 200,
-            currency: "XTR".into(),
-            paid_at: chrono::Utc::now(),
-            payer_telegram_id: Some(buyer_a),
-        },
-    )
-    .await
-    .unwrap();
-    assert_eq!(applied.payment.outcome.as_str(), "needs_review");
-    assert_eq!(app.count("memberships").await, 0);
-}
-
-// ---- racing buyers ----
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_code_with_three_uses_raced_by_twenty_buyers_ends_with_exactly_three_paid_orders() {
-    let app = Arc::new(TestApp::spawn().await);
-    let subs = subscribers(&app, 1000, BUYERS).await;
-    for round in 0..ROUNDS {
-        let chan = id(&app.create_channel(-2000 - round as i64, json!({})).await);
-        let plan = default_plan(&app, chan).await;
-        let code = format!("RACE{round}");
-        let code_id = id(&new_code(
-            &app,
-            json!({"code": code, "percent_off": 30, "max_redemptions": 3}),
-        )
-        .await);
-        let barrier = Arc::new(Barrier::new(BUYERS));
-        let tasks: Vec<_> = subs
-            .iter()
-            .map(|&sub| {
-                let (app, barrier, code) = (app.clone(), barrier.clone(), code.clone());
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    let r = order(&app, sub, plan, Some(&code)).await;
-                    if r.status.as_u16() != 201 {
-                        return (r.status.as_u16(), None);
-                    }
-                    let o = r.json();
-                    let paid = app
-                        .pay_order(&o, &format!("pay_{round}_{sub}"))
-                        .await
-                        .expect(200);
-                    (
-                        201,
-                        Some(paid["payment"]["outcome"].as_str().unwrap().to_string()),
-                    )
-                })
-            })
-            .collect();
-        let mut made = 0;
-        for t in tasks {
-            match t.await.unwrap() {
-                (201, outcome) => {
-                    made += 1;
-                    assert_eq!(outcome.as_deref(), Some("applied"), "round {round}");
-                }
-                (status, _) => assert_eq!(status, 422, "round {round}"),
-            }
-        }
-        assert_eq!(made, 3, "round {round}: three orders got the code");
-        assert_eq!(paid_with(&app, code_id).await, 3, "round {round}");
-        assert_eq!(
-            app.count(&format!("memberships WHERE channel_id = {chan}"))
-                .await,
-            3,
-            "round {round}: three buyers got access"
-        );
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn twenty_lapsed_orders_paid_at_once_never_take_a_code_past_its_limit() {
-    let app = Arc::new(TestApp::spawn().await);
-    let subs = subscribers(&app, 1000, BUYERS).await;
-    for round in 0..ROUNDS {
-        let chan = id(&app.create_channel(-2000 - round as i64, json!({})).await);
-        let plan = default_plan(&app, chan).await;
-        let code = format!("LAPSE{round}");
-        let code_id = id(&new_code(&app, json!({"code": code, "percent_off": 30})).await);
-        let mut orders = Vec::new();
-        for &sub in &subs {
-            let o = order(&app, sub, plan, Some(&code)).await.expect(201);
-            lapse(&app, id(&o)).await;
-            orders.push(o);
-        }
-        app.patch(
-            &format!("/api/promo-codes/{code_id}"),
-            json!({"max_redemptions": 3}),
-        )
-        .await
-        .expect(200);
-        // Twenty payments of lapsed orders, and (odd rounds) checkouts of the same orders
-        // racing them, all released together.
-        let barrier = Arc::new(Barrier::new(BUYERS * 2));
-        let mut tasks = Vec::new();
-        for o in &orders {
-            let (a, b, order) = (app.clone(), barrier.clone(), o.clone());
-            tasks.push(tokio::spawn(async move {
-                let (app, barrier, o) = (a, b, order);
-                barrier.wait().await;
-                let r = app.pay_order(&o, &format!("pay_{round}_{}", id(&o))).await;
-                let v = r.expect(200);
-                Some((
-                    v["payment"]["outcome"].as_str().unwrap().to_string(),
-                    v["payment"]["reason"].as_str().map(str::to_string),
-                ))
-            }));
-            let (a, b, order) = (app.clone(), barrier.clone(), o.clone());
-            tasks.push(tokio::spawn(async move {
-                let (app, barrier, o) = (a, b, order);
-                barrier.wait().await;
-                if round % 2 == 1 {
-                    let status = app.checkout(id(&o)).await.status.as_u16();
-                    assert!([200, 409].contains(&status), "checkout: {status}");
-                }
-                None
-            }));
-        }
-        let mut applied = 0;
-        for t in tasks {
-            match t.await.unwrap() {
-                Some((outcome, _)) if outcome == "applied" => applied += 1,
-                Some((outcome, reason)) => {
-                    assert_eq!(
-                        (outcome.as_str(), reason.as_deref()),
-                        ("needs_review", Some("promo_exhausted")),
-                        "round {round}"
-                    );
-                }
-                None => {}
-            }
-        }
-        assert!(applied <= 3, "round {round}: {applied} applied");
-        assert_eq!(
-            paid_with(&app, code_id).await,
-            applied as i64,
-            "round {round}"
-        );
-        // Checkouts may hold some uses for orders whose payment lost the race; never more than
-        // the limit in all.
-        let uses = app
-            .count(&format!(
-                "orders WHERE promo_code_id = {code_id} AND (status = 'paid'
-                   OR (status = 'pending' AND promo_held_until > statement_timestamp()))"
-            ))
-            .await;
-        assert!(uses <= 3, "round {round}: {uses} uses");
-        if round % 2 == 0 {
-            assert_eq!(applied, 3, "round {round}: payments alone fill the code");
-        }
-        assert_eq!(
-            app.count(&format!("memberships WHERE channel_id = {chan}"))
-                .await,
-            applied as i64
-        );
-    }
 }
 
 // ---- the document ----

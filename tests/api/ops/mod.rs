@@ -5,9 +5,12 @@
 
 pub(crate) mod cli;
 mod connections;
+mod database;
 mod failover;
+mod http;
 mod logs;
 mod metrics;
+mod metrics_flows;
 pub(crate) mod openapi;
 mod schema;
 mod smoke;

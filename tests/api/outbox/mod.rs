@@ -8,6 +8,7 @@
 pub(crate) mod audits;
 pub(crate) mod chat_members;
 mod convergence;
+mod convergence_harness;
 mod effect_rows;
 mod effects_concurrency;
 mod effects_config;

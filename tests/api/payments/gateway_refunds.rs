@@ -351,7 +351,7 @@ async fn refunds_of_unknown_unapplied_or_ended_payments_are_acknowledged_and_cha
     let c = id(&app.create_channel(-9_600_008, json!({})).await);
 
     // Unknown: no payment (nor order) of that reference. The refund is recorded as the payment
-    // it refunds, so that payment grants nothing should it come (tests/api/refunds_before_payments.rs).
+    // it refunds, so that payment grants nothing should it come (tests/api/payments/refunds_before_payments.rs).
     report(&app, "ord_never_paid", "199", "Refunded").await;
     let recorded: ListBody<PaymentBody> =
         body_of(&app.get("/api/payments?outcome=refunded").await.expect(200));

@@ -232,7 +232,7 @@ async fn only_approved_is_a_payment_but_every_signed_callback_is_acknowledged() 
         "pending"
     );
     // A refund before any payment is recorded as that payment, so the payment grants nothing
-    // (tests/api/refunds_before_payments.rs).
+    // (tests/api/payments/refunds_before_payments.rs).
     let ack = app
         .post_wayforpay(&wayforpay_callback(
             &reference(&o),

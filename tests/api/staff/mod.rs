@@ -7,3 +7,4 @@ mod audit_log;
 pub(crate) mod auth;
 mod idempotency;
 mod roles;
+mod tokens;
