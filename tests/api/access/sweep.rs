@@ -286,16 +286,7 @@ async fn report_counts_a_mixed_population() {
     for (id, case) in ids.iter().zip(&cases) {
         assert_eq!(status_of(&app, *id).await.0, case.3, "case {case:?}");
     }
-    let events: i64 = app
-        .db()
-        .await
-        .query_one(
-            "SELECT count(*) FROM membership_events WHERE cause = 'sweep'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let events: i64 = app.count("membership_events WHERE cause = 'sweep'").await;
     assert_eq!(events, 5);
     // A second run finds only the grace memberships inside their window.
     expect_counts(&sweep_now(&app).await, 3, 0, 0, 0);

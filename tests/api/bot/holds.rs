@@ -6,7 +6,7 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::Duration;
 use serde_json::json;
 use tokio::sync::Barrier;
 
@@ -15,6 +15,7 @@ use crate::bot::conversation::{
     membership_of, messages_to, one_i64, orders_of, payment, payment_update, pending, person,
     pre_checkout_update, run, send, stars_channel, text_update,
 };
+use crate::support::rows::expire_hold;
 use crate::support::{
     fake_bot::FakeBot,
     helpers::{TestApp, assert_wayforpay_accept, wayforpay_callback},
@@ -145,20 +146,6 @@ async fn age_order(app: &TestApp, order_id: i64, secs: i64) {
         )
         .await
         .unwrap();
-}
-
-/// Moves the order's hold back so that it ran out `secs_ago` seconds ago; returns when.
-async fn expire_hold(app: &TestApp, order_id: i64, secs_ago: i64) -> DateTime<Utc> {
-    app.db()
-        .await
-        .query_one(
-            "UPDATE orders SET hold_until = statement_timestamp() - make_interval(secs => $2)
-             WHERE id = $1 AND hold_until IS NOT NULL RETURNING hold_until",
-            &[&order_id, &(secs_ago as f64)],
-        )
-        .await
-        .expect("the order has a hold to expire")
-        .get(0)
 }
 
 /// `(status, superseded)` of an order.

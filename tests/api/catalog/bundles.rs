@@ -12,6 +12,7 @@ use tokio::sync::Barrier;
 
 use crate::bot::conversation::{pre_checkout_update, send};
 use crate::support::helpers::{NewPlan, TestApp, db_now, id, payment_event, reference};
+use crate::support::rows::{count, expire_hold};
 
 /// Inserts a plan over `channels` (in the plan's order: the first is its orders' channel) with
 /// raw SQL; returns its id.
@@ -382,18 +383,14 @@ async fn bundle_payments_racing_single_payments_and_sweeps_extend_every_pair_exa
                 "round {round}: channel {ch} expires {expires}, expected {n} terms of 3 days \
                  from {t0}..{t1}"
             );
-            let events: i64 = app
-                .db()
-                .await
-                .query_one(
-                    "SELECT count(*) FROM membership_events e JOIN memberships m
+            let events: i64 = count(
+                &app,
+                "membership_events e JOIN memberships m
                        ON m.id = e.membership_id
                      WHERE m.subscriber_id = $1 AND m.channel_id = $2 AND e.cause = 'payment'",
-                    &[&(sub as i32), &(ch as i32)],
-                )
-                .await
-                .unwrap()
-                .get(0);
+                &[&(sub as i32), &(ch as i32)],
+            )
+            .await;
             assert_eq!(events, n, "round {round}: channel {ch}");
         }
     }
@@ -425,15 +422,7 @@ async fn a_late_bundle_payment_whose_hold_expired_grants_nothing() {
         .find(|c| c["id"] == limited)
         .map(|c| c["seats_taken"].clone());
     assert_eq!(seats, Some(json!(1)), "{overview}");
-    app.db()
-        .await
-        .execute(
-            "UPDATE orders SET hold_until = statement_timestamp() - interval '1 second'
-             WHERE id = $1",
-            &[&id(&order)],
-        )
-        .await
-        .unwrap();
+    expire_hold(&app, id(&order), 1).await;
     let r = app.pay_order(&order, "late-bundle").await.expect(200);
     assert_eq!(
         outcome(&r),

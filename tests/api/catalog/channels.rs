@@ -4,7 +4,7 @@ use axum::http::Method;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::catalog::subscribers::{assert_invalid, count, grant, ids, insert_payment, raw, with};
+use crate::catalog::subscribers::{assert_invalid, grant, ids, insert_payment, raw, with};
 use crate::support::helpers::id;
 use crate::{staff::auth::assert_problem, support::helpers::TestApp};
 
@@ -195,7 +195,7 @@ async fn channel_400s_and_404s() {
         assert_problem(&app.delete(p).await, 404);
     }
     assert_eq!(app.get(&path).await.expect(200), c);
-    assert_eq!(count(&app, "SELECT count(*) FROM channels").await, 1);
+    assert_eq!(app.count("channels").await, 1);
 }
 
 #[tokio::test]
@@ -251,7 +251,7 @@ async fn channel_422s() {
         body.as_object_mut().unwrap().remove(field);
         assert_invalid(&app.post("/api/channels", body).await, &[field]);
     }
-    assert_eq!(count(&app, "SELECT count(*) FROM channels").await, 0);
+    assert_eq!(app.count("channels").await, 0);
 
     let c = app.create_channel(-1, json!({})).await;
     let path = format!("/api/channels/{}", id(&c));

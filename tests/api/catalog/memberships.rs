@@ -4,7 +4,7 @@
 use axum::http::Method;
 use serde_json::{Value, json};
 
-use crate::catalog::subscribers::{assert_invalid, count, grant, ids, raw};
+use crate::catalog::subscribers::{assert_invalid, grant, ids, raw};
 use crate::support::bodies::{EventBody, ListBody, MembershipBody, body_of};
 use crate::support::helpers::id;
 use crate::{staff::auth::assert_problem, support::helpers::TestApp};
@@ -231,10 +231,7 @@ async fn membership_delete_is_204_then_404() {
     assert_problem(&app.get(&format!("{path}/events")).await, 404);
     assert_problem(&app.delete(&path).await, 404);
     assert_problem(&app.patch(&path, json!({"status": "active"})).await, 404);
-    assert_eq!(
-        count(&app, "SELECT count(*) FROM membership_events").await,
-        0
-    );
+    assert_eq!(app.count("membership_events").await, 0);
     // The subscriber and channel remain; a new grant creates a new membership (201).
     let r = app
         .post(
@@ -265,11 +262,7 @@ async fn a_membership_patch_refuses_null_like_every_patch() {
     assert_eq!(now["status"], "active");
     assert_eq!(now["expires_at"], m["expires_at"]);
     assert_eq!(
-        count(
-            &app,
-            "SELECT count(*) FROM membership_events WHERE cause = 'staff'"
-        )
-        .await,
+        app.count("membership_events WHERE cause = 'staff'").await,
         1,
         "only the grant's event"
     );

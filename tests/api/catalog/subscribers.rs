@@ -38,10 +38,6 @@ pub(crate) async fn raw(
     .await
 }
 
-pub(crate) async fn count(app: &TestApp, sql: &str) -> i64 {
-    app.db().await.query_one(sql, &[]).await.unwrap().get(0)
-}
-
 /// Asserts a 422 whose `errors` names exactly `fields`.
 #[track_caller]
 pub(crate) fn assert_invalid(r: &crate::support::helpers::TestResponse, fields: &[&str]) {
@@ -160,7 +156,7 @@ async fn subscriber_lifecycle() {
     app.delete(&path).await.expect(204);
     assert_problem(&app.get(&path).await, 404);
     assert_problem(&app.delete(&path).await, 404);
-    assert_eq!(count(&app, "SELECT count(*) FROM subscribers").await, 0);
+    assert_eq!(app.count("subscribers").await, 0);
 }
 
 #[tokio::test]
@@ -222,7 +218,7 @@ async fn subscriber_400s() {
         let r = app.get(&format!("/api/subscribers{query}")).await;
         assert_problem(&r, 400);
     }
-    assert_eq!(count(&app, "SELECT count(*) FROM subscribers").await, 1);
+    assert_eq!(app.count("subscribers").await, 1);
     assert_eq!(
         app.get(&path).await.expect(200),
         s,
@@ -298,7 +294,7 @@ async fn subscriber_422s() {
         .await,
         &["username"],
     );
-    assert_eq!(count(&app, "SELECT count(*) FROM subscribers").await, 0);
+    assert_eq!(app.count("subscribers").await, 0);
 
     // The limits count characters, not bytes.
     let s = app
@@ -402,10 +398,7 @@ async fn telegram_user_id_is_frozen_while_a_membership_is_live() {
     // A subscriber with memberships (but no payments) can be deleted; they go with it.
     app.delete(&path).await.expect(204);
     assert_problem(&app.get(&m_path).await, 404);
-    assert_eq!(
-        count(&app, "SELECT count(*) FROM membership_events").await,
-        0
-    );
+    assert_eq!(app.count("membership_events").await, 0);
 }
 
 pub(crate) fn with(mut body: Value, extra: Value) -> Value {

@@ -339,13 +339,7 @@ async fn staff_create_makes_an_account_that_can_log_in() {
     .await;
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("email"), "{}", text(&out.stderr));
-    let n: i64 = app
-        .db()
-        .await
-        .query_one("SELECT count(*) FROM staff_accounts", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let n: i64 = app.count("staff_accounts").await;
     assert_eq!(n, 2, "the admin and x@example.com");
 }
 

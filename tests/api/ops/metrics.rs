@@ -20,6 +20,7 @@ use serde_json::json;
 use tower::ServiceExt;
 
 use crate::support::helpers::{JWT_SECRET, TestApp, url_for};
+use crate::support::rows::expire_hold;
 
 /// One parsed exposition: every sample, by metric name, with its labels.
 pub(crate) struct Metrics {
@@ -155,20 +156,16 @@ async fn database_gauges_are_sampled_from_the_database() {
         .as_i64()
         .unwrap();
     // Two held seats (a third order's hold has run out), and grants that queue effects.
+    let mut orders = Vec::new();
     for _ in 0..3 {
         let order = app.create_order(s, limited).await;
         app.checkout(order["id"].as_i64().unwrap())
             .await
             .expect(200);
+        orders.push(order["id"].as_i64().unwrap());
     }
+    expire_hold(&app, orders[0], 60).await;
     let db = app.db().await;
-    db.execute(
-        "UPDATE orders SET hold_until = now() - interval '1 minute'
-         WHERE id = (SELECT min(id) FROM orders)",
-        &[],
-    )
-    .await
-    .unwrap();
     for (n, channel) in [(1, limited), (2, open)] {
         let other = app.create_subscriber(7410 + n).await["id"]
             .as_i64()

@@ -13,6 +13,7 @@ use tokio::sync::Barrier;
 use crate::support::bodies::{AppliedBody, EventBody, ListBody, OrderBody, PaymentBody, body_of};
 use crate::support::helpers::{TestApp, WEBHOOK_SECRET, payment_event, signed_headers};
 use crate::support::helpers::{db_now, id, reference};
+use crate::support::rows::expire_hold;
 
 /// Every membership row and the number of membership events, to show nothing changed.
 async fn membership_state(app: &TestApp) -> (Vec<(i64, String, DateTime<Utc>)>, i64) {
@@ -404,14 +405,7 @@ async fn each_failed_check_keeps_the_payment_for_review_and_grants_nothing() {
     let limited = id(&app.create_channel(-1011, json!({"seat_limit": 1})).await);
     let order = app.create_order(other, limited).await;
     app.checkout(id(&order)).await.expect(200);
-    app.db()
-        .await
-        .execute(
-            "UPDATE orders SET hold_until = statement_timestamp() - interval '1 second' WHERE id = $1",
-            &[&id(&order)],
-        )
-        .await
-        .unwrap();
+    expire_hold(&app, id(&order), 1).await;
     expect_refused(
         &app,
         payment_event("pay_hold", &reference(&order), 19900, "UAH"),
@@ -494,14 +488,7 @@ async fn payer_mismatch_and_stars_refunds_through_the_core() {
 
     // hold_expired → refund_pending.
     app.checkout(id(&order)).await.expect(200);
-    app.db()
-        .await
-        .execute(
-            "UPDATE orders SET hold_until = statement_timestamp() - interval '1 second' WHERE id = $1",
-            &[&id(&order)],
-        )
-        .await
-        .unwrap();
+    expire_hold(&app, id(&order), 1).await;
     let a = apply_payment(
         &app.state.db,
         stars(&reference(&order), "ch_2", 50, Some(2001)),

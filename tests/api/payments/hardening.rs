@@ -324,17 +324,12 @@ async fn wait_until_quiet(app: &TestApp) {
     let deadline = Instant::now() + StdDuration::from_secs(20);
     loop {
         let busy: i64 = app
-            .db()
-            .await
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity
+            .count(
+                "pg_stat_activity
                  WHERE datname = current_database() AND pid <> pg_backend_pid()
                    AND state NOT IN ('idle')",
-                &[],
             )
-            .await
-            .unwrap()
-            .get(0);
+            .await;
         if busy == 0 {
             return;
         }

@@ -6,30 +6,7 @@ use serde_json::{Value, json};
 use crate::support::bodies::{OrderBody, body_of};
 use crate::support::helpers::TestApp;
 use crate::support::helpers::id;
-
-/// Moves the order's hold back past the default cooldown after an unpaid hold (`HOLD_SECS`).
-async fn expire_hold_past_cooldown(app: &TestApp, order_id: i64) {
-    app.db()
-        .await
-        .execute(
-            "UPDATE orders SET hold_until = statement_timestamp() - interval '301 seconds'
-             WHERE id = $1",
-            &[&order_id],
-        )
-        .await
-        .unwrap();
-}
-
-async fn expire_hold(app: &TestApp, order_id: i64) {
-    app.db()
-        .await
-        .execute(
-            "UPDATE orders SET hold_until = statement_timestamp() - interval '1 second' WHERE id = $1",
-            &[&order_id],
-        )
-        .await
-        .unwrap();
-}
+use crate::support::rows::expire_hold;
 
 #[tokio::test]
 async fn create_copies_the_price_and_makes_an_unguessable_reference() {
@@ -305,7 +282,7 @@ async fn checkout_holds_once_and_never_extends() {
     assert_eq!(second.hold_until, first.hold_until);
 
     // Expired: refused even though the seat is free now.
-    expire_hold(&app, id(&o)).await;
+    expire_hold(&app, id(&o), 1).await;
     let r = app.checkout(id(&o)).await;
     assert_eq!(r.status.as_u16(), 409);
     assert!(r.json()["detail"].as_str().unwrap().contains("expired"));
@@ -322,7 +299,7 @@ async fn checkout_holds_once_and_never_extends() {
         "{}",
         r.json()
     );
-    expire_hold_past_cooldown(&app, id(&o)).await;
+    expire_hold(&app, id(&o), 301).await;
     app.checkout(id(&o2)).await.expect(200);
     // Now full for somebody else.
     let ob = app.create_order(b, limited).await;

@@ -281,16 +281,11 @@ async fn a_refund_and_its_payment_released_together_leave_the_same_rows() {
 
 /// How many sessions of this test's database wait for an advisory lock.
 async fn waiting_for_pair_lock(app: &TestApp) -> i64 {
-    app.db()
-        .await
-        .query_one(
-            "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+    app.count(
+        "pg_locks l JOIN pg_database d ON d.oid = l.database
              WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0)
+    )
+    .await
 }
 
 async fn until_waiting(app: &TestApp, n: i64) {

@@ -12,6 +12,7 @@ use crate::payments::apply::order_row;
 use crate::support::bodies::{AppliedBody, OrderBody, body_of};
 use crate::support::helpers::TestApp;
 use crate::support::helpers::id;
+use crate::support::rows::expire_hold;
 
 #[tokio::test]
 async fn payment_after_an_expired_hold_is_refused_and_the_newer_buyers_seat_is_intact() {
@@ -23,14 +24,7 @@ async fn payment_after_an_expired_hold_is_refused_and_the_newer_buyers_seat_is_i
     let old = app.create_order(late, chan).await;
     app.checkout(id(&old)).await.expect(200);
     // The hold runs out (back-dated, no sleeping); the seat is free again.
-    app.db()
-        .await
-        .execute(
-            "UPDATE orders SET hold_until = statement_timestamp() - interval '1 second' WHERE id = $1",
-            &[&id(&old)],
-        )
-        .await
-        .unwrap();
+    expire_hold(&app, id(&old), 1).await;
     let fresh = app.create_order(newer, chan).await;
     let held = app.checkout(id(&fresh)).await.expect(200);
     let held: OrderBody = body_of(&held["order"]);
@@ -55,14 +49,7 @@ async fn payment_after_an_expired_hold_is_refused_and_the_newer_buyers_seat_is_i
     let chan2 = id(&app.create_channel(-3002, json!({"seat_limit": 5})).await);
     let o = app.create_order(late, chan2).await;
     app.checkout(id(&o)).await.expect(200);
-    app.db()
-        .await
-        .execute(
-            "UPDATE orders SET hold_until = statement_timestamp() - interval '1 second' WHERE id = $1",
-            &[&id(&o)],
-        )
-        .await
-        .unwrap();
+    expire_hold(&app, id(&o), 1).await;
     let r: AppliedBody = body_of(&app.pay_order(&o, "pay_late2").await.expect(200));
     assert_eq!(r.payment.reason.as_deref(), Some("hold_expired"));
 }

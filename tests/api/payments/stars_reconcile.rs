@@ -10,6 +10,7 @@ use crate::payments::stars_subscriptions::{
     app_with, buyer_with_order, charge_update, membership, payment, recurring_channel, secs,
     subscription,
 };
+use crate::support::rows::count;
 use crate::{bot::conversation::send, support::fake_bot::FakeBot};
 
 // ---- a renewal before its first charge ----
@@ -252,16 +253,7 @@ async fn a_late_first_charge_racing_its_repeats_and_the_reconcile_applies_the_ea
             ("active".into(), renewal_at + Duration::days(1)),
             "round {round}"
         );
-        let subs: i64 = app
-            .db()
-            .await
-            .query_one(
-                "SELECT count(*) FROM star_subscriptions WHERE order_id = $1",
-                &[&order],
-            )
-            .await
-            .unwrap()
-            .get(0);
+        let subs: i64 = count(&app, "star_subscriptions WHERE order_id = $1", &[&order]).await;
         assert_eq!(subs, 1, "round {round}");
     }
 }

@@ -9,6 +9,7 @@ use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
 use subgate::worker;
 
+use crate::support::rows::count;
 use crate::{
     bot::conversation::{next_id, payment_update, pre_checkout_update, send},
     support::{
@@ -252,16 +253,7 @@ async fn a_refused_first_charge_records_a_cancelled_subscription_and_stops_teleg
     let xids = writers(&app, "ns-1", "ns-1").await;
     assert!(xids.iter().all(|x| *x == xids[0]), "{xids:?}");
     // Nothing was granted.
-    let members: i64 = app
-        .db()
-        .await
-        .query_one(
-            "SELECT count(*) FROM memberships WHERE subscriber_id = $1",
-            &[&(s as i32)],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let members: i64 = count(&app, "memberships WHERE subscriber_id = $1", &[&(s as i32)]).await;
     assert_eq!(members, 0);
 
     // The worker stops Telegram charging, refunds, and the buyer reads why, once.
@@ -282,16 +274,7 @@ async fn a_refused_first_charge_records_a_cancelled_subscription_and_stops_teleg
         &charge_update("ns-1", 8_101, &reference, true, renews_at),
     )
     .await;
-    let subs: i64 = app
-        .db()
-        .await
-        .query_one(
-            "SELECT count(*) FROM star_subscriptions WHERE order_id = $1",
-            &[&order],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let subs: i64 = count(&app, "star_subscriptions WHERE order_id = $1", &[&order]).await;
     assert_eq!(subs, 1);
 }
 
@@ -409,15 +392,8 @@ async fn a_refused_renewal_cancels_the_subscription_in_its_transaction() {
         Some("subscription_cancelled")
     );
     let cancels: i64 = app
-        .db()
-        .await
-        .query_one(
-            "SELECT count(*) FROM effects WHERE kind = 'subscription_cancel'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+        .count("effects WHERE kind = 'subscription_cancel'")
+        .await;
     assert_eq!(cancels, 1);
 }
 

@@ -178,14 +178,6 @@ pub(crate) async fn decision(
     (r.get(0), r.get(1), r.get(2))
 }
 
-pub(crate) async fn count(
-    app: &TestApp,
-    sql: &str,
-    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-) -> i64 {
-    app.db().await.query_one(sql, params).await.unwrap().get(0)
-}
-
 /// `(outcome, reason)` of the Stars payment with this charge id.
 pub(crate) async fn payment(app: &TestApp, charge_id: &str) -> (String, Option<String>) {
     let r = app
@@ -350,7 +342,7 @@ async fn the_secret_token_is_required() {
     // A prefix of the right secret is not the secret.
     let prefix: &'static str = &TELEGRAM_SECRET[..TELEGRAM_SECRET.len() - 1];
     assert_eq!(send(Some(prefix)).await.status, 401);
-    let payments = count(&app, "SELECT count(*) FROM payments", &[]).await;
+    let payments = app.count("payments").await;
     assert_eq!(payments, 0, "nothing stored for a 401");
 
     assert_eq!(send(Some(TELEGRAM_SECRET)).await.expect(200), json!({}));
@@ -367,7 +359,7 @@ async fn an_unset_secret_closes_the_door() {
         .post_telegram_update(pre_checkout_update("closed", 1, "ord_x", "XTR", PRICE))
         .await;
     r.expect(503);
-    let decisions = count(&app, "SELECT count(*) FROM pre_checkout_decisions", &[]).await;
+    let decisions = app.count("pre_checkout_decisions").await;
     assert_eq!(decisions, 0);
 }
 
@@ -416,7 +408,7 @@ async fn malformed_bodies_are_400_and_unknown_updates_are_ignored() {
     bad["message"]["successful_payment"]["telegram_payment_charge_id"] = json!("c-1");
     bad["message"]["successful_payment"]["currency"] = json!("xtr");
     app.post_telegram_update(bad).await.expect(422);
-    assert_eq!(count(&app, "SELECT count(*) FROM payments", &[]).await, 0);
+    assert_eq!(app.count("payments").await, 0);
 
     // Updates the bot does not handle. (Commands and button presses are the buyer
     // conversation's: tests/api/bot/.)
@@ -463,7 +455,7 @@ async fn a_database_stall_at_pre_checkout_is_an_unstored_try_again() {
     );
     tx.rollback().await.unwrap();
 
-    let stored = count(&app, "SELECT count(*) FROM pre_checkout_decisions", &[]).await;
+    let stored = app.count("pre_checkout_decisions").await;
     assert_eq!(stored, 0, "a refusal forced by the timeout is not stored");
     assert_eq!(hold_until(&app, order_id).await, None);
     // Telegram asks again with the same query: decided for real this time.
@@ -540,6 +532,6 @@ async fn a_pre_checkout_query_with_values_telegram_never_sends_is_422() {
         let body = r.expect(422);
         assert!(body["errors"].get(field).is_some(), "{query_id:?}: {body}");
     }
-    let decisions = count(&app, "SELECT count(*) FROM pre_checkout_decisions", &[]).await;
+    let decisions = app.count("pre_checkout_decisions").await;
     assert_eq!(decisions, 0);
 }

@@ -8,10 +8,11 @@ use serde_json::json;
 use tokio::sync::Barrier;
 
 use crate::payments::telegram_door::{
-    PRICE, answer_of, count, decision, hold_until, membership, order, order_status, pay, payment,
+    PRICE, answer_of, decision, hold_until, membership, order, order_status, pay, payment,
     payment_update, pre_checkout, pre_checkout_update, stars_channel, subscriber,
 };
 use crate::support::helpers::TestApp;
+use crate::support::rows::{count, expire_hold};
 
 const ROUNDS: usize = 20;
 
@@ -19,21 +20,6 @@ const SEAT_TAKEN: &str =
     "This seat has just been taken. Please choose another channel or try later.";
 
 const EXPIRED: &str = "This invoice has expired. Please start a new order.";
-
-/// Moves an order's hold one second into the past (the same as waiting `HOLD_SECS`).
-async fn expire_hold(app: &TestApp, order_id: i64) {
-    let n = app
-        .db()
-        .await
-        .execute(
-            "UPDATE orders SET hold_until = statement_timestamp() - interval '1 second'
-             WHERE id = $1 AND hold_until IS NOT NULL",
-            &[&order_id],
-        )
-        .await
-        .unwrap();
-    assert_eq!(n, 1, "order {order_id} had no hold to expire");
-}
 
 // ---- the decision table ----
 
@@ -80,7 +66,7 @@ async fn two_orders_racing_for_the_last_seat_one_holds_it() {
         );
         let held = count(
             &app,
-            "SELECT count(*) FROM orders WHERE channel_id = $1 AND hold_until IS NOT NULL",
+            "orders WHERE channel_id = $1 AND hold_until IS NOT NULL",
             &[&(channel as i32)],
         )
         .await;
@@ -110,7 +96,7 @@ async fn the_same_update_delivered_twice_neither_holds_again_nor_extends_the_hol
         Some(held),
         "hold not extended"
     );
-    let decisions = count(&app, "SELECT count(*) FROM pre_checkout_decisions", &[]).await;
+    let decisions = app.count("pre_checkout_decisions").await;
     assert_eq!(decisions, 1);
 
     // At the same moment, many rounds: five copies of one query each round.
@@ -145,7 +131,7 @@ async fn the_same_update_delivered_twice_neither_holds_again_nor_extends_the_hol
         );
         let n = count(
             &app,
-            "SELECT count(*) FROM pre_checkout_decisions WHERE query_id = $1",
+            "pre_checkout_decisions WHERE query_id = $1",
             &[&query_id],
         )
         .await;
@@ -180,7 +166,7 @@ async fn a_successful_payment_delivered_twice_is_one_payment_and_one_extension()
     );
     let events = count(
         &app,
-        "SELECT count(*) FROM membership_events WHERE membership_id = $1",
+        "membership_events WHERE membership_id = $1",
         &[&membership_id],
     )
     .await;
@@ -209,19 +195,14 @@ async fn a_successful_payment_delivered_twice_is_one_payment_and_one_extension()
         for t in tasks {
             assert_eq!(t.await.unwrap().expect(200), json!({}));
         }
-        let payments = count(
-            &app,
-            "SELECT count(*) FROM payments WHERE external_id = $1",
-            &[&charge],
-        )
-        .await;
+        let payments = count(&app, "payments WHERE external_id = $1", &[&charge]).await;
         assert_eq!(payments, 1, "round {round}");
         assert_eq!(payment(&app, &charge).await, ("applied".into(), None));
         let (membership_id, status, _) = membership(&app, s, channel).await.unwrap();
         assert_eq!(status, "active");
         let events = count(
             &app,
-            "SELECT count(*) FROM membership_events WHERE membership_id = $1",
+            "membership_events WHERE membership_id = $1",
             &[&membership_id],
         )
         .await;
@@ -240,7 +221,7 @@ async fn a_late_payment_after_the_hold_expired_keeps_the_next_buyers_seat() {
     // While A holds the only seat, B is refused.
     let refused = pre_checkout(&app, "late-b-1", 902, &ref_b).await;
     assert_eq!(refused["error_message"], SEAT_TAKEN);
-    expire_hold(&app, order_a).await;
+    expire_hold(&app, order_a, 1).await;
     // Now the seat is free for B.
     assert_eq!(
         pre_checkout(&app, "late-b-2", 902, &ref_b).await["ok"],
@@ -280,7 +261,7 @@ async fn an_old_orders_payment_does_not_use_the_new_orders_hold() {
         pre_checkout(&app, "old-1", 1101, &old_ref).await["ok"],
         true
     );
-    expire_hold(&app, old_order).await;
+    expire_hold(&app, old_order, 1).await;
     // The old invoice is dead; the buyer orders again and holds the seat anew.
     assert_eq!(
         pre_checkout(&app, "old-2", 1101, &old_ref).await["error_message"],
@@ -294,15 +275,7 @@ async fn an_old_orders_payment_does_not_use_the_new_orders_hold() {
         decision(&app, "new-0").await.1.as_deref(),
         Some("hold_limited")
     );
-    app.db()
-        .await
-        .execute(
-            "UPDATE orders SET hold_until = statement_timestamp() - interval '301 seconds'
-             WHERE id = $1",
-            &[&old_order],
-        )
-        .await
-        .unwrap();
+    expire_hold(&app, old_order, 301).await;
     assert_eq!(
         pre_checkout(&app, "new-1", 1101, &new_ref).await["ok"],
         true
@@ -357,7 +330,7 @@ async fn a_lost_answer_resent_gets_the_same_decision_and_the_hold_lasts_until_pa
     let (order_c, ref_c) = order(&app, a, channel2).await;
     assert_eq!(pre_checkout(&app, "lost-2", 1201, &ref_c).await["ok"], true);
     let held_c = hold_until(&app, order_c).await.unwrap();
-    expire_hold(&app, order_c).await;
+    expire_hold(&app, order_c, 1).await;
     let expired = hold_until(&app, order_c).await;
     assert_eq!(pre_checkout(&app, "lost-2", 1201, &ref_c).await["ok"], true);
     assert_eq!(hold_until(&app, order_c).await, expired, "no new hold");
@@ -380,7 +353,7 @@ async fn a_retry_with_a_new_query_is_approved_while_the_hold_is_valid_never_exte
     assert_eq!(hold_until(&app, order_id).await, Some(held), "not extended");
     assert_eq!(decision(&app, "retry-2").await, (true, None, Some(held)));
 
-    expire_hold(&app, order_id).await;
+    expire_hold(&app, order_id, 1).await;
     let expired_at = hold_until(&app, order_id).await;
     let third = pre_checkout(&app, "retry-3", 1301, &reference).await;
     assert_eq!(third["ok"], false);
@@ -439,7 +412,7 @@ async fn a_paying_member_renews_on_a_full_channel_without_a_hold() {
     );
     let events = count(
         &app,
-        "SELECT count(*) FROM membership_events WHERE membership_id = $1",
+        "membership_events WHERE membership_id = $1",
         &[&membership_id],
     )
     .await;

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use crate::payments::telegram_door::{
-    PRICE, answer_of, count, decision, hold_until, membership, order, order_status, pay, payment,
+    PRICE, answer_of, decision, hold_until, membership, order, order_status, pay, payment,
     payment_update, pre_checkout, pre_checkout_update, stars_channel, subscriber,
 };
 use crate::support::helpers::TestApp;
@@ -142,7 +142,7 @@ async fn mismatches_are_refused_at_pre_checkout_and_need_review_if_paid_anyway()
     )
     .await;
     assert!(membership(&app, s, channel).await.is_none());
-    let events = count(&app, "SELECT count(*) FROM membership_events", &[]).await;
+    let events = app.count("membership_events").await;
     assert_eq!(events, 0);
 }
 

@@ -8,6 +8,7 @@ use axum::http::Method;
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
 
+use crate::support::rows::count;
 use crate::{
     ops::cli::{run, subgate, text},
     staff::auth::{assert_bearer_401, assert_problem},
@@ -276,16 +277,7 @@ async fn the_last_owner_cannot_be_deleted_demoted_or_disabled() {
     app.delete(&path).await.expect(204);
     assert_eq!(audit_rows(&app, "staff.delete").await.len(), 1);
     // The deleted account's audit rows stay.
-    let n: i64 = app
-        .db()
-        .await
-        .query_one(
-            "SELECT count(*) FROM audit_log WHERE staff_id = $1",
-            &[&id(&admin)],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let n: i64 = count(&app, "audit_log WHERE staff_id = $1", &[&id(&admin)]).await;
     assert!(n >= 4, "{n}");
 }
 
@@ -356,15 +348,8 @@ async fn owners_removing_each_other_at_once_always_leave_an_owner() {
             "round {round}: {statuses:?}"
         );
         let enabled_owners: i64 = app
-            .db()
-            .await
-            .query_one(
-                "SELECT count(*) FROM staff_accounts WHERE role = 'owner' AND NOT disabled",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
+            .count("staff_accounts WHERE role = 'owner' AND NOT disabled")
+            .await;
         assert_eq!(enabled_owners, 1, "round {round}");
     }
 }

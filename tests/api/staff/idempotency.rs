@@ -13,10 +13,6 @@ async fn post_keyed(app: &TestApp, path: &str, body: Value, key: &str) -> TestRe
         .await
 }
 
-async fn count(app: &TestApp, sql: &str) -> i64 {
-    app.db().await.query_one(sql, &[]).await.unwrap().get(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_identical_posts_take_effect_once() {
     let app = Arc::new(TestApp::spawn().await);
@@ -61,14 +57,12 @@ async fn concurrent_identical_posts_take_effect_once() {
             created.windows(2).all(|w| w[0] == w[1]),
             "round {round}: successful responses differ"
         );
-        let rows = count(
-            &app,
-            &format!(
-                "SELECT count(*) FROM subscribers WHERE telegram_user_id = {}",
+        let rows = app
+            .count(&format!(
+                "subscribers WHERE telegram_user_id = {}",
                 1000 + round
-            ),
-        )
-        .await;
+            ))
+            .await;
         assert_eq!(rows, 1, "round {round}: exactly one subscriber");
     }
 }
@@ -85,7 +79,7 @@ async fn replay_is_byte_identical_and_marked() {
     assert_eq!(second.bytes, first.bytes);
     assert_eq!(second.header("idempotent-replayed"), Some("true"));
     assert_eq!(second.header("content-type"), Some("application/json"));
-    assert_eq!(count(&app, "SELECT count(*) FROM subscribers").await, 1);
+    assert_eq!(app.count("subscribers").await, 1);
 }
 
 #[tokio::test]
@@ -110,8 +104,8 @@ async fn same_key_different_request_is_422() {
     let ch = json!({"telegram_chat_id": -5, "title": "t", "price_minor": 1, "currency": "UAH", "billing_period_days": 30});
     let other_path = post_keyed(&app, "/api/channels", ch, "k-2").await;
     other_path.expect(422);
-    assert_eq!(count(&app, "SELECT count(*) FROM subscribers").await, 1);
-    assert_eq!(count(&app, "SELECT count(*) FROM channels").await, 0);
+    assert_eq!(app.count("subscribers").await, 1);
+    assert_eq!(app.count("channels").await, 0);
 }
 
 #[tokio::test]
@@ -136,10 +130,7 @@ async fn failed_request_leaves_no_key_and_corrected_retry_runs() {
     )
     .await
     .expect(422);
-    assert_eq!(
-        count(&app, "SELECT count(*) FROM idempotency_keys").await,
-        0
-    );
+    assert_eq!(app.count("idempotency_keys").await, 0);
     let fixed = post_keyed(
         &app,
         "/api/subscribers",
@@ -148,7 +139,7 @@ async fn failed_request_leaves_no_key_and_corrected_retry_runs() {
     )
     .await;
     fixed.expect(201);
-    assert_eq!(count(&app, "SELECT count(*) FROM subscribers").await, 2);
+    assert_eq!(app.count("subscribers").await, 2);
 }
 
 #[tokio::test]
@@ -231,11 +222,8 @@ async fn keys_are_scoped_per_staff_account() {
         .await;
     r.expect(201);
     assert_eq!(r.header("idempotent-replayed"), None);
-    assert_eq!(count(&app, "SELECT count(*) FROM channels").await, 2);
-    assert_eq!(
-        count(&app, "SELECT count(*) FROM idempotency_keys").await,
-        2
-    );
+    assert_eq!(app.count("channels").await, 2);
+    assert_eq!(app.count("idempotency_keys").await, 2);
 }
 
 #[tokio::test]
@@ -249,19 +237,13 @@ async fn replayed_manual_grant_extends_once() {
     let again = post_keyed(&app, "/api/memberships", body.clone(), "grant-1").await;
     assert_eq!(again.expect(201), m);
     assert_eq!(again.bytes, first.bytes);
-    assert_eq!(
-        count(&app, "SELECT count(*) FROM membership_events").await,
-        1
-    );
+    assert_eq!(app.count("membership_events").await, 1);
     // A new key is a new grant: extends from the current expiry.
     let extended = post_keyed(&app, "/api/memberships", body, "grant-2")
         .await
         .expect(200);
     assert_ne!(extended["expires_at"], m["expires_at"]);
-    assert_eq!(
-        count(&app, "SELECT count(*) FROM membership_events").await,
-        2
-    );
+    assert_eq!(app.count("membership_events").await, 2);
 }
 
 #[tokio::test]
@@ -299,7 +281,7 @@ async fn invalid_keys_are_400_and_change_nothing() {
         r.expect(400);
         assert_eq!(r.header("content-type"), Some("application/problem+json"));
     }
-    assert_eq!(count(&app, "SELECT count(*) FROM subscribers").await, 0);
+    assert_eq!(app.count("subscribers").await, 0);
     // Exactly 255 characters is fine.
     let max = "k".repeat(255);
     post_keyed(
@@ -329,10 +311,7 @@ async fn key_is_ignored_where_it_does_not_apply() {
         r.expect(200);
         assert_eq!(r.header("idempotent-replayed"), None);
     }
-    assert_eq!(
-        count(&app, "SELECT count(*) FROM idempotency_keys").await,
-        0
-    );
+    assert_eq!(app.count("idempotency_keys").await, 0);
 }
 
 #[tokio::test]

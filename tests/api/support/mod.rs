@@ -13,3 +13,4 @@ pub(crate) mod fake_bot;
 pub(crate) mod fake_stripe;
 pub(crate) mod fake_wayforpay;
 pub(crate) mod helpers;
+pub(crate) mod rows;
