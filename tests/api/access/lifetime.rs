@@ -14,8 +14,10 @@ use subgate::{
     sweep,
 };
 
-use crate::bot::conversation::{payment_update, pre_checkout_update, send};
-use crate::support::helpers::{NewPlan, TestApp, id, reference};
+use crate::{
+    bot::conversation::{payment_update, pre_checkout_update, send},
+    support::helpers::{NewPlan, TestApp, id, reference},
+};
 
 /// A subscriber (Telegram user `user`) with a 30-day membership of a new channel; `extra`
 /// overrides the channel's fields. Returns (membership, subscriber id, channel id).

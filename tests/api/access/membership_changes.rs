@@ -24,6 +24,7 @@ use crate::{
         },
         fake_bot::FakeBot,
         helpers::TestApp,
+        race::race,
     },
 };
 
@@ -335,21 +336,20 @@ async fn a_sweep_racing_a_staff_change_enqueues_one_effect_per_transition() {
         } else {
             json!({"status": "active", "expires_at": future})
         };
-        let barrier = Arc::new(Barrier::new(2));
-        let (a, b) = (app.clone(), app.clone());
-        let (ba, bb) = (barrier.clone(), barrier.clone());
-        let staff = tokio::spawn(async move {
-            ba.wait().await;
-            a.patch(&format!("/api/memberships/{m}"), staff_body)
-                .await
-                .expect(200);
-        });
-        let swept = tokio::spawn(async move {
-            bb.wait().await;
-            b.post("/api/sweep", Value::Null).await.expect(200);
-        });
-        staff.await.unwrap();
-        swept.await.unwrap();
+        // The staff change and a sweep, released together.
+        race(2, |i| {
+            let (app, staff_body) = (app.clone(), staff_body.clone());
+            async move {
+                if i == 0 {
+                    app.patch(&format!("/api/memberships/{m}"), staff_body)
+                        .await
+                        .expect(200);
+                } else {
+                    app.post("/api/sweep", Value::Null).await.expect(200);
+                }
+            }
+        })
+        .await;
         // The sweep's effects are queued: made rows, as the worker's next run would.
         crate::support::effects::materialize(&app).await;
 

@@ -11,9 +11,10 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use subgate::sweep::{self, Decision, Status};
 
-use crate::support::bodies::{EventBody, ListBody, body_of};
-use crate::support::helpers::db_now;
-use crate::support::helpers::{SWEEP_TOKEN, TestApp};
+use crate::support::{
+    bodies::{EventBody, ListBody, body_of},
+    helpers::{SWEEP_TOKEN, TestApp, db_now},
+};
 
 /// Database time, so back-dating is relative to the clock the sweep reads.
 /// `POST /api/sweep` as staff; returns the report.

@@ -10,9 +10,10 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use subgate::sweep::{self};
 
-use crate::access::sweep::{back_date, membership, set, status_of, sweep_events};
-use crate::support::helpers::db_now;
-use crate::support::helpers::{SWEEP_TOKEN, TestApp};
+use crate::{
+    access::sweep::{back_date, membership, set, status_of, sweep_events},
+    support::helpers::{SWEEP_TOKEN, TestApp, db_now},
+};
 
 // ---- the sweep racing payments, checkouts and staff grants ----
 

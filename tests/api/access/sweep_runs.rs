@@ -9,8 +9,10 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use subgate::sweep::{self};
 
-use crate::access::sweep::{back_date, expect_counts, membership, set, status_of, sweep_now};
-use crate::support::helpers::{TestApp, url_for};
+use crate::{
+    access::sweep::{back_date, expect_counts, membership, set, status_of, sweep_now},
+    support::helpers::{TestApp, url_for},
+};
 
 #[tokio::test]
 async fn sweep_effects_carry_the_same_keys_and_payloads_as_staff_effects() {

@@ -7,10 +7,14 @@ use std::sync::Arc;
 
 use chrono::Duration;
 use serde_json::{Value, json};
-use tokio::sync::Barrier;
 
-use crate::catalog::bundles::{insert_plan, membership_of, order_plan};
-use crate::support::helpers::{TestApp, TestResponse, db_now, id};
+use crate::{
+    catalog::bundles::{insert_plan, membership_of, order_plan},
+    support::{
+        helpers::{TestApp, TestResponse, db_now, id},
+        race::race,
+    },
+};
 
 /// The 409 detail of a used trial.
 const TRIAL_USED: &str =
@@ -23,31 +27,22 @@ async fn claim(app: &TestApp, order: i64) -> TestResponse {
 
 /// Claims each order at once (released together); the statuses, in order.
 async fn claim_all(app: &Arc<TestApp>, orders: &[i64]) -> Vec<(u16, Value)> {
-    let barrier = Arc::new(Barrier::new(orders.len()));
-    let tasks: Vec<_> = orders
-        .iter()
-        .map(|order| {
-            let (app, barrier, order) = (app.clone(), barrier.clone(), *order);
-            tokio::spawn(async move {
-                barrier.wait().await;
-                let r = claim(&app, order).await;
-                let status = r.status.as_u16();
-                (
-                    status,
-                    if r.bytes.is_empty() {
-                        Value::Null
-                    } else {
-                        r.json()
-                    },
-                )
-            })
-        })
-        .collect();
-    let mut out = Vec::new();
-    for t in tasks {
-        out.push(t.await.unwrap());
-    }
-    out
+    race(orders.len(), |i| {
+        let (app, order) = (app.clone(), orders[i]);
+        async move {
+            let r = claim(&app, order).await;
+            let status = r.status.as_u16();
+            (
+                status,
+                if r.bytes.is_empty() {
+                    Value::Null
+                } else {
+                    r.json()
+                },
+            )
+        }
+    })
+    .await
 }
 
 #[tokio::test]

@@ -5,11 +5,13 @@
 
 use serde_json::{Value, json};
 
-use crate::bot::conversation::{
-    BOT, ON_ITS_WAY, app_with, assert_answer, button_update, buttons, next_id, person, run, send,
-    stars_channel, text_update,
+use crate::{
+    bot::conversation::{
+        BOT, ON_ITS_WAY, app_with, assert_answer, button_update, buttons, next_id, person, run,
+        send, stars_channel, text_update,
+    },
+    support::{fake_bot::FakeBot, helpers::TestApp},
 };
-use crate::support::{fake_bot::FakeBot, helpers::TestApp};
 
 const INVALID: &str = "This button is no longer valid. Send /start to see the channels.";
 

@@ -7,11 +7,10 @@ use std::sync::Arc;
 
 use serde_json::json;
 use subgate::bot::guesses::{PER_MINUTE, PER_USER};
-use tokio::sync::Barrier;
 
 use crate::{
     bot::conversation::{app_with, one_i64, person, send, stars_channel, text_update},
-    support::{fake_bot::FakeBot, helpers::TestApp},
+    support::{fake_bot::FakeBot, helpers::TestApp, race::race},
 };
 
 const ROUNDS: i64 = 5;
@@ -31,26 +30,18 @@ async fn code(app: &TestApp, code: &str, active: bool) {
 
 /// Sends `/code <text>` for each `(user, text)` at once; the replies' texts, in order.
 async fn at_once(app: &Arc<TestApp>, guesses: Vec<(i64, String)>) -> Vec<String> {
-    let barrier = Arc::new(Barrier::new(guesses.len()));
-    let tasks: Vec<_> = guesses
-        .into_iter()
-        .map(|(user, text)| {
-            let (app, barrier) = (app.clone(), barrier.clone());
-            let update = text_update(&person(user), &format!("/code {text}"));
-            tokio::spawn(async move {
-                barrier.wait().await;
-                send(&app, &update).await["text"]
-                    .as_str()
-                    .unwrap()
-                    .to_string()
-            })
-        })
-        .collect();
-    let mut replies = Vec::new();
-    for t in tasks {
-        replies.push(t.await.unwrap());
-    }
-    replies
+    race(guesses.len(), |i| {
+        let app = app.clone();
+        let (user, text) = &guesses[i];
+        let update = text_update(&person(*user), &format!("/code {text}"));
+        async move {
+            send(&app, &update).await["text"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        }
+    })
+    .await
 }
 
 async fn wrong_counted(app: &TestApp, who: i64) -> i64 {

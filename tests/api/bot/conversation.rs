@@ -20,7 +20,6 @@ use std::{
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use subgate::worker::{self, RunReport};
-use tokio::sync::Barrier;
 
 use crate::support::{
     fake_bot::{FakeBot, TOKEN},
@@ -28,6 +27,8 @@ use crate::support::{
         TestApp, WAYFORPAY_ACCOUNT, WAYFORPAY_KEY, assert_wayforpay_accept, wayforpay_callback,
         wayforpay_hmac,
     },
+    race::race,
+    rows::{PaymentRow, count, payment},
 };
 
 pub(crate) const ROUNDS: i64 = 20;
@@ -235,25 +236,11 @@ pub(crate) async fn membership_of(
         .map(|r| (r.get(0), r.get(1)))
 }
 
-/// `(outcome, reason, renewal)` of the payment with this external id.
-pub(crate) async fn payment(app: &TestApp, external_id: &str) -> (String, Option<String>, bool) {
-    let r = app
-        .db()
-        .await
-        .query_one(
-            "SELECT outcome, reason, renewal FROM payments WHERE external_id = $1",
-            &[&external_id],
-        )
-        .await
-        .unwrap();
-    (r.get(0), r.get(1), r.get(2))
-}
-
 /// The pending effects of `kind`.
 pub(crate) async fn pending(app: &TestApp, kind: &str) -> i64 {
-    one_i64(
+    count(
         app,
-        "SELECT count(*) FROM effects WHERE kind = $1 AND status = 'pending'",
+        "effects WHERE kind = $1 AND status = 'pending'",
         &[&kind],
     )
     .await
@@ -338,14 +325,18 @@ async fn a_buyer_starts_buys_pays_gets_in_and_sees_the_subscription() {
     assert_eq!(paid, json!({}));
     assert_eq!(
         payment(&app, "ch-7001").await,
-        ("applied".into(), None, false)
+        PaymentRow {
+            outcome: "applied".into(),
+            reason: None,
+            renewal: false
+        }
     );
     let (status, _) = membership_of(&app, 7001, c).await.unwrap();
     assert_eq!(status, "active");
     assert_eq!(
-        one_i64(
+        count(
             &app,
-            "SELECT count(*) FROM orders WHERE id = $1 AND status = 'paid'",
+            "orders WHERE id = $1 AND status = 'paid'",
             &[&order_id]
         )
         .await,
@@ -390,20 +381,11 @@ async fn an_update_delivered_again_gets_the_same_reply_and_changes_nothing() {
 
     // The same button press delivered several times at once: one order, one invoice.
     let press = button_update(&buyer, &format!("b:{c}"));
-    let barrier = Arc::new(Barrier::new(4));
-    let tasks: Vec<_> = (0..4)
-        .map(|_| {
-            let (app, barrier, press) = (app.clone(), barrier.clone(), press.clone());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                send(&app, &press).await
-            })
-        })
-        .collect();
-    let mut replies = Vec::new();
-    for t in tasks {
-        replies.push(t.await.unwrap());
-    }
+    let replies = race(4, |_| {
+        let (app, press) = (app.clone(), press.clone());
+        async move { send(&app, &press).await }
+    })
+    .await;
     assert!(replies.iter().all(|r| *r == replies[0]), "{replies:?}");
     assert_answer(&replies[0], ON_ITS_WAY);
     assert_eq!(orders_of(&app, 7002, c).await.len(), 1);
@@ -447,20 +429,11 @@ async fn twin_deliveries_that_all_write_are_applied_once_and_answered_alike() {
             "/language uk"
         };
         let update = text_update(&buyer, text);
-        let barrier = Arc::new(Barrier::new(4));
-        let tasks: Vec<_> = (0..4)
-            .map(|_| {
-                let (app, barrier, update) = (app.clone(), barrier.clone(), update.clone());
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    send(&app, &update).await
-                })
-            })
-            .collect();
-        let mut replies = Vec::new();
-        for t in tasks {
-            replies.push(t.await.unwrap());
-        }
+        let replies = race(4, |_| {
+            let (app, update) = (app.clone(), update.clone());
+            async move { send(&app, &update).await }
+        })
+        .await;
         assert!(
             replies.iter().all(|r| *r == replies[0]),
             "round {round}: {replies:?}"
@@ -468,9 +441,9 @@ async fn twin_deliveries_that_all_write_are_applied_once_and_answered_alike() {
         assert_eq!(replies[0]["method"], "sendMessage", "round {round}");
         let id = update["update_id"].as_i64().unwrap();
         assert_eq!(
-            one_i64(
+            count(
                 &app,
-                "SELECT count(*) FROM bot_updates WHERE update_id = $1 AND reply IS NOT NULL",
+                "bot_updates WHERE update_id = $1 AND reply IS NOT NULL",
                 &[&id]
             )
             .await,
@@ -478,25 +451,20 @@ async fn twin_deliveries_that_all_write_are_applied_once_and_answered_alike() {
             "round {round}"
         );
         assert_eq!(
-            one_i64(
-                &app,
-                "SELECT count(*) FROM subscribers WHERE telegram_user_id = $1",
-                &[&user]
-            )
-            .await,
+            count(&app, "subscribers WHERE telegram_user_id = $1", &[&user]).await,
             1,
             "round {round}"
         );
-        let kept = one_i64(
+        let kept = count(
             &app,
-            "SELECT count(*) FROM bot_promo_codes b JOIN subscribers s ON s.id = b.subscriber_id
+            "bot_promo_codes b JOIN subscribers s ON s.id = b.subscriber_id
              WHERE s.telegram_user_id = $1",
             &[&user],
         )
         .await;
-        let language = one_i64(
+        let language = count(
             &app,
-            "SELECT count(*) FROM subscribers WHERE telegram_user_id = $1 AND language = 'uk'",
+            "subscribers WHERE telegram_user_id = $1 AND language = 'uk'",
             &[&user],
         )
         .await;
@@ -533,21 +501,15 @@ async fn pressing_buy_again_never_makes_a_second_order_or_invoice() {
     for round in 0..ROUNDS {
         let user = 7_100 + round;
         let buyer = person(user);
-        let barrier = Arc::new(Barrier::new(4));
-        let tasks: Vec<_> = (0..4)
-            .map(|_| {
-                let (app, barrier) = (app.clone(), barrier.clone());
-                let press = button_update(&buyer, &format!("b:{c}"));
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    send(&app, &press).await
-                })
-            })
-            .collect();
-        let mut answers = Vec::new();
-        for t in tasks {
-            answers.push(t.await.unwrap()["text"].as_str().unwrap().to_string());
-        }
+        let mut answers: Vec<String> = race(4, |_| {
+            let app = app.clone();
+            let press = button_update(&buyer, &format!("b:{c}"));
+            async move { send(&app, &press).await }
+        })
+        .await
+        .iter()
+        .map(|a| a["text"].as_str().unwrap().to_string())
+        .collect();
         answers.sort();
         assert_eq!(
             answers,
@@ -700,7 +662,11 @@ async fn a_card_purchase_link_is_signed_as_wayforpay_checks_and_its_callback_app
     assert_wayforpay_accept(&r.expect(200), &reference);
     assert_eq!(
         payment(&app, &reference).await,
-        ("applied".into(), None, false)
+        PaymentRow {
+            outcome: "applied".into(),
+            reason: None,
+            renewal: false
+        }
     );
     assert_eq!(membership_of(&app, 7008, c).await.unwrap().0, "active");
 }

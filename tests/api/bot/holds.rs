@@ -8,17 +8,19 @@ use std::{collections::HashMap, sync::Arc};
 
 use chrono::Duration;
 use serde_json::json;
-use tokio::sync::Barrier;
 
-use crate::bot::conversation::{
-    ALREADY_SENT, ON_ITS_WAY, ROUNDS, app_with, assert_answer, button_update, buttons, channel,
-    membership_of, messages_to, one_i64, orders_of, payment, payment_update, pending, person,
-    pre_checkout_update, run, send, stars_channel, text_update,
-};
-use crate::support::rows::expire_hold;
-use crate::support::{
-    fake_bot::FakeBot,
-    helpers::{TestApp, assert_wayforpay_accept, wayforpay_callback},
+use crate::{
+    bot::conversation::{
+        ALREADY_SENT, ON_ITS_WAY, ROUNDS, app_with, assert_answer, button_update, buttons, channel,
+        membership_of, messages_to, orders_of, payment_update, pending, person,
+        pre_checkout_update, run, send, stars_channel, text_update,
+    },
+    support::{
+        fake_bot::FakeBot,
+        helpers::{TestApp, assert_wayforpay_accept, wayforpay_callback},
+        race::race,
+        rows::{PaymentRow, count, expire_hold, payment},
+    },
 };
 
 // ---- seats ----
@@ -35,22 +37,12 @@ async fn two_buyers_racing_for_the_last_card_seat_one_gets_the_link() {
         )
         .await;
         let users = [7_200 + 2 * round, 7_201 + 2 * round];
-        let barrier = Arc::new(Barrier::new(2));
-        let tasks: Vec<_> = users
-            .iter()
-            .map(|&u| {
-                let (app, barrier) = (app.clone(), barrier.clone());
-                let press = button_update(&person(u), &format!("b:{c}"));
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    (u, send(&app, &press).await)
-                })
-            })
-            .collect();
-        let mut answers = Vec::new();
-        for t in tasks {
-            answers.push(t.await.unwrap());
-        }
+        let answers = race(2, |i| {
+            let (app, u) = (app.clone(), users[i]);
+            let press = button_update(&person(u), &format!("b:{c}"));
+            async move { (u, send(&app, &press).await) }
+        })
+        .await;
         let (won, lost): (Vec<_>, Vec<_>) =
             answers.iter().partition(|(_, a)| a["text"] == ON_ITS_WAY);
         assert_eq!(
@@ -66,9 +58,9 @@ async fn two_buyers_racing_for_the_last_card_seat_one_gets_the_link() {
             orders_of(&app, lost[0].0, c).await.is_empty(),
             "round {round}: no order for the loser"
         );
-        let held = one_i64(
+        let held = count(
             &app,
-            "SELECT count(*) FROM orders WHERE channel_id = $1 AND status = 'pending'
+            "orders WHERE channel_id = $1 AND status = 'pending'
                AND hold_until > now()",
             &[&(c as i32)],
         )
@@ -90,21 +82,18 @@ async fn two_stars_buyers_racing_for_the_last_seat_one_pays() {
             let a = send(&app, &button_update(&person(u), &format!("b:{c}"))).await;
             assert_answer(&a, ON_ITS_WAY);
         }
-        let barrier = Arc::new(Barrier::new(2));
-        let mut tasks = Vec::new();
+        let mut references = Vec::new();
         for &u in &users {
-            let (_, reference, _) = orders_of(&app, u, c).await[0].clone();
-            let (app, barrier) = (app.clone(), barrier.clone());
-            tasks.push(tokio::spawn(async move {
+            references.push(orders_of(&app, u, c).await[0].1.clone());
+        }
+        let answers = race(2, |i| {
+            let (app, u, reference) = (app.clone(), users[i], references[i].clone());
+            async move {
                 let update = pre_checkout_update(&format!("race-{u}"), u, &reference, 250);
-                barrier.wait().await;
                 (u, reference, send(&app, &update).await)
-            }));
-        }
-        let mut answers = Vec::new();
-        for t in tasks {
-            answers.push(t.await.unwrap());
-        }
+            }
+        })
+        .await;
         let approved: Vec<_> = answers.iter().filter(|(_, _, a)| a["ok"] == true).collect();
         assert_eq!(approved.len(), 1, "round {round}: {answers:?}");
         let (winner, reference, _) = approved[0];
@@ -113,9 +102,9 @@ async fn two_stars_buyers_racing_for_the_last_seat_one_pays() {
             &payment_update(&format!("race-ch-{winner}"), *winner, reference, 250, None),
         )
         .await;
-        let members = one_i64(
+        let members = count(
             &app,
-            "SELECT count(*) FROM memberships WHERE channel_id = $1 AND status = 'active'",
+            "memberships WHERE channel_id = $1 AND status = 'active'",
             &[&(c as i32)],
         )
         .await;
@@ -164,9 +153,9 @@ async fn order_state(app: &TestApp, order_id: i64) -> (String, bool) {
 
 /// Holds ever granted to Telegram user `user` on `channel`.
 async fn holds_of(app: &TestApp, user: i64, channel: i64) -> i64 {
-    one_i64(
+    count(
         app,
-        "SELECT count(*) FROM orders o JOIN subscribers s ON s.id = o.subscriber_id
+        "orders o JOIN subscribers s ON s.id = o.subscriber_id
          WHERE s.telegram_user_id = $1 AND o.channel_id = $2 AND o.held_at IS NOT NULL",
         &[&user, &(channel as i32)],
     )
@@ -227,7 +216,11 @@ async fn an_approved_stars_invoice_is_superseded_not_cancelled_and_its_late_paym
     send(&app, &payment_update("ch-sup-1", 7601, &old_ref, 250, None)).await;
     assert_eq!(
         payment(&app, "ch-sup-1").await,
-        ("applied".into(), None, false)
+        PaymentRow {
+            outcome: "applied".into(),
+            reason: None,
+            renewal: false
+        }
     );
     assert_eq!(membership_of(&app, 7601, c).await.unwrap().0, "active");
     assert_eq!(order_state(&app, old_id).await, ("paid".into(), true));
@@ -266,7 +259,11 @@ async fn a_superseded_stars_order_paid_after_its_hold_is_refunded_and_holds_no_s
     send(&app, &payment_update("ch-sup-2", 7602, &old_ref, 250, None)).await;
     assert_eq!(
         payment(&app, "ch-sup-2").await,
-        ("refund_pending".into(), Some("hold_expired".into()), false)
+        PaymentRow {
+            outcome: "refund_pending".into(),
+            reason: Some("hold_expired".into()),
+            renewal: false
+        }
     );
     assert!(membership_of(&app, 7602, c).await.is_none());
     // The other buyer's seat is intact, and the buyer's new order finds the channel full.
@@ -275,12 +272,12 @@ async fn a_superseded_stars_order_paid_after_its_hold_is_refunded_and_holds_no_s
         &payment_update("ch-sup-3", 7603, &other_ref, 250, None),
     )
     .await;
-    assert_eq!(payment(&app, "ch-sup-3").await.0, "applied");
+    assert_eq!(payment(&app, "ch-sup-3").await.outcome, "applied");
     let refused = send(&app, &pre_checkout_update("q-sup-4", 7602, &new_ref, 250)).await;
     assert_eq!(refused["ok"], false, "{refused}");
-    let taken = one_i64(
+    let taken = count(
         &app,
-        "SELECT count(*) FROM memberships WHERE channel_id = $1 AND status = 'active'",
+        "memberships WHERE channel_id = $1 AND status = 'active'",
         &[&(c as i32)],
     )
     .await;
@@ -309,7 +306,11 @@ async fn a_card_order_pressed_again_is_superseded_and_its_late_callback_judged_b
     assert_wayforpay_accept(&app.post_wayforpay(&body).await.expect(200), &old_ref);
     assert_eq!(
         payment(&app, &old_ref).await,
-        ("applied".into(), None, false)
+        PaymentRow {
+            outcome: "applied".into(),
+            reason: None,
+            renewal: false
+        }
     );
     assert_eq!(membership_of(&app, 7604, open).await.unwrap().0, "active");
 
@@ -332,12 +333,16 @@ async fn a_card_order_pressed_again_is_superseded_and_its_late_callback_judged_b
     assert_wayforpay_accept(&app.post_wayforpay(&body).await.expect(200), &old_ref);
     assert_eq!(
         payment(&app, &old_ref).await,
-        ("needs_review".into(), Some("hold_expired".into()), false)
+        PaymentRow {
+            outcome: "needs_review".into(),
+            reason: Some("hold_expired".into()),
+            renewal: false
+        }
     );
     // One seat counted for the buyer, by the new order's hold; the old order counts none.
-    let held = one_i64(
+    let held = count(
         &app,
-        "SELECT count(*) FROM orders WHERE channel_id = $1 AND status = 'pending'
+        "orders WHERE channel_id = $1 AND status = 'pending'
            AND hold_until > now()",
         &[&(limited as i32)],
     )
@@ -351,7 +356,7 @@ async fn a_card_order_pressed_again_is_superseded_and_its_late_callback_judged_b
     // The new order's payment applies.
     let body = wayforpay_callback(&orders[1].1, "199.00", "UAH", "Approved");
     app.post_wayforpay(&body).await.expect(200);
-    assert_eq!(payment(&app, &orders[1].1).await.0, "applied");
+    assert_eq!(payment(&app, &orders[1].1).await.outcome, "applied");
 }
 
 #[tokio::test]
@@ -411,20 +416,17 @@ async fn concurrent_presses_never_take_holds_past_the_cooldown_or_the_daily_cap(
         let user = 7_700 + round;
         let buyer = person(user);
         let presses = |n| {
-            let barrier = Arc::new(Barrier::new(n));
-            (0..n)
-                .map(|_| {
-                    let (app, barrier) = (app.clone(), barrier.clone());
-                    let press = button_update(&buyer, &format!("b:{c}"));
-                    tokio::spawn(async move {
-                        barrier.wait().await;
-                        send(&app, &press).await["text"]
-                            .as_str()
-                            .unwrap()
-                            .to_string()
-                    })
-                })
-                .collect::<Vec<_>>()
+            let (app, buyer) = (&app, &buyer);
+            race(n, move |_| {
+                let app = app.clone();
+                let press = button_update(buyer, &format!("b:{c}"));
+                async move {
+                    send(&app, &press).await["text"]
+                        .as_str()
+                        .unwrap()
+                        .to_string()
+                }
+            })
         };
         // A first hold, run out a second ago: every press at once is held back by the cooldown.
         assert_answer(
@@ -433,8 +435,7 @@ async fn concurrent_presses_never_take_holds_past_the_cooldown_or_the_daily_cap(
         );
         let first = orders_of(&app, user, c).await[0].0;
         expire_hold(&app, first, 1).await;
-        for t in presses(4) {
-            let a = t.await.unwrap();
+        for a in presses(4).await {
             assert!(
                 a.starts_with("Your last seat hold on «Capped» ran out before it was paid.")
                     && a.contains("You can try again after"),
@@ -451,10 +452,7 @@ async fn concurrent_presses_never_take_holds_past_the_cooldown_or_the_daily_cap(
         let second = orders_of(&app, user, c).await.last().unwrap().0;
         expire_hold(&app, second, HOLD_SECS + 1).await;
         // The third hold of the day: one press takes it, the others reuse its order.
-        let mut answers = Vec::new();
-        for t in presses(4) {
-            answers.push(t.await.unwrap());
-        }
+        let mut answers = presses(4).await;
         answers.sort();
         assert_eq!(
             answers,
@@ -465,10 +463,7 @@ async fn concurrent_presses_never_take_holds_past_the_cooldown_or_the_daily_cap(
         // The third hold runs out too: the cap (3 a day) refuses every press, all at once.
         let last = orders_of(&app, user, c).await.last().unwrap().0;
         expire_hold(&app, last, HOLD_SECS + 1).await;
-        let mut answers = Vec::new();
-        for t in presses(4) {
-            answers.push(t.await.unwrap());
-        }
+        let answers = presses(4).await;
         for a in &answers {
             assert!(
                 a.starts_with("You have held a seat on «Capped» several times today")
@@ -477,9 +472,9 @@ async fn concurrent_presses_never_take_holds_past_the_cooldown_or_the_daily_cap(
             );
         }
         assert_eq!(holds_of(&app, user, c).await, 3, "round {round}");
-        let pending_now = one_i64(
+        let pending_now = count(
             &app,
-            "SELECT count(*) FROM orders o JOIN subscribers s ON s.id = o.subscriber_id
+            "orders o JOIN subscribers s ON s.id = o.subscriber_id
              WHERE s.telegram_user_id = $1 AND o.status = 'pending' AND o.hold_until > now()",
             &[&user],
         )
@@ -512,23 +507,15 @@ async fn concurrent_pre_checkouts_respect_the_daily_cap() {
             let o = app.create_order(subscriber, c).await;
             references.push(o["reference"].as_str().unwrap().to_string());
         }
-        let barrier = Arc::new(Barrier::new(4));
-        let tasks: Vec<_> = references
-            .iter()
-            .enumerate()
-            .map(|(i, reference)| {
-                let (app, barrier) = (app.clone(), barrier.clone());
-                let update =
-                    pre_checkout_update(&format!("cap-{round}-r{i}"), user, reference, 250);
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    send(&app, &update).await
-                })
-            })
-            .collect();
+        let answers = race(4, |i| {
+            let app = app.clone();
+            let update =
+                pre_checkout_update(&format!("cap-{round}-r{i}"), user, &references[i], 250);
+            async move { send(&app, &update).await }
+        })
+        .await;
         let mut approved = 0;
-        for t in tasks {
-            let a = t.await.unwrap();
+        for a in answers {
             if a["ok"] == true {
                 approved += 1;
             } else {
@@ -542,16 +529,16 @@ async fn concurrent_pre_checkouts_respect_the_daily_cap() {
             }
         }
         assert_eq!(approved, 1, "round {round}");
-        let holds = one_i64(
+        let holds = count(
             &app,
-            "SELECT count(*) FROM orders WHERE subscriber_id = $1 AND held_at IS NOT NULL",
+            "orders WHERE subscriber_id = $1 AND held_at IS NOT NULL",
             &[&(subscriber as i32)],
         )
         .await;
         assert_eq!(holds, 3, "round {round}");
-        let refused = one_i64(
+        let refused = count(
             &app,
-            "SELECT count(*) FROM pre_checkout_decisions
+            "pre_checkout_decisions
              WHERE telegram_user_id = $1 AND reason = 'hold_limited'",
             &[&user],
         )
@@ -613,7 +600,11 @@ async fn a_card_link_is_open_no_longer_than_a_hold_and_a_later_payment_is_judged
     assert_wayforpay_accept(&app.post_wayforpay(&body).await.expect(200), &reference);
     assert_eq!(
         payment(&app, &reference).await,
-        ("needs_review".into(), Some("hold_expired".into()), false)
+        PaymentRow {
+            outcome: "needs_review".into(),
+            reason: Some("hold_expired".into()),
+            renewal: false
+        }
     );
     assert!(membership_of(&app, 7902, limited).await.is_none());
     run(&app).await;

@@ -9,11 +9,13 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
-use crate::bot::plans::{assert_contains, orders_of, paid_plan, plan, promo, subscriber, text};
 use crate::{
-    bot::conversation::{
-        ON_ITS_WAY, app_with, assert_answer, button_update, buttons, channel, membership_of,
-        one_i64, person, pre_checkout_update, run, send, stars_channel, text_update,
+    bot::{
+        conversation::{
+            ON_ITS_WAY, app_with, assert_answer, button_update, buttons, channel, membership_of,
+            person, pre_checkout_update, run, send, stars_channel, text_update,
+        },
+        plans::{assert_contains, orders_of, paid_plan, plan, promo, subscriber, text},
     },
     support::{fake_bot::FakeBot, helpers::TestApp},
 };
@@ -371,13 +373,5 @@ async fn a_hundred_percent_code_grants_without_an_invoice() {
         (orders[0].1, orders[0].3, orders[0].5.as_str()),
         (0, 250, "paid")
     );
-    assert_eq!(
-        one_i64(
-            &app,
-            "SELECT count(*) FROM effects WHERE kind = 'invoice'",
-            &[]
-        )
-        .await,
-        0
-    );
+    assert_eq!(app.count("effects WHERE kind = 'invoice'").await, 0);
 }

@@ -6,12 +6,17 @@ use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
 use subgate::telegram::recovery;
 
-use crate::bot::conversation::{
-    app_with, assert_answer, button_update, buttons, membership_of, messages_to, one_i64,
-    orders_of, payment, payment_update, pending, person, pre_checkout_update, run, send,
-    stars_channel, text_update,
+use crate::{
+    bot::conversation::{
+        app_with, assert_answer, button_update, buttons, membership_of, messages_to, one_i64,
+        orders_of, payment_update, pending, person, pre_checkout_update, run, send, stars_channel,
+        text_update,
+    },
+    support::{
+        fake_bot::FakeBot,
+        rows::{PaymentRow, payment},
+    },
 };
-use crate::support::fake_bot::FakeBot;
 
 // ---- recurring Stars ----
 
@@ -80,7 +85,11 @@ async fn a_stars_subscription_renews_twice_then_is_cancelled() {
     .await;
     assert_eq!(
         payment(&app, "sub-1").await,
-        ("applied".into(), None, false)
+        PaymentRow {
+            outcome: "applied".into(),
+            reason: None,
+            renewal: false
+        }
     );
     let (_, first_expiry) = membership_of(&app, 7005, c).await.unwrap();
     let sub = app
@@ -112,7 +121,11 @@ async fn a_stars_subscription_renews_twice_then_is_cancelled() {
         assert_eq!(r, json!({}));
         assert_eq!(
             payment(&app, charge).await,
-            ("applied".into(), None, true),
+            PaymentRow {
+                outcome: "applied".into(),
+                reason: None,
+                renewal: true
+            },
             "{charge}"
         );
         let (status, after) = membership_of(&app, 7005, c).await.unwrap();
@@ -225,11 +238,11 @@ async fn a_stars_subscription_renews_twice_then_is_cancelled() {
     .await;
     assert_eq!(
         payment(&app, "sub-4").await,
-        (
-            "needs_review".into(),
-            Some("subscription_cancelled".into()),
-            true
-        )
+        PaymentRow {
+            outcome: "needs_review".into(),
+            reason: Some("subscription_cancelled".into()),
+            renewal: true
+        }
     );
     assert_eq!(membership_of(&app, 7005, c).await.unwrap().1, expiry);
     // … and the buyer is told, once.
@@ -259,11 +272,11 @@ async fn renewals_of_unknown_subscriptions_are_reviewed_and_staff_can_cancel() {
     .await;
     assert_eq!(
         payment(&app, "one-2").await,
-        (
-            "needs_review".into(),
-            Some("unknown_subscription".into()),
-            true
-        )
+        PaymentRow {
+            outcome: "needs_review".into(),
+            reason: Some("unknown_subscription".into()),
+            renewal: true
+        }
     );
     // An unknown payload is reviewed too.
     send(
@@ -271,7 +284,7 @@ async fn renewals_of_unknown_subscriptions_are_reviewed_and_staff_can_cancel() {
         &payment_update("one-3", 7006, "ord_nope", 250, Some((false, in_a_month))),
     )
     .await;
-    assert_eq!(payment(&app, "one-3").await.0, "needs_review");
+    assert_eq!(payment(&app, "one-3").await.outcome, "needs_review");
     assert_eq!(membership_of(&app, 7006, c).await.unwrap(), before);
 
     // Staff cancel a subscription: 200, then 409; the effect is enqueued once.
@@ -357,7 +370,14 @@ async fn charges_found_only_by_the_reconcile_start_and_renew_subscriptions() {
         .unwrap();
     assert_eq!(report.payments_recovered, 2, "{report:?}");
     // A renewal, never a refund of an "already paid" order.
-    assert_eq!(payment(&app, "rc-a2").await, ("applied".into(), None, true));
+    assert_eq!(
+        payment(&app, "rc-a2").await,
+        PaymentRow {
+            outcome: "applied".into(),
+            reason: None,
+            renewal: true
+        }
+    );
     assert_eq!(
         membership_of(&app, 7019, c).await.unwrap().1,
         before + Duration::days(30)
@@ -365,7 +385,11 @@ async fn charges_found_only_by_the_reconcile_start_and_renew_subscriptions() {
     // B's payment started a subscription, so B's renewals will be recognized too.
     assert_eq!(
         payment(&app, "rc-b1").await,
-        ("applied".into(), None, false)
+        PaymentRow {
+            outcome: "applied".into(),
+            reason: None,
+            renewal: false
+        }
     );
     let subs = app
         .get(&format!("/api/star-subscriptions?channel_id={c}"))
@@ -394,7 +418,7 @@ async fn a_refused_payment_is_explained_to_the_buyer_once() {
     let second = payment_update("tw-2", 7010, &reference, 250, None);
     send(&app, &second).await;
     send(&app, &second).await;
-    assert_eq!(payment(&app, "tw-2").await.0, "refund_pending");
+    assert_eq!(payment(&app, "tw-2").await.outcome, "refund_pending");
     run(&app).await;
     let told: Vec<String> = messages_to(&fake, 7010)
         .into_iter()

@@ -8,11 +8,15 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
-use tokio::sync::Barrier;
 
-use crate::bot::conversation::{pre_checkout_update, send};
-use crate::support::helpers::{NewPlan, TestApp, db_now, id, payment_event, reference};
-use crate::support::rows::{count, expire_hold};
+use crate::{
+    bot::conversation::{pre_checkout_update, send},
+    support::{
+        helpers::{NewPlan, TestApp, db_now, id, payment_event, reference},
+        race::race,
+        rows::{count, expire_hold},
+    },
+};
 
 /// Inserts a plan over `channels` (in the plan's order: the first is its orders' channel) with
 /// raw SQL; returns its id.
@@ -230,36 +234,31 @@ async fn a_bundle_and_single_buyers_racing_for_the_last_seat_never_oversell_or_s
             };
             racers.push((n, sub, order));
         }
-        let barrier = Arc::new(Barrier::new(racers.len()));
-        let tasks: Vec<_> = racers
-            .iter()
-            .cloned()
-            .map(|(n, sub, order)| {
-                let (app, barrier) = (app.clone(), barrier.clone());
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    // Odd racers check out first (a hold), then pay; even ones pay at once.
-                    if n % 2 == 1 {
-                        let r = app.checkout(id(&order)).await;
-                        match r.status.as_u16() {
-                            200 => {}
-                            409 => return (sub, n, Got::Refused),
-                            s => panic!("round {round}: checkout {s}"),
-                        }
+        let results = race(racers.len(), |i| {
+            let (n, sub, order) = racers[i].clone();
+            let app = app.clone();
+            async move {
+                // Odd racers check out first (a hold), then pay; even ones pay at once.
+                if n % 2 == 1 {
+                    let r = app.checkout(id(&order)).await;
+                    match r.status.as_u16() {
+                        200 => {}
+                        409 => return (sub, n, Got::Refused),
+                        s => panic!("round {round}: checkout {s}"),
                     }
-                    let pay = format!("race-{round}-{n}");
-                    let r = app.pay_order(&order, &pay).await.expect(200);
-                    match outcome(&r) {
-                        (Some("applied"), None) => (sub, n, Got::Admitted),
-                        (_, Some("no_seat")) => (sub, n, Got::Refused),
-                        other => panic!("round {round}: unexpected payment {other:?}: {r}"),
-                    }
-                })
-            })
-            .collect();
+                }
+                let pay = format!("race-{round}-{n}");
+                let r = app.pay_order(&order, &pay).await.expect(200);
+                match outcome(&r) {
+                    (Some("applied"), None) => (sub, n, Got::Admitted),
+                    (_, Some("no_seat")) => (sub, n, Got::Refused),
+                    other => panic!("round {round}: unexpected payment {other:?}: {r}"),
+                }
+            }
+        })
+        .await;
         let mut admitted = 0;
-        for t in tasks {
-            let (sub, n, got) = t.await.unwrap();
+        for (sub, n, got) in results {
             let in_limited = membership_of(&app, sub, limited).await.is_some();
             let in_open = membership_of(&app, sub, open).await.is_some();
             assert_eq!(in_limited, got == Got::Admitted, "round {round} racer {n}");
@@ -348,30 +347,26 @@ async fn bundle_payments_racing_single_payments_and_sweeps_extend_every_pair_exa
         let extensions_a = EACH * 3;
         let extensions_b = EACH * 3;
         let sweeps = 3;
-        let barrier = Arc::new(Barrier::new(orders.len() + sweeps));
         let t0 = db_now(&app).await;
-        let mut tasks = Vec::new();
-        for (n, order) in orders.into_iter().enumerate() {
-            let (app, barrier) = (app.clone(), barrier.clone());
-            tasks.push(tokio::spawn(async move {
-                barrier.wait().await;
-                let r = app
-                    .pay_order(&order, &format!("mix-{round}-{n}"))
-                    .await
-                    .expect(200);
-                assert_eq!(outcome(&r), (Some("applied"), None), "round {round}: {r}");
-            }));
-        }
-        for _ in 0..sweeps {
-            let (app, barrier) = (app.clone(), barrier.clone());
-            tasks.push(tokio::spawn(async move {
-                barrier.wait().await;
-                app.post("/api/sweep", Value::Null).await.expect(200);
-            }));
-        }
-        for t in tasks {
-            t.await.unwrap();
-        }
+        // The payments, then the sweeps, all released together.
+        race(orders.len() + sweeps, |n| {
+            let (app, order) = (app.clone(), orders.get(n).cloned());
+            async move {
+                match order {
+                    Some(order) => {
+                        let r = app
+                            .pay_order(&order, &format!("mix-{round}-{n}"))
+                            .await
+                            .expect(200);
+                        assert_eq!(outcome(&r), (Some("applied"), None), "round {round}: {r}");
+                    }
+                    None => {
+                        app.post("/api/sweep", Value::Null).await.expect(200);
+                    }
+                }
+            }
+        })
+        .await;
         let t1 = db_now(&app).await;
         for (ch, n) in [(a, extensions_a), (b, extensions_b)] {
             let (status, expires) = membership_of(&app, sub, ch).await.unwrap();

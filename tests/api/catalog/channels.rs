@@ -4,9 +4,11 @@ use axum::http::Method;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::catalog::subscribers::{assert_invalid, grant, ids, insert_payment, raw, with};
-use crate::support::helpers::id;
-use crate::{staff::auth::assert_problem, support::helpers::TestApp};
+use crate::{
+    catalog::subscribers::{assert_invalid, grant, ids, insert_payment, raw, with},
+    staff::auth::assert_problem,
+    support::helpers::{TestApp, id},
+};
 
 async fn insert_order(app: &TestApp, subscriber_id: i64, channel_id: i64) {
     app.db()

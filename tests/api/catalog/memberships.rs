@@ -4,10 +4,14 @@
 use axum::http::Method;
 use serde_json::{Value, json};
 
-use crate::catalog::subscribers::{assert_invalid, grant, ids, raw};
-use crate::support::bodies::{EventBody, ListBody, MembershipBody, body_of};
-use crate::support::helpers::id;
-use crate::{staff::auth::assert_problem, support::helpers::TestApp};
+use crate::{
+    catalog::subscribers::{assert_invalid, grant, ids, raw},
+    staff::auth::assert_problem,
+    support::{
+        bodies::{EventBody, ListBody, MembershipBody, body_of},
+        helpers::{TestApp, id},
+    },
+};
 
 // ---------------------------------------------------------------- memberships
 

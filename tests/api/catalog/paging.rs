@@ -2,10 +2,13 @@
 
 use serde_json::{Value, json};
 
-use crate::catalog::subscribers::{assert_invalid, grant, ids};
-use crate::support::bodies::{ListBody, SubscriberBody, body_of};
-use crate::support::helpers::TestApp;
-use crate::support::helpers::id;
+use crate::{
+    catalog::subscribers::{assert_invalid, grant, ids},
+    support::{
+        bodies::{ListBody, SubscriberBody, body_of},
+        helpers::{TestApp, id},
+    },
+};
 
 // ---------------------------------------------------------------- pagination
 

@@ -8,10 +8,14 @@ use serde_json::{Value, json};
 use tokio::sync::Barrier;
 use tokio_postgres::NoTls;
 
-use crate::catalog::plans::{PlanBody, assert_invalid, bundle, order_plan, plan_rows};
-use crate::staff::auth::assert_problem;
-use crate::support::bodies::body_of;
-use crate::support::helpers::{TestApp, admin_url, id, new_database_name, url_for};
+use crate::{
+    catalog::plans::{PlanBody, assert_invalid, bundle, order_plan, plan_rows},
+    staff::auth::assert_problem,
+    support::{
+        bodies::body_of,
+        helpers::{TestApp, admin_url, id, new_database_name, url_for},
+    },
+};
 
 /// The default plan of channel `channel_id`, through the list filter.
 async fn default_plan(app: &TestApp, channel_id: i64) -> Value {

@@ -5,9 +5,13 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::staff::auth::assert_problem;
-use crate::support::bodies::{ListBody, body_of};
-use crate::support::helpers::{TestApp, id};
+use crate::{
+    staff::auth::assert_problem,
+    support::{
+        bodies::{ListBody, body_of},
+        helpers::{TestApp, id},
+    },
+};
 
 /// A plan, every field the API answers.
 #[derive(Debug, Deserialize)]

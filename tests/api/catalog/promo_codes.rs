@@ -8,8 +8,10 @@
 use axum::http::Method;
 use serde_json::{Value, json};
 
-use crate::support::bodies::{PromoCodeBody, body_of};
-use crate::support::helpers::{NewPlan, TestApp, TestResponse, id};
+use crate::support::{
+    bodies::{PromoCodeBody, body_of},
+    helpers::{NewPlan, TestApp, TestResponse, id},
+};
 
 // ---- fixtures ----
 

@@ -11,13 +11,18 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use subgate::payments::core::{Gateway, NormalizedPayment, apply_payment};
-use tokio::sync::Barrier;
 
-use crate::catalog::promo_codes::{
-    default_plan, lapse, new_code, order, paid_with, promo_held_until, promo_refusal, subscribers,
+use crate::{
+    catalog::promo_codes::{
+        default_plan, lapse, new_code, order, paid_with, promo_held_until, promo_refusal,
+        subscribers,
+    },
+    payments::telegram_door::{payment_update, pre_checkout_update},
+    support::{
+        helpers::{TestApp, db_now, id, reference},
+        race::race,
+    },
 };
-use crate::payments::telegram_door::{payment_update, pre_checkout_update};
-use crate::support::helpers::{TestApp, db_now, id, reference};
 
 const ROUNDS: usize = 6;
 
@@ -223,32 +228,28 @@ async fn a_code_with_three_uses_raced_by_twenty_buyers_ends_with_exactly_three_p
             json!({"code": code, "percent_off": 30, "max_redemptions": 3}),
         )
         .await);
-        let barrier = Arc::new(Barrier::new(BUYERS));
-        let tasks: Vec<_> = subs
-            .iter()
-            .map(|&sub| {
-                let (app, barrier, code) = (app.clone(), barrier.clone(), code.clone());
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    let r = order(&app, sub, plan, Some(&code)).await;
-                    if r.status.as_u16() != 201 {
-                        return (r.status.as_u16(), None);
-                    }
-                    let o = r.json();
-                    let paid = app
-                        .pay_order(&o, &format!("pay_{round}_{sub}"))
-                        .await
-                        .expect(200);
-                    (
-                        201,
-                        Some(paid["payment"]["outcome"].as_str().unwrap().to_string()),
-                    )
-                })
-            })
-            .collect();
+        let results = race(BUYERS, |i| {
+            let (app, code, sub) = (app.clone(), code.clone(), subs[i]);
+            async move {
+                let r = order(&app, sub, plan, Some(&code)).await;
+                if r.status.as_u16() != 201 {
+                    return (r.status.as_u16(), None);
+                }
+                let o = r.json();
+                let paid = app
+                    .pay_order(&o, &format!("pay_{round}_{sub}"))
+                    .await
+                    .expect(200);
+                (
+                    201,
+                    Some(paid["payment"]["outcome"].as_str().unwrap().to_string()),
+                )
+            }
+        })
+        .await;
         let mut made = 0;
-        for t in tasks {
-            match t.await.unwrap() {
+        for result in results {
+            match result {
                 (201, outcome) => {
                     made += 1;
                     assert_eq!(outcome.as_deref(), Some("applied"), "round {round}");
@@ -290,34 +291,30 @@ async fn twenty_lapsed_orders_paid_at_once_never_take_a_code_past_its_limit() {
         .expect(200);
         // Twenty payments of lapsed orders, and (odd rounds) checkouts of the same orders
         // racing them, all released together.
-        let barrier = Arc::new(Barrier::new(BUYERS * 2));
-        let mut tasks = Vec::new();
-        for o in &orders {
-            let (a, b, order) = (app.clone(), barrier.clone(), o.clone());
-            tasks.push(tokio::spawn(async move {
-                let (app, barrier, o) = (a, b, order);
-                barrier.wait().await;
-                let r = app.pay_order(&o, &format!("pay_{round}_{}", id(&o))).await;
-                let v = r.expect(200);
-                Some((
-                    v["payment"]["outcome"].as_str().unwrap().to_string(),
-                    v["payment"]["reason"].as_str().map(str::to_string),
-                ))
-            }));
-            let (a, b, order) = (app.clone(), barrier.clone(), o.clone());
-            tasks.push(tokio::spawn(async move {
-                let (app, barrier, o) = (a, b, order);
-                barrier.wait().await;
-                if round % 2 == 1 {
-                    let status = app.checkout(id(&o)).await.status.as_u16();
-                    assert!([200, 409].contains(&status), "checkout: {status}");
+        let results = race(BUYERS * 2, |i| {
+            // Even tasks pay order i / 2; odd ones check it out (in odd rounds).
+            let (app, o) = (app.clone(), orders[i / 2].clone());
+            async move {
+                if i % 2 == 0 {
+                    let r = app.pay_order(&o, &format!("pay_{round}_{}", id(&o))).await;
+                    let v = r.expect(200);
+                    Some((
+                        v["payment"]["outcome"].as_str().unwrap().to_string(),
+                        v["payment"]["reason"].as_str().map(str::to_string),
+                    ))
+                } else {
+                    if round % 2 == 1 {
+                        let status = app.checkout(id(&o)).await.status.as_u16();
+                        assert!([200, 409].contains(&status), "checkout: {status}");
+                    }
+                    None
                 }
-                None
-            }));
-        }
+            }
+        })
+        .await;
         let mut applied = 0;
-        for t in tasks {
-            match t.await.unwrap() {
+        for result in results {
+            match result {
                 Some((outcome, _)) if outcome == "applied" => applied += 1,
                 Some((outcome, reason)) => {
                     assert_eq!(

@@ -4,11 +4,13 @@
 
 use serde_json::{Value, json};
 
-use crate::catalog::promo_codes::{
-    default_plan, lapse, new_code, order, paid_plan, plan, promo_held_until, promo_refusal,
-    subscribers,
+use crate::{
+    catalog::promo_codes::{
+        default_plan, lapse, new_code, order, paid_plan, plan, promo_held_until, promo_refusal,
+        subscribers,
+    },
+    support::helpers::{TestApp, id, reference},
 };
-use crate::support::helpers::{TestApp, id, reference};
 
 // ---- discounts ----
 

@@ -5,9 +5,13 @@
 use axum::http::Method;
 use serde_json::{Value, json};
 
-use crate::support::bodies::{ListBody, SubscriberBody, body_of};
-use crate::support::helpers::id;
-use crate::{staff::auth::assert_problem, support::helpers::TestApp};
+use crate::{
+    staff::auth::assert_problem,
+    support::{
+        bodies::{ListBody, SubscriberBody, body_of},
+        helpers::{TestApp, id},
+    },
+};
 
 pub(crate) fn ids(page: &Value) -> Vec<i64> {
     page["items"]

@@ -4,8 +4,10 @@
 
 use serde_json::{Value, json};
 
-use crate::console::walk::{Shots, shot};
-use crate::support::{browser::Browser, helpers::TestApp};
+use crate::{
+    console::walk::{Shots, shot},
+    support::{browser::Browser, helpers::TestApp},
+};
 
 /// Selling plans: a plan made from its channel's page (a bad field answered next to the field,
 /// then fixed), a lifetime bundle, a promo code with its uses and its deactivation, an order

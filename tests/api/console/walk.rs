@@ -20,11 +20,13 @@ use futures::FutureExt;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
-use crate::console::offers::offers;
-use crate::support::{
-    browser::Browser,
-    fake_bot::{FakeBot, Reply, TOKEN},
-    helpers::{ADMIN_EMAIL, ADMIN_PASSWORD, TestApp, payment_event},
+use crate::{
+    console::offers::offers,
+    support::{
+        browser::Browser,
+        fake_bot::{FakeBot, Reply, TOKEN},
+        helpers::{ADMIN_EMAIL, ADMIN_PASSWORD, TestApp, payment_event},
+    },
 };
 
 /// Screens seen, in order: written out on failure, or on request for the docs.

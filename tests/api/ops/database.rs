@@ -11,8 +11,8 @@ use std::{
 use axum::{body::Body, http::Method};
 use serde_json::json;
 
-use crate::ops::cli::{Proxy, create_empty_database, ready};
 use crate::{
+    ops::cli::{Proxy, create_empty_database, ready},
     staff::auth::assert_problem,
     support::helpers::{self, ADMIN_EMAIL, ADMIN_PASSWORD, JWT_SECRET, TestApp, url_for},
 };

@@ -19,8 +19,10 @@ use http_body_util::BodyExt;
 use serde_json::json;
 use tower::ServiceExt;
 
-use crate::support::helpers::{JWT_SECRET, TestApp, url_for};
-use crate::support::rows::expire_hold;
+use crate::support::{
+    helpers::{JWT_SECRET, TestApp, url_for},
+    rows::expire_hold,
+};
 
 /// One parsed exposition: every sample, by metric name, with its labels.
 pub(crate) struct Metrics {

@@ -6,10 +6,12 @@
 use axum::{body::Body, http::Method};
 use serde_json::{Value, json};
 
-use crate::ops::metrics::{HTTP, Metrics, scrape};
-use crate::support::{
-    fake_bot::{FakeBot, Reply, TOKEN},
-    helpers::{ADMIN_EMAIL, TestApp, url_for},
+use crate::{
+    ops::metrics::{HTTP, Metrics, scrape},
+    support::{
+        fake_bot::{FakeBot, Reply, TOKEN},
+        helpers::{ADMIN_EMAIL, TestApp, url_for},
+    },
 };
 
 /// Asserts `name{labels}` grew by at least `by` from `before` to `after`.

@@ -27,13 +27,15 @@ use rand::{Rng, SeedableRng, rngs::StdRng, seq::SliceRandom};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::outbox::convergence_harness::{
-    Api, Buyers, Server, World, differences, end_fault, perform, start_fault, tail,
-};
-use crate::support::{
-    effects::{app_with, join_request_update, run},
-    fake_bot::{FakeBot, Reply, TOKEN},
-    helpers::{TestApp, test_env, url_for},
+use crate::{
+    outbox::convergence_harness::{
+        Api, Buyers, Server, World, differences, end_fault, perform, start_fault, tail,
+    },
+    support::{
+        effects::{app_with, join_request_update, run},
+        fake_bot::{FakeBot, Reply, TOKEN},
+        helpers::{TestApp, test_env, url_for},
+    },
 };
 
 /// The sequence `make test` runs; `CONVERGENCE_SEED` picks another.

@@ -15,13 +15,15 @@ use std::{
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::outbox::convergence::{CHATS, Fault, Op, TITLES};
-use crate::support::{
-    effects::join_request_update,
-    fake_bot::{FakeBot, Reply},
-    helpers::{
-        ADMIN_EMAIL, ADMIN_PASSWORD, TELEGRAM_SECRET, TestApp, WEBHOOK_SECRET, payment_event,
-        signed_headers,
+use crate::{
+    outbox::convergence::{CHATS, Fault, Op, TITLES},
+    support::{
+        effects::join_request_update,
+        fake_bot::{FakeBot, Reply},
+        helpers::{
+            ADMIN_EMAIL, ADMIN_PASSWORD, TELEGRAM_SECRET, TestApp, WEBHOOK_SECRET, payment_event,
+            signed_headers,
+        },
     },
 };
 

@@ -2,17 +2,17 @@
 //! effects run one at a time in creation order, and leases hold no transaction, row lock or
 //! connection across Bot API calls. Set-up helpers are in [`crate::support::effects`].
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::{Value, json};
 use subgate::worker::{Options, RunReport, Worker};
-use tokio::sync::Barrier;
 
 use crate::support::{
     effects::*,
     fake_bot::{FakeBot, Reply},
     helpers::TestApp,
+    race::race,
 };
 
 // ---- concurrency ----
@@ -42,22 +42,16 @@ async fn two_workers_never_perform_the_same_effect_at_the_same_time() {
                 .await,
             12
         );
-        let barrier = Arc::new(Barrier::new(2));
-        let lanes = (0..2).map(|_| {
-            let (state, barrier) = (app.state.clone(), barrier.clone());
-            tokio::spawn(async move {
-                barrier.wait().await;
+        let reports: Vec<RunReport> = race(2, |_| {
+            let state = app.state.clone();
+            async move {
                 Worker::new(state, Options::default())
                     .run(false, &|| false)
                     .await
                     .unwrap()
-            })
-        });
-        let reports: Vec<RunReport> = futures::future::join_all(lanes)
-            .await
-            .into_iter()
-            .map(Result::unwrap)
-            .collect();
+            }
+        })
+        .await;
         // Twelve revokes, and once each user is out their access-ended notice (one message to
         // each: a notice the per-chat pace holds back is sent by a later run).
         assert!(
@@ -139,22 +133,19 @@ async fn the_effects_of_one_member_run_one_at_a_time_in_creation_order() {
                 .await
                 .unwrap();
         }
-        let barrier = Arc::new(Barrier::new(2));
-        let workers = (0..2).map(|_| {
-            let (state, barrier) = (app.state.clone(), barrier.clone());
-            tokio::spawn(async move {
-                barrier.wait().await;
+        let done: u64 = race(2, |_| {
+            let state = app.state.clone();
+            async move {
                 Worker::new(state, Options::default())
                     .run(false, &|| false)
                     .await
                     .unwrap()
-            })
-        });
-        let done: u64 = futures::future::join_all(workers)
-            .await
-            .into_iter()
-            .map(|r| r.unwrap().done)
-            .sum();
+            }
+        })
+        .await
+        .into_iter()
+        .map(|r| r.done)
+        .sum();
         assert_eq!(done, 9, "round {round}");
         assert_eq!(
             fake.member_overlaps(),

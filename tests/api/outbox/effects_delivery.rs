@@ -7,9 +7,8 @@ use std::sync::Arc;
 use chrono::Utc;
 use serde_json::{Value, json};
 use subgate::memberships;
-use tokio::sync::Barrier;
 
-use crate::support::{effects::*, fake_bot::FakeBot, helpers::TestApp};
+use crate::support::{effects::*, fake_bot::FakeBot, helpers::TestApp, race::race};
 
 // ---- grant and receipt ----
 
@@ -206,21 +205,20 @@ async fn a_renewal_racing_the_sweep_never_kicks() {
             .get(0);
         patch_membership(&app, m, json!({"expires_at": past})).await;
         let renewal = app.create_order(s, c).await;
-        let barrier = Arc::new(Barrier::new(2));
-        let (a, b) = (app.clone(), app.clone());
-        let (ba, bb) = (barrier.clone(), barrier.clone());
-        let pay = tokio::spawn(async move {
-            ba.wait().await;
-            a.pay_order(&renewal, &format!("race-{round}-b"))
-                .await
-                .expect(200);
-        });
-        let swept = tokio::spawn(async move {
-            bb.wait().await;
-            b.post("/api/sweep", Value::Null).await.expect(200);
-        });
-        pay.await.unwrap();
-        swept.await.unwrap();
+        // The renewal's payment and a sweep, released together.
+        race(2, |i| {
+            let (app, renewal) = (app.clone(), renewal.clone());
+            async move {
+                if i == 0 {
+                    app.pay_order(&renewal, &format!("race-{round}-b"))
+                        .await
+                        .expect(200);
+                } else {
+                    app.post("/api/sweep", Value::Null).await.expect(200);
+                }
+            }
+        })
+        .await;
         assert_eq!(membership_status(&app, m).await, "active", "round {round}");
         run(&app).await;
     }

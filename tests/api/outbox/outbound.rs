@@ -16,7 +16,10 @@ use axum::{
 use serde_json::{Value, json};
 use subgate::outbound;
 
-use crate::support::helpers::{TestApp, id};
+use crate::support::{
+    helpers::{TestApp, id},
+    race::race,
+};
 
 /// One request the receiver got.
 #[derive(Clone, Debug)]
@@ -665,19 +668,14 @@ async fn concurrent_deliverers_send_each_delivery_once() {
     .await;
     for round in 0..5 {
         paid_order(&app, 9400 + round, -100_940_000 - round).await;
-        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(3));
-        let tasks: Vec<_> = (0..3)
-            .map(|_| {
-                let (app, barrier) = (app.clone(), barrier.clone());
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    deliver(&app).await
-                })
-            })
-            .collect();
         let mut sent = 0;
-        for t in tasks {
-            sent += t.await.unwrap();
+        for n in race(3, |_| {
+            let app = app.clone();
+            async move { deliver(&app).await }
+        })
+        .await
+        {
+            sent += n;
         }
         assert_eq!(sent, 2, "round {round}: two deliveries, each claimed once");
     }

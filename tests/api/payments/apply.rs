@@ -8,12 +8,13 @@ use std::sync::Arc;
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
 use subgate::payments::core::{NormalizedPayment, apply_payment};
-use tokio::sync::Barrier;
 
-use crate::support::bodies::{AppliedBody, EventBody, ListBody, OrderBody, PaymentBody, body_of};
-use crate::support::helpers::{TestApp, WEBHOOK_SECRET, payment_event, signed_headers};
-use crate::support::helpers::{db_now, id, reference};
-use crate::support::rows::expire_hold;
+use crate::support::{
+    bodies::{AppliedBody, EventBody, ListBody, OrderBody, PaymentBody, body_of},
+    helpers::{TestApp, WEBHOOK_SECRET, db_now, id, payment_event, reference, signed_headers},
+    race::race,
+    rows::expire_hold,
+};
 
 /// Every membership row and the number of membership events, to show nothing changed.
 async fn membership_state(app: &TestApp) -> (Vec<(i64, String, DateTime<Utc>)>, i64) {
@@ -55,21 +56,14 @@ async fn ten_concurrent_deliveries_of_one_payment_apply_it_once() {
             Utc::now().timestamp(),
             &body,
         );
-        let barrier = Arc::new(Barrier::new(10));
-        let tasks: Vec<_> = (0..10)
-            .map(|_| {
-                let (app, barrier, body, headers) =
-                    (app.clone(), barrier.clone(), body.clone(), headers.clone());
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    app.post_webhook_raw(&body, &headers).await
-                })
-            })
-            .collect();
+        let answers = race(10, |_| {
+            let (app, body, headers) = (app.clone(), body.clone(), headers.clone());
+            async move { app.post_webhook_raw(&body, &headers).await }
+        })
+        .await;
         let mut fresh = 0;
         let mut payment_ids = Vec::new();
-        for t in tasks {
-            let r = t.await.unwrap();
+        for r in answers {
             let v = r.expect(200);
             if v["duplicate"] == false {
                 fresh += 1;

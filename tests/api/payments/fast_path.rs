@@ -18,9 +18,11 @@ use serde_json::{Value, json};
 use subgate::payments::core::{
     Applied, NormalizedPayment, apply_payment, apply_payment_changing_rows_between,
 };
-use tokio::sync::Barrier;
 
-use crate::support::helpers::{TestApp, db_now, id, reference};
+use crate::support::{
+    helpers::{TestApp, db_now, id, reference},
+    race::race,
+};
 
 fn delivery(reference: &str, external_id: &str) -> NormalizedPayment {
     NormalizedPayment {
@@ -534,20 +536,15 @@ async fn payments_racing_for_one_order_or_one_membership_are_applied_once_each()
         // Six payments of one order: one pays it, five find it paid.
         let order = app.create_order(buyer, chan).await;
         let before = membership(&app, buyer, chan).await;
-        let barrier = Arc::new(Barrier::new(RACERS));
-        let tasks: Vec<_> = (0..RACERS)
-            .map(|k| {
-                let (app, barrier) = (app.clone(), barrier.clone());
-                let p = delivery(&reference(&order), &format!("pay_{round}_{k}"));
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    apply_payment(&app.state.db, p).await.unwrap()
-                })
-            })
-            .collect();
         let mut reasons = Vec::new();
-        for t in tasks {
-            reasons.push(reason(&t.await.unwrap()));
+        for a in race(RACERS, |k| {
+            let app = app.clone();
+            let p = delivery(&reference(&order), &format!("pay_{round}_{k}"));
+            async move { apply_payment(&app.state.db, p).await.unwrap() }
+        })
+        .await
+        {
+            reasons.push(reason(&a));
         }
         reasons.sort();
         let mut expected = vec![Some("already_paid"); RACERS - 1];
@@ -571,21 +568,13 @@ async fn payments_racing_for_one_order_or_one_membership_are_applied_once_each()
             v
         };
         let (was, n) = membership(&app, buyer, chan).await.unwrap();
-        let barrier = Arc::new(Barrier::new(RACERS));
-        let tasks: Vec<_> = orders
-            .iter()
-            .enumerate()
-            .map(|(k, order)| {
-                let (app, barrier) = (app.clone(), barrier.clone());
-                let p = delivery(&reference(order), &format!("pay_{round}_many_{k}"));
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    apply_payment(&app.state.db, p).await.unwrap()
-                })
-            })
-            .collect();
-        for t in tasks {
-            let a = t.await.unwrap();
+        for a in race(RACERS, |k| {
+            let app = app.clone();
+            let p = delivery(&reference(&orders[k]), &format!("pay_{round}_many_{k}"));
+            async move { apply_payment(&app.state.db, p).await.unwrap() }
+        })
+        .await
+        {
             assert_eq!(a.payment.outcome, "applied", "round {round}");
         }
         let (expires, events) = membership(&app, buyer, chan).await.unwrap();

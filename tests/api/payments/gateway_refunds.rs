@@ -10,15 +10,19 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
-use tokio::sync::Barrier;
 
-use crate::catalog::bundles::{insert_plan, order_plan};
-use crate::support::bodies::{EventBody, ListBody, PaymentBody, body_of};
-use crate::support::effects::{app_with, effects_of, run, settle};
-use crate::support::fake_bot::FakeBot;
-use crate::support::helpers::{
-    TestApp, WAYFORPAY_KEY, assert_wayforpay_accept, db_now, id, reference, wayforpay_callback,
-    wayforpay_callback_signed,
+use crate::{
+    catalog::bundles::{insert_plan, order_plan},
+    support::{
+        bodies::{EventBody, ListBody, PaymentBody, body_of},
+        effects::{app_with, effects_of, run, settle},
+        fake_bot::FakeBot,
+        helpers::{
+            TestApp, WAYFORPAY_KEY, assert_wayforpay_accept, db_now, id, reference,
+            wayforpay_callback, wayforpay_callback_signed,
+        },
+        race::race,
+    },
 };
 
 /// Pays `order` (199 UAH unless `amount` says otherwise) with a signed `Approved` callback.
@@ -309,20 +313,15 @@ async fn repeated_and_concurrent_refund_callbacks_take_back_once() {
         let o = app.create_order(s, c).await;
         pay(&app, &o, "199").await;
         let r = reference(&o);
-        let barrier = Arc::new(Barrier::new(8));
-        let tasks: Vec<_> = (0..8)
-            .map(|i| {
-                let (app, barrier) = (app.clone(), barrier.clone());
-                let status = if i % 2 == 0 { "Refunded" } else { "Voided" };
-                let body = wayforpay_callback(&r, "199", "UAH", status);
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    app.post_wayforpay(&body).await
-                })
-            })
-            .collect();
-        for t in tasks {
-            assert_wayforpay_accept(&t.await.unwrap().expect(200), &r);
+        for answer in race(8, |i| {
+            let app = app.clone();
+            let status = if i % 2 == 0 { "Refunded" } else { "Voided" };
+            let body = wayforpay_callback(&r, "199", "UAH", status);
+            async move { app.post_wayforpay(&body).await }
+        })
+        .await
+        {
+            assert_wayforpay_accept(&answer.expect(200), &r);
         }
         // And once more after they all committed.
         report(&app, &r, "199", "Refunded").await;

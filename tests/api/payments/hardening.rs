@@ -13,9 +13,10 @@ use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
 
-use crate::support::bodies::{AppliedBody, OrderBody, body_of};
-use crate::support::helpers::{TestApp, TestResponse, payment_event};
-use crate::support::helpers::{db_now, id, reference};
+use crate::support::{
+    bodies::{AppliedBody, OrderBody, body_of},
+    helpers::{TestApp, TestResponse, db_now, id, payment_event, reference},
+};
 
 fn time(v: &str) -> DateTime<Utc> {
     v.parse().unwrap_or_else(|e| panic!("not a time: {v}: {e}"))

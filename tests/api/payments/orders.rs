@@ -3,10 +3,11 @@
 use axum::{body::Body, http::Method};
 use serde_json::{Value, json};
 
-use crate::support::bodies::{OrderBody, body_of};
-use crate::support::helpers::TestApp;
-use crate::support::helpers::id;
-use crate::support::rows::expire_hold;
+use crate::support::{
+    bodies::{OrderBody, body_of},
+    helpers::{TestApp, id},
+    rows::expire_hold,
+};
 
 #[tokio::test]
 async fn create_copies_the_price_and_makes_an_unguessable_reference() {

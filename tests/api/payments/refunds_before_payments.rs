@@ -8,12 +8,13 @@
 use std::{sync::Arc, time::Duration};
 
 use serde_json::{Value, json};
-use tokio::sync::Barrier;
 
-use crate::payments::stripe::{post_event, session_completed, stripe_app};
-use crate::support::bodies::{ListBody, PaymentBody, body_of};
-use crate::support::helpers::{
-    TestApp, assert_wayforpay_accept, id, reference, wayforpay_callback,
+use crate::{
+    payments::stripe::{post_event, session_completed, stripe_app},
+    support::{
+        bodies::{ListBody, PaymentBody, body_of},
+        helpers::{TestApp, assert_wayforpay_accept, id, reference, wayforpay_callback},
+    },
 };
 
 /// What a refunded purchase leaves behind.
@@ -223,11 +224,11 @@ async fn a_stripe_refund_before_its_session_is_recorded_and_the_session_grants_n
 async fn race(app: &Arc<TestApp>, order: &Value, stripe: bool, refund_first: bool) {
     let r = reference(order);
     let intent = format!("pi_{r}");
-    let barrier = Arc::new(Barrier::new(2));
-    let send = |refund: bool| {
-        let (app, barrier, r, intent) = (app.clone(), barrier.clone(), r.clone(), intent.clone());
-        tokio::spawn(async move {
-            barrier.wait().await;
+    // Task 0 sends the refund when `refund_first`, the payment otherwise; task 1 the other.
+    crate::support::race::race(2, |i| {
+        let refund = (i == 0) == refund_first;
+        let (app, r, intent) = (app.clone(), r.clone(), intent.clone());
+        async move {
             if stripe {
                 let event = if refund {
                     charge_refunded(&intent, Some(&r))
@@ -243,16 +244,9 @@ async fn race(app: &Arc<TestApp>, order: &Value, stripe: bool, refund_first: boo
                     .expect(200);
                 assert_wayforpay_accept(&ack, &r);
             }
-        })
-    };
-    let tasks = if refund_first {
-        [send(true), send(false)]
-    } else {
-        [send(false), send(true)]
-    };
-    for t in tasks {
-        t.await.unwrap();
-    }
+        }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

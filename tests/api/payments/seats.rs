@@ -6,13 +6,16 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
-use tokio::sync::Barrier;
 
-use crate::payments::apply::order_row;
-use crate::support::bodies::{AppliedBody, OrderBody, body_of};
-use crate::support::helpers::TestApp;
-use crate::support::helpers::id;
-use crate::support::rows::expire_hold;
+use crate::{
+    payments::apply::order_row,
+    support::{
+        bodies::{AppliedBody, OrderBody, body_of},
+        helpers::{TestApp, id},
+        race::race,
+        rows::expire_hold,
+    },
+};
 
 #[tokio::test]
 async fn payment_after_an_expired_hold_is_refused_and_the_newer_buyers_seat_is_intact() {
@@ -111,20 +114,13 @@ async fn two_orders_racing_checkout_for_the_last_seat_get_one_hold() {
             let s = id(&app.create_subscriber(50_000 + round * 10 + k).await);
             orders.push(id(&app.create_order(s, chan).await));
         }
-        let barrier = Arc::new(Barrier::new(2));
-        let tasks: Vec<_> = orders
-            .iter()
-            .map(|&o| {
-                let (app, barrier) = (app.clone(), barrier.clone());
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    app.checkout(o).await
-                })
-            })
-            .collect();
+        let answers = race(2, |i| {
+            let (app, o) = (app.clone(), orders[i]);
+            async move { app.checkout(o).await }
+        })
+        .await;
         let mut statuses = Vec::new();
-        for t in tasks {
-            let r = t.await.unwrap();
+        for r in answers {
             if r.status.as_u16() == 409 {
                 assert!(r.json()["detail"].as_str().unwrap().contains("full"));
             }

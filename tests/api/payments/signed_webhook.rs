@@ -5,9 +5,10 @@
 use chrono::Utc;
 use serde_json::{Value, json};
 
-use crate::payments::apply::order_row;
-use crate::support::helpers::{TestApp, WEBHOOK_SECRET, payment_event, signed_headers};
-use crate::support::helpers::{id, reference};
+use crate::{
+    payments::apply::order_row,
+    support::helpers::{TestApp, WEBHOOK_SECRET, id, payment_event, reference, signed_headers},
+};
 
 /// Header name/value pairs as the helpers build them.
 type Headers = Vec<(&'static str, String)>;

@@ -6,12 +6,18 @@ use chrono::{DateTime, Duration, Utc};
 use serde_json::json;
 use subgate::telegram::recovery;
 
-use crate::payments::stars_subscriptions::{
-    app_with, buyer_with_order, charge_update, membership, payment, recurring_channel, secs,
-    subscription,
+use crate::{
+    bot::conversation::send,
+    payments::stars_subscriptions::{
+        app_with, buyer_with_order, charge_update, membership, recurring_channel, secs,
+        subscription,
+    },
+    support::{
+        fake_bot::FakeBot,
+        race::race,
+        rows::{PaymentRow, count, payment},
+    },
 };
-use crate::support::rows::count;
-use crate::{bot::conversation::send, support::fake_bot::FakeBot};
 
 // ---- a renewal before its first charge ----
 
@@ -31,17 +37,31 @@ async fn a_renewal_before_its_first_charge_is_applied_once_when_the_subscription
     send(&app, &renewal).await;
     assert_eq!(
         payment(&app, "bf-2").await,
-        (
-            "needs_review".into(),
-            Some("unknown_subscription".into()),
-            true
-        )
+        PaymentRow {
+            outcome: "needs_review".into(),
+            reason: Some("unknown_subscription".into()),
+            renewal: true
+        }
     );
     // Then the first charge: it starts the subscription, and the renewal is applied too.
     let first = charge_update("bf-1", 8_106, &reference, true, first_at);
     send(&app, &first).await;
-    assert_eq!(payment(&app, "bf-1").await, ("applied".into(), None, false));
-    assert_eq!(payment(&app, "bf-2").await, ("applied".into(), None, true));
+    assert_eq!(
+        payment(&app, "bf-1").await,
+        PaymentRow {
+            outcome: "applied".into(),
+            reason: None,
+            renewal: false
+        }
+    );
+    assert_eq!(
+        payment(&app, "bf-2").await,
+        PaymentRow {
+            outcome: "applied".into(),
+            reason: None,
+            renewal: true
+        }
+    );
     let expiry = renewal_at + Duration::days(1);
     assert_eq!(membership(&app, s, c).await, ("active".into(), expiry));
     let sub_expiry: DateTime<Utc> = app
@@ -98,7 +118,7 @@ async fn a_first_charge_found_by_the_reconcile_rejudges_its_earlier_renewal() {
     )
     .await;
     assert_eq!(
-        payment(&app, "rr-2").await.1.as_deref(),
+        payment(&app, "rr-2").await.reason.as_deref(),
         Some("unknown_subscription")
     );
     // The reconcile finds the first charge, made a month ago.
@@ -113,8 +133,22 @@ async fn a_first_charge_found_by_the_reconcile_rejudges_its_earlier_renewal() {
         .await
         .unwrap();
     assert_eq!(report.payments_recovered, 1, "{report:?}");
-    assert_eq!(payment(&app, "rr-1").await, ("applied".into(), None, false));
-    assert_eq!(payment(&app, "rr-2").await, ("applied".into(), None, true));
+    assert_eq!(
+        payment(&app, "rr-1").await,
+        PaymentRow {
+            outcome: "applied".into(),
+            reason: None,
+            renewal: false
+        }
+    );
+    assert_eq!(
+        payment(&app, "rr-2").await,
+        PaymentRow {
+            outcome: "applied".into(),
+            reason: None,
+            renewal: true
+        }
+    );
     assert_eq!(
         subscription(&app, "rr-1").await.map(|s| (s.0, s.3)),
         Some(("active".into(), true))
@@ -152,8 +186,22 @@ async fn the_reconcile_classifies_a_first_charge_and_its_renewal_as_door_3_would
     assert_eq!(report.payments_recovered, 2, "{report:?}");
     // The first charge starts the subscription (its id is what Telegram knows it by), the
     // other one renews it.
-    assert_eq!(payment(&app, "cl-1").await, ("applied".into(), None, false));
-    assert_eq!(payment(&app, "cl-2").await, ("applied".into(), None, true));
+    assert_eq!(
+        payment(&app, "cl-1").await,
+        PaymentRow {
+            outcome: "applied".into(),
+            reason: None,
+            renewal: false
+        }
+    );
+    assert_eq!(
+        payment(&app, "cl-2").await,
+        PaymentRow {
+            outcome: "applied".into(),
+            reason: None,
+            renewal: true
+        }
+    );
     assert_eq!(
         subscription(&app, "cl-1").await,
         Some(("active".into(), None, None, true, order))
@@ -180,7 +228,11 @@ async fn the_reconcile_classifies_a_first_charge_and_its_renewal_as_door_3_would
         .unwrap();
     assert_eq!(
         payment(&app, "cl-4").await,
-        ("refund_pending".into(), Some("already_paid".into()), false)
+        PaymentRow {
+            outcome: "refund_pending".into(),
+            reason: Some("already_paid".into()),
+            renewal: false
+        }
     );
     assert_eq!(
         subscription(&app, "cl-4").await,
@@ -213,28 +265,40 @@ async fn a_late_first_charge_racing_its_repeats_and_the_reconcile_applies_the_ea
         fake.add_incoming_payment(&r, user, &reference, 250);
 
         // The first charge twice, the renewal again and the reconcile, released together.
-        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(4));
-        let mut tasks = Vec::new();
-        for update in [first.clone(), first, renewal] {
-            let (app, barrier) = (app.clone(), barrier.clone());
-            tasks.push(tokio::spawn(async move {
-                barrier.wait().await;
-                app.post_telegram_update(update).await.expect(200);
-            }));
-        }
-        let (app2, barrier2) = (app.clone(), barrier.clone());
-        tasks.push(tokio::spawn(async move {
-            barrier2.wait().await;
-            recovery::reconcile(&app2.state.db, &app2.state.config)
-                .await
-                .unwrap();
-        }));
-        for t in tasks {
-            t.await.unwrap();
-        }
+        let updates = [first.clone(), first, renewal];
+        race(4, |i| {
+            let (app, update) = (app.clone(), updates.get(i).cloned());
+            async move {
+                match update {
+                    Some(update) => {
+                        app.post_telegram_update(update).await.expect(200);
+                    }
+                    None => {
+                        recovery::reconcile(&app.state.db, &app.state.config)
+                            .await
+                            .unwrap();
+                    }
+                }
+            }
+        })
+        .await;
 
-        assert_eq!(payment(&app, &f).await, ("applied".into(), None, false));
-        assert_eq!(payment(&app, &r).await, ("applied".into(), None, true));
+        assert_eq!(
+            payment(&app, &f).await,
+            PaymentRow {
+                outcome: "applied".into(),
+                reason: None,
+                renewal: false
+            }
+        );
+        assert_eq!(
+            payment(&app, &r).await,
+            PaymentRow {
+                outcome: "applied".into(),
+                reason: None,
+                renewal: true
+            }
+        );
         let rows = app
             .db()
             .await
@@ -283,32 +347,27 @@ async fn a_refused_first_charge_delivered_three_times_at_once_and_reconciled_sto
             Utc::now() + Duration::days(30),
         );
         fake.add_incoming_payment(&charge, user, &reference, 250);
-        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(4));
-        let mut tasks = Vec::new();
-        for _ in 0..3 {
-            let (app, barrier, update) = (app.clone(), barrier.clone(), update.clone());
-            tasks.push(tokio::spawn(async move {
-                barrier.wait().await;
-                app.post_telegram_update(update).await.expect(200);
-            }));
-        }
-        let (app2, barrier2) = (app.clone(), barrier.clone());
-        tasks.push(tokio::spawn(async move {
-            barrier2.wait().await;
-            recovery::reconcile(&app2.state.db, &app2.state.config)
-                .await
-                .unwrap();
-        }));
-        for t in tasks {
-            t.await.unwrap();
-        }
+        // The update three times (tasks 0 to 2) and the reconcile (task 3).
+        race(4, |i| {
+            let (app, update) = (app.clone(), update.clone());
+            async move {
+                if i < 3 {
+                    app.post_telegram_update(update).await.expect(200);
+                } else {
+                    recovery::reconcile(&app.state.db, &app.state.config)
+                        .await
+                        .unwrap();
+                }
+            }
+        })
+        .await;
         assert_eq!(
             payment(&app, &charge).await,
-            (
-                "needs_review".into(),
-                Some("channel_inactive".into()),
-                false
-            ),
+            PaymentRow {
+                outcome: "needs_review".into(),
+                reason: Some("channel_inactive".into()),
+                renewal: false
+            },
             "round {round}"
         );
         let counts: (i64, i64, i64) = {

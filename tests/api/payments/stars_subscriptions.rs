@@ -9,12 +9,12 @@ use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
 use subgate::worker;
 
-use crate::support::rows::count;
 use crate::{
     bot::conversation::{next_id, payment_update, pre_checkout_update, send},
     support::{
         fake_bot::{FakeBot, TOKEN},
         helpers::TestApp,
+        rows::{PaymentRow, count, payment},
     },
 };
 
@@ -79,20 +79,6 @@ pub(crate) async fn buyer_with_order(app: &TestApp, user: i64, channel: i64) -> 
         o["id"].as_i64().unwrap(),
         o["reference"].as_str().unwrap().to_string(),
     )
-}
-
-/// `(outcome, reason, renewal)` of the payment with this charge id.
-pub(crate) async fn payment(app: &TestApp, charge_id: &str) -> (String, Option<String>, bool) {
-    let r = app
-        .db()
-        .await
-        .query_one(
-            "SELECT outcome, reason, renewal FROM payments WHERE external_id = $1",
-            &[&charge_id],
-        )
-        .await
-        .unwrap();
-    (r.get(0), r.get(1), r.get(2))
 }
 
 pub(crate) async fn membership(
@@ -235,7 +221,11 @@ async fn a_refused_first_charge_records_a_cancelled_subscription_and_stops_teleg
 
     assert_eq!(
         payment(&app, "ns-1").await,
-        ("refund_pending".into(), Some("no_seat".into()), false)
+        PaymentRow {
+            outcome: "refund_pending".into(),
+            reason: Some("no_seat".into()),
+            renewal: false
+        }
     );
     // The subscription is recorded, cancelled by subgate, and is not the order's.
     assert_eq!(
@@ -296,10 +286,14 @@ async fn a_second_subscription_of_a_paid_order_is_refunded_and_cancelled_the_fir
         &charge_update("tw-2", 8_102, &reference, true, renews_at),
     )
     .await;
-    assert_eq!(payment(&app, "tw-1").await.0, "applied");
+    assert_eq!(payment(&app, "tw-1").await.outcome, "applied");
     assert_eq!(
         payment(&app, "tw-2").await,
-        ("refund_pending".into(), Some("already_paid".into()), false)
+        PaymentRow {
+            outcome: "refund_pending".into(),
+            reason: Some("already_paid".into()),
+            renewal: false
+        }
     );
     assert_eq!(
         subscription(&app, "tw-1").await,
@@ -338,7 +332,7 @@ async fn a_refused_renewal_cancels_the_subscription_in_its_transaction() {
         &charge_update("ci-1", 8_103, &reference, true, now + Duration::days(30)),
     )
     .await;
-    assert_eq!(payment(&app, "ci-1").await.0, "applied");
+    assert_eq!(payment(&app, "ci-1").await.outcome, "applied");
     let before = membership(&app, s, c).await;
     run(&app).await;
     fake.clear_calls();
@@ -354,7 +348,11 @@ async fn a_refused_renewal_cancels_the_subscription_in_its_transaction() {
     .await;
     assert_eq!(
         payment(&app, "ci-2").await,
-        ("needs_review".into(), Some("channel_inactive".into()), true)
+        PaymentRow {
+            outcome: "needs_review".into(),
+            reason: Some("channel_inactive".into()),
+            renewal: true
+        }
     );
     assert_eq!(
         subscription(&app, "ci-1").await,
@@ -388,7 +386,7 @@ async fn a_refused_renewal_cancels_the_subscription_in_its_transaction() {
     )
     .await;
     assert_eq!(
-        payment(&app, "ci-3").await.1.as_deref(),
+        payment(&app, "ci-3").await.reason.as_deref(),
         Some("subscription_cancelled")
     );
     let cancels: i64 = app
@@ -448,7 +446,14 @@ async fn a_renewal_applied_after_the_old_expiry_on_a_full_channel_keeps_its_seat
     // The renewal arrives late: applied, not no_seat; a receipt, no revoke or second grant.
     let next = secs(Utc::now() + Duration::days(30));
     send(&app, &charge_update("al-2", 8_104, &reference, false, next)).await;
-    assert_eq!(payment(&app, "al-2").await, ("applied".into(), None, true));
+    assert_eq!(
+        payment(&app, "al-2").await,
+        PaymentRow {
+            outcome: "applied".into(),
+            reason: None,
+            renewal: true
+        }
+    );
     assert_eq!(
         membership(&app, s, c).await,
         ("active".into(), next + Duration::days(1))

@@ -11,6 +11,7 @@ use crate::{
         fake_bot::FakeBot,
         fake_stripe::{FakeStripe, checkout_session, dispute, event},
         helpers::{TestApp, db_now, id, reference},
+        race::race,
     },
 };
 
@@ -442,20 +443,14 @@ async fn concurrent_redeliveries_of_a_dispute_act_once() {
                 "in_review",
             ),
         ] {
-            let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(6));
-            let tasks: Vec<_> = (0..6)
-                .map(|_| {
-                    let (app, e, barrier) = (app.clone(), e.clone(), barrier.clone());
-                    tokio::spawn(async move {
-                        barrier.wait().await;
-                        post_event(&app, &e).await.expect(200)
-                    })
-                })
-                .collect();
-            let mut answers = Vec::new();
-            for t in tasks {
-                answers.push(t.await.unwrap()["dispute"].as_str().unwrap().to_string());
-            }
+            let answers: Vec<String> = race(6, |_| {
+                let (app, e) = (app.clone(), e.clone());
+                async move { post_event(&app, &e).await.expect(200) }
+            })
+            .await
+            .iter()
+            .map(|a| a["dispute"].as_str().unwrap().to_string())
+            .collect();
             assert_eq!(
                 answers.iter().filter(|a| a.as_str() == first).count(),
                 1,

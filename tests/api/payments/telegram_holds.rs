@@ -5,14 +5,18 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use tokio::sync::Barrier;
 
-use crate::payments::telegram_door::{
-    PRICE, answer_of, decision, hold_until, membership, order, order_status, pay, payment,
-    payment_update, pre_checkout, pre_checkout_update, stars_channel, subscriber,
+use crate::{
+    payments::telegram_door::{
+        PRICE, answer_of, decision, hold_until, membership, order, order_status, pay, payment,
+        payment_update, pre_checkout, pre_checkout_update, stars_channel, subscriber,
+    },
+    support::{
+        helpers::TestApp,
+        race::race,
+        rows::{count, expire_hold},
+    },
 };
-use crate::support::helpers::TestApp;
-use crate::support::rows::{count, expire_hold};
 
 const ROUNDS: usize = 20;
 
@@ -34,24 +38,16 @@ async fn two_orders_racing_for_the_last_seat_one_holds_it() {
             let s = subscriber(&app, b).await;
             orders.push((b, order(&app, s, channel).await));
         }
-        let barrier = Arc::new(Barrier::new(orders.len()));
-        let tasks: Vec<_> = orders
-            .iter()
-            .map(|(buyer, (_, reference))| {
-                let (app, barrier) = (app.clone(), barrier.clone());
-                let (buyer, reference) = (*buyer, reference.clone());
-                let query_id = format!("race-{round}-{buyer}");
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    let body = pre_checkout(&app, &query_id, buyer, &reference).await;
-                    (query_id, body)
-                })
-            })
-            .collect();
-        let mut answers = Vec::new();
-        for t in tasks {
-            answers.push(t.await.unwrap());
-        }
+        let answers = race(orders.len(), |i| {
+            let (buyer, (_, reference)) = &orders[i];
+            let (app, buyer, reference) = (app.clone(), *buyer, reference.clone());
+            let query_id = format!("race-{round}-{buyer}");
+            async move {
+                let body = pre_checkout(&app, &query_id, buyer, &reference).await;
+                (query_id, body)
+            }
+        })
+        .await;
         let approved: Vec<_> = answers.iter().filter(|(_, b)| b["ok"] == true).collect();
         let refused: Vec<_> = answers.iter().filter(|(_, b)| b["ok"] == false).collect();
         assert_eq!(
@@ -107,18 +103,13 @@ async fn the_same_update_delivered_twice_neither_holds_again_nor_extends_the_hol
         let (order_id, reference) = order(&app, s, channel).await;
         let query_id = format!("dup-round-{round}");
         let update = pre_checkout_update(&query_id, buyer, &reference, "XTR", PRICE);
-        let barrier = Arc::new(Barrier::new(5));
-        let tasks: Vec<_> = (0..5)
-            .map(|_| {
-                let (app, barrier, update) = (app.clone(), barrier.clone(), update.clone());
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    app.post_telegram_update(update).await
-                })
-            })
-            .collect();
-        for t in tasks {
-            let body = answer_of(&t.await.unwrap(), &query_id);
+        for answer in race(5, |_| {
+            let (app, update) = (app.clone(), update.clone());
+            async move { app.post_telegram_update(update).await }
+        })
+        .await
+        {
+            let body = answer_of(&answer, &query_id);
             assert_eq!(body["ok"], true, "round {round}: {body}");
         }
         let held = hold_until(&app, order_id).await.expect("held");
@@ -182,18 +173,13 @@ async fn a_successful_payment_delivered_twice_is_one_payment_and_one_extension()
         assert_eq!(pre_checkout(&app, &q, buyer, &reference).await["ok"], true);
         let charge = format!("charge-conc-{round}");
         let update = payment_update(&charge, buyer, &reference, "XTR", PRICE);
-        let barrier = Arc::new(Barrier::new(5));
-        let tasks: Vec<_> = (0..5)
-            .map(|_| {
-                let (app, barrier, update) = (app.clone(), barrier.clone(), update.clone());
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    app.post_telegram_update(update).await
-                })
-            })
-            .collect();
-        for t in tasks {
-            assert_eq!(t.await.unwrap().expect(200), json!({}));
+        for answer in race(5, |_| {
+            let (app, update) = (app.clone(), update.clone());
+            async move { app.post_telegram_update(update).await }
+        })
+        .await
+        {
+            assert_eq!(answer.expect(200), json!({}));
         }
         let payments = count(&app, "payments WHERE external_id = $1", &[&charge]).await;
         assert_eq!(payments, 1, "round {round}");

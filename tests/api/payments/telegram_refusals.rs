@@ -3,11 +3,13 @@
 
 use serde_json::json;
 
-use crate::payments::telegram_door::{
-    PRICE, answer_of, decision, hold_until, membership, order, order_status, pay, payment,
-    payment_update, pre_checkout, pre_checkout_update, stars_channel, subscriber,
+use crate::{
+    payments::telegram_door::{
+        PRICE, answer_of, decision, hold_until, membership, order, order_status, pay, payment,
+        payment_update, pre_checkout, pre_checkout_update, stars_channel, subscriber,
+    },
+    support::helpers::TestApp,
 };
-use crate::support::helpers::TestApp;
 
 // ---- refusals at pre-checkout, and the payment that arrives anyway ----
 

@@ -4,10 +4,9 @@
 use axum::{body::Body, http::Method};
 use serde_json::{Value, json};
 
-use crate::support::helpers::id;
 use crate::{
     staff::auth::{assert_bearer_401, assert_problem},
-    support::helpers::{TestApp, payment_event},
+    support::helpers::{TestApp, id, payment_event},
 };
 
 /// The overview's row of channel `channel_id`.

@@ -6,14 +6,14 @@ use std::sync::Arc;
 
 use axum::http::Method;
 use serde_json::{Value, json};
-use tokio::sync::Barrier;
 
-use crate::support::rows::count;
 use crate::{
     ops::cli::{run, subgate, text},
     staff::auth::{assert_bearer_401, assert_problem},
-    support::helpers::{
-        ADMIN_EMAIL, ADMIN_PASSWORD, JWT_SECRET, TestApp, TestResponse, id, url_for,
+    support::{
+        helpers::{ADMIN_EMAIL, ADMIN_PASSWORD, JWT_SECRET, TestApp, TestResponse, id, url_for},
+        race::race,
+        rows::count,
     },
 };
 
@@ -321,25 +321,20 @@ async fn owners_removing_each_other_at_once_always_leave_an_owner() {
                 .get(0);
             owners.push((id, token));
         }
-        let barrier = Arc::new(Barrier::new(2));
-        let mut tasks = Vec::new();
-        for (me, other) in [(0, 1), (1, 0)] {
-            let (app, barrier) = (app.clone(), barrier.clone());
+        // Each owner removes the other.
+        let mut statuses = race(2, |me| {
+            let app = app.clone();
             let token = owners[me].1.clone();
-            let target = owners[other].0;
+            let target = owners[1 - me].0;
             let (method, body) = removals[(round + me) % removals.len()].clone();
-            tasks.push(tokio::spawn(async move {
-                barrier.wait().await;
+            async move {
                 call(&app, &token, method, &format!("/api/staff/{target}"), body)
                     .await
                     .status
                     .as_u16()
-            }));
-        }
-        let mut statuses = Vec::new();
-        for t in tasks {
-            statuses.push(t.await.unwrap());
-        }
+            }
+        })
+        .await;
         statuses.sort();
         // The loser is refused as the last owner (409) or, when the winner ended its token
         // first, as no longer logged in (401); never both through.

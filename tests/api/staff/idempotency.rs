@@ -4,9 +4,11 @@ use std::sync::Arc;
 
 use axum::http::Method;
 use serde_json::{Value, json};
-use tokio::sync::Barrier;
 
-use crate::support::helpers::{TestApp, TestResponse};
+use crate::support::{
+    helpers::{TestApp, TestResponse},
+    race::race,
+};
 
 async fn post_keyed(app: &TestApp, path: &str, body: Value, key: &str) -> TestResponse {
     app.staff_with(Method::POST, path, body, &[("idempotency-key", key)])
@@ -18,23 +20,16 @@ async fn concurrent_identical_posts_take_effect_once() {
     let app = Arc::new(TestApp::spawn().await);
     app.token().await;
     for round in 0..20 {
-        let barrier = Arc::new(Barrier::new(10));
         let key = format!("create-subscriber-{round}");
         let body = json!({"telegram_user_id": 1000 + round, "display_name": "Ann"});
-        let tasks: Vec<_> = (0..10)
-            .map(|_| {
-                let (app, barrier, key, body) =
-                    (app.clone(), barrier.clone(), key.clone(), body.clone());
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    post_keyed(&app, "/api/subscribers", body, &key).await
-                })
-            })
-            .collect();
+        let answers = race(10, |_| {
+            let (app, key, body) = (app.clone(), key.clone(), body.clone());
+            async move { post_keyed(&app, "/api/subscribers", body, &key).await }
+        })
+        .await;
         let mut created = Vec::new();
         let mut fresh = 0;
-        for t in tasks {
-            let r = t.await.unwrap();
+        for r in answers {
             match r.status.as_u16() {
                 201 => {
                     if r.header("idempotent-replayed").is_none() {

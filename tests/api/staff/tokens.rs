@@ -12,8 +12,10 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use crate::staff::auth::{assert_bearer_401, now, with_auth};
-use crate::support::helpers::{ADMIN_EMAIL, ADMIN_PASSWORD, JWT_SECRET, TestApp};
+use crate::{
+    staff::auth::{assert_bearer_401, now, with_auth},
+    support::helpers::{ADMIN_EMAIL, ADMIN_PASSWORD, JWT_SECRET, TestApp},
+};
 
 fn admin_id_claims(sub: &str, exp: i64) -> Value {
     json!({"sub": sub, "iat": now() - 10, "exp": exp})

@@ -13,4 +13,5 @@ pub(crate) mod fake_bot;
 pub(crate) mod fake_stripe;
 pub(crate) mod fake_wayforpay;
 pub(crate) mod helpers;
+pub(crate) mod race;
 pub(crate) mod rows;

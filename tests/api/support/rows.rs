@@ -34,3 +34,30 @@ pub(crate) async fn expire_hold(app: &TestApp, order_id: i64, secs_ago: i64) -> 
         .expect("the order has a hold to expire")
         .get(0)
 }
+
+/// What the payment core decided about a payment: its row in `payments`, read by column name.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct PaymentRow {
+    pub(crate) outcome: String,
+    pub(crate) reason: Option<String>,
+    pub(crate) renewal: bool,
+}
+
+/// The payment with this external id (a Stars charge id, an order reference, …); panics unless
+/// exactly one row has it.
+pub(crate) async fn payment(app: &TestApp, external_id: &str) -> PaymentRow {
+    let r = app
+        .db()
+        .await
+        .query_one(
+            "SELECT outcome, reason, renewal FROM payments WHERE external_id = $1",
+            &[&external_id],
+        )
+        .await
+        .unwrap();
+    PaymentRow {
+        outcome: r.get("outcome"),
+        reason: r.get("reason"),
+        renewal: r.get("renewal"),
+    }
+}
