@@ -19,7 +19,7 @@ use crate::{
         fake_bot::FakeBot,
         helpers::{TestApp, assert_wayforpay_accept, wayforpay_callback},
         race::race,
-        rows::{PaymentRow, count, expire_hold, payment},
+        rows::{PaymentRow, count, expire_hold, order_row, payment},
     },
 };
 
@@ -137,20 +137,6 @@ async fn age_order(app: &TestApp, order_id: i64, secs: i64) {
         .unwrap();
 }
 
-/// `(status, superseded)` of an order.
-async fn order_state(app: &TestApp, order_id: i64) -> (String, bool) {
-    let r = app
-        .db()
-        .await
-        .query_one(
-            "SELECT status, superseded_at IS NOT NULL FROM orders WHERE id = $1",
-            &[&order_id],
-        )
-        .await
-        .unwrap();
-    (r.get(0), r.get(1))
-}
-
 /// Holds ever granted to Telegram user `user` on `channel`.
 async fn holds_of(app: &TestApp, user: i64, channel: i64) -> i64 {
     count(
@@ -200,11 +186,10 @@ async fn an_approved_stars_invoice_is_superseded_not_cancelled_and_its_late_paym
     );
     let orders = orders_of(&app, 7601, c).await;
     assert_eq!(orders.len(), 2, "{orders:?}");
-    assert_eq!(order_state(&app, old_id).await, ("pending".into(), true));
-    assert_eq!(
-        order_state(&app, orders[1].0).await,
-        ("pending".into(), false)
-    );
+    let old = order_row(&app, old_id).await;
+    assert_eq!((old.status.as_str(), old.superseded), ("pending", true));
+    let new = order_row(&app, orders[1].0).await;
+    assert_eq!((new.status.as_str(), new.superseded), ("pending", false));
     // Never offered again: the next press reuses the new order.
     assert_answer(
         &send(&app, &button_update(&buyer, &format!("b:{c}"))).await,
@@ -223,7 +208,8 @@ async fn an_approved_stars_invoice_is_superseded_not_cancelled_and_its_late_paym
         }
     );
     assert_eq!(membership_of(&app, 7601, c).await.unwrap().0, "active");
-    assert_eq!(order_state(&app, old_id).await, ("paid".into(), true));
+    let old = order_row(&app, old_id).await;
+    assert_eq!((old.status.as_str(), old.superseded), ("paid", true));
     // The new order's invoice is sent, once.
     run(&app).await;
     assert_eq!(fake.calls_of("sendInvoice").len(), 2);
@@ -246,7 +232,8 @@ async fn a_superseded_stars_order_paid_after_its_hold_is_refunded_and_holds_no_s
         ON_ITS_WAY,
     );
     let orders = orders_of(&app, 7602, c).await;
-    assert_eq!(order_state(&app, old_id).await, ("pending".into(), true));
+    let old = order_row(&app, old_id).await;
+    assert_eq!((old.status.as_str(), old.superseded), ("pending", true));
     let new_ref = orders[1].1.clone();
     // Somebody else takes the free seat meanwhile.
     let other = person(7603);
@@ -301,7 +288,8 @@ async fn a_card_order_pressed_again_is_superseded_and_its_late_callback_judged_b
         &send(&app, &button_update(&buyer, &format!("b:{open}"))).await,
         ON_ITS_WAY,
     );
-    assert_eq!(order_state(&app, old_id).await, ("pending".into(), true));
+    let old = order_row(&app, old_id).await;
+    assert_eq!((old.status.as_str(), old.superseded), ("pending", true));
     let body = wayforpay_callback(&old_ref, "199.00", "UAH", "Approved");
     assert_wayforpay_accept(&app.post_wayforpay(&body).await.expect(200), &old_ref);
     assert_eq!(
@@ -328,7 +316,8 @@ async fn a_card_order_pressed_again_is_superseded_and_its_late_callback_judged_b
     );
     let orders = orders_of(&app, 7605, limited).await;
     assert_eq!(orders.len(), 2);
-    assert_eq!(order_state(&app, old_id).await, ("pending".into(), true));
+    let old = order_row(&app, old_id).await;
+    assert_eq!((old.status.as_str(), old.superseded), ("pending", true));
     let body = wayforpay_callback(&old_ref, "199.00", "UAH", "Approved");
     assert_wayforpay_accept(&app.post_wayforpay(&body).await.expect(200), &old_ref);
     assert_eq!(

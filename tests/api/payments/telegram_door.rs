@@ -4,7 +4,7 @@
 //! `telegram_holds`; refusals in `telegram_refusals`.
 //!
 //! Each row of the door's decision table is one test; the concurrent rows release their tasks
-//! together with a barrier and repeat for [`ROUNDS`] rounds, then read the rows back. Holds are
+//! together with a barrier and repeat for `ROUNDS` rounds, then read the rows back. Holds are
 //! expired by back-dating `orders.hold_until` with SQL, never by sleeping.
 
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -13,7 +13,10 @@ use axum::http::Method;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use crate::support::helpers::{TELEGRAM_SECRET, TestApp, TestResponse};
+use crate::support::{
+    helpers::{TELEGRAM_SECRET, TestApp, TestResponse},
+    rows::order_row,
+};
 
 /// The price of every Stars channel here, in stars.
 pub(crate) const PRICE: i64 = 250;
@@ -152,15 +155,6 @@ pub(crate) async fn pay(app: &TestApp, charge_id: &str, from: i64, payload: &str
     assert_eq!(r.expect(200), json!({}));
 }
 
-pub(crate) async fn hold_until(app: &TestApp, order_id: i64) -> Option<DateTime<Utc>> {
-    app.db()
-        .await
-        .query_one("SELECT hold_until FROM orders WHERE id = $1", &[&order_id])
-        .await
-        .unwrap()
-        .get(0)
-}
-
 /// `(ok, reason, hold_until)` of the stored decision of a query.
 pub(crate) async fn decision(
     app: &TestApp,
@@ -191,32 +185,6 @@ pub(crate) async fn payment(app: &TestApp, charge_id: &str) -> (String, Option<S
         .await
         .unwrap();
     (r.get(0), r.get(1))
-}
-
-pub(crate) async fn membership(
-    app: &TestApp,
-    subscriber_id: i64,
-    channel_id: i64,
-) -> Option<(i64, String, DateTime<Utc>)> {
-    app.db()
-        .await
-        .query_opt(
-            "SELECT id, status, expires_at FROM memberships
-             WHERE subscriber_id = $1 AND channel_id = $2",
-            &[&(subscriber_id as i32), &(channel_id as i32)],
-        )
-        .await
-        .unwrap()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-}
-
-pub(crate) async fn order_status(app: &TestApp, order_id: i64) -> String {
-    app.db()
-        .await
-        .query_one("SELECT status FROM orders WHERE id = $1", &[&order_id])
-        .await
-        .unwrap()
-        .get(0)
 }
 
 // ---- join requests ----
@@ -457,13 +425,13 @@ async fn a_database_stall_at_pre_checkout_is_an_unstored_try_again() {
 
     let stored = app.count("pre_checkout_decisions").await;
     assert_eq!(stored, 0, "a refusal forced by the timeout is not stored");
-    assert_eq!(hold_until(&app, order_id).await, None);
+    assert_eq!(order_row(&app, order_id).await.hold_until, None);
     // Telegram asks again with the same query: decided for real this time.
     assert_eq!(
         pre_checkout(&app, "stall-1", 1901, &reference).await["ok"],
         true
     );
-    assert!(hold_until(&app, order_id).await.is_some());
+    assert!(order_row(&app, order_id).await.hold_until.is_some());
 }
 
 #[tokio::test]

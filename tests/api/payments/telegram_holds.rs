@@ -8,13 +8,13 @@ use serde_json::json;
 
 use crate::{
     payments::telegram_door::{
-        PRICE, answer_of, decision, hold_until, membership, order, order_status, pay, payment,
-        payment_update, pre_checkout, pre_checkout_update, stars_channel, subscriber,
+        PRICE, answer_of, decision, order, pay, payment, payment_update, pre_checkout,
+        pre_checkout_update, stars_channel, subscriber,
     },
     support::{
         helpers::TestApp,
         race::race,
-        rows::{count, expire_hold},
+        rows::{MembershipRow, count, expire_hold, membership_row, order_row},
     },
 };
 
@@ -82,13 +82,14 @@ async fn the_same_update_delivered_twice_neither_holds_again_nor_extends_the_hol
     let update = pre_checkout_update("dup-1", 501, &reference, "XTR", PRICE);
     let first = answer_of(&app.post_telegram_update(update.clone()).await, "dup-1");
     assert_eq!(first["ok"], true);
-    let held = hold_until(&app, order_id)
+    let held = order_row(&app, order_id)
         .await
+        .hold_until
         .expect("approved order holds the seat");
     let again = answer_of(&app.post_telegram_update(update).await, "dup-1");
     assert_eq!(again, first);
     assert_eq!(
-        hold_until(&app, order_id).await,
+        order_row(&app, order_id).await.hold_until,
         Some(held),
         "hold not extended"
     );
@@ -112,7 +113,7 @@ async fn the_same_update_delivered_twice_neither_holds_again_nor_extends_the_hol
             let body = answer_of(&answer, &query_id);
             assert_eq!(body["ok"], true, "round {round}: {body}");
         }
-        let held = hold_until(&app, order_id).await.expect("held");
+        let held = order_row(&app, order_id).await.hold_until.expect("held");
         let (ok, _, decided_hold) = decision(&app, &query_id).await;
         assert!(ok);
         assert_eq!(
@@ -142,14 +143,22 @@ async fn a_successful_payment_delivered_twice_is_one_payment_and_one_extension()
         true
     );
     pay(&app, "charge-twice", 701, &reference).await;
-    let (_, status, expires) = membership(&app, s, channel).await.expect("member");
+    let MembershipRow {
+        status,
+        expires_at: expires,
+        ..
+    } = membership_row(&app, s, channel).await.expect("member");
     pay(&app, "charge-twice", 701, &reference).await;
     assert_eq!(
         payment(&app, "charge-twice").await,
         ("applied".into(), None)
     );
-    assert_eq!(order_status(&app, order_id).await, "paid");
-    let (membership_id, status2, expires2) = membership(&app, s, channel).await.unwrap();
+    assert_eq!(order_row(&app, order_id).await.status, "paid");
+    let MembershipRow {
+        id: membership_id,
+        status: status2,
+        expires_at: expires2,
+    } = membership_row(&app, s, channel).await.unwrap();
     assert_eq!(
         (status2, expires2),
         (status, expires),
@@ -184,7 +193,11 @@ async fn a_successful_payment_delivered_twice_is_one_payment_and_one_extension()
         let payments = count(&app, "payments WHERE external_id = $1", &[&charge]).await;
         assert_eq!(payments, 1, "round {round}");
         assert_eq!(payment(&app, &charge).await, ("applied".into(), None));
-        let (membership_id, status, _) = membership(&app, s, channel).await.unwrap();
+        let MembershipRow {
+            id: membership_id,
+            status,
+            ..
+        } = membership_row(&app, s, channel).await.unwrap();
         assert_eq!(status, "active");
         let events = count(
             &app,
@@ -213,7 +226,10 @@ async fn a_late_payment_after_the_hold_expired_keeps_the_next_buyers_seat() {
         pre_checkout(&app, "late-b-2", 902, &ref_b).await["ok"],
         true
     );
-    let b_hold = hold_until(&app, order_b).await.expect("B holds the seat");
+    let b_hold = order_row(&app, order_b)
+        .await
+        .hold_until
+        .expect("B holds the seat");
 
     // A's stars arrive late.
     pay(&app, "charge-late-a", 901, &ref_a).await;
@@ -222,19 +238,22 @@ async fn a_late_payment_after_the_hold_expired_keeps_the_next_buyers_seat() {
         ("refund_pending".into(), Some("hold_expired".into()))
     );
     assert!(
-        membership(&app, a, channel).await.is_none(),
+        membership_row(&app, a, channel).await.is_none(),
         "A got no seat"
     );
-    assert_eq!(order_status(&app, order_a).await, "pending");
+    assert_eq!(order_row(&app, order_a).await.status, "pending");
     assert_eq!(
-        hold_until(&app, order_b).await,
+        order_row(&app, order_b).await.hold_until,
         Some(b_hold),
         "B's hold intact"
     );
 
     pay(&app, "charge-b", 902, &ref_b).await;
     assert_eq!(payment(&app, "charge-b").await, ("applied".into(), None));
-    assert_eq!(membership(&app, b, channel).await.unwrap().1, "active");
+    assert_eq!(
+        membership_row(&app, b, channel).await.unwrap().status,
+        "active"
+    );
 }
 
 #[tokio::test]
@@ -266,21 +285,27 @@ async fn an_old_orders_payment_does_not_use_the_new_orders_hold() {
         pre_checkout(&app, "new-1", 1101, &new_ref).await["ok"],
         true
     );
-    let new_hold = hold_until(&app, new_order).await.expect("new order holds");
+    let new_hold = order_row(&app, new_order)
+        .await
+        .hold_until
+        .expect("new order holds");
 
     pay(&app, "charge-old", 1101, &old_ref).await;
     assert_eq!(
         payment(&app, "charge-old").await,
         ("refund_pending".into(), Some("hold_expired".into()))
     );
-    assert!(membership(&app, s, channel).await.is_none());
-    assert_eq!(hold_until(&app, new_order).await, Some(new_hold));
+    assert!(membership_row(&app, s, channel).await.is_none());
+    assert_eq!(order_row(&app, new_order).await.hold_until, Some(new_hold));
 
     pay(&app, "charge-new", 1101, &new_ref).await;
     assert_eq!(payment(&app, "charge-new").await, ("applied".into(), None));
-    assert_eq!(order_status(&app, new_order).await, "paid");
-    assert_eq!(order_status(&app, old_order).await, "pending");
-    assert_eq!(membership(&app, s, channel).await.unwrap().1, "active");
+    assert_eq!(order_row(&app, new_order).await.status, "paid");
+    assert_eq!(order_row(&app, old_order).await.status, "pending");
+    assert_eq!(
+        membership_row(&app, s, channel).await.unwrap().status,
+        "active"
+    );
 }
 
 #[tokio::test]
@@ -292,11 +317,11 @@ async fn a_lost_answer_resent_gets_the_same_decision_and_the_hold_lasts_until_pa
     let (_, ref_b) = order(&app, b, channel).await;
     let first = pre_checkout(&app, "lost-1", 1201, &ref_a).await;
     assert_eq!(first["ok"], true);
-    let held = hold_until(&app, order_a).await.unwrap();
+    let held = order_row(&app, order_a).await.hold_until.unwrap();
     // Telegram did not get our answer and asks again, with the same query id.
     let resent = pre_checkout(&app, "lost-1", 1201, &ref_a).await;
     assert_eq!(resent, first);
-    assert_eq!(hold_until(&app, order_a).await, Some(held));
+    assert_eq!(order_row(&app, order_a).await.hold_until, Some(held));
     // The hold was not released: another buyer still cannot take the seat.
     assert_eq!(
         pre_checkout(&app, "lost-b", 1202, &ref_b).await["ok"],
@@ -305,7 +330,7 @@ async fn a_lost_answer_resent_gets_the_same_decision_and_the_hold_lasts_until_pa
     // The payment uses the hold.
     pay(&app, "charge-lost", 1201, &ref_a).await;
     assert_eq!(payment(&app, "charge-lost").await, ("applied".into(), None));
-    assert_eq!(hold_until(&app, order_a).await, Some(held));
+    assert_eq!(order_row(&app, order_a).await.hold_until, Some(held));
     // Paid, A's membership now takes the seat.
     assert_eq!(
         pre_checkout(&app, "lost-b-2", 1202, &ref_b).await["error_message"],
@@ -315,11 +340,15 @@ async fn a_lost_answer_resent_gets_the_same_decision_and_the_hold_lasts_until_pa
     let channel2 = stars_channel(&app, -6002, Some(1)).await;
     let (order_c, ref_c) = order(&app, a, channel2).await;
     assert_eq!(pre_checkout(&app, "lost-2", 1201, &ref_c).await["ok"], true);
-    let held_c = hold_until(&app, order_c).await.unwrap();
+    let held_c = order_row(&app, order_c).await.hold_until.unwrap();
     expire_hold(&app, order_c, 1).await;
-    let expired = hold_until(&app, order_c).await;
+    let expired = order_row(&app, order_c).await.hold_until;
     assert_eq!(pre_checkout(&app, "lost-2", 1201, &ref_c).await["ok"], true);
-    assert_eq!(hold_until(&app, order_c).await, expired, "no new hold");
+    assert_eq!(
+        order_row(&app, order_c).await.hold_until,
+        expired,
+        "no new hold"
+    );
     assert_eq!(decision(&app, "lost-2").await.2, Some(held_c));
 }
 
@@ -333,14 +362,18 @@ async fn a_retry_with_a_new_query_is_approved_while_the_hold_is_valid_never_exte
         pre_checkout(&app, "retry-1", 1301, &reference).await["ok"],
         true
     );
-    let held = hold_until(&app, order_id).await.unwrap();
+    let held = order_row(&app, order_id).await.hold_until.unwrap();
     let second = pre_checkout(&app, "retry-2", 1301, &reference).await;
     assert_eq!(second["ok"], true);
-    assert_eq!(hold_until(&app, order_id).await, Some(held), "not extended");
+    assert_eq!(
+        order_row(&app, order_id).await.hold_until,
+        Some(held),
+        "not extended"
+    );
     assert_eq!(decision(&app, "retry-2").await, (true, None, Some(held)));
 
     expire_hold(&app, order_id, 1).await;
-    let expired_at = hold_until(&app, order_id).await;
+    let expired_at = order_row(&app, order_id).await.hold_until;
     let third = pre_checkout(&app, "retry-3", 1301, &reference).await;
     assert_eq!(third["ok"], false);
     assert_eq!(third["error_message"], EXPIRED);
@@ -349,7 +382,7 @@ async fn a_retry_with_a_new_query_is_approved_while_the_hold_is_valid_never_exte
         (false, Some("hold_expired".into()), None)
     );
     assert_eq!(
-        hold_until(&app, order_id).await,
+        order_row(&app, order_id).await.hold_until,
         expired_at,
         "an expired hold is not renewed"
     );
@@ -367,8 +400,12 @@ async fn a_paying_member_renews_on_a_full_channel_without_a_hold() {
         true
     );
     pay(&app, "charge-renew-0", 1401, &first_ref).await;
-    assert_eq!(order_status(&app, first).await, "paid");
-    let (membership_id, _, expires) = membership(&app, member, channel).await.unwrap();
+    assert_eq!(order_row(&app, first).await.status, "paid");
+    let MembershipRow {
+        id: membership_id,
+        expires_at: expires,
+        ..
+    } = membership_row(&app, member, channel).await.unwrap();
 
     // The channel is full: a stranger is refused.
     let (_, stranger_ref) = order(&app, stranger, channel).await;
@@ -382,14 +419,18 @@ async fn a_paying_member_renews_on_a_full_channel_without_a_hold() {
         pre_checkout(&app, "renew-1", 1401, &renewal_ref).await["ok"],
         true
     );
-    assert_eq!(hold_until(&app, renewal).await, None);
+    assert_eq!(order_row(&app, renewal).await.hold_until, None);
     assert_eq!(decision(&app, "renew-1").await, (true, None, None));
     pay(&app, "charge-renew-1", 1401, &renewal_ref).await;
     assert_eq!(
         payment(&app, "charge-renew-1").await,
         ("applied".into(), None)
     );
-    let (_, status, renewed) = membership(&app, member, channel).await.unwrap();
+    let MembershipRow {
+        status,
+        expires_at: renewed,
+        ..
+    } = membership_row(&app, member, channel).await.unwrap();
     assert_eq!(status, "active");
     assert_eq!(
         renewed,

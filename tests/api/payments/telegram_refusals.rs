@@ -5,10 +5,13 @@ use serde_json::json;
 
 use crate::{
     payments::telegram_door::{
-        PRICE, answer_of, decision, hold_until, membership, order, order_status, pay, payment,
-        payment_update, pre_checkout, pre_checkout_update, stars_channel, subscriber,
+        PRICE, answer_of, decision, order, pay, payment, payment_update, pre_checkout,
+        pre_checkout_update, stars_channel, subscriber,
     },
-    support::helpers::TestApp,
+    support::{
+        helpers::TestApp,
+        rows::{membership_row, order_row},
+    },
 };
 
 // ---- refusals at pre-checkout, and the payment that arrives anyway ----
@@ -111,9 +114,9 @@ async fn mismatches_are_refused_at_pre_checkout_and_need_review_if_paid_anyway()
     )
     .await;
     // None of these held a seat or granted anything.
-    assert_eq!(hold_until(&app, order_id).await, None);
-    assert!(membership(&app, s, channel).await.is_none());
-    assert_eq!(order_status(&app, order_id).await, "pending");
+    assert_eq!(order_row(&app, order_id).await.hold_until, None);
+    assert!(membership_row(&app, s, channel).await.is_none());
+    assert_eq!(order_row(&app, order_id).await.status, "pending");
 
     // An order priced in another currency cannot be paid in Stars either.
     let uah = app.create_channel(-9002, json!({})).await["id"]
@@ -143,7 +146,7 @@ async fn mismatches_are_refused_at_pre_checkout_and_need_review_if_paid_anyway()
         "order_cancelled",
     )
     .await;
-    assert!(membership(&app, s, channel).await.is_none());
+    assert!(membership_row(&app, s, channel).await.is_none());
     let events = app.count("membership_events").await;
     assert_eq!(events, 0);
 }

@@ -2,9 +2,10 @@
 //! database, cloned from a migrated template, and a router or a served app over it; the fakes
 //! are real HTTP servers inside the test that stand for the Telegram Bot API, Stripe and
 //! WayForPay and record what the app asked of them; `browser` drives headless Chromium for the
-//! console's tests; `bodies` reads response bodies into typed structs; `effects` sets up the
-//! Telegram effects that the outbox worker performs (apps wired to a fake Bot API, grants,
-//! sweeps, worker runs).
+//! console's tests; `bodies` reads response bodies into typed structs; `race` releases n tasks
+//! together; `rows` counts and reads rows by column name and moves seat holds into the past;
+//! `effects` sets up the Telegram effects that the outbox worker performs (apps wired to a fake
+//! Bot API, grants, sweeps, worker runs).
 
 pub(crate) mod bodies;
 pub(crate) mod browser;

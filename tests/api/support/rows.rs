@@ -61,3 +61,61 @@ pub(crate) async fn payment(app: &TestApp, external_id: &str) -> PaymentRow {
         renewal: r.get("renewal"),
     }
 }
+
+/// An order's state in `orders`, read by column name: its status, its seat hold, and whether a
+/// newer order of the same buyer replaced it.
+#[derive(Debug)]
+pub(crate) struct OrderRow {
+    pub(crate) status: String,
+    pub(crate) hold_until: Option<DateTime<Utc>>,
+    pub(crate) superseded: bool,
+}
+
+/// Order `order_id`; panics when there is none.
+pub(crate) async fn order_row(app: &TestApp, order_id: i64) -> OrderRow {
+    let r = app
+        .db()
+        .await
+        .query_one(
+            "SELECT status, hold_until, superseded_at IS NOT NULL AS superseded
+             FROM orders WHERE id = $1",
+            &[&order_id],
+        )
+        .await
+        .unwrap();
+    OrderRow {
+        status: r.get("status"),
+        hold_until: r.get("hold_until"),
+        superseded: r.get("superseded"),
+    }
+}
+
+/// A membership in `memberships`, read by column name.
+#[derive(Debug)]
+pub(crate) struct MembershipRow {
+    pub(crate) id: i64,
+    pub(crate) status: String,
+    pub(crate) expires_at: DateTime<Utc>,
+}
+
+/// The membership of subscriber `subscriber_id` in channel `channel_id`, if there is one.
+pub(crate) async fn membership_row(
+    app: &TestApp,
+    subscriber_id: i64,
+    channel_id: i64,
+) -> Option<MembershipRow> {
+    app.db()
+        .await
+        .query_opt(
+            "SELECT id, status, expires_at FROM memberships
+             WHERE subscriber_id = $1 AND channel_id = $2",
+            &[&(subscriber_id as i32), &(channel_id as i32)],
+        )
+        .await
+        .unwrap()
+        .map(|r| MembershipRow {
+            id: r.get("id"),
+            status: r.get("status"),
+            expires_at: r.get("expires_at"),
+        })
+}
