@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ensure-browser.sh — make sure headless Chromium and chromedriver are installed, for the staff
-# console's browser test (tests/api/console.rs).
+# console's browser test (tests/api/console/).
 #
 # Uses Debian's packages `chromium` and `chromium-driver`. When either program is missing and
 # this runs as root with apt-get, it installs them (apt-get update first); otherwise it says

@@ -639,7 +639,7 @@ mod tests {
     #[test]
     fn refusal_messages_are_short() {
         // That the reasons match the schema is checked against the migrated database
-        // (tests/api/schema.rs).
+        // (tests/api/ops/schema.rs).
         let en = Language::En;
         for r in Reason::ALL {
             if r.is_pre_checkout_refusal() {

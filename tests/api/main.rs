@@ -1,78 +1,16 @@
-//! Integration tests against a real PostgreSQL: one binary (one link), a module per area.
+//! Integration tests against a real PostgreSQL: one binary (one link), a folder per area and a
+//! file per concern; each folder's `mod.rs` says what its tests cover. `support/` holds the
+//! harness ([`support::helpers::TestApp`], a database of its own per test) and the fakes of the
+//! services the app calls; `cargo test --test api <folder>::` runs one area.
 
-mod bodies;
-mod browser;
-mod fake_bot;
-mod fake_stripe;
-mod fake_wayforpay;
-mod helpers;
+mod support;
 
 mod access;
-mod audit_log;
-mod audits;
-mod auth;
 mod bot;
-mod bot_languages;
-mod bot_plans;
-mod bot_words;
-mod bundles;
-mod chat_members;
-mod code_guesses;
-mod connections;
+mod catalog;
 mod console;
-mod console_audit;
-mod console_charts;
-mod console_disputes;
-mod console_integrations;
-mod console_reconciliation;
-mod console_rights;
-mod console_screens;
-mod convergence;
-mod crud;
-mod effect_rows;
-mod effects;
-mod effects_concurrency;
-mod effects_config;
-mod effects_convergence;
-mod effects_delivery;
-mod effects_refunds;
-mod effects_retries;
-mod effects_wake;
-mod exports;
-mod failover;
-mod fast_payments;
-mod gateway_refunds;
-mod hardening_payments;
-mod openapi;
 mod ops;
-
-mod idempotency;
-mod lifetime;
-mod logs;
-mod metrics;
-mod orders;
-mod outbound;
-mod outbound_delivery;
-mod overview;
+mod outbox;
 mod payments;
-mod plans;
-mod promo_codes;
-mod reconciliation;
-mod refunds_before_payments;
-mod roles;
-mod schema;
-mod smoke;
+mod reports;
 mod staff;
-mod stars_subscriptions;
-mod stats;
-mod stripe;
-mod stripe_events;
-mod subscription_updates;
-mod sweep;
-mod sweep_queue;
-mod telegram;
-mod tls;
-mod trials;
-mod user_id_change;
-mod values;
-mod wayforpay;

@@ -1,0 +1,15 @@
+//! Buyers in the Telegram bot: whole conversations through `POST /api/webhook/telegram` — the
+//! catalogue, buying with Stars or by card, holds on seats and their timeouts, Stars renewals,
+//! plans, trials and promo codes as the bot offers them, the languages it speaks, the words it
+//! answers with and the guesses of codes it throttles. `conversation` holds the updates and
+//! look-ups the other files build their conversations from.
+
+mod catalogue;
+mod code_guesses;
+pub(crate) mod conversation;
+mod holds;
+mod languages;
+mod plan_prices;
+mod plans;
+mod stars_renewals;
+mod words;
