@@ -7,7 +7,6 @@
 
 use std::collections::HashMap;
 
-use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Transaction};
 use serde_json::Value;
 
@@ -21,16 +20,18 @@ use super::{
     update::{Action, Sender},
 };
 use crate::{
-    access::subscribers,
+    access::{
+        buyer_view::{self, LatestSubscription},
+        subscribers,
+    },
     catalog::{
         channels::{self, Offer},
         plans::{self, Plan},
     },
-    common::{error::ApiError, expiry::Expiry, ids::SubscriberId},
+    common::{error::ApiError, ids::SubscriberId},
     config::Config,
     orders::{seats, trials},
     payments::star_subscriptions::{self, CancelRefusal, CancelledBy},
-    present::translations::Translations,
 };
 
 /// Channels one catalogue message lists at most (fewer when long descriptions fill it).
@@ -602,33 +603,6 @@ async fn plan_offer(
 /// Memberships listed at most (the renderer sums up the rest it cannot fit).
 const SUBSCRIPTIONS_MAX: i64 = 100;
 
-/// The buyer's (Telegram user `$1`) memberships for `/subscriptions`, at most `$2`: each with its
-/// channel, its newest applied Stars subscription, and the plan a renew button buys.
-const SUBSCRIPTIONS_SQL: &str = concat!(
-    "SELECT m.channel_id, c.title, c.translations, m.status,
-            m.expires_at,
-            c.active, c.currency,
-            lp.last_plan_id, lp.last_plan_renews,
-            ss.id AS subscription_id, ss.status AS subscription_status,
-            ss.expires_at AS subscription_expires_at,
-            ss.expires_at > statement_timestamp() AS subscription_ahead
-     FROM memberships m
-     JOIN subscribers s ON s.id = m.subscriber_id
-     JOIN channels c ON c.id = m.channel_id
-     LEFT JOIN LATERAL (
-         SELECT x.id, x.status, x.expires_at FROM star_subscriptions x
-         WHERE x.subscriber_id = m.subscriber_id AND x.channel_id = m.channel_id
-           AND x.applied
-         ORDER BY x.id DESC LIMIT 1
-     ) ss ON true
-     ",
-    super::last_paid_plan_sql!("m"),
-    "
-     WHERE s.telegram_user_id = $1
-     ORDER BY m.status = 'expired', m.expires_at DESC, m.id
-     LIMIT $2"
-);
-
 /// `/subscriptions`: a renew button buys again the plan the buyer last paid for the channel (a
 /// paid plan with a period, still active), else the channel's default plan; a lifetime
 /// membership reads "lifetime" and has nothing to renew.
@@ -638,54 +612,46 @@ async fn subscriptions(
     l: Language,
     user_id: i64,
 ) -> Result<render::Rendered, ApiError> {
-    let rows = client
-        .query(SUBSCRIPTIONS_SQL, &[&user_id, &SUBSCRIPTIONS_MAX])
-        .await?;
-
+    let rows = buyer_view::of_telegram_user(client, user_id, SUBSCRIPTIONS_MAX).await?;
     let memberships: Vec<MembershipView> = rows
         .iter()
-        .map(|r| {
-            let (active, currency): (bool, String) = (r.try_get("active")?, r.try_get("currency")?);
-            let channel_id: i32 = r.try_get("channel_id")?;
-            let sub_id: Option<i64> = r.try_get("subscription_id")?;
-            let sub_status: Option<String> = r.try_get("subscription_status")?;
-            let sub_expires: Option<DateTime<Utc>> = r.try_get("subscription_expires_at")?;
-            let sub_future: Option<bool> = r.try_get("subscription_ahead")?;
-            let subscription = match (sub_id, sub_status.as_deref(), sub_expires) {
-                (Some(id), Some("active"), Some(at)) if sub_future == Some(true) => {
-                    Some(SubscriptionView {
-                        id,
-                        renews_at: Some(texts::day(l, at)),
-                    })
-                }
-                (Some(id), Some("cancelled"), _) => Some(SubscriptionView {
-                    id,
-                    renews_at: None,
-                }),
-                // A subscription Telegram stopped charging: nothing to show.
-                _ => None,
-            };
-            let last_plan: Option<i64> = r.try_get("last_plan_id")?;
-            let last_renews: Option<bool> = r.try_get("last_plan_renews")?;
-            let renew = super::renew_target(channel_id, last_plan, last_renews);
-            let status: String = r.try_get("status")?;
-            let expires_at: Expiry = r.try_get("expires_at")?;
+        .map(|m| {
             // Live lifetime access is not bought again.
-            let lifetime = expires_at.is_never() && status != "expired";
-            let title: String = r.try_get("title")?;
-            let translations: Translations = r.try_get("translations")?;
-            Ok(MembershipView {
-                channel_id,
-                title: translations.title(l, &title).to_string(),
-                status,
-                expires_at,
-                renew: (active && !lifetime && gateway(config, &currency).is_some())
-                    .then_some(renew),
-                subscription,
-            })
+            let lifetime = m.expires_at.is_never() && m.status.holds_access();
+            MembershipView {
+                channel_id: m.renew.channel_id,
+                title: m.translations.title(l, &m.title).to_string(),
+                status: m.status.as_str().to_string(),
+                expires_at: m.expires_at,
+                renew: if lifetime {
+                    None
+                } else {
+                    super::renew_of(config, &m.renew)
+                },
+                subscription: m
+                    .subscription
+                    .as_ref()
+                    .and_then(|s| subscription_view(l, s)),
+            }
         })
-        .collect::<Result<_, tokio_postgres::Error>>()?;
+        .collect();
     Ok(render::subscriptions(l, &memberships))
+}
+
+/// What `/subscriptions` shows of a membership's newest Stars subscription: its next renewal
+/// while it renews, that it is cancelled once it is; nothing once Telegram stopped charging it.
+fn subscription_view(l: Language, s: &LatestSubscription) -> Option<SubscriptionView> {
+    match star_subscriptions::Status::parse(&s.status)? {
+        star_subscriptions::Status::Active if s.ahead => Some(SubscriptionView {
+            id: s.id,
+            renews_at: Some(texts::day(l, s.expires_at)),
+        }),
+        star_subscriptions::Status::Active => None,
+        star_subscriptions::Status::Cancelled => Some(SubscriptionView {
+            id: s.id,
+            renews_at: None,
+        }),
+    }
 }
 
 /// The cancel-renewal button of subscription `id`: only its own buyer may press it.
