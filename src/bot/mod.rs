@@ -34,10 +34,12 @@
 //! - [`render`]: pure rendering and Telegram's limits; [`texts`]: every text buyers read
 //!   (both in `crate::present`, which the payment core and the effects worker use too);
 //! - [`outbox`]: the bot's messages to buyers, through the effects outbox;
-//! - [`conversation`]: commands and buttons; [`buy`]: the buy button; [`codes`]: the buyer's
+//! - [`conversation`]: commands and buttons; [`catalogue`]: the catalogue a buyer sees;
+//!   [`buy`]: the buy button; [`codes`]: the buyer's
 //!   promo code as the bot keeps and shows it; [`guesses`]: the limit on wrong codes.
 
 mod buy;
+mod catalogue;
 mod codes;
 mod conversation;
 pub mod guesses;
