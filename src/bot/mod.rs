@@ -33,10 +33,12 @@
 //! - [`update`]: the conversation's view of an update and what counts as one;
 //! - [`render`]: pure rendering and Telegram's limits; [`texts`]: every text buyers read
 //!   (both in `crate::present`, which the payment core and the effects worker use too);
-//! - [`outbox`]: the bot's messages to buyers, through the effects outbox;
+//! - [`crate::outbox::bot_messages`]: the bot's messages to buyers, through the effects outbox;
 //! - [`conversation`]: commands and buttons; [`catalogue`]: the catalogue a buyer sees;
-//!   [`buy`]: the buy button; [`codes`]: the buyer's
-//!   promo code as the bot keeps and shows it; [`guesses`]: the limit on wrong codes.
+//!   [`buy`]: the buy button; [`codes`]: the buyer's promo code as the bot keeps and shows it;
+//!   [`guesses`]: the limit on wrong codes. The bot's order rules are the orders layer's
+//!   ([`crate::orders::bot_orders`]), what a buyer sees of their memberships the access
+//!   layer's ([`crate::access::buyer_view`]).
 
 mod buy;
 mod catalogue;

@@ -24,7 +24,7 @@
 //! Every function here runs under the pair locks of the plan's channels, which every writer of
 //! these orders' state takes (the lock order: docs/locking.md).
 
-use deadpool_postgres::Transaction;
+use deadpool_postgres::{GenericClient, Transaction};
 use tokio_postgres::Row;
 
 use crate::{
@@ -32,6 +32,7 @@ use crate::{
     common::{error::ApiError, ids::SubscriberId},
     db::{self, FromRow},
     outbox::effects::{self, NewEffect, Payload},
+    present::translations::Translations,
 };
 
 /// A pending order of the bot that can still be paid as invoiced ([`reusable`]).
@@ -221,4 +222,55 @@ pub async fn create_invoiced(
     Ok(db::row_one(tx, INVOICED_ORDER_SQL, &params)
         .await?
         .try_get("id")?)
+}
+
+/// The buyer's pending order that uses a promo code now, as the bot names it ([`using_code`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsingCode {
+    pub amount_minor: i64,
+    pub list_price_minor: i64,
+    pub currency: String,
+    pub channel_id: i32,
+    /// Its plan's name as the catalogue shows it (a default plan is its channel).
+    pub name: String,
+    pub translations: Translations,
+}
+
+impl FromRow for UsingCode {
+    const COLUMNS: &'static str =
+        "amount_minor, list_price_minor, currency, channel_id, name, translations";
+
+    fn from_row(r: &Row) -> Result<UsingCode, tokio_postgres::Error> {
+        Ok(UsingCode {
+            amount_minor: r.try_get("amount_minor")?,
+            list_price_minor: r.try_get("list_price_minor")?,
+            currency: r.try_get("currency")?,
+            channel_id: r.try_get("channel_id")?,
+            name: r.try_get("name")?,
+            translations: r.try_get("translations")?,
+        })
+    }
+}
+
+/// The buyer's (`$1`) newest order that uses code `$2` now: pending, not superseded (the buy
+/// button still reuses it) and holding the code's use; with its plan's name as the catalogue
+/// shows it (a default plan is its channel).
+const USING_CODE_SQL: &str = "SELECT o.amount_minor, o.list_price_minor, o.currency, o.channel_id,
+            coalesce(c.title, p.title) AS name,
+            coalesce(c.translations, p.translations) AS translations
+     FROM orders o
+     JOIN plans p ON p.id = o.plan_id
+     LEFT JOIN channels c ON c.id = p.default_of
+     WHERE o.subscriber_id = $1 AND o.promo_code_id = $2 AND o.status = 'pending'
+       AND o.superseded_at IS NULL AND o.promo_held_until > statement_timestamp()
+     ORDER BY o.id DESC LIMIT 1";
+
+/// The buyer's newest order that uses code `promo_code_id` now: pending, not superseded (the
+/// buy button still reuses it) and holding the code's use.
+pub async fn using_code(
+    client: &impl GenericClient,
+    buyer: SubscriberId,
+    promo_code_id: i64,
+) -> Result<Option<UsingCode>, ApiError> {
+    db::opt(client, USING_CODE_SQL, &[&buyer, &promo_code_id]).await
 }
