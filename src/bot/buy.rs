@@ -4,21 +4,20 @@
 //! A button buys a plan: `b:<channel>` the channel's default plan (the button every older
 //! message carries), `p:<plan>` any plan. The buyer becomes (or is updated as) a subscriber
 //! from Telegram's `from`; then, under the pair advisory locks of every channel of the plan
-//! (ascending channel id) — the locks every transaction touching the buyer's holds and
-//! memberships of those channels takes first — the buyer's pending, unexpired order of the plan
-//! is reused, or one is made at the plan's price, less the buyer's promo code when one is meant
-//! for this plan. Two presses (or two devices) therefore decide one after the other and the
-//! second reuses the first's order. Which order is reused, which is superseded or cancelled,
-//! and how an order gets its one invoice are the orders layer's rules ([`bot_orders`]); a card
-//! order is reusable only while its page can be open a minute, a Stars order while its invoice
-//! can be paid ([`super::open_secs`]).
+//! (taken in the one lock order, docs/locking.md), the buyer's pending, unexpired order of the
+//! plan is reused, or one is made at the plan's price, less the buyer's promo code when one is
+//! meant for this plan. Two presses (or two devices) therefore decide one after the other and
+//! the second reuses the first's order. Which order is reused, which is superseded or
+//! cancelled, and how an order gets its one invoice are the orders layer's rules
+//! ([`bot_orders`]); a card order is reusable only while its page can be open a minute, a Stars
+//! order while its invoice can be paid ([`super::open_secs`]).
 //!
 //! **Promo codes.** The code the buyer gave (`/code`, a deep link; [`super::codes`]) is decided
-//! under the code's row lock by [`crate::catalog::promo_codes::discount_for_new_order`], after the pair
-//! locks and the order rows and before the channel rows (the lock order). When it refuses (the
-//! code filled up since it was shown), the buyer is told, the code is forgotten and no order is
-//! made: a second press buys at the list price. The bot never charges a price the buyer was not
-//! shown. An order made with the code uses it up for the bot (the stored code is forgotten).
+//! under the code's row lock by [`crate::catalog::promo_codes::discount_for_new_order`], in its
+//! place in the lock order. When it refuses (the code filled up since it was shown), the buyer
+//! is told, the code is forgotten and no order is made: a second press buys at the list price.
+//! The bot never charges a price the buyer was not shown. An order made with the code uses it
+//! up for the bot (the stored code is forgotten).
 //!
 //! **Free orders.** A trial plan's order, and an order a 100 % code made free, are not
 //! invoiced: they are made and claimed at once ([`trials::claim`]: the locked grant, its join
@@ -153,8 +152,7 @@ pub(super) async fn buy(
     }
     let subscriber_id = upsert_subscriber(tx, from).await?;
     let buyer = SubscriberId(subscriber_id);
-    // The pair locks first, in ascending channel id (every bundle and single-channel
-    // transaction takes them in that order). The read under them goes out with them: the
+    // The pair locks first (docs/locking.md). The read under them goes out with them: the
     // statements of one connection run in the order they were sent, so it runs once the locks
     // are held.
     let locks = futures::future::try_join_all(
@@ -266,8 +264,8 @@ pub(super) async fn buy(
         bot_orders::retire_stale(tx, subscriber_id, plan.id).await?;
     }
 
-    // The code's row next (the lock order: pair → order → promo code → channel). The decision
-    // runs inside a savepoint, so a refusal leaves nothing of it behind.
+    // The code's row next (docs/locking.md). The decision runs inside a savepoint, so a refusal
+    // leaves nothing of it behind.
     let discount = match &code {
         Some(code) => match discount(tx, code, buyer, &plan).await? {
             Ok(d) => Some(d),
@@ -296,7 +294,7 @@ pub(super) async fn buy(
         .await;
     }
 
-    // Then each channel's row, in ascending id (no order of these pairs is locked yet: the new
+    // Then each channel's row (docs/locking.md; no order of these pairs is locked yet: the new
     // one is ours alone). All or nothing: one full channel refuses the whole plan.
     let mut seat_limited = false;
     for channel in plan.channels_ascending() {
