@@ -5,6 +5,7 @@
 //! Below `orders` and `payments`; imports `outbox` (effects are written in the transaction that
 //! decides them), `catalog` and the layers below.
 
+pub mod buyer_view;
 pub mod exemptions;
 pub mod memberships;
 pub mod subscribers;

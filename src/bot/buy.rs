@@ -4,36 +4,20 @@
 //! A button buys a plan: `b:<channel>` the channel's default plan (the button every older
 //! message carries), `p:<plan>` any plan. The buyer becomes (or is updated as) a subscriber
 //! from Telegram's `from`; then, under the pair advisory locks of every channel of the plan
-//! (ascending channel id) — the locks every transaction touching the buyer's holds and
-//! memberships of those channels takes first — the buyer's pending, unexpired order of the plan
-//! is reused, or one is made at the plan's price, less the buyer's promo code when one is meant
-//! for this plan. Two presses (or two devices) therefore decide one after the other and the
-//! second reuses the first's order; the schema backs this with a unique index on the bot's
-//! pending orders per (subscriber, plan). The invoice is an outbox effect keyed on the order, so
-//! however often the button is pressed, one order gets one invoice.
-//!
-//! An order is reusable while it holds a valid seat hold (whatever its age or price: the hold is
-//! the buyer's, and a new order would only extend it), or, holding none, while it is at the
-//! plan's current list price and can still be paid as invoiced ([`super::open_secs`]: an hour
-//! for a Stars invoice, at most `HOLD_SECS` for a card link), and — if the buyer gave a promo
-//! code since it was made — uses that code. A superseded order is never reused.
-//!
-//! A stale order the bot made is retired before a new one is made. One that may still be paid —
-//! a card order (its link may be out), or a Stars order whose pre-checkout was approved (the
-//! buyer may be paying right now) — is never cancelled: it is *superseded* (`superseded_at`). It
-//! stays pending, so a late payment of it is judged by the core's seat rules like any other
-//! (applied; or `hold_expired`, refunded for Stars, reviewed for cards), and it makes room for
-//! the new order under the one-pending-bot-order index. A superseded order holds no valid hold
-//! (an order holding one is reused instead), so superseding can never give a buyer two seats.
-//! Any other stale order (a Stars invoice never approved) is cancelled (giving back its code's
-//! use): its old invoice is then refused at pre-checkout.
+//! (taken in the one lock order, docs/locking.md), the buyer's pending, unexpired order of the
+//! plan is reused, or one is made at the plan's price, less the buyer's promo code when one is
+//! meant for this plan. Two presses (or two devices) therefore decide one after the other and
+//! the second reuses the first's order. Which order is reused, which is superseded or
+//! cancelled, and how an order gets its one invoice are the orders layer's rules
+//! ([`bot_orders`]); a card order is reusable only while its page can be open a minute, a Stars
+//! order while its invoice can be paid ([`super::open_secs`]).
 //!
 //! **Promo codes.** The code the buyer gave (`/code`, a deep link; [`super::codes`]) is decided
-//! under the code's row lock by [`crate::catalog::promo_codes::discount_for_new_order`], after the pair
-//! locks and the order rows and before the channel rows (the lock order). When it refuses (the
-//! code filled up since it was shown), the buyer is told, the code is forgotten and no order is
-//! made: a second press buys at the list price. The bot never charges a price the buyer was not
-//! shown. An order made with the code uses it up for the bot (the stored code is forgotten).
+//! under the code's row lock by [`crate::catalog::promo_codes::discount_for_new_order`], in its
+//! place in the lock order. When it refuses (the code filled up since it was shown), the buyer
+//! is told, the code is forgotten and no order is made: a second press buys at the list price.
+//! The bot never charges a price the buyer was not shown. An order made with the code uses it
+//! up for the bot (the stored code is forgotten).
 //!
 //! **Free orders.** A trial plan's order, and an order a 100 % code made free, are not
 //! invoiced: they are made and claimed at once ([`trials::claim`]: the locked grant, its join
@@ -67,11 +51,10 @@ use crate::{
     config::Config,
     db,
     orders::{
-        self,
+        bot_orders,
         seats::{self, CheckoutRefusal, HoldLimit},
         trials::{self, ClaimRefusal},
     },
-    outbox::effects::{self, NewEffect, Payload},
 };
 
 /// The answer to a press: a passing notification, or an alert the buyer must close.
@@ -169,8 +152,7 @@ pub(super) async fn buy(
     }
     let subscriber_id = upsert_subscriber(tx, from).await?;
     let buyer = SubscriberId(subscriber_id);
-    // The pair locks first, in ascending channel id (every bundle and single-channel
-    // transaction takes them in that order). The read under them goes out with them: the
+    // The pair locks first (docs/locking.md). The read under them goes out with them: the
     // statements of one connection run in the order they were sent, so it runs once the locks
     // are held.
     let locks = futures::future::try_join_all(
@@ -258,12 +240,16 @@ pub(super) async fn buy(
         Gateway::Stars => open_secs,
     };
     let reusable = if pending {
-        reusable_order(tx, subscriber_id, &plan, reuse_secs, code_id).await?
+        bot_orders::reusable(tx, subscriber_id, &plan, reuse_secs, code_id).await?
     } else {
         None
     };
-    if let Some((order_id, order_code)) = reusable {
-        let sent = enqueue_invoice(tx, order_id, from.id).await?;
+    if let Some(bot_orders::Reusable {
+        id: order_id,
+        promo_code_id: order_code,
+    }) = reusable
+    {
+        let sent = bot_orders::enqueue_invoice(tx, order_id, from.id).await?;
         if code_id.is_some() && order_code == code_id {
             codes::forget(tx, buyer).await?;
         }
@@ -275,11 +261,11 @@ pub(super) async fn buy(
         }));
     }
     if pending {
-        retire_stale_orders(tx, subscriber_id, plan.id).await?;
+        bot_orders::retire_stale(tx, subscriber_id, plan.id).await?;
     }
 
-    // The code's row next (the lock order: pair → order → promo code → channel). The decision
-    // runs inside a savepoint, so a refusal leaves nothing of it behind.
+    // The code's row next (docs/locking.md). The decision runs inside a savepoint, so a refusal
+    // leaves nothing of it behind.
     let discount = match &code {
         Some(code) => match discount(tx, code, buyer, &plan).await? {
             Ok(d) => Some(d),
@@ -308,7 +294,7 @@ pub(super) async fn buy(
         .await;
     }
 
-    // Then each channel's row, in ascending id (no order of these pairs is locked yet: the new
+    // Then each channel's row (docs/locking.md; no order of these pairs is locked yet: the new
     // one is ours alone). All or nothing: one full channel refuses the whole plan.
     let mut seat_limited = false;
     for channel in plan.channels_ascending() {
@@ -348,7 +334,7 @@ pub(super) async fn buy(
         }
     }
     let order_id = if gateway == Gateway::Card && seat_limited {
-        let order_id = create_order(tx, buyer, &plan, discount, config.hold_secs).await?;
+        let order_id = bot_orders::create(tx, buyer, &plan, discount, config.hold_secs).await?;
         if discount.is_some() {
             codes::forget(tx, buyer).await?;
         }
@@ -358,16 +344,16 @@ pub(super) async fn buy(
         if let Err(refusal) = seats::checkout_decide(tx, locked, config.hold_rules()).await? {
             // Decided under the same locks as the checks above, so not expected; no order stays.
             tracing::warn!(order_id, ?refusal, "bot card order refused at its hold");
-            tx.execute("DELETE FROM orders WHERE id = $1", &[&order_id])
-                .await?;
+            bot_orders::delete_refused(tx, order_id).await?;
             return Ok(refused(l, &name, refusal));
         }
-        enqueue_invoice(tx, order_id, from.id).await?;
+        bot_orders::enqueue_invoice(tx, order_id, from.id).await?;
         order_id
     } else {
         // Nothing to decide between the order and its invoice: one statement makes both.
         let order_id =
-            create_invoiced_order(tx, buyer, &plan, discount, config.hold_secs, from.id).await?;
+            bot_orders::create_invoiced(tx, buyer, &plan, discount, config.hold_secs, from.id)
+                .await?;
         if discount.is_some() {
             codes::forget(tx, buyer).await?;
         }
@@ -400,7 +386,7 @@ async fn free(
     if plan.kind == plans::Kind::Trial && !trials::eligible(tx, buyer, plan).await? {
         return Ok(alert(texts::trial_used(l, channel)));
     }
-    let order_id = create_order(tx, buyer, plan, discount, hold_secs).await?;
+    let order_id = bot_orders::create(tx, buyer, plan, discount, hold_secs).await?;
     match trials::claim(tx, order_id).await? {
         Ok(memberships) => {
             if discount.is_some() {
@@ -423,8 +409,7 @@ async fn free(
                 ?refusal,
                 "bot free order refused"
             );
-            tx.execute("DELETE FROM orders WHERE id = $1", &[&order_id])
-                .await?;
+            bot_orders::delete_refused(tx, order_id).await?;
             Ok(alert(match refusal {
                 ClaimRefusal::TrialUsed => texts::trial_used(l, channel),
                 ClaimRefusal::ChannelFull => texts::channel_full(l, channel),
@@ -524,7 +509,7 @@ struct BuyerState {
     /// The code the buyer gave the bot, if one is kept ([`codes::stored`]).
     stored_code: Option<i64>,
     /// Whether the buyer has a pending order of the plan that is not superseded: only then can
-    /// [`reusable_order`] find one, or [`retire_stale_orders`] retire one.
+    /// [`bot_orders::reusable`] find one, or [`bot_orders::retire_stale`] retire one.
     pending: bool,
 }
 
@@ -570,169 +555,4 @@ async fn live_subscription(
     .await?
     .map(|r| r.try_get("expires_at"))
     .transpose()?)
-}
-
-/// The buyer's newest order of the plan that can still be paid as invoiced: pending, not
-/// superseded, and either holding a valid seat hold, or holding none, made at the plan's
-/// current price, younger than `open_secs`, and — when the buyer gave a code since — with that
-/// code. Returns its id and its code. The caller holds the pair locks, which every writer of
-/// these orders' state takes.
-async fn reusable_order(
-    tx: &Transaction<'_>,
-    subscriber_id: i32,
-    plan: &Plan,
-    open_secs: i64,
-    code_id: Option<i64>,
-) -> Result<Option<(i64, Option<i64>)>, ApiError> {
-    let row = db::row_opt(
-        tx,
-        "SELECT id, promo_code_id FROM orders
-             WHERE subscriber_id = $1 AND plan_id = $2 AND status = 'pending'
-               AND superseded_at IS NULL
-               AND (hold_until > statement_timestamp()
-                    OR (hold_until IS NULL AND list_price_minor = $3 AND currency = $4
-                        AND created_at > statement_timestamp() - make_interval(secs => $5)
-                        AND ($6::bigint IS NULL OR promo_code_id = $6)))
-             ORDER BY id DESC LIMIT 1",
-        &[
-            &subscriber_id,
-            &plan.id,
-            &plan.price_minor,
-            &plan.currency,
-            &(open_secs as f64),
-            &code_id,
-        ],
-    )
-    .await?;
-    Ok(match row {
-        Some(r) => Some((r.try_get("id")?, r.try_get("promo_code_id")?)),
-        None => None,
-    })
-}
-
-/// Retires the buyer's pending bot orders of the plan that [`reusable_order`] passed over (hold ran
-/// out, too old, outdated price), making room for the new one under the unique index on the
-/// bot's pending orders. One that may still be paid is superseded, never cancelled: a card order
-/// (its link may have been sent, or be sent by a worker that read it before this), or a Stars
-/// order with an approved pre-checkout (the buyer may be paying). Any other is cancelled; its
-/// invoice is refused at pre-checkout from now on (pre-checkout takes the pair lock held here,
-/// so none can be approved in between). Staff-made orders are left alone.
-async fn retire_stale_orders(
-    tx: &Transaction<'_>,
-    subscriber_id: i32,
-    plan_id: i64,
-) -> Result<(), ApiError> {
-    let row = db::row_one(tx, RETIRE_SQL, &[&subscriber_id, &plan_id]).await?;
-    let (superseded, cancelled): (i64, i64) =
-        (row.try_get("superseded")?, row.try_get("cancelled")?);
-    if superseded + cancelled > 0 {
-        tracing::info!(
-            subscriber_id,
-            plan_id,
-            superseded,
-            cancelled,
-            "stale bot orders retired"
-        );
-    }
-    Ok(())
-}
-
-const RETIRE_SQL: &str = "WITH stale AS (
-         SELECT o.id,
-                o.currency <> 'XTR'
-                OR EXISTS (SELECT 1 FROM pre_checkout_decisions d
-                           WHERE d.order_id = o.id AND d.ok) AS may_be_paid
-         FROM orders o
-         WHERE o.subscriber_id = $1 AND o.plan_id = $2 AND o.status = 'pending'
-           AND o.via_bot AND o.superseded_at IS NULL
-     ), superseded AS (
-         UPDATE orders o SET superseded_at = statement_timestamp()
-         FROM stale s WHERE o.id = s.id AND s.may_be_paid
-         RETURNING o.id
-     ), cancelled AS (
-         UPDATE orders o SET status = 'cancelled', hold_until = NULL, promo_held_until = NULL
-         FROM stale s WHERE o.id = s.id AND NOT s.may_be_paid
-         RETURNING o.id
-     )
-     SELECT (SELECT count(*) FROM superseded) AS superseded,
-            (SELECT count(*) FROM cancelled) AS cancelled";
-
-/// Makes the bot's order of `plan` for `buyer` at the plan's price less `discount` (which
-/// holds its code's use for `hold_secs` from now); the order's channel is the plan's first.
-async fn create_order(
-    tx: &Transaction<'_>,
-    buyer: SubscriberId,
-    plan: &Plan,
-    discount: Option<crate::catalog::promo_codes::Discount>,
-    hold_secs: i64,
-) -> Result<i64, ApiError> {
-    Ok(
-        orders::insert_for_plan(tx, buyer, plan, discount, hold_secs, true)
-            .await?
-            .id,
-    )
-}
-
-/// An invoice's `dedupe_key` is this followed by its order's id: one invoice per order.
-const INVOICE_KEY_PREFIX: &str = "invoice:";
-
-/// Enqueues the order's invoice for Telegram user `user_id`, once per order; `false` when it
-/// was enqueued before.
-async fn enqueue_invoice(
-    tx: &Transaction<'_>,
-    order_id: i64,
-    user_id: i64,
-) -> Result<bool, ApiError> {
-    let id = effects::enqueue_prepared(
-        tx,
-        &NewEffect {
-            membership_id: None,
-            payment_id: None,
-            order_id: Some(order_id),
-            chat_id: None,
-            user_id,
-            payload: Payload::Invoice(effects::payload::Invoice {}),
-            dedupe_key: Some(format!("{INVOICE_KEY_PREFIX}{order_id}")),
-        },
-    )
-    .await?;
-    Ok(id.is_some())
-}
-
-/// [`create_order`] and [`enqueue_invoice`] of the new order, in one statement (the invoice row
-/// as `enqueue_invoice` writes it).
-const INVOICED_ORDER_SQL: &str = concat!(
-    "WITH o AS (",
-    orders::insert_for_plan_sql!(),
-    " RETURNING id),
-     invoice AS (
-         INSERT INTO effects (kind, order_id, user_id, payload, dedupe_key)
-         SELECT $12, o.id, $13, $14, $15::text || o.id FROM o
-         ON CONFLICT (dedupe_key) DO NOTHING)
-     SELECT id FROM o"
-);
-
-/// Makes the bot's order as [`create_order`] does, with its invoice for Telegram user
-/// `user_id` as [`enqueue_invoice`] does; returns the order's id.
-async fn create_invoiced_order(
-    tx: &Transaction<'_>,
-    buyer: SubscriberId,
-    plan: &Plan,
-    discount: Option<crate::catalog::promo_codes::Discount>,
-    hold_secs: i64,
-    user_id: i64,
-) -> Result<i64, ApiError> {
-    let order = orders::PlanOrderParams::new(buyer, plan, discount, hold_secs, true);
-    let invoice = Payload::Invoice(effects::payload::Invoice {});
-    let (kind, payload) = (invoice.kind(), invoice.to_json());
-    let mut params = order.params();
-    params.extend([
-        &kind as &(dyn tokio_postgres::types::ToSql + Sync),
-        &user_id,
-        &payload,
-        &INVOICE_KEY_PREFIX,
-    ]);
-    Ok(db::row_one(tx, INVOICED_ORDER_SQL, &params)
-        .await?
-        .try_get("id")?)
 }

@@ -17,6 +17,7 @@ use crate::{
     },
     common::{currency::Money, error::ApiError, ids::SubscriberId},
     db,
+    orders::bot_orders,
     present::{
         render,
         texts::{self, CodeRefusal, Language},
@@ -56,18 +57,6 @@ const PLAN_NAMES_SQL: &str = "SELECT p.id, coalesce(c.title, p.title) AS name,
        AND ($1::bigint[] IS NULL OR p.id = ANY($1))
        AND ($2::text IS NULL OR p.currency = $2)
      ORDER BY p.price_minor, p.position, p.id LIMIT 4";
-/// The buyer's (`$1`) newest order that uses code `$2` now: pending, not superseded (the buy
-/// button still reuses it) and holding the code's use; with its plan's name as the catalogue
-/// shows it (a default plan is its channel).
-const APPLIED_SQL: &str = "SELECT o.amount_minor, o.list_price_minor, o.currency, o.channel_id,
-            coalesce(c.title, p.title) AS name,
-            coalesce(c.translations, p.translations) AS translations
-     FROM orders o
-     JOIN plans p ON p.id = o.plan_id
-     LEFT JOIN channels c ON c.id = p.default_of
-     WHERE o.subscriber_id = $1 AND o.promo_code_id = $2 AND o.status = 'pending'
-       AND o.superseded_at IS NULL AND o.promo_held_until > statement_timestamp()
-     ORDER BY o.id DESC LIMIT 1";
 
 /// The code with this text (any case), as buyer `buyer` may use it.
 pub async fn by_text(
@@ -153,19 +142,16 @@ impl Code {
         buyer: SubscriberId,
         l: Language,
     ) -> Result<Option<String>, ApiError> {
-        let Some(r) = db::row_opt(client, APPLIED_SQL, &[&buyer, &self.id()]).await? else {
+        let Some(o) = bot_orders::using_code(client, buyer, self.id()).await? else {
             return Ok(None);
         };
-        let currency: String = r.try_get("currency")?;
-        let name: String = r.try_get("name")?;
-        let translations: Translations = r.try_get("translations")?;
-        let title = render::title(l, translations.title(l, &name), r.try_get("channel_id")?);
+        let title = render::title(l, o.translations.title(l, &o.name), o.channel_id);
         Ok(Some(texts::code_already_applied(
             l,
             self.text(),
             &title,
-            &render::price(l, &Money::new(r.try_get("amount_minor")?, &currency)),
-            &render::price(l, &Money::new(r.try_get("list_price_minor")?, &currency)),
+            &render::price(l, &Money::new(o.amount_minor, &o.currency)),
+            &render::price(l, &Money::new(o.list_price_minor, &o.currency)),
         )))
     }
 

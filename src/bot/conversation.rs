@@ -2,39 +2,30 @@
 //!
 //! Every step runs inside the update's transaction ([`super::handle`]) and returns the one Bot
 //! API call for the webhook reply: a `sendMessage` answering a command, an
-//! `answerCallbackQuery` answering a button. Reads here take no locks (a catalogue may be a
-//! moment stale; the buy button and the payment core decide under locks).
+//! `answerCallbackQuery` answering a button. Reads here take no locks: what they show, the buy
+//! button and the payment core decide again under locks.
 
-use std::collections::HashMap;
-
-use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Transaction};
 use serde_json::Value;
 
 use super::{
-    buy, codes, gateway, guesses,
-    render::{
-        self, Availability, Callback, Command, DeepLink, MembershipView, OfferView, PlanView,
-        SubscriptionView,
-    },
+    buy,
+    catalogue::{catalogue, channel_offer, plan_offer},
+    codes, guesses,
+    render::{self, Callback, Command, DeepLink, MembershipView, SubscriptionView},
     texts::{self, Language},
     update::{Action, Sender},
 };
 use crate::{
-    access::subscribers,
-    catalog::{
-        channels::{self, Offer},
-        plans::{self, Plan},
+    access::{
+        buyer_view::{self, LatestSubscription},
+        subscribers,
     },
-    common::{error::ApiError, expiry::Expiry, ids::SubscriberId},
+    catalog::plans,
+    common::{error::ApiError, ids::SubscriberId},
     config::Config,
-    orders::{seats, trials},
     payments::star_subscriptions::{self, CancelRefusal, CancelledBy},
-    present::translations::Translations,
 };
-
-/// Channels one catalogue message lists at most (fewer when long descriptions fill it).
-const PAGE: i64 = 10;
 
 /// The conversation step for `action` (`remembered`: the language remembered for the buyer);
 /// returns the webhook reply.
@@ -345,289 +336,8 @@ async fn apply_code(
     Ok(texts::code_applied(l, code.text(), &gives))
 }
 
-/// Who is looking at the catalogue: their subscriber row if they have one, the promo code they
-/// gave the bot, and the channels they have lifetime access to.
-struct Viewer {
-    subscriber: Option<SubscriberId>,
-    code: Option<codes::Code>,
-    lifetime: Vec<i32>,
-}
-
-async fn viewer(client: &impl GenericClient, user_id: i64) -> Result<Viewer, ApiError> {
-    let subscriber = subscribers::of_telegram_user(client, user_id)
-        .await?
-        .map(SubscriberId);
-    let Some(s) = subscriber else {
-        return Ok(Viewer {
-            subscriber,
-            code: None,
-            lifetime: Vec::new(),
-        });
-    };
-    let (code, lifetime) = tokio::try_join!(
-        codes::stored(client, s),
-        crate::access::memberships::lifetime_channels(client, s)
-    )?;
-    Ok(Viewer {
-        subscriber,
-        code,
-        lifetime,
-    })
-}
-
-/// The channels of plans being shown, read once each.
-#[derive(Default)]
-struct Channels(HashMap<i32, Option<Offer>>);
-
-impl Channels {
-    async fn get(
-        &mut self,
-        client: &impl GenericClient,
-        id: i32,
-    ) -> Result<Option<&Offer>, ApiError> {
-        if let std::collections::hash_map::Entry::Vacant(e) = self.0.entry(id) {
-            e.insert(channels::offer(client, id).await?);
-        }
-        Ok(self.0.get(&id).and_then(Option::as_ref))
-    }
-}
-
-/// Whether `viewer` can buy `plan` now: a gateway takes its currency (a trial needs none), the
-/// buyer has no lifetime access to all of it already, and each seat-limited channel of it has
-/// a seat free or the viewer is a member there already (a renewal needs no seat). Read without
-/// locks: the buy button decides again under them.
-async fn availability(
-    client: &impl GenericClient,
-    config: &Config,
-    plan: &Plan,
-    offers: &[Offer],
-    viewer: &Viewer,
-) -> Result<Availability, ApiError> {
-    if plan.kind == plans::Kind::Paid && gateway(config, &plan.currency).is_none() {
-        return Ok(Availability::NotOnSale);
-    }
-    if plan.channel_ids.iter().all(|c| viewer.lifetime.contains(c)) {
-        return Ok(Availability::Lifetime);
-    }
-    for c in offers {
-        let Some(limit) = c.seat_limit else {
-            continue;
-        };
-        if let Some(s) = viewer.subscriber
-            && seats::is_live_member(client, s, crate::common::ids::ChannelId(c.id)).await?
-        {
-            continue;
-        }
-        if seats::seats_taken(client, c.id).await? >= i64::from(limit) {
-            return Ok(Availability::Full);
-        }
-    }
-    Ok(Availability::Buyable)
-}
-
-/// How `viewer` sees `plan`; `None` when it is not to be shown: a channel of it is gone or not
-/// active, or it is a trial the viewer can no longer use.
-async fn plan_view(
-    client: &impl GenericClient,
-    config: &Config,
-    l: Language,
-    plan: &Plan,
-    known: &mut Channels,
-    viewer: &Viewer,
-) -> Result<Option<PlanView>, ApiError> {
-    let mut offers = Vec::new();
-    for id in &plan.channel_ids {
-        match known.get(client, *id).await? {
-            Some(o) if o.active => offers.push(o.clone()),
-            _ => return Ok(None),
-        }
-    }
-    let trial = plan.kind == plans::Kind::Trial;
-    if trial
-        && let Some(s) = viewer.subscriber
-        && !trials::eligible(client, s, plan).await?
-    {
-        return Ok(None);
-    }
-    let discounted_minor = match &viewer.code {
-        Some(code) if !trial => code.price_for(client, viewer.subscriber, plan).await?.ok(),
-        _ => None,
-    };
-    let default_of = plan.is_default.then_some(plan.channel_ids[0]);
-    let name = match default_of {
-        Some(_) => offers[0].title_in(l).to_string(),
-        None => plan.title_in(l).to_string(),
-    };
-    Ok(Some(PlanView {
-        id: plan.id,
-        default_of,
-        name,
-        trial,
-        price: plan.price(),
-        discounted_minor,
-        period_days: plan.period_days,
-        recurring: plan.recurring,
-        bundle_with: offers[1..]
-            .iter()
-            .map(|o| o.title_in(l).to_string())
-            .collect(),
-        availability: availability(client, config, plan, &offers, viewer).await?,
-    }))
-}
-
-/// The catalogue's view of channel `c` with `plans` under it (`present` knows no rows: the bot
-/// turns them into views, with what the viewer may do with each).
-async fn view(
-    client: &impl GenericClient,
-    config: &Config,
-    l: Language,
-    c: Offer,
-    plans: Vec<Plan>,
-    known: &mut Channels,
-    viewer: &Viewer,
-) -> Result<OfferView, ApiError> {
-    known.0.insert(c.id, Some(c.clone()));
-    let mut views = Vec::new();
-    for p in &plans {
-        views.extend(plan_view(client, config, l, p, known, viewer).await?);
-    }
-    Ok(OfferView {
-        id: c.id,
-        title: c.title_in(l).to_string(),
-        description: c.description_in(l).map(str::to_string),
-        plans: views,
-    })
-}
-
-/// A page of the catalogue for Telegram user `user_id`: active channels after channel `after`,
-/// each with its active plans. A bundle is listed once, under its first channel.
-async fn catalogue(
-    client: &impl GenericClient,
-    config: &Config,
-    l: Language,
-    user_id: i64,
-    intro: Option<&str>,
-    after: i32,
-) -> Result<(render::Rendered, usize), ApiError> {
-    // The reads that do not depend on each other go out together (tokio-postgres pipelines
-    // them on the connection): a round trip each, not one after the other.
-    let (mut channels, viewer) = tokio::try_join!(
-        channels::active_offers(client, after, PAGE + 1),
-        viewer(client, user_id)
-    )?;
-    let more = channels.len() as i64 > PAGE;
-    channels.truncate(PAGE as usize);
-    let plans = futures::future::try_join_all(
-        channels
-            .iter()
-            .map(|c| plans::active_of_channel(client, c.id)),
-    )
-    .await?;
-    let mut known = Channels::default();
-    let mut offers = Vec::new();
-    for (c, plans) in channels.into_iter().zip(plans) {
-        let plans = plans
-            .into_iter()
-            .filter(|p| p.channel_ids.first() == Some(&c.id))
-            .collect();
-        offers.push(view(client, config, l, c, plans, &mut known, &viewer).await?);
-    }
-    Ok(render::catalogue(l, intro, &offers, more))
-}
-
-/// One active channel with every active plan that includes it (bundles whose first channel is
-/// another included); `None` when there is no such channel or it is not active.
-async fn channel_offer(
-    client: &impl GenericClient,
-    config: &Config,
-    l: Language,
-    user_id: i64,
-    channel_id: i32,
-) -> Result<Option<OfferView>, ApiError> {
-    let Some(c) = channels::offer(client, channel_id)
-        .await?
-        .filter(|c| c.active)
-    else {
-        return Ok(None);
-    };
-    let plans = plans::active_of_channel(client, c.id).await?;
-    let viewer = viewer(client, user_id).await?;
-    let mut known = Channels::default();
-    Ok(Some(
-        view(client, config, l, c, plans, &mut known, &viewer).await?,
-    ))
-}
-
-/// One active plan under its first channel; `None` when there is no such plan, it is not
-/// active, or it is not to be shown to this viewer ([`plan_view`]).
-async fn plan_offer(
-    client: &impl GenericClient,
-    config: &Config,
-    l: Language,
-    user_id: i64,
-    plan_id: i64,
-) -> Result<Option<OfferView>, ApiError> {
-    let Some(plan) = plans::get(client, plan_id).await?.filter(|p| p.active) else {
-        return Ok(None);
-    };
-    let Some(c) = channels::offer(client, plan.channel_ids[0])
-        .await?
-        .filter(|c| c.active)
-    else {
-        return Ok(None);
-    };
-    let viewer = viewer(client, user_id).await?;
-    let mut known = Channels::default();
-    let o = view(
-        client,
-        config,
-        l,
-        c,
-        vec![plan.clone()],
-        &mut known,
-        &viewer,
-    )
-    .await?;
-    if o.plans.is_empty() {
-        return Ok(None);
-    }
-    // The plan's own description, when it has one, says more than the channel's.
-    let description = plan
-        .description_in(l)
-        .map(str::to_string)
-        .or(o.description.clone());
-    Ok(Some(OfferView { description, ..o }))
-}
-
 /// Memberships listed at most (the renderer sums up the rest it cannot fit).
 const SUBSCRIPTIONS_MAX: i64 = 100;
-
-/// The buyer's (Telegram user `$1`) memberships for `/subscriptions`, at most `$2`: each with its
-/// channel, its newest applied Stars subscription, and the plan a renew button buys.
-const SUBSCRIPTIONS_SQL: &str = concat!(
-    "SELECT m.channel_id, c.title, c.translations, m.status,
-            m.expires_at,
-            c.active, c.currency,
-            lp.last_plan_id, lp.last_plan_renews,
-            ss.id AS subscription_id, ss.status AS subscription_status,
-            ss.expires_at AS subscription_expires_at,
-            ss.expires_at > statement_timestamp() AS subscription_ahead
-     FROM memberships m
-     JOIN subscribers s ON s.id = m.subscriber_id
-     JOIN channels c ON c.id = m.channel_id
-     LEFT JOIN LATERAL (
-         SELECT x.id, x.status, x.expires_at FROM star_subscriptions x
-         WHERE x.subscriber_id = m.subscriber_id AND x.channel_id = m.channel_id
-           AND x.applied
-         ORDER BY x.id DESC LIMIT 1
-     ) ss ON true
-     ",
-    super::last_paid_plan_sql!("m"),
-    "
-     WHERE s.telegram_user_id = $1
-     ORDER BY m.status = 'expired', m.expires_at DESC, m.id
-     LIMIT $2"
-);
 
 /// `/subscriptions`: a renew button buys again the plan the buyer last paid for the channel (a
 /// paid plan with a period, still active), else the channel's default plan; a lifetime
@@ -638,54 +348,46 @@ async fn subscriptions(
     l: Language,
     user_id: i64,
 ) -> Result<render::Rendered, ApiError> {
-    let rows = client
-        .query(SUBSCRIPTIONS_SQL, &[&user_id, &SUBSCRIPTIONS_MAX])
-        .await?;
-
+    let rows = buyer_view::of_telegram_user(client, user_id, SUBSCRIPTIONS_MAX).await?;
     let memberships: Vec<MembershipView> = rows
         .iter()
-        .map(|r| {
-            let (active, currency): (bool, String) = (r.try_get("active")?, r.try_get("currency")?);
-            let channel_id: i32 = r.try_get("channel_id")?;
-            let sub_id: Option<i64> = r.try_get("subscription_id")?;
-            let sub_status: Option<String> = r.try_get("subscription_status")?;
-            let sub_expires: Option<DateTime<Utc>> = r.try_get("subscription_expires_at")?;
-            let sub_future: Option<bool> = r.try_get("subscription_ahead")?;
-            let subscription = match (sub_id, sub_status.as_deref(), sub_expires) {
-                (Some(id), Some("active"), Some(at)) if sub_future == Some(true) => {
-                    Some(SubscriptionView {
-                        id,
-                        renews_at: Some(texts::day(l, at)),
-                    })
-                }
-                (Some(id), Some("cancelled"), _) => Some(SubscriptionView {
-                    id,
-                    renews_at: None,
-                }),
-                // A subscription Telegram stopped charging: nothing to show.
-                _ => None,
-            };
-            let last_plan: Option<i64> = r.try_get("last_plan_id")?;
-            let last_renews: Option<bool> = r.try_get("last_plan_renews")?;
-            let renew = super::renew_target(channel_id, last_plan, last_renews);
-            let status: String = r.try_get("status")?;
-            let expires_at: Expiry = r.try_get("expires_at")?;
+        .map(|m| {
             // Live lifetime access is not bought again.
-            let lifetime = expires_at.is_never() && status != "expired";
-            let title: String = r.try_get("title")?;
-            let translations: Translations = r.try_get("translations")?;
-            Ok(MembershipView {
-                channel_id,
-                title: translations.title(l, &title).to_string(),
-                status,
-                expires_at,
-                renew: (active && !lifetime && gateway(config, &currency).is_some())
-                    .then_some(renew),
-                subscription,
-            })
+            let lifetime = m.expires_at.is_never() && m.status.holds_access();
+            MembershipView {
+                channel_id: m.renew.channel_id,
+                title: m.translations.title(l, &m.title).to_string(),
+                status: m.status.as_str().to_string(),
+                expires_at: m.expires_at,
+                renew: if lifetime {
+                    None
+                } else {
+                    super::renew_of(config, &m.renew)
+                },
+                subscription: m
+                    .subscription
+                    .as_ref()
+                    .and_then(|s| subscription_view(l, s)),
+            }
         })
-        .collect::<Result<_, tokio_postgres::Error>>()?;
+        .collect();
     Ok(render::subscriptions(l, &memberships))
+}
+
+/// What `/subscriptions` shows of a membership's newest Stars subscription: its next renewal
+/// while it renews, that it is cancelled once it is; nothing once Telegram stopped charging it.
+fn subscription_view(l: Language, s: &LatestSubscription) -> Option<SubscriptionView> {
+    match star_subscriptions::Status::parse(&s.status)? {
+        star_subscriptions::Status::Active if s.ahead => Some(SubscriptionView {
+            id: s.id,
+            renews_at: Some(texts::day(l, s.expires_at)),
+        }),
+        star_subscriptions::Status::Active => None,
+        star_subscriptions::Status::Cancelled => Some(SubscriptionView {
+            id: s.id,
+            renews_at: None,
+        }),
+    }
 }
 
 /// The cancel-renewal button of subscription `id`: only its own buyer may press it.

@@ -34,10 +34,14 @@
 //! - [`render`]: pure rendering and Telegram's limits; [`texts`]: every text buyers read
 //!   (both in `crate::present`, which the payment core and the effects worker use too);
 //! - [`crate::outbox::bot_messages`]: the bot's messages to buyers, through the effects outbox;
-//! - [`conversation`]: commands and buttons; [`buy`]: the buy button; [`codes`]: the buyer's
-//!   promo code as the bot keeps and shows it; [`guesses`]: the limit on wrong codes.
+//! - [`conversation`]: commands and buttons; [`catalogue`]: the catalogue a buyer sees;
+//!   [`buy`]: the buy button; [`codes`]: the buyer's promo code as the bot keeps and shows it;
+//!   [`guesses`]: the limit on wrong codes. The bot's order rules are the orders layer's
+//!   ([`crate::orders::bot_orders`]), what a buyer sees of their memberships the access
+//!   layer's ([`crate::access::buyer_view`]).
 
 mod buy;
+mod catalogue;
 mod codes;
 mod conversation;
 pub mod guesses;
@@ -49,7 +53,11 @@ use deadpool_postgres::Pool;
 use serde_json::Value;
 use tokio_postgres::error::SqlState;
 
-use crate::{common::error::ApiError, config::Config};
+use crate::{
+    access::buyer_view::{self, RenewFacts},
+    common::error::ApiError,
+    config::Config,
+};
 use update::{Action, BotUpdate};
 
 /// Telegram stops re-delivering an update within a day: an older record deduplicates nothing
@@ -103,35 +111,8 @@ pub fn card_page_warning(config: &Config) -> Option<String> {
     })
 }
 
-/// SQL: a lateral join, after membership row `$m`, of the plan a renew button of it buys
-/// ([`renew_target`]): the newest paid order of its subscriber for a paid plan with a period
-/// that includes its channel — `last_plan_id`, and `last_plan_renews`: that plan is active and
-/// not a channel's default plan.
-macro_rules! last_paid_plan_sql {
-    ($m:literal) => {
-        concat!(
-            "LEFT JOIN LATERAL (
-                 SELECT o.plan_id AS last_plan_id,
-                        p.active AND p.default_of IS NULL AS last_plan_renews
-                 FROM orders o JOIN plans p ON p.id = o.plan_id
-                 WHERE o.subscriber_id = ",
-            $m,
-            ".subscriber_id AND o.status = 'paid'
-                   AND p.kind = 'paid' AND p.period_days IS NOT NULL
-                   AND EXISTS (SELECT 1 FROM plan_channels pc
-                               WHERE pc.plan_id = o.plan_id AND pc.channel_id = ",
-            $m,
-            ".channel_id)
-                 ORDER BY o.paid_at DESC NULLS LAST, o.id DESC LIMIT 1
-             ) lp ON true"
-        )
-    };
-}
-pub(crate) use last_paid_plan_sql;
-
 /// What a renew button of a membership of `channel_id` buys: the plan its buyer last paid for
-/// the channel when that plan still renews ([`last_paid_plan_sql!`]), else the channel's default
-/// plan.
+/// the channel when that plan still renews ([`RenewFacts`]), else the channel's default plan.
 pub fn renew_target(
     channel_id: i32,
     last_plan: Option<i64>,
@@ -143,13 +124,6 @@ pub fn renew_target(
     }
 }
 
-const RENEW_SQL: &str = concat!(
-    "SELECT m.channel_id, c.active, c.currency, lp.last_plan_id, lp.last_plan_renews
-     FROM memberships m JOIN channels c ON c.id = m.channel_id ",
-    last_paid_plan_sql!("m"),
-    " WHERE m.id = $1"
-);
-
 /// The renew button's callback of membership `membership_id`, when its channel can be bought
 /// now (active, a gateway takes its currency); `None` otherwise.
 pub async fn renew_callback(
@@ -157,17 +131,17 @@ pub async fn renew_callback(
     config: &Config,
     membership_id: i64,
 ) -> Result<Option<render::Callback>, ApiError> {
-    let Some(r) = crate::db::row_opt(client, RENEW_SQL, &[&membership_id]).await? else {
+    let Some(facts) = buyer_view::renew_facts(client, membership_id).await? else {
         return Ok(None);
     };
-    let (active, currency): (bool, String) = (r.try_get("active")?, r.try_get("currency")?);
-    Ok(
-        (active && gateway(config, &currency).is_some()).then_some(renew_target(
-            r.try_get("channel_id")?,
-            r.try_get("last_plan_id")?,
-            r.try_get("last_plan_renews")?,
-        )),
-    )
+    Ok(renew_of(config, &facts))
+}
+
+/// The renew button's callback from a membership's [`RenewFacts`], when its channel can be
+/// bought now (active, a gateway takes its currency).
+pub(super) fn renew_of(config: &Config, facts: &RenewFacts) -> Option<render::Callback> {
+    (facts.active && gateway(config, &facts.currency).is_some())
+        .then(|| renew_target(facts.channel_id, facts.last_plan_id, facts.last_plan_renews))
 }
 
 /// How a channel's price can be paid.
