@@ -727,8 +727,8 @@ macro_rules! text_enum {
 }
 
 /// Implements [`FromRow`] for a struct read by column name: `field` reads column `field`,
-/// `field: "column"` reads `column`, and `field = Type` reads a nested [`FromRow`] from the same
-/// row. `COLUMNS` lists the columns in field order, or is given whole in brackets when the
+/// `field: "column"` reads `column`, `field = Type` reads a nested [`FromRow`] from the same
+/// row, and `field => value` is not read (a field the caller fills in later). `COLUMNS` lists the columns in field order, or is given whole in brackets when the
 /// select list computes some of them or holds a nested type's:
 ///
 /// ```ignore
@@ -742,9 +742,10 @@ macro_rules! from_row {
     (@get $row:ident $field:ident) => { $row.try_get(stringify!($field))? };
     (@get $row:ident $field:ident : $col:literal) => { $row.try_get($col)? };
     (@get $row:ident $field:ident = $inner:ty) => { <$inner as $crate::db::FromRow>::from_row($row)? };
+    (@get $row:ident $field:ident => $value:expr) => { $value };
     (
         $ty:ident [$columns:expr]
-        { $( $field:ident $(: $col:literal)? $(= $inner:ty)? ),+ $(,)? }
+        { $( $field:ident $(: $col:literal)? $(= $inner:ty)? $(=> $value:expr)? ),+ $(,)? }
     ) => {
         impl $crate::db::FromRow for $ty {
             const COLUMNS: &'static str = $columns;
@@ -753,7 +754,7 @@ macro_rules! from_row {
                 row: &::tokio_postgres::Row,
             ) -> ::std::result::Result<$ty, ::tokio_postgres::Error> {
                 Ok($ty {
-                    $( $field: $crate::from_row!(@get row $field $(: $col)? $(= $inner)?) ),+
+                    $( $field: $crate::from_row!(@get row $field $(: $col)? $(= $inner)? $(=> $value)?) ),+
                 })
             }
         }
