@@ -22,9 +22,9 @@
 //! (`orders::seats::lock_channel_terms`) and the statements of other owners that join channels
 //! stay with their owners.
 //!
-//! By concern: the channel and its reads here; its writes and their rules ([`changes`]); what
-//! the bot and the overview read of it ([`projections`]); its Telegram side, the join link and
-//! the bot's rights ([`telegram`]).
+//! By concern: the channel and its reads here; its writes and their rules (`changes`); what
+//! the bot and the overview read of it (`projections`); its Telegram side, the join link and
+//! the bot's rights (`telegram`).
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;

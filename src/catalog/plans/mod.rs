@@ -24,8 +24,8 @@
 //!   reach the plan through the schema's trigger, in the same transaction — the channel's row
 //!   first, then the plan's, the order a channel's own change takes them in.
 //!
-//! By concern: the plan and its reads here; the rules of its fields, pure ([`rules`]); the
-//! writes that apply them ([`changes`]).
+//! By concern: the plan and its reads here; the rules of its fields, pure (`rules`); the
+//! writes that apply them (`changes`).
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Transaction};

@@ -21,8 +21,8 @@
 //! by its discount. Its limits, plans, expiry and `active` may change at any time; they bind new
 //! uses only (an order already made keeps its price and its held use).
 //!
-//! By concern: the rules of a use, pure ([`rules`]); the uses themselves, taken, held again
-//! and previewed ([`uses`]); staff's creating, changing and reading of codes ([`changes`]).
+//! By concern: the rules of a use, pure (`rules`); the uses themselves, taken, held again
+//! and previewed (`uses`); staff's creating, changing and reading of codes (`changes`).
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
