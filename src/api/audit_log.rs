@@ -4,7 +4,7 @@ use axum::{Json, extract::State};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use super::{ApiQuery, Errors, Page, Paging, auth::Staff, check_text, openapi::Problem};
+use super::{ApiQuery, Errors, Page, Paging, auth::Staff, check_text, schemas::Problem};
 use crate::{
     app::state::AppState,
     common::error::ApiError,

@@ -14,7 +14,7 @@ use axum::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::{ApiJson, ApiQuery, PathId, auth::Staff, openapi::Problem};
+use super::{ApiJson, ApiQuery, PathId, auth::Staff, schemas::Problem};
 use crate::{
     app::state::AppState,
     catalog::channels,

@@ -21,7 +21,7 @@ use serde::Deserialize;
 
 use super::{
     ApiJson,
-    openapi::{Problem, Token},
+    schemas::{Problem, Token},
 };
 use deadpool_postgres::GenericClient;
 

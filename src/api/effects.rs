@@ -16,7 +16,7 @@ use super::{
     ApiQuery, Errors, Page, Paging, PathId,
     auth::Staff,
     idempotency::{NoBody, StaffWrite},
-    openapi::{Problem, Retried},
+    schemas::{Problem, Retried},
 };
 use crate::{
     app::state::AppState,

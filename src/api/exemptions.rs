@@ -15,7 +15,7 @@ use axum::{
 use serde::{Deserialize, Serialize};
 
 use super::{Errors, check_text};
-use super::{auth::Staff, idempotency::StaffWrite, openapi::Problem};
+use super::{auth::Staff, idempotency::StaffWrite, schemas::Problem};
 use crate::{
     access::exemptions::{self, Exemption},
     app::state::AppState,

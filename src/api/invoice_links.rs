@@ -14,7 +14,7 @@ use super::{
     ApiJson, PathId,
     auth::Staff,
     idempotency::NoBody,
-    openapi::{OrderEnvelope, Problem},
+    schemas::{OrderEnvelope, Problem},
 };
 use crate::{
     app::state::AppState,

@@ -17,7 +17,7 @@ use serde::Deserialize;
 
 use super::{
     ApiJson, ApiQuery, Errors, Page, Paging, PathId, auth::Staff, exports, idempotency::StaffWrite,
-    not_null, nullable, openapi::Problem, state_filter,
+    not_null, nullable, schemas::Problem, state_filter,
 };
 use crate::{
     access::{

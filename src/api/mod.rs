@@ -31,6 +31,7 @@ pub mod promo_codes;
 pub mod reconciliation;
 pub mod roles;
 pub mod router;
+pub mod schemas;
 pub mod staff;
 pub mod star_subscriptions;
 pub mod stats;

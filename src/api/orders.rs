@@ -9,7 +9,7 @@ use super::{
     ApiQuery, Errors, Page, Paging, PathId,
     auth::Staff,
     idempotency::{NoBody, StaffWrite},
-    openapi::{ClaimEnvelope, OrderEnvelope, Problem},
+    schemas::{ClaimEnvelope, OrderEnvelope, Problem},
     state_filter,
 };
 use crate::{

@@ -101,7 +101,7 @@ pub struct NoParams {}
     responses(
         (status = 200, description = "The day's numbers, from one snapshot.", body = Overview),
         (status = 400, description = "A query parameter (it takes none).",
-            body = super::openapi::Problem, content_type = "application/problem+json"),
+            body = super::schemas::Problem, content_type = "application/problem+json"),
     ),
 )]
 pub async fn get(

@@ -6,7 +6,7 @@ use axum::{Json, extract::State, response::Response};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use super::{ApiQuery, Page, Paging, PathId, auth::Staff, exports, openapi::Problem, state_filter};
+use super::{ApiQuery, Page, Paging, PathId, auth::Staff, exports, schemas::Problem, state_filter};
 use crate::{
     app::state::AppState,
     common::error::ApiError,

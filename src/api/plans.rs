@@ -19,7 +19,7 @@ use serde_json::Value;
 use super::{
     ApiJson, ApiQuery, Errors, Page, Paging, PathId, chars, check_text, not_null, nullable,
 };
-use super::{auth::Staff, idempotency::StaffWrite, openapi::Problem};
+use super::{auth::Staff, idempotency::StaffWrite, schemas::Problem};
 use crate::{
     app::state::AppState,
     catalog::plans::{self, Kind, Plan},

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
 use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, not_null, nullable};
-use super::{auth::Staff, idempotency::StaffWrite, openapi::Problem};
+use super::{auth::Staff, idempotency::StaffWrite, schemas::Problem};
 use crate::{
     app::state::AppState,
     catalog::promo_codes::{self, CODE_RULE, PLAN_IDS_MAX, PromoCode},

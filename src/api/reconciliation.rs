@@ -5,7 +5,7 @@
 use axum::{Json, extract::State};
 use serde::{Deserialize, Serialize};
 
-use super::{ApiQuery, Paging, auth::Staff, openapi::Problem, state_filter};
+use super::{ApiQuery, Paging, auth::Staff, schemas::Problem, state_filter};
 use crate::{
     app::state::AppState,
     common::error::ApiError,

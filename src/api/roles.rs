@@ -79,7 +79,7 @@ pub fn needs_or_sweep_token(
 fn declare(access: Access, routes: UtoipaMethodRouter<AppState>) -> UtoipaMethodRouter<AppState> {
     let (schemas, mut paths, method_router) = routes;
     for item in paths.paths.values_mut() {
-        for op in super::openapi::operations_mut(item) {
+        for op in super::schemas::operations_mut(item) {
             op.extensions
                 .get_or_insert_with(Extensions::default)
                 .insert(EXTENSION.into(), access.role().as_str().into());

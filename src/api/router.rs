@@ -24,10 +24,10 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::{
     audit_log, audits, auth, channels, console, effects,
     error::problem,
-    exemptions, invoice_links, memberships,
-    openapi::{self, Health},
-    orders, overview, payments, plans, promo_codes, reconciliation,
+    exemptions, invoice_links, memberships, openapi, orders, overview, payments, plans,
+    promo_codes, reconciliation,
     roles::{needs, needs_or_sweep_token},
+    schemas::Health,
     staff, star_subscriptions, stats, subscribers, sweep, webhook_endpoints,
     webhooks::{standard, stripe, telegram, wayforpay},
 };

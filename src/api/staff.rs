@@ -15,7 +15,7 @@ use super::{
     ApiJson, ApiQuery, Errors, Page, Paging, PathId,
     auth::{Staff, client_ip},
     not_null, nullable,
-    openapi::{Problem, Token},
+    schemas::{Problem, Token},
 };
 use crate::{
     app::state::AppState,

@@ -12,7 +12,7 @@ use super::{
     ApiQuery, Errors, Page, Paging, PathId,
     auth::Staff,
     idempotency::{NoBody, StaffWrite},
-    openapi::Problem,
+    schemas::Problem,
 };
 use crate::{
     app::state::AppState,

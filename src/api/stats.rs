@@ -5,7 +5,7 @@ use axum::{Json, extract::State};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{ApiQuery, Errors, auth::Staff, openapi::Problem};
+use super::{ApiQuery, Errors, auth::Staff, schemas::Problem};
 use crate::{
     app::state::AppState,
     common::error::ApiError,

@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
 use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, check_text, not_null, nullable};
-use super::{auth::Staff, exports, idempotency::StaffWrite, openapi::Problem};
+use super::{auth::Staff, exports, idempotency::StaffWrite, schemas::Problem};
 use crate::{
     access::subscribers::{self, Subscriber},
     app::state::AppState,

@@ -12,7 +12,7 @@ use super::{
     check_text,
     idempotency::{NoBody, StaffWrite},
     not_null, nullable,
-    openapi::Problem,
+    schemas::Problem,
 };
 use crate::{
     app::state::AppState,

@@ -726,6 +726,53 @@ macro_rules! text_enum {
     };
 }
 
+/// Implements [`FromRow`] for a struct read by column name: `field` reads column `field`,
+/// `field: "column"` reads `column`, `field = Type` reads a nested [`FromRow`] from the same
+/// row, and `field => value` is not read (a field the caller fills in later). `COLUMNS` lists the columns in field order, or is given whole in brackets when the
+/// select list computes some of them or holds a nested type's:
+///
+/// ```ignore
+/// from_row!(Price { price_minor, currency, active });
+/// from_row!(Preview [PREVIEW_COLUMNS] { code, terms = Terms, uses });
+/// ```
+#[macro_export]
+macro_rules! from_row {
+    (@col $field:ident) => { stringify!($field) };
+    (@col $field:ident $col:literal) => { $col };
+    (@get $row:ident $field:ident) => { $row.try_get(stringify!($field))? };
+    (@get $row:ident $field:ident : $col:literal) => { $row.try_get($col)? };
+    (@get $row:ident $field:ident = $inner:ty) => { <$inner as $crate::db::FromRow>::from_row($row)? };
+    (@get $row:ident $field:ident => $value:expr) => { $value };
+    (
+        $ty:ident [$columns:expr]
+        { $( $field:ident $(: $col:literal)? $(= $inner:ty)? $(=> $value:expr)? ),+ $(,)? }
+    ) => {
+        impl $crate::db::FromRow for $ty {
+            const COLUMNS: &'static str = $columns;
+
+            fn from_row(
+                row: &::tokio_postgres::Row,
+            ) -> ::std::result::Result<$ty, ::tokio_postgres::Error> {
+                Ok($ty {
+                    $( $field: $crate::from_row!(@get row $field $(: $col)? $(= $inner)? $(=> $value)?) ),+
+                })
+            }
+        }
+    };
+    (
+        $ty:ident
+        { $first:ident $(: $fcol:literal)? $( , $field:ident $(: $col:literal)? )* $(,)? }
+    ) => {
+        $crate::from_row!(
+            $ty [concat!(
+                $crate::from_row!(@col $first $($fcol)?)
+                $( , ", ", $crate::from_row!(@col $field $($col)?) )*
+            )]
+            { $first $(: $fcol)? $( , $field $(: $col)? )* }
+        );
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

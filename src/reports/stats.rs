@@ -32,7 +32,6 @@ use std::sync::Arc;
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::Serialize;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio_postgres::Row;
 
 use crate::{catalog::channels, common::error::ApiError, db};
 
@@ -83,78 +82,28 @@ pub struct Revenue {
     pub payments: i64,
 }
 
-/// The series' intervals, `start` and `stop` (exclusive), by UTC calendar arithmetic (whatever
-/// the session's time zone): `$1` from, `$2` to, `$3` the interval's name.
-const STARTS: &str = "starts AS (
-         SELECT s AT TIME ZONE 'UTC' AS start,
-                (s + ('1 ' || $3)::interval) AT TIME ZONE 'UTC' AS stop
-         FROM generate_series(date_trunc($3, $1::timestamptz AT TIME ZONE 'UTC'),
-                              $2::timestamptz AT TIME ZONE 'UTC' - interval '1 microsecond',
-                              ('1 ' || $3)::interval) AS s
-     )";
+// The statements below are whole `.sql` files. Their parts, spelled the same in each:
+// - the series' intervals `starts` (`start`, `stop` exclusive), by UTC calendar arithmetic
+//   whatever the session's time zone: `$1` from, `$2` to, `$3` the interval's name;
+// - the outcomes that are revenue: `applied`, `refund_pending`, `refunded`, `refund_failed`
+//   and `disputed` (a disputed payment is money taken back, as a refund is);
+// - the first day that is not rolled up: today, and yesterday during the first hour of today
+//   (so a write stamped just before midnight has committed before its day is rolled),
+//   `((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date`;
+// - revenue per UTC day and currency from the payments of a range, and members per UTC day and
+//   channel from the events, trials and payments of a range, where a membership event's live
+//   change (`delta`) is +1 into a live status and -1 out of one.
 
-/// The outcomes that are revenue (a disputed payment is money taken back, as a refund is).
-const REVENUE_OUTCOMES: &str =
-    "('applied', 'refund_pending', 'refunded', 'refund_failed', 'disputed')";
-
-/// The first day that is not rolled up (yet): today, and yesterday during the first hour of
-/// today (so a write stamped just before midnight has committed before its day is rolled).
-const OPEN_FROM: &str = "((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date";
-
-/// Revenue per UTC day and currency from the payments of `[$lo, $hi)` (two `timestamptz`
-/// expressions).
-fn revenue_days_raw(lo: &str, hi: &str) -> String {
-    format!(
-        "SELECT (paid_at AT TIME ZONE 'UTC')::date AS day, currency,
-                sum(amount_minor) AS gross,
-                coalesce(sum(amount_minor) FILTER (WHERE outcome IN ('refunded', 'disputed')), 0)
-                    AS refunded,
-                count(*) AS payments
-         FROM payments
-         WHERE paid_at >= {lo} AND paid_at < {hi} AND outcome IN {REVENUE_OUTCOMES}
-         GROUP BY 1, 2"
-    )
-}
-
-/// Members per UTC day and channel from the events, trials and payments of `[$lo, $hi)`.
-fn member_days_raw(lo: &str, hi: &str) -> String {
-    format!(
-        "SELECT day, channel_id, sum(new)::bigint AS new, sum(renewed)::bigint AS renewed,
-                sum(expired)::bigint AS expired, sum(delta)::bigint AS delta,
-                sum(trials)::bigint AS trials_started, sum(conversions)::bigint AS trials_converted
-         FROM (
-             SELECT (e.at AT TIME ZONE 'UTC')::date AS day, m.channel_id,
-                    count(*) FILTER (WHERE e.from_status IS NULL) AS new,
-                    count(*) FILTER (WHERE e.cause = 'payment' AND e.from_status IS NOT NULL)
-                        AS renewed,
-                    count(*) FILTER (WHERE e.to_status = 'expired'
-                                       AND e.from_status IS DISTINCT FROM 'expired') AS expired,
-                    sum({LIVE_DELTA}) AS delta, 0 AS trials, 0 AS conversions
-             FROM membership_events e JOIN memberships m ON m.id = e.membership_id
-             WHERE e.at >= {lo} AND e.at < {hi}
-             GROUP BY 1, 2
-             UNION ALL
-             SELECT (created_at AT TIME ZONE 'UTC')::date, channel_id, 0, 0, 0, 0, count(*), 0
-             FROM trial_uses WHERE created_at >= {lo} AND created_at < {hi}
-             GROUP BY 1, 2
-             UNION ALL
-             SELECT (p.paid_at AT TIME ZONE 'UTC')::date, p.channel_id, 0, 0, 0, 0, 0, count(*)
-             FROM payments p
-             JOIN trial_uses t ON t.subscriber_id = p.subscriber_id
-                              AND t.channel_id = p.channel_id AND t.created_at < p.paid_at
-             WHERE p.paid_at >= {lo} AND p.paid_at < {hi}
-               AND p.outcome = 'applied' AND p.amount_minor > 0
-               AND NOT EXISTS (
-                   SELECT 1 FROM payments q
-                   WHERE q.subscriber_id = p.subscriber_id AND q.channel_id = p.channel_id
-                     AND q.outcome = 'applied' AND q.amount_minor > 0
-                     AND q.paid_at > t.created_at
-                     AND (q.paid_at, q.id) < (p.paid_at, p.id))
-             GROUP BY 1, 2
-         ) x
-         GROUP BY day, channel_id"
-    )
-}
+/// Rolls up the revenue of the days `$1` (a `date[]`).
+const ROLL_UP_REVENUE_SQL: &str = include_str!("stats/roll_up_revenue.sql");
+/// Rolls up the members of the days `$1` (a `date[]`).
+const ROLL_UP_MEMBERS_SQL: &str = include_str!("stats/roll_up_members.sql");
+/// Revenue per interval and currency ([`revenue`]): the rolled-up days, then the open days raw.
+const REVENUE_SQL: &str = include_str!("stats/revenue.sql");
+/// Members per interval and channel ([`members`]): `$4` one channel or NULL, `$5` the channels.
+const MEMBERS_SQL: &str = include_str!("stats/members.sql");
+/// The live change, renewals and expirations of the last 30 days ([`summary`]).
+const LAST_30_DAYS_SQL: &str = include_str!("stats/last_30_days.sql");
 
 /// The ended days of `[$1, $2)` that are not rolled up (or were changed since), from the first
 /// day with a record on: days before any payment, membership event or trial have nothing to
@@ -180,10 +129,6 @@ const FORGET_ROLLED_SQL: &str = "WITH r AS (DELETE FROM stats_revenue_days WHERE
 
 const MARK_ROLLED_SQL: &str = "INSERT INTO stats_rolled_days (day) SELECT unnest($1::date[])
      ON CONFLICT (day) DO UPDATE SET rolled_at = statement_timestamp()";
-
-/// The bounds of a list of days `$1` as instants.
-const LO: &str = "((SELECT min(d) FROM unnest($1::date[]) d)::timestamp AT TIME ZONE 'UTC')";
-const HI: &str = "(((SELECT max(d) FROM unnest($1::date[]) d) + 1)::timestamp AT TIME ZONE 'UTC')";
 
 /// How many days one roll-up transaction takes at most: each holds an advisory lock per day,
 /// and PostgreSQL's lock table is shared and bounded.
@@ -290,19 +235,8 @@ async fn roll_up_days(db: &StatsDb, days: &[NaiveDate]) -> Result<(), ApiError> 
     crate::transaction!(db.pool, |tx| {
         db::row_one(tx, LOCK_DAYS_SQL, &[&days]).await?;
         db::row_one(tx, FORGET_ROLLED_SQL, &[&days]).await?;
-        let revenue = format!(
-            "INSERT INTO stats_revenue_days (day, currency, gross, refunded, payments)
-             SELECT * FROM ({}) r WHERE day = ANY($1)",
-            revenue_days_raw(LO, HI)
-        );
-        db::execute(tx, &revenue, &[&days]).await?;
-        let members = format!(
-            "INSERT INTO stats_member_days (day, channel_id, new, renewed, expired, delta,
-                                            trials_started, trials_converted)
-             SELECT * FROM ({}) m WHERE day = ANY($1)",
-            member_days_raw(LO, HI)
-        );
-        db::execute(tx, &members, &[&days]).await?;
+        db::execute(tx, ROLL_UP_REVENUE_SQL, &[&days]).await?;
+        db::execute(tx, ROLL_UP_MEMBERS_SQL, &[&days]).await?;
         db::execute(tx, MARK_ROLLED_SQL, &[&days]).await?;
         Ok(())
     })
@@ -326,40 +260,6 @@ fn day_after(to: DateTime<Utc>) -> NaiveDate {
     last.succ_opt().unwrap_or(NaiveDate::MAX)
 }
 
-fn revenue_sql() -> String {
-    let open = format!("({OPEN_FROM}::timestamp AT TIME ZONE 'UTC')");
-    format!(
-        "WITH {STARTS},
-         bounds AS (SELECT min(start) AS first FROM starts),
-         days AS (
-             SELECT day, currency, gross, refunded, payments FROM stats_revenue_days
-             WHERE day >= ((SELECT first FROM bounds) AT TIME ZONE 'UTC')::date
-               AND day < {OPEN_FROM}
-             UNION ALL
-             {}
-         ),
-         agg AS (
-             SELECT date_trunc($3, day::timestamp) AT TIME ZONE 'UTC' AS start, currency,
-                    sum(gross) AS gross, sum(refunded) AS refunded,
-                    sum(payments)::bigint AS payments
-             FROM days WHERE day::timestamp AT TIME ZONE 'UTC' < $2
-             GROUP BY 1, 2
-         ),
-         currencies AS (SELECT DISTINCT currency FROM agg)
-         SELECT s.start, c.currency, coalesce(a.gross, 0)::text AS gross_minor,
-                coalesce(a.refunded, 0)::text AS refunded_minor,
-                coalesce(a.gross - a.refunded, 0)::text AS net_minor,
-                coalesce(a.payments, 0) AS payments
-         FROM starts s CROSS JOIN currencies c
-         LEFT JOIN agg a ON a.start = s.start AND a.currency = c.currency
-         ORDER BY s.start, c.currency",
-        revenue_days_raw(
-            &format!("greatest((SELECT first FROM bounds), {open})"),
-            "$2"
-        )
-    )
-}
-
 /// Revenue per interval and currency over `[from, to)`: every interval of every currency that
 /// had revenue in the range (zeros where it had none).
 pub async fn revenue(
@@ -370,7 +270,7 @@ pub async fn revenue(
 ) -> Result<Vec<Revenue>, ApiError> {
     roll_up(db, first_day(from, interval), Some(day_after(to))).await?;
     let client = db.get().await?;
-    let rows = db::rows(&*client, &revenue_sql(), &[&from, &to, &interval.as_str()]).await?;
+    let rows = db::rows(&*client, REVENUE_SQL, &[&from, &to, &interval.as_str()]).await?;
     rows.iter()
         .map(|r| {
             Ok(Revenue {
@@ -404,70 +304,16 @@ pub struct Members {
     pub trials_converted: i64,
 }
 
-/// Whether a status is live, as SQL over `from_status`/`to_status`.
-const LIVE_DELTA: &str = "(CASE WHEN e.to_status <> 'expired' THEN 1 ELSE 0 END
-     - CASE WHEN e.from_status IS NOT NULL AND e.from_status <> 'expired' THEN 1 ELSE 0 END)";
-
-fn members_sql() -> String {
-    let open = format!("({OPEN_FROM}::timestamp AT TIME ZONE 'UTC')");
-    format!(
-        "WITH {STARTS},
-         bounds AS (SELECT min(start) AS first, max(stop) AS last FROM starts),
-         chans AS (SELECT unnest($5::int[]) AS channel_id),
-         live_now AS (
-             SELECT channel_id, count(*) AS n FROM memberships
-             WHERE status <> 'expired' AND ($4::int IS NULL OR channel_id = $4)
-             GROUP BY channel_id
-         ),
-         days AS (
-             SELECT day, channel_id, new, renewed, expired, delta, trials_started,
-                    trials_converted
-             FROM stats_member_days
-             WHERE day >= ((SELECT first FROM bounds) AT TIME ZONE 'UTC')::date
-               AND day < {OPEN_FROM}
-               AND ($4::int IS NULL OR channel_id = $4)
-             UNION ALL
-             SELECT * FROM ({}) raw WHERE ($4::int IS NULL OR channel_id = $4)
-         ),
-         tail AS (
-             SELECT channel_id, sum(delta) AS delta FROM days
-             WHERE day::timestamp AT TIME ZONE 'UTC' >= (SELECT last FROM bounds)
-             GROUP BY channel_id
-         ),
-         per_interval AS (
-             SELECT date_trunc($3, day::timestamp) AT TIME ZONE 'UTC' AS start, channel_id,
-                    sum(new) AS new, sum(renewed) AS renewed, sum(expired) AS expired,
-                    sum(delta) AS delta, sum(trials_started) AS trials_started,
-                    sum(trials_converted) AS trials_converted
-             FROM days WHERE day::timestamp AT TIME ZONE 'UTC' < (SELECT last FROM bounds)
-             GROUP BY 1, 2
-         ),
-         grid AS (
-             SELECT s.start, s.stop, c.channel_id, coalesce(p.new, 0) AS new,
-                    coalesce(p.renewed, 0) AS renewed, coalesce(p.expired, 0) AS expired,
-                    coalesce(p.delta, 0) AS delta,
-                    coalesce(p.trials_started, 0) AS trials_started,
-                    coalesce(p.trials_converted, 0) AS trials_converted
-             FROM starts s CROSS JOIN chans c
-             LEFT JOIN per_interval p ON p.start = s.start AND p.channel_id = c.channel_id
-         )
-         SELECT g.start, g.channel_id,
-                (coalesce(l.n, 0) - coalesce(tl.delta, 0)
-                 - coalesce(sum(g.delta) OVER (PARTITION BY g.channel_id ORDER BY g.start DESC
-                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0))::bigint AS live,
-                g.new::bigint AS new, g.renewed::bigint AS renewed,
-                g.expired::bigint AS expired, g.trials_started::bigint AS trials_started,
-                g.trials_converted::bigint AS trials_converted
-         FROM grid g
-         LEFT JOIN live_now l ON l.channel_id = g.channel_id
-         LEFT JOIN tail tl ON tl.channel_id = g.channel_id
-         ORDER BY g.start, g.channel_id",
-        member_days_raw(
-            &format!("greatest((SELECT first FROM bounds), {open})"),
-            "'infinity'"
-        )
-    )
-}
+crate::from_row!(Members {
+    start,
+    channel_id,
+    live,
+    new,
+    renewed,
+    expired,
+    trials_started,
+    trials_converted,
+});
 
 /// Members per interval and channel over `[from, to)`, every channel (or only `channel_id`).
 pub async fn members(
@@ -490,26 +336,12 @@ pub async fn members(
             .collect(),
         None => channels::ids(client).await?,
     };
-    let rows = db::rows(
+    db::all(
         client,
-        &members_sql(),
+        MEMBERS_SQL,
         &[&from, &to, &interval.as_str(), &channel_id, &channels],
     )
-    .await?;
-    rows.iter().map(members_row).collect()
-}
-
-fn members_row(r: &Row) -> Result<Members, ApiError> {
-    Ok(Members {
-        start: r.try_get("start")?,
-        channel_id: r.try_get("channel_id")?,
-        live: r.try_get("live")?,
-        new: r.try_get("new")?,
-        renewed: r.try_get("renewed")?,
-        expired: r.try_get("expired")?,
-        trials_started: r.try_get("trials_started")?,
-        trials_converted: r.try_get("trials_converted")?,
-    })
+    .await
 }
 
 /// Monthly recurring revenue in one currency.
@@ -576,23 +408,6 @@ const MEMBERS_NOW_SQL: &str = "SELECT count(*) AS live_memberships,
             statement_timestamp() AS at
      FROM memberships WHERE status <> 'expired'";
 
-fn last_30_days_sql() -> String {
-    let open = format!("({OPEN_FROM}::timestamp AT TIME ZONE 'UTC')");
-    format!(
-        "WITH days AS (
-             SELECT delta, renewed, expired FROM stats_member_days
-             WHERE day >= {OPEN_FROM} - 30 AND day < {OPEN_FROM}
-             UNION ALL
-             SELECT delta, renewed, expired FROM ({}) raw
-         )
-         SELECT coalesce(sum(delta), 0)::bigint AS delta,
-                coalesce(sum(renewed), 0)::bigint AS renewed,
-                coalesce(sum(expired), 0)::bigint AS expired
-         FROM days",
-        member_days_raw(&open, "'infinity'")
-    )
-}
-
 /// The summary of now. Its three parts run at once, on three connections.
 pub async fn summary(db: &StatsDb) -> Result<Summary, ApiError> {
     let since = (Utc::now() - chrono::Duration::days(31)).date_naive();
@@ -610,7 +425,7 @@ pub async fn summary(db: &StatsDb) -> Result<Summary, ApiError> {
             .collect::<Result<Vec<_>, ApiError>>()
     };
     let now = async { db::row_one(&*db.get().await?, MEMBERS_NOW_SQL, &[]).await };
-    let month = async { db::row_one(&*db.get().await?, &last_30_days_sql(), &[]).await };
+    let month = async { db::row_one(&*db.get().await?, LAST_30_DAYS_SQL, &[]).await };
     let (mrr, now, month) = tokio::try_join!(mrr, now, month)?;
     let live: i64 = now.try_get("live_memberships")?;
     let delta: i64 = month.try_get("delta")?;

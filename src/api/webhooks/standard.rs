@@ -27,7 +27,7 @@ use serde_json::Value;
 use crate::{
     api::{
         Errors, chars,
-        openapi::{Ignored, Problem, SignedWebhookAnswer},
+        schemas::{Ignored, Problem, SignedWebhookAnswer},
     },
     app::state::AppState,
     common::{currency, error::ApiError},

@@ -30,7 +30,7 @@ use axum::{
 use chrono::Utc;
 
 use crate::{
-    api::openapi::{
+    api::schemas::{
         Ignored, Problem, StripeAnswer, StripeDisputeAnswer, StripeEvent, StripeHoldAnswer,
         StripeRefundAnswer,
     },

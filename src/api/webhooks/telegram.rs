@@ -25,7 +25,7 @@ use axum::{
 use chrono::DateTime;
 
 use crate::{
-    api::openapi::{Empty, Problem, TelegramAnswer},
+    api::schemas::{Empty, Problem, TelegramAnswer},
     app::state::AppState,
     common::error::ApiError,
     outbox::effects,

@@ -33,7 +33,7 @@ use axum::{
 use chrono::Utc;
 
 use crate::{
-    api::openapi::{Problem, WayForPayAck, WayForPayCallback},
+    api::schemas::{Problem, WayForPayAck, WayForPayCallback},
     app::state::AppState,
     common::error::ApiError,
     payments::{
