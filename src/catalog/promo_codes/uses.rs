@@ -265,6 +265,13 @@ struct Now {
     expired: bool,
 }
 
+crate::from_row!(Now {
+    uses,
+    buyer_uses,
+    still_held,
+    expired,
+});
+
 /// Code `id`'s uses, subscriber `subscriber`'s uses of it, whether `held_until` is still ahead
 /// and whether the code expired, by database time. The caller holds the code's lock.
 async fn now(
@@ -273,13 +280,7 @@ async fn now(
     subscriber: SubscriberId,
     held_until: Option<DateTime<Utc>>,
 ) -> Result<Now, ApiError> {
-    let row = db::row_one(tx, NOW_SQL, &[&id, &subscriber, &held_until]).await?;
-    Ok(Now {
-        uses: row.try_get("uses")?,
-        buyer_uses: row.try_get("buyer_uses")?,
-        still_held: row.try_get("still_held")?,
-        expired: row.try_get("expired")?,
-    })
+    db::one(tx, NOW_SQL, &[&id, &subscriber, &held_until]).await
 }
 
 /// Whether the subscriber bought access to any of `channels` before (a paid order of a paid
