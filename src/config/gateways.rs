@@ -29,9 +29,10 @@ pub struct StripeConfig {
 }
 
 /// `WEBHOOK_SECRET`, `WEBHOOK_SECRETS` (door 1); `WAYFORPAY_MERCHANT_ACCOUNT`,
-/// `WAYFORPAY_SECRET_KEY` (door 2), `WAYFORPAY_DOMAIN` (the bot's purchase links);
-/// `STRIPE_SECRET_KEY`, `STRIPE_WEBHOOK_SECRET`, `STRIPE_API_URL` (door 4). A door
-/// without its secret stays closed.
+/// `WAYFORPAY_SECRET_KEY` (door 2), `WAYFORPAY_DOMAIN` (the bot's purchase links),
+/// `WAYFORPAY_API_URL` and `RECONCILE_AFTER_SECS` (the `CHECK_STATUS` pass);
+/// `STRIPE_SECRET_KEY`, `STRIPE_WEBHOOK_SECRET`, `STRIPE_API_URL` (door 4). A door without its
+/// secret stays closed.
 pub(super) struct PaymentDoors {
     pub(super) webhook_keys: Vec<WebhookKey>,
     pub(super) wayforpay: Option<WayForPayConfig>,

@@ -16,8 +16,9 @@ pub struct HoldRules {
     pub per_day: i64,
 }
 
-/// `REMINDER_DAYS`, `SWEEP_TOKEN`, `SWEEP_INTERVAL_SECS`, `HOLD_SECS`, `HOLD_COOLDOWN_SECS`,
-/// `HOLDS_PER_DAY`: the background jobs and the seat hold.
+/// `REMINDER_DAYS`, `OUTBOUND_ALLOW_PRIVATE`, `SWEEP_TOKEN`, `SWEEP_INTERVAL_SECS`,
+/// `HOLD_SECS`, `HOLD_COOLDOWN_SECS`, `HOLDS_PER_DAY`, `AUDIT_INTERVAL_SECS`, `AUDIT_FIX`: the
+/// background jobs and the seat hold.
 pub(super) struct Jobs {
     pub(super) reminder_days: u32,
     pub(super) outbound_allow_private: bool,
