@@ -148,7 +148,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         } => {
             let role = subgate::staff::Role::parse(&role).ok_or("unknown role")?;
             let password = read_password()?;
-            let created = subgate::staff::auth::create_staff_from_command_line(
+            let created = subgate::staff::accounts::create_staff_from_command_line(
                 &pool,
                 &email,
                 &password,
@@ -168,10 +168,14 @@ async fn run(cli: Cli) -> Result<(), String> {
             command: StaffCommand::SetPassword { email },
         } => {
             let password = read_password()?;
-            let changed =
-                subgate::staff::auth::set_password(&pool, &email, &password, config.bcrypt_cost)
-                    .await
-                    .map_err(staff_error)?;
+            let changed = subgate::staff::accounts::set_password(
+                &pool,
+                &email,
+                &password,
+                config.bcrypt_cost,
+            )
+            .await
+            .map_err(staff_error)?;
             if changed {
                 println!("password of staff account {email} changed; its sessions are ended");
                 Ok(())

@@ -1,5 +1,5 @@
 //! `POST /api/auth/login` and the [`Staff`] extractor: the HTTP side of staff authentication.
-//! Tokens, passwords, the login throttle and the account lookups are [`crate::staff::auth`]'s.
+//! Tokens, passwords, the login throttle and the account lookups are [`crate::staff`]'s.
 //!
 //! Login answers the same 401, in about the same time, for an unknown email and a wrong
 //! password (an unknown email is checked against the dummy hash); docs/auth.md has the rules.
@@ -29,9 +29,11 @@ use crate::{
     app::state::AppState,
     common::error::ApiError,
     staff::{
-        Role,
+        Role, accounts,
         audit_log::{self, Actor, Entry},
-        auth::{self, MAX_EMAIL_BYTES},
+        passwords,
+        throttle::MAX_EMAIL_BYTES,
+        tokens,
     },
 };
 
@@ -111,7 +113,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Staff {
 /// *last* `X-Forwarded-For` line, the one our own proxy wrote (a client may send lines and
 /// entries of its own before it, which proxies keep). When that entry is not an address, the
 /// peer (the proxy) is the client. The throttle keys IPv6 addresses by their /64
-/// ([`auth::throttle_address`]).
+/// ([`crate::staff::throttle::throttle_address`]).
 pub fn client_ip(headers: &HeaderMap, peer: Option<SocketAddr>, trust_proxy: bool) -> IpAddr {
     if trust_proxy
         && let Some(ip) = headers
@@ -233,7 +235,7 @@ pub async fn login(
     let account = if email.contains('\0') {
         None
     } else {
-        auth::find_login(&state.db.get().await?, &email).await?
+        accounts::find_login(&state.db.get().await?, &email).await?
     };
     let (id, version, hash) = match account {
         Some(a) => (Some(a.id), a.token_version, a.password_hash),
@@ -247,12 +249,12 @@ pub async fn login(
         .login_throttle
         .reserve(key, cfg.login_max_failures, cfg.login_window)
         .map_err(too_many)?;
-    let ok = auth::verify_login(permit, attempt, password, hash, id.is_some()).await?;
+    let ok = passwords::verify_login(permit, attempt, password, hash, id.is_some()).await?;
     let Some(id) = id.filter(|_| ok) else {
         tracing::info!("login failed");
         return Err(ApiError::Unauthorized);
     };
-    let token = auth::issue_token(cfg.jwt_secret.expose().as_bytes(), id, version, cfg.jwt_ttl)?;
+    let token = tokens::issue_token(cfg.jwt_secret.expose().as_bytes(), id, version, cfg.jwt_ttl)?;
     tracing::info!(staff_id = id, "login succeeded");
     Ok(axum::Json(Token {
         access_token: token,

@@ -39,7 +39,7 @@ use super::auth::{Staff, bearer};
 use crate::{
     app::state::AppState,
     common::error::ApiError,
-    staff::{self, Role, auth},
+    staff::{self, Role, tokens},
 };
 
 /// The OpenAPI extension naming an operation's least role.
@@ -131,7 +131,7 @@ async fn authenticate(
     {
         return Ok(None);
     }
-    let subject = auth::verify_token(
+    let subject = tokens::verify_token(
         state.config.jwt_secret.expose().as_bytes(),
         token,
         state.config.jwt_ttl,

@@ -1,6 +1,6 @@
 //! `/api/staff` (the owner manages staff accounts) and `POST /api/auth/password` (anyone
 //! changes their own password). HTTP only: the accounts and the last-owner rule are
-//! [`crate::staff`]'s, passwords [`crate::staff::auth`]'s. Every write is recorded in the audit log in
+//! [`crate::staff`]'s, passwords [`crate::staff::passwords`]'s. Every write is recorded in the audit log in
 //! its transaction; a snapshot never holds a password or its hash.
 
 use axum::{
@@ -20,7 +20,7 @@ use super::{
 use crate::{
     app::state::AppState,
     common::error::ApiError,
-    staff::{self, Account, Change, Role, audit_log::Entry, auth},
+    staff::{self, Account, Change, Role, accounts, audit_log::Entry, passwords, tokens},
 };
 
 /// A new staff account.
@@ -121,7 +121,7 @@ pub async fn create(
     let (Some(email), Some(role), Some(password)) = (email, role, password) else {
         return Err(ApiError::internal("checked fields are missing"));
     };
-    let (email, hash) = auth::new_account(&email, &password, state.config.bcrypt_cost).await?;
+    let (email, hash) = accounts::new_account(&email, &password, state.config.bcrypt_cost).await?;
     crate::transaction!(state.db, |tx| {
         let account = staff::create(tx, &email, &hash, role).await?;
         who.audit(
@@ -227,7 +227,7 @@ pub async fn change_password(
         e.add("current_password", "must be at most 72 bytes");
     }
     if let Some(n) = &new
-        && let Err(why) = auth::check_new_password(n, &who.email)
+        && let Err(why) = passwords::check_new_password(n, &who.email)
     {
         e.add("new_password", why);
     }
@@ -246,7 +246,7 @@ pub async fn change_password(
         .login_throttle
         .check(&key, cfg.login_max_failures, cfg.login_window)
         .map_err(too_many)?;
-    let hash = auth::password_hash(&state.db.get().await?, who.id)
+    let hash = accounts::password_hash(&state.db.get().await?, who.id)
         .await?
         .ok_or(ApiError::Unauthorized)?;
     let permit = state.hash_permits.acquire().await.ok_or_else(|| {
@@ -256,22 +256,22 @@ pub async fn change_password(
         .login_throttle
         .reserve(key, cfg.login_max_failures, cfg.login_window)
         .map_err(too_many)?;
-    if !auth::verify_login(permit, attempt, current, hash, true).await? {
+    if !passwords::verify_login(permit, attempt, current, hash, true).await? {
         return Err(ApiError::field(
             "current_password",
             "is not this account's password",
         ));
     }
-    let new_hash = auth::hash_password(new, cfg.bcrypt_cost).await?;
+    let new_hash = passwords::hash_password(new, cfg.bcrypt_cost).await?;
     let version = crate::transaction!(state.db, |tx| {
-        let version = auth::change_password(tx, who.id, &new_hash).await?;
+        let version = accounts::change_password(tx, who.id, &new_hash).await?;
         // No password, old or new, in the record: only that it changed.
         who.audit(tx, Entry::new("staff.change_password", Some(who.id)))
             .await?;
         Ok(version)
     })?;
     tracing::info!(staff_id = who.id, "password changed; sessions ended");
-    let token = auth::issue_token(
+    let token = tokens::issue_token(
         cfg.jwt_secret.expose().as_bytes(),
         who.id,
         version,

@@ -9,7 +9,7 @@ use crate::{
     access::sweep::LastSweep,
     config::Config,
     reports::stats::StatsDb,
-    staff::auth::{HashPermits, LoginThrottle},
+    staff::{permits::HashPermits, throttle::LoginThrottle},
 };
 
 /// Everything a handler may need; cheap to clone.
@@ -41,7 +41,7 @@ impl AppState {
             }
         });
         let login_throttle = LoginThrottle::new(
-            crate::staff::auth::LOGIN_THROTTLE_CAPACITY,
+            crate::staff::throttle::LOGIN_THROTTLE_CAPACITY,
             config.login_account_max_failures,
         );
         Ok(AppState {
@@ -79,7 +79,7 @@ impl DummyHash {
         self.cell
             .get_or_try_init(|| {
                 let random = uuid::Uuid::new_v4().to_string();
-                crate::staff::auth::hash_password(random, self.cost)
+                crate::staff::passwords::hash_password(random, self.cost)
             })
             .await
             .cloned()
