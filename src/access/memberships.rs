@@ -107,7 +107,6 @@ macro_rules! membership_columns {
         "id, subscriber_id, channel_id, status, expires_at, created_at, updated_at"
     };
 }
-pub(crate) use membership_columns;
 
 /// A membership as the API shows it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -657,75 +656,6 @@ pub async fn event_cause(
 
 // ---- writes ----
 
-/// SQL: the common table expressions of [`EXTEND_SQL`] (`sub`, `b`, `m`, `ev`, `fx`, without the
-/// `WITH`), bound to its parameters `$1`–`$11` ([`Extension::params`]). `$when` is a condition
-/// the subscriber's row (`sub`) is read under: `"true"` for [`EXTEND_SQL`]; a statement that
-/// extends only if an earlier expression of it wrote something (the payment core's fast path,
-/// `crate::payments::fast`) makes it that, and then nothing of the extension is written
-/// either — every later expression reads its rows from `sub`.
-macro_rules! extend_ctes_sql {
-    ($when:literal) => {
-        concat!(
-            "sub AS (
-                 SELECT id, telegram_user_id FROM subscribers WHERE id = $1 AND (",
-            $when,
-            ") FOR KEY SHARE
-             ), b AS (
-                 SELECT id, status, expires_at FROM memberships
-                 WHERE subscriber_id = $1 AND channel_id = $2
-             ), m AS (
-                 INSERT INTO memberships (subscriber_id, channel_id, status, expires_at)
-                 SELECT sub.id, $2, $4,
-                        CASE WHEN $3::integer IS NULL THEN 'infinity'::timestamptz
-                             ELSE GREATEST(statement_timestamp() + make_interval(days => $3),
-                                           $11::timestamptz) END
-                 FROM sub
-                 ON CONFLICT (subscriber_id, channel_id) DO UPDATE
-                 SET status = $4,
-                     expires_at = CASE WHEN $3::integer IS NULL THEN 'infinity'::timestamptz
-                                       ELSE GREATEST(GREATEST(memberships.expires_at, statement_timestamp())
-                                                     + make_interval(days => $3), $11::timestamptz) END,
-                     updated_at = statement_timestamp()
-                 RETURNING ",
-            $crate::access::memberships::membership_columns!(),
-            "
-             ), ev AS (
-                 INSERT INTO membership_events
-                     (membership_id, from_status, to_status, expires_at_before, expires_at_after, cause,
-                      payment_id)
-                 SELECT m.id, b.status, m.status, b.expires_at, m.expires_at, $5, $6
-                 FROM m LEFT JOIN b ON true
-                 RETURNING id, membership_id
-             ), fx AS (
-                 INSERT INTO effects (kind, membership_id, payment_id, chat_id, user_id, payload, dedupe_key)
-                 SELECT k.kind, m.id, $6, c.telegram_chat_id, sub.telegram_user_id, ",
-            $crate::outbox::effects::expiry_payload_sql!("m.expires_at"),
-            ", ",
-            $crate::outbox::effects::transition_key_sql!("k.key_prefix", "m.id", "ev.id"),
-            "
-                 FROM m
-                 JOIN ev ON ev.membership_id = m.id
-                 LEFT JOIN b ON true
-                 CROSS JOIN LATERAL (
-                     SELECT CASE WHEN ",
-            $crate::access::memberships::holds_access_sql!("b"),
-            " THEN $7::text ELSE $8::text END,
-                            CASE WHEN ",
-            $crate::access::memberships::holds_access_sql!("b"),
-            " THEN $9::text ELSE $10::text END
-                 ) AS k(kind, key_prefix)
-                 JOIN sub ON sub.id = m.subscriber_id
-                 JOIN channels c ON c.id = m.channel_id
-                 WHERE b.id IS NULL OR NOT (",
-            $crate::access::memberships::holds_access_sql!("b"),
-            ") OR m.expires_at > b.expires_at
-                 FOR KEY SHARE OF c
-             )"
-        )
-    };
-}
-pub(crate) use extend_ctes_sql;
-
 /// [`extend`] in one statement (one round trip): the membership as it was (`b`), the upsert
 /// (`m`), its event (`ev`) and its effect (`fx`), returning the membership, the event's id and
 /// the status and `expires_at` it had before. `$3` is the term in days, NULL for lifetime
@@ -747,13 +677,7 @@ pub(crate) use extend_ctes_sql;
 /// `b` is a plain read: the caller holds the pair's advisory lock, which every writer of this
 /// membership takes first, so the statement's snapshot (taken after that lock) shows the row as
 /// the upsert finds it. The upsert locks the row, last in the lock order.
-const EXTEND_SQL: &str = concat!(
-    "WITH ",
-    extend_ctes_sql!("true"),
-    "
-     SELECT m.*, ev.id AS event_id, b.status AS status_before, b.expires_at AS expires_at_before
-     FROM m JOIN ev ON ev.membership_id = m.id LEFT JOIN b ON true"
-);
+const EXTEND_SQL: &str = include_str!("memberships/extend.sql");
 
 /// Grants or extends: `expires_at = GREATEST(current, database now) + days`, `status = active`
 /// (a lifetime membership stays lifetime: `infinity + days` is `infinity`).
@@ -773,19 +697,29 @@ pub async fn extend(
 }
 
 /// What [`EXTEND_SQL`]'s parameters `$1`–`$11` are bound to, for one extension (and, in the same
-/// places, those of a statement that splices [`extend_ctes_sql!`]).
+/// places, those of the payment core's fast write, `payments/fast_write.sql`).
 pub(crate) struct Extension {
+    /// `$1`.
     subscriber_id: SubscriberId,
+    /// `$2`.
     channel_id: ChannelId,
-    /// NULL: lifetime.
+    /// `$3`: the term in days; NULL: lifetime.
     days: Option<i32>,
+    /// `$4`: the status written.
     status: Status,
+    /// `$5`: the event's cause.
     cause: EventCause,
+    /// `$6`: the paying payment, if any.
     payment_id: Option<i64>,
+    /// `$7`: the effect when the membership held access before.
     receipt: Kind,
+    /// `$8`: the effect when it did not.
     grant: Kind,
+    /// `$9`: the key prefix of `receipt`.
     receipt_prefix: &'static str,
+    /// `$10`: the key prefix of `grant`.
     grant_prefix: &'static str,
+    /// `$11`: the earliest end of the new term, if any.
     at_least: Option<DateTime<Utc>>,
 }
 
@@ -1158,25 +1092,20 @@ async fn enqueue_effect(
     Ok(())
 }
 
-const DELETE_SQL: &str = concat!(
-    "WITH gone AS (
-         DELETE FROM memberships WHERE id = $1
-         RETURNING id, subscriber_id, channel_id, status, expires_at
-     ), ",
-    crate::outbox::effects::deleted_revokes_cte!(),
-    " SELECT count(*) AS deleted FROM gone"
-);
-const DELETE_OF_SUBSCRIBER_SQL: &str = concat!(
-    "WITH gone AS (
-         DELETE FROM memberships WHERE subscriber_id = $1
-         RETURNING id, subscriber_id, channel_id, status, expires_at
-     ), ",
-    crate::outbox::effects::deleted_revokes_cte!(),
-    " SELECT count(*) AS deleted FROM gone"
-);
+/// The `DELETE` of membership `$1` (`gone`: the rows removed, as they were when removed), then
+/// one revoke (`revoke:{membership}:deleted`) for each one whose member still held access
+/// (active or grace), in the deletion's transaction. A deleted expired membership needs none:
+/// its expiry enqueued one (the sweep's, still queued, is made even after the deletion,
+/// [`crate::outbox::effects::materialize_sweep_queue`]). The effect outlives the row: it carries
+/// the chat and the user, its `membership_id` is NULL (the row it would name is being deleted by
+/// the same statement; `ON DELETE SET NULL` would clear it anyway) and the membership id is kept
+/// in the payload. The worker performs a revoke whose membership is gone.
+const DELETE_SQL: &str = include_str!("memberships/delete.sql");
+/// [`DELETE_SQL`] of every membership of subscriber `$1`.
+const DELETE_OF_SUBSCRIBER_SQL: &str = include_str!("memberships/delete_of_subscriber.sql");
 
 /// Deletes membership `id` (its events go with it) and, if it still held access, enqueues the
-/// revoke that takes the member out of the chat (the outbox's `deleted_revokes_cte!`), in one
+/// revoke that takes the member out of the chat ([`DELETE_SQL`]), in one
 /// statement. Returns whether it existed. The caller holds the pair's advisory lock (and the
 /// channel lock of a seat-limited channel).
 ///

@@ -270,57 +270,12 @@ const PAIR_BY_REFERENCE_SQL: &str = concat!(
 // subscriber holds for life, as `memberships::lifetime_in_every` does: the caller holds every
 // pair lock of the order, which each writer of those memberships takes first, so this
 // statement's snapshot is as current as a later one's would be ([`held_for_life`]).
-const LOCK_ORDER_SQL: &str = order_terms_sql!(
-    "",
-    " FROM orders WHERE id = $1 FOR UPDATE",
-    "LEFT JOIN LATERAL (SELECT pcl.id FROM promo_codes pcl WHERE pcl.id = o.promo_code_id
-                        FOR UPDATE) AS promo_lock ON true",
-    "FOR KEY SHARE OF c"
-);
+//
+// The select list (what an order's terms are, `Terms`) is also the start of the payment core's
+// read without locks (`payments/fast_read.sql`), so both read the same things alike.
+const LOCK_ORDER_SQL: &str = include_str!("lock_order.sql");
 
-/// SQL: what [`LOCK_ORDER_SQL`] reads of an order (`o`: the order's columns, selected by
-/// `$order`, the rest of the order's subquery after its select list), its own channel (`c`),
-/// subscriber (`s`) and plan (`p`), plus `$extra` (a select list continued after a comma, or
-/// `""`), with `$join` (a join of the caller's, or `""`) between the order and the others and
-/// `$lock` at the end. The locked read of the lock order and the payment core's read without
-/// locks (`crate::payments::fast`) are both made from it, so they read the same things alike.
-macro_rules! order_terms_sql {
-    ($extra:literal, $order:literal, $join:literal, $lock:literal) => {
-        concat!(
-            "SELECT o.*, c.active, c.seat_limit, c.billing_period_days, s.telegram_user_id,
-                    p.kind AS plan_kind, p.period_days AS plan_period_days,
-                    p.recurring AS plan_recurring, p.active AS plan_active,
-                    ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = o.plan_id
-                          ORDER BY pc.channel_id) AS plan_channel_ids,
-                    (SELECT count(*) FROM memberships lm
-                     WHERE lm.subscriber_id = o.subscriber_id
-                       AND lm.channel_id = ANY (COALESCE(
-                           NULLIF(ARRAY(SELECT pc.channel_id FROM plan_channels pc
-                                        WHERE pc.plan_id = o.plan_id), '{}'::integer[]),
-                           ARRAY[o.channel_id]))
-                       AND lm.expires_at = 'infinity' AND ",
-            $crate::access::memberships::holds_access_sql!("lm"),
-            ") AS lifetime_channels",
-            $extra,
-            "
-             FROM (SELECT ",
-            $crate::orders::order_columns!(),
-            $order,
-            ") AS o
-             ",
-            $join,
-            "
-             JOIN channels c ON c.id = o.channel_id
-             JOIN subscribers s ON s.id = o.subscriber_id
-             JOIN plans p ON p.id = o.plan_id
-             ",
-            $lock
-        )
-    };
-}
-pub(crate) use order_terms_sql;
-
-/// What a row of [`order_terms_sql!`] says of an order, besides its subscriber's Telegram id
+/// What a row of [`LOCK_ORDER_SQL`] (or the payment core's read without locks) says of an order, besides its subscriber's Telegram id
 /// and the count of lifetime memberships.
 struct Terms {
     order: Order,
@@ -359,7 +314,7 @@ impl Terms {
     }
 }
 
-/// The order of a row of [`order_terms_sql!`] read **without locks**, as the checks would see it
+/// The order of a row of [`LOCK_ORDER_SQL`]'s select list read **without locks**, as the checks would see it
 /// if it were locked now — for a plan of one channel only (`None` for a bundle). Nothing may be
 /// decided from it unless the write that follows verifies, under the locks, that every row it
 /// was read from is unchanged (the payment core's fast path, `crate::payments::fast`).

@@ -623,7 +623,6 @@ macro_rules! insert_columns {
          amount_minor, currency, paid_at, outcome, reason, renewal, subscription_expires_at"
     };
 }
-pub(super) use insert_columns;
 
 const INSERT_SQL: &str = concat!(
     "WITH inserted AS (

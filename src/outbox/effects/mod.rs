@@ -32,8 +32,8 @@
 //!   conditionally, so a change is recorded once, by one of them.
 //! - **One revoke per deleted live membership** (`revoke:{membership}:deleted`): a staff
 //!   `DELETE` of an active or grace membership, or the cascade of a subscriber's `DELETE`
-//!   (`deleted_revokes_cte!`). The effect names the chat and the user, not the membership
-//!   (which is gone), and the worker performs a revoke whose membership no longer exists.
+//!   (`access/memberships/delete.sql`). The effect names the chat and the user, not the
+//!   membership (which is gone), and the worker performs a revoke whose membership is gone.
 //! - **One reminder per (membership, expiry)** — that is, per period:
 //!   `reminder:{membership}:{expiry in µs}` ([`crate::access::memberships::enqueue_due_reminders`]).
 //! - **One refund per payment** (`refund:{payment}`), **one decision per join request**
@@ -226,7 +226,6 @@ macro_rules! deleted_revoke_payload_sql {
         )
     };
 }
-pub(crate) use deleted_revoke_payload_sql;
 
 /// [`transition_key`] in SQL: `{what}:{membership}:ev{event}`, `$what` an SQL text expression
 /// of a [`transition_prefix`], `$membership` and `$event` SQL id expressions.
@@ -244,14 +243,6 @@ macro_rules! transition_key_sql {
     };
 }
 pub(crate) use transition_key_sql;
-
-/// The key of the revoke of a deleted membership: `revoke:{membership}:deleted`.
-macro_rules! deleted_revoke_key_sql {
-    ($membership:expr) => {
-        concat!("'revoke:' || (", $membership, ") || ':deleted'")
-    };
-}
-pub(crate) use deleted_revoke_key_sql;
 
 /// The key of a reminder: `reminder:{membership}:{expiry in µs since the epoch}` — one per
 /// (membership, expiry), so one per period.
@@ -273,7 +264,8 @@ pub fn reminder_key(membership_id: i64, expires_at: DateTime<Utc>) -> String {
     format!("reminder:{membership_id}:{}", expires_at.timestamp_micros())
 }
 
-/// The key of the revoke of deleted membership `membership_id` ([`deleted_revoke_key_sql!`]).
+/// The key of the revoke of deleted membership `membership_id` (spelled alike in SQL by
+/// `access/memberships/delete.sql`).
 pub fn deleted_revoke_key(membership_id: i64) -> String {
     format!("revoke:{membership_id}:deleted")
 }
@@ -456,7 +448,7 @@ pub fn found_key(kind: Kind, chat: i64, user: i64, found: payload::Found, marker
     format!("{kind}:{chat}:{user}:{found}:{marker}")
 }
 
-/// The sweep's effects, as the last data-modifying CTE of its batch write
+/// The sweep's effects, as the last data-modifying CTE of its batch write (`access/sweep_apply_batch.sql`, which spells it whole; this copy serves the benchmarks)
 /// ([`crate::access::sweep::apply_batch`]): for every membership it moved to `expired` a revoke, and for
 /// every one it moved to `grace` a grace notice, recorded in the `sweep_queue` (migration 0017)
 /// in the batch's statement and so in its transaction; the worker turns queued rows into
@@ -474,9 +466,7 @@ pub fn found_key(kind: Kind, chat: i64, user: i64, found: payload::Found, marker
 /// Rows are inserted in membership id order; the `ORDER BY` also makes PostgreSQL join the
 /// two CTEs by merging them (both come in membership id order) instead of comparing every
 /// pair of a batch's rows in a nested loop, which cost more than the rest of the statement.
-macro_rules! sweep_effects_cte {
-    () => {
-        "sweep_effects AS (
+pub const SWEEP_EFFECTS_CTE: &str = "sweep_effects AS (
     INSERT INTO sweep_queue (event_id, membership_id, kind, chat_id, user_id, expires_at)
     SELECT ev.id, u.id,
            CASE WHEN u.status = 'expired' THEN 'revoke' ELSE 'grace_notice' END,
@@ -488,13 +478,7 @@ macro_rules! sweep_effects_cte {
     WHERE (u.from_status IN ('active', 'grace') AND u.status = 'expired')
        OR (u.from_status = 'active' AND u.status = 'grace')
     ORDER BY u.id
-)"
-    };
-}
-pub(crate) use sweep_effects_cte;
-
-/// See [`sweep_effects_cte!`]: the sweep's effects CTE as a string.
-pub const SWEEP_EFFECTS_CTE: &str = sweep_effects_cte!();
+)";
 
 /// Queued sweep rows made into effects per call of [`materialize_sweep_queue`]. The worker
 /// calls it at the start of every run and whenever its lanes find nothing due, so the outbox
@@ -507,7 +491,7 @@ pub const SWEEP_QUEUE_CHUNK: i64 = 25;
 /// The oldest `$1` rows of the `sweep_queue` that no one else is taking, deleted and made
 /// effects in one statement: each becomes exactly one effect, keyed as [`transition_key`]
 /// spells it, with its expiry as payload (a revoke whose membership has been deleted since
-/// names none and carries the deleted revoke's payload, as `deleted_revokes_cte!` writes it;
+/// names none and carries the deleted revoke's payload, as `access/memberships/delete.sql` writes it;
 /// its membership, when it still exists, is key-share locked so it cannot vanish before the
 /// effect commits). `ON CONFLICT` keeps a row that somehow already has its effect from
 /// making a second one.
@@ -555,40 +539,6 @@ pub async fn materialize_sweep_queue(
     }
     Ok(taken as u64)
 }
-
-/// The revokes of deleted memberships, as a data-modifying CTE after the `DELETE` that names
-/// them ([`crate::access::memberships::delete`], [`crate::access::memberships::delete_of_subscriber`]): it reads
-/// the CTE `gone(id, subscriber_id, channel_id, status, expires_at)` — the rows the `DELETE`
-/// actually removed, as they were when removed — and enqueues one revoke
-/// (`revoke:{membership}:deleted`) for each one whose member still held access (active or
-/// grace), in the deletion's transaction. A deleted expired membership needs none: its expiry
-/// enqueued one (the sweep's, still queued, is made even after the deletion,
-/// [`materialize_sweep_queue`]).
-///
-/// The effect outlives the row: it carries the chat and the user, its `membership_id` is NULL
-/// (the row it would name is being deleted by the same statement; `ON DELETE SET NULL` would
-/// clear it anyway) and the membership id is kept in the payload. The worker performs a revoke
-/// whose membership is gone.
-macro_rules! deleted_revokes_cte {
-    () => {
-        concat!(
-            "deleted_revokes AS (
-    INSERT INTO effects (kind, chat_id, user_id, payload, dedupe_key)
-    SELECT 'revoke', c.telegram_chat_id, s.telegram_user_id, ",
-            $crate::outbox::effects::deleted_revoke_payload_sql!("g.id", "g.expires_at"),
-            ", ",
-            $crate::outbox::effects::deleted_revoke_key_sql!("g.id"),
-            "
-    FROM gone g
-    JOIN subscribers s ON s.id = g.subscriber_id
-    JOIN channels c ON c.id = g.channel_id
-    WHERE g.status IN ('active', 'grace')
-    ORDER BY g.id
-)"
-        )
-    };
-}
-pub(crate) use deleted_revokes_cte;
 
 /// Enqueues the decision on a `chat_join_request` (approve or decline, retried until Telegram
 /// confirms, which a webhook reply cannot report). The door calls it only with a bot
@@ -975,11 +925,13 @@ mod tests {
             transition_key_sql!("'grace'", "m.id", "ev.id"),
             "('grace') || ':' || (m.id) || ':ev' || (ev.id)"
         );
-        assert_eq!(
-            deleted_revoke_key_sql!("g.id"),
-            "'revoke:' || (g.id) || ':deleted'"
-        );
         assert_eq!(deleted_revoke_key(7), "revoke:7:deleted");
+        for deletion in [
+            include_str!("../../access/memberships/delete.sql"),
+            include_str!("../../access/memberships/delete_of_subscriber.sql"),
+        ] {
+            assert!(deletion.contains("'revoke:' || (g.id) || ':deleted'"));
+        }
         let t: DateTime<Utc> = "1969-12-31T23:59:59.500001Z".parse().unwrap();
         assert_eq!(reminder_key(7, t), "reminder:7:-499999");
         assert!(
