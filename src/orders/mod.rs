@@ -6,6 +6,7 @@
 //! Creating and reading orders takes no pair lock: they touch no hold and no membership. Cancel
 //! and checkout do touch the hold, so they lock in the one lock order through [`seats`].
 
+mod lock_order;
 pub mod seats;
 pub mod trials;
 
