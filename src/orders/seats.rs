@@ -3,13 +3,9 @@
 //! `pre_checkout_query`, the payment core and free claims ([`super::trials`]), so all of them
 //! decide alike.
 //!
-//! The lock order (API.md "Payment ingestion" 1., `docs/locking.md`): the pair advisory locks
-//! `(subscriber, channel)` of every channel of the order's plan, in ascending channel id → the
-//! order row `FOR UPDATE` → (the order's promo code row) → the plan's channel rows, each
-//! `FOR KEY SHARE`, and every seat-limited one then `FOR NO KEY UPDATE`, in ascending id → the
-//! membership rows. [`lock_order`] and [`lock_order_by_reference`] take everything before the
-//! memberships, so no caller can get them out of order. A plan of one channel (every default
-//! plan) takes exactly the locks a channel's order always took. The channel lock serializes
+//! The lock order is explained in `docs/locking.md`; [`lock_order`] and
+//! [`lock_order_by_reference`] (`super::lock_order`) take everything before the memberships, so
+//! no caller can get them out of order. The channel lock serializes
 //! every seat decision of one channel: two buyers racing for the last seat decide one after
 //! the other, and the second sees the first one's hold. A staff PATCH of `seat_limit` locks the
 //! channel `FOR UPDATE` first ([`crate::catalog::channels::lock_for_change`]), so no decision is made
@@ -33,7 +29,7 @@
 //! never extended, and an expired hold is never renewed (the buyer needs a new order), so a
 //! late payment of an old invoice cannot take a seat a newer buyer holds.
 //!
-//! A new hold also obeys the buyer's hold rules ([`HoldRules`], [`hold_limit`]), in every
+//! A new hold also obeys the buyer's hold rules ([`crate::config::HoldRules`], [`hold_limit`]), in every
 //! seat-limited channel it holds a seat of: after an unpaid hold of a channel runs out the
 //! buyer waits `HOLD_COOLDOWN_SECS` before holding a seat of it again, and takes at most
 //! `HOLDS_PER_DAY` holds of it in 24 hours, so nobody keeps a seat from paying buyers by asking
@@ -43,15 +39,14 @@
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 
-use super::{Order, Status, order_columns};
+use super::Order;
 use crate::{
     access::memberships::Term,
-    catalog::{plans, promo_codes},
+    catalog::plans,
     common::{
         error::ApiError,
         ids::{ChannelId, SubscriberId},
     },
-    config::HoldRules,
     db::{self, FromRow},
 };
 
@@ -62,6 +57,8 @@ pub struct ChannelTerms {
     pub seat_limit: Option<i32>,
     pub billing_period_days: i32,
 }
+
+pub use super::checkout::*;
 
 pub use super::lock_order::*;
 
@@ -158,13 +155,13 @@ pub enum CheckoutRefusal {
     ChannelFull,
     /// A channel of the order's plan is not active.
     ChannelInactive,
-    /// The order needs a new hold and a hold rule ([`HoldRules`]) refuses one until `until`.
+    /// The order needs a new hold and a hold rule ([`crate::config::HoldRules`]) refuses one until `until`.
     HoldLimited {
         limit: HoldLimit,
         until: DateTime<Utc>,
     },
     /// The order's promo code use lapsed and the code (or the buyer's share of it) filled up
-    /// meanwhile ([`promo_codes::use_still_held`]): its price is no longer available.
+    /// meanwhile ([`crate::catalog::promo_codes::use_still_held`]): its price is no longer available.
     PromoExhausted,
 }
 
@@ -305,6 +302,7 @@ macro_rules! order_covers_sql {
         )
     };
 }
+pub(crate) use order_covers_sql;
 
 /// SQL: Stars subscription `$ss` is of an order whose plan includes channel `$c`: it holds its
 /// seat there. For one subscriber's subscriptions (few rows).
@@ -482,7 +480,7 @@ pub async fn seat_check(tx: &Transaction<'_>, locked: &LockedOrder) -> Result<Se
 
 /// [`seat_check`], with the channels in which the order needs a seat of its own (not a live
 /// member or subscriber there).
-async fn seat_needs(
+pub(super) async fn seat_needs(
     tx: &Transaction<'_>,
     locked: &LockedOrder,
 ) -> Result<(SeatCheck, Vec<ChannelId>), ApiError> {
@@ -524,157 +522,6 @@ pub async fn claim_finds_seats(
         }
     }
     Ok(true)
-}
-
-const HOLD_VALID_SQL: &str = "SELECT $1::timestamptz > statement_timestamp() AS valid";
-
-async fn hold_valid(tx: &Transaction<'_>, hold_until: DateTime<Utc>) -> Result<bool, ApiError> {
-    Ok(db::row_one(tx, HOLD_VALID_SQL, &[&hold_until])
-        .await?
-        .try_get("valid")?)
-}
-
-const HOLD_SQL: &str = concat!(
-    "UPDATE orders
-     SET hold_until = statement_timestamp() + make_interval(secs => $2::float8),
-         held_at = statement_timestamp()
-     WHERE id = $1 RETURNING ",
-    order_columns!()
-);
-
-/// When the subscriber `$1` may next hold a seat of channel `$2`, by each rule (NULL: the rule
-/// allows it now), counting the orders of every plan that includes the channel (a bundle's
-/// hold holds a seat there too). Cooldown: a pending order (superseded ones included) whose
-/// hold ran out less than `$3` seconds ago. Daily cap: with `$4` or more holds granted in the
-/// last 24 hours, the time the `$4`-th newest leaves that window.
-const HOLD_LIMIT_SQL: &str = concat!(
-    "SELECT
-       (SELECT max(hold_until) + make_interval(secs => $3::float8) FROM orders o
-         WHERE subscriber_id = $1 AND ",
-    order_covers_sql!("o", "$2"),
-    " AND status = 'pending'
-           AND hold_until <= statement_timestamp()
-           AND hold_until > statement_timestamp() - make_interval(secs => $3::float8))
-         AS cooldown_until,
-       (SELECT held_at + interval '1 day' FROM orders o
-         WHERE subscriber_id = $1 AND ",
-    order_covers_sql!("o", "$2"),
-    " AND held_at > statement_timestamp() - interval '1 day'
-         ORDER BY held_at DESC OFFSET $4::bigint - 1 LIMIT 1)
-         AS cap_until"
-);
-
-/// Whether the hold rules let subscriber `subscriber_id` hold a seat of `channel_id` now:
-/// `Some((rule, until))` when not, with the time they may try again (the later of the two
-/// rules when both apply). The caller holds the pair lock, which every hold of the pair is
-/// granted under, so concurrent presses and pre-checkouts of one buyer decide one after the
-/// other and the count cannot be raced past.
-pub async fn hold_limit(
-    tx: &Transaction<'_>,
-    subscriber_id: SubscriberId,
-    channel_id: ChannelId,
-    rules: HoldRules,
-) -> Result<Option<(HoldLimit, DateTime<Utc>)>, ApiError> {
-    let row = db::row_one(
-        tx,
-        HOLD_LIMIT_SQL,
-        &[
-            &subscriber_id,
-            &channel_id,
-            &(rules.cooldown_secs as f64),
-            &rules.per_day.max(1),
-        ],
-    )
-    .await?;
-    let cooldown: Option<DateTime<Utc>> = row.try_get("cooldown_until")?;
-    let cap: Option<DateTime<Utc>> = row.try_get("cap_until")?;
-    Ok(match (cooldown, cap) {
-        (Some(c), Some(d)) if c > d => Some((HoldLimit::Cooldown, c)),
-        (_, Some(d)) => Some((HoldLimit::DailyCap, d)),
-        (Some(c), None) => Some((HoldLimit::Cooldown, c)),
-        (None, None) => None,
-    })
-}
-
-/// The checkout decision (API.md "Seats"), taking the locks itself in the lock order:
-/// no seat-limited channel, or a buyer who is already a member of every one → approve, no
-/// hold; an order never held → hold a free seat (in every seat-limited channel of its plan it
-/// needs one in, by one hold) for `HOLD_SECS` from `statement_timestamp()` and approve, or
-/// refuse with [`CheckoutRefusal::ChannelFull`] (no free seat in one of them: the whole bundle
-/// is refused) or [`CheckoutRefusal::HoldLimited`] (the buyer's cooldown or daily cap of holds
-/// in one of them, [`hold_limit`]); a valid hold → approve again without extending it; an
-/// expired hold → [`CheckoutRefusal::HoldExpired`]. Checks, in order: the order is pending,
-/// every channel is active, the seats.
-///
-/// `Err(ApiError::NotFound("order"))` when there is no such order. The outer `Result` carries
-/// database failures (roll back); the inner one the refusal (nothing was written, commit or
-/// roll back as the caller likes).
-pub async fn checkout_locked(
-    tx: &Transaction<'_>,
-    order_id: i64,
-    rules: HoldRules,
-) -> Result<Result<Order, CheckoutRefusal>, ApiError> {
-    let locked = lock_order(tx, order_id)
-        .await?
-        .ok_or(ApiError::NotFound("order"))?;
-    checkout_decide(tx, locked, rules).await
-}
-
-/// [`checkout_locked`] for an order already locked with [`lock_order`] or
-/// [`lock_order_by_reference`] (the Telegram door finds orders by reference).
-///
-/// An order with a promo code is refused with [`CheckoutRefusal::PromoExhausted`] (after the
-/// pending and active checks, before the seat) when its use lapsed and the code filled up
-/// ([`promo_codes::use_still_held`]); an approved order whose use lapsed holds it again for
-/// `HOLD_SECS` ([`promo_codes::hold_again`]), so a refusal still writes nothing.
-pub async fn checkout_decide(
-    tx: &Transaction<'_>,
-    locked: LockedOrder,
-    rules: HoldRules,
-) -> Result<Result<Order, CheckoutRefusal>, ApiError> {
-    let promo_use = locked.order.promo_use();
-    if promo_use.pending
-        && locked.channels_active()
-        && !promo_codes::use_still_held(tx, promo_use).await?
-    {
-        return Ok(Err(CheckoutRefusal::PromoExhausted));
-    }
-    let decision = seat_decide(tx, locked, rules).await?;
-    if decision.is_ok() {
-        promo_codes::hold_again(tx, promo_use, rules.hold_secs).await?;
-    }
-    Ok(decision)
-}
-
-/// The seat part of [`checkout_decide`]: pending, active, the seat and its hold.
-async fn seat_decide(
-    tx: &Transaction<'_>,
-    locked: LockedOrder,
-    rules: HoldRules,
-) -> Result<Result<Order, CheckoutRefusal>, ApiError> {
-    if locked.order.status != Status::Pending {
-        return Ok(Err(CheckoutRefusal::NotPending));
-    }
-    if !locked.channels_active() {
-        return Ok(Err(CheckoutRefusal::ChannelInactive));
-    }
-    let (verdict, needed) = seat_needs(tx, &locked).await?;
-    match verdict {
-        SeatCheck::NotNeeded | SeatCheck::HoldValid => Ok(Ok(locked.order)),
-        SeatCheck::HoldExpired => Ok(Err(CheckoutRefusal::HoldExpired)),
-        SeatCheck::Full => Ok(Err(CheckoutRefusal::ChannelFull)),
-        SeatCheck::Free => {
-            let o = &locked.order;
-            for channel in needed {
-                if let Some((limit, until)) = hold_limit(tx, o.subscriber(), channel, rules).await?
-                {
-                    return Ok(Err(CheckoutRefusal::HoldLimited { limit, until }));
-                }
-            }
-            let order = db::one(tx, HOLD_SQL, &[&o.id, &(rules.hold_secs as f64)]).await?;
-            Ok(Ok(order))
-        }
-    }
 }
 
 #[cfg(test)]

@@ -4,11 +4,8 @@
 //! payment SQL itself.
 //!
 //! Exactly once rests on two things, both inside one transaction:
-//! - the lock order (the advisory pair locks of every channel of the order's plan, in ascending
-//!   channel id → order `FOR UPDATE` → the plan's channels, key share and, if seat-limited,
-//!   `FOR NO KEY UPDATE`, ascending → memberships; see `docs/locking.md`), so two payments of
-//!   one order, a checkout, a claim, a manual grant and the sweep never interleave on the same
-//!   membership or seat;
+//! - the lock order (`docs/locking.md`), so two payments of one order, a checkout, a claim, a
+//!   manual grant and the sweep never interleave on the same membership or seat;
 //! - `INSERT … ON CONFLICT (gateway, external_id) DO NOTHING`, issued after the locks: of any
 //!   number of deliveries of one payment, exactly one inserts; every other one finds the stored
 //!   row, answers with it and changes nothing.
@@ -119,6 +116,7 @@ macro_rules! payment_columns {
 /// The columns of [`Payment`], for queries elsewhere that read payments.
 pub const COLUMNS: &str = payment_columns!();
 
+// The parts, declared after `payment_columns!` so that their statements can splice it.
 mod apply;
 mod checks;
 mod renewals;

@@ -267,9 +267,9 @@ pub(super) async fn stored_or_lock_pair(
     Ok(Start::Order(seats::Pairs::from_row(&row)?))
 }
 
-/// Step 1: pairs (the first taken by [`stored_or_lock_pair`], a bundle's further ones in
-/// ascending channel id) → order → channels (key share; no key update if seat-limited) → the
-/// order's subscription, if any. An unknown reference needs none.
+/// Step 1: the locks of the lock order (`docs/locking.md`; the first pair lock taken by
+/// [`stored_or_lock_pair`]), then the order's subscription, if any. An unknown reference needs
+/// none.
 pub(super) async fn lock(
     tx: &Transaction<'_>,
     p: &NormalizedPayment,
