@@ -25,7 +25,7 @@
 //! these checks in Rust, then one pipeline of `BEGIN`, the pair lock, one statement that takes
 //! the rest of the lock order and writes everything only if every row the checks read is still
 //! the version they read, and `COMMIT`. Anything else, and anything that changed in between,
-//! takes the locked path below (the same transaction as before the fast path existed), which
+//! takes the locked path below (the one transaction described above), which
 //! decides from the rows as they are then. Both paths write the same rows. Through those doors a
 //! repeat of a stored payment is answered after the fast path's read, from the stored row, as
 //! above but without a transaction.
