@@ -257,6 +257,29 @@ pub async fn lock(
 mod tests {
     use super::*;
 
+    /// The whole statements that judge access by status spell it as `holds_access_sql!` does.
+    #[test]
+    fn the_whole_statements_spell_holds_access_as_the_predicate_does() {
+        let extension = include_str!("memberships/extend.sql");
+        assert_eq!(
+            extension
+                .matches(concat!("WHEN ", holds_access_sql!("b"), " THEN"))
+                .count(),
+            2
+        );
+        assert!(extension.contains(concat!("NOT (", holds_access_sql!("b"), ")")));
+        for order_terms in [
+            include_str!("../orders/lock_order.sql"),
+            include_str!("../payments/fast_read.sql"),
+        ] {
+            assert!(order_terms.contains(concat!(
+                "AND ",
+                holds_access_sql!("lm"),
+                ") AS lifetime_channels"
+            )));
+        }
+    }
+
     fn m(status: &str, expires_in_days: i64) -> Membership {
         let t0 = DateTime::<Utc>::from_timestamp(1_700_000_000, 0).unwrap();
         Membership {

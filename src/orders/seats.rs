@@ -526,6 +526,14 @@ pub async fn claim_finds_seats(
 
 #[cfg(test)]
 mod tests {
+    /// The payment core's read without locks reads an order's terms as the lock order does.
+    #[test]
+    fn the_read_without_locks_selects_the_lock_order_s_terms() {
+        let lock_order = include_str!("lock_order.sql");
+        let terms = &lock_order[..lock_order.find(" AS lifetime_channels").unwrap()];
+        assert!(include_str!("../payments/fast_read.sql").starts_with(terms));
+    }
+
     #[test]
     fn a_subscription_holds_its_seat_for_the_slack_past_its_renewal() {
         assert_eq!(

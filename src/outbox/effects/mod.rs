@@ -544,6 +544,22 @@ mod tests {
         assert_eq!(transition_key(Kind::Refund, 9, 41), None);
     }
 
+    /// The whole statements that write a grant or a receipt spell its payload and key as the
+    /// fragments do.
+    #[test]
+    fn the_extensions_spell_their_effect_as_the_fragments_do() {
+        for extension in [
+            include_str!("../../access/memberships/extend.sql"),
+            include_str!("../../payments/fast_write.sql"),
+        ] {
+            assert!(extension.contains(concat!(
+                expiry_payload_sql!("m.expires_at"),
+                ", ",
+                transition_key_sql!("k.key_prefix", "m.id", "ev.id")
+            )));
+        }
+    }
+
     #[test]
     fn the_fragments_spell_the_rust_rules() {
         assert_eq!(
