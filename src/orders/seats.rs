@@ -3,13 +3,9 @@
 //! `pre_checkout_query`, the payment core and free claims ([`super::trials`]), so all of them
 //! decide alike.
 //!
-//! The lock order (API.md "Payment ingestion" 1., `docs/locking.md`): the pair advisory locks
-//! `(subscriber, channel)` of every channel of the order's plan, in ascending channel id → the
-//! order row `FOR UPDATE` → (the order's promo code row) → the plan's channel rows, each
-//! `FOR KEY SHARE`, and every seat-limited one then `FOR NO KEY UPDATE`, in ascending id → the
-//! membership rows. [`lock_order`] and [`lock_order_by_reference`] take everything before the
-//! memberships, so no caller can get them out of order. A plan of one channel (every default
-//! plan) takes exactly the locks a channel's order always took. The channel lock serializes
+//! The lock order is explained in `docs/locking.md`; [`lock_order`] and
+//! [`lock_order_by_reference`] (`super::lock_order`) take everything before the memberships, so
+//! no caller can get them out of order. The channel lock serializes
 //! every seat decision of one channel: two buyers racing for the last seat decide one after
 //! the other, and the second sees the first one's hold. A staff PATCH of `seat_limit` locks the
 //! channel `FOR UPDATE` first ([`crate::catalog::channels::lock_for_change`]), so no decision is made
@@ -33,7 +29,7 @@
 //! never extended, and an expired hold is never renewed (the buyer needs a new order), so a
 //! late payment of an old invoice cannot take a seat a newer buyer holds.
 //!
-//! A new hold also obeys the buyer's hold rules ([`HoldRules`], [`hold_limit`]), in every
+//! A new hold also obeys the buyer's hold rules ([`crate::config::HoldRules`], [`hold_limit`]), in every
 //! seat-limited channel it holds a seat of: after an unpaid hold of a channel runs out the
 //! buyer waits `HOLD_COOLDOWN_SECS` before holding a seat of it again, and takes at most
 //! `HOLDS_PER_DAY` holds of it in 24 hours, so nobody keeps a seat from paying buyers by asking
@@ -42,17 +38,15 @@
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
-use tokio_postgres::types::ToSql;
 
-use super::{Order, Status, order_columns};
+use super::Order;
 use crate::{
     access::memberships::Term,
-    catalog::{plans, promo_codes},
+    catalog::plans,
     common::{
         error::ApiError,
         ids::{ChannelId, SubscriberId},
     },
-    config::HoldRules,
     db::{self, FromRow},
 };
 
@@ -63,6 +57,10 @@ pub struct ChannelTerms {
     pub seat_limit: Option<i32>,
     pub billing_period_days: i32,
 }
+
+pub use super::checkout::*;
+
+pub use super::lock_order::*;
 
 /// One channel of a locked order's plan, with its terms read under its lock.
 #[derive(Debug, Clone)]
@@ -105,7 +103,7 @@ pub struct LockedOrder {
     pub subscriber_telegram_id: i64,
     /// How many of the plan's channels the subscriber holds for life (read under the pair
     /// locks by the statement that locked the order; see [`held_for_life`]).
-    lifetime_channels: i64,
+    pub(super) lifetime_channels: i64,
 }
 
 impl LockedOrder {
@@ -157,315 +155,14 @@ pub enum CheckoutRefusal {
     ChannelFull,
     /// A channel of the order's plan is not active.
     ChannelInactive,
-    /// The order needs a new hold and a hold rule ([`HoldRules`]) refuses one until `until`.
+    /// The order needs a new hold and a hold rule ([`crate::config::HoldRules`]) refuses one until `until`.
     HoldLimited {
         limit: HoldLimit,
         until: DateTime<Utc>,
     },
     /// The order's promo code use lapsed and the code (or the buyer's share of it) filled up
-    /// meanwhile ([`promo_codes::use_still_held`]): its price is no longer available.
+    /// meanwhile ([`crate::catalog::promo_codes::use_still_held`]): its price is no longer available.
     PromoExhausted,
-}
-
-/// The pairs of an order, as the statement that took the first of their advisory locks read
-/// them (without a row lock: an order's subscriber and plan never change, nor do the channels
-/// of a plan that has orders).
-#[derive(Debug, Clone)]
-pub struct Pairs {
-    pub order_id: i64,
-    pub subscriber: SubscriberId,
-    /// The channels of the order's plan, ascending; the first one's pair lock is held.
-    pub channels: Vec<ChannelId>,
-}
-
-impl Pairs {
-    /// Reads the pairs from a row with `order_id`, `order_subscriber_id` and
-    /// `order_channel_ids` (see [`pair_columns_sql!`]).
-    pub fn from_row(row: &tokio_postgres::Row) -> Result<Option<Pairs>, ApiError> {
-        let Some(order_id) = row.try_get::<_, Option<i64>>("order_id_named")? else {
-            return Ok(None);
-        };
-        Ok(Some(Pairs {
-            order_id,
-            subscriber: SubscriberId(row.try_get("order_subscriber_id")?),
-            channels: row
-                .try_get::<_, Vec<i32>>("order_channel_ids")?
-                .into_iter()
-                .map(ChannelId)
-                .collect(),
-        }))
-    }
-}
-
-/// SQL: the select list that reads order `$o`'s pairs (its id, subscriber and its plan's
-/// channels, ascending) and takes the advisory lock of the first of them — the lowest channel
-/// id — evaluated for each row the statement returns, when `$when` holds (`"true"`: always).
-/// The statement must return at most one row per order (the locks of a bundle's further
-/// channels are taken one statement each, [`lock_further_pairs`], since a lock function in a
-/// select list may be evaluated in any order of the rows). `pair_columns_sql!("o", "true")`.
-macro_rules! pair_columns_sql {
-    ($o:literal, $when:literal) => {
-        concat!(
-            $o,
-            ".id AS order_id_named, ",
-            $o,
-            ".subscriber_id AS order_subscriber_id,
-             ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = ",
-            $o,
-            ".plan_id ORDER BY pc.channel_id) AS order_channel_ids,
-             CASE WHEN ",
-            $when,
-            " THEN pg_advisory_xact_lock(",
-            $o,
-            ".subscriber_id, COALESCE((SELECT min(pc.channel_id) FROM plan_channels pc
-                                        WHERE pc.plan_id = ",
-            $o,
-            ".plan_id), ",
-            $o,
-            ".channel_id)) IS NULL END AS pair_locked"
-        )
-    };
-}
-pub(crate) use pair_columns_sql;
-
-/// Locks the order with this id in the lock order; `None` when there is no such order (or it
-/// was deleted while we waited for the pair lock).
-pub async fn lock_order(
-    tx: &Transaction<'_>,
-    order_id: i64,
-) -> Result<Option<LockedOrder>, ApiError> {
-    lock_where(tx, PAIR_BY_ID_SQL, &order_id).await
-}
-
-/// Locks the order with this reference in the lock order; `None` when there is none. The
-/// payment core and the Telegram door resolve payments by reference.
-pub async fn lock_order_by_reference(
-    tx: &Transaction<'_>,
-    reference: &str,
-) -> Result<Option<LockedOrder>, ApiError> {
-    lock_where(tx, PAIR_BY_REFERENCE_SQL, &reference).await
-}
-
-// The pairs are read and the first advisory lock taken in one statement (one round trip): the
-// lock function runs only for the row the statement returns (the key is unique), never for a
-// row a filter later drops.
-const PAIR_BY_ID_SQL: &str = concat!(
-    "SELECT ",
-    pair_columns_sql!("o", "true"),
-    " FROM orders o WHERE o.id = $1"
-);
-const PAIR_BY_REFERENCE_SQL: &str = concat!(
-    "SELECT ",
-    pair_columns_sql!("o", "true"),
-    " FROM orders o WHERE o.reference = $1"
-);
-// The order `FOR UPDATE` (in its subquery, which locks it first), then its promo code's row
-// `FOR UPDATE` (in the lateral subquery, locked as soon as the order is: the code row comes
-// between the order and the channels in the lock order, `crate::catalog::promo_codes`), then its own
-// channel's terms `FOR KEY SHARE`, its subscriber's Telegram id and its plan's terms and channels (no lock: a
-// plan's channels cannot change once it has orders, and its period is read at apply time), in
-// one statement. The order's foreign keys keep the channel, the plan and the subscriber alive
-// while we hold the order row, so the joins find them whenever the order is found. It also
-// counts the plan's channels (the order's own for a plan without rows in `plan_channels`) the
-// subscriber holds for life, as `memberships::lifetime_in_every` does: the caller holds every
-// pair lock of the order, which each writer of those memberships takes first, so this
-// statement's snapshot is as current as a later one's would be ([`held_for_life`]).
-const LOCK_ORDER_SQL: &str = order_terms_sql!(
-    "",
-    " FROM orders WHERE id = $1 FOR UPDATE",
-    "LEFT JOIN LATERAL (SELECT pcl.id FROM promo_codes pcl WHERE pcl.id = o.promo_code_id
-                        FOR UPDATE) AS promo_lock ON true",
-    "FOR KEY SHARE OF c"
-);
-
-/// SQL: what [`LOCK_ORDER_SQL`] reads of an order (`o`: the order's columns, selected by
-/// `$order`, the rest of the order's subquery after its select list), its own channel (`c`),
-/// subscriber (`s`) and plan (`p`), plus `$extra` (a select list continued after a comma, or
-/// `""`), with `$join` (a join of the caller's, or `""`) between the order and the others and
-/// `$lock` at the end. The locked read of the lock order and the payment core's read without
-/// locks (`crate::payments::fast`) are both made from it, so they read the same things alike.
-macro_rules! order_terms_sql {
-    ($extra:literal, $order:literal, $join:literal, $lock:literal) => {
-        concat!(
-            "SELECT o.*, c.active, c.seat_limit, c.billing_period_days, s.telegram_user_id,
-                    p.kind AS plan_kind, p.period_days AS plan_period_days,
-                    p.recurring AS plan_recurring, p.active AS plan_active,
-                    ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = o.plan_id
-                          ORDER BY pc.channel_id) AS plan_channel_ids,
-                    (SELECT count(*) FROM memberships lm
-                     WHERE lm.subscriber_id = o.subscriber_id
-                       AND lm.channel_id = ANY (COALESCE(
-                           NULLIF(ARRAY(SELECT pc.channel_id FROM plan_channels pc
-                                        WHERE pc.plan_id = o.plan_id), '{}'::integer[]),
-                           ARRAY[o.channel_id]))
-                       AND lm.expires_at = 'infinity' AND ",
-            $crate::access::memberships::holds_access_sql!("lm"),
-            ") AS lifetime_channels",
-            $extra,
-            "
-             FROM (SELECT ",
-            $crate::orders::order_columns!(),
-            $order,
-            ") AS o
-             ",
-            $join,
-            "
-             JOIN channels c ON c.id = o.channel_id
-             JOIN subscribers s ON s.id = o.subscriber_id
-             JOIN plans p ON p.id = o.plan_id
-             ",
-            $lock
-        )
-    };
-}
-pub(crate) use order_terms_sql;
-
-/// What a row of [`order_terms_sql!`] says of an order, besides its subscriber's Telegram id
-/// and the count of lifetime memberships.
-struct Terms {
-    order: Order,
-    /// The terms of the order's own channel.
-    own: ChannelTerms,
-    plan: PlanTerms,
-    /// The plan's channels, ascending (the order's own for a plan without `plan_channels`).
-    channels: Vec<ChannelId>,
-}
-
-impl Terms {
-    fn from_row(row: &tokio_postgres::Row) -> Result<Terms, ApiError> {
-        let order = Order::from_row(row)?;
-        let own = ChannelTerms::from_row(row)?;
-        let plan = PlanTerms {
-            id: order.plan_id,
-            kind: row.try_get("plan_kind")?,
-            period_days: row.try_get("plan_period_days")?,
-            recurring: row.try_get("plan_recurring")?,
-            active: row.try_get("plan_active")?,
-        };
-        let mut channels: Vec<ChannelId> = row
-            .try_get::<_, Vec<i32>>("plan_channel_ids")?
-            .into_iter()
-            .map(ChannelId)
-            .collect();
-        if channels.is_empty() {
-            channels.push(order.channel());
-        }
-        Ok(Terms {
-            order,
-            own,
-            plan,
-            channels,
-        })
-    }
-}
-
-/// The order of a row of [`order_terms_sql!`] read **without locks**, as the checks would see it
-/// if it were locked now — for a plan of one channel only (`None` for a bundle). Nothing may be
-/// decided from it unless the write that follows verifies, under the locks, that every row it
-/// was read from is unchanged (the payment core's fast path, `crate::payments::fast`).
-pub(crate) fn unlocked_of_one_channel(
-    row: &tokio_postgres::Row,
-) -> Result<Option<LockedOrder>, ApiError> {
-    let Terms {
-        order,
-        own,
-        plan,
-        channels,
-    } = Terms::from_row(row)?;
-    if channels != [order.channel()] {
-        return Ok(None);
-    }
-    Ok(Some(LockedOrder {
-        channels: vec![LockedChannel {
-            id: order.channel(),
-            terms: own.clone(),
-        }],
-        channel: own,
-        order,
-        plan,
-        subscriber_telegram_id: row.try_get("telegram_user_id")?,
-        lifetime_channels: row.try_get("lifetime_channels")?,
-    }))
-}
-
-/// Takes the locks of the lock order for the order `pair_sql` finds by `key`.
-async fn lock_where(
-    tx: &Transaction<'_>,
-    pair_sql: &'static str,
-    key: &(dyn ToSql + Sync),
-) -> Result<Option<LockedOrder>, ApiError> {
-    // The pairs must be known before their locks can be taken, so they are read by the
-    // statement that takes the first lock, from a snapshot taken before the lock was granted.
-    // An order's pairs never change, so the read cannot go stale; only a deletion can
-    // intervene, which the locked re-read below notices.
-    let Some(row) = db::row_opt(tx, pair_sql, &[key]).await? else {
-        return Ok(None);
-    };
-    let Some(pairs) = Pairs::from_row(&row)? else {
-        return Ok(None);
-    };
-    lock_order_of_locked_pair(tx, &pairs).await
-}
-
-/// The advisory locks of a bundle's further pairs (every channel after the first, whose lock
-/// the statement that read the pairs took), one statement each, in ascending channel id: a
-/// lock function over several rows of one statement has no guaranteed order of evaluation
-/// (not even under an `ORDER BY`, which may sort after the select list is computed), and a
-/// wrong order could deadlock two bundles of one buyer. Nothing for a plan of one channel.
-pub async fn lock_further_pairs(tx: &Transaction<'_>, pairs: &Pairs) -> Result<(), ApiError> {
-    for channel in pairs.channels.iter().skip(1) {
-        db::lock_pair(tx, pairs.subscriber, *channel).await?;
-    }
-    Ok(())
-}
-
-/// The rest of the lock order for the order of `pairs`, whose first pair lock the caller took
-/// in the statement that read them (as [`lock_order`] does; the payment core reads the pairs
-/// together with its check for a stored payment): the further pair locks of a bundle, the
-/// order `FOR UPDATE`, its plan's channels' terms (see [`lock_channels`]) and its subscriber's
-/// Telegram id. `None` when the order was deleted meanwhile.
-pub async fn lock_order_of_locked_pair(
-    tx: &Transaction<'_>,
-    pairs: &Pairs,
-) -> Result<Option<LockedOrder>, ApiError> {
-    lock_further_pairs(tx, pairs).await?;
-    let Some(row) = db::row_opt(tx, LOCK_ORDER_SQL, &[&pairs.order_id]).await? else {
-        return Ok(None);
-    };
-    let Terms {
-        order,
-        own,
-        plan,
-        channels: ids,
-    } = Terms::from_row(&row)?;
-    let locked_ids: &[ChannelId] = if pairs.channels.is_empty() {
-        &[ChannelId(order.channel_id)]
-    } else {
-        &pairs.channels
-    };
-    if ids != locked_ids {
-        // Forbidden by the plans' rules (channels are fixed once a plan has orders); the
-        // locks taken do not cover the plan any more, so nothing is decided from them.
-        return Err(ApiError::internal(
-            "the channels of an order's plan changed while it was being locked",
-        ));
-    }
-    // (The promo code row of the order, when it has one, is locked here: after the order,
-    // before the channels' stronger locks.)
-    let channels = lock_channels(tx, &order, own, &ids).await?;
-    let channel = channels
-        .iter()
-        .find(|c| c.id == order.channel())
-        .map(|c| c.terms.clone())
-        .ok_or_else(|| ApiError::internal("an order's channel is not in its plan"))?;
-    Ok(Some(LockedOrder {
-        order,
-        channel,
-        channels,
-        plan,
-        subscriber_telegram_id: row.try_get("telegram_user_id")?,
-        lifetime_channels: row.try_get("lifetime_channels")?,
-    }))
 }
 
 /// The channel locks of an order whose own channel (`own`, read `FOR KEY SHARE` with the order)
@@ -473,7 +170,7 @@ pub async fn lock_order_of_locked_pair(
 /// then every seat-limited one `FOR NO KEY UPDATE` in ascending id, re-read (a newer limit may
 /// have been committed meanwhile). A plan of one unlimited channel takes no further statement,
 /// one of one seat-limited channel one, as before bundles.
-async fn lock_channels(
+pub(super) async fn lock_channels(
     tx: &Transaction<'_>,
     order: &Order,
     own: ChannelTerms,
@@ -605,6 +302,7 @@ macro_rules! order_covers_sql {
         )
     };
 }
+pub(crate) use order_covers_sql;
 
 /// SQL: Stars subscription `$ss` is of an order whose plan includes channel `$c`: it holds its
 /// seat there. For one subscriber's subscriptions (few rows).
@@ -782,7 +480,7 @@ pub async fn seat_check(tx: &Transaction<'_>, locked: &LockedOrder) -> Result<Se
 
 /// [`seat_check`], with the channels in which the order needs a seat of its own (not a live
 /// member or subscriber there).
-async fn seat_needs(
+pub(super) async fn seat_needs(
     tx: &Transaction<'_>,
     locked: &LockedOrder,
 ) -> Result<(SeatCheck, Vec<ChannelId>), ApiError> {
@@ -826,159 +524,16 @@ pub async fn claim_finds_seats(
     Ok(true)
 }
 
-const HOLD_VALID_SQL: &str = "SELECT $1::timestamptz > statement_timestamp() AS valid";
-
-async fn hold_valid(tx: &Transaction<'_>, hold_until: DateTime<Utc>) -> Result<bool, ApiError> {
-    Ok(db::row_one(tx, HOLD_VALID_SQL, &[&hold_until])
-        .await?
-        .try_get("valid")?)
-}
-
-const HOLD_SQL: &str = concat!(
-    "UPDATE orders
-     SET hold_until = statement_timestamp() + make_interval(secs => $2::float8),
-         held_at = statement_timestamp()
-     WHERE id = $1 RETURNING ",
-    order_columns!()
-);
-
-/// When the subscriber `$1` may next hold a seat of channel `$2`, by each rule (NULL: the rule
-/// allows it now), counting the orders of every plan that includes the channel (a bundle's
-/// hold holds a seat there too). Cooldown: a pending order (superseded ones included) whose
-/// hold ran out less than `$3` seconds ago. Daily cap: with `$4` or more holds granted in the
-/// last 24 hours, the time the `$4`-th newest leaves that window.
-const HOLD_LIMIT_SQL: &str = concat!(
-    "SELECT
-       (SELECT max(hold_until) + make_interval(secs => $3::float8) FROM orders o
-         WHERE subscriber_id = $1 AND ",
-    order_covers_sql!("o", "$2"),
-    " AND status = 'pending'
-           AND hold_until <= statement_timestamp()
-           AND hold_until > statement_timestamp() - make_interval(secs => $3::float8))
-         AS cooldown_until,
-       (SELECT held_at + interval '1 day' FROM orders o
-         WHERE subscriber_id = $1 AND ",
-    order_covers_sql!("o", "$2"),
-    " AND held_at > statement_timestamp() - interval '1 day'
-         ORDER BY held_at DESC OFFSET $4::bigint - 1 LIMIT 1)
-         AS cap_until"
-);
-
-/// Whether the hold rules let subscriber `subscriber_id` hold a seat of `channel_id` now:
-/// `Some((rule, until))` when not, with the time they may try again (the later of the two
-/// rules when both apply). The caller holds the pair lock, which every hold of the pair is
-/// granted under, so concurrent presses and pre-checkouts of one buyer decide one after the
-/// other and the count cannot be raced past.
-pub async fn hold_limit(
-    tx: &Transaction<'_>,
-    subscriber_id: SubscriberId,
-    channel_id: ChannelId,
-    rules: HoldRules,
-) -> Result<Option<(HoldLimit, DateTime<Utc>)>, ApiError> {
-    let row = db::row_one(
-        tx,
-        HOLD_LIMIT_SQL,
-        &[
-            &subscriber_id,
-            &channel_id,
-            &(rules.cooldown_secs as f64),
-            &rules.per_day.max(1),
-        ],
-    )
-    .await?;
-    let cooldown: Option<DateTime<Utc>> = row.try_get("cooldown_until")?;
-    let cap: Option<DateTime<Utc>> = row.try_get("cap_until")?;
-    Ok(match (cooldown, cap) {
-        (Some(c), Some(d)) if c > d => Some((HoldLimit::Cooldown, c)),
-        (_, Some(d)) => Some((HoldLimit::DailyCap, d)),
-        (Some(c), None) => Some((HoldLimit::Cooldown, c)),
-        (None, None) => None,
-    })
-}
-
-/// The checkout decision (API.md "Seats"), taking the locks itself in the lock order:
-/// no seat-limited channel, or a buyer who is already a member of every one → approve, no
-/// hold; an order never held → hold a free seat (in every seat-limited channel of its plan it
-/// needs one in, by one hold) for `HOLD_SECS` from `statement_timestamp()` and approve, or
-/// refuse with [`CheckoutRefusal::ChannelFull`] (no free seat in one of them: the whole bundle
-/// is refused) or [`CheckoutRefusal::HoldLimited`] (the buyer's cooldown or daily cap of holds
-/// in one of them, [`hold_limit`]); a valid hold → approve again without extending it; an
-/// expired hold → [`CheckoutRefusal::HoldExpired`]. Checks, in order: the order is pending,
-/// every channel is active, the seats.
-///
-/// `Err(ApiError::NotFound("order"))` when there is no such order. The outer `Result` carries
-/// database failures (roll back); the inner one the refusal (nothing was written, commit or
-/// roll back as the caller likes).
-pub async fn checkout_locked(
-    tx: &Transaction<'_>,
-    order_id: i64,
-    rules: HoldRules,
-) -> Result<Result<Order, CheckoutRefusal>, ApiError> {
-    let locked = lock_order(tx, order_id)
-        .await?
-        .ok_or(ApiError::NotFound("order"))?;
-    checkout_decide(tx, locked, rules).await
-}
-
-/// [`checkout_locked`] for an order already locked with [`lock_order`] or
-/// [`lock_order_by_reference`] (the Telegram door finds orders by reference).
-///
-/// An order with a promo code is refused with [`CheckoutRefusal::PromoExhausted`] (after the
-/// pending and active checks, before the seat) when its use lapsed and the code filled up
-/// ([`promo_codes::use_still_held`]); an approved order whose use lapsed holds it again for
-/// `HOLD_SECS` ([`promo_codes::hold_again`]), so a refusal still writes nothing.
-pub async fn checkout_decide(
-    tx: &Transaction<'_>,
-    locked: LockedOrder,
-    rules: HoldRules,
-) -> Result<Result<Order, CheckoutRefusal>, ApiError> {
-    let promo_use = locked.order.promo_use();
-    if promo_use.pending
-        && locked.channels_active()
-        && !promo_codes::use_still_held(tx, promo_use).await?
-    {
-        return Ok(Err(CheckoutRefusal::PromoExhausted));
-    }
-    let decision = seat_decide(tx, locked, rules).await?;
-    if decision.is_ok() {
-        promo_codes::hold_again(tx, promo_use, rules.hold_secs).await?;
-    }
-    Ok(decision)
-}
-
-/// The seat part of [`checkout_decide`]: pending, active, the seat and its hold.
-async fn seat_decide(
-    tx: &Transaction<'_>,
-    locked: LockedOrder,
-    rules: HoldRules,
-) -> Result<Result<Order, CheckoutRefusal>, ApiError> {
-    if locked.order.status != Status::Pending {
-        return Ok(Err(CheckoutRefusal::NotPending));
-    }
-    if !locked.channels_active() {
-        return Ok(Err(CheckoutRefusal::ChannelInactive));
-    }
-    let (verdict, needed) = seat_needs(tx, &locked).await?;
-    match verdict {
-        SeatCheck::NotNeeded | SeatCheck::HoldValid => Ok(Ok(locked.order)),
-        SeatCheck::HoldExpired => Ok(Err(CheckoutRefusal::HoldExpired)),
-        SeatCheck::Full => Ok(Err(CheckoutRefusal::ChannelFull)),
-        SeatCheck::Free => {
-            let o = &locked.order;
-            for channel in needed {
-                if let Some((limit, until)) = hold_limit(tx, o.subscriber(), channel, rules).await?
-                {
-                    return Ok(Err(CheckoutRefusal::HoldLimited { limit, until }));
-                }
-            }
-            let order = db::one(tx, HOLD_SQL, &[&o.id, &(rules.hold_secs as f64)]).await?;
-            Ok(Ok(order))
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    /// The payment core's read without locks reads an order's terms as the lock order does.
+    #[test]
+    fn the_read_without_locks_selects_the_lock_order_s_terms() {
+        let lock_order = include_str!("lock_order.sql");
+        let terms = &lock_order[..lock_order.find(" AS lifetime_channels").unwrap()];
+        assert!(include_str!("../payments/fast_read.sql").starts_with(terms));
+    }
+
     #[test]
     fn a_subscription_holds_its_seat_for_the_slack_past_its_renewal() {
         assert_eq!(

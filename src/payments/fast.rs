@@ -7,7 +7,7 @@
 //!
 //! 1. **Read, without locks** ([`READ_SQL`], one statement outside a transaction): the order by
 //!    its reference with everything the locked read of the lock order reads
-//!    ([`seats::order_terms_sql!`], the same select list), the row version (`xmin`) of each row
+//!    (`orders/lock_order.sql`, the same select list), the row version (`xmin`) of each row
 //!    the checks read — the order, its channel, its plan, the pair's membership (or its
 //!    absence) —, whether this (gateway, external_id) is stored already, and the new payment's
 //!    id (`nextval` of the identity column's own sequence, inserted with `OVERRIDING SYSTEM
@@ -19,9 +19,9 @@
 //!    has. A stored payment is answered from the stored row, as the locked path does.
 //! 3. **Write, verified under the locks** ([`WRITE_SQL`]): `BEGIN`, the pair's advisory lock,
 //!    the write and `COMMIT`, sent in one pipeline on a pooled connection (one network round
-//!    trip). The write is one statement: it takes the rest of the lock order (the order
-//!    `FOR UPDATE`, the channel `FOR KEY SHARE`, the subscriber and the membership as
-//!    [`memberships::extend_ctes_sql!`] does) and writes the payment, the paid order, the
+//!    trip). The write is one statement: it takes the rest of the locks
+//!    (`docs/locking.md`) as a locked extension does
+//!    (`access/memberships/extend.sql`) and writes the payment, the paid order, the
 //!    membership, its event and its grant or receipt — only if every row version the checks
 //!    read is still the current one (and the membership still absent if it was). Otherwise it
 //!    writes nothing, the empty transaction commits, and the payment takes the locked path,
@@ -31,7 +31,7 @@
 //! **Why the pair lock is a statement of its own.** A statement's snapshot is taken when it
 //! starts, before the locks it waits for; only rows it locks itself are read again at their
 //! newest version. The membership is read, not locked, before it is written (`b` in
-//! `memberships::extend_ctes_sql!`), so a membership another payment changed and committed while
+//! `fast_write.sql`), so a membership another payment changed and committed while
 //! this one waited for the pair lock would be judged from its old version. With the lock taken
 //! by the statement before, the write's snapshot is taken after the lock is granted, when every
 //! writer of the pair has committed — as on the locked path.
@@ -58,68 +58,76 @@ use tokio_postgres::error::SqlState;
 
 use super::core::{self, Applied, Gateway, NormalizedPayment, Outcome, Payment, Recurrence};
 use crate::{
-    access::memberships::{self, Cause, Extension, Membership, Term},
+    access::memberships::{Cause, Extension, Membership, Term},
     common::error::ApiError,
     db::{self, FromRow},
-    orders::{self, seats},
+    orders::seats,
 };
 
-/// Step 1: the order named by the reference (`$1`) as the checks see it, the versions of the
-/// rows they read, whether the delivery's (gateway `$2`, external id `$3`) is stored, and a new
-/// payment id when it is not. No row: no such order.
-pub(crate) const READ_SQL: &str = seats::order_terms_sql!(
-    ", o.row_version AS order_version, c.xmin::text AS channel_version,
-       p.xmin::text AS plan_version,
-       (SELECT pm.xmin::text FROM memberships pm
-        WHERE pm.subscriber_id = o.subscriber_id AND pm.channel_id = o.channel_id)
-           AS membership_version,
-       st.stored,
-       CASE WHEN st.stored THEN NULL
-            ELSE nextval(pg_get_serial_sequence('payments', 'id')) END AS new_payment_id",
-    ", xmin::text AS row_version FROM orders WHERE reference = $1",
-    "CROSS JOIN (SELECT EXISTS (SELECT 1 FROM payments sp
-                                WHERE sp.gateway = $2 AND sp.external_id = $3) AS stored) AS st",
-    ""
-);
+/// Step 1: the order named by the reference (`$1`) as the checks see it (the select list of the
+/// lock order's locked read, `orders/lock_order.sql`), the versions of the rows they read,
+/// whether the delivery's (gateway `$2`, external id `$3`) is stored, and a new payment id when
+/// it is not. No row: no such order.
+pub(crate) const READ_SQL: &str = include_str!("fast_read.sql");
 
-/// Step 3's statement. `$1`–`$11` are the extension's ([`Extension::params`]; `$6` the new
-/// payment's id), then the delivery (`$12` gateway, `$13` external id, `$14` order reference,
-/// `$15` order id, `$16` amount, `$17` currency, `$18` paid at, `$19` outcome) and the versions
-/// read (`$20` the order's, `$21` the channel's, `$22` the plan's id and `$23` its version,
-/// `$24` the membership's, NULL for none). `fresh` locks the order and the channel in the lock
-/// order, each only as the version read (a row locked after a concurrent change is read again
-/// at its newest version, so a changed row drops out here), and finds the plan and the
+/// Step 3's statement, bound from [`Write::params`]. `fresh` locks the order and the channel in
+/// the lock order, each only as the version read (a row locked after a concurrent change is read
+/// again at its newest version, so a changed row drops out here), and finds the plan and the
 /// membership as read; the payment is inserted only from `fresh`, the order marked paid and the
-/// membership extended only from the inserted payment. One row (the membership, with the
-/// payment's `paid_at` and `created_at`) when it wrote, none when it wrote nothing.
-pub(crate) const WRITE_SQL: &str = concat!(
-    "WITH fresh AS (
-         SELECT o.id
-         FROM (SELECT id FROM orders WHERE id = $15 AND xmin::text = $20 FOR UPDATE) AS o
-         JOIN channels c ON c.id = $2 AND c.xmin::text = $21
-         WHERE EXISTS (SELECT 1 FROM plans p WHERE p.id = $22 AND p.xmin::text = $23)
-           AND (SELECT pm.xmin::text FROM memberships pm
-                WHERE pm.subscriber_id = $1 AND pm.channel_id = $2)
-               IS NOT DISTINCT FROM $24::text
-         FOR KEY SHARE OF c
-     ), inserted AS (
-         INSERT INTO payments (id, ",
-    core::insert_columns!(),
-    ")
-         OVERRIDING SYSTEM VALUE
-         SELECT $6, $12, $13, $14, fresh.id, $1, $2, NULL, $16, $17,
-                LEAST($18::timestamptz, statement_timestamp()), $19, NULL, false, NULL
-         FROM fresh
-         ON CONFLICT (gateway, external_id) DO NOTHING
-         RETURNING id, order_id, paid_at, created_at
-     ), to_mark AS (SELECT order_id, paid_at FROM inserted), ",
-    orders::mark_paid_cte!(),
-    ", ",
-    memberships::extend_ctes_sql!("EXISTS (SELECT 1 FROM inserted)"),
-    "
-     SELECT m.*, i.paid_at AS payment_paid_at, i.created_at AS payment_created_at
-     FROM inserted i CROSS JOIN m"
-);
+/// membership extended (as `access/memberships/extend.sql` extends one) only from the inserted
+/// payment. One row (the membership, with the payment's `paid_at` and `created_at`) when it
+/// wrote, none when it wrote nothing.
+pub(crate) const WRITE_SQL: &str = include_str!("fast_write.sql");
+
+/// What [`WRITE_SQL`]'s parameters are bound to.
+struct Write<'a> {
+    /// `$1`–`$11`: the extension's ([`Extension::params`]; `$6` the new payment's id).
+    extension: &'a Extension,
+    /// `$12`, `$13`, `$14`: the delivery's gateway, external id and order reference.
+    payment: &'a NormalizedPayment,
+    /// `$15`: the order's id.
+    order_id: &'a i64,
+    /// `$16`, `$17`, `$18`: the delivery's amount, currency and `paid_at` (in `payment`).
+    /// `$19`: the outcome stored.
+    outcome: &'a Outcome,
+    /// `$20`–`$24`: the versions read (the order's, the channel's, the plan's id and its
+    /// version, the membership's: NULL for none).
+    read: &'a Read,
+}
+
+impl Write<'_> {
+    /// The values of `$1`–`$24`, in order.
+    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 24] {
+        let [s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11] = self.extension.params();
+        let (p, read) = (self.payment, self.read);
+        [
+            s1,
+            s2,
+            s3,
+            s4,
+            s5,
+            s6,
+            s7,
+            s8,
+            s9,
+            s10,
+            s11,
+            &p.gateway,
+            &p.external_id,
+            &p.order_reference,
+            self.order_id,
+            &p.amount_minor,
+            &p.currency,
+            &p.paid_at,
+            self.outcome,
+            &read.order_version,
+            &read.channel_version,
+            &read.order.plan.id,
+            &read.plan_version,
+            &read.membership_version,
+        ]
+    }
+}
 
 const BEGIN_SQL: &str = "BEGIN";
 const COMMIT_SQL: &str = "COMMIT";
@@ -247,22 +255,14 @@ async fn write(
         None,
     )?;
     let outcome = Outcome::Applied;
-    let mut params = extension.params().to_vec();
-    params.extend_from_slice(&[
-        &p.gateway,
-        &p.external_id,
-        &p.order_reference,
-        &o.id,
-        &p.amount_minor,
-        &p.currency,
-        &p.paid_at,
-        &outcome,
-        &read.order_version,
-        &read.channel_version,
-        &read.order.plan.id,
-        &read.plan_version,
-        &read.membership_version,
-    ]);
+    let write = Write {
+        extension: &extension,
+        payment: p,
+        order_id: &o.id,
+        outcome: &outcome,
+        read,
+    };
+    let params = write.params();
     // Prepared (or found prepared) before anything is sent: a statement that still had to be
     // prepared would send its messages after the `COMMIT`, outside the transaction.
     let lock = client.prepare_cached(db::LOCK_PAIR_SQL).await?;

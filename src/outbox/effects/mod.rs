@@ -32,8 +32,8 @@
 //!   conditionally, so a change is recorded once, by one of them.
 //! - **One revoke per deleted live membership** (`revoke:{membership}:deleted`): a staff
 //!   `DELETE` of an active or grace membership, or the cascade of a subscriber's `DELETE`
-//!   (`deleted_revokes_cte!`). The effect names the chat and the user, not the membership
-//!   (which is gone), and the worker performs a revoke whose membership no longer exists.
+//!   (`access/memberships/delete.sql`). The effect names the chat and the user, not the
+//!   membership (which is gone), and the worker performs a revoke whose membership is gone.
 //! - **One reminder per (membership, expiry)** — that is, per period:
 //!   `reminder:{membership}:{expiry in µs}` ([`crate::access::memberships::enqueue_due_reminders`]).
 //! - **One refund per payment** (`refund:{payment}`), **one decision per join request**
@@ -58,6 +58,14 @@ use crate::{
 
 pub mod payload;
 pub use payload::Payload;
+
+mod scans;
+mod staff;
+mod sweep_queue;
+
+pub use scans::*;
+pub use staff::*;
+pub use sweep_queue::*;
 
 crate::text_enum! {
     /// What an effect does on Telegram.
@@ -245,14 +253,6 @@ macro_rules! transition_key_sql {
 }
 pub(crate) use transition_key_sql;
 
-/// The key of the revoke of a deleted membership: `revoke:{membership}:deleted`.
-macro_rules! deleted_revoke_key_sql {
-    ($membership:expr) => {
-        concat!("'revoke:' || (", $membership, ") || ':deleted'")
-    };
-}
-pub(crate) use deleted_revoke_key_sql;
-
 /// The key of a reminder: `reminder:{membership}:{expiry in µs since the epoch}` — one per
 /// (membership, expiry), so one per period.
 macro_rules! reminder_key_sql {
@@ -273,7 +273,8 @@ pub fn reminder_key(membership_id: i64, expires_at: DateTime<Utc>) -> String {
     format!("reminder:{membership_id}:{}", expires_at.timestamp_micros())
 }
 
-/// The key of the revoke of deleted membership `membership_id` ([`deleted_revoke_key_sql!`]).
+/// The key of the revoke of deleted membership `membership_id` (spelled alike in SQL by
+/// `access/memberships/delete.sql`).
 pub fn deleted_revoke_key(membership_id: i64) -> String {
     format!("revoke:{membership_id}:deleted")
 }
@@ -456,140 +457,6 @@ pub fn found_key(kind: Kind, chat: i64, user: i64, found: payload::Found, marker
     format!("{kind}:{chat}:{user}:{found}:{marker}")
 }
 
-/// The sweep's effects, as the last data-modifying CTE of its batch write
-/// ([`crate::access::sweep::apply_batch`]): for every membership it moved to `expired` a revoke, and for
-/// every one it moved to `grace` a grace notice, recorded in the `sweep_queue` (migration 0017)
-/// in the batch's statement and so in its transaction; the worker turns queued rows into
-/// `effects` rows a chunk at a time ([`materialize_sweep_queue`]). It reads the CTEs
-/// `updated(id, subscriber_id, channel_id, from_status, status, expires_at)` — the rows the
-/// `UPDATE` actually changed — and `events(id, membership_id)` — the `membership_events` rows
-/// written for them ([`crate::access::sweep::SWEEP_EVENTS_CTE`]) — so it needs no second look at
-/// `memberships`. Each row is keyed on its transition's event, and the effect made of it is
-/// keyed as [`transition_key`] spells it (`revoke:{membership}:ev{event}`), so a membership
-/// expired again after a staff re-activation gets a second revoke instead of being
-/// deduplicated into the first. The Telegram ids are read in the same statement, so the effect
-/// names who they were at the transition. (No channel lock here, unlike a change recorded by
-/// [`crate::access::memberships::record_event`]: the sweep only moves live memberships, which block a
-/// chat change until it commits, and its queued rows block it after, [`pending_in_chat`].)
-/// Rows are inserted in membership id order; the `ORDER BY` also makes PostgreSQL join the
-/// two CTEs by merging them (both come in membership id order) instead of comparing every
-/// pair of a batch's rows in a nested loop, which cost more than the rest of the statement.
-macro_rules! sweep_effects_cte {
-    () => {
-        "sweep_effects AS (
-    INSERT INTO sweep_queue (event_id, membership_id, kind, chat_id, user_id, expires_at)
-    SELECT ev.id, u.id,
-           CASE WHEN u.status = 'expired' THEN 'revoke' ELSE 'grace_notice' END,
-           c.telegram_chat_id, s.telegram_user_id, u.expires_at
-    FROM updated u
-    JOIN events ev ON ev.membership_id = u.id
-    JOIN subscribers s ON s.id = u.subscriber_id
-    JOIN channels c ON c.id = u.channel_id
-    WHERE (u.from_status IN ('active', 'grace') AND u.status = 'expired')
-       OR (u.from_status = 'active' AND u.status = 'grace')
-    ORDER BY u.id
-)"
-    };
-}
-pub(crate) use sweep_effects_cte;
-
-/// See [`sweep_effects_cte!`]: the sweep's effects CTE as a string.
-pub const SWEEP_EFFECTS_CTE: &str = sweep_effects_cte!();
-
-/// Queued sweep rows made into effects per call of [`materialize_sweep_queue`]. The worker
-/// calls it at the start of every run and whenever its lanes find nothing due, so the outbox
-/// holds a few chunks of a sweep's effects at a time (a million revokes take Telegram's pace,
-/// hours, to perform), and an effect committed meanwhile (a grant) waits behind at most one
-/// chunk per lane (100 effects with the default four lanes: about 3.5 s at Telegram's pace)
-/// instead of behind every revoke of the sweep.
-pub const SWEEP_QUEUE_CHUNK: i64 = 25;
-
-/// The oldest `$1` rows of the `sweep_queue` that no one else is taking, deleted and made
-/// effects in one statement: each becomes exactly one effect, keyed as [`transition_key`]
-/// spells it, with its expiry as payload (a revoke whose membership has been deleted since
-/// names none and carries the deleted revoke's payload, as `deleted_revokes_cte!` writes it;
-/// its membership, when it still exists, is key-share locked so it cannot vanish before the
-/// effect commits). `ON CONFLICT` keeps a row that somehow already has its effect from
-/// making a second one.
-const MATERIALIZE_SWEEP_QUEUE_SQL: &str = concat!(
-    "WITH taken AS (
-         DELETE FROM sweep_queue q
-         WHERE q.event_id IN (
-             SELECT event_id FROM sweep_queue ORDER BY event_id LIMIT $1 FOR UPDATE SKIP LOCKED)
-         RETURNING q.event_id, q.membership_id, q.kind, q.chat_id, q.user_id, q.expires_at
-     ), made AS (
-         INSERT INTO effects (kind, membership_id, chat_id, user_id, payload, dedupe_key)
-         SELECT t.kind, m.id, t.chat_id, t.user_id,
-                CASE WHEN m.id IS NULL AND t.kind = 'revoke' THEN ",
-    deleted_revoke_payload_sql!("t.membership_id", "t.expires_at"),
-    " ELSE ",
-    expiry_payload_sql!("t.expires_at"),
-    " END, ",
-    transition_key_sql!(
-        "CASE WHEN t.kind = 'revoke' THEN 'revoke' ELSE 'grace' END",
-        "t.membership_id",
-        "t.event_id"
-    ),
-    "
-         FROM taken t
-         LEFT JOIN LATERAL (
-             SELECT id FROM memberships WHERE id = t.membership_id FOR KEY SHARE
-         ) m ON true
-         ORDER BY t.event_id
-         ON CONFLICT (dedupe_key) DO NOTHING
-         RETURNING 1
-     )
-     SELECT (SELECT count(*) FROM taken) AS taken, (SELECT count(*) FROM made) AS made"
-);
-
-/// Makes effects of up to [`SWEEP_QUEUE_CHUNK`] queued sweep rows (revokes and grace notices,
-/// oldest transition first), in one statement; returns how many rows it took. Concurrent
-/// callers take different rows (`SKIP LOCKED`); a failed call leaves its rows queued.
-pub async fn materialize_sweep_queue(
-    client: &impl deadpool_postgres::GenericClient,
-) -> Result<u64, ApiError> {
-    let row = db::row_one(client, MATERIALIZE_SWEEP_QUEUE_SQL, &[&SWEEP_QUEUE_CHUNK]).await?;
-    let (taken, made): (i64, i64) = (row.try_get("taken")?, row.try_get("made")?);
-    if taken > 0 {
-        tracing::info!(taken, made, "sweep effects made from the queue");
-    }
-    Ok(taken as u64)
-}
-
-/// The revokes of deleted memberships, as a data-modifying CTE after the `DELETE` that names
-/// them ([`crate::access::memberships::delete`], [`crate::access::memberships::delete_of_subscriber`]): it reads
-/// the CTE `gone(id, subscriber_id, channel_id, status, expires_at)` — the rows the `DELETE`
-/// actually removed, as they were when removed — and enqueues one revoke
-/// (`revoke:{membership}:deleted`) for each one whose member still held access (active or
-/// grace), in the deletion's transaction. A deleted expired membership needs none: its expiry
-/// enqueued one (the sweep's, still queued, is made even after the deletion,
-/// [`materialize_sweep_queue`]).
-///
-/// The effect outlives the row: it carries the chat and the user, its `membership_id` is NULL
-/// (the row it would name is being deleted by the same statement; `ON DELETE SET NULL` would
-/// clear it anyway) and the membership id is kept in the payload. The worker performs a revoke
-/// whose membership is gone.
-macro_rules! deleted_revokes_cte {
-    () => {
-        concat!(
-            "deleted_revokes AS (
-    INSERT INTO effects (kind, chat_id, user_id, payload, dedupe_key)
-    SELECT 'revoke', c.telegram_chat_id, s.telegram_user_id, ",
-            $crate::outbox::effects::deleted_revoke_payload_sql!("g.id", "g.expires_at"),
-            ", ",
-            $crate::outbox::effects::deleted_revoke_key_sql!("g.id"),
-            "
-    FROM gone g
-    JOIN subscribers s ON s.id = g.subscriber_id
-    JOIN channels c ON c.id = g.channel_id
-    WHERE g.status IN ('active', 'grace')
-    ORDER BY g.id
-)"
-        )
-    };
-}
-pub(crate) use deleted_revokes_cte;
-
 /// Enqueues the decision on a `chat_join_request` (approve or decline, retried until Telegram
 /// confirms, which a webhook reply cannot report). The door calls it only with a bot
 /// configured ([`crate::telegram::outbox_enabled`]); without one, its webhook reply is the only
@@ -622,298 +489,6 @@ pub async fn enqueue_join_decision(
     )
     .await?;
     Ok(())
-}
-
-/// Rows one scan statement enqueues at most; a scan repeats until a statement finds fewer.
-pub const SCAN_BATCH: i64 = 1000;
-
-const PENDING_REFUNDS_SQL: &str = "INSERT INTO effects
-         (kind, payment_id, order_id, user_id, payload, dedupe_key)
-     SELECT 'refund', d.id, d.order_id, d.user_id,
-            jsonb_build_object('charge_id', d.external_id), d.key
-     FROM (
-         SELECT p.id, p.order_id, p.external_id, 'refund:' || p.id AS key,
-                COALESCE(CASE WHEN p.payer ~ '^[0-9]{1,18}$' THEN p.payer::bigint END,
-                         s.telegram_user_id) AS user_id
-         FROM payments p LEFT JOIN subscribers s ON s.id = p.subscriber_id
-         WHERE p.outcome = 'refund_pending' AND p.gateway = 'telegram_stars'
-     ) AS d
-     WHERE d.user_id IS NOT NULL
-       AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.dedupe_key = d.key)
-     LIMIT $1
-     ON CONFLICT (dedupe_key) DO NOTHING";
-
-/// Enqueues one refund for every `refund_pending` Telegram Stars payment that has none yet
-/// (the payment row itself is the durable intent: the payment core marks it in its own
-/// transaction). The refund goes to the payer the door recorded. Returns how many.
-pub async fn enqueue_pending_refunds(
-    client: &impl deadpool_postgres::GenericClient,
-) -> Result<u64, ApiError> {
-    insert_in_batches(client, PENDING_REFUNDS_SQL, &[&SCAN_BATCH]).await
-}
-
-/// Runs an `INSERT … SELECT … LIMIT` scan whose limit parameter is [`SCAN_BATCH`] again until a
-/// round inserts fewer than that, so no single statement enqueues an unbounded number of rows.
-pub async fn insert_in_batches(
-    client: &impl deadpool_postgres::GenericClient,
-    sql: &str,
-    params: Params<'_>,
-) -> Result<u64, ApiError> {
-    let mut total = 0;
-    loop {
-        let n = db::execute(client, sql, params).await?;
-        total += n;
-        if (n as i64) < SCAN_BATCH {
-            return Ok(total);
-        }
-    }
-}
-
-/// The filters of [`list`]; `None` matches everything.
-#[derive(Debug, Clone, Default)]
-pub struct Filter {
-    pub status: Option<Status>,
-    pub kind: Option<Kind>,
-    pub membership_id: Option<i64>,
-    pub payment_id: Option<i64>,
-}
-
-const LIST_SQL: &str = concat!(
-    "SELECT ",
-    effect_columns!(),
-    " FROM effects
-     WHERE id > $1
-       AND ($2::text IS NULL OR status = $2::text)
-       AND ($3::text IS NULL OR kind = $3::text)
-       AND ($4::bigint IS NULL OR membership_id = $4)
-       AND ($5::bigint IS NULL OR payment_id = $5)
-     ORDER BY id LIMIT $6"
-);
-
-/// Up to `limit` effects with an id above `after`, by id, matching `filter`.
-pub async fn list(
-    client: &impl deadpool_postgres::GenericClient,
-    filter: &Filter,
-    after: i64,
-    limit: i64,
-) -> Result<Vec<Effect>, ApiError> {
-    db::all(
-        client,
-        LIST_SQL,
-        &[
-            &after,
-            &filter.status,
-            &filter.kind,
-            &filter.membership_id,
-            &filter.payment_id,
-            &limit,
-        ],
-    )
-    .await
-}
-
-const GET_SQL: &str = concat!("SELECT ", effect_columns!(), " FROM effects WHERE id = $1");
-
-/// The effect with this id, if any.
-pub async fn get(
-    client: &impl deadpool_postgres::GenericClient,
-    id: i64,
-) -> Result<Option<Effect>, ApiError> {
-    db::opt(client, GET_SQL, &[&id]).await
-}
-
-const PENDING_IN_CHAT_SQL: &str =
-    "SELECT EXISTS (SELECT 1 FROM effects WHERE status = 'pending' AND chat_id = $1)
-         OR EXISTS (SELECT 1 FROM sweep_queue WHERE chat_id = $1) AS pending";
-
-/// Whether effects are still to be performed in chat `chat_id` (a revoke still to kick
-/// someone, a grant still to send its link), counting the sweep's queued ones.
-pub async fn pending_in_chat(
-    client: &impl deadpool_postgres::GenericClient,
-    chat_id: i64,
-) -> Result<bool, ApiError> {
-    Ok(db::row_one(client, PENDING_IN_CHAT_SQL, &[&chat_id])
-        .await?
-        .try_get("pending")?)
-}
-
-/// The select list of [`QueueDepth`], over `effects` grouped by kind and status.
-macro_rules! queue_depth_columns {
-    () => {
-        "kind, status, count(*) AS count,
-         EXTRACT(EPOCH FROM statement_timestamp() - min(created_at))::float8 AS oldest_secs"
-    };
-}
-
-const QUEUE_SQL: &str = concat!(
-    "SELECT kind, status, sum(count)::bigint AS count, max(oldest_secs) AS oldest_secs
-     FROM (
-         SELECT ",
-    queue_depth_columns!(),
-    " FROM effects WHERE status IN ('pending', 'failed')
-         GROUP BY kind, status
-         UNION ALL
-         SELECT ",
-    queue_depth_columns!(),
-    " FROM (SELECT kind, 'pending' AS status, created_at FROM sweep_queue) q
-         GROUP BY kind, status
-     ) d
-     GROUP BY kind, status"
-);
-
-/// How many effects of one kind wait in one status that makes a queue (`pending` or
-/// `failed`), and the age of the oldest of them.
-#[derive(Debug, Clone, PartialEq)]
-pub struct QueueDepth {
-    pub kind: Kind,
-    pub status: Status,
-    pub count: i64,
-    /// Seconds since the oldest of them was created.
-    pub oldest_secs: f64,
-}
-
-impl FromRow for QueueDepth {
-    const COLUMNS: &'static str = queue_depth_columns!();
-
-    fn from_row(r: &Row) -> Result<QueueDepth, tokio_postgres::Error> {
-        Ok(QueueDepth {
-            kind: r.try_get("kind")?,
-            status: r.try_get("status")?,
-            count: r.try_get("count")?,
-            oldest_secs: r.try_get("oldest_secs")?,
-        })
-    }
-}
-
-/// The effects not done, by kind and status (only the pairs that have any), over the status
-/// index, the sweep's queued rows counted as pending effects of their kind: what the metrics
-/// sampler reports.
-pub async fn queue_depths(
-    client: &impl deadpool_postgres::GenericClient,
-) -> Result<Vec<QueueDepth>, ApiError> {
-    db::all(client, QUEUE_SQL, &[]).await
-}
-
-/// Sends the effects matching `filter` (SQL over `effects`) back to the queue: `pending`, due
-/// now, and for a dead letter a fresh budget — no attempts, no first failure. The payments of
-/// refunds among them go from `refund_failed` back to `refund_pending`, in the same statement,
-/// so the worker refunds them instead of skipping them. The rows `sent` are what `select`
-/// (a query over them) answers.
-macro_rules! send_back_sql {
-    ($filter:expr; $($select:expr),+) => {
-        concat!(
-            "WITH sent AS (
-                 UPDATE effects SET status = 'pending',
-                     attempts = CASE WHEN status = 'failed' THEN 0 ELSE attempts END,
-                     first_failed_at = CASE WHEN status = 'failed' THEN NULL
-                                            ELSE first_failed_at END,
-                     next_attempt_at = statement_timestamp(),
-                     updated_at = statement_timestamp()
-                 WHERE ",
-            $filter,
-            "
-                 RETURNING ",
-            effect_columns!(),
-            "
-             ), payments_back AS (
-                 UPDATE payments p SET outcome = 'refund_pending',
-                     updated_at = statement_timestamp()
-                 FROM sent
-                 WHERE sent.kind = 'refund' AND p.id = sent.payment_id
-                   AND p.outcome = 'refund_failed'
-             ) ",
-            $($select),+
-        )
-    };
-}
-
-const RETRY_LOCK_SQL: &str =
-    "SELECT status, COALESCE(lease_until > statement_timestamp(), false) AS leased
-     FROM effects WHERE id = $1 FOR UPDATE NOWAIT";
-const RETRY_ONE_SQL: &str = send_back_sql!("id = $1"; "SELECT ", effect_columns!(), " FROM sent");
-const RETRY_ALL_SQL: &str = send_back_sql!(
-    "status = 'failed'
-       AND ($1::text IS NULL OR kind = $1::text)
-       AND ($2::bigint IS NULL OR membership_id = $2)
-       AND ($3::bigint IS NULL OR payment_id = $3)";
-    "SELECT count(*) AS retried FROM sent"
-);
-
-/// Why staff cannot send an effect back to the queue now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetryRefusal {
-    /// It is done: there is nothing to retry.
-    Done,
-    /// A worker is performing it at this moment (leased, or recording under its row lock).
-    InFlight,
-}
-
-/// Sends effect `id` back to the queue (a dead letter with a fresh budget; a pending one due
-/// now); `Ok(None)` when there is no such effect. Never waits for a worker recording it.
-pub async fn retry(
-    tx: &Transaction<'_>,
-    id: i64,
-) -> Result<Option<Result<Effect, RetryRefusal>>, ApiError> {
-    let stmt = tx.prepare_cached(RETRY_LOCK_SQL).await?;
-    let row = match tx.query_opt(&stmt, &[&id]).await {
-        Ok(row) => row,
-        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
-            return Ok(Some(Err(RetryRefusal::InFlight)));
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let Some(row) = row else {
-        return Ok(None);
-    };
-    let (status, leased): (Status, bool) = (row.try_get("status")?, row.try_get("leased")?);
-    if status == Status::Done {
-        return Ok(Some(Err(RetryRefusal::Done)));
-    }
-    if leased {
-        return Ok(Some(Err(RetryRefusal::InFlight)));
-    }
-    Ok(db::opt(tx, RETRY_ONE_SQL, &[&id]).await?.map(Ok))
-}
-
-/// Sends every dead letter matching `filter` (its `status` is ignored: only `failed` ones are
-/// retried) back to the queue, as [`retry`] does; returns how many.
-pub async fn retry_all(tx: &Transaction<'_>, filter: &Filter) -> Result<i64, ApiError> {
-    let row = db::row_one(
-        tx,
-        RETRY_ALL_SQL,
-        &[&filter.kind, &filter.membership_id, &filter.payment_id],
-    )
-    .await?;
-    Ok(row.try_get("retried")?)
-}
-
-const WAKE_CHAT_SQL: &str = "UPDATE effects
-     SET next_attempt_at = statement_timestamp(), updated_at = statement_timestamp()
-     WHERE chat_id = $1 AND status = 'pending' AND next_attempt_at > statement_timestamp()";
-
-/// Makes every pending effect of chat `chat` due now: the bot's rights there came back, and the
-/// effects that waited for them (backing off while refused) should not wait out their back-off.
-/// Returns how many were woken.
-pub async fn wake_chat(
-    client: &impl deadpool_postgres::GenericClient,
-    chat: i64,
-) -> Result<u64, ApiError> {
-    db::execute(client, WAKE_CHAT_SQL, &[&chat]).await
-}
-
-const PAUSED_BY_RIGHTS_SQL: &str = "SELECT count(*) AS paused FROM effects e
-     JOIN channels c ON c.telegram_chat_id = e.chat_id
-     WHERE e.status = 'pending' AND c.telegram_status = 'no_rights'
-       AND e.kind IN ('grant', 'revoke', 'join_approve', 'join_decline', 'unban')";
-
-/// Pending access effects (grant, revoke, join decisions, unban) waiting in chats where the
-/// bot has no rights.
-pub async fn paused_by_rights(
-    client: &impl deadpool_postgres::GenericClient,
-) -> Result<i64, ApiError> {
-    Ok(db::row_one(client, PAUSED_BY_RIGHTS_SQL, &[])
-        .await?
-        .try_get("paused")?)
 }
 
 #[cfg(test)]
@@ -969,17 +544,35 @@ mod tests {
         assert_eq!(transition_key(Kind::Refund, 9, 41), None);
     }
 
+    /// The whole statements that write a grant or a receipt spell its payload and key as the
+    /// fragments do.
+    #[test]
+    fn the_extensions_spell_their_effect_as_the_fragments_do() {
+        for extension in [
+            include_str!("../../access/memberships/extend.sql"),
+            include_str!("../../payments/fast_write.sql"),
+        ] {
+            assert!(extension.contains(concat!(
+                expiry_payload_sql!("m.expires_at"),
+                ", ",
+                transition_key_sql!("k.key_prefix", "m.id", "ev.id")
+            )));
+        }
+    }
+
     #[test]
     fn the_fragments_spell_the_rust_rules() {
         assert_eq!(
             transition_key_sql!("'grace'", "m.id", "ev.id"),
             "('grace') || ':' || (m.id) || ':ev' || (ev.id)"
         );
-        assert_eq!(
-            deleted_revoke_key_sql!("g.id"),
-            "'revoke:' || (g.id) || ':deleted'"
-        );
         assert_eq!(deleted_revoke_key(7), "revoke:7:deleted");
+        for deletion in [
+            include_str!("../../access/memberships/delete.sql"),
+            include_str!("../../access/memberships/delete_of_subscriber.sql"),
+        ] {
+            assert!(deletion.contains("'revoke:' || (g.id) || ':deleted'"));
+        }
         let t: DateTime<Utc> = "1969-12-31T23:59:59.500001Z".parse().unwrap();
         assert_eq!(reminder_key(7, t), "reminder:7:-499999");
         assert!(
