@@ -15,8 +15,8 @@
 //!
 //! One file per concern: the limits and clipping ([`text`]), prices and periods ([`prices`]),
 //! button data ([`callback`]), commands and deep links ([`commands`]), the catalogue
-//! ([`catalogue`]), `/subscriptions` ([`subscriptions`]), invoices ([`invoice`]) and the
-//! messages and webhook replies that carry them ([`message`]).
+//! ([`catalogue`](mod@catalogue)), `/subscriptions` ([`subscriptions`](mod@subscriptions)),
+//! invoices ([`invoice`]) and the messages and webhook replies that carry them ([`message`]).
 
 mod callback;
 mod catalogue;
