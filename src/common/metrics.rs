@@ -100,7 +100,6 @@ pub const DB_POOL_WAITING: &str = "subgate_db_pool_waiting";
 pub const CHANNELS_NO_RIGHTS: &str = "subgate_channels_no_rights";
 /// Gauge (sampled): pending access effects waiting in chats where the bot has no rights.
 pub const EFFECTS_PAUSED_NO_RIGHTS: &str = "subgate_effects_paused_no_rights";
-/// How often [`sample_loop`] reads the database gauges.
 /// Gauge: outbound webhook deliveries waiting to be sent to enabled endpoints (sampled by the
 /// deliverer every [`SAMPLE_EVERY`]).
 pub const OUTBOUND_QUEUE: &str = "subgate_outbound_webhook_queue_depth";
@@ -114,6 +113,7 @@ pub const BOT_CODE_GUESSES: &str = "subgate_bot_code_guesses_total";
 /// Counter: Telegram `subscription` updates, by `state` (`canceled`, `active`, `failed`,
 /// `other`) and `outcome` (`applied`, `unchanged`, `review`, `repeated`).
 pub const STAR_SUBSCRIPTION_UPDATES: &str = "subgate_star_subscription_updates_total";
+/// How often [`sample_loop`](crate::app::metrics::sample_loop) reads the database gauges.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(15);
 
 /// Request latency buckets, in seconds (webhooks and staff requests; the request timeout is
