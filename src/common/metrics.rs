@@ -107,8 +107,8 @@ pub const OUTBOUND_QUEUE: &str = "subgate_outbound_webhook_queue_depth";
 /// later) or `failed` (failed for good: the schedule ran out, or `410 Gone`).
 pub const OUTBOUND_ATTEMPTS: &str = "subgate_outbound_webhook_attempts_total";
 /// Counter: promo codes given to the bot (`/code`, a deep link with a code), by `result`:
-/// `applied`, `refused` (a real code that cannot be used now), `wrong` (unknown or no longer
-/// active: "there is no such code") or `limited` (refused unread: too many wrong codes).
+/// `applied`, `refused` (a real code that cannot be used now), `wrong` (unknown or
+/// inactive: "there is no such code") or `limited` (refused unread: too many wrong codes).
 pub const BOT_CODE_GUESSES: &str = "subgate_bot_code_guesses_total";
 /// Counter: Telegram `subscription` updates, by `state` (`canceled`, `active`, `failed`,
 /// `other`) and `outcome` (`applied`, `unchanged`, `review`, `repeated`).

@@ -113,8 +113,8 @@ const CANDIDATE_SQL: &str = concat!(
 /// rather read every pending effect through another index and sort them when the statistics
 /// say few are pending (taken in a quiet hour, or of an empty table): it estimates one row and
 /// keeps the plan for the connection's prepared statement. During a backlog (an invoice storm
-/// of the bot) each claim then read and sorted the whole backlog: 6.5 ms a claim at 10,000
-/// pending invoices, 0.6 ms through the claim index. Sorting is therefore off for the claim's
+/// of the bot) each claim would then read and sort the whole backlog: 6.5 ms a claim at 10,000
+/// pending invoices, against 0.6 ms through the claim index. Sorting is therefore off for the claim's
 /// transaction (`SET LOCAL`): with the claim index there is nothing to sort.
 const CLAIM_PLAN_SQL: &str = "SET LOCAL enable_sort = off";
 

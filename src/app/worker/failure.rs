@@ -102,7 +102,7 @@ pub(super) struct Attempt {
     pub(super) refunded: Option<i64>,
     /// The refund call's outcome is unknown: look for it before calling again.
     pub(super) verify: bool,
-    /// Done, the user is not banned by us in the chat (any more): forget its `chat_bans` row.
+    /// Done, and the user is not banned by us in the chat: forget its `chat_bans` row.
     pub(super) cleared_ban: bool,
 }
 

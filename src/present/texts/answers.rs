@@ -15,12 +15,13 @@ pub fn invoice_already_sent(l: Language) -> String {
     say(l, "invoice-already-sent", None)
 }
 
-/// A button naming something that is not (or no longer) there, or not the presser's.
+/// A button naming something that is not there (deleted since it was sent), or not the
+/// presser's.
 pub fn button_invalid(l: Language) -> String {
     say(l, "button-invalid", None)
 }
 
-/// The channel of a buy button is gone or no longer on sale.
+/// The channel of a buy button is gone or off sale.
 pub fn channel_unavailable(l: Language) -> String {
     say(l, "channel-unavailable", None)
 }
