@@ -93,7 +93,7 @@ impl ApiError {
     /// The database connection this error came from is gone or cannot take writes: closed or
     /// broken (the server was killed, the network failed), the server shutting down or crashed
     /// (`57P01`..`57P03`), a connection exception (class `08`), or a read-only session (`25006`:
-    /// a server that is not, or no longer, the primary). The request is answered 503 with
+    /// a server that is not the primary). The request is answered 503 with
     /// `Retry-After` (its transaction did not commit, or its commit's outcome is unknown, which
     /// a redelivery settles), and the connection is not handed out again.
     pub fn is_connection_lost(&self) -> bool {

@@ -1,7 +1,7 @@
 //! Typed ids of the two rows every lock and every membership is keyed by: a subscriber and a
 //! channel. The pair lock (`db::lock_pair`), the membership writes (`memberships::extend` and
 //! its siblings) and the seat rule (`orders::seats`) take a [`SubscriberId`] and a
-//! [`ChannelId`], so the two `integer`s can no longer be passed in the wrong order.
+//! [`ChannelId`], so the two `integer`s cannot be passed in the wrong order.
 //!
 //! A leaf below `db`: plain values with no dependency. Each is its `integer` column in the
 //! database (`ToSql`/`FromSql` of the `i32` inside) and in JSON (a plain number).

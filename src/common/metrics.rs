@@ -100,7 +100,6 @@ pub const DB_POOL_WAITING: &str = "subgate_db_pool_waiting";
 pub const CHANNELS_NO_RIGHTS: &str = "subgate_channels_no_rights";
 /// Gauge (sampled): pending access effects waiting in chats where the bot has no rights.
 pub const EFFECTS_PAUSED_NO_RIGHTS: &str = "subgate_effects_paused_no_rights";
-/// How often [`sample_loop`](crate::app::metrics::sample_loop) reads the database gauges.
 /// Gauge: outbound webhook deliveries waiting to be sent to enabled endpoints (sampled by the
 /// deliverer every [`SAMPLE_EVERY`]).
 pub const OUTBOUND_QUEUE: &str = "subgate_outbound_webhook_queue_depth";
@@ -108,12 +107,13 @@ pub const OUTBOUND_QUEUE: &str = "subgate_outbound_webhook_queue_depth";
 /// later) or `failed` (failed for good: the schedule ran out, or `410 Gone`).
 pub const OUTBOUND_ATTEMPTS: &str = "subgate_outbound_webhook_attempts_total";
 /// Counter: promo codes given to the bot (`/code`, a deep link with a code), by `result`:
-/// `applied`, `refused` (a real code that cannot be used now), `wrong` (unknown or no longer
-/// active: "there is no such code") or `limited` (refused unread: too many wrong codes).
+/// `applied`, `refused` (a real code that cannot be used now), `wrong` (unknown or
+/// inactive: "there is no such code") or `limited` (refused unread: too many wrong codes).
 pub const BOT_CODE_GUESSES: &str = "subgate_bot_code_guesses_total";
 /// Counter: Telegram `subscription` updates, by `state` (`canceled`, `active`, `failed`,
 /// `other`) and `outcome` (`applied`, `unchanged`, `review`, `repeated`).
 pub const STAR_SUBSCRIPTION_UPDATES: &str = "subgate_star_subscription_updates_total";
+/// How often [`sample_loop`](crate::app::metrics::sample_loop) reads the database gauges.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(15);
 
 /// Request latency buckets, in seconds (webhooks and staff requests; the request timeout is

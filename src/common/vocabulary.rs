@@ -43,7 +43,7 @@ crate::text_enum! {
         /// or the daily number of holds). Never a payment reason.
         HoldLimited => "hold_limited",
         /// The order's promo code use lapsed and the code (or the buyer's share of it) filled
-        /// up meanwhile: the discounted price is no longer available. A payment is kept for
+        /// up meanwhile: the discounted price is gone. A payment is kept for
         /// review (every gateway, Stars too), never applied past the code's limit.
         PromoExhausted => "promo_exhausted",
         /// The buyer already has live lifetime access to every channel the order buys: the

@@ -50,7 +50,7 @@ impl<'a> FromSql<'a> for Translations {
         raw: &'a [u8],
     ) -> Result<Translations, Box<dyn std::error::Error + Sync + Send>> {
         let value = <postgres_types::Json<Value> as FromSql>::from_sql(ty, raw)?.0;
-        // A language the bot no longer speaks (or a hand-edited row) is skipped, not fatal.
+        // A language the bot does not speak (or a hand-edited row) is skipped, not fatal.
         let Value::Object(map) = value else {
             return Ok(Translations::default());
         };

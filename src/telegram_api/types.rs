@@ -20,7 +20,7 @@ pub struct Update {
     pub pre_checkout_query: Option<PreCheckoutQuery>,
     #[serde(default)]
     pub chat_join_request: Option<ChatJoinRequest>,
-    /// The bot's own status in a chat changed (made or no longer an administrator, removed).
+    /// The bot's own status in a chat changed (made an administrator, demoted, removed).
     /// One that does not read as a `ChatMemberUpdated` is left out (ignored, not refused), so
     /// the document promises any object here.
     #[serde(default, deserialize_with = "lenient")]

@@ -136,7 +136,7 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
     let Some(mut f) = facts else {
         return Err(BotFailure::Permanent("the order was deleted".into()));
     };
-    // Never longer than a hold, even for a hold granted before `HOLD_SECS` was lowered.
+    // Never longer than a hold, even for a hold granted under a longer `HOLD_SECS`.
     f.open_secs = f.open_secs.min(state.config.hold_secs);
     if f.status != orders::Status::Pending {
         return Ok(Some(format!("skipped: the order is {} now", f.status)));
@@ -274,7 +274,7 @@ fn card_link(config: &Config, f: &orders::InvoiceFacts, name: &str) -> Result<St
 }
 
 /// The URL of the order's Stripe Checkout page, made now (or found again: the call is keyed on
-/// the order, [`stripe::create_checkout_session`]); `None` when the page could no longer be
+/// the order, [`stripe::create_checkout_session`]); `None` when the page could not stay
 /// open for the half hour Stripe requires before the order closes.
 async fn stripe_session(
     config: &Config,

@@ -55,20 +55,27 @@
 //! its row before the ban and its record step removes it once the unban is done), so a fresh
 //! grant is one `sendMessage`.
 //!
-//! A run is three named steps per effect — [`claim`], `perform` (the Bot API calls of each kind,
-//! [`perform`]) and [`record`] — over lanes that share one report. The worker is
-//! its own module, apart from the outbox it drains ([`crate::outbox::effects`]), because it reads
-//! memberships, payments and Telegram decisions, all of which enqueue effects: kept apart, no
-//! module both enqueues and performs. The Stars reconcile is payment recovery, not an effect:
-//! [`crate::telegram::recovery`].
+//! A run is three named steps per effect — claim ([`claim`](mod@claim): the claim, its lease and
+//! heartbeat), perform ([`perform`]: the Bot API calls of each kind, with what an attempt comes to
+//! in [`failure`]) and record ([`record`](mod@record): results, retries and backoff) — over lanes
+//! that share one report. The worker is its own module, apart from the outbox it drains
+//! ([`crate::outbox::effects`]), because it reads memberships, payments and Telegram decisions, all
+//! of which enqueue effects: kept apart, no module both enqueues and performs. The Stars reconcile
+//! is payment recovery, not an effect: [`crate::telegram::recovery`].
 
+mod access;
 mod bans;
 mod bot;
+mod claim;
+mod failure;
 mod health;
 pub mod listen;
+mod notices;
 mod perform;
+mod record;
+mod refund;
 
-pub use self::health::PROBE_EVERY;
+pub use self::{claim::is_access, health::PROBE_EVERY, record::backoff};
 
 use std::{
     collections::{HashMap, HashSet},
@@ -79,21 +86,19 @@ use std::{
     time::{Duration, Instant},
 };
 
-use deadpool_postgres::{Object, Transaction};
 use serde::Serialize;
 
 use self::{
+    claim::{Claimed, claim, release},
+    failure::{Attempt, Failure},
     health::Health,
-    perform::{Attempt, Failure},
+    record::{Recorded, record},
 };
 use crate::{
     access::memberships,
     app::state::AppState,
-    catalog::channels::{self, TelegramStatus},
     common::error::ApiError,
-    db,
-    outbox::effects::{self, Effect, Kind, Status, effect_columns},
-    payments::{core::Outcome, refunds},
+    outbox::effects,
     telegram_api::client::{BotApi, DEFAULT_TIMEOUT},
 };
 
@@ -135,20 +140,6 @@ pub const LEASE: Duration = Duration::from_secs(30);
 /// The longest one attempt may take (a few calls of at most [`DEFAULT_TIMEOUT`] each, and the
 /// pacer's waits); a longer one is abandoned and counted as a transient failure.
 pub const ATTEMPT_CAP: Duration = Duration::from_secs(120);
-/// First retry delay; each further attempt doubles it, up to [`BACKOFF_CAP`].
-const BACKOFF_BASE: Duration = Duration::from_secs(10);
-const BACKOFF_CAP: Duration = Duration::from_secs(3600);
-
-/// The delay before attempt `attempts + 1`, with "equal jitter": half fixed, half random, so
-/// retries of effects that failed together spread out.
-pub fn backoff(attempts: i32) -> Duration {
-    let exp = attempts.clamp(1, 20) as u32 - 1;
-    let full = BACKOFF_BASE
-        .saturating_mul(1u32 << exp.min(16))
-        .min(BACKOFF_CAP);
-    let half = full / 2;
-    half + half.mul_f64(rand::random::<f64>())
-}
 
 /// What one run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -211,12 +202,6 @@ pub async fn run_once(state: &AppState) -> Result<RunReport, ApiError> {
     Worker::new(state.clone(), Options::default())
         .run(true, &|| false)
         .await
-}
-
-/// A committed claim: the effect and the token its result must be recorded under.
-struct Claimed {
-    effect: Effect,
-    token: i64,
 }
 
 /// A worker over the application's pool and configured bot.
@@ -429,439 +414,5 @@ impl Worker {
             "effect attempted"
         );
         Ok(Some(recorded))
-    }
-}
-
-impl Worker {
-    /// Renews the claim (`lease_until` = now + lease) every third of the lease while the
-    /// attempt runs; returns only when the claim was found superseded (claimed again, after
-    /// this worker failed to renew it in time). A renewal that fails on a database error is
-    /// tried again at the next beat.
-    async fn heartbeat(&self, id: i64, token: i64) {
-        let lease = self.options.lease;
-        let every = lease / 3;
-        loop {
-            tokio::time::sleep(every).await;
-            let renewed = async {
-                let client = self.state.db.get().await?;
-                db::row_opt(&client, RENEW_SQL, &[&id, &token, &lease.as_secs_f64()]).await
-            }
-            .await;
-            match renewed {
-                Ok(Some(_)) => {}
-                Ok(None) => return,
-                Err(e) => {
-                    tracing::warn!(effect_id = id, error = %e, "lease not renewed; trying again");
-                }
-            }
-        }
-    }
-}
-
-/// How an attempt was recorded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Recorded {
-    Done,
-    Retry,
-    RateLimited,
-    Failed,
-    /// The lease had been claimed again: nothing recorded.
-    Superseded,
-    /// Put back, uncounted, while Telegram was unreachable.
-    Outage,
-    /// Paused: the bot lacks its rights in the chat.
-    Paused,
-}
-
-const RENEW_SQL: &str =
-    "UPDATE effects SET lease_until = statement_timestamp() + make_interval(secs => $3)
-     WHERE id = $1 AND lease_token = $2 AND status = 'pending'
-     RETURNING id";
-
-/// The access kinds, which are ordered per member and claimed before every other kind (as a
-/// SQL list; the partial index `effects_member_access_idx` covers exactly these, and the claim
-/// index `effects_claim_idx` leads with `kind NOT IN` this list).
-macro_rules! access_kinds_sql {
-    () => {
-        "('grant', 'revoke', 'join_approve', 'join_decline', 'unban')"
-    };
-}
-
-/// Whether effects of `kind` change who is in a chat, and so are ordered per member.
-pub fn is_access(kind: Kind) -> bool {
-    matches!(
-        kind,
-        Kind::Grant | Kind::Revoke | Kind::JoinApprove | Kind::JoinDecline | Kind::Unban
-    )
-}
-
-/// The test of a claim's ordering rule for access effect `$1` of member (`$2`, `$3`): no other
-/// pending access effect of the member is earlier, and none is leased.
-const FIRST_OF_MEMBER_SQL: &str = concat!(
-    "SELECT NOT EXISTS (
-    SELECT 1 FROM effects b
-    WHERE b.chat_id = $2 AND b.user_id = $3 AND b.status = 'pending' AND b.id <> $1
-      AND b.kind IN ",
-    access_kinds_sql!(),
-    "
-      AND (b.id < $1 OR b.lease_until > statement_timestamp())) AS first"
-);
-
-const CANDIDATE_SQL: &str = concat!(
-    "SELECT id, kind, chat_id, user_id FROM effects e
-     WHERE status = 'pending' AND next_attempt_at <= statement_timestamp()
-       AND (lease_until IS NULL OR lease_until <= statement_timestamp())
-       AND NOT (id = ANY($1))
-       AND NOT (e.kind IN ",
-    access_kinds_sql!(),
-    " AND EXISTS (
-           SELECT 1 FROM effects b
-           WHERE b.chat_id = e.chat_id AND b.user_id = e.user_id
-             AND b.status = 'pending' AND b.kind IN ",
-    access_kinds_sql!(),
-    " AND b.id <> e.id
-             AND (b.id < e.id OR b.lease_until > statement_timestamp())))
-       AND NOT (e.kind IN ",
-    access_kinds_sql!(),
-    " AND e.chat_id IN (",
-    channels::no_rights_chats_sql!(),
-    "))
-     ORDER BY (kind NOT IN ",
-    access_kinds_sql!(),
-    "), next_attempt_at, id
-     LIMIT 1
-     FOR UPDATE SKIP LOCKED"
-);
-
-/// The claim reads its candidate through `effects_claim_idx`, which returns pending effects in
-/// the claim's order, so `LIMIT 1` reads one entry however many are pending. The planner would
-/// rather read every pending effect through another index and sort them when the statistics
-/// say few are pending (taken in a quiet hour, or of an empty table): it estimates one row and
-/// keeps the plan for the connection's prepared statement. During a backlog (an invoice storm
-/// of the bot) each claim then read and sorted the whole backlog: 6.5 ms a claim at 10,000
-/// pending invoices, 0.6 ms through the claim index. Sorting is therefore off for the claim's
-/// transaction (`SET LOCAL`): with the claim index there is nothing to sort.
-const CLAIM_PLAN_SQL: &str = "SET LOCAL enable_sort = off";
-
-const MEMBER_LOCK_SQL: &str = "SELECT pg_advisory_xact_lock(
-         hashtextextended('subgate effects ' || $1::bigint || ':' || $2::bigint, 0))";
-
-const LEASE_SQL: &str = concat!(
-    "UPDATE effects SET lease_until = statement_timestamp() + make_interval(secs => $2),
-         lease_token = lease_token + 1
-     WHERE id = $1
-     RETURNING ",
-    effect_columns!(),
-    ", lease_token AS token"
-);
-
-/// Claims the next due effect (see the module doc): the first due one, by due time then id,
-/// that is not leased, not in `exclude`, and — for an access effect — the first pending access
-/// effect of its chat member with none of that member's access effects leased. For an access
-/// effect the rule is checked again in a fresh statement under the member's advisory lock —
-/// held until the claim commits — so of two claims racing for one member, the second sees the
-/// first's lease; a candidate that fails the check is passed over. Commits the lease and a new
-/// token.
-async fn claim(
-    client: &mut Object,
-    exclude: &[i64],
-    lease: Duration,
-) -> Result<Option<Claimed>, ApiError> {
-    let mut passed = exclude.to_vec();
-    loop {
-        let tx = client.transaction().await?;
-        // Sent together: the setting applies to the candidate's statement (see CLAIM_PLAN_SQL).
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&passed];
-        let (_, candidate) = tokio::try_join!(
-            async { Ok::<_, ApiError>(tx.batch_execute(CLAIM_PLAN_SQL).await?) },
-            db::row_opt(&tx, CANDIDATE_SQL, &params)
-        )?;
-        let Some(candidate) = candidate else {
-            tx.rollback().await?;
-            return Ok(None);
-        };
-        let (id, kind, chat, user): (i64, Kind, Option<i64>, i64) = (
-            candidate.try_get("id")?,
-            candidate.try_get("kind")?,
-            candidate.try_get("chat_id")?,
-            candidate.try_get("user_id")?,
-        );
-        if let Some(chat) = chat
-            && is_access(kind)
-            && !first_of_member(&tx, id, chat, user).await?
-        {
-            tx.rollback().await?;
-            passed.push(id);
-            continue;
-        }
-        let row = db::row_one(&tx, LEASE_SQL, &[&id, &lease.as_secs_f64()]).await?;
-        tx.commit().await?;
-        return Ok(Some(Claimed {
-            effect: db::FromRow::from_row(&row)?,
-            token: row.try_get("token")?,
-        }));
-    }
-}
-
-/// Under member (`chat`, `user`)'s advisory lock, held until the claim commits: whether effect
-/// `id` is the member's first pending one and none of theirs is leased.
-async fn first_of_member(
-    tx: &Transaction<'_>,
-    id: i64,
-    chat: i64,
-    user: i64,
-) -> Result<bool, ApiError> {
-    db::execute(tx, MEMBER_LOCK_SQL, &[&chat, &user]).await?;
-    Ok(db::row_one(tx, FIRST_OF_MEMBER_SQL, &[&id, &chat, &user])
-        .await?
-        .try_get("first")?)
-}
-
-const DONE_SQL: &str = "UPDATE effects SET status = 'done', attempts = attempts + 1,
-         done_at = statement_timestamp(), updated_at = statement_timestamp(),
-         lease_until = NULL,
-         payload = CASE WHEN $2::text IS NULL THEN payload
-                        ELSE payload || jsonb_build_object('note', $2::text) END
-     WHERE id = $1 AND lease_token = $3 AND status = 'pending'
-     RETURNING status,
-         extract(epoch FROM statement_timestamp() - created_at)::float8 AS age_secs";
-
-/// Put back due now, neither `attempts` nor `first_failed_at` touched (an outage; a pause for
-/// missing rights, only while the chat is marked `no_rights`: `$5`).
-const PUT_BACK_SQL: &str = concat!(
-    "UPDATE effects SET next_attempt_at = statement_timestamp(), last_error = $2,
-         payload = CASE WHEN $3 THEN payload || '{\"verify\": true}' ELSE payload END,
-         lease_until = NULL, updated_at = statement_timestamp()
-     WHERE id = $1 AND lease_token = $4 AND status = 'pending'
-       AND (NOT $5 OR chat_id IN (",
-    channels::no_rights_chats_sql!(),
-    "))
-     RETURNING status"
-);
-
-const RATE_LIMITED_SQL: &str = "UPDATE effects SET
-         next_attempt_at = statement_timestamp() + make_interval(secs => $2),
-         last_error = $3, lease_until = NULL, updated_at = statement_timestamp()
-     WHERE id = $1 AND lease_token = $4 AND status = 'pending'
-     RETURNING status";
-
-const FAILURE_SQL: &str = "UPDATE effects SET attempts = attempts + 1, last_error = $2,
-         first_failed_at = COALESCE(first_failed_at, statement_timestamp()),
-         status = CASE WHEN $3 OR COALESCE(first_failed_at, statement_timestamp())
-                                  <= statement_timestamp() - make_interval(secs => $4)
-                       THEN 'failed' ELSE 'pending' END,
-         next_attempt_at = statement_timestamp() + make_interval(secs => $5),
-         payload = CASE WHEN $6 THEN payload || '{\"verify\": true}' ELSE payload END,
-         lease_until = NULL, updated_at = statement_timestamp()
-     WHERE id = $1 AND lease_token = $7 AND status = 'pending'
-     RETURNING status";
-
-const RELEASE_SQL: &str = "UPDATE effects SET lease_until = NULL
-     WHERE id = $1 AND lease_token = $2 AND status = 'pending'";
-
-/// Records an attempt in a new short transaction, only while the effect still carries `token`
-/// and is pending; otherwise nothing is written (`Superseded`). The payment writes of a refund
-/// are made in the same transaction ([`settle_refund`]). A database failure during the attempt
-/// records nothing and is returned.
-async fn record(
-    state: &AppState,
-    e: &Effect,
-    token: i64,
-    attempt: Attempt,
-    options: &Options,
-) -> Result<Recorded, ApiError> {
-    let Attempt {
-        result,
-        refunded,
-        verify,
-        cleared_ban,
-    } = attempt;
-    let mut client = state.db.get().await?;
-    let tx = client.transaction().await?;
-    let (written, recorded, error) = match result {
-        Err(Failure::Db(err)) => return Err(err),
-        Ok(note) => {
-            let written = db::row_opt(&tx, DONE_SQL, &[&e.id, &note, &token]).await?;
-            if let Some(row) = &written {
-                if cleared_ban && let Some(chat) = e.chat_id {
-                    bans::clear(&tx, chat, e.user_id).await?;
-                }
-                if e.kind == Kind::Grant && e.payment_id.is_some() {
-                    crate::common::metrics::payment_granted(row.try_get("age_secs")?);
-                }
-            }
-            (written, Recorded::Done, None)
-        }
-        Err(Failure::Outage(error)) => {
-            let error = format!(
-                "Telegram is unreachable (getMe failed too); not counted as a failure: {error}"
-            );
-            let written =
-                db::row_opt(&tx, PUT_BACK_SQL, &[&e.id, &error, &verify, &token, &false]).await?;
-            (written, Recorded::Outage, Some(error))
-        }
-        Err(Failure::NoRights(error)) => {
-            let error = format!(
-                "paused: the bot lacks its admin rights in the chat; resumes when they are \
-                 back: {error}"
-            );
-            if let Some(chat) = e.chat_id
-                && let Some(channel) =
-                    channels::set_telegram_status(&tx, chat, TelegramStatus::NoRights).await?
-            {
-                tracing::warn!(
-                    channel_id = channel,
-                    chat_id = chat,
-                    "the bot lacks its admin rights in the chat: its access effects pause"
-                );
-            }
-            match db::row_opt(&tx, PUT_BACK_SQL, &[&e.id, &error, &verify, &token, &true]).await? {
-                Some(written) => (Some(written), Recorded::Paused, Some(error)),
-                // No channel in that chat (or the claim is gone): an ordinary refusal.
-                None => {
-                    let written =
-                        record_failure(&tx, e, token, true, &error, verify, options).await?;
-                    (written, Recorded::Retry, Some(error))
-                }
-            }
-        }
-        Err(Failure::RateLimited { secs, error }) => {
-            // Telegram's pace, not the effect's fault: not a failure. A little jitter on top,
-            // so effects told to wait together do not all come back in the same instant.
-            let delay = secs as f64 + rand::random::<f64>();
-            let written =
-                db::row_opt(&tx, RATE_LIMITED_SQL, &[&e.id, &delay, &error, &token]).await?;
-            (written, Recorded::RateLimited, Some(error))
-        }
-        Err(Failure::Retry(error)) => {
-            let written = record_failure(&tx, e, token, false, &error, verify, options).await?;
-            (written, Recorded::Retry, Some(error))
-        }
-        Err(Failure::Permanent(error)) => {
-            let written = record_failure(&tx, e, token, true, &error, verify, options).await?;
-            (written, Recorded::Retry, Some(error))
-        }
-    };
-    let Some(written) = written else {
-        tx.rollback().await?;
-        tracing::warn!(
-            effect_id = e.id,
-            kind = %e.kind,
-            "effect attempted after its lease was claimed again; its result is not recorded"
-        );
-        return Ok(Recorded::Superseded);
-    };
-    let recorded = if written.try_get::<_, Status>("status")? == Status::Failed {
-        Recorded::Failed
-    } else {
-        recorded
-    };
-    settle_refund(&tx, e, refunded, recorded).await?;
-    tx.commit().await?;
-    log_recorded(e, recorded, &error.unwrap_or_default());
-    Ok(recorded)
-}
-
-/// A failed attempt: dead-lettered when refused for good (`permanent`), or when the first
-/// failure is older than the retry horizon; else rescheduled with backoff. `verify`: the next
-/// attempt of a refund first looks for it. Returns the written row (its status), if the claim
-/// still held.
-async fn record_failure(
-    tx: &Transaction<'_>,
-    e: &Effect,
-    token: i64,
-    permanent: bool,
-    error: &str,
-    verify: bool,
-    options: &Options,
-) -> Result<Option<tokio_postgres::Row>, ApiError> {
-    let delay = backoff(e.attempts + 1).as_secs_f64();
-    let horizon = options.retry_horizon.as_secs_f64();
-    db::row_opt(
-        tx,
-        FAILURE_SQL,
-        &[&e.id, &error, &permanent, &horizon, &delay, &verify, &token],
-    )
-    .await
-}
-
-/// The payment side of a recorded refund, in the recording transaction: `refunded` when the
-/// refund was made or confirmed, `refund_failed` when its effect was dead-lettered (both only
-/// from `refund_pending`).
-async fn settle_refund(
-    tx: &Transaction<'_>,
-    e: &Effect,
-    refunded: Option<i64>,
-    recorded: Recorded,
-) -> Result<(), ApiError> {
-    if let Some(payment_id) = refunded
-        && recorded == Recorded::Done
-    {
-        refunds::settle(tx, payment_id, Outcome::Refunded).await?;
-    }
-    if recorded == Recorded::Failed
-        && e.kind == Kind::Refund
-        && let Some(payment_id) = e.payment_id
-    {
-        refunds::settle(tx, payment_id, Outcome::RefundFailed).await?;
-    }
-    Ok(())
-}
-
-fn log_recorded(e: &Effect, recorded: Recorded, error: &str) {
-    match recorded {
-        Recorded::RateLimited => {
-            tracing::info!(effect_id = e.id, kind = %e.kind, error = %error, "effect rate-limited; rescheduled");
-        }
-        Recorded::Retry => {
-            tracing::warn!(effect_id = e.id, kind = %e.kind, attempts = e.attempts + 1, error = %error, "effect failed; retrying later");
-        }
-        Recorded::Failed => {
-            tracing::warn!(effect_id = e.id, kind = %e.kind, error = %error, "effect dead-lettered");
-        }
-        Recorded::Outage => {
-            tracing::info!(effect_id = e.id, kind = %e.kind, error = %error, "Telegram unreachable; effect put back, not counted");
-        }
-        Recorded::Paused => {
-            tracing::info!(effect_id = e.id, kind = %e.kind, error = %error, "effect paused until the bot's rights are back");
-        }
-        Recorded::Done | Recorded::Superseded => {}
-    }
-}
-
-/// Gives a claim back after its result could not be recorded, so the effect is due again at
-/// once rather than when its lease runs out. Best effort: the lease runs out anyway.
-async fn release(state: &AppState, id: i64, token: i64) {
-    let result = async {
-        let client = state.db.get().await?;
-        db::execute(&client, RELEASE_SQL, &[&id, &token]).await
-    }
-    .await;
-    if let Err(e) = result {
-        tracing::warn!(effect_id = id, error = %e, "lease not given back; it runs out by itself");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_grows_with_jitter_and_is_capped() {
-        for attempts in 1..=30 {
-            let full = BACKOFF_BASE
-                .saturating_mul(1u32 << (attempts.min(17) as u32 - 1).min(16))
-                .min(BACKOFF_CAP);
-            for _ in 0..50 {
-                let d = backoff(attempts);
-                assert!(
-                    d >= full / 2 && d <= full,
-                    "attempt {attempts}: {d:?} vs {full:?}"
-                );
-            }
-        }
-        assert!(backoff(1) <= Duration::from_secs(10));
-        assert!(backoff(30) <= BACKOFF_CAP);
-        assert!(backoff(30) >= BACKOFF_CAP / 2);
     }
 }
