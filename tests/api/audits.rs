@@ -443,7 +443,9 @@ async fn a_running_audit_left_by_a_dead_process_is_marked_interrupted() {
         .unwrap()
         .get("id");
     assert_eq!(
-        subgate::audits::interrupt_stale(&db, None).await.unwrap(),
+        subgate::audits::interrupt_stale(&app.app_db().await, None)
+            .await
+            .unwrap(),
         1
     );
     let s = app.get(&format!("/api/audits/{stale}")).await.expect(200);

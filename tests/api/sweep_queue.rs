@@ -79,7 +79,7 @@ async fn the_sweep_queues_its_effects_and_each_becomes_one_effect() {
     assert!(effects_of(&app, "revoke").await.is_empty());
     assert!(effects_of(&app, "grace_notice").await.is_empty());
     // A queued revoke is pending work in its chat, for the metrics as for the API.
-    let depths = subgate::effects::queue_depths(&app.db().await)
+    let depths = subgate::effects::queue_depths(&app.app_db().await)
         .await
         .unwrap();
     for kind in [
@@ -93,7 +93,7 @@ async fn the_sweep_queues_its_effects_and_each_becomes_one_effect() {
         assert_eq!((d.status, d.count), (subgate::effects::Status::Pending, 1));
     }
 
-    let taken = subgate::effects::materialize_sweep_queue(&app.db().await)
+    let taken = subgate::effects::materialize_sweep_queue(&app.app_db().await)
         .await
         .unwrap();
     assert_eq!(taken, 2);
@@ -131,7 +131,7 @@ async fn the_sweep_queues_its_effects_and_each_becomes_one_effect() {
 
     // Nothing left to take; the worker performs what was made.
     assert_eq!(
-        subgate::effects::materialize_sweep_queue(&app.db().await)
+        subgate::effects::materialize_sweep_queue(&app.app_db().await)
             .await
             .unwrap(),
         0
@@ -287,7 +287,7 @@ async fn racing_workers_make_each_queued_effect_exactly_once() {
             .map(|_| {
                 let (app, barrier) = (app.clone(), barrier.clone());
                 tokio::spawn(async move {
-                    let client = app.db().await;
+                    let client = app.app_db().await;
                     barrier.wait().await;
                     let mut taken = 0;
                     loop {
