@@ -9,10 +9,11 @@ PostgreSQL during a full run of the integration tests, compared with tests/snaps
 DIR is what the test harness wrote with SUBGATE_RECORD_STATEMENTS=DIR (tests/api/helpers/
 statements.rs): one file per test process, each line a JSON string holding one statement's text
 exactly as PostgreSQL received it (a Parse or a simple Query message). The files are merged,
-deduplicated and sorted; the snapshot is that list, each statement after a line `-- statement`,
-with nothing normalized but the per-run values listed in PER_RUN below: a change of whitespace
-is a change of what PostgreSQL receives. When a difference is only of whitespace, the summary
-says so, so that a moved statement is quickly told from a changed one. `make test` runs `check` after a full run; `make statements-update` runs the
+deduplicated and sorted; the snapshot is that list, each statement after a line `-- statement`.
+Nothing is normalized but the per-run values of PER_RUN below, and the statements of TIMED below
+are always listed: a change of whitespace is a change of what PostgreSQL receives. When a
+difference is only of whitespace, the summary says so, so that a moved statement is quickly told
+from a changed one. `make test` runs `check` after a full run; `make statements-update` runs the
 suite and then `update`. docs/development.md ("The statement snapshot") says how to read a diff.
 """
 
@@ -45,6 +46,16 @@ PER_RUN = [
 ]
 
 
+# Statements sent on a timer, which a run records only when some test happens to outlast it
+# (a slow machine, say); listed whether this run sent them or not, so the check does not
+# depend on timing. A change to one of them shows up when a run records it; change it here too.
+TIMED = [
+    # The effects listener's probe of its connection, after each PROBE (5 s) of a session that
+    # forwarded no commit (src/worker/listen.rs).
+    "SELECT 1",
+]
+
+
 def normalized(text: str) -> str:
     for pattern, placeholder in PER_RUN:
         if pattern.fullmatch(text):
@@ -68,7 +79,7 @@ def recorded(directory: Path) -> list[str]:
                 if not isinstance(text, str):
                     sys.exit(f"statements: {path}:{number}: not a recorded statement")
                 seen.add(normalized(text))
-    return sorted(seen)
+    return sorted(seen | set(TIMED))
 
 
 def render(statements: list[str]) -> str:

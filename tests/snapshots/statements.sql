@@ -1928,6 +1928,9 @@ SELECT (SELECT promo_code_id FROM bot_promo_codes
               WHERE subscriber_id = $1 AND until > statement_timestamp()) AS promo_code_id
 
 -- statement
+SELECT 1
+
+-- statement
 SELECT 1 FROM payments WHERE subscriber_id = $1 LIMIT 1
 
 -- statement
