@@ -7,11 +7,12 @@ SHELL := /bin/bash
 ARGS ?=
 IMAGE ?= subgate
 
-.PHONY: help run test chaos docs-test fuzz bench fmt lint doc lint-js shellcheck clean-db docker-build docker-smoke
+.PHONY: help run test statements-update chaos docs-test fuzz bench fmt lint doc lint-js shellcheck clean-db docker-build docker-smoke
 
 help:
 	@echo "make run           build and run the server locally (PostgreSQL and dev secrets set up for you)"
-	@echo "make test          run cargo test --workspace against PostgreSQL (ARGS=... passed through)"
+	@echo "make test          run cargo test --workspace against PostgreSQL (ARGS=... passed through); without ARGS, also compare the SQL sent with tests/snapshots/statements.sql"
+	@echo "make statements-update  the whole suite, then take the SQL it sent as tests/snapshots/statements.sql (a change meant)"
 	@echo "make chaos         payments through a database failover: a primary and a synchronous standby, the primary killed mid-flood, the standby promoted; nothing acknowledged lost or doubled (ARGS='--help')"
 	@echo "make docs-test     run the docs' shell walk-throughs against a live server on a fresh database"
 	@echo "make fuzz          fuzz a live server against its OpenAPI document (schemathesis): no 5xx, answers as documented"
@@ -30,6 +31,9 @@ run:
 
 test:
 	scripts/test.sh $(ARGS)
+
+statements-update:
+	UPDATE_STATEMENTS=1 scripts/test.sh
 
 chaos:
 	scripts/chaos.sh $(ARGS)

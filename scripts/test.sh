@@ -11,6 +11,12 @@
 # scripts/ensure-browser.sh installs Chromium and chromedriver (Debian packages) when missing,
 # for the staff console's browser test.
 #
+# A full run (no arguments) also records every statement the application sends to PostgreSQL
+# (SUBGATE_RECORD_STATEMENTS, tests/api/support/helpers/statements.rs) and, when the suite passed,
+# compares them with tests/snapshots/statements.sql (scripts/statements.py): a difference fails
+# the run. UPDATE_STATEMENTS=1 (`make statements-update`) writes the snapshot instead. A run
+# given arguments (a filter, say) records and compares nothing.
+#
 # Every per-test database of this run carries the run's tag (SUBGATE_TEST_RUN)
 # in its name; when cargo exits (or this script is interrupted) they are all
 # dropped, so a run leaves only the reusable template database behind.
@@ -74,7 +80,30 @@ trap 'exit 143' TERM
 # clear message (the rest of the suite still runs).
 "$ROOT/scripts/ensure-browser.sh" || log "WARNING: no browser: the console's browser test will fail"
 
+record=""
+if [[ $# -eq 0 ]]; then
+    record="$ROOT/target/statements/$SUBGATE_TEST_RUN"
+    export SUBGATE_RECORD_STATEMENTS="$record"
+    log "recording the statements sent to PostgreSQL in $record"
+else
+    unset SUBGATE_RECORD_STATEMENTS
+fi
+
 log "running: cargo test --workspace $* (run $SUBGATE_TEST_RUN)"
 status=0
 cargo test --workspace "$@" || status=$?
+
+if [[ -n "$record" ]]; then
+    if [[ "$status" -ne 0 ]]; then
+        log "the statement snapshot is not compared: the suite failed"
+    elif [[ "${UPDATE_STATEMENTS:-}" == 1 ]]; then
+        "$ROOT/scripts/statements.py" update "$record" || status=$?
+        rm -rf "$record"
+    elif "$ROOT/scripts/statements.py" check "$record"; then
+        rm -rf "$record"
+    else
+        status=1
+        log "the statement snapshot differs (the recording is kept in $record)"
+    fi
+fi
 exit "$status"

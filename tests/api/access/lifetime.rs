@@ -155,7 +155,7 @@ async fn a_lifetime_membership_reads_infinity_everywhere() {
 
 /// `extend_at_least` as a payment calls it, in its own transaction holding the pair lock.
 async fn extend(app: &TestApp, subscriber: i64, channel: i64, term: Term) -> (Expiry, bool) {
-    let mut client = app.db().await;
+    let mut client = app.app_db().await;
     let tx = client.transaction().await.unwrap();
     let (s, c) = (SubscriberId(subscriber as i32), ChannelId(channel as i32));
     db::lock_pair(&tx, s, c).await.unwrap();
@@ -378,7 +378,7 @@ async fn an_order_of_lifetime_access_already_held_is_refused() {
     assert_eq!(app.count("orders").await, orders + 2);
 
     // Once every channel of the bundle is lifetime, the bundle too.
-    let mut client = app.db().await;
+    let mut client = app.app_db().await;
     let tx = client.transaction().await.unwrap();
     let (s, c) = (SubscriberId(subscriber as i32), ChannelId(second as i32));
     db::lock_pair(&tx, s, c).await.unwrap();

@@ -442,7 +442,7 @@ async fn apply_batch_writes_only_decisions_made_from_the_current_row() {
     let ea = back_date(&app, a, chrono::Duration::hours(1)).await;
     let eb = back_date(&app, b, chrono::Duration::hours(1)).await;
     let ec = back_date(&app, c, chrono::Duration::hours(1)).await;
-    let mut client = app.db().await;
+    let mut client = app.app_db().await;
     let tx = client.transaction().await.unwrap();
     let transitions = sweep::apply_batch(
         &tx,

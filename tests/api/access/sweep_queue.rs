@@ -81,7 +81,7 @@ async fn the_sweep_queues_its_effects_and_each_becomes_one_effect() {
     assert!(effects_of(&app, "revoke").await.is_empty());
     assert!(effects_of(&app, "grace_notice").await.is_empty());
     // A queued revoke is pending work in its chat, for the metrics as for the API.
-    let depths = subgate::outbox::effects::queue_depths(&app.db().await)
+    let depths = subgate::outbox::effects::queue_depths(&app.app_db().await)
         .await
         .unwrap();
     for kind in [
@@ -98,7 +98,7 @@ async fn the_sweep_queues_its_effects_and_each_becomes_one_effect() {
         );
     }
 
-    let taken = subgate::outbox::effects::materialize_sweep_queue(&app.db().await)
+    let taken = subgate::outbox::effects::materialize_sweep_queue(&app.app_db().await)
         .await
         .unwrap();
     assert_eq!(taken, 2);
@@ -136,7 +136,7 @@ async fn the_sweep_queues_its_effects_and_each_becomes_one_effect() {
 
     // Nothing left to take; the worker performs what was made.
     assert_eq!(
-        subgate::outbox::effects::materialize_sweep_queue(&app.db().await)
+        subgate::outbox::effects::materialize_sweep_queue(&app.app_db().await)
             .await
             .unwrap(),
         0
@@ -292,7 +292,7 @@ async fn racing_workers_make_each_queued_effect_exactly_once() {
             .map(|_| {
                 let (app, barrier) = (app.clone(), barrier.clone());
                 tokio::spawn(async move {
-                    let client = app.db().await;
+                    let client = app.app_db().await;
                     barrier.wait().await;
                     let mut taken = 0;
                     loop {

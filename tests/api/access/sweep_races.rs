@@ -387,7 +387,7 @@ async fn a_renewal_committed_between_the_lock_statement_and_the_decision_is_resp
     let id = m["id"].as_i64().unwrap();
     let expires_at = back_date(&app, id, chrono::Duration::hours(1)).await;
 
-    let mut client = app.db().await;
+    let mut client = app.app_db().await;
     let tx = client.transaction().await.unwrap();
     let now = db_now(&app).await;
     let candidates = sweep::lock_candidates(&tx, now, &[id]).await.unwrap();

@@ -85,7 +85,7 @@ async fn pool_exhaustion_gives_503_and_passes() {
     })
     .await;
     app.token().await;
-    let held = app.db().await; // the only connection
+    let held = app.app_db().await; // the only connection
     let started = Instant::now();
     let r = app.get("/api/subscribers").await;
     assert_problem(&r, 503);

@@ -443,7 +443,7 @@ async fn a_running_audit_left_by_a_dead_process_is_marked_interrupted() {
         .unwrap()
         .get("id");
     assert_eq!(
-        subgate::telegram::audits::interrupt_stale(&db, None)
+        subgate::telegram::audits::interrupt_stale(&app.app_db().await, None)
             .await
             .unwrap(),
         1

@@ -249,7 +249,7 @@ async fn every_writer_s_rows_parse_as_their_kind_s_payload_and_follow_the_key_ru
     // The reminder scan, on an expiry of a whole second.
     let soon = whole_second_from_now(&app, Duration::days(2)).await;
     patch(&app, ma, json!({"expires_at": soon})).await;
-    let reminders = subgate::access::memberships::enqueue_due_reminders(&app.db().await, 3)
+    let reminders = subgate::access::memberships::enqueue_due_reminders(&app.app_db().await, 3)
         .await
         .unwrap();
     assert_eq!(reminders, 1);
@@ -298,7 +298,7 @@ async fn every_writer_s_rows_parse_as_their_kind_s_payload_and_follow_the_key_ru
             .await
             .expect(200);
     }
-    let refunds = effects::enqueue_pending_refunds(&app.db().await)
+    let refunds = effects::enqueue_pending_refunds(&app.app_db().await)
         .await
         .unwrap();
     assert_eq!(refunds, 1);
@@ -314,7 +314,7 @@ async fn every_writer_s_rows_parse_as_their_kind_s_payload_and_follow_the_key_ru
     // The outbox's `enqueue`, with each payload its other writers pass (bot messages with and
     // without buttons, an invoice, a subscription cancel).
     let order_id = order["id"].as_i64().unwrap();
-    let client = app.db().await;
+    let client = app.app_db().await;
     for (payload, key) in [
         (
             Payload::BotMessage(payload::BotMessage {

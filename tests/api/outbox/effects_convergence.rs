@@ -315,7 +315,7 @@ async fn access_effects_pause_while_the_bot_lacks_its_rights_in_the_chat() {
 
     // The rights are back (the updates or the probe say so): the revoke runs.
     fake.set_bot_rights(chat, true);
-    channels::set_telegram_status(&app.db().await, chat, TelegramStatus::Ok)
+    channels::set_telegram_status(&app.app_db().await, chat, TelegramStatus::Ok)
         .await
         .unwrap();
     let report = run(&app).await;

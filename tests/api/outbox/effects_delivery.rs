@@ -344,7 +344,7 @@ async fn reminders_once_per_period_and_a_notice_on_entering_grace() {
     // A reminder overtaken by a renewal is not sent.
     let sooner = (Utc::now() + chrono::Duration::days(1)).to_rfc3339();
     patch_membership(&app, m, json!({"expires_at": sooner})).await;
-    let enqueued = memberships::enqueue_due_reminders(&app.db().await, 3)
+    let enqueued = memberships::enqueue_due_reminders(&app.app_db().await, 3)
         .await
         .unwrap();
     assert_eq!(enqueued, 1, "a new expiry is a new period");

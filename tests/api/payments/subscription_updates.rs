@@ -90,7 +90,7 @@ async fn recorded(app: &TestApp) -> Vec<(String, Option<String>)> {
 
 /// Enqueues every reminder due within 40 days and sends everything out.
 async fn remind(app: &TestApp) {
-    memberships::enqueue_due_reminders(&app.db().await, 40)
+    memberships::enqueue_due_reminders(&app.app_db().await, 40)
         .await
         .unwrap();
     run_until_done(app).await;

@@ -174,7 +174,7 @@ async fn expired_key_runs_anew() {
         )
         .await
         .unwrap();
-    let purged = subgate::staff::idempotency::purge_expired(&**app.db().await)
+    let purged = subgate::staff::idempotency::purge_expired(&**app.app_db().await)
         .await
         .unwrap();
     assert_eq!(purged, 1);

@@ -292,7 +292,7 @@ async fn ending_an_account_s_sessions_refuses_its_tokens_and_no_one_else_s() {
         .unwrap()
         .to_string();
     let id = admin_id(&app).await;
-    let client = app.db().await;
+    let client = app.app_db().await;
     assert!(
         subgate::staff::auth::end_sessions(&client, id)
             .await

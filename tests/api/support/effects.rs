@@ -116,7 +116,7 @@ pub(crate) async fn sweep(app: &TestApp) -> Value {
 
 /// Makes effects of every queued sweep row (chunk after chunk until the queue is empty).
 pub(crate) async fn materialize(app: &TestApp) {
-    let client = app.db().await;
+    let client = app.app_db().await;
     while subgate::outbox::effects::materialize_sweep_queue(&client)
         .await
         .expect("the sweep queue is made effects")

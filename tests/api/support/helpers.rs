@@ -7,6 +7,10 @@
 //! `subgate_test_<unix time>_<run>_<random>`: each [`TestApp`] drops its own when dropped,
 //! `make test` drops every database of its run (`SUBGATE_TEST_RUN`) when cargo exits, and
 //! databases left by runs that ended over two hours ago (a crash) are dropped at start-up.
+//!
+//! With `SUBGATE_RECORD_STATEMENTS` set (a full `make test`), the application's connections go
+//! through [`statements`], which writes down every statement they send for the snapshot in
+//! `tests/snapshots/statements.sql`; the tests' own connections ([`TestApp::db`]) do not.
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -22,6 +26,8 @@ use subgate::{AppState, Config, db};
 use tokio::sync::OnceCell;
 use tokio_postgres::NoTls;
 use tower::ServiceExt;
+
+pub mod statements;
 
 pub const ADMIN_EMAIL: &str = "admin@example.com";
 pub const ADMIN_PASSWORD: &str = "correct horse battery staple";
@@ -216,6 +222,10 @@ pub struct TestApp {
     pub state: AppState,
     pub router: Router,
     pub db_name: String,
+    /// The tests' own connections to the application's database ([`TestApp::db`]), apart from
+    /// the application's pool so that what they send is never taken for the application's
+    /// statements ([`statements`]).
+    checks: deadpool_postgres::Pool,
     admin_token: Arc<OnceCell<String>>,
 }
 
@@ -224,6 +234,7 @@ impl Drop for TestApp {
     /// left behind by a crashed run is dropped by a later run (see `template`).
     fn drop(&mut self) {
         self.state.db.close();
+        self.checks.close();
         let name = self.db_name.clone();
         let _ = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -306,21 +317,41 @@ impl TestApp {
         let db_name = fresh_database().await;
         let mut env = test_env(&url_for(&db_name));
         adjust(&mut env);
+        // The tests' connections go where the application's would, straight to the server; the
+        // application's go through the statement recorder while it records.
+        let direct = env.get("DATABASE_URL").cloned().unwrap_or_default();
+        if let Some(url) = env.get_mut("DATABASE_URL") {
+            *url = statements::route(url);
+        }
         let config = Config::from_lookup(|k| env.get(k).cloned()).expect("test config is valid");
         let pool = db::pool(config.database_url.expose(), config.db_pool_size).unwrap();
+        let checks = db::pool(&direct, 20).unwrap();
         let state = AppState::new(config, pool).await.unwrap();
         subgate::bootstrap_admin(&state).await.unwrap();
         TestApp {
             router: subgate::router(state.clone()),
             state,
             db_name,
+            checks,
             admin_token: Arc::new(OnceCell::new()),
         }
     }
 
-    /// A direct connection to this test's database, for checking rows.
+    /// A direct connection to this test's database, for checking rows (not one of the
+    /// application's: see [`TestApp::app_db`]).
     pub async fn db(&self) -> deadpool_postgres::Object {
-        self.state.db.get().await.expect("test database connection")
+        self.checks.get().await.expect("test database connection")
+    }
+
+    /// A connection of the application's pool, for calling the application's own functions
+    /// with a client, as its handlers do (what they send is recorded with the application's
+    /// statements).
+    pub async fn app_db(&self) -> deadpool_postgres::Object {
+        self.state
+            .db
+            .get()
+            .await
+            .expect("application database connection")
     }
 
     /// Inserts `plan` over `channels` with raw SQL (in the plan's order: the first is its
