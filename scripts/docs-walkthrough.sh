@@ -122,14 +122,14 @@ if [[ -z "$port" ]]; then
 fi
 port_free "$port" || die "port $port is taken (DOCS_TEST_PORT)"
 
-# None of the service's variables (the table in src/config.rs) leak in from
+# None of the service's variables (the table in src/config/mod.rs) leak in from
 # the caller's shell: the walk-throughs must work from `make run`'s defaults.
 config_vars=()
 # shellcheck disable=SC2016 # the backticks are the table's, matched literally
 while IFS= read -r name; do config_vars+=("$name"); done < <(
-    sed -n 's/^\/\/! | `\([A-Z_]*\)`\( \/ `\([A-Z_]*\)`\)\{0,1\} |.*/\1 \3/p' src/config.rs | tr ' ' '\n' | sed '/^$/d'
+    sed -n 's/^\/\/! | `\([A-Z_]*\)`\( \/ `\([A-Z_]*\)`\)\{0,1\} |.*/\1 \3/p' src/config/mod.rs | tr ' ' '\n' | sed '/^$/d'
 )
-((${#config_vars[@]} > 10)) || die "could not read the variable table of src/config.rs"
+((${#config_vars[@]} > 10)) || die "could not read the variable table of src/config/mod.rs"
 for name in "${config_vars[@]}"; do unset "$name"; done
 
 # ------------------------------------------------------------------ server

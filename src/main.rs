@@ -8,7 +8,7 @@ use subgate::{AppState, Config, db};
 /// subgate: sells access to private Telegram channels, turning each payment into access once.
 ///
 /// Configuration comes from the environment: every variable is listed in the module
-/// documentation of `src/config.rs` (see docs/deployment.md).
+/// documentation of `src/config/mod.rs` (see docs/deployment.md).
 #[derive(Parser)]
 #[command(name = "subgate", version, about)]
 struct Cli {

@@ -541,18 +541,3 @@ pub async fn release_holds(
         })
     })
 }
-
-/// Marks an order paid by a payment (its hold stops counting), as a data-modifying CTE after
-/// the CTE `to_mark(order_id, paid_at)`, the payment just stored when it pays its order: the
-/// payment core writes the payment and its order in one statement (one round trip). The
-/// caller holds the order in the lock order ([`seats::lock_order_by_reference`]). `'paid'` is
-/// [`Status::Paid`]. A paid order's promo use counts by its status, so its hold is cleared.
-macro_rules! mark_paid_cte {
-    () => {
-        "paid AS (
-    UPDATE orders o SET status = 'paid', paid_at = m.paid_at, promo_held_until = NULL
-    FROM to_mark m WHERE o.id = m.order_id
-)"
-    };
-}
-pub(crate) use mark_paid_cte;

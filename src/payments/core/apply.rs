@@ -317,9 +317,10 @@ pub(super) const INSERT_SQL: &str = concat!(
          RETURNING ",
     payment_columns!(),
     "
-     ), to_mark AS (SELECT order_id, paid_at FROM inserted WHERE $15::boolean), ",
-    orders::mark_paid_cte!(),
-    "
+     ), to_mark AS (SELECT order_id, paid_at FROM inserted WHERE $15::boolean), paid AS (
+    UPDATE orders o SET status = 'paid', paid_at = m.paid_at, promo_held_until = NULL
+    FROM to_mark m WHERE o.id = m.order_id
+)
      SELECT ",
     payment_columns!(),
     " FROM inserted"

@@ -367,7 +367,10 @@ async fn take_back_applied(
     })
 }
 
-const RECORD_SQL: &str = concat!(
+/// A refund recorded as the payment it names: the payment inserted and, when `$12`, its order
+/// marked paid as the payment would have marked it (the same `paid` step as the core's
+/// insert, checked by the payment core's unit tests).
+pub(in crate::payments) const RECORD_SQL: &str = concat!(
     "WITH inserted AS (
          INSERT INTO payments (gateway, external_id, order_reference, order_id, subscriber_id,
                                channel_id, amount_minor, currency, paid_at, outcome, reason)
@@ -375,9 +378,10 @@ const RECORD_SQL: &str = concat!(
                  $10, $11)
          ON CONFLICT (gateway, external_id) DO NOTHING
          RETURNING id, order_id, paid_at
-     ), to_mark AS (SELECT order_id, paid_at FROM inserted WHERE $12::boolean), ",
-    orders::mark_paid_cte!(),
-    "
+     ), to_mark AS (SELECT order_id, paid_at FROM inserted WHERE $12::boolean), paid AS (
+    UPDATE orders o SET status = 'paid', paid_at = m.paid_at, promo_held_until = NULL
+    FROM to_mark m WHERE o.id = m.order_id
+)
      SELECT id FROM inserted"
 );
 
