@@ -370,8 +370,7 @@ async fn take_back_applied(
 /// A refund recorded as the payment it names: the payment inserted and, when `$12`, its order
 /// marked paid as the payment would have marked it (the same `paid` step as the core's
 /// insert, checked by the payment core's unit tests).
-pub(in crate::payments) const RECORD_SQL: &str = concat!(
-    "WITH inserted AS (
+pub(in crate::payments) const RECORD_SQL: &str = "WITH inserted AS (
          INSERT INTO payments (gateway, external_id, order_reference, order_id, subscriber_id,
                                channel_id, amount_minor, currency, paid_at, outcome, reason)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, LEAST($9::timestamptz, statement_timestamp()),
@@ -382,8 +381,7 @@ pub(in crate::payments) const RECORD_SQL: &str = concat!(
     UPDATE orders o SET status = 'paid', paid_at = m.paid_at, promo_held_until = NULL
     FROM to_mark m WHERE o.id = m.order_id
 )
-     SELECT id FROM inserted"
-);
+     SELECT id FROM inserted";
 
 /// Records a refund that found no payment as that payment (`refunded`,
 /// `refunded_before_payment`), under the locks of the order the report names, if any (see the
