@@ -1,6 +1,6 @@
 //! Memberships: the row that says who may be in which channel until when. This module is the
 //! one home of membership reads and writes — grants and extensions (payments and staff grants,
-//! [`extend`]), staff corrections ([`write_correction`]), what a payment refunded at the gateway
+//! [`extend()`]), staff corrections ([`write_correction`]), what a payment refunded at the gateway
 //! bought taken back ([`take_back`]), deletions ([`delete`]), the reads of the staff API, the
 //! payment core, the seat rule, join requests and the effects worker — and of
 //! the events and Telegram effects of every change ([`record_event`]). The one exception is the
@@ -240,9 +240,9 @@ const LOCK_SQL: &str = concat!(
 const LOCK_SUBSCRIBER_SQL: &str = "SELECT 1 FROM subscribers WHERE id = $1 FOR KEY SHARE";
 
 /// Locks and reads the membership of (subscriber, channel), if there is one, after a key-share
-/// lock of the subscriber row (before the membership's, as [`extend`] takes it): the effect of
+/// lock of the subscriber row (before the membership's, as [`extend()`] takes it): the effect of
 /// the change that follows names the subscriber's Telegram account, which then cannot change
-/// until this transaction ends (see [`enqueue_effect`]). The caller must already hold the
+/// until this transaction ends (see `changes::enqueue_effect`). The caller must already hold the
 /// pair's advisory lock (and the channel's, [`crate::orders::seats::lock_channel_terms`]).
 pub async fn lock(
     tx: &Transaction<'_>,

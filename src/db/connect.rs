@@ -68,7 +68,7 @@ fn create_timeout(pg: &tokio_postgres::Config) -> Duration {
 /// (and, with `read-write`, is the primary). A pooled connection whose server died is closed
 /// and is dropped when next checked out ([`RecyclingMethod::Fast`] checks exactly that); one
 /// that failed a transaction because the server went away or turned read-only is discarded at
-/// once ([`discard_if_lost`]). So after a failover the pool refills on the new primary without a
+/// once ([`discard_if_lost`](super::discard_if_lost)). So after a failover the pool refills on the new primary without a
 /// restart.
 ///
 /// The pool hands out the connection returned last ([`QueueMode::Lifo`]): under light load the

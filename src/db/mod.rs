@@ -2,7 +2,7 @@
 //! the `sslmode` of `DATABASE_URL` says in [`tls`]), the embedded migrations and readiness
 //! ([`migrations`]), the transaction runner with its retry of deadlock victims and
 //! serialization failures, the commit announcement and the pair lock ([`transaction`]), rows
-//! read by column name ([`rows`]: `FromRow`, `from_row!` and the helpers that run a statement
+//! read by column name ([`rows`](mod@rows): `FromRow`, `from_row!` and the helpers that run a statement
 //! prepared once per connection), and the state enums stored as text ([`text_enum`]). Every
 //! item is re-exported here, so callers say `db::pool`, `db::lock_pair`, `db::one`.
 

@@ -269,7 +269,7 @@ crate::text_enum! {
         /// Telegram refused the refund: a human decides.
         RefundFailed => "refund_failed",
         /// The buyer disputed the charge with their bank (a Stripe chargeback): what it bought
-        /// was taken back, as for a refund ([`super::disputes`]).
+        /// was taken back, as for a refund ([`disputes`](super::refunds::disputes)).
         Disputed => "disputed",
     }
 }

@@ -40,7 +40,7 @@
 //! NOTHING`: of any number of deliveries, on either path, one inserts. A delivery that finds the
 //! payment stored by then writes nothing (the rest of the statement reads from the insert) and
 //! takes the locked path, which answers with the stored row. A refund the gateway reported
-//! before its payment is such a stored row ([`super::gateway_refunds`]): the read finds it, or
+//! before its payment is such a stored row ([`at_gateway`](super::refunds::at_gateway)): the read finds it, or
 //! the write finds the order it marked paid changed (or the key taken), so the payment is a
 //! duplicate on both paths and grants nothing.
 //!

@@ -2,13 +2,13 @@
 
 use super::*;
 
-/// [`extend`] in one statement (one round trip): the membership as it was (`b`), the upsert
+/// [`extend()`] in one statement (one round trip): the membership as it was (`b`), the upsert
 /// (`m`), its event (`ev`) and its effect (`fx`), returning the membership, the event's id and
 /// the status and `expires_at` it had before. `$3` is the term in days, NULL for lifetime
 /// (`'infinity'`). The effect is a receipt when the membership held access by its status
 /// before, else a grant ([`effect_of_extension`]) — and none when a membership that held access
 /// ends no later than before (a lifetime one extended again: `infinity + days` is `infinity`);
-/// its row is built as [`enqueue_effect`] builds one (same payload, key, and channel and
+/// its row is built as `changes::enqueue_effect` builds one (same payload, key, and channel and
 /// subscriber locks).
 ///
 /// The subscriber row is key-share locked first (`sub`, which the upsert reads its row from,
@@ -127,7 +127,7 @@ impl Extension {
     }
 }
 
-/// [`extend`] by `term`, with the new term ending no earlier than `at_least` when given: a Stars
+/// [`extend()`] by `term`, with the new term ending no earlier than `at_least` when given: a Stars
 /// subscription charge's membership lasts until the subscription's next renewal plus a slack
 /// (`payments::star_subscriptions::SLACK_SECS`), however late the charge is applied.
 /// [`Term::Lifetime`] sets `expires_at = 'infinity'` and `status = active` (`at_least` is moot),

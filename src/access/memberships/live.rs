@@ -2,7 +2,7 @@
 //! status, whether it is live (see [`super`]'s doc), and the channels a subscriber holds for life.
 //! Macros, so SQL constants can splice them with `concat!`.
 
-/// SQL: membership `$m` still holds access by its status (see [`Status::holds_access`]).
+/// SQL: membership `$m` still holds access by its status (see [`Status::holds_access`](super::Status::holds_access)).
 /// `holds_access_sql!("m")`, for a membership row aliased `m`. Spelled `<> 'expired'` — the
 /// same rows as `IN ('active', 'grace')` under the column's CHECK — because that is the
 /// predicate of the partial indexes the sweep and the seat count use
@@ -32,7 +32,7 @@ macro_rules! live_sql {
 pub(crate) use live_sql;
 
 /// SQL: the channels subscriber `$s` holds live lifetime access to, ascending (a query:
-/// [`lifetime_channels`]'s, or an `ARRAY(…)` of another statement). `lifetime_channels_sql!("$1")`.
+/// [`lifetime_channels`](super::lifetime_channels)'s, or an `ARRAY(…)` of another statement). `lifetime_channels_sql!("$1")`.
 macro_rules! lifetime_channels_sql {
     ($s:literal) => {
         concat!(

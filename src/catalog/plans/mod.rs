@@ -11,7 +11,7 @@
 //!   days or none (lifetime); `recurring` only for a paid `XTR` plan of 30 days ([`term_errors`],
 //!   pure; the schema's CHECKs are the backstop and answer the same fields);
 //! - 1..10 distinct existing channels, all of one currency, which is the plan's: the channels
-//!   are read `FOR SHARE` ([`channels::lock_for_plan`]) so that currency cannot change, nor a
+//!   are read `FOR SHARE` ([`channels::lock_for_plan`](crate::catalog::channels::lock_for_plan)) so that currency cannot change, nor a
 //!   channel go, before the plan commits (a channel's currency change waits for that lock and
 //!   is then refused while a plan other than its default plan includes it);
 //! - once a plan has orders its `kind`, `currency` and `channel_ids` stay, and it is never
@@ -20,7 +20,7 @@
 //! - a channel's default plan (`is_default`) is that channel's own price fields: paid, with a
 //!   period, that channel only, never deleted on its own (the channel's delete takes it). Its
 //!   `price_minor`, `currency`, `period_days` and `recurring` are written to the channel
-//!   ([`channels::change`], with the channel's rules: its currency change may be refused) and
+//!   ([`channels::change`](crate::catalog::channels::change), with the channel's rules: its currency change may be refused) and
 //!   reach the plan through the schema's trigger, in the same transaction — the channel's row
 //!   first, then the plan's, the order a channel's own change takes them in.
 //!

@@ -19,7 +19,7 @@ use crate::{
 /// `amount_off_minor` clears `percent_off`, so a code can switch kinds in one PATCH.
 #[derive(Debug, Clone, Default)]
 pub struct Fields {
-    /// Normalized ([`normalize`]).
+    /// Normalized ([`normalize`](super::normalize)).
     pub code: Option<String>,
     pub percent_off: Option<Option<i32>>,
     pub amount_off_minor: Option<Option<i64>>,
@@ -167,7 +167,7 @@ const PLANS_SQL: &str =
 /// exists and is paid; an amount-off code's plans are sold in its currency, and each leaves at
 /// least the currency's smallest charge, [`currency::smallest_charge_minor`]). 422 per field.
 /// A code for every plan (`plan_ids` null) is bounded by the currency's highest price only: a
-/// plan it would take below the smallest charge is charged that ([`discount_minor`]).
+/// plan it would take below the smallest charge is charged that ([`discount_minor`](super::discount_minor)).
 async fn check(tx: &Transaction<'_>, d: &Draft) -> Result<(), ApiError> {
     let mut errors: std::collections::BTreeMap<String, String> = d
         .errors()
@@ -378,7 +378,7 @@ pub struct Filter {
     pub active: Option<bool>,
     /// Codes a new order of this plan could use (by their plans and currency; not by limits).
     pub plan_id: Option<i64>,
-    /// Normalized ([`normalize`]).
+    /// Normalized ([`normalize`](super::normalize)).
     pub code: Option<String>,
 }
 

@@ -9,7 +9,7 @@ use crate::{
 use super::Off;
 
 /// The terms of a code that decide a use, read under its lock (or, for a
-/// [`Preview`], without one).
+/// [`Preview`](super::Preview), without one).
 #[derive(Debug, Clone)]
 pub struct Terms {
     pub id: i64,
@@ -49,7 +49,7 @@ pub(super) fn refused(message: impl Into<String>) -> ApiError {
     ApiError::field("promo_code", message)
 }
 
-/// Why a code gives no new use now ([`Preview::refusal`], [`discount_for_new_order`]).
+/// Why a code gives no new use now ([`Preview::refusal`](super::Preview::refusal), [`discount_for_new_order`](super::discount_for_new_order)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     Inactive,

@@ -361,7 +361,7 @@ pub(in crate::payments) struct Stored {
 }
 
 /// The dedupe insert of one delivery naming `order` (if found), shared by the payment core and
-/// the Stars reconcile's record of a charge refunded elsewhere ([`super::refunds`]): `Some`
+/// the Stars reconcile's record of a charge refunded elsewhere ([`refunds`](crate::payments::refunds)): `Some`
 /// when it inserted, `None` when this (gateway, external_id) is already stored.
 pub(in crate::payments) async fn insert(
     tx: &Transaction<'_>,
