@@ -474,6 +474,58 @@ mod tests {
         );
     }
 
+    /// The paths under `src/` that the README and `docs/*.md` name, each as written: a file,
+    /// or a folder (ending in `/`). Braces, globs and placeholders are skipped.
+    fn source_paths_in_docs() -> Vec<(String, String)> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut docs = vec![root.join("README.md")];
+        for entry in fs::read_dir(root.join("docs")).expect("docs/") {
+            let path = entry.expect("a docs entry").path();
+            if path.extension().is_some_and(|e| e == "md") {
+                docs.push(path);
+            }
+        }
+        docs.sort();
+        let mut found = Vec::new();
+        for doc in docs {
+            let text = fs::read_to_string(&doc).expect("a doc");
+            let name = doc.strip_prefix(root).unwrap_or(&doc).display().to_string();
+            let mut rest = text.as_str();
+            while let Some(i) = rest.find("src/") {
+                let before = rest[..i].chars().next_back();
+                let tail = &rest[i..];
+                let end = tail
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || "_./-*{},<>".contains(c)))
+                    .unwrap_or(tail.len());
+                let path = tail[..end].trim_end_matches(['.', ',']);
+                rest = &tail[end.max(4)..];
+                if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                    || path.contains(['*', '{', '}', '<', ','])
+                {
+                    continue;
+                }
+                found.push((name.clone(), path.to_string()));
+            }
+        }
+        found
+    }
+
+    /// Every `src/…` path the docs name exists, so the docs follow the tree.
+    #[test]
+    fn the_docs_name_only_paths_that_exist() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let named = source_paths_in_docs();
+        assert!(named.len() > 30, "the docs name source paths: {named:?}");
+        let missing: Vec<_> = named
+            .into_iter()
+            .filter(|(_, path)| !root.join(path).exists())
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "paths the docs name that do not exist: {missing:#?}"
+        );
+    }
+
     #[test]
     fn each_folder_imports_only_the_folders_below_it() {
         let graph = module_graph(&src());
