@@ -510,6 +510,164 @@ mod tests {
         found
     }
 
+    /// The literals SQL compares a `status`, `outcome`, `state` or `kind` column with, or sets
+    /// one to (`= '…'`, `<> '…'`, `IN ('…', …)`), in `src/**/*.{rs,sql}`: `(file, column
+    /// word, literal)`.
+    fn state_literals(src: &Path) -> Vec<(String, &'static str, String)> {
+        const WORDS: [&str; 4] = ["status", "outcome", "state", "kind"];
+        let mut files = Vec::new();
+        rust_files(src, &mut files);
+        sql_files(src, &mut files);
+        files.sort();
+        let mut found = Vec::new();
+        for file in files {
+            let relative = file
+                .strip_prefix(src)
+                .unwrap_or(&file)
+                .display()
+                .to_string();
+            if relative == "layers.rs" {
+                continue;
+            }
+            let text = fs::read_to_string(&file).expect("a source file");
+            for word in WORDS {
+                for (at, _) in text.match_indices(word) {
+                    let rest = &text[at + word.len()..];
+                    if rest.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_') {
+                        continue;
+                    }
+                    for literal in compared_literals(rest) {
+                        found.push((relative.clone(), word, literal));
+                    }
+                }
+            }
+        }
+        found
+    }
+
+    /// The `.sql` files under `dir`.
+    fn sql_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in fs::read_dir(dir).expect("a source folder") {
+            let path = entry.expect("a folder entry").path();
+            if path.is_dir() {
+                sql_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "sql") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// The literals `rest` (the text after a column name) compares the column with.
+    fn compared_literals(rest: &str) -> Vec<String> {
+        let rest = rest.trim_start();
+        let quoted = |s: &str| -> Option<(String, usize)> {
+            let body = s.strip_prefix('\'')?;
+            let end = body.find('\'')?;
+            Some((body[..end].to_string(), end + 2))
+        };
+        for op in ["=", "<>", "!="] {
+            if let Some(after) = rest.strip_prefix(op) {
+                return quoted(after.trim_start())
+                    .map(|(l, _)| vec![l])
+                    .unwrap_or_default();
+            }
+        }
+        let list = rest
+            .strip_prefix("NOT IN")
+            .or_else(|| rest.strip_prefix("IN"))
+            .and_then(|after| after.trim_start().strip_prefix('('));
+        let mut literals = Vec::new();
+        if let Some(mut list) = list {
+            while let Some((literal, len)) = quoted(list.trim_start()) {
+                literals.push(literal);
+                list = list.trim_start()[len..].trim_start();
+                match list.strip_prefix(',') {
+                    Some(next) => list = next,
+                    None => break,
+                }
+            }
+        }
+        literals
+    }
+
+    /// Every state a statement spells is a spelling of a `text_enum!` of its column's word, so a
+    /// status, outcome, state or kind has one spelling: its enum's.
+    #[test]
+    fn every_state_spelled_in_sql_is_a_spelling_of_its_enum() {
+        use crate::{
+            access::memberships, catalog::channels::TelegramStatus, catalog::plans, orders,
+            outbox::effects, outbox::outbound::DeliveryStatus, payments::core::Outcome,
+            payments::gateways::wayforpay::checks::State, payments::star_subscriptions,
+            telegram::audits,
+        };
+        fn spellings<T: crate::db::TextEnum>(
+            all: &[T],
+            as_str: fn(T) -> &'static str,
+        ) -> Vec<&'static str> {
+            all.iter().map(|v| as_str(*v)).collect()
+        }
+        let mut known: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        for (word, words) in [
+            (
+                "status",
+                spellings(&memberships::Status::ALL, memberships::Status::as_str),
+            ),
+            (
+                "status",
+                spellings(&orders::Status::ALL, orders::Status::as_str),
+            ),
+            (
+                "status",
+                spellings(&effects::Status::ALL, effects::Status::as_str),
+            ),
+            (
+                "status",
+                spellings(&audits::Status::ALL, audits::Status::as_str),
+            ),
+            (
+                "status",
+                spellings(
+                    &star_subscriptions::Status::ALL,
+                    star_subscriptions::Status::as_str,
+                ),
+            ),
+            (
+                "status",
+                spellings(&TelegramStatus::ALL, TelegramStatus::as_str),
+            ),
+            (
+                "status",
+                spellings(&DeliveryStatus::ALL, DeliveryStatus::as_str),
+            ),
+            ("outcome", spellings(&Outcome::ALL, Outcome::as_str)),
+            (
+                "outcome",
+                spellings(
+                    &star_subscriptions::updates::Outcome::ALL,
+                    star_subscriptions::updates::Outcome::as_str,
+                ),
+            ),
+            ("state", spellings(&State::ALL, State::as_str)),
+            (
+                "kind",
+                spellings(&effects::Kind::ALL, effects::Kind::as_str),
+            ),
+            ("kind", spellings(&plans::Kind::ALL, plans::Kind::as_str)),
+        ] {
+            known.entry(word).or_default().extend(words);
+        }
+        let found = state_literals(&src());
+        assert!(found.len() > 100, "the statements spell states: {found:?}");
+        let unknown: Vec<_> = found
+            .into_iter()
+            .filter(|(_, word, literal)| !known[word].contains(literal.as_str()))
+            .collect();
+        assert!(
+            unknown.is_empty(),
+            "states spelled outside their enums: {unknown:#?}"
+        );
+    }
+
     /// Every `src/…` path the docs name exists, so the docs follow the tree.
     #[test]
     fn the_docs_name_only_paths_that_exist() {

@@ -269,6 +269,16 @@ pub struct Attempt {
     pub error: Option<String>,
 }
 
+crate::text_enum! {
+    /// A delivery's status: `pending` until an endpoint answers 2xx (`delivered`) or its retries
+    /// run out or it answers 410 (`failed`).
+    pub enum DeliveryStatus {
+        Pending => "pending",
+        Delivered => "delivered",
+        Failed => "failed",
+    }
+}
+
 /// One event's delivery to one endpoint, with its attempts.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Delivery {
@@ -279,7 +289,8 @@ pub struct Delivery {
     pub msg_id: String,
     pub event_type: String,
     /// `pending`, `delivered` or `failed`.
-    pub status: String,
+    #[schema(value_type = String)]
+    pub status: DeliveryStatus,
     pub next_attempt_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub attempts: Vec<Attempt>,
