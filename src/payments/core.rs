@@ -321,25 +321,6 @@ pub fn outcome_for(gateway: &Gateway, reason: Option<Reason>) -> Outcome {
 mod tests {
     use super::*;
 
-    /// Every statement that stores a payment and pays its order marks the order paid with the
-    /// same step: `'paid'` is [`crate::orders::Status::Paid`], the hold and the code's hold
-    /// cleared, `paid_at` the payment's.
-    #[test]
-    fn the_statements_that_pay_an_order_mark_it_paid_alike() {
-        const PAID: &str = "paid AS (
-    UPDATE orders o SET status = 'paid', paid_at = m.paid_at, promo_held_until = NULL
-    FROM to_mark m WHERE o.id = m.order_id
-)";
-        assert_eq!(crate::orders::Status::Paid.to_string(), "paid");
-        for statement in [
-            apply::INSERT_SQL,
-            crate::payments::refunds::at_gateway::RECORD_SQL,
-            include_str!("fast_write.sql"),
-        ] {
-            assert_eq!(statement.matches(PAID).count(), 1, "{statement}");
-        }
-    }
-
     fn delivered() -> NormalizedPayment {
         NormalizedPayment {
             gateway: "acme".into(),

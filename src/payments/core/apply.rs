@@ -306,7 +306,7 @@ macro_rules! insert_columns {
     };
 }
 
-pub(super) const INSERT_SQL: &str = concat!(
+pub(in crate::payments) const INSERT_SQL: &str = concat!(
     "WITH inserted AS (
          INSERT INTO payments (",
     insert_columns!(),

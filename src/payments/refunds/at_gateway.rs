@@ -369,8 +369,8 @@ async fn take_back_applied(
 
 /// A refund recorded as the payment it names: the payment inserted and, when `$12`, its order
 /// marked paid as the payment would have marked it (the same `paid` step as the core's
-/// insert, checked by the payment core's unit tests).
-pub(in crate::payments) const RECORD_SQL: &str = "WITH inserted AS (
+/// insert, checked by a unit test below).
+const RECORD_SQL: &str = "WITH inserted AS (
          INSERT INTO payments (gateway, external_id, order_reference, order_id, subscriber_id,
                                channel_id, amount_minor, currency, paid_at, outcome, reason)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, LEAST($9::timestamptz, statement_timestamp()),
@@ -431,4 +431,28 @@ async fn record_before_payment(
         // Stored by a transaction our insert waited for.
         None => Attempt::Again,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every statement that stores a payment and pays its order marks the order paid with the
+    /// same step: `'paid'` is [`crate::orders::Status::Paid`], the hold and the code's hold
+    /// cleared, `paid_at` the payment's.
+    #[test]
+    fn the_statements_that_pay_an_order_mark_it_paid_alike() {
+        const PAID: &str = "paid AS (
+    UPDATE orders o SET status = 'paid', paid_at = m.paid_at, promo_held_until = NULL
+    FROM to_mark m WHERE o.id = m.order_id
+)";
+        assert_eq!(crate::orders::Status::Paid.to_string(), "paid");
+        for statement in [
+            crate::payments::core::INSERT_SQL,
+            RECORD_SQL,
+            include_str!("../fast_write.sql"),
+        ] {
+            assert_eq!(statement.matches(PAID).count(), 1, "{statement}");
+        }
+    }
 }
