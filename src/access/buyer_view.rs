@@ -55,19 +55,13 @@ pub struct RenewFacts {
     pub last_plan_renews: Option<bool>,
 }
 
-impl FromRow for RenewFacts {
-    const COLUMNS: &'static str = "channel_id, active, currency, last_plan_id, last_plan_renews";
-
-    fn from_row(r: &Row) -> Result<RenewFacts, tokio_postgres::Error> {
-        Ok(RenewFacts {
-            channel_id: r.try_get("channel_id")?,
-            active: r.try_get("active")?,
-            currency: r.try_get("currency")?,
-            last_plan_id: r.try_get("last_plan_id")?,
-            last_plan_renews: r.try_get("last_plan_renews")?,
-        })
-    }
-}
+crate::from_row!(RenewFacts ["channel_id, active, currency, last_plan_id, last_plan_renews"] {
+    channel_id,
+    active,
+    currency,
+    last_plan_id,
+    last_plan_renews,
+});
 
 const RENEW_SQL: &str = concat!(
     "SELECT m.channel_id, c.active, c.currency, lp.last_plan_id, lp.last_plan_renews

@@ -4,11 +4,10 @@
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use serde::Serialize;
-use tokio_postgres::Row;
 
 use crate::{
     common::error::ApiError,
-    db::{self, FromRow},
+    db::{self},
 };
 
 /// One exempt user of one channel.
@@ -22,18 +21,12 @@ pub struct Exemption {
     pub created_at: DateTime<Utc>,
 }
 
-impl FromRow for Exemption {
-    const COLUMNS: &'static str = "channel_id, telegram_user_id, note, created_at";
-
-    fn from_row(r: &Row) -> Result<Exemption, tokio_postgres::Error> {
-        Ok(Exemption {
-            channel_id: r.try_get("channel_id")?,
-            telegram_user_id: r.try_get("telegram_user_id")?,
-            note: r.try_get("note")?,
-            created_at: r.try_get("created_at")?,
-        })
-    }
-}
+crate::from_row!(Exemption ["channel_id, telegram_user_id, note, created_at"] {
+    channel_id,
+    telegram_user_id,
+    note,
+    created_at,
+});
 
 const LIST_SQL: &str = "SELECT channel_id, telegram_user_id, note, created_at
      FROM channel_exemptions WHERE channel_id = $1 ORDER BY telegram_user_id";

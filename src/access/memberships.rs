@@ -40,7 +40,6 @@
 use chrono::{DateTime, Duration, Utc};
 use deadpool_postgres::{GenericClient, Transaction};
 use serde::Serialize;
-use tokio_postgres::Row;
 
 pub use crate::common::expiry::Expiry;
 use crate::{
@@ -108,21 +107,15 @@ pub struct Membership {
     pub updated_at: DateTime<Utc>,
 }
 
-impl FromRow for Membership {
-    const COLUMNS: &'static str = membership_columns!();
-
-    fn from_row(r: &Row) -> Result<Membership, tokio_postgres::Error> {
-        Ok(Membership {
-            id: r.try_get("id")?,
-            subscriber_id: r.try_get("subscriber_id")?,
-            channel_id: r.try_get("channel_id")?,
-            status: r.try_get("status")?,
-            expires_at: r.try_get("expires_at")?,
-            created_at: r.try_get("created_at")?,
-            updated_at: r.try_get("updated_at")?,
-        })
-    }
-}
+crate::from_row!(Membership [membership_columns!()] {
+    id,
+    subscriber_id,
+    channel_id,
+    status,
+    expires_at,
+    created_at,
+    updated_at,
+});
 
 impl Membership {
     /// Whether the membership is live at `now` in a channel with `grace_period_days` (the Rust
@@ -213,24 +206,18 @@ pub struct Event {
     pub at: DateTime<Utc>,
 }
 
-impl FromRow for Event {
-    const COLUMNS: &'static str = "id, membership_id, from_status, to_status, \
-         expires_at_before, expires_at_after, cause, payment_id, at";
-
-    fn from_row(r: &Row) -> Result<Event, tokio_postgres::Error> {
-        Ok(Event {
-            id: r.try_get("id")?,
-            membership_id: r.try_get("membership_id")?,
-            from_status: r.try_get("from_status")?,
-            to_status: r.try_get("to_status")?,
-            expires_at_before: r.try_get("expires_at_before")?,
-            expires_at_after: r.try_get("expires_at_after")?,
-            cause: r.try_get("cause")?,
-            payment_id: r.try_get("payment_id")?,
-            at: r.try_get("at")?,
-        })
-    }
-}
+crate::from_row!(Event ["id, membership_id, from_status, to_status, \
+         expires_at_before, expires_at_after, cause, payment_id, at"] {
+    id,
+    membership_id,
+    from_status,
+    to_status,
+    expires_at_before,
+    expires_at_after,
+    cause,
+    payment_id,
+    at,
+});
 
 const LOCK_SQL: &str = concat!(
     "SELECT ",

@@ -102,21 +102,15 @@ pub struct Subscriber {
     pub updated_at: DateTime<Utc>,
 }
 
-impl FromRow for Subscriber {
-    const COLUMNS: &'static str = subscriber_columns!();
-
-    fn from_row(r: &Row) -> Result<Subscriber, tokio_postgres::Error> {
-        Ok(Subscriber {
-            id: r.try_get("id")?,
-            telegram_user_id: r.try_get("telegram_user_id")?,
-            username: r.try_get("username")?,
-            display_name: r.try_get("display_name")?,
-            language: r.try_get("language")?,
-            created_at: r.try_get("created_at")?,
-            updated_at: r.try_get("updated_at")?,
-        })
-    }
-}
+crate::from_row!(Subscriber [subscriber_columns!()] {
+    id,
+    telegram_user_id,
+    username,
+    display_name,
+    language,
+    created_at,
+    updated_at,
+});
 
 /// A change of a subscriber: an absent field keeps its value; `Some(None)` clears `username`
 /// or `display_name`.

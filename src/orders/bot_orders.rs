@@ -43,16 +43,10 @@ pub struct Reusable {
     pub promo_code_id: Option<i64>,
 }
 
-impl FromRow for Reusable {
-    const COLUMNS: &'static str = "id, promo_code_id";
-
-    fn from_row(r: &Row) -> Result<Reusable, tokio_postgres::Error> {
-        Ok(Reusable {
-            id: r.try_get("id")?,
-            promo_code_id: r.try_get("promo_code_id")?,
-        })
-    }
-}
+crate::from_row!(Reusable ["id, promo_code_id"] {
+    id,
+    promo_code_id,
+});
 
 const REUSABLE_SQL: &str = "SELECT id, promo_code_id FROM orders
              WHERE subscriber_id = $1 AND plan_id = $2 AND status = 'pending'

@@ -130,30 +130,24 @@ impl InvoiceFacts {
     }
 }
 
-impl FromRow for InvoiceFacts {
-    const COLUMNS: &'static str = invoice_facts_columns!();
-
-    fn from_row(r: &Row) -> Result<InvoiceFacts, tokio_postgres::Error> {
-        Ok(InvoiceFacts {
-            status: r.try_get("status")?,
-            superseded: r.try_get("superseded")?,
-            reference: r.try_get("reference")?,
-            amount_minor: r.try_get("amount_minor")?,
-            currency: r.try_get("currency")?,
-            invoice_link: r.try_get("invoice_link")?,
-            order_date: r.try_get("order_date")?,
-            channel_id: r.try_get("channel_id")?,
-            title: r.try_get("title")?,
-            description: r.try_get("description")?,
-            days: r.try_get("period_days")?,
-            recurring: r.try_get("recurring")?,
-            open_secs: r.try_get("open_secs")?,
-            closes_at: r.try_get("closes_at")?,
-            language: r.try_get("language")?,
-            translations: r.try_get("translations")?,
-        })
-    }
-}
+crate::from_row!(InvoiceFacts [invoice_facts_columns!()] {
+    status,
+    superseded,
+    reference,
+    amount_minor,
+    currency,
+    invoice_link,
+    order_date,
+    channel_id,
+    title,
+    description,
+    days: "period_days",
+    recurring,
+    open_secs,
+    closes_at,
+    language,
+    translations,
+});
 
 /// The invoice of order `id` as its plan is sold now, if the order exists; an order
 /// without a hold counts as open for `unheld_open_secs` from when it was made.

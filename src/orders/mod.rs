@@ -20,7 +20,6 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Transaction};
 use rand::RngCore;
 use serde::Serialize;
-use tokio_postgres::Row;
 
 use crate::{
     access::{memberships, subscribers},
@@ -30,7 +29,7 @@ use crate::{
         error::ApiError,
         ids::{ChannelId, SubscriberId},
     },
-    db::{self, FromRow},
+    db,
     present::{locale::Language, translations::Translations},
 };
 
@@ -127,32 +126,26 @@ impl Order {
     }
 }
 
-impl FromRow for Order {
-    const COLUMNS: &'static str = order_columns!();
-
-    fn from_row(r: &Row) -> Result<Order, tokio_postgres::Error> {
-        Ok(Order {
-            id: r.try_get("id")?,
-            reference: r.try_get("reference")?,
-            subscriber_id: r.try_get("subscriber_id")?,
-            channel_id: r.try_get("channel_id")?,
-            amount_minor: r.try_get("amount_minor")?,
-            currency: r.try_get("currency")?,
-            status: r.try_get("status")?,
-            hold_until: r.try_get("hold_until")?,
-            invoice_link: r.try_get("invoice_link")?,
-            superseded_at: r.try_get("superseded_at")?,
-            created_at: r.try_get("created_at")?,
-            paid_at: r.try_get("paid_at")?,
-            plan_id: r.try_get("plan_id")?,
-            list_price_minor: r.try_get("list_price_minor")?,
-            discount_minor: r.try_get("discount_minor")?,
-            promo_code: r.try_get("promo_code")?,
-            promo_code_id: r.try_get("promo_code_id")?,
-            promo_held_until: r.try_get("promo_held_until")?,
-        })
-    }
-}
+crate::from_row!(Order [order_columns!()] {
+    id,
+    reference,
+    subscriber_id,
+    channel_id,
+    amount_minor,
+    currency,
+    status,
+    hold_until,
+    invoice_link,
+    superseded_at,
+    created_at,
+    paid_at,
+    plan_id,
+    list_price_minor,
+    discount_minor,
+    promo_code,
+    promo_code_id,
+    promo_held_until,
+});
 
 /// A new order reference: `ord_` and 32 hex digits of 16 bytes from the operating system's
 /// CSPRNG. Guessing one is as hard as guessing a 128-bit key, so a reference in a payment is

@@ -254,17 +254,11 @@ const TERMS_MANY_SHARED_SQL: &str = "SELECT id, active, seat_limit, billing_peri
 const TERMS_MANY_EXCLUSIVE_SQL: &str = "SELECT id, active, seat_limit, billing_period_days
      FROM channels WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE";
 
-impl FromRow for ChannelTerms {
-    const COLUMNS: &'static str = "active, seat_limit, billing_period_days";
-
-    fn from_row(r: &tokio_postgres::Row) -> Result<ChannelTerms, tokio_postgres::Error> {
-        Ok(ChannelTerms {
-            active: r.try_get("active")?,
-            seat_limit: r.try_get("seat_limit")?,
-            billing_period_days: r.try_get("billing_period_days")?,
-        })
-    }
-}
+crate::from_row!(ChannelTerms ["active, seat_limit, billing_period_days"] {
+    active,
+    seat_limit,
+    billing_period_days,
+});
 
 /// How long past its next renewal (`expires_at`) a live Stars subscription holds its seat, and
 /// its membership lasts at least: one day, for Telegram's renewal charge to arrive.

@@ -54,7 +54,6 @@
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Pool, Transaction};
 use serde::Serialize;
-use tokio_postgres::Row;
 
 use super::{
     fast::{self, Fast},
@@ -157,27 +156,21 @@ impl Payment {
     }
 }
 
-impl FromRow for Payment {
-    const COLUMNS: &'static str = payment_columns!();
-
-    fn from_row(r: &Row) -> Result<Payment, tokio_postgres::Error> {
-        Ok(Payment {
-            id: r.try_get("id")?,
-            gateway: r.try_get("gateway")?,
-            external_id: r.try_get("external_id")?,
-            order_reference: r.try_get("order_reference")?,
-            order_id: r.try_get("order_id")?,
-            subscriber_id: r.try_get("subscriber_id")?,
-            channel_id: r.try_get("channel_id")?,
-            amount_minor: r.try_get("amount_minor")?,
-            currency: r.try_get("currency")?,
-            paid_at: r.try_get("paid_at")?,
-            outcome: r.try_get("outcome")?,
-            reason: r.try_get("reason")?,
-            created_at: r.try_get("created_at")?,
-        })
-    }
-}
+crate::from_row!(Payment [payment_columns!()] {
+    id,
+    gateway,
+    external_id,
+    order_reference,
+    order_id,
+    subscriber_id,
+    channel_id,
+    amount_minor,
+    currency,
+    paid_at,
+    outcome,
+    reason,
+    created_at,
+});
 
 /// The filters of [`list`]; `None` matches everything.
 #[derive(Debug, Clone, Default)]

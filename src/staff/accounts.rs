@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::{
     common::{email::valid_email, error::ApiError},
-    db::{self, FromRow},
+    db,
     staff::{
         Role,
         audit_log::{self, Entry},
@@ -46,20 +46,14 @@ impl Account {
     }
 }
 
-impl FromRow for Account {
-    const COLUMNS: &'static str = "id, email, role, disabled, created_at, updated_at";
-
-    fn from_row(r: &tokio_postgres::Row) -> Result<Account, tokio_postgres::Error> {
-        Ok(Account {
-            id: r.try_get("id")?,
-            email: r.try_get("email")?,
-            role: r.try_get("role")?,
-            disabled: r.try_get("disabled")?,
-            created_at: r.try_get("created_at")?,
-            updated_at: r.try_get("updated_at")?,
-        })
-    }
-}
+crate::from_row!(Account ["id, email, role, disabled, created_at, updated_at"] {
+    id,
+    email,
+    role,
+    disabled,
+    created_at,
+    updated_at,
+});
 
 /// Who a valid, current token speaks for.
 #[derive(Debug, Clone)]
@@ -315,17 +309,11 @@ pub struct LoginAccount {
     pub token_version: i32,
 }
 
-impl db::FromRow for LoginAccount {
-    const COLUMNS: &'static str = "id, password_hash, token_version";
-
-    fn from_row(r: &tokio_postgres::Row) -> Result<LoginAccount, tokio_postgres::Error> {
-        Ok(LoginAccount {
-            id: r.try_get("id")?,
-            password_hash: r.try_get("password_hash")?,
-            token_version: r.try_get("token_version")?,
-        })
-    }
-}
+crate::from_row!(LoginAccount ["id, password_hash, token_version"] {
+    id,
+    password_hash,
+    token_version,
+});
 
 const LOGIN_ACCOUNT_SQL: &str = "SELECT id, password_hash, token_version FROM staff_accounts
      WHERE email = $1 AND NOT disabled";

@@ -20,7 +20,7 @@ use tokio_postgres::types::ToSql;
 
 use crate::{
     common::error::ApiError,
-    db::{self, FromRow},
+    db::{self},
 };
 
 crate::text_enum! {
@@ -159,26 +159,20 @@ pub struct Record {
     pub at: DateTime<Utc>,
 }
 
-impl FromRow for Record {
-    const COLUMNS: &'static str = "id, actor, staff_id, staff_email, action, target_type, \
-                                   target_id, before, after, request_id, at";
-
-    fn from_row(r: &tokio_postgres::Row) -> Result<Record, tokio_postgres::Error> {
-        Ok(Record {
-            id: r.try_get("id")?,
-            actor: r.try_get("actor")?,
-            staff_id: r.try_get("staff_id")?,
-            staff_email: r.try_get("staff_email")?,
-            action: r.try_get("action")?,
-            target_type: r.try_get("target_type")?,
-            target_id: r.try_get("target_id")?,
-            before: r.try_get("before")?,
-            after: r.try_get("after")?,
-            request_id: r.try_get("request_id")?,
-            at: r.try_get("at")?,
-        })
-    }
-}
+crate::from_row!(Record ["id, actor, staff_id, staff_email, action, target_type, \
+                                   target_id, before, after, request_id, at"] {
+    id,
+    actor,
+    staff_id,
+    staff_email,
+    action,
+    target_type,
+    target_id,
+    before,
+    after,
+    request_id,
+    at,
+});
 
 /// The filters of a list; `None` does not filter.
 #[derive(Debug, Default, Clone)]

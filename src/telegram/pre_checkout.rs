@@ -32,7 +32,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Object, Transaction};
 use tokio::time::{Instant, timeout, timeout_at};
-use tokio_postgres::{NoTls, Row, error::SqlState};
+use tokio_postgres::{NoTls, error::SqlState};
 
 use crate::telegram_api::types::PreCheckoutQuery;
 use deadpool_postgres::Pool;
@@ -497,16 +497,10 @@ const STORE_SQL: &str = "INSERT INTO pre_checkout_decisions
      ON CONFLICT (query_id) DO NOTHING
      RETURNING pg_current_xact_id()::text AS xact";
 
-impl FromRow for Answer {
-    const COLUMNS: &'static str = "ok, error_message";
-
-    fn from_row(row: &Row) -> Result<Answer, tokio_postgres::Error> {
-        Ok(Answer {
-            ok: row.try_get("ok")?,
-            error_message: row.try_get("error_message")?,
-        })
-    }
-}
+crate::from_row!(Answer ["ok, error_message"] {
+    ok,
+    error_message,
+});
 
 async fn stored(tx: &Transaction<'_>, query_id: &str) -> Result<Option<Answer>, ApiError> {
     let row = db::row_opt(tx, STORED, &[&query_id]).await?;

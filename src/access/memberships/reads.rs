@@ -237,18 +237,12 @@ pub struct AuditSubject {
     pub live: bool,
 }
 
-impl FromRow for AuditSubject {
-    const COLUMNS: &'static str = "membership_id, subscriber_id, telegram_user_id, live";
-
-    fn from_row(r: &Row) -> Result<AuditSubject, tokio_postgres::Error> {
-        Ok(AuditSubject {
-            membership_id: r.try_get("membership_id")?,
-            subscriber_id: r.try_get("subscriber_id")?,
-            telegram_user_id: r.try_get("telegram_user_id")?,
-            live: r.try_get("live")?,
-        })
-    }
-}
+crate::from_row!(AuditSubject ["membership_id, subscriber_id, telegram_user_id, live"] {
+    membership_id,
+    subscriber_id,
+    telegram_user_id,
+    live,
+});
 
 const AUDIT_SUBJECTS_SQL: &str = concat!(
     "SELECT m.id AS membership_id, m.subscriber_id, s.telegram_user_id, (",
@@ -301,23 +295,17 @@ impl EffectView {
     }
 }
 
-impl FromRow for EffectView {
-    const COLUMNS: &'static str = "status, expires_at, channel_id, title, invite_link, \
-         telegram_user_id, language, translations";
-
-    fn from_row(r: &Row) -> Result<EffectView, tokio_postgres::Error> {
-        Ok(EffectView {
-            status: r.try_get("status")?,
-            expires_at: r.try_get("expires_at")?,
-            channel_id: r.try_get("channel_id")?,
-            title: r.try_get("title")?,
-            invite_link: r.try_get("invite_link")?,
-            telegram_user_id: r.try_get("telegram_user_id")?,
-            language: r.try_get("language")?,
-            translations: r.try_get("translations")?,
-        })
-    }
-}
+crate::from_row!(EffectView ["status, expires_at, channel_id, title, invite_link, \
+         telegram_user_id, language, translations"] {
+    status,
+    expires_at,
+    channel_id,
+    title,
+    invite_link,
+    telegram_user_id,
+    language,
+    translations,
+});
 
 const VIEW_SQL: &str = "SELECT m.status, m.expires_at, c.id AS channel_id, c.title, c.invite_link,
             s.telegram_user_id, s.language, c.translations

@@ -49,11 +49,11 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use serde::Serialize;
 use serde_json::Value;
-use tokio_postgres::{GenericClient, Row};
+use tokio_postgres::GenericClient;
 
 use crate::{
     common::error::ApiError,
-    db::{self, FromRow, Params},
+    db::{self, Params},
 };
 
 pub mod payload;
@@ -317,32 +317,26 @@ pub struct Effect {
     pub first_failed_at: Option<DateTime<Utc>>,
 }
 
-impl FromRow for Effect {
-    const COLUMNS: &'static str = effect_columns!();
-
-    fn from_row(r: &Row) -> Result<Effect, tokio_postgres::Error> {
-        Ok(Effect {
-            id: r.try_get("id")?,
-            kind: r.try_get("kind")?,
-            membership_id: r.try_get("membership_id")?,
-            payment_id: r.try_get("payment_id")?,
-            order_id: r.try_get("order_id")?,
-            chat_id: r.try_get("chat_id")?,
-            user_id: r.try_get("user_id")?,
-            payload: r.try_get("payload")?,
-            status: r.try_get("status")?,
-            attempts: r.try_get("attempts")?,
-            next_attempt_at: r.try_get("next_attempt_at")?,
-            last_error: r.try_get("last_error")?,
-            dedupe_key: r.try_get("dedupe_key")?,
-            created_at: r.try_get("created_at")?,
-            updated_at: r.try_get("updated_at")?,
-            done_at: r.try_get("done_at")?,
-            lease_until: r.try_get("lease_until")?,
-            first_failed_at: r.try_get("first_failed_at")?,
-        })
-    }
-}
+crate::from_row!(Effect [effect_columns!()] {
+    id,
+    kind,
+    membership_id,
+    payment_id,
+    order_id,
+    chat_id,
+    user_id,
+    payload,
+    status,
+    attempts,
+    next_attempt_at,
+    last_error,
+    dedupe_key,
+    created_at,
+    updated_at,
+    done_at,
+    lease_until,
+    first_failed_at,
+});
 
 impl Effect {
     /// The payload, read as its kind's ([`Payload::parse`]); an error for a row whose payload
@@ -587,7 +581,7 @@ mod tests {
 
     #[test]
     fn the_effect_columns_are_the_row_type_s() {
-        assert_eq!(Effect::COLUMNS, effect_columns!());
+        assert_eq!(<Effect as crate::db::FromRow>::COLUMNS, effect_columns!());
         assert!(RETRY_ONE_SQL.contains(effect_columns!()));
     }
 }

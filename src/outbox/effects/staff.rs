@@ -107,18 +107,12 @@ pub struct QueueDepth {
     pub oldest_secs: f64,
 }
 
-impl FromRow for QueueDepth {
-    const COLUMNS: &'static str = queue_depth_columns!();
-
-    fn from_row(r: &Row) -> Result<QueueDepth, tokio_postgres::Error> {
-        Ok(QueueDepth {
-            kind: r.try_get("kind")?,
-            status: r.try_get("status")?,
-            count: r.try_get("count")?,
-            oldest_secs: r.try_get("oldest_secs")?,
-        })
-    }
-}
+crate::from_row!(QueueDepth [queue_depth_columns!()] {
+    kind,
+    status,
+    count,
+    oldest_secs,
+});
 
 /// The effects not done, by kind and status (only the pairs that have any), over the status
 /// index, the sweep's queued rows counted as pending effects of their kind: what the metrics

@@ -38,10 +38,7 @@ use rand::RngCore;
 use serde::Serialize;
 use tokio_postgres::Row;
 
-use crate::{
-    common::error::ApiError,
-    db::{self, FromRow},
-};
+use crate::{common::error::ApiError, db};
 
 /// Every event type an endpoint may ask for (the schema's CHECK lists the same).
 pub const EVENT_TYPES: [&str; 10] = [
@@ -98,24 +95,18 @@ macro_rules! endpoint_columns {
     };
 }
 
-impl FromRow for Endpoint {
-    const COLUMNS: &'static str = endpoint_columns!();
-
-    fn from_row(r: &Row) -> Result<Endpoint, tokio_postgres::Error> {
-        Ok(Endpoint {
-            id: r.try_get("id")?,
-            url: r.try_get("url")?,
-            description: r.try_get("description")?,
-            event_types: r.try_get("event_types")?,
-            enabled: r.try_get("enabled")?,
-            disabled_reason: r.try_get("disabled_reason")?,
-            failing_since: r.try_get("failing_since")?,
-            previous_secret_until: r.try_get("previous_secret_until")?,
-            created_at: r.try_get("created_at")?,
-            updated_at: r.try_get("updated_at")?,
-        })
-    }
-}
+crate::from_row!(Endpoint [endpoint_columns!()] {
+    id,
+    url,
+    description,
+    event_types,
+    enabled,
+    disabled_reason,
+    failing_since,
+    previous_secret_until,
+    created_at,
+    updated_at,
+});
 
 /// A new `whsec_` secret: 32 random bytes.
 pub fn new_secret() -> String {

@@ -31,13 +31,12 @@ pub mod updates;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
 use serde::Serialize;
-use tokio_postgres::Row;
 
 use crate::payments::core::Reason;
 use crate::{
     access::subscribers,
     common::{error::ApiError, expiry::Expiry},
-    db::{self, FromRow},
+    db,
     outbox::effects::{self, NewEffect, Payload, payload::SubscriptionCancel},
 };
 
@@ -155,27 +154,21 @@ pub struct StarSubscription {
     pub updated_at: DateTime<Utc>,
 }
 
-impl FromRow for StarSubscription {
-    const COLUMNS: &'static str = subscription_columns!();
-
-    fn from_row(r: &Row) -> Result<StarSubscription, tokio_postgres::Error> {
-        Ok(StarSubscription {
-            id: r.try_get("id")?,
-            order_id: r.try_get("order_id")?,
-            subscriber_id: r.try_get("subscriber_id")?,
-            channel_id: r.try_get("channel_id")?,
-            charge_id: r.try_get("charge_id")?,
-            expires_at: r.try_get("expires_at")?,
-            status: r.try_get("status")?,
-            cancelled_by: r.try_get("cancelled_by")?,
-            cancelled_at: r.try_get("cancelled_at")?,
-            applied: r.try_get("applied")?,
-            refused_reason: r.try_get("refused_reason")?,
-            created_at: r.try_get("created_at")?,
-            updated_at: r.try_get("updated_at")?,
-        })
-    }
-}
+crate::from_row!(StarSubscription [subscription_columns!()] {
+    id,
+    order_id,
+    subscriber_id,
+    channel_id,
+    charge_id,
+    expires_at,
+    status,
+    cancelled_by,
+    cancelled_at,
+    applied,
+    refused_reason,
+    created_at,
+    updated_at,
+});
 
 impl StarSubscription {
     /// True unless cancelled.
@@ -541,22 +534,16 @@ pub struct Cancelled {
     pub translations: crate::present::translations::Translations,
 }
 
-impl FromRow for Cancelled {
-    const COLUMNS: &'static str = cancelled_columns!();
-
-    fn from_row(r: &Row) -> Result<Cancelled, tokio_postgres::Error> {
-        Ok(Cancelled {
-            charge_id: r.try_get("charge_id")?,
-            status: r.try_get("status")?,
-            cancelled_by: r.try_get("cancelled_by")?,
-            channel_id: r.try_get("channel_id")?,
-            title: r.try_get("title")?,
-            access_until: r.try_get("access_until")?,
-            language: r.try_get("language")?,
-            translations: r.try_get("translations")?,
-        })
-    }
-}
+crate::from_row!(Cancelled [cancelled_columns!()] {
+    charge_id,
+    status,
+    cancelled_by,
+    channel_id,
+    title,
+    access_until,
+    language,
+    translations,
+});
 
 /// The subscription `id` as its cancellation effect needs it, if it still exists.
 pub async fn cancelled(

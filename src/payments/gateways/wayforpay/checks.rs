@@ -10,12 +10,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Pool};
 use serde::Serialize;
-use tokio_postgres::Row;
 
 use crate::{
     common::{error::ApiError, vocabulary::Gateway},
-    db::{self, FromRow},
-    orders,
+    db, orders,
 };
 
 /// How long an order is chased, from when its purchase link was sent.
@@ -78,27 +76,21 @@ pub struct Check {
     pub updated_at: DateTime<Utc>,
 }
 
-impl FromRow for Check {
-    const COLUMNS: &'static str = check_columns!();
-
-    fn from_row(r: &Row) -> Result<Check, tokio_postgres::Error> {
-        Ok(Check {
-            order_id: r.try_get("order_id")?,
-            reference: r.try_get("reference")?,
-            gateway: r.try_get("gateway")?,
-            state: r.try_get("state")?,
-            attempts: r.try_get("attempts")?,
-            next_check_at: r.try_get("next_check_at")?,
-            last_checked_at: r.try_get("last_checked_at")?,
-            last_status: r.try_get("last_status")?,
-            last_error: r.try_get("last_error")?,
-            payment_id: r.try_get("payment_id")?,
-            purchase_link_at: r.try_get("purchase_link_at")?,
-            created_at: r.try_get("created_at")?,
-            updated_at: r.try_get("updated_at")?,
-        })
-    }
-}
+crate::from_row!(Check [check_columns!()] {
+    order_id,
+    reference,
+    gateway,
+    state,
+    attempts,
+    next_check_at,
+    last_checked_at,
+    last_status,
+    last_error,
+    payment_id,
+    purchase_link_at,
+    created_at,
+    updated_at,
+});
 
 /// How many checks are in each state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
