@@ -30,6 +30,9 @@
 //! Correctness is asserted; the recovery time is reported, not asserted, except that the
 //! server must serve again within `--bound` seconds (a hang fails). Exit status 0: all checks
 //! passed; 1: a check failed (each failure is printed); 2: a usage or set-up error.
+//!
+//! The flood's deliveries, workers and tally are in `flood.rs`; the server it floods and the
+//! script's failover steps in `server.rs`; the run and its checks here.
 
 use std::{
     collections::{BTreeMap, HashMap},
