@@ -336,6 +336,24 @@ async fn write(
 mod tests {
     use super::*;
 
+    /// The fast write extends a membership with the statement that extends one
+    /// (`access/memberships/extend.sql`), word for word, but for its guard: it extends only
+    /// when the payment was inserted.
+    #[test]
+    fn the_fast_write_extends_as_the_extension_does() {
+        let extend = include_str!("../access/memberships/extend.sql");
+        let start = extend.find("sub AS (").unwrap();
+        let end = extend.find("FOR KEY SHARE OF c\n             )").unwrap();
+        let ctes =
+            extend[start..end].replace("AND (true)", "AND (EXISTS (SELECT 1 FROM inserted))");
+        assert_eq!(
+            ctes.matches("AND (EXISTS (SELECT 1 FROM inserted))")
+                .count(),
+            1
+        );
+        assert!(WRITE_SQL.contains(&ctes), "{ctes}");
+    }
+
     fn delivered(gateway: &str, payer: Option<i64>) -> NormalizedPayment {
         NormalizedPayment {
             gateway: gateway.into(),
