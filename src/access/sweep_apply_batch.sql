@@ -1,11 +1,11 @@
 WITH updated AS (
-         UPDATE memberships m
-         SET status = d.to_status, updated_at = statement_timestamp()
-         FROM unnest($1::bigint[], $2::text[], $3::text[], $4::timestamptz[])
-              AS d(id, from_status, to_status, expires_at)
-         WHERE m.id = d.id AND m.status = d.from_status AND m.expires_at = d.expires_at
-         RETURNING m.id, m.subscriber_id, m.channel_id, d.from_status, m.status, m.expires_at
-     ), events AS (
+    UPDATE memberships m
+    SET status = d.to_status, updated_at = statement_timestamp()
+    FROM unnest($1::bigint[], $2::text[], $3::text[], $4::timestamptz[])
+         AS d(id, from_status, to_status, expires_at)
+    WHERE m.id = d.id AND m.status = d.from_status AND m.expires_at = d.expires_at
+    RETURNING m.id, m.subscriber_id, m.channel_id, d.from_status, m.status, m.expires_at
+), events AS (
     INSERT INTO membership_events
         (membership_id, from_status, to_status, expires_at_before, expires_at_after, cause)
     SELECT id, from_status, status, expires_at, expires_at, 'sweep' FROM updated
@@ -23,4 +23,4 @@ WITH updated AS (
        OR (u.from_status = 'active' AND u.status = 'grace')
     ORDER BY u.id
 )
-     SELECT id, subscriber_id, channel_id, from_status, status, expires_at FROM updated
+SELECT id, subscriber_id, channel_id, from_status, status, expires_at FROM updated

@@ -1,19 +1,24 @@
 SELECT o.*, c.active, c.seat_limit, c.billing_period_days, s.telegram_user_id,
-                    p.kind AS plan_kind, p.period_days AS plan_period_days,
-                    p.recurring AS plan_recurring, p.active AS plan_active,
-                    ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = o.plan_id
-                          ORDER BY pc.channel_id) AS plan_channel_ids,
-                    (SELECT count(*) FROM memberships lm
-                     WHERE lm.subscriber_id = o.subscriber_id
-                       AND lm.channel_id = ANY (COALESCE(
-                           NULLIF(ARRAY(SELECT pc.channel_id FROM plan_channels pc
-                                        WHERE pc.plan_id = o.plan_id), '{}'::integer[]),
-                           ARRAY[o.channel_id]))
-                       AND lm.expires_at = 'infinity' AND lm.status <> 'expired') AS lifetime_channels
-             FROM (SELECT id, reference, subscriber_id, channel_id, amount_minor, currency, status, hold_until, invoice_link, superseded_at, created_at, paid_at, plan_id, list_price_minor, discount_minor, promo_code_id, promo_held_until, (SELECT pcode.code FROM promo_codes pcode WHERE pcode.id = promo_code_id) AS promo_code FROM orders WHERE id = $1 FOR UPDATE) AS o
-             LEFT JOIN LATERAL (SELECT pcl.id FROM promo_codes pcl WHERE pcl.id = o.promo_code_id
-                        FOR UPDATE) AS promo_lock ON true
-             JOIN channels c ON c.id = o.channel_id
-             JOIN subscribers s ON s.id = o.subscriber_id
-             JOIN plans p ON p.id = o.plan_id
-             FOR KEY SHARE OF c
+       p.kind AS plan_kind, p.period_days AS plan_period_days,
+       p.recurring AS plan_recurring, p.active AS plan_active,
+       ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = o.plan_id
+             ORDER BY pc.channel_id) AS plan_channel_ids,
+       (SELECT count(*) FROM memberships lm
+        WHERE lm.subscriber_id = o.subscriber_id
+          AND lm.channel_id = ANY (COALESCE(
+              NULLIF(ARRAY(SELECT pc.channel_id FROM plan_channels pc
+                           WHERE pc.plan_id = o.plan_id), '{}'::integer[]),
+              ARRAY[o.channel_id]))
+          AND lm.expires_at = 'infinity' AND lm.status <> 'expired') AS lifetime_channels
+FROM (SELECT id, reference, subscriber_id, channel_id, amount_minor, currency, status,
+             hold_until, invoice_link, superseded_at, created_at, paid_at, plan_id,
+             list_price_minor, discount_minor, promo_code_id, promo_held_until,
+             (SELECT pcode.code FROM promo_codes pcode WHERE pcode.id = promo_code_id)
+                 AS promo_code
+      FROM orders WHERE id = $1 FOR UPDATE) AS o
+LEFT JOIN LATERAL (SELECT pcl.id FROM promo_codes pcl WHERE pcl.id = o.promo_code_id
+                   FOR UPDATE) AS promo_lock ON true
+JOIN channels c ON c.id = o.channel_id
+JOIN subscribers s ON s.id = o.subscriber_id
+JOIN plans p ON p.id = o.plan_id
+FOR KEY SHARE OF c

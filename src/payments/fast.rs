@@ -343,7 +343,7 @@ mod tests {
     fn the_fast_write_extends_as_the_extension_does() {
         let extend = include_str!("../access/memberships/extend.sql");
         let start = extend.find("sub AS (").unwrap();
-        let end = extend.find("FOR KEY SHARE OF c\n             )").unwrap();
+        let end = extend.find("FOR KEY SHARE OF c\n)").unwrap();
         let ctes =
             extend[start..end].replace("AND (true)", "AND (EXISTS (SELECT 1 FROM inserted))");
         assert_eq!(

@@ -1,43 +1,48 @@
 WITH sub AS (
-                 SELECT id, telegram_user_id FROM subscribers WHERE id = $1 AND (true) FOR KEY SHARE
-             ), b AS (
-                 SELECT id, status, expires_at FROM memberships
-                 WHERE subscriber_id = $1 AND channel_id = $2
-             ), m AS (
-                 INSERT INTO memberships (subscriber_id, channel_id, status, expires_at)
-                 SELECT sub.id, $2, $4,
-                        CASE WHEN $3::integer IS NULL THEN 'infinity'::timestamptz
-                             ELSE GREATEST(statement_timestamp() + make_interval(days => $3),
-                                           $11::timestamptz) END
-                 FROM sub
-                 ON CONFLICT (subscriber_id, channel_id) DO UPDATE
-                 SET status = $4,
-                     expires_at = CASE WHEN $3::integer IS NULL THEN 'infinity'::timestamptz
-                                       ELSE GREATEST(GREATEST(memberships.expires_at, statement_timestamp())
-                                                     + make_interval(days => $3), $11::timestamptz) END,
-                     updated_at = statement_timestamp()
-                 RETURNING id, subscriber_id, channel_id, status, expires_at, created_at, updated_at
-             ), ev AS (
-                 INSERT INTO membership_events
-                     (membership_id, from_status, to_status, expires_at_before, expires_at_after, cause,
-                      payment_id)
-                 SELECT m.id, b.status, m.status, b.expires_at, m.expires_at, $5, $6
-                 FROM m LEFT JOIN b ON true
-                 RETURNING id, membership_id
-             ), fx AS (
-                 INSERT INTO effects (kind, membership_id, payment_id, chat_id, user_id, payload, dedupe_key)
-                 SELECT k.kind, m.id, $6, c.telegram_chat_id, sub.telegram_user_id, jsonb_build_object('expires_at', CASE WHEN isfinite(m.expires_at) THEN to_char((m.expires_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') ELSE (m.expires_at)::text END), (k.key_prefix) || ':' || (m.id) || ':ev' || (ev.id)
-                 FROM m
-                 JOIN ev ON ev.membership_id = m.id
-                 LEFT JOIN b ON true
-                 CROSS JOIN LATERAL (
-                     SELECT CASE WHEN b.status <> 'expired' THEN $7::text ELSE $8::text END,
-                            CASE WHEN b.status <> 'expired' THEN $9::text ELSE $10::text END
-                 ) AS k(kind, key_prefix)
-                 JOIN sub ON sub.id = m.subscriber_id
-                 JOIN channels c ON c.id = m.channel_id
-                 WHERE b.id IS NULL OR NOT (b.status <> 'expired') OR m.expires_at > b.expires_at
-                 FOR KEY SHARE OF c
-             )
-     SELECT m.*, ev.id AS event_id, b.status AS status_before, b.expires_at AS expires_at_before
-     FROM m JOIN ev ON ev.membership_id = m.id LEFT JOIN b ON true
+    SELECT id, telegram_user_id FROM subscribers WHERE id = $1 AND (true) FOR KEY SHARE
+), b AS (
+    SELECT id, status, expires_at FROM memberships
+    WHERE subscriber_id = $1 AND channel_id = $2
+), m AS (
+    INSERT INTO memberships (subscriber_id, channel_id, status, expires_at)
+    SELECT sub.id, $2, $4,
+           CASE WHEN $3::integer IS NULL THEN 'infinity'::timestamptz
+                ELSE GREATEST(statement_timestamp() + make_interval(days => $3),
+                              $11::timestamptz) END
+    FROM sub
+    ON CONFLICT (subscriber_id, channel_id) DO UPDATE
+    SET status = $4,
+        expires_at = CASE WHEN $3::integer IS NULL THEN 'infinity'::timestamptz
+                          ELSE GREATEST(GREATEST(memberships.expires_at, statement_timestamp())
+                                        + make_interval(days => $3), $11::timestamptz) END,
+        updated_at = statement_timestamp()
+    RETURNING id, subscriber_id, channel_id, status, expires_at, created_at, updated_at
+), ev AS (
+    INSERT INTO membership_events
+        (membership_id, from_status, to_status, expires_at_before, expires_at_after, cause,
+         payment_id)
+    SELECT m.id, b.status, m.status, b.expires_at, m.expires_at, $5, $6
+    FROM m LEFT JOIN b ON true
+    RETURNING id, membership_id
+), fx AS (
+    INSERT INTO effects (kind, membership_id, payment_id, chat_id, user_id, payload, dedupe_key)
+    SELECT k.kind, m.id, $6, c.telegram_chat_id, sub.telegram_user_id,
+           jsonb_build_object('expires_at',
+               CASE WHEN isfinite(m.expires_at)
+                    THEN to_char((m.expires_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+                    ELSE (m.expires_at)::text END),
+           (k.key_prefix) || ':' || (m.id) || ':ev' || (ev.id)
+    FROM m
+    JOIN ev ON ev.membership_id = m.id
+    LEFT JOIN b ON true
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN b.status <> 'expired' THEN $7::text ELSE $8::text END,
+               CASE WHEN b.status <> 'expired' THEN $9::text ELSE $10::text END
+    ) AS k(kind, key_prefix)
+    JOIN sub ON sub.id = m.subscriber_id
+    JOIN channels c ON c.id = m.channel_id
+    WHERE b.id IS NULL OR NOT (b.status <> 'expired') OR m.expires_at > b.expires_at
+    FOR KEY SHARE OF c
+)
+SELECT m.*, ev.id AS event_id, b.status AS status_before, b.expires_at AS expires_at_before
+FROM m JOIN ev ON ev.membership_id = m.id LEFT JOIN b ON true

@@ -539,18 +539,20 @@ mod tests {
     }
 
     /// The whole statements that write a grant or a receipt spell its payload and key as the
-    /// fragments do.
+    /// fragments do (laid out on lines of their own: compared word by word).
     #[test]
     fn the_extensions_spell_their_effect_as_the_fragments_do() {
+        let words = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+        let effect = words(concat!(
+            expiry_payload_sql!("m.expires_at"),
+            ", ",
+            transition_key_sql!("k.key_prefix", "m.id", "ev.id")
+        ));
         for extension in [
             include_str!("../../access/memberships/extend.sql"),
             include_str!("../../payments/fast_write.sql"),
         ] {
-            assert!(extension.contains(concat!(
-                expiry_payload_sql!("m.expires_at"),
-                ", ",
-                transition_key_sql!("k.key_prefix", "m.id", "ev.id")
-            )));
+            assert_eq!(words(extension).matches(&effect).count(), 1, "{extension}");
         }
     }
 
