@@ -82,7 +82,8 @@ pub struct Revenue {
     pub payments: i64,
 }
 
-// The statements below are whole `.sql` files. Their parts, spelled the same in each:
+// The statements below are whole `.sql` files. Their parts, spelled the same in each (the unit
+// tests at the end check the counts of members and the sums of revenue word for word):
 // - the series' intervals `starts` (`start`, `stop` exclusive), by UTC calendar arithmetic
 //   whatever the session's time zone: `$1` from, `$2` to, `$3` the interval's name;
 // - the outcomes that are revenue: `applied`, `refund_pending`, `refunded`, `refund_failed`
@@ -441,4 +442,88 @@ pub async fn summary(db: &StatsDb) -> Result<Summary, ApiError> {
         renewal_rate_30d: ratio(renewed, renewed + expired),
         at: now.try_get("at")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `sql` word by word.
+    fn words(sql: &str) -> String {
+        sql.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    /// The part of `sql` from `start` to the end of `end`, word by word, each bound of `bounds`
+    /// replaced by its placeholder (every bound must be there).
+    fn part(sql: &str, start: &str, end: &str, bounds: &[(&str, &str)]) -> String {
+        let sql = words(sql);
+        let from = sql.find(start).expect("the part's start");
+        let to = from + sql[from..].find(end).expect("the part's end") + end.len();
+        let mut part = sql[from..to].to_string();
+        for (bound, placeholder) in bounds {
+            assert!(part.contains(bound), "{bound} in {part}");
+            part = part.replace(bound, placeholder);
+        }
+        part
+    }
+
+    const OPEN_DAY: &str = "(((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date::timestamp AT TIME ZONE 'UTC')";
+    const ROLL_FROM: &str =
+        "((SELECT min(d) FROM unnest($1::date[]) d)::timestamp AT TIME ZONE 'UTC')";
+    const ROLL_TO: &str =
+        "(((SELECT max(d) FROM unnest($1::date[]) d) + 1)::timestamp AT TIME ZONE 'UTC')";
+
+    /// The members of a range of days are counted alike by the roll-up, the series and the
+    /// summary: the statements differ only in the range.
+    #[test]
+    fn every_statement_counts_the_members_of_a_range_alike() {
+        let (start, end) = (
+            "SELECT day, channel_id, sum(new)::bigint AS new",
+            "GROUP BY day, channel_id",
+        );
+        let series_from = format!("greatest((SELECT first FROM bounds), {OPEN_DAY})");
+        let rolled = part(
+            ROLL_UP_MEMBERS_SQL,
+            start,
+            end,
+            &[(ROLL_FROM, "<from>"), (ROLL_TO, "<to>")],
+        );
+        let series = part(
+            MEMBERS_SQL,
+            start,
+            end,
+            &[(&series_from, "<from>"), ("'infinity'", "<to>")],
+        );
+        let summary = part(
+            LAST_30_DAYS_SQL,
+            start,
+            end,
+            &[(OPEN_DAY, "<from>"), ("'infinity'", "<to>")],
+        );
+        assert_eq!(series, rolled);
+        assert_eq!(summary, rolled);
+    }
+
+    /// The revenue of a range of days is summed alike by the roll-up and the series.
+    #[test]
+    fn every_statement_sums_the_revenue_of_a_range_alike() {
+        let (start, end) = (
+            "SELECT (paid_at AT TIME ZONE 'UTC')::date AS day, currency",
+            "GROUP BY 1, 2",
+        );
+        let series_from = format!("greatest((SELECT first FROM bounds), {OPEN_DAY})");
+        let rolled = part(
+            ROLL_UP_REVENUE_SQL,
+            start,
+            end,
+            &[(ROLL_FROM, "<from>"), (ROLL_TO, "<to>")],
+        );
+        let series = part(
+            REVENUE_SQL,
+            start,
+            end,
+            &[(&series_from, "<from>"), ("paid_at < $2", "paid_at < <to>")],
+        );
+        assert_eq!(series, rolled);
+    }
 }
