@@ -1763,53 +1763,67 @@ INSERT INTO star_subscriptions (order_id, subscriber_id, channel_id, charge_id, 
 
 -- statement
 INSERT INTO stats_member_days (day, channel_id, new, renewed, expired, delta,
-                                            trials_started, trials_converted)
-             SELECT * FROM (SELECT day, channel_id, sum(new)::bigint AS new, sum(renewed)::bigint AS renewed,
-                sum(expired)::bigint AS expired, sum(delta)::bigint AS delta,
-                sum(trials)::bigint AS trials_started, sum(conversions)::bigint AS trials_converted
-         FROM (
-             SELECT (e.at AT TIME ZONE 'UTC')::date AS day, m.channel_id,
-                    count(*) FILTER (WHERE e.from_status IS NULL) AS new,
-                    count(*) FILTER (WHERE e.cause = 'payment' AND e.from_status IS NOT NULL)
-                        AS renewed,
-                    count(*) FILTER (WHERE e.to_status = 'expired'
-                                       AND e.from_status IS DISTINCT FROM 'expired') AS expired,
-                    sum((CASE WHEN e.to_status <> 'expired' THEN 1 ELSE 0 END
-     - CASE WHEN e.from_status IS NOT NULL AND e.from_status <> 'expired' THEN 1 ELSE 0 END)) AS delta, 0 AS trials, 0 AS conversions
-             FROM membership_events e JOIN memberships m ON m.id = e.membership_id
-             WHERE e.at >= ((SELECT min(d) FROM unnest($1::date[]) d)::timestamp AT TIME ZONE 'UTC') AND e.at < (((SELECT max(d) FROM unnest($1::date[]) d) + 1)::timestamp AT TIME ZONE 'UTC')
-             GROUP BY 1, 2
-             UNION ALL
-             SELECT (created_at AT TIME ZONE 'UTC')::date, channel_id, 0, 0, 0, 0, count(*), 0
-             FROM trial_uses WHERE created_at >= ((SELECT min(d) FROM unnest($1::date[]) d)::timestamp AT TIME ZONE 'UTC') AND created_at < (((SELECT max(d) FROM unnest($1::date[]) d) + 1)::timestamp AT TIME ZONE 'UTC')
-             GROUP BY 1, 2
-             UNION ALL
-             SELECT (p.paid_at AT TIME ZONE 'UTC')::date, p.channel_id, 0, 0, 0, 0, 0, count(*)
-             FROM payments p
-             JOIN trial_uses t ON t.subscriber_id = p.subscriber_id
-                              AND t.channel_id = p.channel_id AND t.created_at < p.paid_at
-             WHERE p.paid_at >= ((SELECT min(d) FROM unnest($1::date[]) d)::timestamp AT TIME ZONE 'UTC') AND p.paid_at < (((SELECT max(d) FROM unnest($1::date[]) d) + 1)::timestamp AT TIME ZONE 'UTC')
-               AND p.outcome = 'applied' AND p.amount_minor > 0
-               AND NOT EXISTS (
-                   SELECT 1 FROM payments q
-                   WHERE q.subscriber_id = p.subscriber_id AND q.channel_id = p.channel_id
-                     AND q.outcome = 'applied' AND q.amount_minor > 0
-                     AND q.paid_at > t.created_at
-                     AND (q.paid_at, q.id) < (p.paid_at, p.id))
-             GROUP BY 1, 2
-         ) x
-         GROUP BY day, channel_id) m WHERE day = ANY($1)
+                               trials_started, trials_converted)
+SELECT * FROM (
+    SELECT day, channel_id, sum(new)::bigint AS new, sum(renewed)::bigint AS renewed,
+           sum(expired)::bigint AS expired, sum(delta)::bigint AS delta,
+           sum(trials)::bigint AS trials_started, sum(conversions)::bigint AS trials_converted
+    FROM (
+        SELECT (e.at AT TIME ZONE 'UTC')::date AS day, m.channel_id,
+               count(*) FILTER (WHERE e.from_status IS NULL) AS new,
+               count(*) FILTER (WHERE e.cause = 'payment' AND e.from_status IS NOT NULL)
+                   AS renewed,
+               count(*) FILTER (WHERE e.to_status = 'expired'
+                                  AND e.from_status IS DISTINCT FROM 'expired') AS expired,
+               sum((CASE WHEN e.to_status <> 'expired' THEN 1 ELSE 0 END
+                    - CASE WHEN e.from_status IS NOT NULL AND e.from_status <> 'expired' THEN 1 ELSE 0 END))
+                   AS delta,
+               0 AS trials, 0 AS conversions
+        FROM membership_events e JOIN memberships m ON m.id = e.membership_id
+        WHERE e.at >= ((SELECT min(d) FROM unnest($1::date[]) d)::timestamp AT TIME ZONE 'UTC')
+          AND e.at < (((SELECT max(d) FROM unnest($1::date[]) d) + 1)::timestamp AT TIME ZONE 'UTC')
+        GROUP BY 1, 2
+        UNION ALL
+        SELECT (created_at AT TIME ZONE 'UTC')::date, channel_id, 0, 0, 0, 0, count(*), 0
+        FROM trial_uses
+        WHERE created_at >= ((SELECT min(d) FROM unnest($1::date[]) d)::timestamp AT TIME ZONE 'UTC')
+          AND created_at < (((SELECT max(d) FROM unnest($1::date[]) d) + 1)::timestamp AT TIME ZONE 'UTC')
+        GROUP BY 1, 2
+        UNION ALL
+        SELECT (p.paid_at AT TIME ZONE 'UTC')::date, p.channel_id, 0, 0, 0, 0, 0, count(*)
+        FROM payments p
+        JOIN trial_uses t ON t.subscriber_id = p.subscriber_id
+                         AND t.channel_id = p.channel_id AND t.created_at < p.paid_at
+        WHERE p.paid_at >= ((SELECT min(d) FROM unnest($1::date[]) d)::timestamp AT TIME ZONE 'UTC')
+          AND p.paid_at < (((SELECT max(d) FROM unnest($1::date[]) d) + 1)::timestamp AT TIME ZONE 'UTC')
+          AND p.outcome = 'applied' AND p.amount_minor > 0
+          AND NOT EXISTS (
+              SELECT 1 FROM payments q
+              WHERE q.subscriber_id = p.subscriber_id AND q.channel_id = p.channel_id
+                AND q.outcome = 'applied' AND q.amount_minor > 0
+                AND q.paid_at > t.created_at
+                AND (q.paid_at, q.id) < (p.paid_at, p.id))
+        GROUP BY 1, 2
+    ) x
+    GROUP BY day, channel_id
+) m WHERE day = ANY($1)
+
 
 -- statement
 INSERT INTO stats_revenue_days (day, currency, gross, refunded, payments)
-             SELECT * FROM (SELECT (paid_at AT TIME ZONE 'UTC')::date AS day, currency,
-                sum(amount_minor) AS gross,
-                coalesce(sum(amount_minor) FILTER (WHERE outcome IN ('refunded', 'disputed')), 0)
-                    AS refunded,
-                count(*) AS payments
-         FROM payments
-         WHERE paid_at >= ((SELECT min(d) FROM unnest($1::date[]) d)::timestamp AT TIME ZONE 'UTC') AND paid_at < (((SELECT max(d) FROM unnest($1::date[]) d) + 1)::timestamp AT TIME ZONE 'UTC') AND outcome IN ('applied', 'refund_pending', 'refunded', 'refund_failed', 'disputed')
-         GROUP BY 1, 2) r WHERE day = ANY($1)
+SELECT * FROM (
+    SELECT (paid_at AT TIME ZONE 'UTC')::date AS day, currency,
+           sum(amount_minor) AS gross,
+           coalesce(sum(amount_minor) FILTER (WHERE outcome IN ('refunded', 'disputed')), 0)
+               AS refunded,
+           count(*) AS payments
+    FROM payments
+    WHERE paid_at >= ((SELECT min(d) FROM unnest($1::date[]) d)::timestamp AT TIME ZONE 'UTC')
+      AND paid_at < (((SELECT max(d) FROM unnest($1::date[]) d) + 1)::timestamp AT TIME ZONE 'UTC')
+      AND outcome IN ('applied', 'refund_pending', 'refunded', 'refund_failed', 'disputed')
+    GROUP BY 1, 2
+) r WHERE day = ANY($1)
+
 
 -- statement
 INSERT INTO stats_rolled_days (day) SELECT unnest($1::date[])
@@ -2541,38 +2555,45 @@ SELECT next_offset, last_run_at, statement_timestamp() AS now FROM star_reconcil
 
 -- statement
 SELECT o.*, c.active, c.seat_limit, c.billing_period_days, s.telegram_user_id,
-                    p.kind AS plan_kind, p.period_days AS plan_period_days,
-                    p.recurring AS plan_recurring, p.active AS plan_active,
-                    ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = o.plan_id
-                          ORDER BY pc.channel_id) AS plan_channel_ids,
-                    (SELECT count(*) FROM memberships lm
-                     WHERE lm.subscriber_id = o.subscriber_id
-                       AND lm.channel_id = ANY (COALESCE(
-                           NULLIF(ARRAY(SELECT pc.channel_id FROM plan_channels pc
-                                        WHERE pc.plan_id = o.plan_id), '{}'::integer[]),
-                           ARRAY[o.channel_id]))
-                       AND lm.expires_at = 'infinity' AND lm.status <> 'expired') AS lifetime_channels
-             FROM (SELECT id, reference, subscriber_id, channel_id, amount_minor, currency, status, hold_until, invoice_link, superseded_at, created_at, paid_at, plan_id, list_price_minor, discount_minor, promo_code_id, promo_held_until, (SELECT pcode.code FROM promo_codes pcode WHERE pcode.id = promo_code_id) AS promo_code FROM orders WHERE id = $1 FOR UPDATE) AS o
-             LEFT JOIN LATERAL (SELECT pcl.id FROM promo_codes pcl WHERE pcl.id = o.promo_code_id
-                        FOR UPDATE) AS promo_lock ON true
-             JOIN channels c ON c.id = o.channel_id
-             JOIN subscribers s ON s.id = o.subscriber_id
-             JOIN plans p ON p.id = o.plan_id
-             FOR KEY SHARE OF c
+       p.kind AS plan_kind, p.period_days AS plan_period_days,
+       p.recurring AS plan_recurring, p.active AS plan_active,
+       ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = o.plan_id
+             ORDER BY pc.channel_id) AS plan_channel_ids,
+       (SELECT count(*) FROM memberships lm
+        WHERE lm.subscriber_id = o.subscriber_id
+          AND lm.channel_id = ANY (COALESCE(
+              NULLIF(ARRAY(SELECT pc.channel_id FROM plan_channels pc
+                           WHERE pc.plan_id = o.plan_id), '{}'::integer[]),
+              ARRAY[o.channel_id]))
+          AND lm.expires_at = 'infinity' AND lm.status <> 'expired') AS lifetime_channels
+FROM (SELECT id, reference, subscriber_id, channel_id, amount_minor, currency, status,
+             hold_until, invoice_link, superseded_at, created_at, paid_at, plan_id,
+             list_price_minor, discount_minor, promo_code_id, promo_held_until,
+             (SELECT pcode.code FROM promo_codes pcode WHERE pcode.id = promo_code_id)
+                 AS promo_code
+      FROM orders WHERE id = $1 FOR UPDATE) AS o
+LEFT JOIN LATERAL (SELECT pcl.id FROM promo_codes pcl WHERE pcl.id = o.promo_code_id
+                   FOR UPDATE) AS promo_lock ON true
+JOIN channels c ON c.id = o.channel_id
+JOIN subscribers s ON s.id = o.subscriber_id
+JOIN plans p ON p.id = o.plan_id
+FOR KEY SHARE OF c
+
 
 -- statement
 SELECT o.*, c.active, c.seat_limit, c.billing_period_days, s.telegram_user_id,
-                    p.kind AS plan_kind, p.period_days AS plan_period_days,
-                    p.recurring AS plan_recurring, p.active AS plan_active,
-                    ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = o.plan_id
-                          ORDER BY pc.channel_id) AS plan_channel_ids,
-                    (SELECT count(*) FROM memberships lm
-                     WHERE lm.subscriber_id = o.subscriber_id
-                       AND lm.channel_id = ANY (COALESCE(
-                           NULLIF(ARRAY(SELECT pc.channel_id FROM plan_channels pc
-                                        WHERE pc.plan_id = o.plan_id), '{}'::integer[]),
-                           ARRAY[o.channel_id]))
-                       AND lm.expires_at = 'infinity' AND lm.status <> 'expired') AS lifetime_channels, o.row_version AS order_version, c.xmin::text AS channel_version,
+       p.kind AS plan_kind, p.period_days AS plan_period_days,
+       p.recurring AS plan_recurring, p.active AS plan_active,
+       ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = o.plan_id
+             ORDER BY pc.channel_id) AS plan_channel_ids,
+       (SELECT count(*) FROM memberships lm
+        WHERE lm.subscriber_id = o.subscriber_id
+          AND lm.channel_id = ANY (COALESCE(
+              NULLIF(ARRAY(SELECT pc.channel_id FROM plan_channels pc
+                           WHERE pc.plan_id = o.plan_id), '{}'::integer[]),
+              ARRAY[o.channel_id]))
+          AND lm.expires_at = 'infinity' AND lm.status <> 'expired') AS lifetime_channels,
+       o.row_version AS order_version, c.xmin::text AS channel_version,
        p.xmin::text AS plan_version,
        (SELECT pm.xmin::text FROM memberships pm
         WHERE pm.subscriber_id = o.subscriber_id AND pm.channel_id = o.channel_id)
@@ -2580,13 +2601,19 @@ SELECT o.*, c.active, c.seat_limit, c.billing_period_days, s.telegram_user_id,
        st.stored,
        CASE WHEN st.stored THEN NULL
             ELSE nextval(pg_get_serial_sequence('payments', 'id')) END AS new_payment_id
-             FROM (SELECT id, reference, subscriber_id, channel_id, amount_minor, currency, status, hold_until, invoice_link, superseded_at, created_at, paid_at, plan_id, list_price_minor, discount_minor, promo_code_id, promo_held_until, (SELECT pcode.code FROM promo_codes pcode WHERE pcode.id = promo_code_id) AS promo_code, xmin::text AS row_version FROM orders WHERE reference = $1) AS o
-             CROSS JOIN (SELECT EXISTS (SELECT 1 FROM payments sp
-                                WHERE sp.gateway = $2 AND sp.external_id = $3) AS stored) AS st
-             JOIN channels c ON c.id = o.channel_id
-             JOIN subscribers s ON s.id = o.subscriber_id
-             JOIN plans p ON p.id = o.plan_id
-             
+FROM (SELECT id, reference, subscriber_id, channel_id, amount_minor, currency, status,
+             hold_until, invoice_link, superseded_at, created_at, paid_at, plan_id,
+             list_price_minor, discount_minor, promo_code_id, promo_held_until,
+             (SELECT pcode.code FROM promo_codes pcode WHERE pcode.id = promo_code_id)
+                 AS promo_code,
+             xmin::text AS row_version
+      FROM orders WHERE reference = $1) AS o
+CROSS JOIN (SELECT EXISTS (SELECT 1 FROM payments sp
+                           WHERE sp.gateway = $2 AND sp.external_id = $3) AS stored) AS st
+JOIN channels c ON c.id = o.channel_id
+JOIN subscribers s ON s.id = o.subscriber_id
+JOIN plans p ON p.id = o.plan_id
+
 
 -- statement
 SELECT o.amount_minor, o.list_price_minor, o.currency, o.channel_id,
@@ -3215,49 +3242,59 @@ WITH d AS (
 
 -- statement
 WITH days AS (
-             SELECT delta, renewed, expired FROM stats_member_days
-             WHERE day >= ((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date - 30 AND day < ((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date
-             UNION ALL
-             SELECT delta, renewed, expired FROM (SELECT day, channel_id, sum(new)::bigint AS new, sum(renewed)::bigint AS renewed,
-                sum(expired)::bigint AS expired, sum(delta)::bigint AS delta,
-                sum(trials)::bigint AS trials_started, sum(conversions)::bigint AS trials_converted
-         FROM (
-             SELECT (e.at AT TIME ZONE 'UTC')::date AS day, m.channel_id,
-                    count(*) FILTER (WHERE e.from_status IS NULL) AS new,
-                    count(*) FILTER (WHERE e.cause = 'payment' AND e.from_status IS NOT NULL)
-                        AS renewed,
-                    count(*) FILTER (WHERE e.to_status = 'expired'
-                                       AND e.from_status IS DISTINCT FROM 'expired') AS expired,
-                    sum((CASE WHEN e.to_status <> 'expired' THEN 1 ELSE 0 END
-     - CASE WHEN e.from_status IS NOT NULL AND e.from_status <> 'expired' THEN 1 ELSE 0 END)) AS delta, 0 AS trials, 0 AS conversions
-             FROM membership_events e JOIN memberships m ON m.id = e.membership_id
-             WHERE e.at >= (((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date::timestamp AT TIME ZONE 'UTC') AND e.at < 'infinity'
-             GROUP BY 1, 2
-             UNION ALL
-             SELECT (created_at AT TIME ZONE 'UTC')::date, channel_id, 0, 0, 0, 0, count(*), 0
-             FROM trial_uses WHERE created_at >= (((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date::timestamp AT TIME ZONE 'UTC') AND created_at < 'infinity'
-             GROUP BY 1, 2
-             UNION ALL
-             SELECT (p.paid_at AT TIME ZONE 'UTC')::date, p.channel_id, 0, 0, 0, 0, 0, count(*)
-             FROM payments p
-             JOIN trial_uses t ON t.subscriber_id = p.subscriber_id
-                              AND t.channel_id = p.channel_id AND t.created_at < p.paid_at
-             WHERE p.paid_at >= (((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date::timestamp AT TIME ZONE 'UTC') AND p.paid_at < 'infinity'
-               AND p.outcome = 'applied' AND p.amount_minor > 0
-               AND NOT EXISTS (
-                   SELECT 1 FROM payments q
-                   WHERE q.subscriber_id = p.subscriber_id AND q.channel_id = p.channel_id
-                     AND q.outcome = 'applied' AND q.amount_minor > 0
-                     AND q.paid_at > t.created_at
-                     AND (q.paid_at, q.id) < (p.paid_at, p.id))
-             GROUP BY 1, 2
-         ) x
-         GROUP BY day, channel_id) raw
-         )
-         SELECT coalesce(sum(delta), 0)::bigint AS delta,
-                coalesce(sum(renewed), 0)::bigint AS renewed,
-                coalesce(sum(expired), 0)::bigint AS expired
-         FROM days
+    SELECT delta, renewed, expired FROM stats_member_days
+    WHERE day >= ((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date - 30
+      AND day < ((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date
+    UNION ALL
+    SELECT delta, renewed, expired FROM (
+        SELECT day, channel_id, sum(new)::bigint AS new, sum(renewed)::bigint AS renewed,
+               sum(expired)::bigint AS expired, sum(delta)::bigint AS delta,
+               sum(trials)::bigint AS trials_started, sum(conversions)::bigint AS trials_converted
+        FROM (
+            SELECT (e.at AT TIME ZONE 'UTC')::date AS day, m.channel_id,
+                   count(*) FILTER (WHERE e.from_status IS NULL) AS new,
+                   count(*) FILTER (WHERE e.cause = 'payment' AND e.from_status IS NOT NULL)
+                       AS renewed,
+                   count(*) FILTER (WHERE e.to_status = 'expired'
+                                      AND e.from_status IS DISTINCT FROM 'expired') AS expired,
+                   sum((CASE WHEN e.to_status <> 'expired' THEN 1 ELSE 0 END
+                        - CASE WHEN e.from_status IS NOT NULL AND e.from_status <> 'expired' THEN 1 ELSE 0 END))
+                       AS delta,
+                   0 AS trials, 0 AS conversions
+            FROM membership_events e JOIN memberships m ON m.id = e.membership_id
+            WHERE e.at >= (((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date::timestamp AT TIME ZONE 'UTC')
+              AND e.at < 'infinity'
+            GROUP BY 1, 2
+            UNION ALL
+            SELECT (created_at AT TIME ZONE 'UTC')::date, channel_id, 0, 0, 0, 0, count(*), 0
+            FROM trial_uses
+            WHERE created_at >= (((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date::timestamp AT TIME ZONE 'UTC')
+              AND created_at < 'infinity'
+            GROUP BY 1, 2
+            UNION ALL
+            SELECT (p.paid_at AT TIME ZONE 'UTC')::date, p.channel_id, 0, 0, 0, 0, 0, count(*)
+            FROM payments p
+            JOIN trial_uses t ON t.subscriber_id = p.subscriber_id
+                             AND t.channel_id = p.channel_id AND t.created_at < p.paid_at
+            WHERE p.paid_at >= (((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date::timestamp AT TIME ZONE 'UTC')
+              AND p.paid_at < 'infinity'
+              AND p.outcome = 'applied' AND p.amount_minor > 0
+              AND NOT EXISTS (
+                  SELECT 1 FROM payments q
+                  WHERE q.subscriber_id = p.subscriber_id AND q.channel_id = p.channel_id
+                    AND q.outcome = 'applied' AND q.amount_minor > 0
+                    AND q.paid_at > t.created_at
+                    AND (q.paid_at, q.id) < (p.paid_at, p.id))
+            GROUP BY 1, 2
+        ) x
+        GROUP BY day, channel_id
+    ) raw
+)
+SELECT coalesce(sum(delta), 0)::bigint AS delta,
+       coalesce(sum(renewed), 0)::bigint AS renewed,
+       coalesce(sum(expired), 0)::bigint AS expired
+FROM days
+
 
 -- statement
 WITH floor AS (
@@ -3274,96 +3311,118 @@ WITH floor AS (
 
 -- statement
 WITH fresh AS (
-         SELECT o.id
-         FROM (SELECT id FROM orders WHERE id = $15 AND xmin::text = $20 FOR UPDATE) AS o
-         JOIN channels c ON c.id = $2 AND c.xmin::text = $21
-         WHERE EXISTS (SELECT 1 FROM plans p WHERE p.id = $22 AND p.xmin::text = $23)
-           AND (SELECT pm.xmin::text FROM memberships pm
-                WHERE pm.subscriber_id = $1 AND pm.channel_id = $2)
-               IS NOT DISTINCT FROM $24::text
-         FOR KEY SHARE OF c
-     ), inserted AS (
-         INSERT INTO payments (id, gateway, external_id, order_reference, order_id, subscriber_id, channel_id, payer, amount_minor, currency, paid_at, outcome, reason, renewal, subscription_expires_at)
-         OVERRIDING SYSTEM VALUE
-         SELECT $6, $12, $13, $14, fresh.id, $1, $2, NULL, $16, $17,
-                LEAST($18::timestamptz, statement_timestamp()), $19, NULL, false, NULL
-         FROM fresh
-         ON CONFLICT (gateway, external_id) DO NOTHING
-         RETURNING id, order_id, paid_at, created_at
-     ), to_mark AS (SELECT order_id, paid_at FROM inserted), paid AS (
+    SELECT o.id
+    FROM (SELECT id FROM orders WHERE id = $15 AND xmin::text = $20 FOR UPDATE) AS o
+    JOIN channels c ON c.id = $2 AND c.xmin::text = $21
+    WHERE EXISTS (SELECT 1 FROM plans p WHERE p.id = $22 AND p.xmin::text = $23)
+      AND (SELECT pm.xmin::text FROM memberships pm
+           WHERE pm.subscriber_id = $1 AND pm.channel_id = $2)
+          IS NOT DISTINCT FROM $24::text
+    FOR KEY SHARE OF c
+), inserted AS (
+    INSERT INTO payments (id, gateway, external_id, order_reference, order_id, subscriber_id,
+                          channel_id, payer, amount_minor, currency, paid_at, outcome, reason,
+                          renewal, subscription_expires_at)
+    OVERRIDING SYSTEM VALUE
+    SELECT $6, $12, $13, $14, fresh.id, $1, $2, NULL, $16, $17,
+           LEAST($18::timestamptz, statement_timestamp()), $19, NULL, false, NULL
+    FROM fresh
+    ON CONFLICT (gateway, external_id) DO NOTHING
+    RETURNING id, order_id, paid_at, created_at
+), to_mark AS (SELECT order_id, paid_at FROM inserted), paid AS (
     UPDATE orders o SET status = 'paid', paid_at = m.paid_at, promo_held_until = NULL
     FROM to_mark m WHERE o.id = m.order_id
 ), sub AS (
-                 SELECT id, telegram_user_id FROM subscribers WHERE id = $1 AND (EXISTS (SELECT 1 FROM inserted)) FOR KEY SHARE
-             ), b AS (
-                 SELECT id, status, expires_at FROM memberships
-                 WHERE subscriber_id = $1 AND channel_id = $2
-             ), m AS (
-                 INSERT INTO memberships (subscriber_id, channel_id, status, expires_at)
-                 SELECT sub.id, $2, $4,
-                        CASE WHEN $3::integer IS NULL THEN 'infinity'::timestamptz
-                             ELSE GREATEST(statement_timestamp() + make_interval(days => $3),
-                                           $11::timestamptz) END
-                 FROM sub
-                 ON CONFLICT (subscriber_id, channel_id) DO UPDATE
-                 SET status = $4,
-                     expires_at = CASE WHEN $3::integer IS NULL THEN 'infinity'::timestamptz
-                                       ELSE GREATEST(GREATEST(memberships.expires_at, statement_timestamp())
-                                                     + make_interval(days => $3), $11::timestamptz) END,
-                     updated_at = statement_timestamp()
-                 RETURNING id, subscriber_id, channel_id, status, expires_at, created_at, updated_at
-             ), ev AS (
-                 INSERT INTO membership_events
-                     (membership_id, from_status, to_status, expires_at_before, expires_at_after, cause,
-                      payment_id)
-                 SELECT m.id, b.status, m.status, b.expires_at, m.expires_at, $5, $6
-                 FROM m LEFT JOIN b ON true
-                 RETURNING id, membership_id
-             ), fx AS (
-                 INSERT INTO effects (kind, membership_id, payment_id, chat_id, user_id, payload, dedupe_key)
-                 SELECT k.kind, m.id, $6, c.telegram_chat_id, sub.telegram_user_id, jsonb_build_object('expires_at', CASE WHEN isfinite(m.expires_at) THEN to_char((m.expires_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') ELSE (m.expires_at)::text END), (k.key_prefix) || ':' || (m.id) || ':ev' || (ev.id)
-                 FROM m
-                 JOIN ev ON ev.membership_id = m.id
-                 LEFT JOIN b ON true
-                 CROSS JOIN LATERAL (
-                     SELECT CASE WHEN b.status <> 'expired' THEN $7::text ELSE $8::text END,
-                            CASE WHEN b.status <> 'expired' THEN $9::text ELSE $10::text END
-                 ) AS k(kind, key_prefix)
-                 JOIN sub ON sub.id = m.subscriber_id
-                 JOIN channels c ON c.id = m.channel_id
-                 WHERE b.id IS NULL OR NOT (b.status <> 'expired') OR m.expires_at > b.expires_at
-                 FOR KEY SHARE OF c
-             )
-     SELECT m.*, i.paid_at AS payment_paid_at, i.created_at AS payment_created_at
-     FROM inserted i CROSS JOIN m
+    SELECT id, telegram_user_id FROM subscribers WHERE id = $1 AND (EXISTS (SELECT 1 FROM inserted)) FOR KEY SHARE
+), b AS (
+    SELECT id, status, expires_at FROM memberships
+    WHERE subscriber_id = $1 AND channel_id = $2
+), m AS (
+    INSERT INTO memberships (subscriber_id, channel_id, status, expires_at)
+    SELECT sub.id, $2, $4,
+           CASE WHEN $3::integer IS NULL THEN 'infinity'::timestamptz
+                ELSE GREATEST(statement_timestamp() + make_interval(days => $3),
+                              $11::timestamptz) END
+    FROM sub
+    ON CONFLICT (subscriber_id, channel_id) DO UPDATE
+    SET status = $4,
+        expires_at = CASE WHEN $3::integer IS NULL THEN 'infinity'::timestamptz
+                          ELSE GREATEST(GREATEST(memberships.expires_at, statement_timestamp())
+                                        + make_interval(days => $3), $11::timestamptz) END,
+        updated_at = statement_timestamp()
+    RETURNING id, subscriber_id, channel_id, status, expires_at, created_at, updated_at
+), ev AS (
+    INSERT INTO membership_events
+        (membership_id, from_status, to_status, expires_at_before, expires_at_after, cause,
+         payment_id)
+    SELECT m.id, b.status, m.status, b.expires_at, m.expires_at, $5, $6
+    FROM m LEFT JOIN b ON true
+    RETURNING id, membership_id
+), fx AS (
+    INSERT INTO effects (kind, membership_id, payment_id, chat_id, user_id, payload, dedupe_key)
+    SELECT k.kind, m.id, $6, c.telegram_chat_id, sub.telegram_user_id,
+           jsonb_build_object('expires_at',
+               CASE WHEN isfinite(m.expires_at)
+                    THEN to_char((m.expires_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+                    ELSE (m.expires_at)::text END),
+           (k.key_prefix) || ':' || (m.id) || ':ev' || (ev.id)
+    FROM m
+    JOIN ev ON ev.membership_id = m.id
+    LEFT JOIN b ON true
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN b.status <> 'expired' THEN $7::text ELSE $8::text END,
+               CASE WHEN b.status <> 'expired' THEN $9::text ELSE $10::text END
+    ) AS k(kind, key_prefix)
+    JOIN sub ON sub.id = m.subscriber_id
+    JOIN channels c ON c.id = m.channel_id
+    WHERE b.id IS NULL OR NOT (b.status <> 'expired') OR m.expires_at > b.expires_at
+    FOR KEY SHARE OF c
+)
+SELECT m.*, i.paid_at AS payment_paid_at, i.created_at AS payment_created_at
+FROM inserted i CROSS JOIN m
+
 
 -- statement
 WITH gone AS (
-         DELETE FROM memberships WHERE id = $1
-         RETURNING id, subscriber_id, channel_id, status, expires_at
-     ), deleted_revokes AS (
+    DELETE FROM memberships WHERE id = $1
+    RETURNING id, subscriber_id, channel_id, status, expires_at
+), deleted_revokes AS (
     INSERT INTO effects (kind, chat_id, user_id, payload, dedupe_key)
-    SELECT 'revoke', c.telegram_chat_id, s.telegram_user_id, jsonb_build_object('membership_id', g.id, 'deleted', true, 'expires_at', CASE WHEN isfinite(g.expires_at) THEN to_char((g.expires_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') ELSE (g.expires_at)::text END), 'revoke:' || (g.id) || ':deleted'
+    SELECT 'revoke', c.telegram_chat_id, s.telegram_user_id,
+           jsonb_build_object('membership_id', g.id, 'deleted', true, 'expires_at',
+               CASE WHEN isfinite(g.expires_at)
+                    THEN to_char((g.expires_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+                    ELSE (g.expires_at)::text END),
+           'revoke:' || (g.id) || ':deleted'
     FROM gone g
     JOIN subscribers s ON s.id = g.subscriber_id
     JOIN channels c ON c.id = g.channel_id
     WHERE g.status IN ('active', 'grace')
     ORDER BY g.id
-) SELECT count(*) AS deleted FROM gone
+)
+SELECT count(*) AS deleted FROM gone
+
 
 -- statement
 WITH gone AS (
-         DELETE FROM memberships WHERE subscriber_id = $1
-         RETURNING id, subscriber_id, channel_id, status, expires_at
-     ), deleted_revokes AS (
+    DELETE FROM memberships WHERE subscriber_id = $1
+    RETURNING id, subscriber_id, channel_id, status, expires_at
+), deleted_revokes AS (
     INSERT INTO effects (kind, chat_id, user_id, payload, dedupe_key)
-    SELECT 'revoke', c.telegram_chat_id, s.telegram_user_id, jsonb_build_object('membership_id', g.id, 'deleted', true, 'expires_at', CASE WHEN isfinite(g.expires_at) THEN to_char((g.expires_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') ELSE (g.expires_at)::text END), 'revoke:' || (g.id) || ':deleted'
+    SELECT 'revoke', c.telegram_chat_id, s.telegram_user_id,
+           jsonb_build_object('membership_id', g.id, 'deleted', true, 'expires_at',
+               CASE WHEN isfinite(g.expires_at)
+                    THEN to_char((g.expires_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+                    ELSE (g.expires_at)::text END),
+           'revoke:' || (g.id) || ':deleted'
     FROM gone g
     JOIN subscribers s ON s.id = g.subscriber_id
     JOIN channels c ON c.id = g.channel_id
     WHERE g.status IN ('active', 'grace')
     ORDER BY g.id
-) SELECT count(*) AS deleted FROM gone
+)
+SELECT count(*) AS deleted FROM gone
+
 
 -- statement
 WITH inserted AS (
@@ -3558,135 +3617,148 @@ WITH stale AS (
 
 -- statement
 WITH starts AS (
-         SELECT s AT TIME ZONE 'UTC' AS start,
-                (s + ('1 ' || $3)::interval) AT TIME ZONE 'UTC' AS stop
-         FROM generate_series(date_trunc($3, $1::timestamptz AT TIME ZONE 'UTC'),
-                              $2::timestamptz AT TIME ZONE 'UTC' - interval '1 microsecond',
-                              ('1 ' || $3)::interval) AS s
-     ),
-         bounds AS (SELECT min(start) AS first FROM starts),
-         days AS (
-             SELECT day, currency, gross, refunded, payments FROM stats_revenue_days
-             WHERE day >= ((SELECT first FROM bounds) AT TIME ZONE 'UTC')::date
-               AND day < ((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date
-             UNION ALL
-             SELECT (paid_at AT TIME ZONE 'UTC')::date AS day, currency,
-                sum(amount_minor) AS gross,
-                coalesce(sum(amount_minor) FILTER (WHERE outcome IN ('refunded', 'disputed')), 0)
-                    AS refunded,
-                count(*) AS payments
-         FROM payments
-         WHERE paid_at >= greatest((SELECT first FROM bounds), (((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date::timestamp AT TIME ZONE 'UTC')) AND paid_at < $2 AND outcome IN ('applied', 'refund_pending', 'refunded', 'refund_failed', 'disputed')
-         GROUP BY 1, 2
-         ),
-         agg AS (
-             SELECT date_trunc($3, day::timestamp) AT TIME ZONE 'UTC' AS start, currency,
-                    sum(gross) AS gross, sum(refunded) AS refunded,
-                    sum(payments)::bigint AS payments
-             FROM days WHERE day::timestamp AT TIME ZONE 'UTC' < $2
-             GROUP BY 1, 2
-         ),
-         currencies AS (SELECT DISTINCT currency FROM agg)
-         SELECT s.start, c.currency, coalesce(a.gross, 0)::text AS gross_minor,
-                coalesce(a.refunded, 0)::text AS refunded_minor,
-                coalesce(a.gross - a.refunded, 0)::text AS net_minor,
-                coalesce(a.payments, 0) AS payments
-         FROM starts s CROSS JOIN currencies c
-         LEFT JOIN agg a ON a.start = s.start AND a.currency = c.currency
-         ORDER BY s.start, c.currency
+    SELECT s AT TIME ZONE 'UTC' AS start,
+           (s + ('1 ' || $3)::interval) AT TIME ZONE 'UTC' AS stop
+    FROM generate_series(date_trunc($3, $1::timestamptz AT TIME ZONE 'UTC'),
+                         $2::timestamptz AT TIME ZONE 'UTC' - interval '1 microsecond',
+                         ('1 ' || $3)::interval) AS s
+),
+bounds AS (SELECT min(start) AS first FROM starts),
+days AS (
+    SELECT day, currency, gross, refunded, payments FROM stats_revenue_days
+    WHERE day >= ((SELECT first FROM bounds) AT TIME ZONE 'UTC')::date
+      AND day < ((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date
+    UNION ALL
+    SELECT (paid_at AT TIME ZONE 'UTC')::date AS day, currency,
+           sum(amount_minor) AS gross,
+           coalesce(sum(amount_minor) FILTER (WHERE outcome IN ('refunded', 'disputed')), 0)
+               AS refunded,
+           count(*) AS payments
+    FROM payments
+    WHERE paid_at >= greatest((SELECT first FROM bounds), (((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date::timestamp AT TIME ZONE 'UTC'))
+      AND paid_at < $2
+      AND outcome IN ('applied', 'refund_pending', 'refunded', 'refund_failed', 'disputed')
+    GROUP BY 1, 2
+),
+agg AS (
+    SELECT date_trunc($3, day::timestamp) AT TIME ZONE 'UTC' AS start, currency,
+           sum(gross) AS gross, sum(refunded) AS refunded,
+           sum(payments)::bigint AS payments
+    FROM days WHERE day::timestamp AT TIME ZONE 'UTC' < $2
+    GROUP BY 1, 2
+),
+currencies AS (SELECT DISTINCT currency FROM agg)
+SELECT s.start, c.currency, coalesce(a.gross, 0)::text AS gross_minor,
+       coalesce(a.refunded, 0)::text AS refunded_minor,
+       coalesce(a.gross - a.refunded, 0)::text AS net_minor,
+       coalesce(a.payments, 0) AS payments
+FROM starts s CROSS JOIN currencies c
+LEFT JOIN agg a ON a.start = s.start AND a.currency = c.currency
+ORDER BY s.start, c.currency
+
 
 -- statement
 WITH starts AS (
-         SELECT s AT TIME ZONE 'UTC' AS start,
-                (s + ('1 ' || $3)::interval) AT TIME ZONE 'UTC' AS stop
-         FROM generate_series(date_trunc($3, $1::timestamptz AT TIME ZONE 'UTC'),
-                              $2::timestamptz AT TIME ZONE 'UTC' - interval '1 microsecond',
-                              ('1 ' || $3)::interval) AS s
-     ),
-         bounds AS (SELECT min(start) AS first, max(stop) AS last FROM starts),
-         chans AS (SELECT unnest($5::int[]) AS channel_id),
-         live_now AS (
-             SELECT channel_id, count(*) AS n FROM memberships
-             WHERE status <> 'expired' AND ($4::int IS NULL OR channel_id = $4)
-             GROUP BY channel_id
-         ),
-         days AS (
-             SELECT day, channel_id, new, renewed, expired, delta, trials_started,
-                    trials_converted
-             FROM stats_member_days
-             WHERE day >= ((SELECT first FROM bounds) AT TIME ZONE 'UTC')::date
-               AND day < ((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date
-               AND ($4::int IS NULL OR channel_id = $4)
-             UNION ALL
-             SELECT * FROM (SELECT day, channel_id, sum(new)::bigint AS new, sum(renewed)::bigint AS renewed,
-                sum(expired)::bigint AS expired, sum(delta)::bigint AS delta,
-                sum(trials)::bigint AS trials_started, sum(conversions)::bigint AS trials_converted
-         FROM (
-             SELECT (e.at AT TIME ZONE 'UTC')::date AS day, m.channel_id,
-                    count(*) FILTER (WHERE e.from_status IS NULL) AS new,
-                    count(*) FILTER (WHERE e.cause = 'payment' AND e.from_status IS NOT NULL)
-                        AS renewed,
-                    count(*) FILTER (WHERE e.to_status = 'expired'
-                                       AND e.from_status IS DISTINCT FROM 'expired') AS expired,
-                    sum((CASE WHEN e.to_status <> 'expired' THEN 1 ELSE 0 END
-     - CASE WHEN e.from_status IS NOT NULL AND e.from_status <> 'expired' THEN 1 ELSE 0 END)) AS delta, 0 AS trials, 0 AS conversions
-             FROM membership_events e JOIN memberships m ON m.id = e.membership_id
-             WHERE e.at >= greatest((SELECT first FROM bounds), (((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date::timestamp AT TIME ZONE 'UTC')) AND e.at < 'infinity'
-             GROUP BY 1, 2
-             UNION ALL
-             SELECT (created_at AT TIME ZONE 'UTC')::date, channel_id, 0, 0, 0, 0, count(*), 0
-             FROM trial_uses WHERE created_at >= greatest((SELECT first FROM bounds), (((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date::timestamp AT TIME ZONE 'UTC')) AND created_at < 'infinity'
-             GROUP BY 1, 2
-             UNION ALL
-             SELECT (p.paid_at AT TIME ZONE 'UTC')::date, p.channel_id, 0, 0, 0, 0, 0, count(*)
-             FROM payments p
-             JOIN trial_uses t ON t.subscriber_id = p.subscriber_id
-                              AND t.channel_id = p.channel_id AND t.created_at < p.paid_at
-             WHERE p.paid_at >= greatest((SELECT first FROM bounds), (((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date::timestamp AT TIME ZONE 'UTC')) AND p.paid_at < 'infinity'
-               AND p.outcome = 'applied' AND p.amount_minor > 0
-               AND NOT EXISTS (
-                   SELECT 1 FROM payments q
-                   WHERE q.subscriber_id = p.subscriber_id AND q.channel_id = p.channel_id
-                     AND q.outcome = 'applied' AND q.amount_minor > 0
-                     AND q.paid_at > t.created_at
-                     AND (q.paid_at, q.id) < (p.paid_at, p.id))
-             GROUP BY 1, 2
-         ) x
-         GROUP BY day, channel_id) raw WHERE ($4::int IS NULL OR channel_id = $4)
-         ),
-         tail AS (
-             SELECT channel_id, sum(delta) AS delta FROM days
-             WHERE day::timestamp AT TIME ZONE 'UTC' >= (SELECT last FROM bounds)
-             GROUP BY channel_id
-         ),
-         per_interval AS (
-             SELECT date_trunc($3, day::timestamp) AT TIME ZONE 'UTC' AS start, channel_id,
-                    sum(new) AS new, sum(renewed) AS renewed, sum(expired) AS expired,
-                    sum(delta) AS delta, sum(trials_started) AS trials_started,
-                    sum(trials_converted) AS trials_converted
-             FROM days WHERE day::timestamp AT TIME ZONE 'UTC' < (SELECT last FROM bounds)
-             GROUP BY 1, 2
-         ),
-         grid AS (
-             SELECT s.start, s.stop, c.channel_id, coalesce(p.new, 0) AS new,
-                    coalesce(p.renewed, 0) AS renewed, coalesce(p.expired, 0) AS expired,
-                    coalesce(p.delta, 0) AS delta,
-                    coalesce(p.trials_started, 0) AS trials_started,
-                    coalesce(p.trials_converted, 0) AS trials_converted
-             FROM starts s CROSS JOIN chans c
-             LEFT JOIN per_interval p ON p.start = s.start AND p.channel_id = c.channel_id
-         )
-         SELECT g.start, g.channel_id,
-                (coalesce(l.n, 0) - coalesce(tl.delta, 0)
-                 - coalesce(sum(g.delta) OVER (PARTITION BY g.channel_id ORDER BY g.start DESC
-                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0))::bigint AS live,
-                g.new::bigint AS new, g.renewed::bigint AS renewed,
-                g.expired::bigint AS expired, g.trials_started::bigint AS trials_started,
-                g.trials_converted::bigint AS trials_converted
-         FROM grid g
-         LEFT JOIN live_now l ON l.channel_id = g.channel_id
-         LEFT JOIN tail tl ON tl.channel_id = g.channel_id
-         ORDER BY g.start, g.channel_id
+    SELECT s AT TIME ZONE 'UTC' AS start,
+           (s + ('1 ' || $3)::interval) AT TIME ZONE 'UTC' AS stop
+    FROM generate_series(date_trunc($3, $1::timestamptz AT TIME ZONE 'UTC'),
+                         $2::timestamptz AT TIME ZONE 'UTC' - interval '1 microsecond',
+                         ('1 ' || $3)::interval) AS s
+),
+bounds AS (SELECT min(start) AS first, max(stop) AS last FROM starts),
+chans AS (SELECT unnest($5::int[]) AS channel_id),
+live_now AS (
+    SELECT channel_id, count(*) AS n FROM memberships
+    WHERE status <> 'expired' AND ($4::int IS NULL OR channel_id = $4)
+    GROUP BY channel_id
+),
+days AS (
+    SELECT day, channel_id, new, renewed, expired, delta, trials_started,
+           trials_converted
+    FROM stats_member_days
+    WHERE day >= ((SELECT first FROM bounds) AT TIME ZONE 'UTC')::date
+      AND day < ((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date
+      AND ($4::int IS NULL OR channel_id = $4)
+    UNION ALL
+    SELECT * FROM (
+        SELECT day, channel_id, sum(new)::bigint AS new, sum(renewed)::bigint AS renewed,
+               sum(expired)::bigint AS expired, sum(delta)::bigint AS delta,
+               sum(trials)::bigint AS trials_started, sum(conversions)::bigint AS trials_converted
+        FROM (
+            SELECT (e.at AT TIME ZONE 'UTC')::date AS day, m.channel_id,
+                   count(*) FILTER (WHERE e.from_status IS NULL) AS new,
+                   count(*) FILTER (WHERE e.cause = 'payment' AND e.from_status IS NOT NULL)
+                       AS renewed,
+                   count(*) FILTER (WHERE e.to_status = 'expired'
+                                      AND e.from_status IS DISTINCT FROM 'expired') AS expired,
+                   sum((CASE WHEN e.to_status <> 'expired' THEN 1 ELSE 0 END
+                        - CASE WHEN e.from_status IS NOT NULL AND e.from_status <> 'expired' THEN 1 ELSE 0 END))
+                       AS delta,
+                   0 AS trials, 0 AS conversions
+            FROM membership_events e JOIN memberships m ON m.id = e.membership_id
+            WHERE e.at >= greatest((SELECT first FROM bounds), (((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date::timestamp AT TIME ZONE 'UTC'))
+              AND e.at < 'infinity'
+            GROUP BY 1, 2
+            UNION ALL
+            SELECT (created_at AT TIME ZONE 'UTC')::date, channel_id, 0, 0, 0, 0, count(*), 0
+            FROM trial_uses
+            WHERE created_at >= greatest((SELECT first FROM bounds), (((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date::timestamp AT TIME ZONE 'UTC'))
+              AND created_at < 'infinity'
+            GROUP BY 1, 2
+            UNION ALL
+            SELECT (p.paid_at AT TIME ZONE 'UTC')::date, p.channel_id, 0, 0, 0, 0, 0, count(*)
+            FROM payments p
+            JOIN trial_uses t ON t.subscriber_id = p.subscriber_id
+                             AND t.channel_id = p.channel_id AND t.created_at < p.paid_at
+            WHERE p.paid_at >= greatest((SELECT first FROM bounds), (((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date::timestamp AT TIME ZONE 'UTC'))
+              AND p.paid_at < 'infinity'
+              AND p.outcome = 'applied' AND p.amount_minor > 0
+              AND NOT EXISTS (
+                  SELECT 1 FROM payments q
+                  WHERE q.subscriber_id = p.subscriber_id AND q.channel_id = p.channel_id
+                    AND q.outcome = 'applied' AND q.amount_minor > 0
+                    AND q.paid_at > t.created_at
+                    AND (q.paid_at, q.id) < (p.paid_at, p.id))
+            GROUP BY 1, 2
+        ) x
+        GROUP BY day, channel_id
+    ) raw WHERE ($4::int IS NULL OR channel_id = $4)
+),
+tail AS (
+    SELECT channel_id, sum(delta) AS delta FROM days
+    WHERE day::timestamp AT TIME ZONE 'UTC' >= (SELECT last FROM bounds)
+    GROUP BY channel_id
+),
+per_interval AS (
+    SELECT date_trunc($3, day::timestamp) AT TIME ZONE 'UTC' AS start, channel_id,
+           sum(new) AS new, sum(renewed) AS renewed, sum(expired) AS expired,
+           sum(delta) AS delta, sum(trials_started) AS trials_started,
+           sum(trials_converted) AS trials_converted
+    FROM days WHERE day::timestamp AT TIME ZONE 'UTC' < (SELECT last FROM bounds)
+    GROUP BY 1, 2
+),
+grid AS (
+    SELECT s.start, s.stop, c.channel_id, coalesce(p.new, 0) AS new,
+           coalesce(p.renewed, 0) AS renewed, coalesce(p.expired, 0) AS expired,
+           coalesce(p.delta, 0) AS delta,
+           coalesce(p.trials_started, 0) AS trials_started,
+           coalesce(p.trials_converted, 0) AS trials_converted
+    FROM starts s CROSS JOIN chans c
+    LEFT JOIN per_interval p ON p.start = s.start AND p.channel_id = c.channel_id
+)
+SELECT g.start, g.channel_id,
+       (coalesce(l.n, 0) - coalesce(tl.delta, 0)
+        - coalesce(sum(g.delta) OVER (PARTITION BY g.channel_id ORDER BY g.start DESC
+                                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0))::bigint
+           AS live,
+       g.new::bigint AS new, g.renewed::bigint AS renewed,
+       g.expired::bigint AS expired, g.trials_started::bigint AS trials_started,
+       g.trials_converted::bigint AS trials_converted
+FROM grid g
+LEFT JOIN live_now l ON l.channel_id = g.channel_id
+LEFT JOIN tail tl ON tl.channel_id = g.channel_id
+ORDER BY g.start, g.channel_id
+
 
 -- statement
 WITH stored AS (
@@ -3722,48 +3794,54 @@ WITH stored AS (SELECT id, gateway, external_id, order_reference, order_id, subs
 
 -- statement
 WITH sub AS (
-                 SELECT id, telegram_user_id FROM subscribers WHERE id = $1 AND (true) FOR KEY SHARE
-             ), b AS (
-                 SELECT id, status, expires_at FROM memberships
-                 WHERE subscriber_id = $1 AND channel_id = $2
-             ), m AS (
-                 INSERT INTO memberships (subscriber_id, channel_id, status, expires_at)
-                 SELECT sub.id, $2, $4,
-                        CASE WHEN $3::integer IS NULL THEN 'infinity'::timestamptz
-                             ELSE GREATEST(statement_timestamp() + make_interval(days => $3),
-                                           $11::timestamptz) END
-                 FROM sub
-                 ON CONFLICT (subscriber_id, channel_id) DO UPDATE
-                 SET status = $4,
-                     expires_at = CASE WHEN $3::integer IS NULL THEN 'infinity'::timestamptz
-                                       ELSE GREATEST(GREATEST(memberships.expires_at, statement_timestamp())
-                                                     + make_interval(days => $3), $11::timestamptz) END,
-                     updated_at = statement_timestamp()
-                 RETURNING id, subscriber_id, channel_id, status, expires_at, created_at, updated_at
-             ), ev AS (
-                 INSERT INTO membership_events
-                     (membership_id, from_status, to_status, expires_at_before, expires_at_after, cause,
-                      payment_id)
-                 SELECT m.id, b.status, m.status, b.expires_at, m.expires_at, $5, $6
-                 FROM m LEFT JOIN b ON true
-                 RETURNING id, membership_id
-             ), fx AS (
-                 INSERT INTO effects (kind, membership_id, payment_id, chat_id, user_id, payload, dedupe_key)
-                 SELECT k.kind, m.id, $6, c.telegram_chat_id, sub.telegram_user_id, jsonb_build_object('expires_at', CASE WHEN isfinite(m.expires_at) THEN to_char((m.expires_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') ELSE (m.expires_at)::text END), (k.key_prefix) || ':' || (m.id) || ':ev' || (ev.id)
-                 FROM m
-                 JOIN ev ON ev.membership_id = m.id
-                 LEFT JOIN b ON true
-                 CROSS JOIN LATERAL (
-                     SELECT CASE WHEN b.status <> 'expired' THEN $7::text ELSE $8::text END,
-                            CASE WHEN b.status <> 'expired' THEN $9::text ELSE $10::text END
-                 ) AS k(kind, key_prefix)
-                 JOIN sub ON sub.id = m.subscriber_id
-                 JOIN channels c ON c.id = m.channel_id
-                 WHERE b.id IS NULL OR NOT (b.status <> 'expired') OR m.expires_at > b.expires_at
-                 FOR KEY SHARE OF c
-             )
-     SELECT m.*, ev.id AS event_id, b.status AS status_before, b.expires_at AS expires_at_before
-     FROM m JOIN ev ON ev.membership_id = m.id LEFT JOIN b ON true
+    SELECT id, telegram_user_id FROM subscribers WHERE id = $1 AND (true) FOR KEY SHARE
+), b AS (
+    SELECT id, status, expires_at FROM memberships
+    WHERE subscriber_id = $1 AND channel_id = $2
+), m AS (
+    INSERT INTO memberships (subscriber_id, channel_id, status, expires_at)
+    SELECT sub.id, $2, $4,
+           CASE WHEN $3::integer IS NULL THEN 'infinity'::timestamptz
+                ELSE GREATEST(statement_timestamp() + make_interval(days => $3),
+                              $11::timestamptz) END
+    FROM sub
+    ON CONFLICT (subscriber_id, channel_id) DO UPDATE
+    SET status = $4,
+        expires_at = CASE WHEN $3::integer IS NULL THEN 'infinity'::timestamptz
+                          ELSE GREATEST(GREATEST(memberships.expires_at, statement_timestamp())
+                                        + make_interval(days => $3), $11::timestamptz) END,
+        updated_at = statement_timestamp()
+    RETURNING id, subscriber_id, channel_id, status, expires_at, created_at, updated_at
+), ev AS (
+    INSERT INTO membership_events
+        (membership_id, from_status, to_status, expires_at_before, expires_at_after, cause,
+         payment_id)
+    SELECT m.id, b.status, m.status, b.expires_at, m.expires_at, $5, $6
+    FROM m LEFT JOIN b ON true
+    RETURNING id, membership_id
+), fx AS (
+    INSERT INTO effects (kind, membership_id, payment_id, chat_id, user_id, payload, dedupe_key)
+    SELECT k.kind, m.id, $6, c.telegram_chat_id, sub.telegram_user_id,
+           jsonb_build_object('expires_at',
+               CASE WHEN isfinite(m.expires_at)
+                    THEN to_char((m.expires_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+                    ELSE (m.expires_at)::text END),
+           (k.key_prefix) || ':' || (m.id) || ':ev' || (ev.id)
+    FROM m
+    JOIN ev ON ev.membership_id = m.id
+    LEFT JOIN b ON true
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN b.status <> 'expired' THEN $7::text ELSE $8::text END,
+               CASE WHEN b.status <> 'expired' THEN $9::text ELSE $10::text END
+    ) AS k(kind, key_prefix)
+    JOIN sub ON sub.id = m.subscriber_id
+    JOIN channels c ON c.id = m.channel_id
+    WHERE b.id IS NULL OR NOT (b.status <> 'expired') OR m.expires_at > b.expires_at
+    FOR KEY SHARE OF c
+)
+SELECT m.*, ev.id AS event_id, b.status AS status_before, b.expires_at AS expires_at_before
+FROM m JOIN ev ON ev.membership_id = m.id LEFT JOIN b ON true
+
 
 -- statement
 WITH taken AS (
@@ -3787,13 +3865,13 @@ WITH taken AS (
 
 -- statement
 WITH updated AS (
-         UPDATE memberships m
-         SET status = d.to_status, updated_at = statement_timestamp()
-         FROM unnest($1::bigint[], $2::text[], $3::text[], $4::timestamptz[])
-              AS d(id, from_status, to_status, expires_at)
-         WHERE m.id = d.id AND m.status = d.from_status AND m.expires_at = d.expires_at
-         RETURNING m.id, m.subscriber_id, m.channel_id, d.from_status, m.status, m.expires_at
-     ), events AS (
+    UPDATE memberships m
+    SET status = d.to_status, updated_at = statement_timestamp()
+    FROM unnest($1::bigint[], $2::text[], $3::text[], $4::timestamptz[])
+         AS d(id, from_status, to_status, expires_at)
+    WHERE m.id = d.id AND m.status = d.from_status AND m.expires_at = d.expires_at
+    RETURNING m.id, m.subscriber_id, m.channel_id, d.from_status, m.status, m.expires_at
+), events AS (
     INSERT INTO membership_events
         (membership_id, from_status, to_status, expires_at_before, expires_at_after, cause)
     SELECT id, from_status, status, expires_at, expires_at, 'sweep' FROM updated
@@ -3811,7 +3889,8 @@ WITH updated AS (
        OR (u.from_status = 'active' AND u.status = 'grace')
     ORDER BY u.id
 )
-     SELECT id, subscriber_id, channel_id, from_status, status, expires_at FROM updated
+SELECT id, subscriber_id, channel_id, from_status, status, expires_at FROM updated
+
 
 -- statement
 WITH w AS MATERIALIZED (
