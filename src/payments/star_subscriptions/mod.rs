@@ -48,7 +48,7 @@ pub const PERIOD_SECS: i64 = 30 * 86_400;
 /// (`orders::seats::SUBSCRIPTION_SLACK_SECS`, the same figure).
 pub const SLACK_SECS: i64 = crate::orders::seats::SUBSCRIPTION_SLACK_SECS;
 
-/// The columns of [`StarSubscription::from_row`], in order (a macro, so SQL constants can
+/// The columns a [`StarSubscription`] is read from, in order (a macro, so SQL constants can
 /// splice them with `concat!`).
 macro_rules! subscription_columns {
     () => {
@@ -57,7 +57,7 @@ macro_rules! subscription_columns {
     };
 }
 
-/// The columns of [`StarSubscription::from_row`], in order.
+/// The columns a [`StarSubscription`] is read from, in order.
 pub const COLUMNS: &str = subscription_columns!();
 
 // Without Telegram's date (a charge found by the reconcile), the next renewal is a period after
