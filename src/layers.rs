@@ -201,12 +201,16 @@ fn leading_ident(s: &str) -> Option<&str> {
     (end > 0).then(|| &s[..end])
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+/// The files under `dir` whose extension is one of `extensions`.
+fn source_files(dir: &Path, extensions: &[&str], out: &mut Vec<PathBuf>) {
     for entry in fs::read_dir(dir).expect("src is readable") {
         let path = entry.expect("a directory entry").path();
         if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
+            source_files(&path, extensions, out);
+        } else if path
+            .extension()
+            .is_some_and(|e| extensions.iter().any(|x| e == *x))
+        {
             out.push(path);
         }
     }
@@ -227,7 +231,7 @@ fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let lib = fs::read_to_string(src.join("lib.rs")).expect("lib.rs");
     let modules = top_level_modules(&lib);
     let mut files = Vec::new();
-    rust_files(src, &mut files);
+    source_files(src, &["rs"], &mut files);
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in files {
         let Some(node) = node_of(src, &file) else {
@@ -327,7 +331,7 @@ fn positional_reads(code: &str) -> Vec<usize> {
 fn positional_reads_in(src: &Path) -> Vec<String> {
     let root = src.parent().expect("src has a parent");
     let mut files = Vec::new();
-    rust_files(src, &mut files);
+    source_files(src, &["rs"], &mut files);
     files.sort();
     let mut found = Vec::new();
     for file in files {
@@ -388,7 +392,7 @@ fn table_statements_outside_owners(src: &Path) -> Vec<(String, String)> {
         ("subscribers", "access/subscribers.rs"),
     ];
     let mut files = Vec::new();
-    rust_files(src, &mut files);
+    source_files(src, &["rs"], &mut files);
     files.sort();
     let mut found = Vec::new();
     for file in files {
@@ -434,7 +438,7 @@ mod tests {
     fn no_writer_spells_an_instant_or_a_key_of_its_own() {
         let src = src();
         let mut files = Vec::new();
-        rust_files(&src, &mut files);
+        source_files(&src, &["rs"], &mut files);
         let pieces = [
             "to_char(",
             "jsonb_build_object('expires_at'",
@@ -516,8 +520,7 @@ mod tests {
     fn state_literals(src: &Path) -> Vec<(String, &'static str, String)> {
         const WORDS: [&str; 4] = ["status", "outcome", "state", "kind"];
         let mut files = Vec::new();
-        rust_files(src, &mut files);
-        sql_files(src, &mut files);
+        source_files(src, &["rs", "sql"], &mut files);
         files.sort();
         let mut found = Vec::new();
         for file in files {
@@ -543,18 +546,6 @@ mod tests {
             }
         }
         found
-    }
-
-    /// The `.sql` files under `dir`.
-    fn sql_files(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in fs::read_dir(dir).expect("a source folder") {
-            let path = entry.expect("a folder entry").path();
-            if path.is_dir() {
-                sql_files(&path, out);
-            } else if path.extension().is_some_and(|e| e == "sql") {
-                out.push(path);
-            }
-        }
     }
 
     /// The literals `rest` (the text after a column name) compares the column with.
