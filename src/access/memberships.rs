@@ -267,6 +267,16 @@ mod tests {
         }
     }
 
+    /// A subscriber's memberships are deleted as one membership is, but for which rows go.
+    #[test]
+    fn every_deletion_revokes_alike() {
+        let one = include_str!("memberships/delete.sql");
+        let all = include_str!("memberships/delete_of_subscriber.sql");
+        let (which, which_all) = ("WHERE id = $1", "WHERE subscriber_id = $1");
+        assert_eq!(one.matches(which).count(), 1);
+        assert_eq!(one.replace(which, which_all), all);
+    }
+
     fn m(status: &str, expires_in_days: i64) -> Membership {
         let t0 = DateTime::<Utc>::from_timestamp(1_700_000_000, 0).unwrap();
         Membership {

@@ -94,6 +94,13 @@ pub async fn execute(
     Ok(client.execute(&stmt, params).await?)
 }
 
+/// `sql` word by word (its whitespace runs made one space): how the unit tests compare a whole
+/// statement laid out on lines with a rule's spelling of a part of it.
+#[cfg(test)]
+pub(crate) fn sql_words(sql: &str) -> String {
+    sql.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// An exact sum of `bigint` amounts, selected as `sum(…)::text` (PostgreSQL sums `bigint` as
 /// `numeric`, which never overflows). Sums are `i128`: `bigint`'s range times any row count
 /// PostgreSQL can hold fits, so a sum beyond `i64` is still answered exactly (as a JSON integer)

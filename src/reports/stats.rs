@@ -448,15 +448,10 @@ pub async fn summary(db: &StatsDb) -> Result<Summary, ApiError> {
 mod tests {
     use super::*;
 
-    /// `sql` word by word.
-    fn words(sql: &str) -> String {
-        sql.split_whitespace().collect::<Vec<_>>().join(" ")
-    }
-
     /// The part of `sql` from `start` to the end of `end`, word by word, each bound of `bounds`
     /// replaced by its placeholder (every bound must be there).
     fn part(sql: &str, start: &str, end: &str, bounds: &[(&str, &str)]) -> String {
-        let sql = words(sql);
+        let sql = db::sql_words(sql);
         let from = sql.find(start).expect("the part's start");
         let to = from + sql[from..].find(end).expect("the part's end") + end.len();
         let mut part = sql[from..to].to_string();

@@ -542,7 +542,7 @@ mod tests {
     /// fragments do (laid out on lines of their own: compared word by word).
     #[test]
     fn the_extensions_spell_their_effect_as_the_fragments_do() {
-        let words = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+        let words = crate::db::sql_words;
         let effect = words(concat!(
             expiry_payload_sql!("m.expires_at"),
             ", ",
