@@ -13,7 +13,7 @@ pub mod worker;
 use crate::{
     common::error,
     config,
-    staff::{self, auth},
+    staff::{self, accounts, passwords},
 };
 use state::AppState;
 
@@ -65,10 +65,10 @@ pub async fn bootstrap_admin(state: &AppState) -> Result<(), error::ApiError> {
         return Ok(());
     };
     let normalized = email.trim().to_lowercase();
-    let mut account = auth::find_account(&state.db.get().await?, &normalized).await?;
+    let mut account = accounts::find_account(&state.db.get().await?, &normalized).await?;
     if account.is_none() {
         let cost = state.config.bcrypt_cost;
-        if auth::create_staff(
+        if accounts::create_staff(
             &state.db,
             email,
             password.expose(),
@@ -81,12 +81,12 @@ pub async fn bootstrap_admin(state: &AppState) -> Result<(), error::ApiError> {
             return Ok(());
         }
         // Created meanwhile by another process starting at the same time.
-        account = auth::find_account(&state.db.get().await?, &normalized).await?;
+        account = accounts::find_account(&state.db.get().await?, &normalized).await?;
     }
     let (email, password) = (email.clone(), password.expose().to_string());
     tokio::spawn(async move {
         let matches = match account {
-            Some((_, hash)) => auth::password_matches(password, hash).await,
+            Some((_, hash)) => passwords::password_matches(password, hash).await,
             None => false,
         };
         if matches {

@@ -10,13 +10,11 @@
 //! - [`passwords`]: the strength rule, bcrypt, a login's password check;
 //! - [`throttle`]: failed-login counts per (email, address) and per email;
 //! - [`permits`]: the cap on password checks running at once;
-//! - [`auth`]: the pieces of authentication under the one name callers know;
 //! - [`audit_log`]: what staff and the command line changed;
 //! - [`idempotency`]: `Idempotency-Key` rows of staff writes.
 
 pub mod accounts;
 pub mod audit_log;
-pub mod auth;
 pub mod idempotency;
 pub mod passwords;
 pub mod permits;

@@ -20,7 +20,7 @@ use crate::{
 /// A token for staff account `id`, signed with the test secret (for apps whose database is
 /// unreachable, so login cannot be used).
 fn token_for(id: i64) -> String {
-    subgate::staff::auth::issue_token(JWT_SECRET.as_bytes(), id, 0, Duration::from_secs(600))
+    subgate::staff::tokens::issue_token(JWT_SECRET.as_bytes(), id, 0, Duration::from_secs(600))
         .unwrap()
 }
 

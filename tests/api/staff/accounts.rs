@@ -302,7 +302,7 @@ async fn owners_removing_each_other_at_once_always_leave_an_owner() {
         for n in 0..2 {
             let email = format!("owner{round}-{n}@example.com");
             let password = format!("owner passphrase {round} {n}");
-            subgate::staff::auth::create_staff(
+            subgate::staff::accounts::create_staff(
                 &app.state.db,
                 &email,
                 &password,

@@ -183,7 +183,7 @@ async fn expired_key_runs_anew() {
 #[tokio::test]
 async fn keys_are_scoped_per_staff_account() {
     let app = TestApp::spawn().await;
-    subgate::staff::auth::create_staff(
+    subgate::staff::accounts::create_staff(
         &app.state.db,
         "second@example.com",
         "another password",

@@ -256,7 +256,7 @@ async fn a_password_change_ends_earlier_tokens_at_once_and_a_new_login_works() {
         .expect(200);
     let password = "the admin's new passphrase";
     assert!(
-        subgate::staff::auth::set_password(&app.state.db, ADMIN_EMAIL, password, 4)
+        subgate::staff::accounts::set_password(&app.state.db, ADMIN_EMAIL, password, 4)
             .await
             .unwrap()
     );
@@ -276,7 +276,7 @@ async fn ending_an_account_s_sessions_refuses_its_tokens_and_no_one_else_s() {
     let ops = "ops@example.com";
     let ops_password = "the ops passphrase";
     assert!(
-        subgate::staff::auth::create_staff(
+        subgate::staff::accounts::create_staff(
             &app.state.db,
             ops,
             ops_password,
@@ -294,12 +294,12 @@ async fn ending_an_account_s_sessions_refuses_its_tokens_and_no_one_else_s() {
     let id = admin_id(&app).await;
     let client = app.app_db().await;
     assert!(
-        subgate::staff::auth::end_sessions(&client, id)
+        subgate::staff::accounts::end_sessions(&client, id)
             .await
             .unwrap()
     );
     assert!(
-        !subgate::staff::auth::end_sessions(&client, 999_999)
+        !subgate::staff::accounts::end_sessions(&client, 999_999)
             .await
             .unwrap()
     );

@@ -449,7 +449,7 @@ impl TestApp {
         let email = format!("{role}.staff@example.com");
         let password = format!("the {role} passphrase");
         let role = subgate::staff::Role::parse(role).expect("a role");
-        subgate::staff::auth::create_staff(&self.state.db, &email, &password, role, 4)
+        subgate::staff::accounts::create_staff(&self.state.db, &email, &password, role, 4)
             .await
             .unwrap();
         let r = self.login(&email, &password).await;
