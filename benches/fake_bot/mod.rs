@@ -6,10 +6,16 @@
 //! - more than [`GLOBAL_LIMIT`] calls in any sliding second (the Bot API FAQ: "not more than
 //!   about 30 messages per second" to different users);
 //! - a second message (`sendMessage`, `sendInvoice`) to one chat within [`CHAT_INTERVAL`] of
-//!   the previous one accepted ("avoid sending more than one message per second" in one chat).
+//!   the previous one accepted ("avoid sending more than one message per second" in one chat);
+//! - beyond the free [`GLOBAL_LIMIT`], a message sent with `allow_paid_broadcast: true` is
+//!   accepted up to [`PAID_LIMIT`] messages in any sliding second and billed (0.1 Star each, as
+//!   Telegram bills paid broadcasts "ignoring broadcasting limits"); within the free limit it
+//!   costs nothing, like any other call.
 //!
-//! It counts calls by method and the 429s it answered, and keeps the time of the first message
-//! accepted for each chat, which benchmarks await ([`FakeBot::first_message`]).
+//! It counts calls by method and the 429s it answered, keeps the time of the first message
+//! accepted for each chat, which benchmarks await ([`FakeBot::first_message`]), and records
+//! every message it accepted ([`FakeBot::messages`]: when, to which chat, paid or billed) and
+//! every 429 ([`FakeBot::refusals`]), so a benchmark can count what each chat received.
 
 #![allow(dead_code)]
 
@@ -22,6 +28,7 @@ use std::{
 use axum::{
     Json, Router,
     extract::{Path, State},
+    http::StatusCode,
     routing::post,
 };
 use serde_json::{Value, json};
@@ -29,6 +36,9 @@ use tokio::sync::Notify;
 
 /// Calls accepted in any sliding second, at most.
 pub const GLOBAL_LIMIT: usize = 30;
+/// Messages sent with `allow_paid_broadcast` accepted in any sliding second, at most, the free
+/// ones among them included (the Bot API's "up to 1000 messages per second").
+pub const PAID_LIMIT: usize = 1000;
 /// The shortest gap between two messages to one chat the fake accepts: Telegram's one second,
 /// less a little for the jitter between the sender's clock and the arrival here.
 pub const CHAT_INTERVAL: Duration = Duration::from_millis(950);
@@ -37,13 +47,38 @@ pub const RETRY_AFTER: u64 = 1;
 
 #[derive(Default)]
 struct Inner {
-    /// Accepted calls of the last second, oldest first.
+    /// Accepted calls of the last second within the free limit, oldest first.
     window: VecDeque<Instant>,
+    /// Billed (paid broadcast) messages of the last second, oldest first.
+    billed_window: VecDeque<Instant>,
     last_message: HashMap<i64, Instant>,
     first_message: HashMap<i64, Instant>,
     calls: BTreeMap<String, u64>,
     refused: u64,
+    paid: u64,
+    billed: u64,
+    messages: Vec<Accepted>,
+    refusals: Vec<Refusal>,
     next_message_id: i64,
+}
+
+/// One message the fake accepted.
+#[derive(Debug, Clone, Copy)]
+pub struct Accepted {
+    pub at: Instant,
+    pub chat: i64,
+    /// Sent with `allow_paid_broadcast: true`.
+    pub paid: bool,
+    /// Accepted beyond the free limit only because it was paid: 0.1 Star.
+    pub billed: bool,
+}
+
+/// One 429 the fake answered.
+#[derive(Debug, Clone, Copy)]
+pub struct Refusal {
+    pub at: Instant,
+    pub chat: Option<i64>,
+    pub method_is_message: bool,
 }
 
 /// What the fake counted.
@@ -53,6 +88,10 @@ pub struct Counts {
     pub calls: BTreeMap<String, u64>,
     /// 429s answered.
     pub refused: u64,
+    /// Messages accepted with `allow_paid_broadcast: true`.
+    pub paid: u64,
+    /// Of those, the ones beyond the free limit (billed 0.1 Star each).
+    pub billed: u64,
 }
 
 impl Counts {
@@ -72,6 +111,8 @@ impl Counts {
         Counts {
             calls,
             refused: self.refused - earlier.refused,
+            paid: self.paid - earlier.paid,
+            billed: self.billed - earlier.billed,
         }
     }
 
@@ -126,7 +167,28 @@ impl FakeBot {
         Counts {
             calls: s.calls.clone(),
             refused: s.refused,
+            paid: s.paid,
+            billed: s.billed,
         }
+    }
+
+    /// Every message accepted so far, in the order accepted.
+    pub fn messages(&self) -> Vec<Accepted> {
+        self.lock().messages.clone()
+    }
+
+    /// Every 429 answered so far, in order.
+    pub fn refusals(&self) -> Vec<Refusal> {
+        self.lock().refusals.clone()
+    }
+
+    /// How many chats among `chats` have been sent a message.
+    pub fn chats_messaged_in(&self, chats: std::ops::RangeInclusive<i64>) -> usize {
+        self.lock()
+            .first_message
+            .keys()
+            .filter(|c| chats.contains(c))
+            .count()
     }
 
     /// When the first message to `chat` was accepted, if one was.
@@ -180,45 +242,78 @@ impl FakeBot {
     }
 }
 
-fn too_many() -> Json<Value> {
-    Json(json!({
-        "ok": false,
-        "error_code": 429,
-        "description": format!("Too Many Requests: retry after {RETRY_AFTER}"),
-        "parameters": {"retry_after": RETRY_AFTER},
-    }))
+fn too_many() -> (StatusCode, Json<Value>) {
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        Json(json!({
+            "ok": false,
+            "error_code": 429,
+            "description": format!("Too Many Requests: retry after {RETRY_AFTER}"),
+            "parameters": {"retry_after": RETRY_AFTER},
+        })),
+    )
+}
+
+/// Drops the entries of `window` older than a second before `now`.
+fn slide(window: &mut VecDeque<Instant>, now: Instant) {
+    while window
+        .front()
+        .is_some_and(|t| now - *t >= Duration::from_secs(1))
+    {
+        window.pop_front();
+    }
 }
 
 async fn answer(
     State(fake): State<FakeBot>,
     Path((_bot, method)): Path<(String, String)>,
     Json(params): Json<Value>,
-) -> Json<Value> {
+) -> (StatusCode, Json<Value>) {
     let now = Instant::now();
     let chat = params.get("chat_id").and_then(Value::as_i64);
     let message = method == "sendMessage" || method == "sendInvoice";
+    let paid = message
+        && params
+            .get("allow_paid_broadcast")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
     let message_id = {
         let mut s = fake.lock();
-        while s
-            .window
-            .front()
-            .is_some_and(|t| now - *t >= Duration::from_secs(1))
-        {
-            s.window.pop_front();
-        }
+        let s = &mut *s;
+        slide(&mut s.window, now);
+        slide(&mut s.billed_window, now);
         let chat_busy = message
             && chat
                 .and_then(|c| s.last_message.get(&c))
                 .is_some_and(|t| now - *t < CHAT_INTERVAL);
-        if s.window.len() >= GLOBAL_LIMIT || chat_busy {
+        let free = s.window.len() < GLOBAL_LIMIT;
+        let billed = !free && paid && s.window.len() + s.billed_window.len() < PAID_LIMIT;
+        if chat_busy || !(free || billed) {
             s.refused += 1;
+            s.refusals.push(Refusal {
+                at: now,
+                chat,
+                method_is_message: message,
+            });
             return too_many();
         }
-        s.window.push_back(now);
+        if billed {
+            s.billed_window.push_back(now);
+            s.billed += 1;
+        } else {
+            s.window.push_back(now);
+        }
+        s.paid += u64::from(paid);
         *s.calls.entry(method.clone()).or_default() += 1;
         if message && let Some(c) = chat {
             s.last_message.insert(c, now);
             s.first_message.entry(c).or_insert(now);
+            s.messages.push(Accepted {
+                at: now,
+                chat: c,
+                paid,
+                billed,
+            });
         }
         s.next_message_id += 1;
         s.next_message_id
@@ -250,5 +345,5 @@ async fn answer(
         }),
         _ => json!(true),
     };
-    Json(json!({"ok": true, "result": result}))
+    (StatusCode::OK, Json(json!({"ok": true, "result": result})))
 }

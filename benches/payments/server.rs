@@ -1,7 +1,7 @@
 //! The real server under test: the release-built `subgate serve` binary started as a child
 //! process on its own database and a free loopback port, timed from spawn to its first 200 from
 //! `/readyz`, measured through `/proc/<pid>/status`, and stopped with SIGTERM (SIGKILL if it
-//! lingers, or if the benchmark itself fails while it runs).
+//! lingers, if the benchmark itself fails while it runs, or to crash it on purpose).
 
 use std::{
     fs::File,
@@ -104,6 +104,14 @@ impl Server {
         let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
         let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
         Some(kb * 1024)
+    }
+
+    /// SIGKILL, as `kill -9` does: no graceful shutdown, nothing in hand finished. Returns once
+    /// the process is gone.
+    #[allow(dead_code)] // only the benchmarks that crash the server
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// SIGTERM, then waits up to 10 s for the graceful shutdown; SIGKILL after that.
