@@ -200,14 +200,15 @@ pub fn unretried(
         .iter()
         .filter(|r| {
             let chat = r.chat.unwrap_or_default();
-            !last.get(&chat).is_some_and(|at| *at > r.at)
+            last.get(&chat).is_none_or(|at| *at <= r.at)
         })
         .count();
     (ours.len(), dropped)
 }
 
 /// A sending rate measured on the fake's records: messages per second over the spans in which
-/// messages kept coming (no gap longer than `gap`), counting only spans of at least `min_span`.
+/// messages kept coming (no gap longer than `gap`, no crash of the server between two of them:
+/// `crashes`), counting only spans of at least `min_span`.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Rate {
     /// Messages of the counted spans (all kinds).
@@ -222,6 +223,7 @@ impl Rate {
     pub fn measure(
         messages: &[Accepted],
         selected: impl Fn(&Accepted) -> bool,
+        crashes: &[Instant],
         gap: Duration,
         min_span: Duration,
     ) -> Rate {
@@ -243,7 +245,10 @@ impl Rate {
         };
         let mut start = 0;
         for i in 1..times.len() {
-            if times[i].at.duration_since(times[i - 1].at) > gap {
+            let (before, after) = (times[i - 1].at, times[i].at);
+            if after.duration_since(before) > gap
+                || crashes.iter().any(|c| before <= *c && *c < after)
+            {
                 flush(&times[start..i]);
                 start = i;
             }

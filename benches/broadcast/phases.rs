@@ -220,11 +220,13 @@ async fn free(s: &Sizes, rig: &mut Rig<'_>) -> Result<Free, String> {
     let pay_every = Duration::from_millis(s.pay_every_ms as u64);
     let limit = Duration::from_secs_f64(s.free as f64 / f64::from(GLOBAL_RATE) * 2.0 + 180.0);
     let (mut grants, mut payer, mut said) = (Vec::new(), 0, Instant::now());
+    let mut crashes = Vec::new();
     let last = loop {
         let tick = tokio::time::Instant::now() + pay_every;
         let reached = rig.fake.chats_messaged_in(recipients.clone());
         if f.kills == 0 && reached >= kill_at {
             f.killed_at = reached;
+            crashes.push(Instant::now());
             f.restart_ready = rig.crash_and_restart().await?;
             f.kills += 1;
             progress(format!(
@@ -279,7 +281,7 @@ async fn free(s: &Sizes, rig: &mut Rig<'_>) -> Result<Free, String> {
     );
     // The pace while the broadcast was sending: every message the fake accepted (the grants'
     // too: one pacer), from the broadcast's first message to its last, in the spans without a
-    // gap over a second (so not across the crash).
+    // gap over a second, apart on either side of the crash.
     let (first, end) = (
         ours.iter().map(|m| m.at).min(),
         ours.iter().map(|m| m.at).max(),
@@ -293,6 +295,7 @@ async fn free(s: &Sizes, rig: &mut Rig<'_>) -> Result<Free, String> {
         f.rate = Rate::measure(
             &during,
             |m| recipients.contains(&m.chat),
+            &crashes,
             Duration::from_secs(1),
             Duration::from_secs(5),
         );
