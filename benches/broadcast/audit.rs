@@ -32,6 +32,8 @@ pub struct Audit {
     /// Recipients without a row, and rows of chats that are not recipients.
     pub without_row: usize,
     pub foreign_rows: usize,
+    /// Rows beyond the first of one recipient.
+    pub duplicate_rows: usize,
     /// Messages the fake accepted for chats of the range that are not recipients.
     pub strays: usize,
     /// The broadcast's counters against the rows, where they differ.
@@ -40,13 +42,15 @@ pub struct Audit {
 
 impl Audit {
     /// `chats`: the recipients' chats (their Telegram ids); `messages`: every message the fake
-    /// accepted for the chats of `range`; `rows`: each row's chat and outcome.
+    /// accepted for the chats of the broadcast's id space; `rows`: each row's chat and outcome.
     pub fn of(
         chats: RangeInclusive<i64>,
         messages: &[Accepted],
-        rows: &HashMap<i64, Option<String>>,
+        rows: &[(i64, Option<String>)],
         broadcast: &Broadcast,
     ) -> Audit {
+        let row_count = rows.len();
+        let rows: HashMap<i64, Option<String>> = rows.iter().cloned().collect();
         let mut received: HashMap<i64, usize> = HashMap::new();
         let mut strays = 0;
         for m in messages {
@@ -81,10 +85,11 @@ impl Audit {
             }
         }
         a.foreign_rows = rows.keys().filter(|c| !chats.contains(c)).count();
+        a.duplicate_rows = row_count - rows.len();
         let rows_with = |o: &str| a.outcomes.get(o).copied().unwrap_or(0) as i64;
         let b = broadcast;
         for (name, counter, rows) in [
-            ("recipients", b.recipients, rows.len() as i64),
+            ("recipients", b.recipients, row_count as i64),
             ("sent", b.sent, rows_with("sent")),
             ("blocked", b.blocked, rows_with("blocked")),
             ("failed", b.failed, rows_with("failed")),
@@ -129,6 +134,7 @@ impl Audit {
     pub fn consistent(&self) -> bool {
         self.without_row == 0
             && self.foreign_rows == 0
+            && self.duplicate_rows == 0
             && self.mismatches.is_empty()
             && self.outcomes.keys().all(|o| o == "sent" || o == "skipped")
     }
@@ -164,6 +170,7 @@ impl Audit {
             ("counted sent but never delivered", self.sent_not_reached),
             ("recipients without a row", self.without_row),
             ("rows of non-recipients", self.foreign_rows),
+            ("second rows of one recipient", self.duplicate_rows),
             ("messages to non-recipients", self.strays),
         ] {
             if n > 0 {

@@ -2,7 +2,6 @@
 //! figures and goals they report.
 
 use std::{
-    collections::HashMap,
     ops::RangeInclusive,
     time::{Duration, Instant},
 };
@@ -42,7 +41,7 @@ fn texts(what: &str) -> Value {
 async fn rows(
     pool: &deadpool_postgres::Pool,
     broadcast: i64,
-) -> Result<HashMap<i64, Option<String>>, String> {
+) -> Result<Vec<(i64, Option<String>)>, String> {
     let client = pool.get().await.map_err(|e| e.to_string())?;
     let rows = client
         .query(
