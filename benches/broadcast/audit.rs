@@ -308,3 +308,42 @@ pub fn sustained(messages: &[Accepted], start: Instant, floor: usize) -> (f64, u
     let n: usize = buckets[inner.clone()].iter().sum();
     (n as f64 / inner.len() as f64, inner.len())
 }
+
+/// Second by second from `start`: every message accepted, the broadcast's (`ours`), those sent
+/// paid, those billed, and the 429s (those to paid messages) — `key<TAB>value` columns with a
+/// header, for a look at how a phase went.
+pub fn seconds_tsv(
+    messages: &[Accepted],
+    refusals: &[Refusal],
+    start: Instant,
+    ours: impl Fn(i64) -> bool,
+) -> String {
+    fn row(rows: &mut Vec<[usize; 6]>, start: Instant, when: Instant) -> &mut [usize; 6] {
+        let i = when.saturating_duration_since(start).as_secs() as usize;
+        if rows.len() <= i {
+            rows.resize(i + 1, [0; 6]);
+        }
+        &mut rows[i]
+    }
+    let mut rows: Vec<[usize; 6]> = Vec::new();
+    for m in messages {
+        let r = row(&mut rows, start, m.at);
+        r[0] += 1;
+        r[1] += usize::from(ours(m.chat));
+        r[2] += usize::from(m.paid);
+        r[3] += usize::from(m.billed);
+    }
+    for f in refusals {
+        let r = row(&mut rows, start, f.at);
+        r[4] += 1;
+        r[5] += usize::from(f.paid);
+    }
+    let mut out = String::from("second\taccepted\tbroadcast\tpaid\tbilled\t429s\t429s_paid\n");
+    for (i, r) in rows.iter().enumerate() {
+        out += &format!(
+            "{i}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+            r[0], r[1], r[2], r[3], r[4], r[5]
+        );
+    }
+    out
+}

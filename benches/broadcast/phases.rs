@@ -12,9 +12,9 @@ use subgate::{app::worker::Options, telegram_api::client::GLOBAL_RATE};
 use crate::{
     FREE_BASE, FREE_CHAT, PAID_BASE, PAID_CHAT, PAYER_BASE, Rig, Sizes,
     api::Broadcast,
-    audit::{Audit, Rate, sustained, unretried},
-    channel_id,
-    fake_bot::{Accepted, GLOBAL_LIMIT},
+    audit::{Audit, Rate, seconds_tsv, sustained, unretried},
+    channel_id, common,
+    fake_bot::{Accepted, GLOBAL_LIMIT, Refusal},
     pg, progress,
 };
 
@@ -146,6 +146,8 @@ pub struct Paid {
     pub flagged: usize,
     pub billed: usize,
     pub refused: u64,
+    /// Of those, the 429s to messages sent paid.
+    pub refused_paid: usize,
     pub unretried: usize,
 }
 
@@ -176,6 +178,23 @@ pub async fn run(s: &Sizes, rig: &mut Rig<'_>) -> Result<Figures, String> {
         figures.paid = Some(paid(s, rig).await?);
     }
     Ok(figures)
+}
+
+/// Leaves the phase's second-by-second figures in `target/tmp/bench/broadcast-<phase>.tsv`.
+fn keep_seconds(
+    phase: &str,
+    all: &[Accepted],
+    refusals: &[Refusal],
+    start: Instant,
+    recipients: &RangeInclusive<i64>,
+) {
+    if let Ok(dir) = common::work_dir() {
+        let path = dir.join(format!("broadcast-{phase}.tsv"));
+        let tsv = seconds_tsv(all, refusals, start, |c| recipients.contains(&c));
+        if std::fs::write(&path, tsv).is_ok() {
+            progress(format!("{phase}: second by second in {}", path.display()));
+        }
+    }
 }
 
 /// The phase's messages to the chats of `base`'s id space.
@@ -300,6 +319,7 @@ async fn free(s: &Sizes, rig: &mut Rig<'_>) -> Result<Free, String> {
         );
     }
     let refusals = rig.fake.refusals()[seen_refusals..].to_vec();
+    keep_seconds("free", &all, &refusals, started, &recipients);
     f.refused = rig.fake.counts().refused - refused_before;
     (f.refused_recipients, f.unretried) = unretried(&recipients, &refusals, &ours);
     f.grants = Latencies::new(grants);
@@ -394,7 +414,9 @@ async fn paid(s: &Sizes, rig: &mut Rig<'_>) -> Result<Paid, String> {
         p.after_budget = (ours.len() - paying, (end - last_paid).as_secs_f64());
     }
     let refusals = rig.fake.refusals()[seen_refusals..].to_vec();
+    keep_seconds("paid", &all, &refusals, started, &recipients);
     p.refused = rig.fake.counts().refused - refused_before;
+    p.refused_paid = refusals.iter().filter(|r| r.paid).count();
     p.unretried = unretried(&recipients, &refusals, &ours).1;
     p.broadcast = last;
     Ok(p)
@@ -566,8 +588,8 @@ impl Figures {
                 ),
             );
             row(
-                "paid: 429s answered by the fake (never retried)".into(),
-                format!("{} ({})", p.refused, p.unretried),
+                "paid: 429s answered by the fake (to paid messages; never retried)".into(),
+                format!("{} ({}; {})", p.refused, p.refused_paid, p.unretried),
                 format!("every one retried: {}", verdict(p.unretried == 0)),
             );
         }

@@ -79,6 +79,8 @@ pub struct Refusal {
     pub at: Instant,
     pub chat: Option<i64>,
     pub method_is_message: bool,
+    /// Sent with `allow_paid_broadcast: true`.
+    pub paid: bool,
 }
 
 /// What the fake counted.
@@ -294,6 +296,7 @@ async fn answer(
                 at: now,
                 chat,
                 method_is_message: message,
+                paid,
             });
             return too_many();
         }
