@@ -12,12 +12,13 @@
 //!
 //! 1. **free**: a broadcast to `BROADCAST_BENCH_FREE_RECIPIENTS` members (default 3,000), with
 //!    the server killed (`kill -9`) once `BROADCAST_BENCH_KILL_AT` % of them (default 40) got the
-//!    message, and started again at once. Meanwhile a buyer pays through door 1 every
-//!    `BROADCAST_BENCH_PAY_EVERY_MS` (default 1,000), each timed from the payment's 200 to its
-//!    grant message at the fake. Goals: every recipient reached exactly once by the fake, but
-//!    for at most one recipient per worker lane per kill missing and counted `skipped`; counters
-//!    and rows agree; the pacer's rate (28 calls/s) kept within 10 % while sending; every 429
-//!    retried; grants during the broadcast p99 ≤ 1 s.
+//!    message — mid-call: the fake delivers the next message of each worker lane and keeps its
+//!    answer back until the server is gone — and started again at once. Meanwhile a buyer pays
+//!    through door 1 every `BROADCAST_BENCH_PAY_EVERY_MS` (default 1,000), each timed from the
+//!    payment's 200 to its grant message at the fake. Goals: every recipient reached exactly
+//!    once by the fake, but for at most one recipient per worker lane per kill missing and
+//!    counted `skipped`; counters and rows agree; the pacer's rate (28 calls/s) kept within
+//!    10 % while sending; every 429 retried; grants during the broadcast p99 ≤ 1 s.
 //! 2. **paid**: a broadcast to `BROADCAST_BENCH_RECIPIENTS` members (default 100,000) with
 //!    `"paid": {"max_stars": BROADCAST_BENCH_MAX_STARS}` (default: 2 % short of paying for
 //!    every recipient, so the budget runs out before the end). Goals: ≥ 900 messages/s

@@ -102,6 +102,10 @@ pub struct Free {
     /// Recipients reached when the server was killed, and the new server's start to ready.
     pub killed_at: usize,
     pub restart_ready: Duration,
+    /// The recipients whose message the fake had delivered but not answered at the kill, and
+    /// how many of them are counted `skipped`.
+    pub held: Vec<i64>,
+    pub held_skipped: usize,
     pub seconds: f64,
     pub rate: Rate,
     /// 429s the fake answered in the phase: all, to recipients, to recipients never retried.
@@ -243,12 +247,23 @@ async fn free(s: &Sizes, rig: &mut Rig<'_>) -> Result<Free, String> {
         let tick = tokio::time::Instant::now() + pay_every;
         let reached = rig.fake.chats_messaged_in(recipients.clone());
         if f.kills == 0 && reached >= kill_at {
-            f.killed_at = reached;
+            // Crash mid-call: the fake delivers the next message of each lane but keeps its
+            // answer back, and the server is killed while they wait for it.
+            rig.fake.hold_messages(recipients.clone(), f.lanes);
+            let give_up = Instant::now() + Duration::from_secs(3);
+            while rig.fake.held().len() < f.lanes && Instant::now() < give_up {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            f.killed_at = rig.fake.chats_messaged_in(recipients.clone());
             crashes.push(Instant::now());
             f.restart_ready = rig.crash_and_restart().await?;
+            rig.fake.release();
+            f.held = rig.fake.held();
             f.kills += 1;
             progress(format!(
-                "free: killed the server at {reached} reached; the new one ready after {:.0} ms",
+                "free: killed the server at {} reached, {} calls held mid-call; the new one ready after {:.0} ms",
+                f.killed_at,
+                f.held.len(),
                 f.restart_ready.as_secs_f64() * 1e3
             ));
             continue;
@@ -291,12 +306,12 @@ async fn free(s: &Sizes, rig: &mut Rig<'_>) -> Result<Free, String> {
     ));
     let all: Vec<Accepted> = rig.fake.messages()[seen..].to_vec();
     let ours = of_space(&all, FREE_BASE);
-    f.audit = Audit::of(
-        recipients.clone(),
-        &ours,
-        &rows(&rig.pool, created.id).await?,
-        &last,
-    );
+    let rows = rows(&rig.pool, created.id).await?;
+    f.held_skipped = rows
+        .iter()
+        .filter(|(chat, outcome)| f.held.contains(chat) && outcome.as_deref() == Some("skipped"))
+        .count();
+    f.audit = Audit::of(recipients.clone(), &ours, &rows, &last);
     // The pace while the broadcast was sending: every message the fake accepted (the grants'
     // too: one pacer), from the broadcast's first message to its last, in the spans without a
     // gap over a second, apart on either side of the crash.
@@ -488,11 +503,13 @@ impl Figures {
             let allowed = f.lanes * f.kills;
             row(
                 format!(
-                    "free: {} recipients, `kill -9` at {} reached ({} %), restart ready after",
+                    "free: {} recipients, `kill -9` at {} reached ({} %) with calls held mid-call; restart ready after",
                     s.free, f.killed_at, s.kill_at_percent
                 ),
                 format!(
-                    "{:.0} ms; finished after {:.1} s",
+                    "{} held ({} of them counted skipped); {:.0} ms; finished after {:.1} s",
+                    f.held.len(),
+                    f.held_skipped,
                     f.restart_ready.as_secs_f64() * 1e3,
                     f.seconds
                 ),
@@ -604,6 +621,7 @@ impl Figures {
                 ("free_duplicates", f.audit.duplicates.len() as f64),
                 ("free_missing", f.audit.missing.len() as f64),
                 ("free_skipped", f.broadcast.skipped as f64),
+                ("free_held_at_kill", f.held.len() as f64),
                 ("free_messages_per_sec", f.rate.per_sec()),
                 ("free_broadcast_per_sec", f.rate.selected_per_sec()),
                 ("free_429s", f.refused as f64),

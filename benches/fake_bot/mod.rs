@@ -15,7 +15,9 @@
 //! It counts calls by method and the 429s it answered, keeps the time of the first message
 //! accepted for each chat, which benchmarks await ([`FakeBot::first_message`]), and records
 //! every message it accepted ([`FakeBot::messages`]: when, to which chat, paid or billed) and
-//! every 429 ([`FakeBot::refusals`]), so a benchmark can count what each chat received.
+//! every 429 ([`FakeBot::refusals`]), so a benchmark can count what each chat received. It can
+//! hold the answers to some messages it accepted ([`FakeBot::hold_messages`]), leaving their
+//! sender mid-call, to crash it there.
 
 #![allow(dead_code)]
 
@@ -60,6 +62,12 @@ struct Inner {
     messages: Vec<Accepted>,
     refusals: Vec<Refusal>,
     next_message_id: i64,
+    /// Messages to these chats are accepted but not answered while `holding`, up to
+    /// `hold_left` more of them ([`FakeBot::hold_messages`]).
+    hold: Option<std::ops::RangeInclusive<i64>>,
+    hold_left: usize,
+    held: Vec<i64>,
+    holding: bool,
 }
 
 /// One message the fake accepted.
@@ -184,6 +192,30 @@ impl FakeBot {
         self.lock().refusals.clone()
     }
 
+    /// From now on, accepts the next `n` messages to chats of `chats` — records them like any
+    /// other — but keeps their answers back until [`release`](Self::release): the sender is left
+    /// mid-call, the message delivered and its answer not yet received (as when a crash cuts a
+    /// call off).
+    pub fn hold_messages(&self, chats: std::ops::RangeInclusive<i64>, n: usize) {
+        let mut s = self.lock();
+        s.hold = Some(chats);
+        s.hold_left = n;
+        s.holding = true;
+    }
+
+    /// The chats whose messages are held (or were, until released).
+    pub fn held(&self) -> Vec<i64> {
+        self.lock().held.clone()
+    }
+
+    /// Answers the held messages (to whoever still waits) and holds no more.
+    pub fn release(&self) {
+        let mut s = self.lock();
+        s.holding = false;
+        s.hold = None;
+        s.hold_left = 0;
+    }
+
     /// How many chats among `chats` have been sent a message.
     pub fn chats_messaged_in(&self, chats: std::ops::RangeInclusive<i64>) -> usize {
         self.lock()
@@ -279,7 +311,7 @@ async fn answer(
             .get("allow_paid_broadcast")
             .and_then(Value::as_bool)
             .unwrap_or(false);
-    let message_id = {
+    let (message_id, hold) = {
         let mut s = fake.lock();
         let s = &mut *s;
         slide(&mut s.window, now);
@@ -319,10 +351,22 @@ async fn answer(
             });
         }
         s.next_message_id += 1;
-        s.next_message_id
+        let hold = message
+            && s.hold_left > 0
+            && chat.is_some_and(|c| s.hold.as_ref().is_some_and(|h| h.contains(&c)));
+        if hold {
+            s.hold_left -= 1;
+            s.held.push(chat.unwrap_or_default());
+        }
+        (s.next_message_id, hold)
     };
     if message {
         fake.arrived.notify_waiters();
+    }
+    // A held answer waits for the release (a minute at most).
+    let until = Instant::now() + Duration::from_secs(60);
+    while hold && fake.lock().holding && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let result = match method.as_str() {
         "sendMessage" | "sendInvoice" => json!({
