@@ -153,6 +153,8 @@ pub struct Paid {
     /// Of those, the 429s to messages sent paid.
     pub refused_paid: usize,
     pub unretried: usize,
+    /// Where the CPU went while it sent (the machine's, the server's, the idle share).
+    pub cpu: common::CpuClock,
 }
 
 impl Paid {
@@ -357,6 +359,7 @@ async fn paid(s: &Sizes, rig: &mut Rig<'_>) -> Result<Paid, String> {
         }))
         .await?;
     let started = Instant::now();
+    let cpu_before = common::CpuClock::now(Some(rig.server.pid()));
     if created.recipients != s.paid {
         return Err(format!(
             "paid broadcast: {} recipients, {} members in its segment",
@@ -402,6 +405,7 @@ async fn paid(s: &Sizes, rig: &mut Rig<'_>) -> Result<Paid, String> {
         tokio::time::sleep_until(tick).await;
     };
     p.seconds = started.elapsed().as_secs_f64();
+    p.cpu = common::CpuClock::now(Some(rig.server.pid())).since(&cpu_before);
     progress(format!(
         "paid: finished after {:.1} s: {}; paid_messages {}",
         p.seconds,
@@ -579,6 +583,18 @@ impl Figures {
                     "≥ {PAID_RATE_GOAL:.0}: {}",
                     verdict(p.sustained >= PAID_RATE_GOAL)
                 ),
+            );
+            let (cpu, n) = (&p.cpu, p.audit.recipients.max(1) as f64);
+            let idle = cpu.idle.as_secs_f64() / (cpu.idle + cpu.machine).as_secs_f64().max(1e-9);
+            row(
+                "paid: CPU µs a message: machine, server; the cores idle".into(),
+                format!(
+                    "{:.0}, {:.0}; {:.0} %",
+                    cpu.machine.as_secs_f64() * 1e6 / n,
+                    cpu.other.as_secs_f64() * 1e6 / n,
+                    idle * 100.0
+                ),
+                String::new(),
             );
             row(
                 "paid: until the last billed message; after it".into(),

@@ -129,7 +129,7 @@ pub fn cpu_time(pid: u32) -> std::time::Duration {
 /// waited-for children's (pgbench) and one other process's (the server). Differences of two
 /// readings say where a run's CPU went, and how much of the cores nobody used.
 #[allow(dead_code)]
-#[derive(Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct CpuClock {
     pub machine: std::time::Duration,
     pub idle: std::time::Duration,
