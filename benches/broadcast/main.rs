@@ -22,8 +22,9 @@
 //! 2. **paid**: a broadcast to `BROADCAST_BENCH_RECIPIENTS` members (default 100,000) with
 //!    `"paid": {"max_stars": BROADCAST_BENCH_MAX_STARS}` (default: 2 % short of paying for
 //!    every recipient, so the budget runs out before the end). Goals: ≥ 900 messages/s
-//!    sustained while paying; `paid_messages` never above `max_stars × 10`, nor the fake's count
-//!    of billed messages; every recipient reached exactly once.
+//!    sustained while paying; `paid_messages` never above `max_stars × 10`, nor the rows marked
+//!    paid, nor the fake's count of messages sent with `allow_paid_broadcast` (and of those it
+//!    billed); every recipient reached exactly once.
 //!
 //! A size of 0 leaves its phase out. A plain `harness = false` main. Environment as the payment
 //! benchmark's (`SUBGATE_TEST_DATABASE_URL`, `SUBGATE_BENCH_RUN`, `SUBGATE_BENCH_PIDFILE`,

@@ -162,6 +162,7 @@ impl Paid {
         self.max_paid_seen <= self.budget
             && self.broadcast.paid_messages <= self.budget
             && self.rows_paid <= self.budget
+            && self.flagged as i64 <= self.budget
             && self.billed as i64 <= self.budget
     }
 }
@@ -482,8 +483,13 @@ impl Figures {
             }
             if !p.budget_ok() {
                 missed.push(format!(
-                    "paid: budget {} exceeded: paid_messages up to {} (final {}), rows paid {}, billed by the fake {}",
-                    p.budget, p.max_paid_seen, p.broadcast.paid_messages, p.rows_paid, p.billed
+                    "paid: budget {} exceeded: paid_messages up to {} (final {}), rows paid {}, at the fake sent paid {} and billed {}",
+                    p.budget,
+                    p.max_paid_seen,
+                    p.broadcast.paid_messages,
+                    p.rows_paid,
+                    p.flagged,
+                    p.billed
                 ));
             }
             if !p.audit.exactly_once(0) || !p.audit.consistent() {
