@@ -40,6 +40,10 @@ pub struct SubscriberBody {
     /// `en`, `uk`, `ru`, or null (the default).
     #[serde(deserialize_with = "Option::deserialize")]
     pub language: Option<String>,
+    /// The buyer said `/stop`.
+    pub marketing_opt_out: bool,
+    /// False after Telegram answered 403 to a message.
+    pub reachable: bool,
     pub created_at: String,
     pub updated_at: String,
 }
