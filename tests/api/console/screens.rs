@@ -254,7 +254,11 @@ async fn every_screen_shows_no_broken_text_and_logs_no_error() {
                 "#broadcast-status",
                 "scheduled",
             ),
-            ("#/automations".into(), "#auto-renewal_failed", "Renewal failed"),
+            (
+                "#/automations".into(),
+                "#auto-renewal_failed",
+                "Renewal failed",
+            ),
             ("#/memberships".into(), "main table", "active"),
             ("#/payments".into(), "main table", "needs_review"),
             ("#/payments?outcome=applied".into(), "main table", "applied"),
