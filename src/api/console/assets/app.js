@@ -2161,7 +2161,7 @@
     'payment.applied', 'payment.needs_review', 'payment.refunded', 'payment.disputed',
     'membership.activated',
     'membership.renewed', 'membership.grace', 'membership.expired', 'membership.deleted',
-    'trial.started',
+    'trial.started', 'broadcast.finished', 'automation.sent',
   ];
 
   /** The owner's endpoints for outbound webhooks: create (secret shown once), rotate, enable. */
@@ -2327,7 +2327,7 @@
   // ------------------------------------------------------------------ effects
 
   const KINDS = ['grant', 'renewal_receipt', 'revoke', 'reminder', 'grace_notice', 'refund',
-    'join_approve', 'join_decline', 'bot_message', 'invoice', 'subscription_cancel'];
+    'join_approve', 'join_decline', 'bot_message', 'invoice', 'subscription_cancel', 'member_message'];
 
   async function renderEffects(params) {
     const { main, live } = page('Telegram effects');
@@ -2650,7 +2650,7 @@
       field('On (sends by itself)', input('enabled', { type: 'checkbox', checked: a.enabled })),
       h('div', { class: 'grid' },
         field('Delay', input('delay_minutes', { type: 'number', min: 0, step: 'any', value: String(count), required: true }),
-          'How long after the event it is sent; 1 minute to 365 days.'),
+          'How long after the event it is sent; 0 (at once) to 365 days.'),
         field('Unit', h('select', { id: `${f}-delay_unit`, name: 'delay_unit' },
           DELAY_UNITS.map(([u]) => h('option', { value: u, selected: u === unit }, u))))),
       messageTextFields(f, a.texts,
