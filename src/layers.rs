@@ -19,12 +19,13 @@ use std::{
 
 /// The top-level folders from the top of the tree to its bottom: each may import only the
 /// ones after it. `docs/ARCHITECTURE.md` says what each owns.
-const LAYERS: [&str; 16] = [
+const LAYERS: [&str; 17] = [
     "api",
     "app",
     "bot",
     "telegram",
     "payments",
+    "messages",
     "orders",
     "reports",
     "catalog",
@@ -644,6 +645,24 @@ mod tests {
                 spellings(&effects::Kind::ALL, effects::Kind::as_str),
             ),
             ("kind", spellings(&plans::Kind::ALL, plans::Kind::as_str)),
+            (
+                "kind",
+                spellings(&crate::messages::Kind::ALL, crate::messages::Kind::as_str),
+            ),
+            (
+                "outcome",
+                spellings(
+                    &crate::messages::Outcome::ALL,
+                    crate::messages::Outcome::as_str,
+                ),
+            ),
+            (
+                "status",
+                spellings(
+                    &crate::messages::broadcasts::Status::ALL,
+                    crate::messages::broadcasts::Status::as_str,
+                ),
+            ),
         ] {
             known.entry(word).or_default().extend(words);
         }
@@ -718,11 +737,13 @@ mod tests {
     /// The statements over `channels` and `subscribers` that stay with another owner: the lock
     /// order's reads of a channel's terms, one channel's and a plan's channels' (`orders::seats`), the subscriber key-share locks of
     /// membership changes (`memberships`), which `subscribers` cannot offer without a cycle
-    /// (it calls `memberships`), and a subquery of the refunds' statement.
-    const TABLE_STATEMENTS_ELSEWHERE: [(&str, &str, usize); 3] = [
+    /// (it calls `memberships`), a subquery of the refunds' statement, and the insert of an
+    /// automation's message, which takes its buyer's language in the same statement.
+    const TABLE_STATEMENTS_ELSEWHERE: [(&str, &str, usize); 4] = [
         ("orders/seats.rs", "from channels", 4),
         ("access/memberships.rs", "from subscribers", 2),
         ("payments/refunds/mod.rs", "from subscribers", 1),
+        ("messages/sent.rs", "from subscribers", 1),
     ];
 
     #[test]

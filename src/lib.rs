@@ -13,6 +13,7 @@
 //! - [`telegram`]: Telegram decisions (pre-checkout, join requests, chat members, audits) and
 //!   the Stars reconcile;
 //! - [`payments`]: the one `apply_payment` core, refunds and disputes, one module per gateway;
+//! - [`messages`]: messages to members — broadcasts and automations, sent through the outbox;
 //! - [`orders`]: orders, the one lock order, seats and holds, trials;
 //! - [`reports`]: statistics for staff;
 //! - [`catalog`]: channels, plans and promo codes;
@@ -33,6 +34,7 @@ pub mod catalog;
 pub mod common;
 pub mod config;
 pub mod db;
+pub mod messages;
 pub mod orders;
 pub mod outbox;
 pub mod payments;

@@ -227,3 +227,14 @@ access-ended-revoked = Your access to «{ $title }» has been ended.
 code-already-applied = Code { $code } is already applied to your order of «{ $title }»: { $price } instead of { $listPrice }. Its invoice is in the chat above.
 # A card press when no card page could stay open long enough (HOLD_SECS under a minute).
 card-unavailable = Sorry, card payment for «{ $title }» is not available right now. Please try again later.
+
+## Messages to members: broadcasts and automations, and the buyer's consent to them
+
+# The last line of every broadcast and automation.
+marketing-stop-hint = Send /stop to stop these messages.
+# The answer to /stop.
+marketing-stopped = Done: you will get no more news or offers from this bot. Messages about your own access and payments still come. Send /start to receive them again.
+# The button of a broadcast or an offer.
+message-buy-button = Buy: { $title }
+# The button back to an order that can still be paid.
+message-pay-button = Complete the payment

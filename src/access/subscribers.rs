@@ -27,7 +27,8 @@ use crate::{
 /// The select list of [`Subscriber`] (a macro, so SQL constants can splice it with `concat!`).
 macro_rules! subscriber_columns {
     () => {
-        "id, telegram_user_id, username, display_name, language, created_at, updated_at"
+        "id, telegram_user_id, username, display_name, language, marketing_opt_out, reachable, \
+         created_at, updated_at"
     };
 }
 
@@ -85,10 +86,22 @@ const SET_LANGUAGE_SQL: &str = "UPDATE subscribers
      SET language = $2, updated_at = statement_timestamp()
      WHERE id = $1 AND language IS DISTINCT FROM $2";
 
+const STOP_SQL: &str = "UPDATE subscribers
+     SET marketing_opt_out = true, updated_at = statement_timestamp()
+     WHERE id = $1 AND NOT marketing_opt_out";
+const HEARD_FROM_SQL: &str = "UPDATE subscribers
+     SET reachable = true, marketing_opt_out = marketing_opt_out AND NOT $2,
+         updated_at = statement_timestamp()
+     WHERE telegram_user_id = $1 AND (NOT reachable OR ($2 AND marketing_opt_out))";
+const UNREACHABLE_SQL: &str = "UPDATE subscribers
+     SET reachable = false, updated_at = statement_timestamp()
+     WHERE telegram_user_id = $1 AND reachable";
+
 /// A buyer, identified by their Telegram user id.
 #[derive(Serialize, utoipa::ToSchema)]
 #[schema(example = json!({"id": 1, "telegram_user_id": 100000001, "username": "ann",
-    "display_name": "Ann", "language": "uk", "created_at": "2025-01-01T10:00:00Z", "updated_at": "2025-01-01T10:00:00Z"}))]
+    "display_name": "Ann", "language": "uk", "marketing_opt_out": false, "reachable": true,
+    "created_at": "2025-01-01T10:00:00Z", "updated_at": "2025-01-01T10:00:00Z"}))]
 pub struct Subscriber {
     pub id: i32,
     pub telegram_user_id: i64,
@@ -98,6 +111,12 @@ pub struct Subscriber {
     /// from their Telegram app's language when they first bought; `null`: the bot's default
     /// (`BOT_DEFAULT_LANGUAGE`) or their app's language.
     pub language: Option<Language>,
+    /// The buyer sent `/stop`: no broadcasts and no automations until they send `/start`
+    /// (messages about their own access and payments still go).
+    pub marketing_opt_out: bool,
+    /// False once Telegram answered 403 to a message (the buyer blocked the bot), until the
+    /// buyer writes to the bot again; broadcasts and automations skip them meanwhile.
+    pub reachable: bool,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -108,6 +127,8 @@ crate::from_row!(Subscriber [subscriber_columns!()] {
     username,
     display_name,
     language,
+    marketing_opt_out,
+    reachable,
     created_at,
     updated_at,
 });
@@ -339,5 +360,33 @@ pub async fn set_language(
     language: Option<Language>,
 ) -> Result<(), ApiError> {
     db::execute(client, SET_LANGUAGE_SQL, &[&id, &language]).await?;
+    Ok(())
+}
+
+/// The buyer said `/stop`: no more broadcasts or automations.
+pub async fn stop_marketing(client: &impl GenericClient, id: i32) -> Result<(), ApiError> {
+    db::execute(client, STOP_SQL, &[&id]).await?;
+    Ok(())
+}
+
+/// Telegram user `telegram_user_id` wrote to the bot: reachable again, and with `start` (they
+/// sent `/start`) no longer opted out of broadcasts and automations. Writes nothing for a buyer
+/// already so (one index probe).
+pub async fn heard_from(
+    client: &impl GenericClient,
+    telegram_user_id: i64,
+    start: bool,
+) -> Result<(), ApiError> {
+    db::execute(client, HEARD_FROM_SQL, &[&telegram_user_id, &start]).await?;
+    Ok(())
+}
+
+/// Telegram answered 403 to a message for `telegram_user_id` (the buyer blocked the bot, or
+/// deleted their account): broadcasts and automations skip them until they write again.
+pub async fn mark_unreachable(
+    client: &impl GenericClient,
+    telegram_user_id: i64,
+) -> Result<(), ApiError> {
+    db::execute(client, UNREACHABLE_SQL, &[&telegram_user_id]).await?;
     Ok(())
 }

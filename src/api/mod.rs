@@ -13,6 +13,8 @@
 pub mod audit_log;
 pub mod audits;
 pub mod auth;
+pub mod automations;
+pub mod broadcasts;
 pub mod channels;
 pub mod console;
 pub mod effects;

@@ -87,6 +87,7 @@ pub const STRIPE_SIGNATURE: &str = "stripe_signature";
         (name = "effects", description = "The outbox of Telegram effects and its dead letters."),
         (name = "reconciliation", description = "Card orders asked about at the gateway when their callback has not come."),
         (name = "star subscriptions", description = "Telegram Stars subscriptions started in the bot."),
+        (name = "messages", description = "Messages to members: automations, broadcasts, and what each buyer was sent."),
         (name = "webhook endpoints", description = "The owner's endpoints for outbound webhooks (Standard Webhooks), their deliveries and replays."),
         (name = "payment doors", description = "Where gateways and Telegram report payments."),
         (name = "operations", description = "Overview, sweep, health, readiness and this document."),
@@ -169,6 +170,14 @@ text_enum_schemas! {
         "`running`, then `done` or `failed` (see `error`).",
     crate::outbox::effects::Status => "EffectStatus":
         "`pending` (queued or being retried), `done`, or `failed` (a dead letter).",
+    crate::messages::Kind => "MessageKind":
+        "What a message to a member is: one recipient's `broadcast`, or an automation's.",
+    crate::messages::Outcome => "MessageOutcome":
+        "What came of a message to a member: `sent`, `blocked` (the buyer blocked the bot), \
+         `failed` or `skipped` (see its `note`).",
+    crate::messages::broadcasts::Status => "BroadcastStatus":
+        "`scheduled` until `send_at`, `sending` (recipients fixed), then `finished` or \
+         `cancelled`.",
     crate::present::locale::Language => "Language":
         "A language the bot speaks: `en` (English), `uk` (Ukrainian), `ru` (Russian).",
     crate::payments::gateways::wayforpay::checks::State => "ReconciliationState":

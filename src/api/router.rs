@@ -22,7 +22,7 @@ use utoipa::OpenApi;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{
-    audit_log, audits, auth, channels, console, effects,
+    audit_log, audits, auth, automations, broadcasts, channels, console, effects,
     error::problem,
     exemptions, invoice_links, memberships, openapi, orders, overview, payments, plans,
     promo_codes, reconciliation,
@@ -59,6 +59,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(needs(Viewer, routes!(subscribers::list)))
         .routes(needs(Viewer, routes!(subscribers::export)))
         .routes(needs(Viewer, routes!(subscribers::get)))
+        .routes(needs(Viewer, routes!(subscribers::messages)))
         .routes(needs(
             Admin,
             routes!(subscribers::patch, subscribers::delete),
@@ -106,6 +107,13 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(needs(Viewer, routes!(payments::export)))
         .routes(needs(Viewer, routes!(payments::get)))
         .routes(needs(Viewer, routes!(reconciliation::list)))
+        .routes(needs(Viewer, routes!(automations::list)))
+        .routes(needs(Admin, routes!(automations::patch)))
+        .routes(needs(Admin, routes!(broadcasts::create)))
+        .routes(needs(Viewer, routes!(broadcasts::list)))
+        .routes(needs(Admin, routes!(broadcasts::preview)))
+        .routes(needs(Viewer, routes!(broadcasts::get)))
+        .routes(needs(Admin, routes!(broadcasts::cancel)))
         .routes(needs(Admin, routes!(webhook_endpoints::create)))
         .routes(needs(Viewer, routes!(webhook_endpoints::list)))
         .routes(needs(Viewer, routes!(webhook_endpoints::get)))

@@ -18,6 +18,7 @@ use crate::{
     access::subscribers::{self, Subscriber},
     app::state::AppState,
     common::error::ApiError,
+    messages::sent::{self, Message},
     present::locale::Language,
     staff::audit_log::Entry,
 };
@@ -332,4 +333,42 @@ pub async fn delete(
         staff.audit(tx, entry).await?;
         Ok(StatusCode::NO_CONTENT.into_response())
     })
+}
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListMessages {
+    /// Rows per page.
+    #[param(minimum = 1, maximum = 200, default = 50)]
+    limit: Option<i64>,
+    /// Return ids greater than this (the previous page's `next_after`).
+    after: Option<i64>,
+}
+
+/// `GET /api/subscribers/{id}/messages`: the broadcasts and automations' messages written to
+/// the buyer, with what came of each.
+#[utoipa::path(get, path = "/subscribers/{id}/messages", operation_id = "listSubscriberMessages",
+    tag = "messages",
+    params(("id" = i32, Path, description = "Subscriber id."), ListMessages),
+    security(("staff_jwt" = [])),
+    responses(
+        (status = 200, description = "A page of the buyer's messages, by id.", body = Page<Message>),
+        (status = 404, description = "No such subscriber.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`limit` out of range.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
+pub async fn messages(
+    State(state): State<AppState>,
+    _: Staff,
+    PathId(id): PathId<i32>,
+    ApiQuery(q): ApiQuery<ListMessages>,
+) -> Result<Json<Page<Message>>, ApiError> {
+    let paging = Paging::new(q.limit, q.after)?;
+    let client = state.db.get().await?;
+    if !subscribers::exists(&client, id).await? {
+        return Err(ApiError::NotFound("subscriber"));
+    }
+    let items = sent::of_subscriber(&client, id, paging.after, paging.fetch()).await?;
+    Ok(Json(paging.page(items, |m| m.id)))
 }

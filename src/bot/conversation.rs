@@ -72,6 +72,7 @@ fn only_reads(command: &Command) -> bool {
         Command::Code(code) => code.is_none(),
         Command::Language(code) => code.as_deref().and_then(Language::of_tag).is_none(),
         Command::Start(None) | Command::Help | Command::Subscriptions | Command::Other => true,
+        Command::Stop => false,
     }
 }
 
@@ -137,6 +138,7 @@ async fn read_command(
         },
         Command::Language(_) => render::language_choice(l),
         Command::Subscriptions => subscriptions(client, config, l, user_id).await?,
+        Command::Stop => unreachable!("only_reads: /stop writes"),
         Command::Other => render::Rendered {
             text: texts::help(l),
             rows: Vec::new(),
@@ -203,6 +205,10 @@ async fn command(
             },
             None => unreachable!("read_command shows the choice for an unknown language"),
         },
+        Command::Stop => render::Rendered {
+            text: stop(tx, l, from).await?,
+            rows: Vec::new(),
+        },
         _ => unreachable!("read_command shows every command that only reads"),
     };
     Ok(render::send_message(chat_id, &rendered))
@@ -258,6 +264,19 @@ async fn button(
         }
         Callback::Buy(_) | Callback::Plan(_) => unreachable!("handled above"),
     }
+}
+
+/// `/stop`: no more broadcasts or automations for the buyer (made a subscriber if need be, so
+/// the wish is kept for later), confirmed in their language; `/start` undoes it
+/// ([`super::handle`]).
+async fn stop(tx: &Transaction<'_>, l: Language, from: &Sender) -> Result<String, ApiError> {
+    let buyer = buy::upsert_subscriber(tx, from).await?;
+    subscribers::stop_marketing(tx, buyer).await?;
+    tracing::info!(
+        subscriber_id = buyer,
+        "buyer opted out of broadcasts and automations"
+    );
+    Ok(texts::marketing_stopped(l))
 }
 
 /// `/language <code>` or a language button: the buyer's language from now on (remembered on

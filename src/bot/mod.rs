@@ -237,6 +237,17 @@ pub async fn handle(db: &Pool, config: &Config, body: &[u8]) -> Result<Option<Va
     }
 }
 
+/// The buyer wrote to the bot: reachable again (after a 403 had marked them not), and after
+/// `/start` no longer opted out of broadcasts and automations.
+async fn heard_from(
+    client: &impl deadpool_postgres::GenericClient,
+    action: &Action,
+) -> Result<(), ApiError> {
+    let start = matches!(action, Action::Text { text, .. }
+        if matches!(render::parse_command(text), render::Command::Start(_)));
+    crate::access::subscribers::heard_from(client, action.from().id, start).await
+}
+
 /// What a delivery of an update came to.
 enum Delivery {
     /// Acted on now; the reply to send.
@@ -254,6 +265,7 @@ enum Delivery {
 /// statement of a read-committed transaction takes its own snapshot.)
 async fn read(db: &Pool, config: &Config, action: &Action) -> Result<Delivery, ApiError> {
     let client = db.get().await?;
+    heard_from(&client, action).await?;
     let remembered =
         crate::access::subscribers::language_of_telegram_user(&client, action.from().id).await?;
     let reply = conversation::answer_reading(&client, config, remembered, action).await?;
@@ -310,6 +322,7 @@ async fn deliver(
     if row.try_get("found")? {
         return Ok(Delivery::Repeated(row.try_get("reply")?));
     }
+    heard_from(tx, action).await?;
     let reply = conversation::act(tx, config, remembered, action).await?;
     let row = crate::db::row_one(tx, &RECORD_SQL, &[&update_id, &reply]).await?;
     let (wrote, recorded, found): (bool, bool, bool) = (

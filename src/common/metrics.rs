@@ -113,6 +113,10 @@ pub const BOT_CODE_GUESSES: &str = "subgate_bot_code_guesses_total";
 /// Counter: Telegram `subscription` updates, by `state` (`canceled`, `active`, `failed`,
 /// `other`) and `outcome` (`applied`, `unchanged`, `review`, `repeated`).
 pub const STAR_SUBSCRIPTION_UPDATES: &str = "subgate_star_subscription_updates_total";
+/// Counter: messages to members decided, by `kind` (`broadcast`, `unpaid_checkout`,
+/// `win_back`, `cancel_offer`, `renewal_failed`) and `outcome` (`sent`, `blocked`, `failed`,
+/// `skipped`).
+pub const MEMBER_MESSAGES: &str = "subgate_member_messages_total";
 /// How often [`sample_loop`](crate::app::metrics::sample_loop) reads the database gauges.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(15);
 
@@ -258,6 +262,10 @@ fn describe() {
         STAR_SUBSCRIPTION_UPDATES,
         "Telegram subscription updates, by state and outcome."
     );
+    describe_counter!(
+        MEMBER_MESSAGES,
+        "Messages to members (broadcasts, automations) decided, by kind and outcome."
+    );
     describe_gauge!(DB_POOL_MAX, "Maximum database connections (DB_POOL_SIZE).");
     describe_gauge!(DB_POOL_SIZE, "Database connections open.");
     describe_gauge!(DB_POOL_IN_USE, "Database connections in use.");
@@ -387,6 +395,12 @@ pub fn bot_code_guess(result: &'static str) {
 /// A Telegram `subscription` update was handled ([`STAR_SUBSCRIPTION_UPDATES`]).
 pub fn star_subscription_update(state: &'static str, outcome: &'static str) {
     counter!(STAR_SUBSCRIPTION_UPDATES, "state" => state, "outcome" => outcome).increment(1);
+}
+
+/// A message to a member was decided ([`MEMBER_MESSAGES`]); both labels are spellings of the
+/// schema's fixed sets.
+pub fn member_message(kind: &'static str, outcome: &'static str) {
+    counter!(MEMBER_MESSAGES, "kind" => kind, "outcome" => outcome).increment(1);
 }
 
 /// A Bot API call was made (not a dry run, not held back by the pacer); `outcome` is `ok` or

@@ -118,6 +118,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "outbound_lanes",
         include_str!("../../migrations/0023_outbound_lanes.sql"),
     ),
+    (
+        24,
+        "messages_to_members",
+        include_str!("../../migrations/0024_messages_to_members.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,

@@ -243,7 +243,7 @@ fn messages(file: &str, source: &str) -> Result<Messages, String> {
     Ok(out)
 }
 
-fn pattern_vars(p: &ast::Pattern<&str>, out: &mut Vec<String>) {
+pub(super) fn pattern_vars(p: &ast::Pattern<&str>, out: &mut Vec<String>) {
     for element in &p.elements {
         if let ast::PatternElement::Placeable { expression } = element {
             expression_vars(expression, out);

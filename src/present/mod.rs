@@ -6,6 +6,7 @@
 //! on the others.
 
 pub mod locale;
+pub mod patterns;
 pub mod render;
 pub mod texts;
 pub mod translations;

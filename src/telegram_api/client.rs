@@ -28,7 +28,7 @@ pub use super::{
     answers::{ChatInviteLink, PartnerUser, StarTransaction, StarTransactions, TransactionPartner},
     errors::BotError,
     methods::StarsInvoice,
-    pacer::{GLOBAL_RATE, MAX_WAIT, MESSAGE_INTERVAL, Pacer, Urgency},
+    pacer::{GLOBAL_RATE, Lane, MAX_WAIT, MESSAGE_INTERVAL, PAID_RATE, Pacer, Urgency},
 };
 use crate::config::{Config, Secret};
 
@@ -168,6 +168,28 @@ impl BotApi {
         method: &str,
         params: &Value,
     ) -> Result<T, BotError> {
+        let called = self
+            .call_when_ready(method, params, Lane::Free, || async { true })
+            .await?;
+        Ok(called.expect("a call that is always ready is made"))
+    }
+
+    /// [`call`](Self::call) on `lane`, with `ready` awaited once the pacer's slot is taken and
+    /// just before the request is sent: `false` makes no call (`Ok(None)`). A message that must
+    /// never be sent twice writes down that it is about to be sent there, so a crash can only
+    /// leave it unsent, never sent twice; the slot's wait is over by then.
+    pub async fn call_when_ready<T, F, Fut>(
+        &self,
+        method: &str,
+        params: &Value,
+        lane: Lane,
+        ready: F,
+    ) -> Result<Option<T>, BotError>
+    where
+        T: DeserializeOwned,
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
         // Messages are spaced per recipient; chat administration only honours a chat's 429.
         let chat = params.get("chat_id").and_then(Value::as_i64);
         let spacing = if method == "sendMessage" || method == "sendInvoice" {
@@ -175,21 +197,28 @@ impl BotApi {
         } else {
             Duration::ZERO
         };
-        if let Err(wait) = self.pacer.acquire(chat, spacing, self.urgency).await {
+        let slot = match lane {
+            Lane::Free => self.pacer.acquire(chat, spacing, self.urgency).await,
+            Lane::Paid => self.pacer.acquire_paid(chat, spacing).await,
+        };
+        if let Err(wait) = slot {
             return Err(BotError::Paused {
                 method: method.to_string(),
                 retry_after: wait.as_secs_f64().ceil() as u64,
             });
         }
+        if !ready().await {
+            return Ok(None);
+        }
         if self.dry_run {
             tracing::info!(method, params = %params, "dry run: Bot API call logged, not made");
-            return serde_json::from_value(dry_run_result(method)).map_err(|e| {
-                BotError::BadResponse {
+            return serde_json::from_value(dry_run_result(method))
+                .map(Some)
+                .map_err(|e| BotError::BadResponse {
                     method: method.to_string(),
                     status: 200,
                     detail: format!("dry run: {e}"),
-                }
-            });
+                });
         }
         let result = self.send(method, params).await;
         let outcome = match &result {
@@ -202,7 +231,7 @@ impl BotApi {
         {
             self.pacer.pause(chat, Duration::from_secs(secs));
         }
-        result
+        result.map(Some)
     }
 
     async fn send<T: DeserializeOwned>(&self, method: &str, params: &Value) -> Result<T, BotError> {
@@ -210,11 +239,19 @@ impl BotApi {
             return Err(BotError::Transport {
                 method: method.to_string(),
                 detail: "TELEGRAM_BOT_TOKEN is not set".into(),
+                sent: false,
             });
         };
         let url = format!("{}/bot{}/{}", self.base, token.expose(), method);
         let transport = |e: reqwest::Error| {
-            if e.is_timeout() {
+            // A failed connection (refused, or timed out while connecting) sent nothing.
+            if e.is_connect() {
+                BotError::Transport {
+                    method: method.to_string(),
+                    detail: self.redact(&error_chain(e.without_url())),
+                    sent: false,
+                }
+            } else if e.is_timeout() {
                 BotError::Timeout {
                     method: method.to_string(),
                     secs: self.timeout.as_secs().max(1),
@@ -223,6 +260,7 @@ impl BotApi {
                 BotError::Transport {
                     method: method.to_string(),
                     detail: self.redact(&error_chain(e.without_url())),
+                    sent: true,
                 }
             }
         };

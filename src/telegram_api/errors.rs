@@ -15,9 +15,14 @@ pub enum BotError {
     /// No answer in time: the call may or may not have taken effect.
     #[error("{method}: no answer within {secs} s (the call may or may not have taken effect)")]
     Timeout { method: String, secs: u64 },
-    /// The request could not be sent or its answer not read.
+    /// The request could not be sent (`sent: false`: no connection was made, so Telegram
+    /// never saw it) or its answer not read (`sent: true`: it may have taken effect).
     #[error("{method}: Bot API unreachable: {detail}")]
-    Transport { method: String, detail: String },
+    Transport {
+        method: String,
+        detail: String,
+        sent: bool,
+    },
     /// An answer that is not the Bot API's JSON envelope (a proxy's error page, …).
     #[error("{method}: unexpected answer (HTTP {status}): {detail}")]
     BadResponse {
@@ -31,6 +36,17 @@ pub enum BotError {
 }
 
 impl BotError {
+    /// Whether the call may have taken effect although it failed: no answer in time, an
+    /// answer that could not be read, or one that is not the Bot API's. A refusal from
+    /// Telegram, a call the pacer held back and one whose connection was never made did not.
+    pub fn may_have_taken_effect(&self) -> bool {
+        match self {
+            BotError::Timeout { .. } | BotError::BadResponse { .. } => true,
+            BotError::Transport { sent, .. } => *sent,
+            BotError::Api { .. } | BotError::Paused { .. } => false,
+        }
+    }
+
     /// Telegram's `description`, when Telegram answered.
     pub fn description(&self) -> Option<&str> {
         match self {

@@ -22,6 +22,21 @@ pub const MESSAGE_INTERVAL: Duration = Duration::from_secs(1);
 /// [`BotError::Paused`](super::client::BotError::Paused).
 pub const MAX_WAIT: Duration = Duration::from_secs(2);
 
+/// Paid messages per second, per bot, at most: Telegram's limit for messages sent with
+/// `allow_paid_broadcast` (0.1 Star each beyond the free rate).
+pub const PAID_RATE: u32 = 1000;
+
+/// Which of a bot's paces a call takes: the free one ([`GLOBAL_RATE`], shared by every call)
+/// or the paid one of a paid broadcast's messages ([`PAID_RATE`], sent with
+/// `allow_paid_broadcast`, apart from the free pace). Both keep one message per second to one
+/// chat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Lane {
+    #[default]
+    Free,
+    Paid,
+}
+
 /// How urgent a call is to the [`Pacer`]: an urgent call (an access change: a grant's message,
 /// a revoke, a join answer, an unban) takes the next free slot before every waiting normal call
 /// (invoices, receipts, reminders, bot messages), so a queue of those never holds it back.
@@ -46,6 +61,8 @@ pub struct Pacer {
 #[derive(Debug, Default)]
 struct PacerState {
     next_call: Option<Instant>,
+    /// The next slot of the paid pace.
+    next_paid: Option<Instant>,
     next_for_chat: HashMap<i64, Instant>,
     /// Callers sleeping until a slot, by urgency.
     waiting: usize,
@@ -161,6 +178,43 @@ impl Pacer {
                 } else {
                     at
                 }
+            };
+            tokio::time::sleep_until(sleep_until).await;
+        }
+    }
+
+    /// Waits for a slot of the paid pace ([`PAID_RATE`]) and `chat`'s next slot, and takes
+    /// them; the free pace is neither used nor held back. As [`acquire`](Self::acquire), a wait
+    /// longer than [`MAX_WAIT`] is returned instead.
+    pub async fn acquire_paid(&self, chat: Option<i64>, spacing: Duration) -> Result<(), Duration> {
+        let interval = Duration::from_secs(1) / PAID_RATE;
+        loop {
+            let sleep_until = {
+                let mut s = self.lock();
+                let now = Instant::now();
+                let slot = s.next_paid.map_or(now, |t| t.max(now));
+                let chat_slot = chat
+                    .and_then(|c| s.next_for_chat.get(&c).copied())
+                    .map_or(now, |t| t.max(now));
+                let at = slot.max(chat_slot);
+                if at - now > MAX_WAIT {
+                    return Err(at - now);
+                }
+                if at <= now {
+                    let base = s
+                        .next_paid
+                        .filter(|t| now.saturating_duration_since(*t) < interval * 4)
+                        .unwrap_or(now);
+                    s.next_paid = Some(base + interval);
+                    if let Some(c) = chat {
+                        s.next_for_chat.insert(c, now + spacing);
+                    }
+                    if s.next_for_chat.len() > 10_000 {
+                        s.next_for_chat.retain(|_, t| *t > now);
+                    }
+                    return Ok(());
+                }
+                at
             };
             tokio::time::sleep_until(sleep_until).await;
         }

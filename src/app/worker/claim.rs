@@ -55,7 +55,7 @@ const RENEW_SQL: &str =
 
 /// The access kinds, which are ordered per member and claimed before every other kind (as a
 /// SQL list; the partial index `effects_member_access_idx` covers exactly these, and the claim
-/// index `effects_claim_idx` leads with `kind NOT IN` this list).
+/// index `effects_claim_idx` leads with [`claim_tier_sql!`], which names them).
 macro_rules! access_kinds_sql {
     () => {
         "('grant', 'revoke', 'join_approve', 'join_decline', 'unban')"
@@ -82,6 +82,21 @@ const FIRST_OF_MEMBER_SQL: &str = concat!(
       AND (b.id < $1 OR b.lease_until > statement_timestamp())) AS first"
 );
 
+/// The claim's tier of an effect: 0 for access effects, 2 for messages to members (broadcasts
+/// and automations), 1 for every other kind (invoices, receipts, the bot's answers). Claims
+/// take the lowest tier first, so neither a grant nor a buyer's invoice waits behind a
+/// broadcast. The expression is exactly the leading key of `effects_claim_idx` (migration
+/// `0024_messages_to_members.sql`), which serves the claim's order.
+macro_rules! claim_tier_sql {
+    () => {
+        concat!(
+            "(CASE WHEN kind IN ",
+            access_kinds_sql!(),
+            " THEN 0\n              WHEN kind = 'member_message' THEN 2 ELSE 1 END)"
+        )
+    };
+}
+
 const CANDIDATE_SQL: &str = concat!(
     "SELECT id, kind, chat_id, user_id FROM effects e
      WHERE status = 'pending' AND next_attempt_at <= statement_timestamp()
@@ -101,9 +116,9 @@ const CANDIDATE_SQL: &str = concat!(
     " AND e.chat_id IN (",
     channels::no_rights_chats_sql!(),
     "))
-     ORDER BY (kind NOT IN ",
-    access_kinds_sql!(),
-    "), next_attempt_at, id
+     ORDER BY ",
+    claim_tier_sql!(),
+    ", next_attempt_at, id
      LIMIT 1
      FOR UPDATE SKIP LOCKED"
 );

@@ -104,6 +104,8 @@ pub(super) struct Attempt {
     pub(super) verify: bool,
     /// Done, and the user is not banned by us in the chat: forget its `chat_bans` row.
     pub(super) cleared_ban: bool,
+    /// A message to a member: what to write on its `messages` row.
+    pub(super) message: Option<super::messages::MessageAttempt>,
 }
 
 impl From<Performed> for Attempt {
@@ -113,6 +115,7 @@ impl From<Performed> for Attempt {
             refunded: None,
             verify: false,
             cleared_ban: false,
+            message: None,
         }
     }
 }

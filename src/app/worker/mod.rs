@@ -70,6 +70,7 @@ mod claim;
 mod failure;
 mod health;
 pub mod listen;
+mod messages;
 mod notices;
 mod perform;
 mod record;
@@ -98,6 +99,7 @@ use crate::{
     access::memberships,
     app::state::AppState,
     common::error::ApiError,
+    messages::{automations, broadcasts},
     outbox::effects,
     telegram_api::client::{BotApi, DEFAULT_TIMEOUT},
 };
@@ -214,7 +216,14 @@ pub struct Worker {
     /// Per channel, held while its join link is made: lanes granting in a channel that has
     /// none wait for the first to make and store it, instead of each making one.
     link_locks: Mutex<HashMap<i32, Arc<tokio::sync::Mutex<()>>>>,
+    /// Paid broadcasts' budget this process reserved and has not spent.
+    paid: messages::PaidAllowance,
+    /// When the broadcasts' start and finish were last checked.
+    broadcasts_checked: Mutex<Option<Instant>>,
 }
+
+/// How often a worker starts due broadcasts and finishes done ones.
+pub const BROADCASTS_EVERY: Duration = Duration::from_secs(1);
 
 impl Worker {
     /// A worker with the configured bot (`TELEGRAM_BOT_TOKEN`, `TELEGRAM_API_URL`,
@@ -227,6 +236,8 @@ impl Worker {
             options,
             health: Health::default(),
             link_locks: Mutex::default(),
+            paid: messages::PaidAllowance::default(),
+            broadcasts_checked: Mutex::default(),
         }
     }
 
@@ -278,14 +289,38 @@ impl Worker {
     /// The scans of a run: refunds of `refund_pending` payments every run (cheap: an index
     /// range), due reminders with `scan`. Returns how many effects they enqueued.
     async fn enqueue_scans(&self, scan: bool) -> Result<u64, ApiError> {
-        let client = self.state.db.get().await?;
+        let mut client = self.state.db.get().await?;
         let mut enqueued = effects::enqueue_pending_refunds(&client).await?;
+        let language = crate::present::locale::default_language();
+        // Broadcasts: the due ones start, the done ones finish (cheap: partial indexes), at
+        // most every BROADCASTS_EVERY, however often commits wake the worker.
+        if self.broadcasts_due() {
+            enqueued += broadcasts::start_due(&mut client, language).await?;
+            broadcasts::finish_done(&mut client).await?;
+        }
         if scan {
             enqueued +=
                 memberships::enqueue_due_reminders(&client, self.state.config.reminder_days)
                     .await?;
+            let tx = client.transaction().await?;
+            enqueued += automations::enqueue_due(&tx, language).await?;
+            tx.commit().await?;
         }
         Ok(enqueued)
+    }
+
+    /// Whether the broadcasts' start and finish are due in this run: at most once every
+    /// [`BROADCASTS_EVERY`].
+    fn broadcasts_due(&self) -> bool {
+        let mut last = self
+            .broadcasts_checked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let due = last.is_none_or(|t| t.elapsed() >= BROADCASTS_EVERY);
+        if due {
+            *last = Some(Instant::now());
+        }
+        due
     }
 
     /// A chunk of the sweep's queue made effects ([`effects::materialize_sweep_queue`]).

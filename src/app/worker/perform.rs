@@ -45,6 +45,7 @@ impl Worker {
         };
         match kind {
             Kind::Refund => self.refund(client, bot, e).await,
+            Kind::MemberMessage => self.member_message(client, bot, e).await,
             Kind::BotMessage | Kind::Invoice | Kind::SubscriptionCancel => {
                 let performed = super::bot::perform(&self.state, client, bot, e, kind).await;
                 Attempt::from(performed.map_err(Failure::from))

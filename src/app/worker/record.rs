@@ -16,7 +16,7 @@ use crate::{
     catalog::channels::{self, TelegramStatus},
     common::error::ApiError,
     db,
-    outbox::effects::{Effect, Kind, Status},
+    outbox::effects::{Effect, Kind, Payload, Status},
     payments::{core::Outcome, refunds},
 };
 
@@ -105,6 +105,7 @@ pub(super) async fn record(
         refunded,
         verify,
         cleared_ban,
+        message,
     } = attempt;
     let mut client = state.db.get().await?;
     let tx = client.transaction().await?;
@@ -187,6 +188,7 @@ pub(super) async fn record(
         recorded
     };
     settle_refund(&tx, e, refunded, recorded).await?;
+    settle_message(&tx, e, message.as_ref(), recorded, error.as_deref()).await?;
     tx.commit().await?;
     log_recorded(e, recorded, &error.unwrap_or_default());
     Ok(recorded)
@@ -234,6 +236,25 @@ async fn settle_refund(
         && let Some(payment_id) = e.payment_id
     {
         refunds::settle(tx, payment_id, Outcome::RefundFailed).await?;
+    }
+    Ok(())
+}
+
+/// The `messages` row of a recorded message effect, in the recording transaction
+/// ([`super::messages::settled`] says how).
+async fn settle_message(
+    tx: &Transaction<'_>,
+    e: &Effect,
+    message: Option<&super::messages::MessageAttempt>,
+    recorded: Recorded,
+    error: Option<&str>,
+) -> Result<(), ApiError> {
+    let Ok(Payload::MemberMessage(p)) = e.typed_payload() else {
+        return Ok(());
+    };
+    let failed = (recorded == Recorded::Failed).then(|| error.unwrap_or("failed"));
+    if let Some(settled) = super::messages::settled(message, recorded == Recorded::Done, failed) {
+        crate::messages::sent::settle(tx, p.message_id, &settled, e.user_id).await?;
     }
     Ok(())
 }

@@ -68,6 +68,7 @@ impl Worker {
             refunded: Some(payment_id),
             verify: false,
             cleared_ban: false,
+            message: None,
         };
         if verify {
             let search = RefundSearch {
@@ -87,6 +88,7 @@ impl Worker {
                         refunded: None,
                         verify: true,
                         cleared_ban: false,
+                        message: None,
                     };
                 }
             }
@@ -103,12 +105,14 @@ impl Worker {
                 refunded: None,
                 verify: true,
                 cleared_ban: false,
+                message: None,
             },
             Err(err) => Attempt {
                 result: Err(err.into()),
                 refunded: None,
                 verify,
                 cleared_ban: false,
+                message: None,
             },
         }
     }

@@ -449,3 +449,47 @@ mod tests {
         assert_eq!(no_currency.errors()[0].0, "currency");
     }
 }
+
+/// A code made for one buyer alone: `prefix-` and ten random hex digits (upper case), one use,
+/// `percent_off`, for `plan_ids` (null: every paid plan), expiring `valid_days` from now.
+/// Nobody else finds it (`subscriber_id`).
+const FOR_BUYER_SQL: &str = "INSERT INTO promo_codes (code, percent_off, plan_ids, max_redemptions,
+         per_buyer_limit, expires_at, first_purchase_only, subscriber_id)
+     VALUES ($1 || '-' || upper(left(replace(gen_random_uuid()::text, '-', ''), 10)), $2, $3, 1,
+             1, statement_timestamp() + make_interval(days => $4), false, $5)
+     RETURNING id, code";
+
+/// The terms of a code made for one buyer (a win-back or cancel offer's).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct BuyerOffer {
+    /// 1..100.
+    pub percent_off: i32,
+    /// 1..365: the code expires this many days after it is made.
+    pub valid_days: i32,
+    /// The paid plans it applies to; null: every paid plan.
+    #[serde(default)]
+    pub plan_ids: Option<Vec<i64>>,
+}
+
+/// Makes a code of `offer` for subscriber `buyer` alone (`prefix`: what it starts with, 3..20
+/// of `A-Z`); returns its id and text.
+pub async fn create_for_buyer(
+    tx: &impl GenericClient,
+    prefix: &str,
+    offer: &BuyerOffer,
+    buyer: i32,
+) -> Result<(i64, String), ApiError> {
+    let row = db::row_one(
+        tx,
+        FOR_BUYER_SQL,
+        &[
+            &prefix,
+            &offer.percent_off,
+            &offer.plan_ids,
+            &offer.valid_days,
+            &buyer,
+        ],
+    )
+    .await?;
+    Ok((row.try_get("id")?, row.try_get("code")?))
+}

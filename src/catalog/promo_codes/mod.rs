@@ -68,7 +68,7 @@ mod changes;
 mod rules;
 mod uses;
 
-pub use changes::{Fields, Filter, change, create, get, list};
+pub use changes::{BuyerOffer, Fields, Filter, change, create, create_for_buyer, get, list};
 pub use rules::{Refusal, Terms};
 pub use uses::{
     OrderUse, Preview, discount_for_new_order, hold_again, preview, preview_by_id, use_still_held,

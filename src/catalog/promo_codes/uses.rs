@@ -15,10 +15,13 @@ use crate::{
     db,
 };
 
+// A code made for one buyer (`subscriber_id`: a win-back or cancel offer) is no code to anyone
+// else: `$2` is the buyer.
 const LOCK_BY_CODE_SQL: &str = concat!(
     "SELECT ",
     terms_columns!(),
-    " FROM promo_codes WHERE code = $1 FOR UPDATE"
+    " FROM promo_codes WHERE code = $1 AND (subscriber_id IS NULL OR subscriber_id = $2)
+     FOR UPDATE"
 );
 const LOCK_BY_ID_SQL: &str = concat!(
     "SELECT ",
@@ -68,7 +71,7 @@ pub async fn discount_for_new_order(
     let Some(code) = normalize(code) else {
         return Err(refused("no such promo code"));
     };
-    let Some(t) = db::opt::<Terms>(tx, LOCK_BY_CODE_SQL, &[&code]).await? else {
+    let Some(t) = db::opt::<Terms>(tx, LOCK_BY_CODE_SQL, &[&code, &subscriber]).await? else {
         return Err(refused("no such promo code"));
     };
     let now = now(tx, t.id, subscriber, None).await?;
@@ -126,7 +129,8 @@ crate::from_row!(Preview [preview_columns!()] {
 const PREVIEW_BY_CODE_SQL: &str = concat!(
     "SELECT ",
     preview_columns!(),
-    " FROM promo_codes pc WHERE pc.code = $1"
+    " FROM promo_codes pc
+     WHERE pc.code = $1 AND (pc.subscriber_id IS NULL OR pc.subscriber_id = $2)"
 );
 const PREVIEW_BY_ID_SQL: &str = concat!(
     "SELECT ",
@@ -135,7 +139,7 @@ const PREVIEW_BY_ID_SQL: &str = concat!(
 );
 
 /// The code with text `code` (any case) as `buyer` (if known) would find it now; `None` when
-/// there is no such code. Read-only.
+/// there is no such code, or it was made for another buyer alone. Read-only.
 pub async fn preview(
     client: &impl GenericClient,
     code: &str,

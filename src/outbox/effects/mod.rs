@@ -97,6 +97,9 @@ crate::text_enum! {
         SubscriptionCancel => "subscription_cancel",
         /// An audit found a live member banned in the chat: `unbanChatMember(only_if_banned)`.
         Unban => "unban",
+        /// A message to a member — a broadcast's or an automation's (`payload.message_id`,
+        /// a `messages` row): `sendMessage`, at most once.
+        MemberMessage => "member_message",
     }
 }
 

@@ -111,6 +111,12 @@ pub struct SubscriptionCancel {
     pub subscription_id: i64,
 }
 
+/// The payload of a message to a member: its `messages` row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberMessage {
+    pub message_id: i64,
+}
+
 /// An effect's payload, by kind.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Payload {
@@ -126,6 +132,7 @@ pub enum Payload {
     Invoice(Invoice),
     SubscriptionCancel(SubscriptionCancel),
     Unban(Unban),
+    MemberMessage(MemberMessage),
 }
 
 impl Payload {
@@ -144,6 +151,7 @@ impl Payload {
             Payload::Invoice(_) => Kind::Invoice,
             Payload::SubscriptionCancel(_) => Kind::SubscriptionCancel,
             Payload::Unban(_) => Kind::Unban,
+            Payload::MemberMessage(_) => Kind::MemberMessage,
         }
     }
 
@@ -165,6 +173,7 @@ impl Payload {
             Kind::Invoice => Payload::Invoice(read(json)?),
             Kind::SubscriptionCancel => Payload::SubscriptionCancel(read(json)?),
             Kind::Unban => Payload::Unban(read(json)?),
+            Kind::MemberMessage => Payload::MemberMessage(read(json)?),
         })
     }
 
@@ -182,6 +191,7 @@ impl Payload {
             Payload::Invoice(p) => serde_json::to_value(p),
             Payload::SubscriptionCancel(p) => serde_json::to_value(p),
             Payload::Unban(p) => serde_json::to_value(p),
+            Payload::MemberMessage(p) => serde_json::to_value(p),
         };
         json.expect("a payload serializes to JSON")
     }
@@ -220,6 +230,7 @@ mod tests {
                 Kind::Invoice => json!({}),
                 Kind::SubscriptionCancel => json!({"subscription_id": 3}),
                 Kind::Unban => json!({"found": "audit"}),
+                Kind::MemberMessage => json!({"message_id": 9}),
             };
             let p = Payload::parse(kind, &json).unwrap();
             assert_eq!(p.kind(), kind);

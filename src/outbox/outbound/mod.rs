@@ -20,6 +20,9 @@
 //!   an endpoint that has failed for [`FAILING_DAYS`] days is disabled. Every attempt is logged
 //!   (`webhook_attempts`: status, latency, error).
 //!
+//!   `broadcast.finished` and `automation.sent` are written by the code that finishes a
+//!   broadcast and records an automation's message ([`emit`]), in that transaction.
+//!
 //! Signing is the `standardwebhooks` crate's (`Webhook::sign`), the reference implementation,
 //! so nothing about the signature is written here by hand.
 
@@ -41,7 +44,7 @@ use tokio_postgres::Row;
 use crate::{common::error::ApiError, db};
 
 /// Every event type an endpoint may ask for (the schema's CHECK lists the same).
-pub const EVENT_TYPES: [&str; 10] = [
+pub const EVENT_TYPES: [&str; 12] = [
     "payment.applied",
     "payment.needs_review",
     "payment.refunded",
@@ -52,6 +55,8 @@ pub const EVENT_TYPES: [&str; 10] = [
     "membership.expired",
     "membership.deleted",
     "trial.started",
+    "broadcast.finished",
+    "automation.sent",
 ];
 
 /// Waits after the 1st, 2nd, … failed attempt (Standard Webhooks' schedule: 5 s, 5 min,
@@ -63,6 +68,20 @@ pub const MAX_RETRY_AFTER_SECS: i64 = 86_400;
 pub const FAILING_DAYS: i64 = 5;
 /// A rotated-out secret keeps signing this long.
 pub const ROTATION_OVERLAP_HOURS: i64 = 24;
+
+const EMIT_SQL: &str = "SELECT webhook_emit($1, $2::jsonb)";
+
+/// Writes event `kind` about `data` (the resource as the staff API shows it) in the caller's
+/// transaction, with a delivery to every enabled endpoint that wants it (nothing when none
+/// does): the schema's `webhook_emit`, which the triggers use too.
+pub async fn emit(
+    client: &impl GenericClient,
+    kind: &str,
+    data: &serde_json::Value,
+) -> Result<(), ApiError> {
+    db::execute(client, EMIT_SQL, &[&kind, &data]).await?;
+    Ok(())
+}
 
 // ---- endpoints ----
 

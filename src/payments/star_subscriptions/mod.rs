@@ -387,6 +387,9 @@ pub async fn cancel(
         db::one(tx, CANCEL_SQL, &[&id, &by, &Status::Cancelled, &no_reason]).await?;
     let user_id = subscribers::telegram_user_id(tx, s.subscriber_id).await?;
     enqueue_cancel(tx, &s, user_id).await?;
+    if by == CancelledBy::Buyer {
+        offer_to_stay(tx, &s).await?;
+    }
     tracing::info!(
         subscription_id = s.id,
         by = by.as_str(),
@@ -426,10 +429,21 @@ pub async fn cancelled_in_telegram(tx: &Transaction<'_>, id: i64) -> Result<(), 
         &[&id, &CancelledBy::Buyer, &Status::Cancelled, &no_reason],
     )
     .await?;
+    offer_to_stay(tx, &s).await?;
     tracing::info!(
         subscription_id = s.id,
         "Stars subscription cancelled by its buyer in Telegram"
     );
+    Ok(())
+}
+
+/// The cancel offer of subscription `s`, which its buyer cancelled (in Telegram or with the
+/// bot's button), when the owner switched it on: once per subscription, in this transaction.
+async fn offer_to_stay(tx: &Transaction<'_>, s: &StarSubscription) -> Result<(), ApiError> {
+    let language = crate::present::locale::default_language();
+    if crate::messages::automations::on_cancelled(tx, s.id, s.subscriber_id, language).await? {
+        tracing::info!(subscription_id = s.id, "cancel offer written");
+    }
     Ok(())
 }
 

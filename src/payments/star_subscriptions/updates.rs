@@ -231,6 +231,21 @@ async fn tell_renewal_failed(
     let Some(view) = star_subscriptions::cancelled(tx, sub.id).await? else {
         return Ok(Outcome::Unchanged);
     };
+    // The owner's own words on how to renew, when that automation is on and the buyer takes
+    // such messages; else the built-in notice below (about their own access, it always goes).
+    let language = crate::present::locale::default_language();
+    let renewal = sub.expires_at.timestamp_micros();
+    if crate::messages::automations::on_renewal_failed(
+        tx,
+        sub.id,
+        renewal,
+        sub.subscriber_id,
+        language,
+    )
+    .await?
+    {
+        return Ok(Outcome::Applied);
+    }
     let l = Language::choose(view.language, None);
     let title = render::title(l, view.translations.title(l, &view.title), view.channel_id);
     let until = view.access_until.and_then(|e| e.at());

@@ -13,12 +13,14 @@ pub enum Command {
     Code(Option<String>),
     /// `/language`, with a language code if one was given.
     Language(Option<String>),
+    /// `/stop`: no more broadcasts or automations.
+    Stop,
     /// Any other text.
     Other,
 }
 
 /// Reads a command: `/start`, `/start <payload>`, `/start@<bot> <payload>`, `/help`,
-/// `/subscriptions`, `/code <CODE>`, `/language [<code>]`.
+/// `/subscriptions`, `/code <CODE>`, `/language [<code>]`, `/stop`.
 pub fn parse_command(text: &str) -> Command {
     let text = text.trim();
     let (head, rest) = match text.split_once(char::is_whitespace) {
@@ -32,6 +34,7 @@ pub fn parse_command(text: &str) -> Command {
         "/subscriptions" => Command::Subscriptions,
         "/code" => Command::Code((!rest.is_empty()).then(|| rest.to_string())),
         "/language" => Command::Language((!rest.is_empty()).then(|| rest.to_string())),
+        "/stop" => Command::Stop,
         _ => Command::Other,
     }
 }

@@ -11,7 +11,8 @@
 //!
 //! One file per occasion: [`formats`] shared by all, then [`catalogue`], [`answers`] to buttons,
 //! [`invoices`] and payment links, [`checkout`] refusals, [`access`] given and ended,
-//! [`subscriptions`], promo [`codes`], [`payments`] the service could not use and [`language`].
+//! [`subscriptions`], promo [`codes`], [`payments`] the service could not use, [`language`] and
+//! the [`marketing`] messages' own lines.
 
 use fluent_bundle::FluentValue;
 
@@ -25,12 +26,13 @@ mod codes;
 mod formats;
 mod invoices;
 mod language;
+mod marketing;
 mod payments;
 mod subscriptions;
 
 pub use self::{
     access::*, answers::*, catalogue::*, checkout::*, codes::*, formats::*, invoices::*,
-    language::*, payments::*, subscriptions::*,
+    language::*, marketing::*, payments::*, subscriptions::*,
 };
 
 /// A text value for a message's variables.

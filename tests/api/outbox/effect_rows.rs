@@ -220,6 +220,7 @@ async fn check_key(app: &TestApp, row: &Row, typed: &Payload) {
             Some(format!("subscription_cancel:{}", p.subscription_id))
         }
         Payload::BotMessage(_) => key.clone(),
+        Payload::MemberMessage(p) => Some(format!("message:{}", p.message_id)),
     };
     assert_eq!(key, want, "effect {} ({:?})", row.id, row.kind);
 }

@@ -1,0 +1,438 @@
+//! Broadcasts: the segment and its preview, each recipient reached exactly once by workers
+//! running at once, a call a crash cut off never made again, a blocked buyer marked and skipped
+//! after, cancel, the paid budget, and access effects ahead of a broadcast.
+
+use serde_json::{Value, json};
+use subgate::app::worker;
+
+use super::{app, buyer, member, plan_of, sent_to};
+use crate::{
+    bot::conversation::{buttons, channel, person, run, send, stars_channel, text_update},
+    support::{
+        effects::run_until_done,
+        fake_bot::{FakeBot, Reply},
+        helpers::TestApp,
+    },
+};
+
+/// Runs the worker until nothing is pending, then once more (a finished broadcast is finished
+/// by the run after its last message).
+async fn drain(app: &TestApp) {
+    run_until_done(app).await;
+    run(app).await;
+}
+
+async fn broadcast(app: &TestApp, id: i64) -> Value {
+    app.get(&format!("/api/broadcasts/{id}")).await.expect(200)
+}
+
+/// Channel A (Stars) with members of every kind, channel B with one of A's, their grants sent
+/// and forgotten by the fake; returns (A, B, the subscriber ids by name).
+async fn population(app: &TestApp, fake: &FakeBot) -> (i64, i64, Vec<(&'static str, i64)>) {
+    let a = stars_channel(app, -100_370_001, json!({"title": "Alpha"})).await;
+    let b = channel(app, -100_370_002, json!({"title": "Beta"})).await;
+    let uk = buyer(app, 37_001, "uk").await;
+    let both = buyer(app, 37_002, "en").await;
+    let expired = buyer(app, 37_003, "en").await;
+    let grace = buyer(app, 37_004, "ru").await;
+    let never = buyer(app, 37_005, "en").await;
+    let stopped = buyer(app, 37_006, "en").await;
+    let old = buyer(app, 37_007, "en").await;
+    member(app, uk, a, "active", 0).await;
+    member(app, both, a, "active", 0).await;
+    member(app, both, b, "active", 0).await;
+    member(app, expired, a, "expired", 3).await;
+    member(app, grace, a, "grace", 1).await;
+    member(app, stopped, a, "active", 0).await;
+    member(app, old, a, "expired", 40).await;
+    send(app, &text_update(&person(37_006), "/stop")).await;
+    run_until_done(app).await;
+    fake.clear_calls();
+    (
+        a,
+        b,
+        vec![
+            ("uk", uk),
+            ("both", both),
+            ("expired", expired),
+            ("grace", grace),
+            ("never", never),
+            ("stopped", stopped),
+            ("old", old),
+        ],
+    )
+}
+
+async fn preview(app: &TestApp, segment: Value) -> Value {
+    app.post("/api/broadcasts/preview", json!({ "segment": segment }))
+        .await
+        .expect(200)
+}
+
+#[tokio::test]
+async fn a_segment_counts_each_buyer_once_and_never_one_who_said_stop() {
+    let (fake, app) = app().await;
+    let (a, b, _) = population(&app, &fake).await;
+    let p = preview(&app, json!({"channel_ids": [a], "statuses": ["active"]})).await;
+    assert_eq!(
+        p,
+        json!({"recipients": 2, "by_language": {"en": 1, "uk": 1, "ru": 0}})
+    );
+    // Both channels: the buyer in both is one recipient.
+    let p = preview(&app, json!({"channel_ids": [a, b]})).await;
+    assert_eq!(p["recipients"], 3, "{p}");
+    let p = preview(
+        &app,
+        json!({"statuses": ["expired"], "expired_within_days": 7}),
+    )
+    .await;
+    assert_eq!(p["recipients"], 1, "{p}");
+    let p = preview(&app, json!({"statuses": ["expired"]})).await;
+    assert_eq!(p["recipients"], 2, "{p}");
+    let p = preview(&app, json!({"statuses": ["grace", "never_paid"]})).await;
+    assert_eq!(
+        p["recipients"], 6,
+        "grace, and every buyer without a payment: {p}"
+    );
+    let p = preview(&app, json!({"languages": ["ru"]})).await;
+    assert_eq!(p["recipients"], 1, "{p}");
+    let p = preview(&app, json!({})).await;
+    assert_eq!(
+        p["recipients"], 6,
+        "everybody but the one who said /stop: {p}"
+    );
+    // Bad values are named.
+    let e = app
+        .post(
+            "/api/broadcasts/preview",
+            json!({"segment": {"statuses": ["lapsed"], "languages": ["de"]}}),
+        )
+        .await
+        .expect(422);
+    assert!(e["errors"]["segment.statuses"].is_string(), "{e}");
+    assert!(e["errors"]["segment.languages"].is_string(), "{e}");
+    app.post("/api/broadcasts/preview", json!({"segment": {"colour": 1}}))
+        .await
+        .expect(400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_recipient_gets_it_exactly_once_from_workers_running_at_once() {
+    let (fake, app) = app().await;
+    let (a, _, who) = population(&app, &fake).await;
+    let plan = plan_of(&app, a).await;
+    let created = app
+        .post(
+            "/api/broadcasts",
+            json!({
+                "texts": {"en": "Hello { $name }: «{ $channel }» until { $expires }.",
+                          "uk": "Привіт, { $name }! «{ $channel }»"},
+                "segment": {"channel_ids": [a], "statuses": ["active", "grace"]},
+                "button": {"plan_id": plan}
+            }),
+        )
+        .await
+        .expect(201);
+    assert_eq!(created["status"], "sending");
+    assert_eq!(created["recipients"], 3);
+    assert_eq!(created["pending"], 3);
+    let id = created["id"].as_i64().unwrap();
+
+    // Three workers at once, three times over.
+    for _ in 0..3 {
+        let runs = (0..3).map(|_| worker::run_once(&app.state));
+        for r in futures::future::join_all(runs).await {
+            r.unwrap();
+        }
+    }
+    drain(&app).await;
+    for user in [37_001, 37_002, 37_004] {
+        assert_eq!(sent_to(&fake, user).len(), 1, "user {user}");
+    }
+    for user in [37_003, 37_005, 37_006, 37_007] {
+        assert!(sent_to(&fake, user).is_empty(), "user {user}");
+    }
+    let uk = &sent_to(&fake, 37_001)[0];
+    let text = uk["text"].as_str().unwrap();
+    assert!(text.starts_with("Привіт, Ann Buyer! «Alpha»"), "{text}");
+    assert!(
+        text.ends_with("Надішліть /stop, щоб більше не отримувати таких повідомлень."),
+        "{text}"
+    );
+    assert_eq!(
+        buttons(uk),
+        [("Купити: Alpha".to_string(), format!("p:{plan}"))]
+    );
+    let en = sent_to(&fake, 37_002)[0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(en.starts_with("Hello Ann Buyer: «Alpha» until "), "{en}");
+    assert!(
+        en.ends_with("\n\nSend /stop to stop these messages."),
+        "{en}"
+    );
+
+    let b = broadcast(&app, id).await;
+    assert_eq!(
+        (b["status"].clone(), b["sent"].clone(), b["pending"].clone()),
+        (json!("finished"), json!(3), json!(0)),
+        "{b}"
+    );
+    // What a buyer was sent is on their page.
+    let uk_id = who.iter().find(|(n, _)| *n == "uk").unwrap().1;
+    let page = app
+        .get(&format!("/api/subscribers/{uk_id}/messages"))
+        .await
+        .expect(200);
+    assert_eq!(page["items"][0]["kind"], "broadcast");
+    assert_eq!(page["items"][0]["outcome"], "sent");
+    assert_eq!(page["items"][0]["text"], text);
+}
+
+#[tokio::test]
+async fn a_call_a_crash_cut_off_is_never_made_again() {
+    let (fake, app) = app().await;
+    let (a, _, _) = population(&app, &fake).await;
+    let id = app
+        .post(
+            "/api/broadcasts",
+            json!({"texts": {"en": "News"}, "segment": {"channel_ids": [a], "statuses": ["grace"]}}),
+        )
+        .await
+        .expect(201)["id"]
+        .as_i64()
+        .unwrap();
+    // A worker marked the message and died before it recorded anything (its lease ran out).
+    app.db()
+        .await
+        .execute(
+            "UPDATE messages SET attempted_at = now() WHERE broadcast_id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap();
+    drain(&app).await;
+    assert!(sent_to(&fake, 37_004).is_empty(), "not sent a second time");
+    let b = broadcast(&app, id).await;
+    assert_eq!(
+        (b["skipped"].clone(), b["status"].clone()),
+        (json!(1), json!("finished"))
+    );
+    let note: String = app
+        .db()
+        .await
+        .query_one("SELECT note FROM messages WHERE broadcast_id = $1", &[&id])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(note.contains("never sent twice"), "{note}");
+
+    // A call whose answer is lost counts the same way: never made again.
+    fake.script("sendMessage", Reply::PerformThenHang);
+    let id = app
+        .post(
+            "/api/broadcasts",
+            json!({"texts": {"en": "More"}, "segment": {"channel_ids": [a], "statuses": ["grace"]}}),
+        )
+        .await
+        .expect(201)["id"]
+        .as_i64()
+        .unwrap();
+    crate::support::effects::worker(&app, 300)
+        .run(true, &|| false)
+        .await
+        .unwrap();
+    drain(&app).await;
+    let performed = fake
+        .delivered_messages()
+        .iter()
+        .filter(|c| {
+            c.params["chat_id"] == 37_004 && c.params["text"].as_str().unwrap().starts_with("More")
+        })
+        .count();
+    assert_eq!(performed, 1, "performed once");
+    assert_eq!(broadcast(&app, id).await["skipped"], 1);
+}
+
+#[tokio::test]
+async fn a_buyer_who_blocked_the_bot_is_marked_and_skipped_until_they_write_again() {
+    let (fake, app) = app().await;
+    let (a, _, who) = population(&app, &fake).await;
+    let grace = who.iter().find(|(n, _)| *n == "grace").unwrap().1;
+    fake.script(
+        "sendMessage",
+        Reply::Error(403, "Forbidden: bot was blocked by the user".into()),
+    );
+    let segment = json!({"channel_ids": [a], "statuses": ["grace"]});
+    let id = app
+        .post(
+            "/api/broadcasts",
+            json!({"texts": {"en": "News"}, "segment": segment}),
+        )
+        .await
+        .expect(201)["id"]
+        .as_i64()
+        .unwrap();
+    drain(&app).await;
+    let b = broadcast(&app, id).await;
+    assert_eq!(
+        (b["blocked"].clone(), b["pending"].clone()),
+        (json!(1), json!(0)),
+        "{b}"
+    );
+    let s = app
+        .get(&format!("/api/subscribers/{grace}"))
+        .await
+        .expect(200);
+    assert_eq!(s["reachable"], false);
+    assert_eq!(preview(&app, segment.clone()).await["recipients"], 0);
+    // The effect is done (not a dead letter to retry), with the reason.
+    let dead: i64 = app.count("effects WHERE status = 'failed'").await;
+    assert_eq!(dead, 0);
+    // Writing to the bot again makes them reachable.
+    send(&app, &text_update(&person(37_004), "/help")).await;
+    assert_eq!(preview(&app, segment).await["recipients"], 1);
+}
+
+#[tokio::test]
+async fn cancel_stops_every_send_not_begun() {
+    let (fake, app) = app().await;
+    let (a, _, _) = population(&app, &fake).await;
+    // Scheduled: cancelled before it starts, nothing is ever written.
+    let later = app
+        .post(
+            "/api/broadcasts",
+            json!({"texts": {"en": "Later"}, "segment": {}, "send_at": "2099-01-01T00:00:00Z"}),
+        )
+        .await
+        .expect(201);
+    assert_eq!(later["status"], "scheduled");
+    assert_eq!(later["recipients"], 6, "the segment's size now");
+    let later_id = later["id"].as_i64().unwrap();
+    let c = app
+        .post(&format!("/api/broadcasts/{later_id}/cancel"), Value::Null)
+        .await
+        .expect(200);
+    assert_eq!(c["status"], "cancelled");
+    // Sending: cancelled before the worker runs, no message goes.
+    let now = app
+        .post(
+            "/api/broadcasts",
+            json!({"texts": {"en": "Now"}, "segment": {"channel_ids": [a]}}),
+        )
+        .await
+        .expect(201)["id"]
+        .as_i64()
+        .unwrap();
+    let c = app
+        .post(&format!("/api/broadcasts/{now}/cancel"), json!({}))
+        .await
+        .expect(200);
+    assert_eq!(
+        (
+            c["status"].clone(),
+            c["skipped"].clone(),
+            c["pending"].clone()
+        ),
+        (json!("cancelled"), json!(3), json!(0)),
+        "{c}"
+    );
+    drain(&app).await;
+    assert!(fake.calls_of("sendMessage").is_empty());
+    // Cancelling again answers the same; a finished one cannot be.
+    app.post(&format!("/api/broadcasts/{now}/cancel"), json!({}))
+        .await
+        .expect(200);
+    let done = app
+        .post(
+            "/api/broadcasts",
+            json!({"texts": {"en": "Done"}, "segment": {"languages": ["ru"]}}),
+        )
+        .await
+        .expect(201)["id"]
+        .as_i64()
+        .unwrap();
+    drain(&app).await;
+    assert_eq!(broadcast(&app, done).await["status"], "finished");
+    app.post(&format!("/api/broadcasts/{done}/cancel"), json!({}))
+        .await
+        .expect(409);
+    let list = app.get("/api/broadcasts").await.expect(200);
+    assert_eq!(list["items"].as_array().unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn a_paid_broadcast_pays_for_no_more_messages_than_its_budget() {
+    let (fake, app) = app().await;
+    let c = channel(&app, -100_370_010, json!({"title": "Many"})).await;
+    for user in 37_100..37_125 {
+        let s = buyer(&app, user, "en").await;
+        member(&app, s, c, "active", 0).await;
+    }
+    run_until_done(&app).await;
+    fake.clear_calls();
+    let created = app
+        .post(
+            "/api/broadcasts",
+            json!({"texts": {"en": "Sale"}, "segment": {"channel_ids": [c]}, "paid": {"max_stars": 1}}),
+        )
+        .await
+        .expect(201);
+    assert_eq!(created["paid"], json!({"max_stars": 1}));
+    drain(&app).await;
+    let calls = fake.calls_of("sendMessage");
+    assert_eq!(calls.len(), 25);
+    let paid = calls
+        .iter()
+        .filter(|c| c.params["allow_paid_broadcast"] == true)
+        .count();
+    assert_eq!(paid, 10, "1 Star is 10 paid messages");
+    let b = broadcast(&app, created["id"].as_i64().unwrap()).await;
+    assert_eq!(
+        (b["paid_messages"].clone(), b["sent"].clone()),
+        (json!(10), json!(25)),
+        "{b}"
+    );
+    // Bad budgets and texts are named.
+    let e = app
+        .post(
+            "/api/broadcasts",
+            json!({"texts": {"en": "Hi { $nme }", "de": "Hallo"}, "segment": {},
+                   "paid": {"max_stars": 0}, "button": {"plan_id": 999999}}),
+        )
+        .await
+        .expect(422);
+    for field in ["texts.en", "texts.de", "paid.max_stars", "button.plan_id"] {
+        assert!(e["errors"][field].is_string(), "{field}: {e}");
+    }
+    app.post("/api/broadcasts", json!({"segment": {}}))
+        .await
+        .expect(422);
+}
+
+#[tokio::test]
+async fn a_grant_goes_before_a_broadcast_already_queued() {
+    let (fake, app) = app().await;
+    let c = channel(&app, -100_370_020, json!({"title": "Queue"})).await;
+    for user in 37_200..37_230 {
+        let s = buyer(&app, user, "en").await;
+        member(&app, s, c, "active", 0).await;
+    }
+    crate::support::effects::run_until_done(&app).await;
+    fake.clear_calls();
+    app.post(
+        "/api/broadcasts",
+        json!({"texts": {"en": "Queued"}, "segment": {}}),
+    )
+    .await
+    .expect(201);
+    let late = buyer(&app, 37_299, "en").await;
+    member(&app, late, c, "active", 0).await;
+    run(&app).await;
+    let first = &fake.calls_of("sendMessage")[0];
+    assert_eq!(
+        first.params["chat_id"], 37_299,
+        "the grant first: {first:?}"
+    );
+}
