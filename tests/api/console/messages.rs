@@ -9,10 +9,11 @@ use futures::FutureExt;
 use serde_json::{Value, json};
 
 use crate::{
+    bot::conversation::{person, send, text_update},
     console::walk::serve,
     support::{
         browser::Browser,
-        effects::{app_with, grant, run_until_done},
+        effects::{app_with, grant, run, run_until_done},
         fake_bot::{FakeBot, Reply},
         helpers::{ADMIN_EMAIL, ADMIN_PASSWORD, TestApp, id},
     },
@@ -221,16 +222,9 @@ async fn a_broadcast_is_counted_created_followed_and_cancelled_and_the_buyer_see
     let bee = member(&app, 37_002, "uk", signals).await;
     let cid = member(&app, 37_003, "en", signals).await;
     member(&app, 37_004, "ru", review).await;
-    // A member of the channel who said /stop: never counted.
+    // A member of the channel who said /stop to the bot: never counted.
     let quiet = member(&app, 37_005, "uk", signals).await;
-    app.db()
-        .await
-        .execute(
-            "UPDATE subscribers SET marketing_opt_out = true WHERE id = $1",
-            &[&quiet],
-        )
-        .await
-        .unwrap();
+    send(&app, &text_update(&person(37_005), "/stop")).await;
     // The grants' messages are sent, so the worker runs below send only the broadcast.
     run_until_done(&app).await;
     let base = serve(&app).await;
@@ -305,7 +299,9 @@ async fn a_broadcast_is_counted_created_followed_and_cancelled_and_the_buyer_see
             "sendMessage",
             Reply::Error(403, "Forbidden: bot was blocked by the user".into()),
         );
+        // Sent, then finished by the worker's next run.
         run_until_done(&app).await;
+        run(&app).await;
         browser.wait_text("#broadcast-status", "finished").await;
         browser.wait_text("#broadcast-count-sent", "2").await;
         browser.wait_text("#broadcast-count-blocked", "1").await;

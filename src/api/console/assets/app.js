@@ -2655,7 +2655,8 @@
           DELAY_UNITS.map(([u]) => h('option', { value: u, selected: u === unit }, u))))),
       messageTextFields(f, a.texts,
         `Project Fluent, as the bot’s own texts; placeholders: ${PLACEHOLDERS} (the code only with a promo code). `
-        + 'A buyer reads it in their language; switching it on needs at least one text.'),
+        + 'A buyer reads it in their language, else in the bot’s default one, else any written; switching it on needs '
+        + 'at least one text.'),
       promoBox,
       h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Save')));
     sync();
@@ -2825,7 +2826,7 @@
 
     const buttonPlan = h('select', { id: `${f}-button_plan`, name: 'button_plan' },
       h('option', { value: '' }, 'No button'),
-      planList.filter((p) => p.active).map((p) => h('option', { value: String(p.id) }, planLabel(p))));
+      planList.filter((p) => p.active && p.kind === 'paid').map((p) => h('option', { value: String(p.id) }, planLabel(p))));
     const promoCode = input('promo_code', { maxlength: 32, autocapitalize: 'characters', autocomplete: 'off' });
     const whenSelect = h('select', { id: `${f}-when`, name: 'when' },
       h('option', { value: 'now' }, 'now'), h('option', { value: 'later' }, 'at a date and time'));
@@ -2843,16 +2844,18 @@
 
     const form = h('form', { id: f, class: 'card', method: 'post', novalidate: true },
       messageTextFields(f, {},
-        'Project Fluent, as the bot’s own texts; { $name } is the buyer’s name. Each buyer reads it in their language; '
-        + 'the line on how to stop these messages is added.'),
+        `Project Fluent, as the bot’s own texts; placeholders: ${PLACEHOLDERS} ({ $channel } and { $expires }: the `
+        + 'buyer’s latest membership among the chosen channels; { $code } and { $price }: the button’s). A buyer reads '
+        + 'the text in their language, else in the bot’s default one, else any written; the line on how to stop these '
+        + 'messages is added.'),
       segmentBox,
       h('h2', {}, 'Recipients'),
       preview,
       h('fieldset', { class: 'group' },
         h('legend', {}, 'Buy button'),
         h('div', { class: 'grid' },
-          field('Plan', buttonPlan, 'A button under the message that starts buying this plan.'),
-          field('Promo code', promoCode, 'Optional: applied by the button.'))),
+          field('Plan', buttonPlan, 'A button under the message that starts buying this active paid plan.'),
+          field('Promo code', promoCode, 'Optional: applied by the button; { $code } in the text shows it.'))),
       h('fieldset', { class: 'group' },
         h('legend', {}, 'When'),
         h('div', { class: 'grid' },
@@ -2951,7 +2954,7 @@
           const b = await post(form, '/broadcasts', body);
           say(b.status === 'scheduled'
             ? `Broadcast #${b.id} is scheduled for ${dateFormat.format(new Date(b.send_at))}.`
-            : `Broadcast #${b.id} is being sent.`);
+            : `Broadcast #${b.id} is being sent to ${b.recipients} buyer${b.recipients === 1 ? '' : 's'}.`);
           go('#/broadcasts');
         } catch (err) {
           showFieldErrors(form, err, BROADCAST_FIELDS);
@@ -3004,7 +3007,7 @@
             b.button.promo_code ? [' with the code ', h('code', {}, b.button.promo_code)] : null]
           : 'none'],
         ['Paid', b.paid ? `yes, at most ⭐ ${b.paid.max_stars}` : 'no (Telegram’s free rate)'],
-        ['Send at', b.send_at ? when(b.send_at) : 'at once'],
+        ['Send at', when(b.send_at)],
         ['Created', when(b.created_at)],
         b.started_at ? ['Started', when(b.started_at)] : null,
         b.finished_at ? ['Finished', when(b.finished_at)] : null,
@@ -3012,12 +3015,10 @@
       ]),
       h('section', { id: 'broadcast-progress', 'aria-labelledby': 'broadcast-progress-title' },
         h('h2', { id: 'broadcast-progress-title' }, 'Progress'),
-        b.recipients
-          ? h('p', {}, h('progress', { max: b.recipients, value: done, 'aria-label': 'Messages done' }), ' ',
-            `${done} of ${b.recipients} done`)
-          : h('p', { class: 'hint' }, b.status === 'scheduled'
-            ? 'The recipients are counted when sending starts.'
-            : 'Nobody to send to.'),
+        b.status === 'scheduled'
+          ? h('p', { class: 'hint' }, 'Not started: the recipients counted when it was made; the list is fixed when sending starts.')
+          : h('p', {}, h('progress', { max: Math.max(b.recipients, 1), value: done, 'aria-label': 'Messages done' }), ' ',
+            `${done} of ${b.recipients} done`),
         facts([
           ['Recipients', counter('recipients', b.recipients)],
           ['Sent', counter('sent', b.sent)],
