@@ -2812,11 +2812,13 @@
 
     const segmentBox = h('fieldset', { class: 'group', id: `${f}-segment` },
       h('legend', {}, 'Who gets it'),
-      h('p', { class: 'hint' }, 'Every choice narrows it (a buyer must match them all); a buyer gets it once however many memberships match. Buyers who said /stop or blocked the bot are never in it.'),
+      h('p', { class: 'hint' }, 'Every choice narrows it (a buyer must match them all); channels or plans alone reach their '
+        + 'live members (active or in grace); nothing chosen: every buyer. A buyer gets it once however many memberships '
+        + 'match; buyers who said /stop or blocked the bot are never in it.'),
       h('div', { class: 'grid' },
         multi('channel_ids', 'Channels', Array.from(chans.values()).map((c) => [c.id, c.title]), 'None chosen: any channel. Ctrl or ⌘ picks several.'),
         multi('plan_ids', 'Plans', planList.map((p) => [p.id, planLabel(p)]), 'None chosen: any plan.'),
-        field('Expired within (days)', input('expired_within_days', { type: 'number', min: 1, step: 1 }),
+        field('Expired within (days)', input('expired_within_days', { type: 'number', min: 1, max: 3660, step: 1 }),
           'Only buyers whose membership ended in the last this many days; empty: any time.')),
       h('div', { class: 'grid' },
         boxes('statuses', 'Status', SEGMENT_STATUSES),
