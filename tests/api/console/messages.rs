@@ -295,6 +295,11 @@ async fn a_broadcast_is_counted_created_followed_and_cancelled_and_the_buyer_see
         browser
             .wait_text("main h1", &format!("Broadcast #{sent_now}"))
             .await;
+        let who = browser.wait_text("main .facts", "Who").await;
+        assert!(
+            who.contains("Live members (active or in grace) of Premium signals"),
+            "{who}"
+        );
         fake.script(
             "sendMessage",
             Reply::Error(403, "Forbidden: bot was blocked by the user".into()),

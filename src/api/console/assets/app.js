@@ -2726,7 +2726,10 @@
       parts.push(`expired in the last ${s.expired_within_days} day${s.expired_within_days === 1 ? '' : 's'}`);
     }
     if (s.languages && s.languages.length) parts.push('reading ' + or(s.languages.map(languageName)));
-    return parts.length ? 'Buyers ' + parts.join(', ') : 'Every buyer';
+    if (!parts.length) return 'Every buyer';
+    // Channels or plans without a status or an expiry reach their live members only.
+    const live = (s.channel_ids || s.plan_ids) && !s.statuses && !s.expired_within_days;
+    return (live ? 'Live members (active or in grace) ' : 'Buyers ') + parts.join(', ');
   }
 
   /** A broadcast's status, with when a scheduled one goes. */
