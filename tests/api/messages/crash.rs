@@ -107,13 +107,22 @@ async fn a_broadcast_reaches_each_buyer_at_most_once_across_a_kill_9() {
     let b = app.get(&format!("/api/broadcasts/{id}")).await.expect(200);
     let (sent, skipped) = (b["sent"].as_i64().unwrap(), b["skipped"].as_i64().unwrap());
     assert_eq!(sent + skipped, RECIPIENTS, "{b}");
-    assert!(skipped as usize <= LANES, "only calls cut off are skipped: {b}");
+    assert!(
+        skipped as usize <= LANES,
+        "only calls cut off are skipped: {b}"
+    );
     // Every message recorded sent was received; a skipped one may have been (cut off after
     // Telegram took it), and is never sent again.
-    assert!(received.len() as i64 >= sent, "{} received, {b}", received.len());
+    assert!(
+        received.len() as i64 >= sent,
+        "{} received, {b}",
+        received.len()
+    );
     assert!(received.len() as i64 <= RECIPIENTS);
     let unsent: i64 = app
-        .count("messages WHERE outcome IS DISTINCT FROM 'sent' AND outcome IS DISTINCT FROM 'skipped'")
+        .count(
+            "messages WHERE outcome IS DISTINCT FROM 'sent' AND outcome IS DISTINCT FROM 'skipped'",
+        )
         .await;
     assert_eq!(unsent, 0);
 }

@@ -381,7 +381,7 @@ async fn every_writer_s_rows_parse_as_their_kind_s_payload_and_follow_the_key_ru
     .await
     .expect(201);
     subgate::messages::sent::enqueue(
-        &**client,
+        &client,
         &subgate::messages::sent::NewMessage {
             subscriber_id: w as i32,
             kind: subgate::messages::Kind::UnpaidCheckout,
