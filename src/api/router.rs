@@ -111,7 +111,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(needs(Admin, routes!(automations::patch)))
         .routes(needs(Admin, routes!(broadcasts::create)))
         .routes(needs(Viewer, routes!(broadcasts::list)))
-        .routes(needs(Admin, routes!(broadcasts::preview)))
+        .routes(needs(Viewer, routes!(broadcasts::preview)))
         .routes(needs(Viewer, routes!(broadcasts::get)))
         .routes(needs(Admin, routes!(broadcasts::cancel)))
         .routes(needs(Admin, routes!(webhook_endpoints::create)))

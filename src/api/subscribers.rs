@@ -192,6 +192,8 @@ const CSV_COLUMNS: &[&str] = &[
     "username",
     "display_name",
     "language",
+    "marketing_opt_out",
+    "reachable",
     "created_at",
     "updated_at",
 ];

@@ -222,3 +222,41 @@ pub(super) async fn release(state: &AppState, id: i64, token: i64) {
         tracing::warn!(effect_id = id, error = %e, "lease not given back; it runs out by itself");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The claim orders by exactly the leading key of `effects_claim_idx`, so the index serves
+    /// it (compared word by word: the migration lays it out on lines of its own).
+    #[test]
+    fn the_claim_orders_by_the_claim_index_s_key() {
+        let words = crate::db::sql_words;
+        let migration = words(include_str!(
+            "../../../migrations/0024_messages_to_members.sql"
+        ));
+        let index = migration
+            .split("CREATE INDEX effects_claim_idx ON effects (")
+            .nth(1)
+            .expect("the migration makes the claim index");
+        assert!(
+            index.trim_start().starts_with(&words(claim_tier_sql!())),
+            "{index}"
+        );
+        assert!(words(CANDIDATE_SQL).contains(&words(concat!(
+            "ORDER BY ",
+            claim_tier_sql!(),
+            ", next_attempt_at, id"
+        ))));
+        for kind in Kind::ALL {
+            let tier = if is_access(kind) {
+                "THEN 0"
+            } else if kind == Kind::MemberMessage {
+                "THEN 2"
+            } else {
+                "ELSE 1"
+            };
+            assert!(claim_tier_sql!().contains(tier), "{kind}");
+        }
+    }
+}

@@ -7,6 +7,7 @@ mod audit;
 mod charts;
 mod disputes;
 mod integrations;
+mod messages;
 mod offers;
 mod reconciliation;
 mod rights;

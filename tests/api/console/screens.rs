@@ -4,7 +4,8 @@
 //! data is made so that each list has rows: a channel edited (an audit-log row with a changed
 //! field), one made and one removed, payments applied and held for review, memberships, effects,
 //! a plan and a promo code, a webhook endpoint with a delivery, a card order being chased at
-//! WayForPay, and a second staff account; and no channel where the bot lost its rights.
+//! WayForPay, a scheduled broadcast, and a second staff account; and no channel where the bot
+//! lost its rights.
 //!
 //! A second test shows the guard itself failing on a page that does show those things.
 
@@ -52,6 +53,7 @@ struct Made {
     plan: i64,
     promo: i64,
     endpoint: i64,
+    broadcast: i64,
 }
 
 /// Something in every list of the console.
@@ -134,6 +136,17 @@ async fn make_data(app: &TestApp, wfp: &FakeWayForPay) -> Made {
         )
         .await
         .expect(201));
+    // A broadcast scheduled for later, to the channel's members who read Ukrainian.
+    let broadcast = id(&app
+        .post(
+            "/api/broadcasts",
+            json!({"texts": {"en": "Sale on Friday", "uk": "Розпродаж у пʼятницю"},
+                   "segment": {"channel_ids": [channel], "languages": ["uk"]},
+                   "button": {"plan_id": plan, "promo_code": "SPRING25"},
+                   "send_at": "2030-01-15T10:00:00Z", "paid": {"max_stars": 50}}),
+        )
+        .await
+        .expect(201));
     app.post(
         "/api/staff",
         json!({"email": "helper@example.com", "role": "support",
@@ -147,6 +160,7 @@ async fn make_data(app: &TestApp, wfp: &FakeWayForPay) -> Made {
         plan,
         promo,
         endpoint,
+        broadcast,
     }
 }
 
@@ -196,6 +210,7 @@ async fn every_screen_shows_no_broken_text_and_logs_no_error() {
             plan,
             promo,
             endpoint,
+            broadcast,
         } = made;
         let screens: Vec<(String, &str, &str)> = vec![
             ("#/overview".into(), "main", "Members by channel"),
@@ -227,6 +242,22 @@ async fn every_screen_shows_no_broken_text_and_logs_no_error() {
                 format!("#/subscribers/{subscriber}"),
                 "#sub-payments + *",
                 "applied",
+            ),
+            ("#/broadcasts".into(), "main table", "Sale on Friday"),
+            (
+                "#/broadcasts/new".into(),
+                "#broadcast-preview",
+                "would get it now",
+            ),
+            (
+                format!("#/broadcasts/{broadcast}"),
+                "#broadcast-status",
+                "scheduled",
+            ),
+            (
+                "#/automations".into(),
+                "#auto-renewal_failed",
+                "Renewal failed",
             ),
             ("#/memberships".into(), "main table", "active"),
             ("#/payments".into(), "main table", "needs_review"),

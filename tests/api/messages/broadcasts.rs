@@ -121,6 +121,12 @@ async fn each_recipient_gets_it_exactly_once_from_workers_running_at_once() {
     let (fake, app) = app().await;
     let (a, _, who) = population(&app, &fake).await;
     let plan = plan_of(&app, a).await;
+    app.post(
+        "/api/webhook-endpoints",
+        json!({"url": "https://1.1.1.1/hook", "event_types": ["broadcast.finished"]}),
+    )
+    .await
+    .expect(201);
     let created = app
         .post(
             "/api/broadcasts",
@@ -179,6 +185,22 @@ async fn each_recipient_gets_it_exactly_once_from_workers_running_at_once() {
         (json!("finished"), json!(3), json!(0)),
         "{b}"
     );
+    // The owner's endpoint hears it finished, once, with its counters.
+    let events: Vec<Value> = app
+        .db()
+        .await
+        .query(
+            "SELECT body::jsonb FROM webhook_events WHERE type = 'broadcast.finished'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["data"]["id"], id);
+    assert_eq!(events[0]["data"]["sent"], 3);
     // What a buyer was sent is on their page.
     let uk_id = who.iter().find(|(n, _)| *n == "uk").unwrap().1;
     let page = app

@@ -1,11 +1,12 @@
 //! Messages to members: broadcasts to a segment (preview, exactly once under concurrent
 //! workers, a crash mid-call never sent twice, blocked buyers, cancel, the paid budget, access
-//! first), the four automations (their texts checked, an unpaid checkout reminded once, a
+//! first; a real `kill -9` mid-broadcast), the four automations (their texts checked, an unpaid checkout reminded once, a
 //! win-back code for one buyer alone, an offer at cancel, a failed renewal), and the buyer's
 //! consent (`/stop`, `/start`).
 
 mod automations;
 mod broadcasts;
+mod crash;
 
 use serde_json::{Value, json};
 

@@ -1,6 +1,7 @@
 //! Every statement that writes effect rows, round-tripped: each writer (the extension upsert, a
 //! staff correction, the sweep's batch, a membership's and a subscriber's deletion, the reminder
-//! and refund scans, the join-request door and the outbox's `enqueue`) is made to write its
+//! and refund scans, the join-request door, the outbox's `enqueue`, a broadcast's start and an
+//! automation's message) is made to write its
 //! rows, and every row's payload must parse as its kind's typed payload, serialize back to the
 //! very JSON stored (so no writer spells a field its own way), show the same JSON through the
 //! staff API, and carry the dedupe key of the one rule for its kind.
@@ -370,6 +371,32 @@ async fn every_writer_s_rows_parse_as_their_kind_s_payload_and_follow_the_key_ru
             .await
             .unwrap();
     }
+    // Messages to members: a broadcast's start (every recipient's in one statement) and an
+    // automation's message.
+    let w = subscriber(&app, 7107).await;
+    app.post(
+        "/api/broadcasts",
+        json!({"texts": {"en": "News"}, "segment": {"statuses": ["never_paid"]}}),
+    )
+    .await
+    .expect(201);
+    subgate::messages::sent::enqueue(
+        &client,
+        &subgate::messages::sent::NewMessage {
+            subscriber_id: w as i32,
+            kind: subgate::messages::Kind::UnpaidCheckout,
+            order_id: None,
+            membership_id: None,
+            star_subscription_id: None,
+            promo_code_id: None,
+            dedupe_key: "unpaid_checkout:rows".into(),
+            delay_minutes: 0,
+        },
+        subgate::present::locale::Language::En,
+    )
+    .await
+    .unwrap()
+    .expect("a new message");
     drop(client);
 
     let rows = rows(&app).await;

@@ -8,7 +8,7 @@
 pub(crate) mod audits;
 pub(crate) mod chat_members;
 mod convergence;
-mod convergence_harness;
+pub(crate) mod convergence_harness;
 mod effect_rows;
 mod effects_concurrency;
 mod effects_config;

@@ -40,6 +40,10 @@ pub struct SubscriberBody {
     /// `en`, `uk`, `ru`, or null (the default).
     #[serde(deserialize_with = "Option::deserialize")]
     pub language: Option<String>,
+    /// The buyer said `/stop`.
+    pub marketing_opt_out: bool,
+    /// False after Telegram answered 403 to a message.
+    pub reachable: bool,
     pub created_at: String,
     pub updated_at: String,
 }
@@ -166,7 +170,8 @@ pub struct AppliedBody {
 #[test]
 fn a_body_missing_a_nullable_field_or_with_an_extra_one_is_refused() {
     let full = serde_json::json!({"id": 1, "telegram_user_id": 7, "username": null,
-        "display_name": "Ann", "language": null, "created_at": "2025-01-01T10:00:00Z",
+        "display_name": "Ann", "language": null, "marketing_opt_out": false, "reachable": true,
+        "created_at": "2025-01-01T10:00:00Z",
         "updated_at": "2025-01-01T10:00:00Z"});
     let read: SubscriberBody = serde_json::from_value(full.clone()).unwrap();
     assert_eq!(read.username, None);

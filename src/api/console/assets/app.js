@@ -480,6 +480,11 @@
         case 'subscribers':
           if (id) return await renderSubscriber(Number(id), params);
           return await renderSubscribers(params);
+        case 'broadcasts':
+          if (id === 'new') return await renderBroadcastForm();
+          if (id) return await renderBroadcast(Number(id));
+          return await renderBroadcasts();
+        case 'automations': return await renderAutomations();
         case 'memberships': return await renderMemberships(params);
         case 'payments': return await renderPayments(params);
         case 'reconciliation': return await renderReconciliation(params);
@@ -1775,6 +1780,14 @@
       ['Username', s.username ? '@' + s.username : '—'],
       ['Display name', s.display_name || '—'],
       ['Bot language', languageName(s.language)],
+      ['Broadcasts and automations', s.marketing_opt_out
+        ? h('span', { id: 'sub-opt-out' }, badge('said /stop', 'stopped'),
+          ' Gets none until they send /start again; messages about their own access and payments still go.')
+        : h('span', { id: 'sub-opt-out' }, 'Gets them (has not said /stop).')],
+      ['Reachable', s.reachable === false
+        ? h('span', { id: 'sub-reachable' }, badge('blocked the bot', 'blocked'),
+          ' Telegram refused a message: skipped by broadcasts and automations until they write to the bot again.')
+        : h('span', { id: 'sub-reachable' }, 'Yes (has not blocked the bot).')],
       ['Created', when(s.created_at)],
     ]));
 
@@ -1885,10 +1898,22 @@
         ]), 'No orders.')));
     main.append(h('section', { 'aria-labelledby': 'sub-payments' }, h('h2', { id: 'sub-payments' }, 'Payments'),
       paymentsTable(payments, chans)));
+    // Broadcasts and automations sent to the buyer, newest first, a page at a time (an error is
+    // shown in their section, not instead of the buyer).
+    const messages = h('section', { id: 'sub-messages-list', 'aria-labelledby': 'sub-messages' },
+      h('h2', { id: 'sub-messages' }, 'Messages sent'));
+    main.append(messages);
 
     const del = h('button', { type: 'button', class: 'danger', onclick: () => deleteSubscriber(s, memberships, chans, payments.length) }, 'Delete subscriber');
     main.append(h('section', { class: 'danger-zone', 'aria-labelledby': 'sub-delete' },
       h('h2', { id: 'sub-delete' }, 'Delete'), del));
+    try {
+      await pagedList(messages, `/subscribers/${s.id}/messages`, live, messagesTable);
+    } catch (err) {
+      if (!(err instanceof ApiError && err.sessionEnded) && live()) {
+        messages.append(h('p', { class: 'error-text' }, 'The messages could not be loaded: ' + describe(err)));
+      }
+    }
   }
 
   function correctionForm(m, chans) {
@@ -1944,12 +1969,16 @@
     return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}`;
   }
 
-  /** Asks in a modal dialog; resolves true when confirmed. Esc or Cancel resolve false. */
-  function confirmDialog(title, text, action) {
+  /**
+   * Asks in a modal dialog; resolves true when confirmed. Esc or the other button (`dismiss`,
+   * "Cancel" unless named) resolve false.
+   */
+  function confirmDialog(title, text, action, dismiss) {
     const dialog = $('confirm');
     $('confirm-title').textContent = title;
     $('confirm-text').textContent = text;
     $('confirm-ok').textContent = action;
+    $('confirm-cancel').textContent = dismiss || 'Cancel';
     const opener = document.activeElement;
     return new Promise((resolve) => {
       const done = (answer) => {
@@ -2132,7 +2161,7 @@
     'payment.applied', 'payment.needs_review', 'payment.refunded', 'payment.disputed',
     'membership.activated',
     'membership.renewed', 'membership.grace', 'membership.expired', 'membership.deleted',
-    'trial.started',
+    'trial.started', 'broadcast.finished', 'automation.sent',
   ];
 
   /** The owner's endpoints for outbound webhooks: create (secret shown once), rotate, enable. */
@@ -2298,7 +2327,7 @@
   // ------------------------------------------------------------------ effects
 
   const KINDS = ['grant', 'renewal_receipt', 'revoke', 'reminder', 'grace_notice', 'refund',
-    'join_approve', 'join_decline', 'bot_message', 'invoice', 'subscription_cancel'];
+    'join_approve', 'join_decline', 'bot_message', 'invoice', 'subscription_cancel', 'member_message'];
 
   async function renderEffects(params) {
     const { main, live } = page('Telegram effects');
@@ -2477,6 +2506,556 @@
     if (running) {
       setTimeout(() => { if (live()) renderAudit(channelId, true).catch(fail); }, 1000);
     }
+  }
+
+  // ------------------------------------------------------------------ messages to members
+
+  /** The automations, in the API's order: [kind, name, when it is sent]. */
+  const AUTOMATIONS = [
+    ['unpaid_checkout', 'Unpaid checkout',
+      'A reminder for an order still unpaid this long after its invoice or card page was sent: one per order, with a button back to it. Never once the order is paid, cancelled or replaced, nor after the buyer paid for that channel another way.'],
+    ['win_back', 'Win back',
+      'A membership expired this long ago and was not renewed: one message per membership end, with a promo code made for that buyer alone.'],
+    ['cancel_offer', 'Cancel offer',
+      'A buyer cancelled their Telegram Stars subscription: one offer per subscription, with a promo code made for that buyer alone.'],
+    ['renewal_failed', 'Renewal failed',
+      'Telegram could not renew a Stars subscription: the buyer is told how to renew.'],
+  ];
+
+  /** The automations that may carry a promo code. */
+  const PROMO_KINDS = ['win_back', 'cancel_offer'];
+
+  /** The placeholders a message text may use, as Project Fluent writes them. */
+  const PLACEHOLDERS = ['name', 'channel', 'expires', 'code', 'price'].map((p) => `{ $${p} }`).join(', ');
+
+  function automationName(kind) {
+    const found = AUTOMATIONS.find(([k]) => k === kind);
+    return found ? found[1] : kind.replaceAll('_', ' ');
+  }
+
+  /** The units a delay is shown in, largest first: [unit, minutes]. */
+  const DELAY_UNITS = [['days', 1440], ['hours', 60], ['minutes', 1]];
+
+  /** A delay in minutes as [count, unit]: the largest unit it is a whole number of. */
+  function delayParts(minutes) {
+    const [unit, size] = DELAY_UNITS.find(([, s]) => minutes > 0 && minutes % s === 0) || DELAY_UNITS[2];
+    return [minutes / size, unit];
+  }
+
+  /** "3 days", "1 hour", "at once". */
+  function delayText(minutes) {
+    if (!minutes) return 'at once';
+    const [n, unit] = delayParts(minutes);
+    return `${n} ${n === 1 ? unit.slice(0, -1) : unit}`;
+  }
+
+  /** One textarea per language the bot speaks, for a message's Fluent pattern in each. */
+  function messageTextFields(f, texts, hint) {
+    const t = texts || {};
+    return h('fieldset', { class: 'field group', id: `${f}-texts`, tabindex: '-1', 'aria-describedby': `${f}-texts-error` },
+      h('legend', {}, 'Text'),
+      h('p', { class: 'hint' }, hint),
+      h('div', { class: 'grid' }, LANGUAGES.map(([code, name]) => field(`${name} (${code})`,
+        h('textarea', { id: `${f}-text-${code}`, name: `text-${code}`, rows: 5, maxlength: 4096 }, t[code] || '')))),
+      h('p', { class: 'field-error', id: `${f}-texts-error` }));
+  }
+
+  /** The texts the fields say, by language (an empty field is no text in that language). */
+  function readTexts(form) {
+    const out = {};
+    for (const [code] of LANGUAGES) {
+      const text = form.elements[`text-${code}`].value.trim();
+      if (text) out[code] = text;
+    }
+    return out;
+  }
+
+  function sameTexts(a, b) {
+    return LANGUAGES.every(([code]) => ((a || {})[code] || '') === ((b || {})[code] || ''));
+  }
+
+  /** The API's field names of message texts, mapped to their inputs. */
+  const TEXT_FIELDS = Object.fromEntries(LANGUAGES.map(([code]) => [`texts.${code}`, `text-${code}`]));
+
+  /** A 422 made in the browser, shown as the API's own are. */
+  function refuse(form, errors, fields) {
+    showFieldErrors(form, new ApiError(422, { errors }), fields);
+    fail(new ApiError(422, { detail: 'Some fields are invalid', errors }));
+  }
+
+  /** Plan checkboxes, as on a promo code: none ticked means every paid plan. */
+  function planChoices(f, planMap, chosen, legend) {
+    const paid = Array.from(planMap.values()).filter((p) => p.kind === 'paid');
+    return h('fieldset', { class: 'field group', id: `${f}-plan_ids`, tabindex: '-1', 'aria-describedby': `${f}-plan_ids-error` },
+      h('legend', {}, legend),
+      h('p', { class: 'hint' }, 'None ticked: every paid plan.'),
+      paid.length
+        ? paid.map((p) => field(p.title,
+          h('input', { id: `${f}-plan-${p.id}`, name: `plan-${p.id}`, type: 'checkbox', checked: !!(chosen && chosen.includes(p.id)), dataset: { plan: String(p.id) } })))
+        : h('p', { class: 'empty' }, 'No paid plans yet.'),
+      h('p', { class: 'field-error', id: `${f}-plan_ids-error` }));
+  }
+
+  /** The API's field names of an automation, mapped to their inputs. */
+  const AUTOMATION_FIELDS = Object.assign({
+    'promo.percent_off': 'percent_off', 'promo.valid_days': 'valid_days', 'promo.plan_ids': 'plan_ids',
+  }, TEXT_FIELDS);
+
+  async function renderAutomations() {
+    const { main, live } = page('Automations');
+    const [list, planMap] = await Promise.all([api('GET', '/automations'), plans(true)]);
+    if (!live()) return;
+    main.append(h('p', { class: 'hint' },
+      'Messages the bot sends by itself when something happens to a buyer, each in the buyer’s language. '
+      + 'They are off until switched on; none goes to a buyer who said /stop or blocked the bot, and every text '
+      + 'gets the line on how to stop them.'));
+    for (const a of list.items) main.append(automationForm(a, planMap));
+  }
+
+  /** One automation's card: on or off, delay, texts, promo code; saved with a PATCH of what changed. */
+  function automationForm(a, planMap) {
+    const f = `auto-${a.kind}`;
+    const input = (name, attrs) => h('input', Object.assign({ id: `${f}-${name}`, name }, attrs));
+    const [count, unit] = delayParts(a.delay_minutes);
+    const description = (AUTOMATIONS.find(([k]) => k === a.kind) || [])[2];
+    const withPromo = PROMO_KINDS.includes(a.kind);
+    const promo = a.promo || { percent_off: 20, valid_days: 7, plan_ids: null };
+    const promoOn = input('promo_on', { type: 'checkbox', checked: !!a.promo });
+    const promoBox = withPromo
+      ? h('fieldset', { class: 'field group', id: `${f}-promo`, tabindex: '-1', 'aria-describedby': `${f}-promo-error` },
+        h('legend', {}, 'Promo code'),
+        h('p', { class: 'hint' }, 'A code made for each buyer alone (one use), with a buy button that applies it; { $code } in the text shows it.'),
+        field('Give a promo code', promoOn),
+        h('div', { class: 'grid' },
+          field('Percent off', input('percent_off', { type: 'number', min: 1, max: 100, value: String(promo.percent_off) })),
+          field('Valid for (days)', input('valid_days', { type: 'number', min: 1, max: 365, value: String(promo.valid_days) }))),
+        planChoices(f, planMap, promo.plan_ids, 'For plans'),
+        h('p', { class: 'field-error', id: `${f}-promo-error` }))
+      : null;
+    const sync = () => {
+      if (!promoBox) return;
+      for (const el of promoBox.querySelectorAll('input')) {
+        if (el !== promoOn) el.disabled = !promoOn.checked;
+      }
+    };
+    promoOn.addEventListener('change', sync);
+    const form = h('form', { id: f, class: 'card automation', method: 'post', novalidate: true },
+      h('h2', {}, automationName(a.kind), ' ', a.enabled ? badge('on', 'active') : badge('off', 'inactive')),
+      h('p', { class: 'hint' }, description),
+      facts([
+        ['Sent so far', h('span', { id: `${f}-sent` }, `${a.sent} message${a.sent === 1 ? '' : 's'}`)],
+        ['Waits', delayText(a.delay_minutes)],
+        ['Updated', when(a.updated_at)],
+      ]),
+      field('On (sends by itself)', input('enabled', { type: 'checkbox', checked: a.enabled })),
+      h('div', { class: 'grid' },
+        field('Delay', input('delay_minutes', { type: 'number', min: 0, step: 'any', value: String(count), required: true }),
+          'How long after the event it is sent; 0 (at once) to 365 days.'),
+        field('Unit', h('select', { id: `${f}-delay_unit`, name: 'delay_unit' },
+          DELAY_UNITS.map(([u]) => h('option', { value: u, selected: u === unit }, u))))),
+      messageTextFields(f, a.texts,
+        `Project Fluent, as the bot’s own texts; placeholders: ${PLACEHOLDERS} (the code only with a promo code). `
+        + 'A buyer reads it in their language, else in the bot’s default one, else any written; switching it on needs '
+        + 'at least one text.'),
+      promoBox,
+      h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Save')));
+    sync();
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      const clientErrors = {};
+      const body = {};
+      const enabled = form.elements.enabled.checked;
+      if (enabled !== a.enabled) body.enabled = enabled;
+      const delay = form.elements.delay_minutes.value.trim();
+      const size = DELAY_UNITS.find(([u]) => u === form.elements.delay_unit.value)[1];
+      const minutes = Math.round(Number(delay) * size * 1000) / 1000;
+      if (delay === '' || !Number.isInteger(minutes) || minutes < 0) {
+        clientErrors.delay_minutes = 'must be a whole number of minutes (1.5 hours is 90 minutes)';
+      } else if (minutes !== a.delay_minutes) {
+        body.delay_minutes = minutes;
+      }
+      const texts = readTexts(form);
+      if (!sameTexts(texts, a.texts)) body.texts = texts;
+      if (withPromo) {
+        let wanted = null;
+        if (promoOn.checked) {
+          const int = (name) => (form.elements[name].value.trim() === '' ? null : Number(form.elements[name].value));
+          const ticked = Array.from(promoBox.querySelectorAll('input[data-plan]')).filter((b) => b.checked).map((b) => Number(b.dataset.plan));
+          wanted = { percent_off: int('percent_off'), valid_days: int('valid_days'), plan_ids: ticked.length ? ticked : null };
+          if (wanted.percent_off === null) clientErrors['promo.percent_off'] = 'is required';
+          if (wanted.valid_days === null) clientErrors['promo.valid_days'] = 'is required';
+        }
+        const before = a.promo ? { percent_off: a.promo.percent_off, valid_days: a.promo.valid_days, plan_ids: a.promo.plan_ids || null } : null;
+        if (JSON.stringify(wanted) !== JSON.stringify(before)) body.promo = wanted;
+      }
+      if (Object.keys(clientErrors).length) {
+        refuse(form, clientErrors, AUTOMATION_FIELDS);
+        return;
+      }
+      if (!Object.keys(body).length) { say('Nothing changed.'); return; }
+      await busy(form, async () => {
+        try {
+          const saved = await api('PATCH', `/automations/${a.kind}`, body);
+          form.replaceWith(automationForm(saved, planMap));
+          say(`Saved ${automationName(saved.kind)}: ${saved.enabled ? 'on' : 'off'}, ${delayText(saved.delay_minutes)} after the event.`);
+        } catch (err) {
+          showFieldErrors(form, err, AUTOMATION_FIELDS);
+          fail(err);
+        }
+      });
+    });
+    return form;
+  }
+
+  /** The statuses a broadcast's segment may pick: [value, label]. */
+  const SEGMENT_STATUSES = [
+    ['active', 'active'], ['grace', 'in grace'], ['trial', 'on a trial'], ['expired', 'expired'], ['never_paid', 'never paid'],
+  ];
+
+  /** Who a segment reaches, in words. */
+  function segmentText(segment, chans, planMap) {
+    const s = segment || {};
+    const or = (list) => list.join(' or ');
+    const parts = [];
+    if (s.channel_ids && s.channel_ids.length) parts.push('of ' + or(s.channel_ids.map((c) => channelName(chans, c))));
+    if (s.plan_ids && s.plan_ids.length) parts.push('on ' + or(s.plan_ids.map((p) => planName(planMap, p))));
+    if (s.statuses && s.statuses.length) {
+      parts.push(or(s.statuses.map((st) => (SEGMENT_STATUSES.find(([v]) => v === st) || [st, st.replaceAll('_', ' ')])[1])));
+    }
+    if (s.expired_within_days) {
+      parts.push(`expired in the last ${s.expired_within_days} day${s.expired_within_days === 1 ? '' : 's'}`);
+    }
+    if (s.languages && s.languages.length) parts.push('reading ' + or(s.languages.map(languageName)));
+    if (!parts.length) return 'Every buyer';
+    // Channels or plans without a status or an expiry reach their live members only.
+    const live = (s.channel_ids || s.plan_ids) && !s.statuses && !s.expired_within_days;
+    return (live ? 'Live members (active or in grace) ' : 'Buyers ') + parts.join(', ');
+  }
+
+  /** A broadcast's status, with when a scheduled one goes. */
+  function broadcastStatus(b) {
+    return [badge(b.status), b.status === 'scheduled' && b.send_at ? [' for ', when(b.send_at)] : null];
+  }
+
+  function countText(n) {
+    return n === null || n === undefined ? '—' : String(n);
+  }
+
+  /** "5 sent · 1 blocked · 0 failed · 0 skipped · 2 pending". */
+  function progressText(b) {
+    return [['sent', b.sent], ['blocked', b.blocked], ['failed', b.failed], ['skipped', b.skipped], ['pending', b.pending]]
+      .map(([what, n]) => `${countText(n)} ${what}`).join(' · ');
+  }
+
+  /** The first text of a broadcast (English first), shortened for a list. */
+  function textExcerpt(texts) {
+    const found = LANGUAGES.find(([code]) => texts && texts[code]);
+    if (!found) return '—';
+    const text = texts[found[0]];
+    return [h('span', { class: 'muted' }, found[0] + ' '), text.length > 80 ? text.slice(0, 79) + '…' : text];
+  }
+
+  async function renderBroadcasts() {
+    const { main, live } = page('Broadcasts');
+    main.append(
+      h('p', {}, link('#/broadcasts/new', 'New broadcast', { class: 'button' })),
+      h('p', { class: 'hint' },
+        'One message to every buyer of a segment, in their language, at most once each. Buyers who said /stop or blocked the bot never get one.'));
+    const section = h('section', { id: 'broadcast-list' });
+    main.append(section);
+    await pagedList(section, '/broadcasts', live, (items) => table('Broadcasts',
+      ['Broadcast', 'Text', 'Status', 'Recipients', 'Progress', 'Paid messages', 'Created'],
+      items.map((b) => [
+        link(`#/broadcasts/${b.id}`, '#' + b.id),
+        textExcerpt(b.texts),
+        broadcastStatus(b),
+        countText(b.recipients),
+        progressText(b),
+        b.paid ? `${b.paid_messages} (at most ⭐ ${b.paid.max_stars})` : '—',
+        when(b.created_at),
+      ]), 'No broadcasts yet.'));
+  }
+
+  /** The API's field names of a broadcast, mapped to their inputs. */
+  const BROADCAST_FIELDS = Object.assign({
+    'segment.channel_ids': 'channel_ids', 'segment.plan_ids': 'plan_ids', 'segment.statuses': 'statuses',
+    'segment.expired_within_days': 'expired_within_days', 'segment.languages': 'languages',
+    button: 'button_plan', 'button.plan_id': 'button_plan', 'button.promo_code': 'promo_code',
+    paid: 'max_stars', 'paid.max_stars': 'max_stars',
+  }, TEXT_FIELDS);
+
+  /** "3 buyers would get it now: English 1, Українська 2, Русский 0." */
+  function previewText(r) {
+    const by = r.by_language || {};
+    const known = LANGUAGES.map(([code, name]) => `${name} ${by[code] || 0}`);
+    const other = Object.keys(by).filter((k) => !LANGUAGES.some(([code]) => code === k)).map((k) => `${k} ${by[k]}`);
+    return h('p', {},
+      h('strong', { id: 'broadcast-recipients' }, `${r.recipients} buyer${r.recipients === 1 ? '' : 's'}`),
+      ` would get it now: ${known.concat(other).join(', ')}.`);
+  }
+
+  async function renderBroadcastForm() {
+    const [chans, planMap] = await Promise.all([channels(true), plans(true)]);
+    const { main, live } = page('New broadcast');
+    if (!live()) return;
+    const f = 'broadcast';
+    const input = (name, attrs) => h('input', Object.assign({ id: `${f}-${name}`, name }, attrs));
+    const multi = (name, label, options, hint) => field(label,
+      h('select', { id: `${f}-${name}`, name, multiple: true, size: Math.min(Math.max(options.length, 2), 6) },
+        options.map(([v, t]) => h('option', { value: String(v) }, t))), hint);
+    const boxes = (name, legend, options) => h('fieldset', {
+      class: 'field group', id: `${f}-${name}`, tabindex: '-1', 'aria-describedby': `${f}-${name}-error`,
+    },
+    h('legend', {}, legend),
+    h('p', { class: 'hint' }, 'None ticked: any.'),
+    options.map(([v, t]) => field(t, input(`${name}-${v}`, { type: 'checkbox', dataset: { pick: name, value: v } }))),
+    h('p', { class: 'field-error', id: `${f}-${name}-error` }));
+    const planList = Array.from(planMap.values());
+    const planLabel = (p) => `${p.title} (${p.channel_ids.map((c) => channelName(chans, c)).join(' + ')})`;
+
+    const segmentBox = h('fieldset', { class: 'group', id: `${f}-segment` },
+      h('legend', {}, 'Who gets it'),
+      h('p', { class: 'hint' }, 'Every choice narrows it (a buyer must match them all); channels or plans alone reach their '
+        + 'live members (active or in grace); nothing chosen: every buyer. A buyer gets it once however many memberships '
+        + 'match; buyers who said /stop or blocked the bot are never in it.'),
+      h('div', { class: 'grid' },
+        multi('channel_ids', 'Channels', Array.from(chans.values()).map((c) => [c.id, c.title]), 'None chosen: any channel. Ctrl or ⌘ picks several.'),
+        multi('plan_ids', 'Plans', planList.map((p) => [p.id, planLabel(p)]), 'None chosen: any plan.'),
+        field('Expired within (days)', input('expired_within_days', { type: 'number', min: 1, max: 3660, step: 1 }),
+          'Only buyers whose membership ended in the last this many days; empty: any time.')),
+      h('div', { class: 'grid' },
+        boxes('statuses', 'Status', SEGMENT_STATUSES),
+        boxes('languages', 'Language', LANGUAGES.map(([code, name]) => [code, `${name} (${code})`]))));
+    const preview = h('div', { id: `${f}-preview`, class: 'card preview', 'aria-live': 'polite' },
+      h('p', { class: 'muted' }, 'Counting…'));
+
+    const buttonPlan = h('select', { id: `${f}-button_plan`, name: 'button_plan' },
+      h('option', { value: '' }, 'No button'),
+      planList.filter((p) => p.active && p.kind === 'paid').map((p) => h('option', { value: String(p.id) }, planLabel(p))));
+    const promoCode = input('promo_code', { maxlength: 32, autocapitalize: 'characters', autocomplete: 'off' });
+    const whenSelect = h('select', { id: `${f}-when`, name: 'when' },
+      h('option', { value: 'now' }, 'now'), h('option', { value: 'later' }, 'at a date and time'));
+    const sendAt = input('send_at', { type: 'datetime-local', step: 60 });
+    const paid = input('paid', { type: 'checkbox' });
+    const maxStars = input('max_stars', { type: 'number', min: 1, step: 1 });
+    const sync = () => {
+      promoCode.disabled = !buttonPlan.value;
+      sendAt.disabled = whenSelect.value !== 'later';
+      sendAt.closest('.field').hidden = sendAt.disabled;
+      maxStars.disabled = !paid.checked;
+      maxStars.closest('.field').hidden = maxStars.disabled;
+    };
+    for (const el of [buttonPlan, whenSelect, paid]) el.addEventListener('change', sync);
+
+    const form = h('form', { id: f, class: 'card', method: 'post', novalidate: true },
+      messageTextFields(f, {},
+        `Project Fluent, as the bot’s own texts; placeholders: ${PLACEHOLDERS} ({ $channel } and { $expires }: the `
+        + 'buyer’s latest membership among the chosen channels; { $code } and { $price }: the button’s). A buyer reads '
+        + 'the text in their language, else in the bot’s default one, else any written; the line on how to stop these '
+        + 'messages is added.'),
+      segmentBox,
+      h('h2', {}, 'Recipients'),
+      preview,
+      h('fieldset', { class: 'group' },
+        h('legend', {}, 'Buy button'),
+        h('div', { class: 'grid' },
+          field('Plan', buttonPlan, 'A button under the message that starts buying this active paid plan.'),
+          field('Promo code', promoCode, 'Optional: applied by the button; { $code } in the text shows it.'))),
+      h('fieldset', { class: 'group' },
+        h('legend', {}, 'When'),
+        h('div', { class: 'grid' },
+          field('Send', whenSelect),
+          field('Send at', sendAt, `In ${timeZone}.`))),
+      h('fieldset', { class: 'group' },
+        h('legend', {}, 'Speed'),
+        field('Paid broadcast (faster)', paid,
+          'Sent past Telegram’s free rate (up to 1,000 messages a second), 0.1 Star for each message above it.'),
+        field('At most (Stars)', maxStars, 'Past this, it stops paying and the rest go at the free rate.')),
+      h('div', { class: 'actions' },
+        h('button', { type: 'submit' }, 'Create broadcast'),
+        link('#/broadcasts', 'Back to broadcasts', { class: 'button secondary' })));
+    main.append(form);
+    sync();
+
+    /** The segment the fields say; a malformed field is put in `clientErrors`. */
+    const readSegment = (clientErrors) => {
+      const segment = {};
+      const chosen = (name) => Array.from(form.elements[name].selectedOptions, (o) => Number(o.value));
+      const ticked = (name) => Array.from(segmentBox.querySelectorAll(`input[data-pick="${name}"]`))
+        .filter((b) => b.checked).map((b) => b.dataset.value);
+      for (const [name, values] of [['channel_ids', chosen('channel_ids')], ['plan_ids', chosen('plan_ids')],
+        ['statuses', ticked('statuses')], ['languages', ticked('languages')]]) {
+        if (values.length) segment[name] = values;
+      }
+      const within = form.elements.expired_within_days.value.trim();
+      if (within !== '') {
+        if (!/^\d+$/.test(within) || Number(within) < 1) clientErrors.expired_within_days = 'must be a whole number of days, at least 1';
+        else segment.expired_within_days = Number(within);
+      }
+      return segment;
+    };
+
+    // The count follows the segment: asked again a moment after each change; an answer that
+    // arrives after a newer question is dropped.
+    let asked = 0;
+    let timer = null;
+    const count = async () => {
+      const seq = ++asked;
+      const clientErrors = {};
+      const segment = readSegment(clientErrors);
+      if (Object.keys(clientErrors).length) {
+        showFieldErrors(form, new ApiError(422, { errors: clientErrors }), BROADCAST_FIELDS);
+        preview.replaceChildren(h('p', { class: 'error-text' }, 'Correct the marked field to count the recipients.'));
+        return;
+      }
+      preview.setAttribute('aria-busy', 'true');
+      try {
+        const r = await api('POST', '/broadcasts/preview', { segment });
+        if (seq !== asked || !live()) return;
+        showFieldErrors(form, null);
+        preview.replaceChildren(previewText(r));
+      } catch (err) {
+        if (seq !== asked || !live() || (err instanceof ApiError && err.sessionEnded)) return;
+        showFieldErrors(form, err, BROADCAST_FIELDS);
+        preview.replaceChildren(h('p', { class: 'error-text' }, 'The recipients could not be counted: ' + describe(err)));
+      } finally {
+        if (seq === asked) preview.removeAttribute('aria-busy');
+      }
+    };
+    const later = () => {
+      clearTimeout(timer);
+      timer = setTimeout(count, 250);
+    };
+    segmentBox.addEventListener('change', later);
+    segmentBox.addEventListener('input', later);
+
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      clearTimeout(timer);
+      const clientErrors = {};
+      const texts = readTexts(form);
+      if (!Object.keys(texts).length) clientErrors.texts = 'write the message in at least one language';
+      const body = { texts, segment: readSegment(clientErrors), button: null, send_at: null, paid: null };
+      if (buttonPlan.value) {
+        body.button = { plan_id: Number(buttonPlan.value) };
+        const code = promoCode.value.trim().toUpperCase();
+        if (code) body.button.promo_code = code;
+      }
+      if (whenSelect.value === 'later') {
+        if (!sendAt.value) clientErrors.send_at = 'pick a date and time, or send now';
+        else body.send_at = new Date(sendAt.value).toISOString();
+      }
+      if (paid.checked) {
+        const stars = maxStars.value.trim();
+        if (!/^\d+$/.test(stars) || Number(stars) < 1) clientErrors.max_stars = 'must be a whole number of Stars, at least 1';
+        else body.paid = { max_stars: Number(stars) };
+      }
+      if (Object.keys(clientErrors).length) {
+        refuse(form, clientErrors, BROADCAST_FIELDS);
+        return;
+      }
+      await busy(form, async () => {
+        try {
+          const b = await post(form, '/broadcasts', body);
+          say(b.status === 'scheduled'
+            ? `Broadcast #${b.id} is scheduled for ${dateFormat.format(new Date(b.send_at))}.`
+            : `Broadcast #${b.id} is being sent to ${b.recipients} buyer${b.recipients === 1 ? '' : 's'}.`);
+          go('#/broadcasts');
+        } catch (err) {
+          showFieldErrors(form, err, BROADCAST_FIELDS);
+          fail(err);
+        }
+      });
+    });
+    await count();
+    form.elements['text-en'].focus();
+  }
+
+  /**
+   * A broadcast: what it says, who gets it, its progress, and Cancel while it is scheduled or
+   * sending. A broadcast being sent is looked at again every two seconds while the page shows
+   * (`shown`: the check of the page being refreshed).
+   */
+  async function renderBroadcast(id, shown) {
+    const [b, chans, planMap] = await Promise.all([
+      api('GET', `/broadcasts/${id}`), channels(), plans().catch(() => new Map()),
+    ]);
+    if (shown && !shown()) return;
+    const { main, live } = page(`Broadcast #${b.id}`, !shown);
+    const done = b.sent + b.blocked + b.failed + b.skipped;
+    const open = b.status === 'scheduled' || b.status === 'sending';
+    const cancel = open ? h('button', { type: 'button', id: 'cancel-broadcast', class: 'danger' }, 'Cancel broadcast') : null;
+    if (cancel) {
+      cancel.addEventListener('click', async () => {
+        const ok = await confirmDialog(`Cancel broadcast #${b.id}?`,
+          b.status === 'scheduled'
+            ? 'It will not be sent to anyone.'
+            : 'No more of its messages are sent after this; those already sent stay sent.',
+          'Cancel broadcast', 'Keep it');
+        if (!ok) return;
+        await busy(cancel, async () => {
+          try {
+            const r = await post(cancel, `/broadcasts/${b.id}/cancel`);
+            await renderBroadcast(b.id);
+            say(`Broadcast #${r.id} is cancelled${r.sent ? ` (${r.sent} sent before it)` : ''}.`);
+          } catch (err) { fail(err); }
+        });
+      });
+    }
+    const counter = (key, n) => h('span', { id: `broadcast-count-${key}` }, countText(n));
+    main.append(
+      facts([
+        ['Status', h('span', { id: 'broadcast-status' }, broadcastStatus(b))],
+        ['Who', segmentText(b.segment, chans, planMap)],
+        ['Buy button', b.button
+          ? [link(`#/plans/${b.button.plan_id}`, planName(planMap, b.button.plan_id)),
+            b.button.promo_code ? [' with the code ', h('code', {}, b.button.promo_code)] : null]
+          : 'none'],
+        ['Paid', b.paid ? `yes, at most ⭐ ${b.paid.max_stars}` : 'no (Telegram’s free rate)'],
+        ['Send at', when(b.send_at)],
+        ['Created', when(b.created_at)],
+        b.started_at ? ['Started', when(b.started_at)] : null,
+        b.finished_at ? ['Finished', when(b.finished_at)] : null,
+        b.cancelled_at ? ['Cancelled', when(b.cancelled_at)] : null,
+      ]),
+      h('section', { id: 'broadcast-progress', 'aria-labelledby': 'broadcast-progress-title' },
+        h('h2', { id: 'broadcast-progress-title' }, 'Progress'),
+        b.status === 'scheduled'
+          ? h('p', { class: 'hint' }, 'Not started: the recipients counted when it was made; the list is fixed when sending starts.')
+          : h('p', {}, h('progress', { max: Math.max(b.recipients, 1), value: done, 'aria-label': 'Messages done' }), ' ',
+            `${done} of ${b.recipients} done`),
+        facts([
+          ['Recipients', counter('recipients', b.recipients)],
+          ['Sent', counter('sent', b.sent)],
+          ['Blocked the bot', counter('blocked', b.blocked)],
+          ['Failed', counter('failed', b.failed)],
+          ['Skipped (said /stop since, or blocked)', counter('skipped', b.skipped)],
+          ['Pending', counter('pending', b.pending)],
+          ['Paid messages', b.paid ? counter('paid_messages', b.paid_messages) : '—'],
+        ])),
+      h('section', { id: 'broadcast-texts', 'aria-labelledby': 'broadcast-texts-title' },
+        h('h2', { id: 'broadcast-texts-title' }, 'Text'),
+        LANGUAGES.filter(([code]) => b.texts && b.texts[code]).map(([code, name]) => [
+          h('h3', {}, `${name} (${code})`), h('p', { class: 'message-text' }, b.texts[code])])),
+      h('div', { class: 'actions' }, cancel, link('#/broadcasts', 'Back to broadcasts', { class: 'button secondary' })));
+    if (b.status === 'sending') {
+      setTimeout(() => { if (live()) renderBroadcast(id, live).catch(fail); }, 2000);
+    }
+  }
+
+  /** The messages sent (or queued) to one buyer: broadcasts and automations. */
+  function messagesTable(items) {
+    return table('Messages sent', ['When', 'Message', 'Outcome', 'Text'],
+      items.map((m) => [
+        when(m.sent_at || m.created_at),
+        m.kind === 'broadcast'
+          ? (m.broadcast_id ? link(`#/broadcasts/${m.broadcast_id}`, `Broadcast #${m.broadcast_id}`) : 'Broadcast')
+          : automationName(m.kind),
+        [m.outcome ? badge(m.outcome) : badge('pending'), m.note ? [' ', h('span', { class: 'muted' }, m.note)] : null],
+        m.text
+          ? h('span', { class: 'message-text' }, m.text)
+          : h('span', { class: 'muted' }, m.outcome === null ? 'not sent yet' : '—'),
+      ]), 'No messages sent to this buyer yet.');
   }
 
   // ------------------------------------------------------------------ start
