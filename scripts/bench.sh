@@ -42,7 +42,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 # The sweep's default size here: large enough for its ratio to mean something, small enough
-# for the whole run to stay well under ten minutes on a 2-core machine.
+# for the run without the broadcasts to stay well under ten minutes on a 2-core machine.
 : "${SWEEP_BENCH_ROWS:=300000}"
 export SWEEP_BENCH_ROWS
 
