@@ -246,6 +246,144 @@ DROP INDEX effects_member_pending_idx;
 
 
 -- statement
+-- Messages to members: the buyer's consent, the automations, broadcasts, and one row per
+-- message a member is sent (docs/effects.md, "Messages to members").
+
+-- `/stop` in the bot sets `marketing_opt_out` (`/start` clears it); a 403 from Telegram (the
+-- buyer blocked the bot) clears `reachable` until the buyer writes to the bot again. Neither
+-- ever holds back a message about the buyer's own access or payments.
+ALTER TABLE subscribers
+    ADD COLUMN marketing_opt_out boolean NOT NULL DEFAULT false,
+    ADD COLUMN reachable         boolean NOT NULL DEFAULT true;
+
+-- A promo code made for one buyer alone (a win-back or cancel offer): nobody else may use it.
+ALTER TABLE promo_codes
+    ADD COLUMN subscriber_id integer REFERENCES subscribers (id) ON DELETE CASCADE;
+CREATE INDEX promo_codes_subscriber_idx ON promo_codes (subscriber_id)
+    WHERE subscriber_id IS NOT NULL;
+
+-- The four automations, each off until the owner switches it on. `texts`: a Project Fluent
+-- pattern per language; `promo`: the template of the code a win-back or cancel offer makes
+-- (`{"percent_off", "valid_days", "plan_ids"}`).
+CREATE TABLE automations (
+    kind          text        PRIMARY KEY,
+    enabled       boolean     NOT NULL DEFAULT false,
+    delay_minutes integer     NOT NULL,
+    texts         jsonb       NOT NULL DEFAULT '{}',
+    promo         jsonb,
+    updated_at    timestamptz NOT NULL DEFAULT statement_timestamp(),
+    CONSTRAINT automations_kind_check CHECK (
+        kind IN ('unpaid_checkout', 'win_back', 'cancel_offer', 'renewal_failed')),
+    CONSTRAINT automations_delay_minutes_check CHECK (delay_minutes BETWEEN 0 AND 525600),
+    CONSTRAINT automations_texts_check CHECK (jsonb_typeof(texts) = 'object'),
+    CONSTRAINT automations_promo_check CHECK (
+        promo IS NULL OR (jsonb_typeof(promo) = 'object'
+                          AND kind IN ('win_back', 'cancel_offer')))
+);
+INSERT INTO automations (kind, delay_minutes) VALUES
+    ('unpaid_checkout', 60), ('win_back', 4320), ('cancel_offer', 0), ('renewal_failed', 0);
+
+-- A broadcast: its texts, segment and button, and when it is sent. The recipient list is fixed
+-- when sending starts (`messages` rows). A paid broadcast reserves its budget in steps
+-- (`paid_reserved`, never above `paid_max_stars` × 10 messages at 0.1 Star each); the
+-- messages actually sent paid are the `messages` rows with `paid`.
+CREATE TABLE broadcasts (
+    id             bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    status         text        NOT NULL,
+    texts          jsonb       NOT NULL,
+    segment        jsonb       NOT NULL,
+    button         jsonb,
+    send_at        timestamptz NOT NULL,
+    paid_max_stars integer,
+    paid_reserved  integer     NOT NULL DEFAULT 0,
+    recipients     integer     NOT NULL DEFAULT 0,
+    created_at     timestamptz NOT NULL DEFAULT statement_timestamp(),
+    started_at     timestamptz,
+    finished_at    timestamptz,
+    cancelled_at   timestamptz,
+    CONSTRAINT broadcasts_status_check CHECK (
+        status IN ('scheduled', 'sending', 'finished', 'cancelled')),
+    CONSTRAINT broadcasts_texts_check CHECK (jsonb_typeof(texts) = 'object'),
+    CONSTRAINT broadcasts_segment_check CHECK (jsonb_typeof(segment) = 'object'),
+    CONSTRAINT broadcasts_paid_max_stars_check CHECK (paid_max_stars >= 1),
+    CONSTRAINT broadcasts_budget_check CHECK (
+        paid_reserved >= 0 AND paid_reserved <= COALESCE(paid_max_stars, 0) * 10)
+);
+CREATE INDEX broadcasts_due_idx ON broadcasts (send_at) WHERE status = 'scheduled';
+CREATE INDEX broadcasts_sending_idx ON broadcasts (id) WHERE status = 'sending';
+
+-- One message to one member: a broadcast's (one per recipient) or an automation's (one per
+-- order, membership end or subscription: `dedupe_key`). Sent by a `member_message` effect;
+-- `attempted_at` is written just before the Bot API call, so a call a crash interrupted is
+-- never made again (it might have reached the buyer). `outcome` NULL: not decided yet.
+CREATE TABLE messages (
+    id                   bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    subscriber_id        integer     NOT NULL REFERENCES subscribers (id) ON DELETE CASCADE,
+    kind                 text        NOT NULL,
+    broadcast_id         bigint      REFERENCES broadcasts (id) ON DELETE CASCADE,
+    order_id             bigint      REFERENCES orders (id) ON DELETE CASCADE,
+    membership_id        bigint      REFERENCES memberships (id) ON DELETE CASCADE,
+    star_subscription_id bigint      REFERENCES star_subscriptions (id) ON DELETE CASCADE,
+    promo_code_id        bigint      REFERENCES promo_codes (id) ON DELETE SET NULL,
+    dedupe_key           text        NOT NULL,
+    language             text        NOT NULL,
+    outcome              text,
+    note                 text,
+    text                 text,
+    paid                 boolean     NOT NULL DEFAULT false,
+    attempted_at         timestamptz,
+    created_at           timestamptz NOT NULL DEFAULT statement_timestamp(),
+    sent_at              timestamptz,
+    CONSTRAINT messages_dedupe_key_key UNIQUE (dedupe_key),
+    CONSTRAINT messages_kind_check CHECK (
+        kind IN ('broadcast', 'unpaid_checkout', 'win_back', 'cancel_offer', 'renewal_failed')),
+    CONSTRAINT messages_broadcast_check CHECK ((kind = 'broadcast') = (broadcast_id IS NOT NULL)),
+    CONSTRAINT messages_language_check CHECK (language IN ('en', 'uk', 'ru')),
+    CONSTRAINT messages_outcome_check CHECK (
+        outcome IN ('sent', 'blocked', 'failed', 'skipped')),
+    CONSTRAINT messages_decided_check CHECK ((outcome IS NULL) = (sent_at IS NULL))
+);
+CREATE INDEX messages_broadcast_idx ON messages (broadcast_id, outcome)
+    WHERE broadcast_id IS NOT NULL;
+CREATE INDEX messages_subscriber_idx ON messages (subscriber_id, id);
+CREATE INDEX messages_automation_idx ON messages (kind, outcome) WHERE broadcast_id IS NULL;
+
+-- `member_message`: one `messages` row sent (`payload.message_id`; `user_id` the buyer).
+ALTER TABLE effects
+    DROP CONSTRAINT effects_kind_check,
+    ADD CONSTRAINT effects_kind_check CHECK (kind IN (
+        'grant', 'renewal_receipt', 'revoke', 'reminder', 'grace_notice', 'refund',
+        'join_approve', 'join_decline', 'bot_message', 'invoice', 'subscription_cancel',
+        'unban', 'member_message')),
+    DROP CONSTRAINT effects_chat_id_check,
+    ADD CONSTRAINT effects_chat_id_check CHECK (
+        kind IN ('refund', 'bot_message', 'invoice', 'subscription_cancel', 'member_message')
+        OR chat_id IS NOT NULL);
+
+-- The claim's order gains a third tier: access effects, then every other effect (invoices,
+-- receipts, the bot's answers), then messages to members, each tier by due time and id. A
+-- 100,000-recipient broadcast therefore holds back neither a grant nor a buyer's invoice.
+-- The expression must stay exactly the claim query's (src/app/worker/claim.rs).
+DROP INDEX effects_claim_idx;
+CREATE INDEX effects_claim_idx ON effects (
+        (CASE WHEN kind IN ('grant', 'revoke', 'join_approve', 'join_decline', 'unban') THEN 0
+              WHEN kind = 'member_message' THEN 2 ELSE 1 END),
+        next_attempt_at, id)
+    WHERE status = 'pending';
+
+-- Outbound endpoints may ask for `broadcast.finished` and `automation.sent` (emitted by the code
+-- that finishes a broadcast and records an automation's message, with `webhook_emit`).
+ALTER TABLE webhook_endpoints
+    DROP CONSTRAINT webhook_endpoints_event_types_check,
+    ADD CONSTRAINT webhook_endpoints_event_types_check CHECK (
+        cardinality(event_types) >= 1
+        AND event_types <@ ARRAY['payment.applied', 'payment.needs_review', 'payment.refunded',
+            'payment.disputed', 'membership.activated', 'membership.renewed', 'membership.grace',
+            'membership.expired', 'membership.deleted', 'trial.started', 'broadcast.finished',
+            'automation.sent']::text[]);
+
+
+-- statement
 -- Outbound webhooks, one lane per endpoint: a delivery being sent carries its lease, so a claim
 -- counts an endpoint's deliveries in flight over every process (src/outbound/delivery.rs).
 -- NULL when no attempt is under way; an attempt's record clears it, and one left by a killed
@@ -1603,6 +1741,12 @@ INSERT INTO bot_promo_codes (subscriber_id, promo_code_id, until)
              created_at = statement_timestamp()
 
 -- statement
+INSERT INTO broadcasts (status, texts, segment, button, send_at,
+                                                  paid_max_stars, recipients)
+     VALUES ('scheduled', $1, $2, $3, coalesce($4, statement_timestamp()), $5, $6)
+     RETURNING id, send_at <= statement_timestamp() AS due
+
+-- statement
 INSERT INTO channel_exemptions (channel_id, telegram_user_id, note)
      VALUES ($1, $2, $3)
      RETURNING channel_id, telegram_user_id, note, created_at
@@ -1720,6 +1864,13 @@ INSERT INTO pre_checkout_decisions
      RETURNING pg_current_xact_id()::text AS xact
 
 -- statement
+INSERT INTO promo_codes (code, percent_off, plan_ids, max_redemptions,
+         per_buyer_limit, expires_at, first_purchase_only, subscriber_id)
+     VALUES ($1 || '-' || upper(left(replace(gen_random_uuid()::text, '-', ''), 10)), $2, $3, 1,
+             1, statement_timestamp() + make_interval(days => $4), false, $5)
+     RETURNING id, code
+
+-- statement
 INSERT INTO schema_migrations (version, name) VALUES ($1, $2)
 
 -- statement
@@ -1831,7 +1982,7 @@ INSERT INTO stats_rolled_days (day) SELECT unnest($1::date[])
 
 -- statement
 INSERT INTO subscribers (telegram_user_id, username, display_name, language)
-                         VALUES ($1, $2, $3, $4) RETURNING id, telegram_user_id, username, display_name, language, created_at, updated_at
+                         VALUES ($1, $2, $3, $4) RETURNING id, telegram_user_id, username, display_name, language, marketing_opt_out, reachable, created_at, updated_at
 
 -- statement
 INSERT INTO subscribers (telegram_user_id, username, display_name, language)
@@ -2020,6 +2171,9 @@ SELECT EXISTS (SELECT 1 FROM memberships m WHERE m.channel_id = $1 AND m.status 
 SELECT EXISTS (SELECT 1 FROM memberships m WHERE m.subscriber_id = $1 AND m.status <> 'expired') AS found
 
 -- statement
+SELECT EXISTS (SELECT 1 FROM messages WHERE dedupe_key = $1) AS found
+
+-- statement
 SELECT EXISTS (SELECT 1 FROM orders WHERE plan_id = $1) AS has_orders
 
 -- statement
@@ -2044,6 +2198,28 @@ SELECT NOT EXISTS (SELECT 1 FROM trial_uses
                             WHERE subscriber_id = $1 AND channel_id = ANY($2)) AS eligible
 
 -- statement
+SELECT a.delay_minutes, a.promo
+     FROM automations a, subscribers s
+     WHERE a.kind = $1 AND a.enabled AND s.id = $2 AND NOT s.marketing_opt_out AND s.reachable
+
+-- statement
+SELECT a.kind, a.enabled, a.delay_minutes, a.texts, a.promo, a.updated_at,
+         (SELECT count(*) FROM messages m
+          WHERE m.kind = a.kind AND m.broadcast_id IS NULL AND m.outcome = 'sent') AS sent FROM automations a
+     ORDER BY array_position(
+         ARRAY['unpaid_checkout', 'win_back', 'cancel_offer', 'renewal_failed'], a.kind)
+
+-- statement
+SELECT a.kind, a.enabled, a.delay_minutes, a.texts, a.promo, a.updated_at,
+         (SELECT count(*) FROM messages m
+          WHERE m.kind = a.kind AND m.broadcast_id IS NULL AND m.outcome = 'sent') AS sent FROM automations a WHERE a.kind = $1
+
+-- statement
+SELECT a.kind, a.enabled, a.delay_minutes, a.texts, a.promo, a.updated_at,
+         (SELECT count(*) FROM messages m
+          WHERE m.kind = a.kind AND m.broadcast_id IS NULL AND m.outcome = 'sent') AS sent FROM automations a WHERE a.kind = $1 FOR UPDATE
+
+-- statement
 SELECT active, seat_limit, billing_period_days FROM channels
      WHERE id = $1 FOR NO KEY UPDATE
 
@@ -2052,6 +2228,34 @@ SELECT active, seat_limit, billing_period_days FROM channels WHERE id = $1 FOR K
 
 -- statement
 SELECT attempts FROM gateway_checks WHERE order_id = $1
+
+-- statement
+SELECT b.id, b.status, b.texts, b.segment, b.button, b.send_at, b.paid_max_stars,
+         b.recipients, b.created_at, b.started_at, b.finished_at, b.cancelled_at,
+         c.sent, c.blocked, c.failed, c.skipped, c.pending, c.paid_messages FROM broadcasts b LEFT JOIN LATERAL (
+             SELECT count(*) FILTER (WHERE m.outcome = 'sent') AS sent,
+                    count(*) FILTER (WHERE m.outcome = 'blocked') AS blocked,
+                    count(*) FILTER (WHERE m.outcome = 'failed') AS failed,
+                    count(*) FILTER (WHERE m.outcome = 'skipped') AS skipped,
+                    count(*) FILTER (WHERE m.outcome IS NULL) AS pending,
+                    count(*) FILTER (WHERE m.outcome = 'sent' AND m.paid) AS paid_messages
+             FROM messages m
+             WHERE m.broadcast_id = b.id
+         ) c ON true WHERE b.id = $1
+
+-- statement
+SELECT b.id, b.status, b.texts, b.segment, b.button, b.send_at, b.paid_max_stars,
+         b.recipients, b.created_at, b.started_at, b.finished_at, b.cancelled_at,
+         c.sent, c.blocked, c.failed, c.skipped, c.pending, c.paid_messages FROM broadcasts b LEFT JOIN LATERAL (
+             SELECT count(*) FILTER (WHERE m.outcome = 'sent') AS sent,
+                    count(*) FILTER (WHERE m.outcome = 'blocked') AS blocked,
+                    count(*) FILTER (WHERE m.outcome = 'failed') AS failed,
+                    count(*) FILTER (WHERE m.outcome = 'skipped') AS skipped,
+                    count(*) FILTER (WHERE m.outcome IS NULL) AS pending,
+                    count(*) FILTER (WHERE m.outcome = 'sent' AND m.paid) AS paid_messages
+             FROM messages m
+             WHERE m.broadcast_id = b.id
+         ) c ON true WHERE b.id > $1 ORDER BY b.id LIMIT $2
 
 -- statement
 SELECT b.update_id IS NOT NULL AS found, b.reply,
@@ -2085,6 +2289,9 @@ SELECT count(*) = (SELECT count(DISTINCT c) FROM unnest($2::integer[]) AS c) AS 
 SELECT count(*) AS depth FROM webhook_deliveries d
              JOIN webhook_endpoints e ON e.id = d.endpoint_id
              WHERE d.status = 'pending' AND e.disabled_at IS NULL
+
+-- statement
+SELECT count(*) AS found FROM plans WHERE id = ANY ($1) AND kind = 'paid'
 
 -- statement
 SELECT count(*) AS held FROM orders o
@@ -2180,6 +2387,11 @@ SELECT hold_until FROM orders WHERE id = $1
 SELECT id FROM audits WHERE channel_id = $1 AND status = 'running'
 
 -- statement
+SELECT id FROM broadcasts
+     WHERE status = 'scheduled' AND send_at <= statement_timestamp()
+     ORDER BY send_at, id LIMIT 10
+
+-- statement
 SELECT id FROM channels ORDER BY id
 
 -- statement
@@ -2271,7 +2483,8 @@ SELECT id, kind, chat_id, user_id FROM effects e
              AND b.status = 'pending' AND b.kind IN ('grant', 'revoke', 'join_approve', 'join_decline', 'unban') AND b.id <> e.id
              AND (b.id < e.id OR b.lease_until > statement_timestamp())))
        AND NOT (e.kind IN ('grant', 'revoke', 'join_approve', 'join_decline', 'unban') AND e.chat_id IN (SELECT telegram_chat_id FROM channels WHERE telegram_status = 'no_rights'))
-     ORDER BY (kind NOT IN ('grant', 'revoke', 'join_approve', 'join_decline', 'unban')), next_attempt_at, id
+     ORDER BY (CASE WHEN kind IN ('grant', 'revoke', 'join_approve', 'join_decline', 'unban') THEN 0
+              WHEN kind = 'member_message' THEN 2 ELSE 1 END), next_attempt_at, id
      LIMIT 1
      FOR UPDATE SKIP LOCKED
 
@@ -2330,7 +2543,8 @@ SELECT id, password_hash, token_version FROM staff_accounts
      WHERE email = $1 AND NOT disabled
 
 -- statement
-SELECT id, percent_off, amount_off_minor, currency, plan_ids, max_redemptions, per_buyer_limit, first_purchase_only, active FROM promo_codes WHERE code = $1 FOR UPDATE
+SELECT id, percent_off, amount_off_minor, currency, plan_ids, max_redemptions, per_buyer_limit, first_purchase_only, active FROM promo_codes WHERE code = $1 AND (subscriber_id IS NULL OR subscriber_id = $2)
+     FOR UPDATE
 
 -- statement
 SELECT id, percent_off, amount_off_minor, currency, plan_ids, max_redemptions, per_buyer_limit, first_purchase_only, active FROM promo_codes WHERE id = $1 FOR UPDATE
@@ -2376,6 +2590,9 @@ SELECT id, subscriber_id, channel_id, status, expires_at, created_at, updated_at
 SELECT id, subscriber_id, channel_id, status, expires_at, created_at, updated_at FROM memberships WHERE subscriber_id = $1 AND channel_id = $2 FOR UPDATE
 
 -- statement
+SELECT id, subscriber_id, kind, broadcast_id, outcome, text, note, created_at, sent_at FROM messages WHERE subscriber_id = $1 AND id > $2 ORDER BY id LIMIT $3
+
+-- statement
 SELECT id, telegram_chat_id, title, price_minor, currency, billing_period_days, grace_period_days, seat_limit, active, created_at, updated_at, description, recurring, telegram_status, translations FROM channels
                  WHERE id > $1::bigint AND ($2::boolean IS NULL OR active = $2)
                  ORDER BY id LIMIT $3
@@ -2384,7 +2601,7 @@ SELECT id, telegram_chat_id, title, price_minor, currency, billing_period_days, 
 SELECT id, telegram_chat_id, title, price_minor, currency, billing_period_days, grace_period_days, seat_limit, active, created_at, updated_at, description, recurring, telegram_status, translations FROM channels WHERE id = $1
 
 -- statement
-SELECT id, telegram_user_id, username, display_name, language, created_at, updated_at FROM subscribers
+SELECT id, telegram_user_id, username, display_name, language, marketing_opt_out, reachable, created_at, updated_at FROM subscribers
                  WHERE id > $1::bigint AND ($2::bigint IS NULL OR telegram_user_id = $2)
                    AND ($4::text IS NULL OR lower(username) = lower($4))
                    AND ($5::timestamptz IS NULL OR created_at >= $5)
@@ -2392,7 +2609,7 @@ SELECT id, telegram_user_id, username, display_name, language, created_at, updat
                  ORDER BY id LIMIT $3
 
 -- statement
-SELECT id, telegram_user_id, username, display_name, language, created_at, updated_at FROM subscribers WHERE id = $1
+SELECT id, telegram_user_id, username, display_name, language, marketing_opt_out, reachable, created_at, updated_at FROM subscribers WHERE id = $1
 
 -- statement
 SELECT id, title, description, price_minor, currency, billing_period_days, recurring, seat_limit, active, translations FROM channels WHERE active AND id > $1 ORDER BY id LIMIT $2
@@ -2420,6 +2637,9 @@ SELECT id, url, description, event_types, disabled_at IS NULL AS enabled, disabl
 
 -- statement
 SELECT invite_link FROM channels WHERE id = $1 AND telegram_chat_id = $2
+
+-- statement
+SELECT kind = 'paid' AND active AS buyable FROM plans WHERE id = $1
 
 -- statement
 SELECT kind, status, sum(count)::bigint AS count, max(oldest_secs) AS oldest_secs
@@ -2486,6 +2706,29 @@ SELECT m.channel_id, c.title, c.translations, m.status,
      LIMIT $2
 
 -- statement
+SELECT m.id AS membership_id, ev.id AS event_id, m.subscriber_id,
+            a.promo
+     FROM automations a
+     JOIN membership_events ev
+       ON ev.to_status = 'expired'
+      AND ev.at <= statement_timestamp() - make_interval(mins => a.delay_minutes)
+      AND ev.at > statement_timestamp() - make_interval(mins => a.delay_minutes) - interval '1 day'
+     JOIN memberships m ON m.id = ev.membership_id AND m.status = 'expired'
+     JOIN subscribers s ON s.id = m.subscriber_id
+     WHERE a.kind = 'win_back'
+       AND a.enabled
+       AND NOT s.marketing_opt_out
+       AND s.reachable
+       AND NOT EXISTS (
+               SELECT 1 FROM membership_events later
+               WHERE later.membership_id = m.id AND later.id > ev.id)
+       AND NOT EXISTS (
+               SELECT 1 FROM messages x
+               WHERE x.dedupe_key = 'win_back:' || m.id || ':' || ev.id)
+     ORDER BY ev.id
+     LIMIT 500
+
+-- statement
 SELECT m.id AS membership_id, m.subscriber_id, s.telegram_user_id, (m.status <> 'expired' AND statement_timestamp() < m.expires_at + make_interval(days => c.grace_period_days)) AS live
      FROM memberships m
      JOIN subscribers s ON s.id = m.subscriber_id
@@ -2493,6 +2736,86 @@ SELECT m.id AS membership_id, m.subscriber_id, s.telegram_user_id, (m.status <> 
      WHERE m.channel_id = $1
        AND ($2::bigint[] IS NULL OR s.telegram_user_id = ANY($2::bigint[]))
      ORDER BY s.telegram_user_id
+
+-- statement
+SELECT m.id,
+       m.kind,
+       m.subscriber_id,
+       m.broadcast_id,
+       m.language,
+       m.outcome,
+       m.attempted_at IS NOT NULL AS attempted,
+       s.telegram_user_id,
+       coalesce(s.display_name, s.username) AS name,
+       s.marketing_opt_out,
+       s.reachable,
+       pc.code AS promo_code,
+       pc.percent_off AS promo_percent_off,
+       b.status AS broadcast_status,
+       b.paid_max_stars,
+       b.button,
+       coalesce(b.texts, a.texts) AS texts,
+       coalesce(a.enabled, true) AS enabled,
+       CASE m.kind
+           WHEN 'unpaid_checkout' THEN
+               o.status = 'pending'
+               AND o.superseded_at IS NULL
+               AND NOT EXISTS (
+                       SELECT 1
+                       FROM orders p
+                       WHERE p.subscriber_id = o.subscriber_id
+                         AND p.channel_id = o.channel_id
+                         AND p.status = 'paid'
+                         AND p.paid_at > o.created_at)
+           WHEN 'win_back' THEN ms.status = 'expired'
+           WHEN 'cancel_offer' THEN ss.status = 'cancelled'
+           ELSE true
+       END AS applies,
+       coalesce(o.channel_id, ms.channel_id, ss.channel_id, about.channel_id) AS channel_id,
+       coalesce(ms.expires_at, ss.expires_at, about.expires_at) AS expires_at,
+       CASE m.kind
+           WHEN 'broadcast' THEN (b.button ->> 'plan_id')::bigint
+           WHEN 'unpaid_checkout' THEN o.plan_id
+           WHEN 'win_back' THEN renew.plan_id
+           ELSE so.plan_id
+       END AS plan_id
+FROM messages m
+JOIN subscribers s ON s.id = m.subscriber_id
+LEFT JOIN promo_codes pc ON pc.id = m.promo_code_id
+LEFT JOIN broadcasts b ON b.id = m.broadcast_id
+LEFT JOIN automations a ON a.kind = m.kind
+LEFT JOIN orders o ON o.id = m.order_id
+LEFT JOIN memberships ms ON ms.id = m.membership_id
+LEFT JOIN star_subscriptions ss ON ss.id = m.star_subscription_id
+LEFT JOIN orders so ON so.id = ss.order_id
+LEFT JOIN LATERAL (
+        SELECT mb.channel_id, mb.expires_at
+        FROM memberships mb
+        WHERE m.kind = 'broadcast'
+          AND mb.subscriber_id = m.subscriber_id
+          AND (b.segment -> 'channel_ids' IS NULL
+               OR mb.channel_id IN (
+                      SELECT jsonb_array_elements_text(b.segment -> 'channel_ids')::integer))
+        ORDER BY mb.status <> 'expired' DESC, mb.expires_at DESC
+        LIMIT 1
+     ) about ON true
+LEFT JOIN LATERAL (
+        SELECT coalesce(
+                   (SELECT o2.plan_id
+                    FROM orders o2
+                    JOIN plans p2 ON p2.id = o2.plan_id
+                    WHERE o2.subscriber_id = m.subscriber_id
+                      AND o2.channel_id = ms.channel_id
+                      AND o2.status = 'paid'
+                      AND p2.kind = 'paid'
+                      AND p2.active
+                    ORDER BY o2.paid_at DESC
+                    LIMIT 1),
+                   (SELECT p3.id FROM plans p3 WHERE p3.default_of = ms.channel_id)) AS plan_id
+        WHERE m.kind = 'win_back'
+     ) renew ON true
+WHERE m.id = $1
+
 
 -- statement
 SELECT m.id, m.expires_at
@@ -2627,6 +2950,36 @@ SELECT o.amount_minor, o.list_price_minor, o.currency, o.channel_id,
      ORDER BY o.id DESC LIMIT 1
 
 -- statement
+SELECT o.id AS order_id, o.subscriber_id, a.delay_minutes
+     FROM automations a
+     JOIN orders o
+       ON o.status = 'pending' AND o.via_bot AND o.superseded_at IS NULL AND o.amount_minor > 0
+     JOIN subscribers s ON s.id = o.subscriber_id
+     WHERE a.kind = 'unpaid_checkout'
+       AND a.enabled
+       AND NOT s.marketing_opt_out
+       AND s.reachable
+       AND EXISTS (
+               SELECT 1
+               FROM effects e
+               WHERE e.order_id = o.id
+                 AND e.kind = 'invoice'
+                 AND e.status = 'done'
+                 AND e.done_at <= statement_timestamp() - make_interval(mins => a.delay_minutes)
+                 AND e.done_at > statement_timestamp() - make_interval(mins => a.delay_minutes)
+                                 - interval '1 day')
+       AND NOT EXISTS (
+               SELECT 1
+               FROM orders p
+               WHERE p.subscriber_id = o.subscriber_id
+                 AND p.channel_id = o.channel_id
+                 AND p.status = 'paid'
+                 AND p.paid_at > o.created_at)
+       AND NOT EXISTS (SELECT 1 FROM messages x WHERE x.dedupe_key = 'unpaid_checkout:' || o.id)
+     ORDER BY o.id
+     LIMIT 500
+
+-- statement
 SELECT o.id AS order_id_named, o.subscriber_id AS order_subscriber_id,
              ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = o.plan_id ORDER BY pc.channel_id) AS order_channel_ids,
              CASE WHEN true THEN pg_advisory_xact_lock(o.subscriber_id, COALESCE((SELECT min(pc.channel_id) FROM plan_channels pc
@@ -2724,7 +3077,8 @@ SELECT pc.id, pc.code, pc.percent_off, pc.amount_off_minor, pc.currency, pc.plan
 SELECT pc.id, pc.code, pc.percent_off, pc.amount_off_minor, pc.currency, pc.plan_ids, pc.max_redemptions, pc.per_buyer_limit, pc.expires_at, pc.first_purchase_only, pc.active, pc.created_at, pc.updated_at, (SELECT count(*) FROM orders o WHERE o.promo_code_id = pc.id AND o.status = 'paid') AS redemptions, (SELECT count(*) FROM orders o WHERE o.promo_code_id = pc.id AND o.status = 'pending' AND o.promo_held_until > statement_timestamp()) AS held FROM promo_codes pc WHERE pc.id = $1 FOR UPDATE
 
 -- statement
-SELECT pc.id, pc.code, pc.percent_off, pc.amount_off_minor, pc.currency, pc.plan_ids, pc.max_redemptions, pc.per_buyer_limit, pc.first_purchase_only, pc.active, coalesce(pc.expires_at <= statement_timestamp(), false) AS expired, (SELECT count(*) FROM orders o WHERE o.promo_code_id = pc.id AND (o.status = 'paid' OR (o.status = 'pending' AND o.promo_held_until > statement_timestamp()))) AS uses, (SELECT count(*) FROM orders o WHERE o.promo_code_id = pc.id AND o.subscriber_id = $2 AND (o.status = 'paid' OR (o.status = 'pending' AND o.promo_held_until > statement_timestamp()))) AS buyer_uses FROM promo_codes pc WHERE pc.code = $1
+SELECT pc.id, pc.code, pc.percent_off, pc.amount_off_minor, pc.currency, pc.plan_ids, pc.max_redemptions, pc.per_buyer_limit, pc.first_purchase_only, pc.active, coalesce(pc.expires_at <= statement_timestamp(), false) AS expired, (SELECT count(*) FROM orders o WHERE o.promo_code_id = pc.id AND (o.status = 'paid' OR (o.status = 'pending' AND o.promo_held_until > statement_timestamp()))) AS uses, (SELECT count(*) FROM orders o WHERE o.promo_code_id = pc.id AND o.subscriber_id = $2 AND (o.status = 'paid' OR (o.status = 'pending' AND o.promo_held_until > statement_timestamp()))) AS buyer_uses FROM promo_codes pc
+     WHERE pc.code = $1 AND (pc.subscriber_id IS NULL OR pc.subscriber_id = $2)
 
 -- statement
 SELECT pc.id, pc.code, pc.percent_off, pc.amount_off_minor, pc.currency, pc.plan_ids, pc.max_redemptions, pc.per_buyer_limit, pc.first_purchase_only, pc.active, coalesce(pc.expires_at <= statement_timestamp(), false) AS expired, (SELECT count(*) FROM orders o WHERE o.promo_code_id = pc.id AND (o.status = 'paid' OR (o.status = 'pending' AND o.promo_held_until > statement_timestamp()))) AS uses, (SELECT count(*) FROM orders o WHERE o.promo_code_id = pc.id AND o.subscriber_id = $2 AND (o.status = 'paid' OR (o.status = 'pending' AND o.promo_held_until > statement_timestamp()))) AS buyer_uses FROM promo_codes pc WHERE pc.id = $1
@@ -2743,6 +3097,9 @@ SELECT pg_advisory_xact_lock(
 SELECT pg_advisory_xact_lock($1, $2)
 
 -- statement
+SELECT pg_advisory_xact_lock(hashtextextended('subgate automations', 0))
+
+-- statement
 SELECT pg_notify('subgate_effects', '<random token>')
 
 -- statement
@@ -2752,6 +3109,66 @@ SELECT pg_xact_status($1::text::xid8) AS status
 SELECT price_minor, currency, active FROM channels WHERE id = $1
 
 -- statement
+SELECT r.language, count(*) AS recipients
+FROM (
+SELECT s.id AS subscriber_id,
+       s.telegram_user_id,
+       coalesce(s.language, $6) AS language
+FROM subscribers s
+WHERE NOT s.marketing_opt_out
+  AND s.reachable
+  AND ($5::text[] IS NULL OR coalesce(s.language, $6) = ANY ($5::text[]))
+  AND (
+        ($1::integer[] IS NULL AND $2::bigint[] IS NULL AND $3::text[] IS NULL
+         AND $4::integer IS NULL)
+     OR EXISTS (
+            SELECT 1
+            FROM memberships m
+            WHERE m.subscriber_id = s.id
+              AND ($1::integer[] IS NULL OR m.channel_id = ANY ($1::integer[]))
+              AND ($2::bigint[] IS NULL OR EXISTS (
+                      SELECT 1
+                      FROM orders o
+                      WHERE o.subscriber_id = s.id
+                        AND o.channel_id = m.channel_id
+                        AND o.status = 'paid'
+                        AND o.plan_id = ANY ($2::bigint[])))
+              AND (
+                    ($3::text[] IS NULL AND $4::integer IS NULL AND m.status <> 'expired')
+                 OR (m.status = 'grace' AND 'grace' = ANY ($3::text[]))
+                 OR (m.status = 'active'
+                     AND CASE WHEN EXISTS (
+                                       SELECT 1
+                                       FROM trial_uses t
+                                       WHERE t.subscriber_id = s.id
+                                         AND t.channel_id = m.channel_id)
+                                   AND NOT EXISTS (
+                                       SELECT 1
+                                       FROM payments p
+                                       WHERE p.subscriber_id = s.id
+                                         AND p.channel_id = m.channel_id
+                                         AND p.outcome = 'applied')
+                              THEN 'trial'
+                              ELSE 'active'
+                         END = ANY ($3::text[]))
+                 OR (m.status = 'expired'
+                     AND ('expired' = ANY ($3::text[])
+                          OR ($3::text[] IS NULL AND $4::integer IS NOT NULL))
+                     AND ($4::integer IS NULL
+                          OR m.updated_at >= statement_timestamp() - make_interval(days => $4::integer)))))
+     OR ('never_paid' = ANY ($3::text[])
+         AND $2::bigint[] IS NULL
+         AND NOT EXISTS (
+                 SELECT 1
+                 FROM payments p
+                 WHERE p.subscriber_id = s.id
+                   AND p.outcome = 'applied'
+                   AND ($1::integer[] IS NULL OR p.channel_id = ANY ($1::integer[]))))
+      )
+) r
+GROUP BY r.language
+
+-- statement
 SELECT reply FROM bot_updates
          WHERE update_id = $1 AND created_at >= statement_timestamp() - interval '1 day'
 
@@ -2759,6 +3176,9 @@ SELECT reply FROM bot_updates
 SELECT s.telegram_user_id FROM star_subscriptions ss
              JOIN subscribers s ON s.id = ss.subscriber_id
              WHERE ss.id = $1
+
+-- statement
+SELECT segment FROM broadcasts WHERE id = $1 AND status = 'scheduled' FOR UPDATE
 
 -- statement
 SELECT ss.charge_id, ss.status, ss.cancelled_by, c.id AS channel_id, c.title, m.expires_at AS access_until, s.language, c.translations
@@ -2775,6 +3195,9 @@ SELECT state, count(*) AS n FROM gateway_checks GROUP BY state
 
 -- statement
 SELECT statement_timestamp() AS now
+
+-- statement
+SELECT status FROM broadcasts WHERE id = $1 FOR UPDATE
 
 -- statement
 SELECT status, COALESCE(lease_until > statement_timestamp(), false) AS leased
@@ -2797,6 +3220,9 @@ SELECT title, translations FROM channels WHERE id = $1
 
 -- statement
 SELECT to_regclass('schema_migrations') IS NOT NULL
+
+-- statement
+SELECT webhook_emit($1, $2::jsonb)
 
 -- statement
 SET LOCAL enable_sort = off
@@ -2842,7 +3268,30 @@ UPDATE audits SET total = $2, heartbeat_at = statement_timestamp()
      WHERE id = $1 AND status = 'running'
 
 -- statement
+UPDATE automations
+     SET enabled = $2, delay_minutes = $3, texts = $4, promo = $5,
+         updated_at = statement_timestamp()
+     WHERE kind = $1
+
+-- statement
 UPDATE bot_code_guesses SET wrong = wrong + 1 WHERE who = $1 OR who = 0
+
+-- statement
+UPDATE broadcasts
+     SET status = 'cancelled', cancelled_at = statement_timestamp()
+     WHERE id = $1
+
+-- statement
+UPDATE broadcasts
+     SET status = 'sending', started_at = statement_timestamp(), recipients = $2
+     WHERE id = $1
+
+-- statement
+UPDATE broadcasts b
+     SET status = 'finished', finished_at = statement_timestamp()
+     WHERE b.status = 'sending'
+       AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.broadcast_id = b.id AND m.outcome IS NULL)
+     RETURNING b.id
 
 -- statement
 UPDATE channels
@@ -2978,6 +3427,24 @@ UPDATE idempotency_keys SET response_status = $3, response_body = $4
 UPDATE memberships SET expires_at = COALESCE($2, expires_at),
          status = COALESCE($3, status), updated_at = statement_timestamp()
      WHERE id = $1 RETURNING id, subscriber_id, channel_id, status, expires_at, created_at, updated_at
+
+-- statement
+UPDATE messages
+     SET outcome = $2, text = $3, note = $4, sent_at = statement_timestamp(),
+         paid = paid AND $2 = 'sent'
+     WHERE id = $1 AND outcome IS NULL
+     RETURNING id, subscriber_id, kind, broadcast_id, outcome, text, note, created_at, sent_at
+
+-- statement
+UPDATE messages m
+     SET attempted_at = statement_timestamp(), paid = $2
+     WHERE m.id = $1
+       AND m.outcome IS NULL
+       AND m.attempted_at IS NULL
+       AND (m.broadcast_id IS NULL
+            OR EXISTS (SELECT 1 FROM broadcasts b
+                       WHERE b.id = m.broadcast_id AND b.status = 'sending'))
+     RETURNING m.id
 
 -- statement
 UPDATE orders
@@ -3116,13 +3583,29 @@ UPDATE subscribers
      WHERE id = $1 AND language IS DISTINCT FROM $2
 
 -- statement
+UPDATE subscribers
+     SET marketing_opt_out = true, updated_at = statement_timestamp()
+     WHERE id = $1 AND NOT marketing_opt_out
+
+-- statement
+UPDATE subscribers
+     SET reachable = false, updated_at = statement_timestamp()
+     WHERE telegram_user_id = $1 AND reachable
+
+-- statement
+UPDATE subscribers
+     SET reachable = true, marketing_opt_out = marketing_opt_out AND NOT $2,
+         updated_at = statement_timestamp()
+     WHERE telegram_user_id = $1 AND (NOT reachable OR ($2 AND marketing_opt_out))
+
+-- statement
 UPDATE subscribers SET
                          telegram_user_id = COALESCE($2, telegram_user_id),
                          username = CASE WHEN $3 THEN $4 ELSE username END,
                          display_name = CASE WHEN $5 THEN $6 ELSE display_name END,
                          language = CASE WHEN $7 THEN $8 ELSE language END,
                          updated_at = statement_timestamp()
-                     WHERE id = $1 RETURNING id, telegram_user_id, username, display_name, language, created_at, updated_at
+                     WHERE id = $1 RETURNING id, telegram_user_id, username, display_name, language, marketing_opt_out, reachable, created_at, updated_at
 
 -- statement
 UPDATE webhook_deliveries
@@ -3191,6 +3674,19 @@ UPDATE webhook_endpoints SET
          CASE WHEN previous_secret_until > statement_timestamp() THEN previous_secret_until END
              AS previous_secret_until,
          created_at, updated_at
+
+-- statement
+WITH b AS (
+         SELECT id, paid_reserved, paid_max_stars * 10 AS cap
+         FROM broadcasts
+         WHERE id = $1 AND status = 'sending' AND paid_max_stars IS NOT NULL
+         FOR UPDATE
+     )
+     UPDATE broadcasts x
+     SET paid_reserved = LEAST(b.paid_reserved + $2, b.cap)
+     FROM b
+     WHERE x.id = b.id AND b.paid_reserved < b.cap
+     RETURNING x.paid_reserved - b.paid_reserved AS granted
 
 -- statement
 WITH bought AS (
@@ -3485,6 +3981,38 @@ WITH live AS (
      GROUP BY c.currency ORDER BY c.currency
 
 -- statement
+WITH m AS (
+         INSERT INTO messages (subscriber_id, kind, order_id, membership_id,
+                               star_subscription_id, promo_code_id, dedupe_key, language)
+         SELECT s.id, $2, $3, $4, $5, $6, $7, coalesce(s.language, $8)
+         FROM subscribers s
+         WHERE s.id = $1
+         ON CONFLICT (dedupe_key) DO NOTHING
+         RETURNING id, subscriber_id
+     )
+     INSERT INTO effects (kind, user_id, payload, dedupe_key, next_attempt_at)
+     SELECT 'member_message', s.telegram_user_id, jsonb_build_object('message_id', m.id),
+            'message:' || m.id, statement_timestamp() + make_interval(mins => $9)
+     FROM m
+     JOIN subscribers s ON s.id = m.subscriber_id
+     RETURNING (payload ->> 'message_id')::bigint AS message_id
+
+-- statement
+WITH m AS (
+         UPDATE messages
+         SET outcome = 'skipped', note = 'the broadcast was cancelled',
+             sent_at = statement_timestamp()
+         WHERE broadcast_id = $1 AND outcome IS NULL AND attempted_at IS NULL
+         RETURNING id
+     )
+     UPDATE effects e
+     SET status = 'done', done_at = statement_timestamp(), updated_at = statement_timestamp(),
+         lease_until = NULL,
+         payload = e.payload || '{"note": "skipped: the broadcast was cancelled"}'
+     FROM m
+     WHERE e.dedupe_key = 'message:' || m.id AND e.status = 'pending'
+
+-- statement
 WITH o AS (INSERT INTO orders (reference, subscriber_id, channel_id, amount_minor, currency, plan_id,
                              list_price_minor, discount_minor, promo_code_id, promo_held_until,
                              via_bot)
@@ -3549,6 +4077,82 @@ WITH picked AS (
      RETURNING d.id, d.endpoint_id, d.attempts, ev.msg_id, ev.body, e.url, e.secret,
          CASE WHEN e.previous_secret_until > statement_timestamp() THEN e.previous_secret END
              AS previous_secret
+
+-- statement
+WITH r AS (
+SELECT s.id AS subscriber_id,
+       s.telegram_user_id,
+       coalesce(s.language, $6) AS language
+FROM subscribers s
+WHERE NOT s.marketing_opt_out
+  AND s.reachable
+  AND ($5::text[] IS NULL OR coalesce(s.language, $6) = ANY ($5::text[]))
+  AND (
+        ($1::integer[] IS NULL AND $2::bigint[] IS NULL AND $3::text[] IS NULL
+         AND $4::integer IS NULL)
+     OR EXISTS (
+            SELECT 1
+            FROM memberships m
+            WHERE m.subscriber_id = s.id
+              AND ($1::integer[] IS NULL OR m.channel_id = ANY ($1::integer[]))
+              AND ($2::bigint[] IS NULL OR EXISTS (
+                      SELECT 1
+                      FROM orders o
+                      WHERE o.subscriber_id = s.id
+                        AND o.channel_id = m.channel_id
+                        AND o.status = 'paid'
+                        AND o.plan_id = ANY ($2::bigint[])))
+              AND (
+                    ($3::text[] IS NULL AND $4::integer IS NULL AND m.status <> 'expired')
+                 OR (m.status = 'grace' AND 'grace' = ANY ($3::text[]))
+                 OR (m.status = 'active'
+                     AND CASE WHEN EXISTS (
+                                       SELECT 1
+                                       FROM trial_uses t
+                                       WHERE t.subscriber_id = s.id
+                                         AND t.channel_id = m.channel_id)
+                                   AND NOT EXISTS (
+                                       SELECT 1
+                                       FROM payments p
+                                       WHERE p.subscriber_id = s.id
+                                         AND p.channel_id = m.channel_id
+                                         AND p.outcome = 'applied')
+                              THEN 'trial'
+                              ELSE 'active'
+                         END = ANY ($3::text[]))
+                 OR (m.status = 'expired'
+                     AND ('expired' = ANY ($3::text[])
+                          OR ($3::text[] IS NULL AND $4::integer IS NOT NULL))
+                     AND ($4::integer IS NULL
+                          OR m.updated_at >= statement_timestamp() - make_interval(days => $4::integer)))))
+     OR ('never_paid' = ANY ($3::text[])
+         AND $2::bigint[] IS NULL
+         AND NOT EXISTS (
+                 SELECT 1
+                 FROM payments p
+                 WHERE p.subscriber_id = s.id
+                   AND p.outcome = 'applied'
+                   AND ($1::integer[] IS NULL OR p.channel_id = ANY ($1::integer[]))))
+      )
+),
+     m AS (
+         INSERT INTO messages (subscriber_id, kind, broadcast_id, dedupe_key, language)
+         SELECT r.subscriber_id, 'broadcast', $7::bigint,
+                'broadcast:' || $7::bigint || ':' || r.subscriber_id,
+                r.language
+         FROM r
+         ON CONFLICT (dedupe_key) DO NOTHING
+         RETURNING id, subscriber_id
+     ),
+     e AS (
+         INSERT INTO effects (kind, user_id, payload, dedupe_key)
+         SELECT 'member_message', r.telegram_user_id, jsonb_build_object('message_id', m.id),
+                'message:' || m.id
+         FROM m
+         JOIN r ON r.subscriber_id = m.subscriber_id
+         RETURNING 1
+     )
+     SELECT count(*)::integer AS recipients FROM e
 
 -- statement
 WITH r AS (DELETE FROM stats_revenue_days WHERE day = ANY($1)),

@@ -55,7 +55,7 @@ const RENEW_SQL: &str =
 
 /// The access kinds, which are ordered per member and claimed before every other kind (as a
 /// SQL list; the partial index `effects_member_access_idx` covers exactly these, and the claim
-/// index `effects_claim_idx` leads with [`claim_tier_sql!`], which names them).
+/// index `effects_claim_idx` leads with `claim_tier_sql!` below, which names them).
 macro_rules! access_kinds_sql {
     () => {
         "('grant', 'revoke', 'join_approve', 'join_decline', 'unban')"
