@@ -45,6 +45,7 @@ mod server;
 mod api;
 mod audit;
 mod phases;
+mod report;
 
 use std::{path::PathBuf, sync::Arc};
 
@@ -229,7 +230,7 @@ impl Rig<'_> {
     }
 }
 
-async fn measure(s: &Sizes, database_url: &str) -> Result<phases::Figures, String> {
+async fn measure(s: &Sizes, database_url: &str) -> Result<report::Figures, String> {
     let pool = db::pool(database_url, 4).map_err(|e| e.to_string())?;
     db::migrate(&pool)
         .await
