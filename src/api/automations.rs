@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use axum::{Json, extract::State};
 use serde::{Deserialize, Serialize};
 
-use super::{ApiJson, nullable};
+use super::{ApiJson, nullable_object};
 use super::{auth::Staff, schemas::Problem};
 use crate::{
     app::state::AppState,
@@ -46,7 +46,7 @@ pub struct AutomationPatch {
     #[schema(value_type = Option<HashMap<String, String>>, nullable = false)]
     texts: Option<BTreeMap<String, String>>,
     /// The code made for each buyer (`win_back`, `cancel_offer`); null: none.
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "nullable_object")]
     #[schema(value_type = Option<BuyerOffer>)]
     promo: Option<Option<BuyerOffer>>,
 }
@@ -73,7 +73,8 @@ pub async fn list(State(state): State<AppState>, _: Staff) -> Result<Json<Automa
 /// `PATCH /api/automations/{kind}`.
 #[utoipa::path(patch, path = "/automations/{kind}", operation_id = "patchAutomation", tag = "messages",
     params(("kind" = String, Path, description = "`unpaid_checkout`, `win_back`, `cancel_offer` or `renewal_failed`.")),
-    request_body = AutomationPatch,
+    request_body(content = Option<AutomationPatch>, description = "The fields to change; none \
+        (or an empty body) changes nothing."),
     security(("staff_jwt" = [])),
     responses(
         (status = 200, description = "The automation as changed.", body = Automation),

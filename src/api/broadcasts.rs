@@ -11,7 +11,7 @@ use axum::{Json, extract::State, http::StatusCode, response::Response};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId};
+use super::{ApiJson, ApiQuery, Errors, Page, Paging, PathId, object};
 use super::{
     auth::Staff,
     idempotency::{NoBody, StaffWrite},
@@ -41,14 +41,17 @@ pub struct BroadcastInput {
     #[schema(value_type = HashMap<String, String>)]
     texts: Option<BTreeMap<String, String>>,
     /// Who it reaches (every field optional, ANDed); `{}`: every buyer who takes messages.
+    #[serde(default, deserialize_with = "object")]
     segment: Option<Segment>,
     /// A buy button: a paid plan, with a promo code applied when given.
+    #[serde(default, deserialize_with = "object")]
     button: Option<Button>,
     /// RFC 3339; absent, null or past: now.
     #[schema(value_type = Option<DateTime<Utc>>)]
     send_at: Option<String>,
     /// Sent with `allow_paid_broadcast` (up to 1,000 messages a second) while `max_stars`
     /// lasts (0.1 Star a message).
+    #[serde(default, deserialize_with = "object")]
     paid: Option<Paid>,
 }
 
@@ -57,6 +60,8 @@ pub struct BroadcastInput {
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"segment": {"channel_ids": [1], "statuses": ["expired"], "expired_within_days": 30}}))]
 pub struct PreviewInput {
+    /// Absent (or no body at all): every buyer who takes messages.
+    #[serde(default, deserialize_with = "object")]
     segment: Option<Segment>,
 }
 
@@ -128,7 +133,8 @@ pub async fn create(
 
 /// `POST /api/broadcasts/preview`.
 #[utoipa::path(post, path = "/broadcasts/preview", operation_id = "previewBroadcast", tag = "messages",
-    request_body = PreviewInput,
+    request_body(content = Option<PreviewInput>, description = "The segment; none (or an \
+        empty body) counts every buyer who takes messages."),
     security(("staff_jwt" = [])),
     responses(
         (status = 200, description = "How many buyers the segment reaches now, and in which \

@@ -174,6 +174,33 @@ where
     Option::<T>::deserialize(d).map(Some)
 }
 
+/// A nested object field: absent or `null` is `None`, an object its value; anything else is
+/// refused — an array too, which serde's derived `Deserialize` would read as the struct's fields
+/// in order. Use with `#[serde(default, deserialize_with = "object")]`.
+pub fn object<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    use serde::de::Error;
+    match Option::<serde_json::Value>::deserialize(d)? {
+        None => Ok(None),
+        Some(v @ serde_json::Value::Object(_)) => serde_json::from_value(v)
+            .map(Some)
+            .map_err(D::Error::custom),
+        Some(_) => Err(D::Error::custom("expected an object")),
+    }
+}
+
+/// [`object`] for PATCH: an absent field is `None`, an explicit `null` `Some(None)`.
+pub fn nullable_object<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    object(d).map(Some)
+}
+
 /// For PATCH fields that cannot be null: absent (`None`) means "leave alone"; an explicit `null`
 /// is recorded as an error instead of being silently ignored. Read the field with
 /// `#[serde(default, deserialize_with = "nullable")]`.

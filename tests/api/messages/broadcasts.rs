@@ -114,6 +114,16 @@ async fn a_segment_counts_each_buyer_once_and_never_one_who_said_stop() {
     app.post("/api/broadcasts/preview", json!({"segment": {"colour": 1}}))
         .await
         .expect(400);
+    // A segment, a button or a budget is an object: an array is no list of its fields.
+    app.post("/api/broadcasts/preview", json!({"segment": [null, null]}))
+        .await
+        .expect(400);
+    app.post(
+        "/api/broadcasts",
+        json!({"texts": {"en": "Hi"}, "segment": {}, "button": [1]}),
+    )
+    .await
+    .expect(400);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
