@@ -423,6 +423,19 @@ pub async fn cancel(tx: &Transaction<'_>, id: i64) -> Result<Broadcast, ApiError
     get(tx, id).await?.ok_or(ApiError::NotFound("broadcast"))
 }
 
+const PAID_SENDING_SQL: &str = "SELECT EXISTS (
+         SELECT 1 FROM broadcasts
+         WHERE status = 'sending' AND paid_max_stars IS NOT NULL
+           AND paid_reserved < paid_max_stars * 10
+     ) AS paid";
+
+/// Whether a paid broadcast is sending with budget left (the worker runs more lanes then).
+pub async fn paid_sending(client: &impl GenericClient) -> Result<bool, ApiError> {
+    Ok(db::row_one(client, PAID_SENDING_SQL, &[])
+        .await?
+        .try_get("paid")?)
+}
+
 const RESERVE_SQL: &str = "WITH b AS (
          SELECT id, paid_reserved, paid_max_stars * 10 AS cap
          FROM broadcasts

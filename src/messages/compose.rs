@@ -23,7 +23,6 @@ use serde_json::{Value, json};
 use super::{Kind, sent::SendFacts};
 use crate::{
     catalog::{
-        channels,
         plans::{self, Kind as PlanKind},
         promo_codes::{self, Off},
     },
@@ -64,10 +63,6 @@ pub async fn compose(
     let Some(pattern) = f.texts.as_ref().and_then(|t| pattern_for(t, l)) else {
         return Ok(None);
     };
-    let channel = match f.channel_id {
-        Some(id) => channels::get(client, id).await?,
-        None => None,
-    };
     let plan = match f.plan_id {
         Some(id) => plans::get(client, id).await?,
         None => None,
@@ -86,9 +81,9 @@ pub async fn compose(
     };
     let values = Values {
         name: f.name.clone().unwrap_or_default(),
-        channel: match &channel {
-            Some(c) => render::title(l, c.translations.title(l, &c.title), c.id),
-            None => plan
+        channel: match (f.channel_id, &f.channel_title, &f.channel_translations) {
+            (Some(id), Some(title), Some(t)) => render::title(l, t.title(l, title), id),
+            _ => plan
                 .as_ref()
                 .map(|p| p.translations.title(l, &p.title).to_string())
                 .unwrap_or_default(),

@@ -14,7 +14,7 @@ use crate::{
     common::{error::ApiError, expiry::Expiry},
     db,
     outbox::outbound,
-    present::locale::Language,
+    present::{locale::Language, translations::Translations},
 };
 
 /// A message as staff see it (a buyer's page, `automation.sent` events).
@@ -172,7 +172,10 @@ pub struct SendFacts {
     /// The automation is switched on (always true for a broadcast).
     pub enabled: bool,
     pub applies: Option<bool>,
+    /// The channel the message is about, with its title and translations.
     pub channel_id: Option<i32>,
+    pub channel_title: Option<String>,
+    pub channel_translations: Option<Translations>,
     pub expires_at: Option<Expiry>,
     pub plan_id: Option<i64>,
 }
@@ -198,6 +201,8 @@ crate::from_row!(SendFacts ["(send_facts.sql)"] {
     enabled,
     applies,
     channel_id,
+    channel_title,
+    channel_translations,
     expires_at,
     plan_id,
 });
