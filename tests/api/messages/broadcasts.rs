@@ -461,7 +461,15 @@ async fn a_grant_goes_before_a_broadcast_already_queued() {
     .expect(201);
     let late = buyer(&app, 37_299, "en").await;
     member(&app, late, c, "active", 0).await;
-    run(&app).await;
+    // One lane, so the order of the calls is the order of the claims.
+    let options = worker::Options {
+        concurrency: 1,
+        ..worker::Options::default()
+    };
+    worker::Worker::new(app.state.clone(), options)
+        .run(false, &|| false)
+        .await
+        .unwrap();
     let first = &fake.calls_of("sendMessage")[0];
     assert_eq!(
         first.params["chat_id"], 37_299,
