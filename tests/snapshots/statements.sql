@@ -2124,6 +2124,13 @@ SELECT DISTINCT m.subscriber_id, m.channel_id
 
 -- statement
 SELECT EXISTS (
+         SELECT 1 FROM broadcasts
+         WHERE status = 'sending' AND paid_max_stars IS NOT NULL
+           AND paid_reserved < paid_max_stars * 10
+     ) AS paid
+
+-- statement
+SELECT EXISTS (
          SELECT 1 FROM channel_exemptions x JOIN channels c ON c.id = x.channel_id
          WHERE c.telegram_chat_id = $1 AND x.telegram_user_id = $2) AS exempt
 
@@ -2771,7 +2778,9 @@ SELECT m.id,
            WHEN 'cancel_offer' THEN ss.status = 'cancelled'
            ELSE true
        END AS applies,
-       coalesce(o.channel_id, ms.channel_id, ss.channel_id, about.channel_id) AS channel_id,
+       ch.id AS channel_id,
+       ch.title AS channel_title,
+       ch.translations AS channel_translations,
        coalesce(ms.expires_at, ss.expires_at, about.expires_at) AS expires_at,
        CASE m.kind
            WHEN 'broadcast' THEN (b.button ->> 'plan_id')::bigint
@@ -2814,6 +2823,8 @@ LEFT JOIN LATERAL (
                    (SELECT p3.id FROM plans p3 WHERE p3.default_of = ms.channel_id)) AS plan_id
         WHERE m.kind = 'win_back'
      ) renew ON true
+LEFT JOIN channels ch
+       ON ch.id = coalesce(o.channel_id, ms.channel_id, ss.channel_id, about.channel_id)
 WHERE m.id = $1
 
 
