@@ -20,9 +20,10 @@
 //! crash, never receive one twice. A call Telegram refused, or one whose connection was never
 //! made, clears the mark and is retried as any effect.
 //!
-//! Owns the tables `automations`, `broadcasts` and `messages`. Imports the layers below:
-//! orders and catalog (what a message offers), access (subscribers and memberships), outbox
-//! (the effect, outbound events), present (the texts).
+//! Owns the tables `automations`, `broadcasts` and `messages`; reads orders, memberships and
+//! Stars subscriptions in its own statements (who is due a message, what it is about). Imports
+//! the layers below: catalog (plans, a buyer's promo code), access (a blocked buyer marked
+//! unreachable), outbox (outbound events), config, present (the texts), db and common.
 
 pub mod automations;
 pub mod broadcasts;
