@@ -89,10 +89,27 @@ const SET_LANGUAGE_SQL: &str = "UPDATE subscribers
 const STOP_SQL: &str = "UPDATE subscribers
      SET marketing_opt_out = true, updated_at = statement_timestamp()
      WHERE id = $1 AND NOT marketing_opt_out";
-const HEARD_FROM_SQL: &str = "UPDATE subscribers
-     SET reachable = true, marketing_opt_out = marketing_opt_out AND NOT $2,
-         updated_at = statement_timestamp()
-     WHERE telegram_user_id = $1 AND (NOT reachable OR ($2 AND marketing_opt_out))";
+/// The CTE `heard` of a statement that reads for Telegram user `$1` what the bot needs of an
+/// update of theirs: the user wrote to the bot, so they are reachable again, and with `start`
+/// (the SQL of a boolean parameter: they sent `/start`) no longer opted out of broadcasts and
+/// automations. It writes nothing for a buyer already so (one index probe), and rides on the
+/// update's first read rather than adding a round trip to every update.
+pub fn heard_from_cte(start: &str) -> String {
+    format!(
+        "heard AS (
+             UPDATE subscribers
+             SET reachable = true, marketing_opt_out = marketing_opt_out AND NOT {start},
+                 updated_at = statement_timestamp()
+             WHERE telegram_user_id = $1 AND (NOT reachable OR ({start} AND marketing_opt_out))
+         )"
+    )
+}
+static HEARD_FROM_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "WITH {heard} {LANGUAGE_OF_TELEGRAM_USER_SQL}",
+        heard = heard_from_cte("$2::boolean")
+    )
+});
 const UNREACHABLE_SQL: &str = "UPDATE subscribers
      SET reachable = false, updated_at = statement_timestamp()
      WHERE telegram_user_id = $1 AND reachable";
@@ -369,16 +386,20 @@ pub async fn stop_marketing(client: &impl GenericClient, id: i32) -> Result<(), 
     Ok(())
 }
 
-/// Telegram user `telegram_user_id` wrote to the bot: reachable again, and with `start` (they
-/// sent `/start`) no longer opted out of broadcasts and automations. Writes nothing for a buyer
-/// already so (one index probe).
+/// Telegram user `telegram_user_id` wrote to the bot ([`heard_from_cte`]; `start`: they sent
+/// `/start`), in the statement that reads the language remembered for them (as
+/// [`language_of_telegram_user`]).
 pub async fn heard_from(
     client: &impl GenericClient,
     telegram_user_id: i64,
     start: bool,
-) -> Result<(), ApiError> {
-    db::execute(client, HEARD_FROM_SQL, &[&telegram_user_id, &start]).await?;
-    Ok(())
+) -> Result<Option<Language>, ApiError> {
+    Ok(
+        match db::row_opt(client, &HEARD_FROM_SQL, &[&telegram_user_id, &start]).await? {
+            Some(row) => row.try_get("language")?,
+            None => None,
+        },
+    )
 }
 
 /// Telegram answered 403 to a message for `telegram_user_id` (the buyer blocked the bot, or

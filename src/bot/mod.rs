@@ -237,15 +237,12 @@ pub async fn handle(db: &Pool, config: &Config, body: &[u8]) -> Result<Option<Va
     }
 }
 
-/// The buyer wrote to the bot: reachable again (after a 403 had marked them not), and after
-/// `/start` no longer opted out of broadcasts and automations.
-async fn heard_from(
-    client: &impl deadpool_postgres::GenericClient,
-    action: &Action,
-) -> Result<(), ApiError> {
-    let start = matches!(action, Action::Text { text, .. }
-        if matches!(render::parse_command(text), render::Command::Start(_)));
-    crate::access::subscribers::heard_from(client, action.from().id, start).await
+/// Whether `action` is `/start`, which takes the buyer back into broadcasts and automations
+/// (any update makes a buyer who blocked the bot reachable again:
+/// [`crate::access::subscribers::heard_from_cte`], in the update's first read).
+fn starts(action: &Action) -> bool {
+    matches!(action, Action::Text { text, .. }
+        if matches!(render::parse_command(text), render::Command::Start(_)))
 }
 
 /// What a delivery of an update came to.
@@ -265,9 +262,8 @@ enum Delivery {
 /// statement of a read-committed transaction takes its own snapshot.)
 async fn read(db: &Pool, config: &Config, action: &Action) -> Result<Delivery, ApiError> {
     let client = db.get().await?;
-    heard_from(&client, action).await?;
     let remembered =
-        crate::access::subscribers::language_of_telegram_user(&client, action.from().id).await?;
+        crate::access::subscribers::heard_from(&client, action.from().id, starts(action)).await?;
     let reply = conversation::answer_reading(&client, config, remembered, action).await?;
     Ok(Delivery::Answered(reply))
 }
@@ -317,12 +313,16 @@ async fn deliver(
     action: &Action,
 ) -> Result<Delivery, ApiError> {
     // Both reads in one statement.
-    let row = crate::db::row_one(tx, &FIRST_SQL, &[&action.from().id, &update_id]).await?;
+    let row = crate::db::row_one(
+        tx,
+        &FIRST_SQL,
+        &[&action.from().id, &update_id, &starts(action)],
+    )
+    .await?;
     let remembered: Option<texts::Language> = row.try_get("language")?;
     if row.try_get("found")? {
         return Ok(Delivery::Repeated(row.try_get("reply")?));
     }
-    heard_from(tx, action).await?;
     let reply = conversation::act(tx, config, remembered, action).await?;
     let row = crate::db::row_one(tx, &RECORD_SQL, &[&update_id, &reply]).await?;
     let (wrote, recorded, found): (bool, bool, bool) = (
@@ -359,15 +359,18 @@ static STORED_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 
 /// What a delivery reads first: the language remembered for Telegram user `$1`
 /// ([`crate::access::subscribers::language_of_telegram_user`]) and the reply stored for update `$2`
-/// (as [`STORED_SQL`] reads it: `found`, `reply`).
+/// (as [`STORED_SQL`] reads it: `found`, `reply`); and the user heard from (`$3`: the update
+/// is `/start`; [`crate::access::subscribers::heard_from_cte`]).
 static FIRST_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
-        "SELECT b.update_id IS NOT NULL AS found, b.reply,
+        "WITH {heard}
+         SELECT b.update_id IS NOT NULL AS found, b.reply,
                 ({language}) AS language
          FROM (VALUES (true)) AS one (x) LEFT JOIN bot_updates b
              ON b.update_id = $2
             AND b.created_at >= statement_timestamp() - interval '{DEDUPE_WINDOW}'",
-        language = crate::access::subscribers::LANGUAGE_OF_TELEGRAM_USER_SQL
+        language = crate::access::subscribers::LANGUAGE_OF_TELEGRAM_USER_SQL,
+        heard = crate::access::subscribers::heard_from_cte("$3::boolean"),
     )
 });
 

@@ -2265,13 +2265,6 @@ SELECT b.id, b.status, b.texts, b.segment, b.button, b.send_at, b.paid_max_stars
          ) c ON true WHERE b.id > $1 ORDER BY b.id LIMIT $2
 
 -- statement
-SELECT b.update_id IS NOT NULL AS found, b.reply,
-                (SELECT language FROM subscribers WHERE telegram_user_id = $1) AS language
-         FROM (VALUES (true)) AS one (x) LEFT JOIN bot_updates b
-             ON b.update_id = $2
-            AND b.created_at >= statement_timestamp() - interval '1 day'
-
--- statement
 SELECT c.id, c.title, c.active, c.seat_limit,
             count(m.id) FILTER (WHERE m.status = 'active') AS members_active,
             count(m.id) FILTER (WHERE m.status = 'grace') AS members_grace,
@@ -3604,12 +3597,6 @@ UPDATE subscribers
      WHERE telegram_user_id = $1 AND reachable
 
 -- statement
-UPDATE subscribers
-     SET reachable = true, marketing_opt_out = marketing_opt_out AND NOT $2,
-         updated_at = statement_timestamp()
-     WHERE telegram_user_id = $1 AND (NOT reachable OR ($2 AND marketing_opt_out))
-
--- statement
 UPDATE subscribers SET
                          telegram_user_id = COALESCE($2, telegram_user_id),
                          username = CASE WHEN $3 THEN $4 ELSE username END,
@@ -3930,6 +3917,27 @@ WITH gone AS (
 )
 SELECT count(*) AS deleted FROM gone
 
+
+-- statement
+WITH heard AS (
+             UPDATE subscribers
+             SET reachable = true, marketing_opt_out = marketing_opt_out AND NOT $2::boolean,
+                 updated_at = statement_timestamp()
+             WHERE telegram_user_id = $1 AND (NOT reachable OR ($2::boolean AND marketing_opt_out))
+         ) SELECT language FROM subscribers WHERE telegram_user_id = $1
+
+-- statement
+WITH heard AS (
+             UPDATE subscribers
+             SET reachable = true, marketing_opt_out = marketing_opt_out AND NOT $3::boolean,
+                 updated_at = statement_timestamp()
+             WHERE telegram_user_id = $1 AND (NOT reachable OR ($3::boolean AND marketing_opt_out))
+         )
+         SELECT b.update_id IS NOT NULL AS found, b.reply,
+                (SELECT language FROM subscribers WHERE telegram_user_id = $1) AS language
+         FROM (VALUES (true)) AS one (x) LEFT JOIN bot_updates b
+             ON b.update_id = $2
+            AND b.created_at >= statement_timestamp() - interval '1 day'
 
 -- statement
 WITH inserted AS (

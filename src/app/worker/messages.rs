@@ -81,16 +81,15 @@ pub(super) fn settled(
 pub(super) struct PaidAllowance(std::sync::Mutex<HashMap<i64, i32>>);
 
 impl PaidAllowance {
-    fn take(&self) -> impl FnMut(i64) -> bool + '_ {
-        move |broadcast| {
-            let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
-            match m.get_mut(&broadcast) {
-                Some(n) if *n > 0 => {
-                    *n -= 1;
-                    true
-                }
-                _ => false,
+    /// Spends one reserved message of `broadcast`, if this process holds one.
+    fn take(&self, broadcast: i64) -> bool {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match m.get_mut(&broadcast) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                true
             }
+            _ => false,
         }
     }
 
@@ -202,7 +201,7 @@ impl Worker {
         let (Some(broadcast), Some(_)) = (f.broadcast_id, f.paid_max_stars) else {
             return Ok(Lane::Free);
         };
-        if self.paid.take()(broadcast) {
+        if self.paid.take(broadcast) {
             return Ok(Lane::Paid);
         }
         let granted = broadcasts::reserve_paid(client, broadcast, PAID_STEP).await?;

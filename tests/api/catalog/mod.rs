@@ -9,7 +9,7 @@ mod memberships;
 mod paging;
 mod plan_channels;
 mod plans;
-mod promo_codes;
+pub(crate) mod promo_codes;
 mod promo_lapses;
 mod promo_uses;
 mod subscribers;

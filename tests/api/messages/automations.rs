@@ -5,7 +5,8 @@
 
 use serde_json::{Value, json};
 
-use super::{app, buyer, member, plan_of, sent_to};
+use super::{app, buyer, member, sent_to};
+use crate::catalog::promo_codes::default_plan;
 use crate::{
     bot::conversation::{
         button_update, buttons, next_id, payment_update, person, run, send, stars_channel,
@@ -130,7 +131,7 @@ async fn automations_are_off_until_switched_on_and_their_texts_are_checked() {
 async fn an_unpaid_checkout_is_reminded_once_and_never_once_paid() {
     let (fake, app) = app().await;
     let c = stars_channel(&app, -100_371_001, json!({"title": "Signals"})).await;
-    let plan = plan_of(&app, c).await;
+    let plan = default_plan(&app, c).await;
     automation(
         &app,
         "unpaid_checkout",
@@ -236,7 +237,7 @@ async fn a_win_back_code_is_made_for_its_buyer_alone() {
         )),
         "{text}"
     );
-    let plan = plan_of(&app, c).await;
+    let plan = default_plan(&app, c).await;
     let (_, url) = buttons(&to[0])[0].clone();
     assert_eq!(
         url,

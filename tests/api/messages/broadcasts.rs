@@ -5,7 +5,8 @@
 use serde_json::{Value, json};
 use subgate::app::worker;
 
-use super::{app, buyer, member, plan_of, sent_to};
+use super::{app, buyer, member, sent_to};
+use crate::catalog::promo_codes::default_plan;
 use crate::{
     bot::conversation::{buttons, channel, person, run, send, stars_channel, text_update},
     support::{
@@ -130,7 +131,7 @@ async fn a_segment_counts_each_buyer_once_and_never_one_who_said_stop() {
 async fn each_recipient_gets_it_exactly_once_from_workers_running_at_once() {
     let (fake, app) = app().await;
     let (a, _, who) = population(&app, &fake).await;
-    let plan = plan_of(&app, a).await;
+    let plan = default_plan(&app, a).await;
     app.post(
         "/api/webhook-endpoints",
         json!({"url": "https://1.1.1.1/hook", "event_types": ["broadcast.finished"]}),

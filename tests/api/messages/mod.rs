@@ -69,16 +69,6 @@ pub(crate) async fn member(app: &TestApp, s: i64, c: i64, status: &str, days_ago
     m
 }
 
-/// The default plan of channel `c`.
-pub(crate) async fn plan_of(app: &TestApp, c: i64) -> i64 {
-    app.db()
-        .await
-        .query_one("SELECT id FROM plans WHERE default_of = $1", &[&(c as i32)])
-        .await
-        .unwrap()
-        .get(0)
-}
-
 /// The `sendMessage` calls to `user`: their parameters.
 pub(crate) fn sent_to(fake: &FakeBot, user: i64) -> Vec<Value> {
     fake.calls_of("sendMessage")
