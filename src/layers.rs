@@ -737,13 +737,15 @@ mod tests {
     /// The statements over `channels` and `subscribers` that stay with another owner: the lock
     /// order's reads of a channel's terms, one channel's and a plan's channels' (`orders::seats`), the subscriber key-share locks of
     /// membership changes (`memberships`), which `subscribers` cannot offer without a cycle
-    /// (it calls `memberships`), a subquery of the refunds' statement, and the insert of an
-    /// automation's message, which takes its buyer's language in the same statement.
+    /// (it calls `memberships`), a subquery of the refunds' statement, the insert of an
+    /// automation's message, which takes its buyer's language in the same statement, and the
+    /// mark before a message's call, which checks in the same statement that its buyer still
+    /// takes such messages.
     const TABLE_STATEMENTS_ELSEWHERE: [(&str, &str, usize); 4] = [
         ("orders/seats.rs", "from channels", 4),
         ("access/memberships.rs", "from subscribers", 2),
         ("payments/refunds/mod.rs", "from subscribers", 1),
-        ("messages/sent.rs", "from subscribers", 1),
+        ("messages/sent.rs", "from subscribers", 2),
     ];
 
     #[test]

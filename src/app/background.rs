@@ -152,7 +152,9 @@ pub async fn effects_loop_every(state: AppState, shutdown: ShutdownSignal, poll:
         let stop = || shutdown.is_triggered();
         match worker.run(scan, &stop).await {
             // Stopped at its cap with more due, maybe: the next run starts at once.
-            Ok(report) if report.attempted() >= max_effects => wake.notify_one(),
+            Ok(report) if report.attempted() >= max_effects || worker.take_rerun() => {
+                wake.notify_one()
+            }
             Ok(_) => {}
             Err(e) => {
                 tracing::error!(error = %e, "effects run failed; trying again at the next tick");

@@ -423,17 +423,27 @@ pub async fn cancel(tx: &Transaction<'_>, id: i64) -> Result<Broadcast, ApiError
     get(tx, id).await?.ok_or(ApiError::NotFound("broadcast"))
 }
 
-const PAID_SENDING_SQL: &str = "SELECT EXISTS (
-         SELECT 1 FROM broadcasts
-         WHERE status = 'sending' AND paid_max_stars IS NOT NULL
-           AND paid_reserved < paid_max_stars * 10
-     ) AS paid";
+const PAID_SENDING_SQL: &str = "SELECT
+         coalesce(bool_or(paid_reserved < paid_max_stars * 10), false) AS unreserved,
+         coalesce(array_agg(id), '{}') AS sending
+     FROM broadcasts
+     WHERE status = 'sending' AND paid_max_stars IS NOT NULL";
 
-/// Whether a paid broadcast is sending with budget left (the worker runs more lanes then).
-pub async fn paid_sending(client: &impl GenericClient) -> Result<bool, ApiError> {
-    Ok(db::row_one(client, PAID_SENDING_SQL, &[])
-        .await?
-        .try_get("paid")?)
+/// The paid broadcasts that are sending, and whether one of them has budget nobody reserved yet
+/// (the worker runs more lanes while such budget is left, or it holds some reserved).
+pub async fn paid_sending(client: &impl GenericClient) -> Result<(bool, Vec<i64>), ApiError> {
+    let row = db::row_one(client, PAID_SENDING_SQL, &[]).await?;
+    Ok((row.try_get("unreserved")?, row.try_get("sending")?))
+}
+
+/// Refreshes the statistics of the tables a broadcast's sending reads and writes. A broadcast's
+/// start writes a message and an effect per recipient at once; until autovacuum's next visit
+/// (up to a minute) the planner would plan the worker's statements for the tables as they were
+/// before, and a paid broadcast sends thousands a minute. Without the tables' ownership
+/// PostgreSQL skips it with a warning.
+pub async fn refresh_statistics(client: &impl GenericClient) -> Result<(), ApiError> {
+    client.batch_execute("ANALYZE effects, messages").await?;
+    Ok(())
 }
 
 const RESERVE_SQL: &str = "WITH b AS (

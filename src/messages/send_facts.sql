@@ -78,4 +78,4 @@ LEFT JOIN LATERAL (
      ) renew ON true
 LEFT JOIN channels ch
        ON ch.id = coalesce(o.channel_id, ms.channel_id, ss.channel_id, about.channel_id)
-WHERE m.id = $1
+WHERE m.id = ANY($1)

@@ -209,29 +209,48 @@ crate::from_row!(SendFacts ["(send_facts.sql)"] {
 
 const SEND_FACTS_SQL: &str = include_str!("send_facts.sql");
 
-/// [`SendFacts`] of message `id`; `None` when it is gone (its buyer was deleted).
+/// [`SendFacts`] of messages `ids`, in one statement, in no particular order; a message that is
+/// gone (its buyer was deleted) is missing.
 pub async fn send_facts(
     client: &impl GenericClient,
-    id: i64,
-) -> Result<Option<SendFacts>, ApiError> {
-    db::opt(client, SEND_FACTS_SQL, &[&id]).await
+    ids: &[i64],
+) -> Result<Vec<SendFacts>, ApiError> {
+    db::all(client, SEND_FACTS_SQL, &[&ids]).await
 }
 
-/// Marks message `$1` as about to be sent (paid: `$2`), while it is undecided, unmarked and —
-/// for a broadcast's — its broadcast is still sending.
-const MARK_SQL: &str = "UPDATE messages m
-     SET attempted_at = statement_timestamp(), paid = $2
-     WHERE m.id = $1
+/// Marks message `$id` as about to be sent (paid: `$paid`), while it is undecided, unmarked, its
+/// buyer still takes such messages (no `/stop`, not blocked) and — for a broadcast's — its
+/// broadcast is still sending. The parameters are named, since the worker's record step makes
+/// it part of a larger statement.
+macro_rules! mark_sql {
+    ($id:literal, $paid:literal) => {
+        concat!(
+            "UPDATE messages m
+     SET attempted_at = statement_timestamp(), paid = ",
+            $paid,
+            "
+     WHERE m.id = ",
+            $id,
+            "
        AND m.outcome IS NULL
        AND m.attempted_at IS NULL
+       AND EXISTS (SELECT 1 FROM subscribers s
+                   WHERE s.id = m.subscriber_id AND NOT s.marketing_opt_out AND s.reachable)
        AND (m.broadcast_id IS NULL
-            OR EXISTS (SELECT 1 FROM broadcasts b
-                       WHERE b.id = m.broadcast_id AND b.status = 'sending'))
-     RETURNING m.id";
+            OR (SELECT b.status FROM broadcasts b WHERE b.id = m.broadcast_id) = 'sending')
+     RETURNING m.id"
+        )
+    };
+}
+pub(crate) use mark_sql;
+
+/// [`mark_sql!`] of message `$1` (paid: `$2`).
+const MARK_SQL: &str = mark_sql!("$1", "$2");
 
 /// Writes down that message `id` is about to be sent (`paid`: with `allow_paid_broadcast`),
 /// committed before the call; false when it must not be sent now (decided meanwhile, marked by
-/// another attempt, or its broadcast cancelled).
+/// another attempt, its buyer said `/stop` or blocked the bot since its facts were read, or its
+/// broadcast cancelled).
 pub async fn mark_attempt(
     client: &impl GenericClient,
     id: i64,

@@ -23,25 +23,26 @@ pub(super) struct Claimed {
 }
 
 impl Worker {
-    /// Renews the claim (`lease_until` = now + lease) every third of the lease while the
-    /// attempt runs; returns only when the claim was found superseded (claimed again, after
-    /// this worker failed to renew it in time). A renewal that fails on a database error is
-    /// tried again at the next beat.
-    pub(super) async fn heartbeat(&self, id: i64, token: i64) {
+    /// Renews the claims `claims` (effect id and token; `lease_until` = now + lease) every third
+    /// of the lease while their attempts run; returns only when every one was found superseded
+    /// (claimed again, after this worker failed to renew it in time). A renewal that fails on a
+    /// database error is tried again at the next beat.
+    pub(super) async fn heartbeat(&self, claims: &[(i64, i64)]) {
         let lease = self.options.lease;
         let every = lease / 3;
+        let (ids, tokens): (Vec<i64>, Vec<i64>) = claims.iter().copied().unzip();
         loop {
             tokio::time::sleep(every).await;
             let renewed = async {
                 let client = self.state.db.get().await?;
-                db::row_opt(&client, RENEW_SQL, &[&id, &token, &lease.as_secs_f64()]).await
+                db::rows(&client, RENEW_SQL, &[&ids, &tokens, &lease.as_secs_f64()]).await
             }
             .await;
             match renewed {
-                Ok(Some(_)) => {}
-                Ok(None) => return,
+                Ok(rows) if rows.is_empty() => return,
+                Ok(_) => {}
                 Err(e) => {
-                    tracing::warn!(effect_id = id, error = %e, "lease not renewed; trying again");
+                    tracing::warn!(effect_ids = ?ids, error = %e, "leases not renewed; trying again");
                 }
             }
         }
@@ -49,9 +50,10 @@ impl Worker {
 }
 
 const RENEW_SQL: &str =
-    "UPDATE effects SET lease_until = statement_timestamp() + make_interval(secs => $3)
-     WHERE id = $1 AND lease_token = $2 AND status = 'pending'
-     RETURNING id";
+    "UPDATE effects e SET lease_until = statement_timestamp() + make_interval(secs => $3)
+     FROM unnest($1::bigint[], $2::bigint[]) AS c(id, token)
+     WHERE e.id = c.id AND e.lease_token = c.token AND e.status = 'pending'
+     RETURNING e.id";
 
 /// The access kinds, which are ordered per member and claimed before every other kind (as a
 /// SQL list; the partial index `effects_member_access_idx` covers exactly these, and the claim
@@ -102,6 +104,9 @@ const CANDIDATE_SQL: &str = concat!(
      WHERE status = 'pending' AND next_attempt_at <= statement_timestamp()
        AND (lease_until IS NULL OR lease_until <= statement_timestamp())
        AND NOT (id = ANY($1))
+       AND ",
+    claim_tier_sql!(),
+    " <= $2
        AND NOT (e.kind IN ",
     access_kinds_sql!(),
     " AND EXISTS (
@@ -146,7 +151,8 @@ const LEASE_SQL: &str = concat!(
 );
 
 /// Claims the next due effect (see the module doc): the first due one, by due time then id,
-/// that is not leased, not in `exclude`, and — for an access effect — the first pending access
+/// that is not leased, not in `exclude`, of a tier up to `max_tier` (1: not a message to
+/// members, which lanes then claim in batches, [`claim_messages`]; 2: every kind), and — for an access effect — the first pending access
 /// effect of its chat member with none of that member's access effects leased. For an access
 /// effect the rule is checked again in a fresh statement under the member's advisory lock —
 /// held until the claim commits — so of two claims racing for one member, the second sees the
@@ -155,13 +161,14 @@ const LEASE_SQL: &str = concat!(
 pub(super) async fn claim(
     client: &mut Object,
     exclude: &[i64],
+    max_tier: i32,
     lease: Duration,
 ) -> Result<Option<Claimed>, ApiError> {
     let mut passed = exclude.to_vec();
     loop {
         let tx = client.transaction().await?;
         // Sent together: the setting applies to the candidate's statement (see CLAIM_PLAN_SQL).
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&passed];
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&passed, &max_tier];
         let (_, candidate) = tokio::try_join!(
             async { Ok::<_, ApiError>(tx.batch_execute(CLAIM_PLAN_SQL).await?) },
             db::row_opt(&tx, CANDIDATE_SQL, &params)
@@ -207,19 +214,78 @@ async fn first_of_member(
         .try_get("first")?)
 }
 
-const RELEASE_SQL: &str = "UPDATE effects SET lease_until = NULL
-     WHERE id = $1 AND lease_token = $2 AND status = 'pending'";
+/// The batch claim of messages to members (see [`claim_messages`]): the first due ones in the
+/// claim's order (the tier of messages to members reads one range of `effects_claim_idx`), not
+/// leased and not in `$1`, at most `$2`, leased with a new token each.
+const MESSAGES_SQL: &str = concat!(
+    "WITH due AS (
+         SELECT id AS due_id FROM effects
+         WHERE status = 'pending' AND ",
+    claim_tier_sql!(),
+    " = 2
+           AND next_attempt_at <= statement_timestamp()
+           AND (lease_until IS NULL OR lease_until <= statement_timestamp())
+           AND NOT (id = ANY($1))
+         ORDER BY ",
+    claim_tier_sql!(),
+    ", next_attempt_at, id
+         LIMIT $2
+         FOR UPDATE SKIP LOCKED)
+     UPDATE effects SET lease_until = statement_timestamp() + make_interval(secs => $3),
+         lease_token = lease_token + 1
+     FROM due WHERE id = due.due_id
+     RETURNING ",
+    effect_columns!(),
+    ", lease_token AS token"
+);
 
-/// Gives a claim back after its result could not be recorded, so the effect is due again at
-/// once rather than when its lease runs out. Best effort: the lease runs out anyway.
-pub(super) async fn release(state: &AppState, id: i64, token: i64) {
+/// Claims up to `max` due messages to members (`member_message` effects) at once, in the
+/// claim's order, for a lane of a run during a paid broadcast ([`super::PAID_LANES`]): one
+/// short transaction for the batch. Messages to members are not ordered per member, so no member's
+/// rule is checked. Commits the leases and new tokens; the claims, by id.
+pub(super) async fn claim_messages(
+    client: &mut Object,
+    exclude: &[i64],
+    lease: Duration,
+    max: i64,
+) -> Result<Vec<Claimed>, ApiError> {
+    let tx = client.transaction().await?;
+    let secs = lease.as_secs_f64();
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&exclude, &max, &secs];
+    let (_, rows) = tokio::try_join!(
+        async { Ok::<_, ApiError>(tx.batch_execute(CLAIM_PLAN_SQL).await?) },
+        db::rows(&tx, MESSAGES_SQL, &params)
+    )?;
+    tx.commit().await?;
+    let mut claimed = rows
+        .iter()
+        .map(|row| {
+            Ok(Claimed {
+                effect: db::FromRow::from_row(row)?,
+                token: row.try_get("token")?,
+            })
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    claimed.sort_by_key(|c| c.effect.id);
+    Ok(claimed)
+}
+
+const RELEASE_SQL: &str = "UPDATE effects e SET lease_until = NULL
+     FROM unnest($1::bigint[], $2::bigint[]) AS c(id, token)
+     WHERE e.id = c.id AND e.lease_token = c.token AND e.status = 'pending'";
+
+/// Gives claims (effect id and token) back after their results could not be recorded, so the
+/// effects are due again at once rather than when their leases run out. Best effort: the
+/// leases run out anyway.
+pub(super) async fn release(state: &AppState, claims: &[(i64, i64)]) {
+    let (ids, tokens): (Vec<i64>, Vec<i64>) = claims.iter().copied().unzip();
     let result = async {
         let client = state.db.get().await?;
-        db::execute(&client, RELEASE_SQL, &[&id, &token]).await
+        db::execute(&client, RELEASE_SQL, &[&ids, &tokens]).await
     }
     .await;
     if let Err(e) = result {
-        tracing::warn!(effect_id = id, error = %e, "lease not given back; it runs out by itself");
+        tracing::warn!(effect_ids = ?ids, error = %e, "leases not given back; they run out by themselves");
     }
 }
 

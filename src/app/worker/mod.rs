@@ -17,6 +17,10 @@
 //! when repeated. A database error while recording gives the lease back, so the effect is due
 //! again.
 //!
+//! While a paid broadcast is sending, messages to members are claimed and recorded in batches
+//! instead (after every other kind is served; [`PAID_LANES`], and `messages` for how a batch
+//! keeps at most once).
+//!
 //! **Priority and wake-up.** A claim takes access effects ([`is_access`]) before every other
 //! kind, then by due time and id, and their Bot API calls take the pacer's next slot before
 //! waiting messages ([`Urgency`](crate::telegram_api::client::Urgency)): a buyer who paid is never
@@ -93,7 +97,7 @@ use self::{
     claim::{Claimed, claim, release},
     failure::{Attempt, Failure},
     health::Health,
-    record::{Recorded, record},
+    record::{Recorded, record, record_all},
 };
 use crate::{
     access::memberships,
@@ -101,6 +105,7 @@ use crate::{
     common::error::ApiError,
     messages::{automations, broadcasts},
     outbox::effects,
+    outbox::effects::Effect,
     telegram_api::client::{BotApi, DEFAULT_TIMEOUT},
 };
 
@@ -222,14 +227,27 @@ pub struct Worker {
     broadcasts_checked: Mutex<Option<Instant>>,
     /// A paid broadcast was sending when last checked: runs take [`PAID_LANES`] more lanes.
     paid_sending: AtomicBool,
+    /// The paid broadcasts sending when last checked.
+    paid_seen: Mutex<Vec<i64>>,
+    /// The run going on has the [`PAID_LANES`].
+    run_paid: AtomicBool,
+    /// A run without them met a paid broadcast's message: it ends, so the next run, at once,
+    /// takes them.
+    rerun: AtomicBool,
 }
 
-/// Lanes a run adds while a paid broadcast is sending. A message attempt is a claim, a mark and
-/// a record (about 8–12 ms of database round trips and commits on a local PostgreSQL), so 4
-/// lanes send some 400–600 paid messages a second and 12 over 800 (measured: `make bench`;
-/// more lanes add nothing there, the machine's CPU being spent). Each lane holds a pooled
-/// connection only while it claims, marks or records.
+/// Lanes a run adds while a paid broadcast is sending. In such a run every lane claims effects
+/// of other kinds one at a time first, and messages to members [`MESSAGE_BATCH`] at a time when
+/// none of those is due, so a paid message costs the database one statement (its mark, with the
+/// record of the message before it) and a share of its batch's claim and read, and a grant or
+/// an invoice waits at most for a lane's batch. Each lane holds a pooled connection only while
+/// it claims, reads, marks or records.
 pub const PAID_LANES: usize = 8;
+
+/// Messages to members a lane of [`PAID_LANES`] claims at once. A batch's messages are sent one
+/// after another, each marked just before its call, so a crash still cuts off at most one
+/// message per lane; the rest of the batch is claimed again once its leases run out.
+pub const MESSAGE_BATCH: i64 = 20;
 
 /// How often a worker starts due broadcasts and finishes done ones.
 pub const BROADCASTS_EVERY: Duration = Duration::from_secs(1);
@@ -248,6 +266,29 @@ impl Worker {
             paid: messages::PaidAllowance::default(),
             broadcasts_checked: Mutex::default(),
             paid_sending: AtomicBool::new(false),
+            paid_seen: Mutex::default(),
+            run_paid: AtomicBool::new(false),
+            rerun: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the last run ended early to let the next take [`PAID_LANES`] more lanes: the
+    /// next run is due at once (and checks the broadcasts then).
+    pub fn take_rerun(&self) -> bool {
+        let rerun = self.rerun.swap(false, Ordering::Relaxed);
+        if rerun {
+            *self
+                .broadcasts_checked
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = None;
+        }
+        rerun
+    }
+
+    /// Notes that a paid broadcast's message came up: a run without its extra lanes ends.
+    fn paid_message_met(&self) {
+        if !self.run_paid.load(Ordering::Relaxed) {
+            self.rerun.store(true, Ordering::Relaxed);
         }
     }
 
@@ -290,15 +331,14 @@ impl Worker {
         };
         let seen = Mutex::new(HashSet::new());
         let report = Mutex::new(first);
-        // While a paid broadcast sends, more lanes: its messages are not held to the free
-        // pace, and each attempt's round trips to the database, not Telegram, set its rate.
-        let extra = if self.paid_sending.load(Ordering::Relaxed) {
-            PAID_LANES
-        } else {
-            0
-        };
+        // While a paid broadcast sends (its budget not all reserved, or this process holding
+        // some unspent), more lanes: its messages are not held to the free pace, and the
+        // database work per message, not Telegram, sets its rate.
+        let paid_run = self.paid_sending.load(Ordering::Relaxed) || self.paid.holds_any();
+        self.run_paid.store(paid_run, Ordering::Relaxed);
+        let extra = if paid_run { PAID_LANES } else { 0 };
         let lanes = (0..self.options.concurrency.max(1) + extra)
-            .map(|_| self.lane(bot, &seen, &report, &drained, stop));
+            .map(|_| self.lane(bot, &seen, &report, &drained, stop, extra > 0));
         futures::future::join_all(lanes).await;
         Ok(report.into_inner().unwrap_or_else(|p| p.into_inner()))
     }
@@ -314,7 +354,19 @@ impl Worker {
         if self.broadcasts_due() {
             enqueued += broadcasts::start_due(&mut client, language).await?;
             broadcasts::finish_done(&mut client).await?;
-            let paid = broadcasts::paid_sending(&client).await?;
+            let (paid, sending) = broadcasts::paid_sending(&client).await?;
+            // Budget reserved for a broadcast no longer sending is never spent.
+            self.paid.retain(&sending);
+            let began = {
+                let mut seen = self.paid_seen.lock().unwrap_or_else(|p| p.into_inner());
+                let began = sending.iter().any(|b| !seen.contains(b));
+                *seen = sending;
+                began
+            };
+            if began {
+                // A paid broadcast began: its rows are fresh, its pace is high.
+                broadcasts::refresh_statistics(&client).await?;
+            }
             self.paid_sending.store(paid, Ordering::Relaxed);
         }
         if scan {
@@ -348,6 +400,9 @@ impl Worker {
         effects::materialize_sweep_queue(&client).await
     }
 
+    /// One lane: claims, performs and records until nothing is due, the run's cap is reached
+    /// or `stop` says so. With `messages` (a run during a paid broadcast), messages to members
+    /// are claimed in batches ([`MESSAGE_BATCH`]) when no effect of another kind is due.
     async fn lane(
         &self,
         bot: &BotApi,
@@ -355,15 +410,28 @@ impl Worker {
         report: &Mutex<RunReport>,
         drained: &AtomicBool,
         stop: &(dyn Fn() -> bool + Sync),
+        messages: bool,
     ) {
         loop {
             {
                 let r = report.lock().unwrap_or_else(|p| p.into_inner());
-                if stop() || r.attempted() >= self.options.max_effects {
+                if stop()
+                    || r.attempted() >= self.options.max_effects
+                    || (!messages && self.rerun.load(Ordering::Relaxed))
+                {
                     return;
                 }
             }
-            let result = self.claim_and_perform(bot, seen).await;
+            // In batches, messages to members go after every other kind: each round claims
+            // one effect of another kind if one is due, else a batch of messages.
+            let single = self
+                .claim_and_perform(bot, seen, if messages { 1 } else { 2 })
+                .await
+                .map(|r| r.map(|(id, r)| vec![(id, Ok(r))]));
+            let result = match single {
+                Ok(None) if messages => self.claim_and_send(bot, seen).await,
+                other => other,
+            };
             if let Ok(None) = result {
                 // Nothing due: the next chunk of the sweep's queue, if any, and on. Made only
                 // when the lanes run dry, so a grant committed meanwhile waits behind a chunk
@@ -389,39 +457,156 @@ impl Worker {
                 }
             }
             let mut r = report.lock().unwrap_or_else(|p| p.into_inner());
-            match result {
+            let results = match result {
                 Ok(None) => return,
-                Ok(Some(recorded)) => r.count(recorded),
+                Ok(Some(results)) => results,
                 Err(e) => {
                     r.unrecorded += 1;
                     tracing::error!(error = %e, "effect result not recorded; it runs again");
                     // The database is likely unwell: this lane stops, the next run carries on.
                     return;
                 }
+            };
+            // What is done cannot be claimed again: only the rest stays excluded, so the
+            // claims' list of exclusions stays short.
+            {
+                let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+                for (id, result) in &results {
+                    if matches!(result, Ok(Recorded::Done)) {
+                        seen.remove(id);
+                    }
+                }
+            }
+            let results = results.into_iter().map(|(_, r)| r);
+            let mut unwell = false;
+            for result in results {
+                match result {
+                    Ok(recorded) => r.count(recorded),
+                    Err(e) => {
+                        r.unrecorded += 1;
+                        unwell = true;
+                        tracing::error!(error = %e, "effect result not recorded; it runs again");
+                    }
+                }
+            }
+            if unwell {
+                // The database is likely unwell: this lane stops, the next run carries on.
+                return;
             }
         }
     }
 
-    /// Claims the next due effect not yet attempted in this run, performs it and records the
-    /// result (see the module doc). `Ok(None)`: nothing is due.
-    async fn claim_and_perform(
+    /// Claims a batch of due messages to members not yet attempted in this run and sends them,
+    /// each sent one recorded with the next one's mark and the rest at the batch's end, in one
+    /// transaction ([`messages`] says how): each message's effect and result, in the batch's
+    /// order. `Ok(None)`: none is due.
+    async fn claim_and_send(
         &self,
         bot: &BotApi,
         seen: &Mutex<HashSet<i64>>,
-    ) -> Result<Option<Recorded>, ApiError> {
+    ) -> Result<Option<Vec<(i64, Result<Recorded, ApiError>)>>, ApiError> {
         if !self.health.may_claim(bot).await {
             return Ok(None);
         }
         let started = Instant::now();
         let mut client = self.state.db.get().await?;
-        let exclude: Vec<i64> = seen
-            .lock()
+        let exclude = excluded(seen);
+        let batch =
+            claim::claim_messages(&mut client, &exclude, self.options.lease, MESSAGE_BATCH).await?;
+        if batch.is_empty() {
+            return Ok(None);
+        }
+        let claims: Vec<(i64, i64)> = batch.iter().map(|c| (c.effect.id, c.token)).collect();
+        seen.lock()
             .unwrap_or_else(|p| p.into_inner())
+            .extend(claims.iter().map(|(id, _)| *id));
+        let since = tokio::time::Instant::now();
+        let work = self.member_messages(client, bot, &batch);
+        let sent = tokio::select! {
+            sent = work => sent,
+            () = self.heartbeat(&claims) => {
+                tracing::warn!(
+                    effect_ids = ?claims.iter().map(|(id, _)| id).collect::<Vec<_>>(),
+                    "messages claimed again by another worker while being sent; the rest of \
+                     the batch is abandoned"
+                );
+                return Ok(Some(
+                    claims.iter().map(|(id, _)| (*id, Ok(Recorded::Superseded))).collect(),
+                ));
+            }
+        };
+        let messages::Sent {
+            mut recorded,
+            to_record,
+        } = match sent {
+            Ok(sent) => sent,
+            Err(e) => {
+                release(&self.state, &claims).await;
+                return Err(e);
+            }
+        };
+        let (places, mut attempts): (Vec<usize>, Vec<Attempt>) = to_record.into_iter().unzip();
+        // A transient failure: Telegram's, or the messages' own? One shared probe decides.
+        if attempts
             .iter()
-            .copied()
+            .any(|a| matches!(a.result, Err(Failure::Retry(_))))
+            && !self.health.answers(bot, since).await
+        {
+            for a in &mut attempts {
+                if let Err(Failure::Retry(error)) = &a.result {
+                    a.result = Err(Failure::Outage(error.clone()));
+                }
+            }
+        }
+        let items: Vec<(&Effect, i64, Attempt)> = places
+            .iter()
+            .zip(attempts)
+            .map(|(&i, a)| (&batch[i].effect, batch[i].token, a))
             .collect();
+        match record_all(&self.state, items, &self.options).await {
+            Ok(results) => recorded.extend(places.into_iter().zip(results)),
+            Err(e) => {
+                let given_back: Vec<(i64, i64)> = places.iter().map(|&i| claims[i]).collect();
+                release(&self.state, &given_back).await;
+                let why = e.to_string();
+                recorded.extend(
+                    places
+                        .into_iter()
+                        .map(|i| (i, Err(ApiError::internal(format!("not recorded: {why}"))))),
+                );
+            }
+        }
+        recorded.sort_by_key(|(i, _)| *i);
+        tracing::info!(
+            effects = claims.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "batch of messages to members attempted"
+        );
+        Ok(Some(
+            recorded
+                .into_iter()
+                .map(|(i, r)| (claims[i].0, r))
+                .collect(),
+        ))
+    }
+
+    /// Claims the next due effect of a tier up to `max_tier` ([`claim()`]) not yet attempted in
+    /// this run, performs it and records the result (see the module doc). `Ok(None)`: nothing
+    /// is due.
+    async fn claim_and_perform(
+        &self,
+        bot: &BotApi,
+        seen: &Mutex<HashSet<i64>>,
+        max_tier: i32,
+    ) -> Result<Option<(i64, Recorded)>, ApiError> {
+        if !self.health.may_claim(bot).await {
+            return Ok(None);
+        }
+        let started = Instant::now();
+        let mut client = self.state.db.get().await?;
+        let exclude = excluded(seen);
         let Some(Claimed { effect, token }) =
-            claim(&mut client, &exclude, self.options.lease).await?
+            claim(&mut client, &exclude, max_tier, self.options.lease).await?
         else {
             return Ok(None);
         };
@@ -429,22 +614,18 @@ impl Worker {
             .unwrap_or_else(|p| p.into_inner())
             .insert(effect.id);
         let since = tokio::time::Instant::now();
+        let claims = [(effect.id, token)];
         let work = tokio::time::timeout(ATTEMPT_CAP, self.perform(client, bot, &effect));
         let mut attempt = tokio::select! {
-            attempt = work => attempt.unwrap_or_else(|_| {
-                Attempt::from(Err(Failure::Retry(format!(
-                    "the attempt took longer than {} s; abandoned",
-                    ATTEMPT_CAP.as_secs()
-                ))))
-            }),
-            () = self.heartbeat(effect.id, token) => {
+            attempt = work => attempt.unwrap_or_else(|_| messages::abandoned()),
+            () = self.heartbeat(&claims) => {
                 tracing::warn!(
                     effect_id = effect.id,
                     kind = %effect.kind,
                     "effect claimed again by another worker while being performed; attempt \
                      abandoned, nothing recorded"
                 );
-                return Ok(Some(Recorded::Superseded));
+                return Ok(Some((effect.id, Recorded::Superseded)));
             }
         };
         // A transient failure: Telegram's, or this effect's own? One shared probe decides.
@@ -456,7 +637,7 @@ impl Worker {
         let recorded = match record(&self.state, &effect, token, attempt, &self.options).await {
             Ok(recorded) => recorded,
             Err(e) => {
-                release(&self.state, effect.id, token).await;
+                release(&self.state, &claims).await;
                 return Err(e);
             }
         };
@@ -467,6 +648,15 @@ impl Worker {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "effect attempted"
         );
-        Ok(Some(recorded))
+        Ok(Some((effect.id, recorded)))
     }
+}
+
+/// The effects a run's claims pass over: those attempted in it and not done.
+fn excluded(seen: &Mutex<HashSet<i64>>) -> Vec<i64> {
+    seen.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .copied()
+        .collect()
 }

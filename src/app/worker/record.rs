@@ -16,6 +16,7 @@ use crate::{
     catalog::channels::{self, TelegramStatus},
     common::error::ApiError,
     db,
+    messages::sent,
     outbox::effects::{Effect, Kind, Payload, Status},
     payments::{core::Outcome, refunds},
 };
@@ -50,14 +51,25 @@ pub(super) enum Recorded {
     Paused,
 }
 
-const DONE_SQL: &str = "UPDATE effects SET status = 'done', attempts = attempts + 1,
+/// What recording an effect done sets.
+macro_rules! done_set_sql {
+    () => {
+        "status = 'done', attempts = attempts + 1,
          done_at = statement_timestamp(), updated_at = statement_timestamp(),
-         lease_until = NULL,
+         lease_until = NULL"
+    };
+}
+
+const DONE_SQL: &str = concat!(
+    "UPDATE effects SET ",
+    done_set_sql!(),
+    ",
          payload = CASE WHEN $2::text IS NULL THEN payload
                         ELSE payload || jsonb_build_object('note', $2::text) END
      WHERE id = $1 AND lease_token = $3 AND status = 'pending'
      RETURNING status,
-         extract(epoch FROM statement_timestamp() - created_at)::float8 AS age_secs";
+         extract(epoch FROM statement_timestamp() - created_at)::float8 AS age_secs"
+);
 
 /// Put back due now, neither `attempts` nor `first_failed_at` touched (an outage; a pause for
 /// missing rights, only while the chat is marked `no_rights`: `$5`).
@@ -100,6 +112,187 @@ pub(super) async fn record(
     attempt: Attempt,
     options: &Options,
 ) -> Result<Recorded, ApiError> {
+    if let Err(Failure::Db(err)) = attempt.result {
+        return Err(err);
+    }
+    let mut client = state.db.get().await?;
+    let tx = client.transaction().await?;
+    let (recorded, error) = record_in(&tx, e, token, attempt, options).await?;
+    if recorded == Recorded::Superseded {
+        // Nothing of the effect's was written, but a pause may have marked its channel.
+        tx.rollback().await?;
+    } else {
+        tx.commit().await?;
+    }
+    log_recorded(e, recorded, &error.unwrap_or_default());
+    Ok(recorded)
+}
+
+/// Records the attempts of a batch of message effects (each with its claim's token) in one
+/// short transaction, their statements sent together: each as [`record`] records one, the
+/// ones whose claim was taken over writing nothing (`Superseded`). An attempt that failed on
+/// the database is not recorded: its claim is given back and its result is the error. A
+/// database failure while recording is returned, and nothing is recorded.
+pub(super) async fn record_all(
+    state: &AppState,
+    batch: Vec<(&Effect, i64, Attempt)>,
+    options: &Options,
+) -> Result<Vec<Result<Recorded, ApiError>>, ApiError> {
+    let mut unrecorded = Vec::new();
+    let mut given_back = Vec::new();
+    let mut kept = Vec::new();
+    for (i, (e, token, attempt)) in batch.into_iter().enumerate() {
+        match attempt.result {
+            Err(Failure::Db(err)) => {
+                given_back.push((e.id, token));
+                unrecorded.push((i, err));
+            }
+            result => kept.push((i, (e, token, Attempt { result, ..attempt }))),
+        }
+    }
+    if !given_back.is_empty() {
+        super::claim::release(state, &given_back).await;
+    }
+    let (places, kept): (Vec<usize>, Vec<_>) = kept.into_iter().unzip();
+    let mut results: Vec<(usize, Result<Recorded, ApiError>)> = Vec::new();
+    if !kept.is_empty() {
+        let mut client = state.db.get().await?;
+        let tx = client.transaction().await?;
+        let written = record_each(&tx, kept, options).await?;
+        tx.commit().await?;
+        results.extend(
+            places
+                .into_iter()
+                .zip(logged(written))
+                .map(|(i, r)| (i, Ok(r))),
+        );
+    }
+    results.extend(unrecorded.into_iter().map(|(i, err)| (i, Err(err))));
+    results.sort_by_key(|(i, _)| *i);
+    Ok(results.into_iter().map(|(_, r)| r).collect())
+}
+
+/// Records broadcast messages `sent` — each sent to Telegram: its effect, claim token, message
+/// id and text — done and `sent`, and marks message `$5` about to be sent (paid: `$6`;
+/// [`sent::mark_attempt`]'s statement), in one statement. Returns the effects recorded (a
+/// claim taken over meanwhile records nothing), how many messages were decided, and whether
+/// `$5` was marked.
+const SENT_AND_MARK_SQL: &str = concat!(
+    "WITH done AS (
+         UPDATE effects e SET ",
+    done_set_sql!(),
+    "
+         FROM unnest($1::bigint[], $2::bigint[]) AS d(id, token)
+         WHERE e.id = d.id AND e.lease_token = d.token AND e.status = 'pending'
+         RETURNING e.id),
+     decided AS (
+         UPDATE messages m SET outcome = 'sent', text = s.text, note = NULL,
+             sent_at = statement_timestamp()
+         FROM unnest($1::bigint[], $3::bigint[], $4::text[]) AS s(effect_id, message_id, text)
+         WHERE m.id = s.message_id AND m.outcome IS NULL
+           AND s.effect_id IN (SELECT id FROM done)
+         RETURNING m.id),
+     marked AS (",
+    sent::mark_sql!("$5", "$6"),
+    ")
+     SELECT array(SELECT id FROM done) AS done,
+            (SELECT count(*) FROM decided) AS decided,
+            EXISTS (SELECT 1 FROM marked) AS marked"
+);
+
+/// A broadcast's message sent to Telegram, to be recorded with the next mark.
+pub(super) struct SentMessage<'a> {
+    pub(super) effect: &'a Effect,
+    pub(super) token: i64,
+    pub(super) message_id: i64,
+    pub(super) text: String,
+}
+
+/// Records `sent` (a batch's broadcast messages Telegram took) done and `sent`, and marks
+/// message `id` about to be sent (`paid`), in one statement: a message's result is committed
+/// with the next one's mark, so a crash leaves unrecorded only the message being called.
+/// Whether `id` was marked, and how each of `sent` was recorded (done, or superseded when its
+/// claim was taken over). A database failure is returned: nothing is recorded, nothing marked.
+pub(super) async fn record_and_mark(
+    state: &AppState,
+    sent: &[SentMessage<'_>],
+    id: i64,
+    paid: bool,
+) -> Result<(bool, Vec<Recorded>), ApiError> {
+    let client = state.db.get().await?;
+    if sent.is_empty() {
+        return Ok((sent::mark_attempt(&client, id, paid).await?, Vec::new()));
+    }
+    let effects: Vec<i64> = sent.iter().map(|s| s.effect.id).collect();
+    let tokens: Vec<i64> = sent.iter().map(|s| s.token).collect();
+    let messages: Vec<i64> = sent.iter().map(|s| s.message_id).collect();
+    let texts: Vec<&str> = sent.iter().map(|s| s.text.as_str()).collect();
+    let row = db::row_one(
+        &client,
+        SENT_AND_MARK_SQL,
+        &[&effects, &tokens, &messages, &texts, &id, &paid],
+    )
+    .await?;
+    let done: Vec<i64> = row.try_get("done")?;
+    for _ in 0..row.try_get::<_, i64>("decided")? {
+        crate::common::metrics::member_message(
+            crate::messages::Kind::Broadcast.as_str(),
+            crate::messages::Outcome::Sent.as_str(),
+        );
+    }
+    let recorded = effects
+        .iter()
+        .map(|e| {
+            if done.contains(e) {
+                Recorded::Done
+            } else {
+                Recorded::Superseded
+            }
+        })
+        .collect();
+    Ok((row.try_get("marked")?, recorded))
+}
+
+/// What [`record_each`] wrote: the effect, how it was recorded, and the error it carried.
+type Written<'a> = Vec<(&'a Effect, Recorded, Option<String>)>;
+
+/// Records `attempts` (none a database failure) in `tx`, their statements sent together.
+async fn record_each<'a>(
+    tx: &Transaction<'_>,
+    attempts: Vec<(&'a Effect, i64, Attempt)>,
+    options: &Options,
+) -> Result<Written<'a>, ApiError> {
+    let written =
+        futures::future::join_all(attempts.into_iter().map(|(e, token, attempt)| async move {
+            (e, record_in(tx, e, token, attempt, options).await)
+        }))
+        .await;
+    written
+        .into_iter()
+        .map(|(e, w)| w.map(|(recorded, error)| (e, recorded, error)))
+        .collect()
+}
+
+/// Logs what was written once it is committed; how each was recorded.
+fn logged(written: Written<'_>) -> Vec<Recorded> {
+    written
+        .into_iter()
+        .map(|(e, recorded, error)| {
+            log_recorded(e, recorded, &error.unwrap_or_default());
+            recorded
+        })
+        .collect()
+}
+
+/// Records an attempt in transaction `tx` (see [`record`]): the recorded result and the error
+/// it carried. Nothing of the effect's is written when its claim was taken over.
+async fn record_in(
+    tx: &Transaction<'_>,
+    e: &Effect,
+    token: i64,
+    attempt: Attempt,
+    options: &Options,
+) -> Result<(Recorded, Option<String>), ApiError> {
     let Attempt {
         result,
         refunded,
@@ -107,15 +300,13 @@ pub(super) async fn record(
         cleared_ban,
         message,
     } = attempt;
-    let mut client = state.db.get().await?;
-    let tx = client.transaction().await?;
     let (written, recorded, error) = match result {
         Err(Failure::Db(err)) => return Err(err),
         Ok(note) => {
-            let written = db::row_opt(&tx, DONE_SQL, &[&e.id, &note, &token]).await?;
+            let written = db::row_opt(tx, DONE_SQL, &[&e.id, &note, &token]).await?;
             if let Some(row) = &written {
                 if cleared_ban && let Some(chat) = e.chat_id {
-                    bans::clear(&tx, chat, e.user_id).await?;
+                    bans::clear(tx, chat, e.user_id).await?;
                 }
                 if e.kind == Kind::Grant && e.payment_id.is_some() {
                     crate::common::metrics::payment_granted(row.try_get("age_secs")?);
@@ -128,7 +319,7 @@ pub(super) async fn record(
                 "Telegram is unreachable (getMe failed too); not counted as a failure: {error}"
             );
             let written =
-                db::row_opt(&tx, PUT_BACK_SQL, &[&e.id, &error, &verify, &token, &false]).await?;
+                db::row_opt(tx, PUT_BACK_SQL, &[&e.id, &error, &verify, &token, &false]).await?;
             (written, Recorded::Outage, Some(error))
         }
         Err(Failure::NoRights(error)) => {
@@ -138,7 +329,7 @@ pub(super) async fn record(
             );
             if let Some(chat) = e.chat_id
                 && let Some(channel) =
-                    channels::set_telegram_status(&tx, chat, TelegramStatus::NoRights).await?
+                    channels::set_telegram_status(tx, chat, TelegramStatus::NoRights).await?
             {
                 tracing::warn!(
                     channel_id = channel,
@@ -146,12 +337,12 @@ pub(super) async fn record(
                     "the bot lacks its admin rights in the chat: its access effects pause"
                 );
             }
-            match db::row_opt(&tx, PUT_BACK_SQL, &[&e.id, &error, &verify, &token, &true]).await? {
+            match db::row_opt(tx, PUT_BACK_SQL, &[&e.id, &error, &verify, &token, &true]).await? {
                 Some(written) => (Some(written), Recorded::Paused, Some(error)),
                 // No channel in that chat (or the claim is gone): an ordinary refusal.
                 None => {
                     let written =
-                        record_failure(&tx, e, token, true, &error, verify, options).await?;
+                        record_failure(tx, e, token, true, &error, verify, options).await?;
                     (written, Recorded::Retry, Some(error))
                 }
             }
@@ -161,37 +352,34 @@ pub(super) async fn record(
             // so effects told to wait together do not all come back in the same instant.
             let delay = secs as f64 + rand::random::<f64>();
             let written =
-                db::row_opt(&tx, RATE_LIMITED_SQL, &[&e.id, &delay, &error, &token]).await?;
+                db::row_opt(tx, RATE_LIMITED_SQL, &[&e.id, &delay, &error, &token]).await?;
             (written, Recorded::RateLimited, Some(error))
         }
         Err(Failure::Retry(error)) => {
-            let written = record_failure(&tx, e, token, false, &error, verify, options).await?;
+            let written = record_failure(tx, e, token, false, &error, verify, options).await?;
             (written, Recorded::Retry, Some(error))
         }
         Err(Failure::Permanent(error)) => {
-            let written = record_failure(&tx, e, token, true, &error, verify, options).await?;
+            let written = record_failure(tx, e, token, true, &error, verify, options).await?;
             (written, Recorded::Retry, Some(error))
         }
     };
     let Some(written) = written else {
-        tx.rollback().await?;
         tracing::warn!(
             effect_id = e.id,
             kind = %e.kind,
             "effect attempted after its lease was claimed again; its result is not recorded"
         );
-        return Ok(Recorded::Superseded);
+        return Ok((Recorded::Superseded, error));
     };
     let recorded = if written.try_get::<_, Status>("status")? == Status::Failed {
         Recorded::Failed
     } else {
         recorded
     };
-    settle_refund(&tx, e, refunded, recorded).await?;
-    settle_message(&tx, e, message.as_ref(), recorded, error.as_deref()).await?;
-    tx.commit().await?;
-    log_recorded(e, recorded, &error.unwrap_or_default());
-    Ok(recorded)
+    settle_refund(tx, e, refunded, recorded).await?;
+    settle_message(tx, e, message.as_ref(), recorded, error.as_deref()).await?;
+    Ok((recorded, error))
 }
 
 /// A failed attempt: dead-lettered when refused for good (`permanent`), or when the first

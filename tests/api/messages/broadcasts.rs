@@ -1,9 +1,10 @@
 //! Broadcasts: the segment and its preview, each recipient reached exactly once by workers
 //! running at once, a call a crash cut off never made again, a blocked buyer marked and skipped
-//! after, cancel, the paid budget, and access effects ahead of a broadcast.
+//! after, cancel, the paid budget (and the batches of its extra lanes, exactly once), the mark
+//! before a call checking consent again, and access effects ahead of a broadcast.
 
 use serde_json::{Value, json};
-use subgate::app::worker;
+use subgate::{app::worker, messages::sent};
 
 use super::{app, buyer, member, sent_to};
 use crate::catalog::promo_codes::default_plan;
@@ -21,6 +22,26 @@ use crate::{
 async fn drain(app: &TestApp) {
     run_until_done(app).await;
     run(app).await;
+}
+
+/// Channel `chat` with English-speaking buyers `users`, each an active member, their grants
+/// sent and the fake's calls cleared; the channel's id.
+async fn members(app: &TestApp, fake: &FakeBot, chat: i64, users: std::ops::Range<i64>) -> i64 {
+    let c = channel(app, chat, json!({"title": "Many"})).await;
+    for user in users {
+        let s = buyer(app, user, "en").await;
+        member(app, s, c, "active", 0).await;
+    }
+    run_until_done(app).await;
+    fake.clear_calls();
+    c
+}
+
+/// Creates broadcast `body` (201); its id.
+async fn created(app: &TestApp, body: Value) -> i64 {
+    app.post("/api/broadcasts", body).await.expect(201)["id"]
+        .as_i64()
+        .unwrap()
 }
 
 async fn broadcast(app: &TestApp, id: i64) -> Value {
@@ -227,15 +248,11 @@ async fn each_recipient_gets_it_exactly_once_from_workers_running_at_once() {
 async fn a_call_a_crash_cut_off_is_never_made_again() {
     let (fake, app) = app().await;
     let (a, _, _) = population(&app, &fake).await;
-    let id = app
-        .post(
-            "/api/broadcasts",
-            json!({"texts": {"en": "News"}, "segment": {"channel_ids": [a], "statuses": ["grace"]}}),
-        )
-        .await
-        .expect(201)["id"]
-        .as_i64()
-        .unwrap();
+    let id = created(
+        &app,
+        json!({"texts": {"en": "News"}, "segment": {"channel_ids": [a], "statuses": ["grace"]}}),
+    )
+    .await;
     // A worker marked the message and died before it recorded anything (its lease ran out).
     app.db()
         .await
@@ -398,13 +415,7 @@ async fn cancel_stops_every_send_not_begun() {
 #[tokio::test]
 async fn a_paid_broadcast_pays_for_no_more_messages_than_its_budget() {
     let (fake, app) = app().await;
-    let c = channel(&app, -100_370_010, json!({"title": "Many"})).await;
-    for user in 37_100..37_125 {
-        let s = buyer(&app, user, "en").await;
-        member(&app, s, c, "active", 0).await;
-    }
-    run_until_done(&app).await;
-    fake.clear_calls();
+    let c = members(&app, &fake, -100_370_010, 37_100..37_125).await;
     let created = app
         .post(
             "/api/broadcasts",
@@ -442,6 +453,148 @@ async fn a_paid_broadcast_pays_for_no_more_messages_than_its_budget() {
     app.post("/api/broadcasts", json!({"segment": {}}))
         .await
         .expect(422);
+}
+
+/// A paid broadcast goes out through the worker's extra lanes, which claim and record its
+/// messages in batches: with three workers at once, three times over, each recipient still gets
+/// it exactly once, and no more go paid than the budget buys.
+#[tokio::test]
+async fn a_paid_broadcast_s_batches_reach_each_recipient_exactly_once_from_workers_at_once() {
+    let (fake, app) = app().await;
+    let users = 37_200..37_290;
+    let c = members(&app, &fake, -100_370_020, users.clone()).await;
+    let id = created(
+        &app,
+        json!({"texts": {"en": "Batch"}, "segment": {"channel_ids": [c]}, "paid": {"max_stars": 6}}),
+    )
+    .await;
+    for _ in 0..3 {
+        let runs = (0..3).map(|_| worker::run_once(&app.state));
+        for r in futures::future::join_all(runs).await {
+            r.unwrap();
+        }
+    }
+    drain(&app).await;
+    for user in users {
+        assert_eq!(sent_to(&fake, user).len(), 1, "user {user}");
+    }
+    let paid = fake
+        .calls_of("sendMessage")
+        .iter()
+        .filter(|c| c.params["allow_paid_broadcast"] == true)
+        .count();
+    // 6 Stars are 60 paid messages at most. Each of the nine workers reserves its share of the
+    // budget for itself, and what a worker reserved and did not spend is not spent by another.
+    assert!((1..=60).contains(&paid), "{paid} paid");
+    let b = broadcast(&app, id).await;
+    assert_eq!(
+        (
+            b["status"].clone(),
+            b["sent"].clone(),
+            b["paid_messages"].clone()
+        ),
+        (json!("finished"), json!(90), json!(paid)),
+        "{b}"
+    );
+    let recorded: i64 = app
+        .count("effects WHERE kind = 'member_message' AND status = 'done' AND attempts = 1")
+        .await;
+    assert_eq!(recorded, 90, "each message's effect recorded once");
+}
+
+/// A run that started before a paid broadcast did (its lanes counted without the extra ones)
+/// ends at the broadcast's first paid message, and says so, so the next run, at once, has the
+/// extra lanes and claims the messages in batches; the statistics of the tables the broadcast
+/// filled are refreshed when the worker first sees it sending.
+#[tokio::test]
+async fn a_run_that_meets_a_paid_broadcast_ends_so_the_next_takes_more_lanes() {
+    let (fake, app) = app().await;
+    let c = members(&app, &fake, -100_370_030, 37_300..37_340).await;
+    let w = crate::support::effects::worker(&app, 2_000);
+    // The worker has just looked at the broadcasts: none was sending.
+    let first = w.run(true, &|| false).await.unwrap();
+    assert_eq!(first.attempted(), 0);
+    assert!(!w.take_rerun());
+    assert!(messages_counted(&app).await < 40.0);
+    app.post(
+        "/api/broadcasts",
+        json!({"texts": {"en": "Paid"}, "segment": {"channel_ids": [c]}, "paid": {"max_stars": 4}}),
+    )
+    .await
+    .expect(201);
+    // Within the second, the next run does not look again: it starts without the extra lanes,
+    // and stops at the first paid message each lane meets.
+    let short = w.run(false, &|| false).await.unwrap();
+    assert!(
+        (1..=4).contains(&short.attempted()),
+        "ended early: {short:?}"
+    );
+    assert!(w.take_rerun(), "the run says the next is due at once");
+    let pending = app.count("effects WHERE status = 'pending'").await;
+    assert_eq!(pending, 40 - short.attempted() as i64);
+    // The next run looks at the broadcasts, refreshes the statistics and sends the rest.
+    let rest = w.run(false, &|| false).await.unwrap();
+    assert_eq!(rest.done, 40 - short.attempted(), "{rest:?}");
+    assert!(!w.take_rerun());
+    assert_eq!(messages_counted(&app).await, 40.0, "statistics refreshed");
+    for user in 37_300..37_340 {
+        assert_eq!(sent_to(&fake, user).len(), 1, "user {user}");
+    }
+}
+
+/// The rows of `messages` as its statistics count them (`ANALYZE` sets them).
+async fn messages_counted(app: &TestApp) -> f32 {
+    app.db()
+        .await
+        .query_one(
+            "SELECT reltuples FROM pg_class WHERE relname = 'messages'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// The mark made just before a call checks the buyer again: one who said `/stop` (or blocked
+/// the bot) after the message's facts were read is not marked, so not sent to.
+#[tokio::test]
+async fn the_mark_before_a_call_checks_the_buyer_s_consent_again() {
+    let (fake, app) = app().await;
+    let (a, _, who) = population(&app, &fake).await;
+    let grace = who.iter().find(|(n, _)| *n == "grace").unwrap().1;
+    let id = created(
+        &app,
+        json!({"texts": {"en": "News"}, "segment": {"channel_ids": [a], "statuses": ["grace"]}}),
+    )
+    .await;
+    let db = app.db().await;
+    let message: i64 = db
+        .query_one("SELECT id FROM messages WHERE broadcast_id = $1", &[&id])
+        .await
+        .unwrap()
+        .get(0);
+    let said_stop = "UPDATE subscribers SET marketing_opt_out = $2 WHERE id = $1::bigint::integer";
+    db.execute(said_stop, &[&grace, &true]).await.unwrap();
+    assert!(!sent::mark_attempt(&db, message, false).await.unwrap());
+    db.execute(said_stop, &[&grace, &false]).await.unwrap();
+    db.execute(
+        "UPDATE subscribers SET reachable = false WHERE id = $1::bigint::integer",
+        &[&grace],
+    )
+    .await
+    .unwrap();
+    assert!(!sent::mark_attempt(&db, message, false).await.unwrap());
+    db.execute(
+        "UPDATE subscribers SET reachable = true WHERE id = $1::bigint::integer",
+        &[&grace],
+    )
+    .await
+    .unwrap();
+    assert!(sent::mark_attempt(&db, message, true).await.unwrap());
+    assert!(
+        !sent::mark_attempt(&db, message, true).await.unwrap(),
+        "marked once"
+    );
 }
 
 #[tokio::test]

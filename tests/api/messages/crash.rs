@@ -2,7 +2,8 @@
 //! is killed mid-way with calls in flight, and is started again. No buyer receives it twice;
 //! the only ones who may miss it are those whose call the kill cut off (at most one per worker
 //! lane), and those are counted `skipped`, never sent again; every other buyer gets it, and the
-//! counters match the fake's deliveries.
+//! counters match the fake's deliveries. Once free, once paid (sent by the worker's extra lanes
+//! in claimed batches, whose unsent rest is claimed again after the crash).
 
 use std::{
     collections::HashMap,
@@ -10,7 +11,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use serde_json::json;
+use serde_json::{Value, json};
+use subgate::app::worker::PAID_LANES;
 
 use crate::{
     outbox::convergence_harness::{Server, tail},
@@ -27,6 +29,16 @@ const LANES: usize = 4;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broadcast_reaches_each_buyer_at_most_once_across_a_kill_9() {
+    across_a_kill_9(json!({}), LANES).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paid_broadcast_sent_in_batches_reaches_each_buyer_at_most_once_across_a_kill_9() {
+    across_a_kill_9(json!({"paid": {"max_stars": 100}}), LANES + PAID_LANES).await;
+}
+
+/// The broadcast (with `extra` in its body) across a kill: at most `lanes` calls cut off.
+async fn across_a_kill_9(extra: Value, lanes: usize) {
     let fake = FakeBot::start().await;
     // Calls take a moment, so the kill lands while some are in flight.
     fake.set_delay(Duration::from_millis(40));
@@ -40,13 +52,11 @@ async fn a_broadcast_reaches_each_buyer_at_most_once_across_a_kill_9() {
         )
         .await
         .unwrap();
-    let created = app
-        .post(
-            "/api/broadcasts",
-            json!({"texts": {"en": "Season two starts today."}, "segment": {}}),
-        )
-        .await
-        .expect(201);
+    let mut body = json!({"texts": {"en": "Season two starts today."}, "segment": {}});
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    let created = app.post("/api/broadcasts", body).await.expect(201);
     assert_eq!(created["recipients"], RECIPIENTS);
     let id = created["id"].as_i64().unwrap();
 
@@ -108,7 +118,7 @@ async fn a_broadcast_reaches_each_buyer_at_most_once_across_a_kill_9() {
     let (sent, skipped) = (b["sent"].as_i64().unwrap(), b["skipped"].as_i64().unwrap());
     assert_eq!(sent + skipped, RECIPIENTS, "{b}");
     assert!(
-        skipped as usize <= LANES,
+        skipped as usize <= lanes,
         "only calls cut off are skipped: {b}"
     );
     // Every message recorded sent was received; a skipped one may have been (cut off after
@@ -125,4 +135,17 @@ async fn a_broadcast_reaches_each_buyer_at_most_once_across_a_kill_9() {
         )
         .await;
     assert_eq!(unsent, 0);
+    // Paid: every message counted paid was sent with `allow_paid_broadcast`.
+    let flagged = fake
+        .delivered_messages()
+        .iter()
+        .filter(|c| c.params["allow_paid_broadcast"] == true)
+        .count() as i64;
+    let paid = b["paid_messages"].as_i64().unwrap();
+    if extra.get("paid").is_some() {
+        assert_eq!(paid, sent, "every sent message went paid: {b}");
+        assert!(flagged >= sent, "{flagged} flagged, {b}");
+    } else {
+        assert_eq!((paid, flagged), (0, 0), "{b}");
+    }
 }
