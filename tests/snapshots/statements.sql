@@ -1662,6 +1662,9 @@ CREATE TRIGGER orders_default_plan BEFORE INSERT ON orders
 
 
 -- statement
+ANALYZE effects, messages
+
+-- statement
 BEGIN
 
 -- statement
@@ -2029,6 +2032,13 @@ SAVEPOINT bot_promo_code
 
 -- statement
 SELECT
+         coalesce(bool_or(paid_reserved < paid_max_stars * 10), false) AS unreserved,
+         coalesce(array_agg(id), '{}') AS sending
+     FROM broadcasts
+     WHERE status = 'sending' AND paid_max_stars IS NOT NULL
+
+-- statement
+SELECT
        (SELECT count(*) FROM memberships m JOIN channels c ON c.id = m.channel_id
          WHERE m.channel_id = $1 AND m.status <> 'expired' AND statement_timestamp() < m.expires_at + make_interval(days => c.grace_period_days))
      + (SELECT count(DISTINCT ss.subscriber_id) FROM star_subscriptions ss
@@ -2121,13 +2131,6 @@ SELECT DISTINCT m.subscriber_id, m.channel_id
      FROM membership_events e JOIN memberships m ON m.id = e.membership_id
      WHERE e.payment_id = $1 AND e.cause = $2
      ORDER BY m.channel_id
-
--- statement
-SELECT EXISTS (
-         SELECT 1 FROM broadcasts
-         WHERE status = 'sending' AND paid_max_stars IS NOT NULL
-           AND paid_reserved < paid_max_stars * 10
-     ) AS paid
 
 -- statement
 SELECT EXISTS (
@@ -2477,6 +2480,8 @@ SELECT id, kind, chat_id, user_id FROM effects e
      WHERE status = 'pending' AND next_attempt_at <= statement_timestamp()
        AND (lease_until IS NULL OR lease_until <= statement_timestamp())
        AND NOT (id = ANY($1))
+       AND (CASE WHEN kind IN ('grant', 'revoke', 'join_approve', 'join_decline', 'unban') THEN 0
+              WHEN kind = 'member_message' THEN 2 ELSE 1 END) <= $2
        AND NOT (e.kind IN ('grant', 'revoke', 'join_approve', 'join_decline', 'unban') AND EXISTS (
            SELECT 1 FROM effects b
            WHERE b.chat_id = e.chat_id AND b.user_id = e.user_id
@@ -2818,7 +2823,7 @@ LEFT JOIN LATERAL (
      ) renew ON true
 LEFT JOIN channels ch
        ON ch.id = coalesce(o.channel_id, ms.channel_id, ss.channel_id, about.channel_id)
-WHERE m.id = $1
+WHERE m.id = ANY($1)
 
 
 -- statement
@@ -3352,19 +3357,10 @@ UPDATE effects SET attempts = attempts + 1, last_error = $2,
      RETURNING status
 
 -- statement
-UPDATE effects SET lease_until = NULL
-     WHERE id = $1 AND lease_token = $2 AND status = 'pending'
-
--- statement
 UPDATE effects SET lease_until = statement_timestamp() + make_interval(secs => $2),
          lease_token = lease_token + 1
      WHERE id = $1
      RETURNING id, kind, membership_id, payment_id, order_id, chat_id, user_id, payload, status, attempts, next_attempt_at, last_error, dedupe_key, created_at, updated_at, done_at, lease_until, first_failed_at, lease_token AS token
-
--- statement
-UPDATE effects SET lease_until = statement_timestamp() + make_interval(secs => $3)
-     WHERE id = $1 AND lease_token = $2 AND status = 'pending'
-     RETURNING id
 
 -- statement
 UPDATE effects SET next_attempt_at = statement_timestamp(), last_error = $2,
@@ -3383,6 +3379,17 @@ UPDATE effects SET status = 'done', attempts = attempts + 1,
      WHERE id = $1 AND lease_token = $3 AND status = 'pending'
      RETURNING status,
          extract(epoch FROM statement_timestamp() - created_at)::float8 AS age_secs
+
+-- statement
+UPDATE effects e SET lease_until = NULL
+     FROM unnest($1::bigint[], $2::bigint[]) AS c(id, token)
+     WHERE e.id = c.id AND e.lease_token = c.token AND e.status = 'pending'
+
+-- statement
+UPDATE effects e SET lease_until = statement_timestamp() + make_interval(secs => $3)
+     FROM unnest($1::bigint[], $2::bigint[]) AS c(id, token)
+     WHERE e.id = c.id AND e.lease_token = c.token AND e.status = 'pending'
+     RETURNING e.id
 
 -- statement
 UPDATE gateway_checks SET
@@ -3445,9 +3452,10 @@ UPDATE messages m
      WHERE m.id = $1
        AND m.outcome IS NULL
        AND m.attempted_at IS NULL
+       AND EXISTS (SELECT 1 FROM subscribers s
+                   WHERE s.id = m.subscriber_id AND NOT s.marketing_opt_out AND s.reachable)
        AND (m.broadcast_id IS NULL
-            OR EXISTS (SELECT 1 FROM broadcasts b
-                       WHERE b.id = m.broadcast_id AND b.status = 'sending'))
+            OR (SELECT b.status FROM broadcasts b WHERE b.id = m.broadcast_id) = 'sending')
      RETURNING m.id
 
 -- statement
@@ -3789,6 +3797,52 @@ SELECT coalesce(sum(delta), 0)::bigint AS delta,
        coalesce(sum(expired), 0)::bigint AS expired
 FROM days
 
+
+-- statement
+WITH done AS (
+         UPDATE effects e SET status = 'done', attempts = attempts + 1,
+         done_at = statement_timestamp(), updated_at = statement_timestamp(),
+         lease_until = NULL
+         FROM unnest($1::bigint[], $2::bigint[]) AS d(id, token)
+         WHERE e.id = d.id AND e.lease_token = d.token AND e.status = 'pending'
+         RETURNING e.id),
+     decided AS (
+         UPDATE messages m SET outcome = 'sent', text = s.text, note = NULL,
+             sent_at = statement_timestamp()
+         FROM unnest($1::bigint[], $3::bigint[], $4::text[]) AS s(effect_id, message_id, text)
+         WHERE m.id = s.message_id AND m.outcome IS NULL
+           AND s.effect_id IN (SELECT id FROM done)
+         RETURNING m.id),
+     marked AS (UPDATE messages m
+     SET attempted_at = statement_timestamp(), paid = $6
+     WHERE m.id = $5
+       AND m.outcome IS NULL
+       AND m.attempted_at IS NULL
+       AND EXISTS (SELECT 1 FROM subscribers s
+                   WHERE s.id = m.subscriber_id AND NOT s.marketing_opt_out AND s.reachable)
+       AND (m.broadcast_id IS NULL
+            OR (SELECT b.status FROM broadcasts b WHERE b.id = m.broadcast_id) = 'sending')
+     RETURNING m.id)
+     SELECT array(SELECT id FROM done) AS done,
+            (SELECT count(*) FROM decided) AS decided,
+            EXISTS (SELECT 1 FROM marked) AS marked
+
+-- statement
+WITH due AS (
+         SELECT id AS due_id FROM effects
+         WHERE status = 'pending' AND (CASE WHEN kind IN ('grant', 'revoke', 'join_approve', 'join_decline', 'unban') THEN 0
+              WHEN kind = 'member_message' THEN 2 ELSE 1 END) = 2
+           AND next_attempt_at <= statement_timestamp()
+           AND (lease_until IS NULL OR lease_until <= statement_timestamp())
+           AND NOT (id = ANY($1))
+         ORDER BY (CASE WHEN kind IN ('grant', 'revoke', 'join_approve', 'join_decline', 'unban') THEN 0
+              WHEN kind = 'member_message' THEN 2 ELSE 1 END), next_attempt_at, id
+         LIMIT $2
+         FOR UPDATE SKIP LOCKED)
+     UPDATE effects SET lease_until = statement_timestamp() + make_interval(secs => $3),
+         lease_token = lease_token + 1
+     FROM due WHERE id = due.due_id
+     RETURNING id, kind, membership_id, payment_id, order_id, chat_id, user_id, payload, status, attempts, next_attempt_at, last_error, dedupe_key, created_at, updated_at, done_at, lease_until, first_failed_at, lease_token AS token
 
 -- statement
 WITH floor AS (
