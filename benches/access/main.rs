@@ -36,24 +36,19 @@ mod http;
 mod server;
 
 use std::{
-    path::PathBuf,
     sync::Arc,
     time::{Duration, Instant},
 };
 
 pub use common::record_pid;
-use common::{random_hex, url_for};
+use common::{AMOUNT_MINOR, Latencies, Payer, random_hex};
 use fake_bot::{Counts, FakeBot};
 use server::{Server, ServerEnv};
-use subgate::{
-    db,
-    payments::gateways::standard_webhooks::{WebhookKey, sign},
-};
+use subgate::{db, payments::gateways::standard_webhooks::WebhookKey};
 
 /// The bench bot's token (the fake accepts any).
 const TOKEN: &str = "424242:benchBENCHbenchBENCHbenchBENCHbench";
 const CHANNELS: i64 = 10;
-const AMOUNT_MINOR: i64 = 19_900;
 /// Buyers of the queued invoices are numbered from here (payers from 1).
 const INVOICE_BUYERS: i64 = 10_000_000;
 /// How long one payment's grant may take before the benchmark gives up.
@@ -105,22 +100,11 @@ async fn run() -> Result<(), String> {
         behind: env_or("ACCESS_BENCH_BEHIND", 20).max(1),
         burst: env_or("ACCESS_BENCH_BURST", 3_000).max(1),
     };
-    let admin = common::connect_admin().await?;
-    let name = common::fresh_database(&admin, "access", &common::run_tag()).await?;
-    let database_url = url_for(&name);
-    let outcome = measure(&sizes, &database_url).await;
-    let _ = admin
-        .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
-        .await;
-    let figures = outcome?;
-    let table = figures.report(&sizes);
-    println!("\n{table}");
-    if let Some(dir) = std::env::var_os("SUBGATE_BENCH_RESULTS").filter(|p| !p.is_empty()) {
-        let dir = PathBuf::from(dir);
-        let _ = std::fs::create_dir_all(&dir);
-        let _ = std::fs::write(dir.join("access.tsv"), figures.tsv());
-        let _ = std::fs::write(dir.join("access.md"), &table);
-    }
+    let sizes = &sizes;
+    let figures =
+        common::on_fresh_database("access", |url| async move { measure(sizes, &url).await })
+            .await?;
+    common::keep_figures("access", &figures.report(sizes), &figures.tsv());
     Ok(())
 }
 
@@ -182,41 +166,7 @@ async fn queue_invoices(pool: &deadpool_postgres::Pool) -> Result<u64, String> {
 }
 
 /// Pays order `n` through door 1; returns when the 200 arrived.
-#[derive(Clone)]
-struct Payer {
-    http: reqwest::Client,
-    url: String,
-    key: Arc<WebhookKey>,
-}
-
 impl Payer {
-    async fn pay(&self, n: i64) -> Result<Instant, String> {
-        let body = format!(
-            r#"{{"type":"payment.succeeded","gateway":"bench","payment_id":"pay-{n}","order_reference":"{n}","amount_minor":{AMOUNT_MINOR},"currency":"UAH","paid_at":"{}"}}"#,
-            chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-        );
-        let id = format!("msg-{n}");
-        let timestamp = chrono::Utc::now().timestamp();
-        let signature = sign(&self.key, &id, timestamp, body.as_bytes());
-        let response = self
-            .http
-            .post(&self.url)
-            .header("content-type", "application/json")
-            .header("webhook-id", id)
-            .header("webhook-timestamp", timestamp.to_string())
-            .header("webhook-signature", signature)
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| format!("payment {n}: {e}"))?;
-        let status = response.status().as_u16();
-        let _ = response.bytes().await;
-        if status != 200 {
-            return Err(format!("payment {n}: HTTP {status}"));
-        }
-        Ok(Instant::now())
-    }
-
     /// Pays order `n` and waits for its grant message: the time from the 200 to it.
     async fn time_to_access(&self, fake: &FakeBot, n: i64) -> Result<Duration, String> {
         let paid = self.pay(n).await?;
@@ -225,25 +175,6 @@ impl Payer {
             .await
             .ok_or_else(|| format!("payment {n}: no grant message within {GRANT_LIMIT:?}"))?;
         Ok(at.saturating_duration_since(paid))
-    }
-}
-
-struct Latencies {
-    sorted: Vec<Duration>,
-}
-
-impl Latencies {
-    fn new(mut all: Vec<Duration>) -> Latencies {
-        all.sort();
-        Latencies { sorted: all }
-    }
-
-    fn q(&self, q: f64) -> f64 {
-        if self.sorted.is_empty() {
-            return f64::NAN;
-        }
-        let i = ((self.sorted.len() as f64 * q).ceil() as usize).clamp(1, self.sorted.len()) - 1;
-        self.sorted[i].as_secs_f64() * 1e3
     }
 }
 
@@ -373,6 +304,7 @@ async fn measure(s: &Sizes, database_url: &str) -> Result<Figures, String> {
             .map_err(|e| e.to_string())?,
         url: format!("http://{}/api/webhook/payment", server.addr),
         key: Arc::new(key),
+        reference_prefix: "",
     };
     // Let start-up's own calls (the Stars reconcile, rights probes) pass first.
     tokio::time::sleep(Duration::from_secs(2)).await;

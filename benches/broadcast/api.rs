@@ -1,17 +1,13 @@
-//! The benchmark's two ways into the server: the staff API as an admin (creating and reading
-//! broadcasts) and door 1, paying buyers' orders with signed `payment.succeeded` deliveries as
-//! the access benchmark does.
+//! The benchmark's way into the server's staff API, as an admin (creating and reading
+//! broadcasts); buyers pay through door 1 with the benchmarks' shared payer (`common::Payer`).
 
-use std::{net::SocketAddr, sync::Arc, time::Instant};
+use std::net::SocketAddr;
 
 use serde_json::{Value, json};
-use subgate::payments::gateways::standard_webhooks::{WebhookKey, sign};
 
 /// The admin the server creates at start-up (`ADMIN_EMAIL` / `ADMIN_PASSWORD`).
 pub const ADMIN_EMAIL: &str = "bench@example.com";
 pub const ADMIN_PASSWORD: &str = "a benchmark password";
-/// The price of the orders the payers pay.
-pub const AMOUNT_MINOR: i64 = 19_900;
 
 /// The staff API of one server, logged in as its admin.
 pub struct Api {
@@ -150,48 +146,5 @@ impl Broadcast {
             "sent {} / blocked {} / failed {} / skipped {} / pending {}",
             self.sent, self.blocked, self.failed, self.skipped, self.pending
         )
-    }
-}
-
-/// Pays order `n` (reference `bench-pay-{n}`) through door 1.
-#[derive(Clone)]
-pub struct Payer {
-    pub http: reqwest::Client,
-    pub url: String,
-    pub key: Arc<WebhookKey>,
-}
-
-impl Payer {
-    /// Door 1 of the server at `addr`.
-    pub fn at(&mut self, addr: SocketAddr) {
-        self.url = format!("http://{addr}/api/webhook/payment");
-    }
-
-    /// Pays order `n`; returns when its 200 arrived.
-    pub async fn pay(&self, n: i64) -> Result<Instant, String> {
-        let body = format!(
-            r#"{{"type":"payment.succeeded","gateway":"bench","payment_id":"pay-{n}","order_reference":"bench-pay-{n}","amount_minor":{AMOUNT_MINOR},"currency":"UAH","paid_at":"{}"}}"#,
-            chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-        );
-        let id = format!("msg-{n}");
-        let timestamp = chrono::Utc::now().timestamp();
-        let signature = sign(&self.key, &id, timestamp, body.as_bytes());
-        let response = self
-            .http
-            .post(&self.url)
-            .header("content-type", "application/json")
-            .header("webhook-id", id)
-            .header("webhook-timestamp", timestamp.to_string())
-            .header("webhook-signature", signature)
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| format!("payment {n}: {e}"))?;
-        let status = response.status().as_u16();
-        let _ = response.bytes().await;
-        if status != 200 {
-            return Err(format!("payment {n}: HTTP {status}"));
-        }
-        Ok(Instant::now())
     }
 }

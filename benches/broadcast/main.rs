@@ -49,9 +49,9 @@ mod report;
 
 use std::{path::PathBuf, sync::Arc};
 
-use api::{ADMIN_EMAIL, ADMIN_PASSWORD, AMOUNT_MINOR, Api, Payer};
+use api::{ADMIN_EMAIL, ADMIN_PASSWORD, Api};
 pub use common::record_pid;
-use common::{random_hex, url_for};
+use common::{AMOUNT_MINOR, Payer, random_hex};
 use fake_bot::FakeBot;
 use server::{Server, ServerEnv};
 use subgate::{db, payments::gateways::standard_webhooks::WebhookKey};
@@ -135,22 +135,11 @@ impl Sizes {
 
 async fn run() -> Result<(), String> {
     let sizes = Sizes::from_env();
-    let admin = common::connect_admin().await?;
-    let name = common::fresh_database(&admin, "broadcast", &common::run_tag()).await?;
-    let database_url = url_for(&name);
-    let outcome = measure(&sizes, &database_url).await;
-    let _ = admin
-        .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
-        .await;
-    let figures = outcome?;
-    let table = figures.report(&sizes);
-    println!("\n{table}");
-    if let Some(dir) = std::env::var_os("SUBGATE_BENCH_RESULTS").filter(|p| !p.is_empty()) {
-        let dir = PathBuf::from(dir);
-        let _ = std::fs::create_dir_all(&dir);
-        let _ = std::fs::write(dir.join("broadcast.tsv"), figures.tsv());
-        let _ = std::fs::write(dir.join("broadcast.md"), &table);
-    }
+    let sizes = &sizes;
+    let figures =
+        common::on_fresh_database("broadcast", |url| async move { measure(sizes, &url).await })
+            .await?;
+    common::keep_figures("broadcast", &figures.report(sizes), &figures.tsv());
     let missed = figures.missed();
     if missed.is_empty() {
         Ok(())
@@ -278,6 +267,7 @@ async fn measure(s: &Sizes, database_url: &str) -> Result<report::Figures, Strin
         http: http.clone(),
         url: String::new(),
         key: Arc::new(key),
+        reference_prefix: "bench-pay-",
     };
     payer.at(server.addr);
     let mut rig = Rig {

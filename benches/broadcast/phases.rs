@@ -12,10 +12,11 @@ use subgate::{app::worker::Options, telegram_api::client::GLOBAL_RATE};
 use crate::{
     FREE_BASE, FREE_CHAT, PAID_BASE, PAID_CHAT, PAYER_BASE, Rig, Sizes,
     audit::{Audit, Rate, seconds_tsv, sustained, unretried},
-    channel_id, common,
+    channel_id,
+    common::{self, Latencies},
     fake_bot::{Accepted, GLOBAL_LIMIT, Refusal},
     pg, progress,
-    report::{Figures, Free, Latencies, Paid},
+    report::{Figures, Free, Paid},
 };
 
 /// How long one payment's grant may take before it counts as not granted.

@@ -9,7 +9,7 @@ use crate::{
     Sizes,
     api::Broadcast,
     audit::{Audit, Rate},
-    common,
+    common::{self, Latencies},
     phases::GRANT_LIMIT,
 };
 
@@ -19,27 +19,6 @@ const GRANT_P99_GOAL_MS: f64 = 1_000.0;
 const PAID_RATE_GOAL: f64 = 900.0;
 /// The free broadcast's rate may differ from the pacer's by this share.
 const RATE_TOLERANCE: f64 = 0.10;
-
-/// Sorted latencies.
-#[derive(Debug, Default)]
-pub struct Latencies {
-    sorted: Vec<Duration>,
-}
-
-impl Latencies {
-    pub fn new(mut all: Vec<Duration>) -> Latencies {
-        all.sort();
-        Latencies { sorted: all }
-    }
-
-    fn q(&self, q: f64) -> f64 {
-        if self.sorted.is_empty() {
-            return f64::NAN;
-        }
-        let i = ((self.sorted.len() as f64 * q).ceil() as usize).clamp(1, self.sorted.len()) - 1;
-        self.sorted[i].as_secs_f64() * 1e3
-    }
-}
 
 /// The free phase's figures.
 #[derive(Debug, Default)]
@@ -72,9 +51,7 @@ impl Free {
     }
 
     fn grants_ok(&self) -> bool {
-        self.ungranted == 0
-            && !self.grants.sorted.is_empty()
-            && self.grants.q(0.99) <= GRANT_P99_GOAL_MS
+        self.ungranted == 0 && !self.grants.is_empty() && self.grants.q(0.99) <= GRANT_P99_GOAL_MS
     }
 }
 
@@ -238,7 +215,7 @@ impl Figures {
             row(
                 format!(
                     "free: grants of {} payments during the broadcast: p50 / p99 / max",
-                    f.grants.sorted.len() + f.ungranted
+                    f.grants.len() + f.ungranted
                 ),
                 format!(
                     "{:.0} / {:.0} / {:.0} ms{}",

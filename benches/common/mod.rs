@@ -1,4 +1,5 @@
-//! What every benchmark shares: where its scratch databases live.
+//! What every benchmark shares: where its scratch databases live, how its figures are kept,
+//! and, for those that drive a server, latencies and payments through door 1.
 
 /// The admin URL benchmarks make their scratch databases with: `SUBGATE_TEST_DATABASE_URL`
 /// (set by `make bench` the way `make test` sets it), else the local server.
@@ -236,4 +237,124 @@ pub async fn fresh_database(
         .await
         .map_err(|e| format!("CREATE DATABASE {name}: {e}"))?;
     Ok(name)
+}
+
+/// Runs `measure` on this run's fresh database of benchmark `kind` ([`fresh_database`]; it is
+/// given the database's URL), then drops the database however `measure` ended.
+#[allow(dead_code)]
+pub async fn on_fresh_database<T, F, Fut>(kind: &str, measure: F) -> Result<T, String>
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let admin = connect_admin().await?;
+    let name = fresh_database(&admin, kind, &run_tag()).await?;
+    let outcome = measure(url_for(&name)).await;
+    let _ = admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+        .await;
+    outcome
+}
+
+/// Prints a benchmark's table of figures and leaves it, with its `key<TAB>value` lines, in
+/// `$SUBGATE_BENCH_RESULTS` as `<stem>.md` and `<stem>.tsv` (when set).
+#[allow(dead_code)]
+pub fn keep_figures(stem: &str, table: &str, tsv: &str) {
+    println!("\n{table}");
+    if let Some(dir) = std::env::var_os("SUBGATE_BENCH_RESULTS").filter(|p| !p.is_empty()) {
+        let dir = std::path::PathBuf::from(dir);
+        let _ = std::fs::create_dir_all(&dir);
+        let _ = std::fs::write(dir.join(format!("{stem}.tsv")), tsv);
+        let _ = std::fs::write(dir.join(format!("{stem}.md")), table);
+    }
+}
+
+/// Sorted latencies, read as quantiles in milliseconds.
+#[allow(dead_code)]
+#[derive(Debug, Default)]
+pub struct Latencies {
+    sorted: Vec<std::time::Duration>,
+}
+
+#[allow(dead_code)]
+impl Latencies {
+    pub fn new(mut all: Vec<std::time::Duration>) -> Latencies {
+        all.sort();
+        Latencies { sorted: all }
+    }
+
+    /// How many there are.
+    pub fn len(&self) -> usize {
+        self.sorted.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sorted.is_empty()
+    }
+
+    /// Quantile `q` (0 to 1) in milliseconds; NaN without latencies.
+    pub fn q(&self, q: f64) -> f64 {
+        if self.sorted.is_empty() {
+            return f64::NAN;
+        }
+        let i = ((self.sorted.len() as f64 * q).ceil() as usize).clamp(1, self.sorted.len()) - 1;
+        self.sorted[i].as_secs_f64() * 1e3
+    }
+}
+
+/// The price of the orders the benchmarks' payers pay.
+#[allow(dead_code)]
+pub const AMOUNT_MINOR: i64 = 19_900;
+
+/// Pays buyers' orders through door 1 of a server with signed `payment.succeeded` deliveries:
+/// order `n` is the one with reference `<reference_prefix><n>`, paid as `pay-<n>`.
+#[allow(dead_code)]
+#[derive(Clone)]
+pub struct Payer {
+    pub http: reqwest::Client,
+    pub url: String,
+    pub key: std::sync::Arc<subgate::payments::gateways::standard_webhooks::WebhookKey>,
+    pub reference_prefix: &'static str,
+}
+
+#[allow(dead_code)]
+impl Payer {
+    /// Door 1 of the server at `addr`.
+    pub fn at(&mut self, addr: std::net::SocketAddr) {
+        self.url = format!("http://{addr}/api/webhook/payment");
+    }
+
+    /// Pays order `n`; returns when its 200 arrived.
+    pub async fn pay(&self, n: i64) -> Result<std::time::Instant, String> {
+        let body = format!(
+            r#"{{"type":"payment.succeeded","gateway":"bench","payment_id":"pay-{n}","order_reference":"{}{n}","amount_minor":{AMOUNT_MINOR},"currency":"UAH","paid_at":"{}"}}"#,
+            self.reference_prefix,
+            chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        );
+        let id = format!("msg-{n}");
+        let timestamp = chrono::Utc::now().timestamp();
+        let signature = subgate::payments::gateways::standard_webhooks::sign(
+            &self.key,
+            &id,
+            timestamp,
+            body.as_bytes(),
+        );
+        let response = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("webhook-id", id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", signature)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| format!("payment {n}: {e}"))?;
+        let status = response.status().as_u16();
+        let _ = response.bytes().await;
+        if status != 200 {
+            return Err(format!("payment {n}: HTTP {status}"));
+        }
+        Ok(std::time::Instant::now())
+    }
 }
