@@ -121,6 +121,15 @@ impl From<Performed> for Attempt {
 }
 
 impl Attempt {
+    /// The attempt that took longer than [`ATTEMPT_CAP`](super::ATTEMPT_CAP): a transient
+    /// failure.
+    pub(super) fn abandoned() -> Attempt {
+        Attempt::from(Err(Failure::Retry(format!(
+            "the attempt took longer than {} s; abandoned",
+            super::ATTEMPT_CAP.as_secs()
+        ))))
+    }
+
     /// `result`, which once done leaves the user unbanned by us in the effect's chat.
     pub(super) fn clearing_ban(result: Performed) -> Attempt {
         Attempt {
@@ -129,6 +138,7 @@ impl Attempt {
         }
     }
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;

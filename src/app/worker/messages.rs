@@ -248,7 +248,7 @@ impl Worker {
             };
             let attempt = tokio::time::timeout(ATTEMPT_CAP, self.send(bot, ready, mark))
                 .await
-                .unwrap_or_else(|_| abandoned());
+                .unwrap_or_else(|_| Attempt::abandoned());
             match (written, slot) {
                 (Some(Ok(recorded)), _) => out
                     .recorded
@@ -404,14 +404,6 @@ impl Worker {
 pub(super) struct Sent {
     pub(super) recorded: Vec<(usize, Result<Recorded, ApiError>)>,
     pub(super) to_record: Vec<(usize, Attempt)>,
-}
-
-/// The attempt that took longer than [`ATTEMPT_CAP`].
-pub(super) fn abandoned() -> Attempt {
-    Attempt::from(Err(Failure::Retry(format!(
-        "the attempt took longer than {} s; abandoned",
-        ATTEMPT_CAP.as_secs()
-    ))))
 }
 
 /// The text of a message the attempt sent, if it sent one.

@@ -546,18 +546,7 @@ impl Worker {
             }
         };
         let (places, mut attempts): (Vec<usize>, Vec<Attempt>) = to_record.into_iter().unzip();
-        // A transient failure: Telegram's, or the messages' own? One shared probe decides.
-        if attempts
-            .iter()
-            .any(|a| matches!(a.result, Err(Failure::Retry(_))))
-            && !self.health.answers(bot, since).await
-        {
-            for a in &mut attempts {
-                if let Err(Failure::Retry(error)) = &a.result {
-                    a.result = Err(Failure::Outage(error.clone()));
-                }
-            }
-        }
+        self.outages(bot, since, &mut attempts).await;
         let items: Vec<(&Effect, i64, Attempt)> = places
             .iter()
             .zip(attempts)
@@ -617,7 +606,7 @@ impl Worker {
         let claims = [(effect.id, token)];
         let work = tokio::time::timeout(ATTEMPT_CAP, self.perform(client, bot, &effect));
         let mut attempt = tokio::select! {
-            attempt = work => attempt.unwrap_or_else(|_| messages::abandoned()),
+            attempt = work => attempt.unwrap_or_else(|_| Attempt::abandoned()),
             () = self.heartbeat(&claims) => {
                 tracing::warn!(
                     effect_id = effect.id,
@@ -628,12 +617,8 @@ impl Worker {
                 return Ok(Some((effect.id, Recorded::Superseded)));
             }
         };
-        // A transient failure: Telegram's, or this effect's own? One shared probe decides.
-        if let Err(Failure::Retry(error)) = &attempt.result
-            && !self.health.answers(bot, since).await
-        {
-            attempt.result = Err(Failure::Outage(error.clone()));
-        }
+        self.outages(bot, since, std::slice::from_mut(&mut attempt))
+            .await;
         let recorded = match record(&self.state, &effect, token, attempt, &self.options).await {
             Ok(recorded) => recorded,
             Err(e) => {
@@ -649,6 +634,19 @@ impl Worker {
             "effect attempted"
         );
         Ok(Some((effect.id, recorded)))
+    }
+
+    /// Transient failures among `attempts` (begun at `since`): Telegram's, or the effects' own?
+    /// One shared probe decides; while Telegram answers nothing they are an outage.
+    async fn outages(&self, bot: &BotApi, since: tokio::time::Instant, attempts: &mut [Attempt]) {
+        let transient = |a: &Attempt| matches!(a.result, Err(Failure::Retry(_)));
+        if attempts.iter().any(transient) && !self.health.answers(bot, since).await {
+            for a in attempts {
+                if let Err(Failure::Retry(error)) = &a.result {
+                    a.result = Err(Failure::Outage(error.clone()));
+                }
+            }
+        }
     }
 }
 

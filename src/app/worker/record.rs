@@ -138,38 +138,46 @@ pub(super) async fn record_all(
     batch: Vec<(&Effect, i64, Attempt)>,
     options: &Options,
 ) -> Result<Vec<Result<Recorded, ApiError>>, ApiError> {
-    let mut unrecorded = Vec::new();
+    let mut results: Vec<Option<Result<Recorded, ApiError>>> = Vec::new();
     let mut given_back = Vec::new();
     let mut kept = Vec::new();
-    for (i, (e, token, attempt)) in batch.into_iter().enumerate() {
+    for (e, token, attempt) in batch {
         match attempt.result {
             Err(Failure::Db(err)) => {
                 given_back.push((e.id, token));
-                unrecorded.push((i, err));
+                results.push(Some(Err(err)));
             }
-            result => kept.push((i, (e, token, Attempt { result, ..attempt }))),
+            result => {
+                kept.push((results.len(), e, token, Attempt { result, ..attempt }));
+                results.push(None);
+            }
         }
     }
     if !given_back.is_empty() {
         super::claim::release(state, &given_back).await;
     }
-    let (places, kept): (Vec<usize>, Vec<_>) = kept.into_iter().unzip();
-    let mut results: Vec<(usize, Result<Recorded, ApiError>)> = Vec::new();
     if !kept.is_empty() {
         let mut client = state.db.get().await?;
         let tx = client.transaction().await?;
-        let written = record_each(&tx, kept, options).await?;
+        let t = &tx;
+        let written =
+            futures::future::join_all(kept.into_iter().map(|(i, e, token, attempt)| async move {
+                (i, e, record_in(t, e, token, attempt, options).await)
+            }))
+            .await
+            .into_iter()
+            .map(|(i, e, w)| w.map(|(recorded, error)| (i, e, recorded, error)))
+            .collect::<Result<Vec<_>, ApiError>>()?;
         tx.commit().await?;
-        results.extend(
-            places
-                .into_iter()
-                .zip(logged(written))
-                .map(|(i, r)| (i, Ok(r))),
-        );
+        for (i, e, recorded, error) in written {
+            log_recorded(e, recorded, &error.unwrap_or_default());
+            results[i] = Some(Ok(recorded));
+        }
     }
-    results.extend(unrecorded.into_iter().map(|(i, err)| (i, Err(err))));
-    results.sort_by_key(|(i, _)| *i);
-    Ok(results.into_iter().map(|(_, r)| r).collect())
+    Ok(results
+        .into_iter()
+        .map(|r| r.expect("each attempt of the batch has its result"))
+        .collect())
 }
 
 /// Records broadcast messages `sent` — each sent to Telegram: its effect, claim token, message
@@ -251,37 +259,6 @@ pub(super) async fn record_and_mark(
         })
         .collect();
     Ok((row.try_get("marked")?, recorded))
-}
-
-/// What [`record_each`] wrote: the effect, how it was recorded, and the error it carried.
-type Written<'a> = Vec<(&'a Effect, Recorded, Option<String>)>;
-
-/// Records `attempts` (none a database failure) in `tx`, their statements sent together.
-async fn record_each<'a>(
-    tx: &Transaction<'_>,
-    attempts: Vec<(&'a Effect, i64, Attempt)>,
-    options: &Options,
-) -> Result<Written<'a>, ApiError> {
-    let written =
-        futures::future::join_all(attempts.into_iter().map(|(e, token, attempt)| async move {
-            (e, record_in(tx, e, token, attempt, options).await)
-        }))
-        .await;
-    written
-        .into_iter()
-        .map(|(e, w)| w.map(|(recorded, error)| (e, recorded, error)))
-        .collect()
-}
-
-/// Logs what was written once it is committed; how each was recorded.
-fn logged(written: Written<'_>) -> Vec<Recorded> {
-    written
-        .into_iter()
-        .map(|(e, recorded, error)| {
-            log_recorded(e, recorded, &error.unwrap_or_default());
-            recorded
-        })
-        .collect()
 }
 
 /// Records an attempt in transaction `tx` (see [`record`]): the recorded result and the error
