@@ -39,6 +39,7 @@ pub mod orders;
 pub mod outbox;
 pub mod payments;
 pub mod present;
+pub mod referrals;
 pub mod reports;
 pub mod staff;
 pub mod telegram;

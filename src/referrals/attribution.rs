@@ -1,0 +1,1 @@
+//! Clicks and attributions (`referral_clicks`, `referral_attributions`).

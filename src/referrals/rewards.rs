@@ -1,0 +1,1 @@
+//! Reward days of buyer-referrers (`referral_rewards`).
