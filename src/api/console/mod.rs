@@ -45,6 +45,17 @@ const ASSETS: &[Asset] = &[
         content_type: "text/css; charset=utf-8",
         body: include_bytes!("assets/style.css"),
     },
+    // The Referrals screens, in their own files.
+    Asset {
+        name: "referrals.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("assets/referrals.js"),
+    },
+    Asset {
+        name: "referrals.css",
+        content_type: "text/css; charset=utf-8",
+        body: include_bytes!("assets/referrals.css"),
+    },
     // uPlot (MIT, Leon Sorokin; vendor/uPlot.LICENSE), the charts' library, as published.
     Asset {
         name: "uPlot.iife.min.js",
@@ -102,13 +113,15 @@ pub async fn index(headers: HeaderMap) -> Response {
     serve("index.html", &headers)
 }
 
-/// `GET /console/{file}`: an asset of the app (`app.js`, `style.css`, `favicon.svg`, uPlot's
+/// `GET /console/{file}`: an asset of the app (`app.js`, `style.css`, the Referrals screens'
+/// `referrals.js` and `referrals.css`, `favicon.svg`, uPlot's
 /// `uPlot.iife.min.js` and `uPlot.min.css`) or `currencies.json`.
 #[utoipa::path(get, path = "/console/{file}", operation_id = "consoleAsset", tag = "console",
     security(()),
     params(
         ("file" = String, Path, description = "`index.html`, `app.js`, `style.css`, \
-            `favicon.svg`, `uPlot.iife.min.js`, `uPlot.min.css` or `currencies.json`."),
+            `referrals.js`, `referrals.css`, `favicon.svg`, `uPlot.iife.min.js`, \
+            `uPlot.min.css` or `currencies.json`."),
         ("If-None-Match" = Option<String>, Header, description = "An `ETag` seen before."),
     ),
     responses(

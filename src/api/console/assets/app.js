@@ -485,6 +485,7 @@
           if (id) return await renderBroadcast(Number(id));
           return await renderBroadcasts();
         case 'automations': return await renderAutomations();
+        case 'referrals': return await screens.referrals.render(parts.slice(1), params);
         case 'memberships': return await renderMemberships(params);
         case 'payments': return await renderPayments(params);
         case 'reconciliation': return await renderReconciliation(params);
@@ -3057,6 +3058,20 @@
           : h('span', { class: 'muted' }, m.outcome === null ? 'not sent yet' : '—'),
       ]), 'No messages sent to this buyer yet.');
   }
+
+  // ------------------------------------------------------------------ screens in their own files
+
+  /**
+   * Screens kept in their own files (`referrals.js`), loaded before this one: each left a
+   * factory in `window.subgateScreens` that gets the helpers every screen shares and answers
+   * its `render(parts, params)`.
+   */
+  const kit = {
+    h, link, table, facts, field, badge, when, money, say, fail, api, post, busy, page, go,
+    showFieldErrors, refuse, copyable, confirmDialog, downloadButton, pagedList, actionButton, ApiError,
+  };
+  const screens = Object.fromEntries(Object.entries(window.subgateScreens || {})
+    .map(([name, make]) => [name, make(kit)]));
 
   // ------------------------------------------------------------------ start
 
