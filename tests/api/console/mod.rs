@@ -10,6 +10,7 @@ mod integrations;
 mod messages;
 mod offers;
 mod reconciliation;
+mod referrals;
 mod rights;
 mod screens;
 mod walk;

@@ -4,8 +4,8 @@
 //! data is made so that each list has rows: a channel edited (an audit-log row with a changed
 //! field), one made and one removed, payments applied and held for review, memberships, effects,
 //! a plan and a promo code, a webhook endpoint with a delivery, a card order being chased at
-//! WayForPay, a scheduled broadcast, and a second staff account; and no channel where the bot
-//! lost its rights.
+//! WayForPay, a scheduled broadcast, an affiliate with a commission line, and a second staff
+//! account; and no channel where the bot lost its rights.
 //!
 //! A second test shows the guard itself failing on a page that does show those things.
 
@@ -54,6 +54,7 @@ struct Made {
     promo: i64,
     endpoint: i64,
     broadcast: i64,
+    affiliate: i64,
 }
 
 /// Something in every list of the console.
@@ -147,6 +148,28 @@ async fn make_data(app: &TestApp, wfp: &FakeWayForPay) -> Made {
         )
         .await
         .expect(201));
+    // An affiliate whose buyer's payment earned a commission line (as the payment core writes
+    // it), for the Referrals screens.
+    let affiliate = id(&app
+        .post(
+            "/api/affiliates",
+            json!({"name": "Partner", "code": "PARTNER"}),
+        )
+        .await
+        .expect(201));
+    app.db()
+        .await
+        .execute(
+            "INSERT INTO commission_lines (affiliate_id, payment_id, subscriber_id, kind,
+                                           amount_minor, currency, percent, base_minor,
+                                           payable_at)
+             SELECT $1::int, id, subscriber_id, 'first', amount_minor / 5, currency, 20,
+                    amount_minor, now() + interval '14 days'
+               FROM payments WHERE external_id = 'screens-pay-1'",
+            &[&affiliate],
+        )
+        .await
+        .unwrap();
     app.post(
         "/api/staff",
         json!({"email": "helper@example.com", "role": "support",
@@ -161,6 +184,7 @@ async fn make_data(app: &TestApp, wfp: &FakeWayForPay) -> Made {
         promo,
         endpoint,
         broadcast,
+        affiliate,
     }
 }
 
@@ -211,6 +235,7 @@ async fn every_screen_shows_no_broken_text_and_logs_no_error() {
             promo,
             endpoint,
             broadcast,
+            affiliate,
         } = made;
         let screens: Vec<(String, &str, &str)> = vec![
             ("#/overview".into(), "main", "Members by channel"),
@@ -258,6 +283,12 @@ async fn every_screen_shows_no_broken_text_and_logs_no_error() {
                 "#/automations".into(),
                 "#auto-renewal_failed",
                 "Renewal failed",
+            ),
+            ("#/referrals".into(), "#affiliate-list table", "PARTNER"),
+            (
+                format!("#/referrals/affiliates/{affiliate}"),
+                "#affiliate-lines table",
+                "first purchase",
             ),
             ("#/memberships".into(), "main table", "active"),
             ("#/payments".into(), "main table", "needs_review"),
