@@ -73,6 +73,7 @@ use crate::{
         self,
         seats::{self, LockedOrder, SeatCheck},
     },
+    referrals,
 };
 
 pub use crate::common::vocabulary::{Gateway, Reason};

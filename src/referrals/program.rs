@@ -90,7 +90,7 @@ const PLAN_RATES_SQL: &str =
 /// Plan `plan_id`'s own rates, if it has them.
 pub async fn plan_rates(
     client: &impl GenericClient,
-    plan_id: i32,
+    plan_id: i64,
 ) -> Result<Option<Rates>, ApiError> {
     db::opt(client, PLAN_RATES_SQL, &[&plan_id]).await
 }

@@ -10,6 +10,7 @@ mod gateway_refunds;
 mod hardening;
 mod orders;
 pub(crate) mod reconciliation;
+mod referrals;
 mod refunds_before_payments;
 mod seats;
 mod signed_webhook;
