@@ -376,3 +376,59 @@ async fn reward_days_refunded_before_they_were_granted_are_never_granted() {
         "the grant's effect found the reward reversed and did nothing"
     );
 }
+
+/// The outbound events of `kind`, their `data`, in order.
+async fn events(app: &TestApp, kind: &str) -> Vec<Value> {
+    app.db()
+        .await
+        .query(
+            "SELECT body::jsonb -> 'data' FROM webhook_events WHERE type = $1 ORDER BY id",
+            &[&kind],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+#[tokio::test]
+async fn attributions_lines_and_their_reversal_are_outbound_events_once() {
+    let app = TestApp::spawn().await;
+    app.db()
+        .await
+        .execute(
+            "INSERT INTO webhook_endpoints (url, event_types, secret)
+             VALUES ('https://1.1.1.1/hook', ARRAY['referral.attributed', 'commission.created',
+                     'commission.reversed', 'payout.recorded'], 'whsec_dGVzdA==')",
+            &[],
+        )
+        .await
+        .unwrap();
+    program_on(&app, "").await;
+    let a = affiliate(&app, "PARTNER", None).await;
+    let c = id(&app.create_channel(-9_710_007, json!({})).await);
+    let s = id(&app.create_subscriber(9_710_070).await);
+    attribute(&app, s, a).await;
+    let order = app.create_order(s, c).await;
+    pay_wayforpay(&app, &order).await;
+    pay_wayforpay(&app, &order).await;
+    refund_wayforpay(&app, &order).await;
+    refund_wayforpay(&app, &order).await;
+
+    let attributed = events(&app, "referral.attributed").await;
+    assert_eq!(attributed.len(), 1);
+    assert_eq!(attributed[0]["subscriber_id"], s);
+    assert_eq!(attributed[0]["affiliate_id"], a);
+    let created = events(&app, "commission.created").await;
+    assert_eq!(created.len(), 1, "{created:?}");
+    let payment = payment_id(&app, &order).await;
+    assert_eq!(created[0]["payment_id"], payment);
+    assert_eq!(created[0]["kind"], "first");
+    assert_eq!(created[0]["amount_minor"], 3980);
+    assert_eq!(created[0]["status"], "pending");
+    let reversed = events(&app, "commission.reversed").await;
+    assert_eq!(reversed.len(), 1, "{reversed:?}");
+    assert_eq!(reversed[0]["id"], created[0]["id"]);
+    assert_eq!(reversed[0]["status"], "reversed");
+}
