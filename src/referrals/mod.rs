@@ -8,6 +8,8 @@
 //!   brought (the summary).
 //! - [`attribution`] owns `referral_clicks` and `referral_attributions`: a `/start r_<code>`
 //!   click and the buyer it attributes.
+//! - [`buyer_links`]: a buyer's own affiliate row and code, made when they first ask the bot
+//!   `/referral`.
 //! - [`ledger`] owns `commission_lines`: the line a payment earns, written in the payment's own
 //!   transaction by the payment core, and its reversal, written in the transaction that takes
 //!   the payment's access back; the staff reads and the CSV.
@@ -24,6 +26,7 @@
 
 pub mod affiliates;
 pub mod attribution;
+pub mod buyer_links;
 pub mod ledger;
 pub mod payouts;
 pub mod program;
