@@ -128,6 +128,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "referrals",
         include_str!("../../migrations/0025_referrals.sql"),
     ),
+    (
+        26,
+        "affiliate_fees",
+        include_str!("../../migrations/0026_affiliate_fees.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,

@@ -327,6 +327,8 @@ async fn write(
             channel_id: Some(o.channel_id),
             amount_minor: p.amount_minor,
             currency: p.currency.clone(),
+            // Only the Stars reconcile records a fee, on a stored payment.
+            affiliate_fee_minor: 0,
             paid_at,
             outcome,
             reason: None,

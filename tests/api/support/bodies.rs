@@ -150,6 +150,7 @@ pub struct PaymentBody {
     pub channel_id: Option<i64>,
     pub amount_minor: i64,
     pub currency: String,
+    pub affiliate_fee_minor: i64,
     pub paid_at: String,
     pub outcome: String,
     #[serde(deserialize_with = "Option::deserialize")]
