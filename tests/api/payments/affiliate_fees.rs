@@ -277,3 +277,49 @@ async fn a_fee_recorded_after_its_day_was_rolled_up_rolls_the_day_again() {
     .unwrap();
     assert_eq!(xtr_revenue(&app, day).await, [PRICE, PRICE, 0, 40, -40, 1]);
 }
+
+/// A referred buyer's Stars payment earns its commission line on the Stars paid (door 3, the
+/// payment core's locked path); once Telegram's fee is read, the unpaid line is computed again
+/// on the net, once.
+#[tokio::test]
+async fn the_fee_recomputes_a_referred_payment_s_unpaid_commission_on_the_net() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let reference = buyer(&app, 7_410, -1_007_400_000_010).await;
+    let db = app.db().await;
+    db.batch_execute(
+        "UPDATE referral_program SET enabled = true, first_percent = 20;
+         INSERT INTO affiliates (name, code) VALUES ('Partner', 'PARTNER');
+         INSERT INTO referral_attributions (subscriber_id, affiliate_id)
+         SELECT s.id, a.id FROM subscribers s, affiliates a WHERE s.telegram_user_id = 7410;",
+    )
+    .await
+    .unwrap();
+    pay(&app, "aff-ref", 7_410, &reference).await;
+    let line = || async {
+        let r = app
+            .db()
+            .await
+            .query_one(
+                "SELECT amount_minor, base_minor, status FROM commission_lines",
+                &[],
+            )
+            .await
+            .unwrap();
+        (
+            r.get::<_, i64>(0),
+            r.get::<_, i64>(1),
+            r.get::<_, String>(2),
+        )
+    };
+    assert_eq!(line().await, (PRICE * 20 / 100, PRICE, "pending".into()));
+
+    fake.add_incoming_payment_with_affiliate("aff-ref", 7_410, &reference, PRICE, (50, 200));
+    reconcile(&app).await;
+    reconcile(&app).await;
+    assert_eq!(
+        line().await,
+        ((PRICE - 50) * 20 / 100, PRICE - 50, "pending".into())
+    );
+    assert_eq!(app.count("commission_lines").await, 1);
+}
