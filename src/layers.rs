@@ -664,6 +664,20 @@ mod tests {
                     crate::messages::broadcasts::Status::as_str,
                 ),
             ),
+            (
+                "status",
+                spellings(
+                    &crate::referrals::lines::Status::ALL,
+                    crate::referrals::lines::Status::as_str,
+                ),
+            ),
+            (
+                "kind",
+                spellings(
+                    &crate::referrals::lines::Kind::ALL,
+                    crate::referrals::lines::Kind::as_str,
+                ),
+            ),
         ] {
             known.entry(word).or_default().extend(words);
         }
