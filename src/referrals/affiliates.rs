@@ -272,6 +272,7 @@ pub async fn change(tx: &Transaction<'_>, id: i32, c: &Change) -> Result<Affilia
     "paying_buyers": 5, "currencies": [{"currency": "UAH", "revenue_minor": 99500,
     "commission": {"pending": 5970, "payable": 11940, "paid": 11940, "reversed": 0},
     "reversals_minor": -5970, "balance_minor": 5970}]}))]
+#[schema(as = AffiliateSummary)]
 pub struct Summary {
     pub affiliate_id: i32,
     /// Every `/start r_<code>` of its code recorded (whatever each came to).
@@ -287,6 +288,7 @@ pub struct Summary {
 /// An affiliate's money in one currency. Sums of minor units are exact integers of any size
 /// ([`db::exact_sum`]).
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[schema(as = AffiliateCurrencySummary)]
 pub struct CurrencySummary {
     pub currency: String,
     /// The amounts the earning lines were computed on (each payment's amount net of
@@ -305,6 +307,7 @@ pub struct CurrencySummary {
 
 /// Earning lines' amounts by status.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[schema(as = CommissionByStatus)]
 pub struct Commission {
     /// In their hold.
     pub pending: i128,

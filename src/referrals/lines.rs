@@ -61,6 +61,7 @@ pub(crate) use status_sql;
     "kind": "first", "amount_minor": 5970, "currency": "UAH", "percent": 30,
     "base_minor": 19900, "status": "payable", "payable_at": "2026-01-15T10:00:00Z",
     "payout_id": null, "created_at": "2026-01-01T10:00:00Z", "reversed_at": null}))]
+#[schema(as = CommissionLine)]
 pub struct Line {
     pub id: i64,
     pub affiliate_id: i32,

@@ -19,6 +19,7 @@ crate::text_enum! {
 
 /// The program as staff read and write it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[schema(as = ReferralProgram)]
 pub struct Program {
     pub enabled: bool,
     /// `first_click` or `last_click`.
@@ -74,6 +75,7 @@ pub async fn get(client: &impl GenericClient) -> Result<Program, ApiError> {
 
 /// A plan's own rates, in place of the program's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[schema(as = ReferralRates)]
 pub struct Rates {
     pub first_percent: i32,
     pub renewal_percent: i32,
@@ -170,6 +172,7 @@ pub async fn change(tx: &Transaction<'_>, c: &Change) -> Result<Program, ApiErro
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[schema(example = json!({"plan_id": 3, "first_percent": 30, "renewal_percent": 10,
     "source": "plan"}))]
+#[schema(as = PlanReferralRates)]
 pub struct PlanRates {
     pub plan_id: i64,
     pub first_percent: i32,

@@ -21,6 +21,7 @@ use crate::{
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"enabled": true, "attribution": "last_click", "window_days": 30,
     "hold_days": 14, "first_percent": 30, "renewal_percent": 10, "renewal_months": 12}))]
+#[schema(as = ReferralProgramPatch)]
 pub struct ProgramPatch {
     #[serde(default, deserialize_with = "nullable")]
     #[schema(value_type = bool)]
@@ -151,6 +152,7 @@ pub async fn patch(
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"first_percent": 30, "renewal_percent": 10}))]
+#[schema(as = ReferralRatesInput)]
 pub struct RatesInput {
     /// 0..90: percent of a first purchase's net amount.
     #[schema(required = true, nullable = false, minimum = 0, maximum = 90)]
