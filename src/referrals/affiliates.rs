@@ -44,7 +44,7 @@ pub fn normalize_code(code: &str) -> Option<String> {
     fits.then_some(upper)
 }
 
-/// A new random code: [`DRAWN_CODE_LEN`] upper-case letters and digits.
+/// A new random code: eight upper-case letters and digits (`DRAWN_CODE_LEN`).
 pub fn draw_code() -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
     let mut rng = rand::rngs::OsRng;

@@ -2,7 +2,7 @@
 //! as staff see it, its status as it reads now, the staff list and the CSV's pages.
 //!
 //! A line is stored `pending`, `paid` or `reversed`; a `pending` line whose `payable_at` has
-//! passed reads as `payable` ([`status_sql!`], the one spelling of that rule in SQL, which the
+//! passed reads as `payable` (`status_sql!`, the one spelling of that rule in SQL, which the
 //! list, its filter, the summary and the payout share; the outbound events' trigger in
 //! migration 0025 spells the same).
 
