@@ -3,26 +3,22 @@
 //! with it.
 //!
 //! The row is the one `affiliates` row of the buyer (`affiliates_subscriber_key`): one staff
-//! made is reused, a deactivated one refuses the buyer. A new one gets a random code of
-//! [`CODE_LEN`] characters; it is inserted with `ON CONFLICT DO NOTHING` and read back by the
+//! made is reused, a deactivated one refuses the buyer. A new one gets a random code
+//! ([`affiliates::draw_code`]); it is inserted with `ON CONFLICT DO NOTHING` and read back by the
 //! buyer, so two asks at once end with one row, and a code that happens to be taken is simply
 //! drawn again.
 
 use deadpool_postgres::GenericClient;
-use rand::Rng;
 
 use crate::{
     access::subscribers,
     common::error::ApiError,
     db,
-    referrals::program::{self, Program},
+    referrals::{
+        affiliates,
+        program::{self, Program},
+    },
 };
-
-/// The length of a code made for a buyer.
-pub const CODE_LEN: usize = 8;
-
-/// The characters of a code made for a buyer.
-const CODE_CHARS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
 
 /// How many codes are drawn before giving up (36⁸ codes: a second draw is already rare).
 const DRAWS: usize = 8;
@@ -103,7 +99,7 @@ pub async fn own_link(
 async fn create(client: &impl GenericClient, subscriber_id: i32) -> Result<Own, ApiError> {
     let name = name_of(client, subscriber_id).await?;
     for _ in 0..DRAWS {
-        let code = new_code();
+        let code = affiliates::draw_code();
         db::execute(client, INSERT_SQL, &[&name, &subscriber_id, &code]).await?;
         // Ours, or one made for the buyer at the same time; none: the code was taken.
         if let Some(own) = db::opt::<Own>(client, OWN_SQL, &[&subscriber_id]).await? {
@@ -128,30 +124,4 @@ async fn name_of(client: &impl GenericClient, subscriber_id: i32) -> Result<Stri
         .filter(|n| !n.trim().is_empty())
         .or_else(|| s.username.map(|u| format!("@{u}")))
         .unwrap_or_else(|| format!("Telegram {}", s.telegram_user_id)))
-}
-
-/// A random code of [`CODE_LEN`] characters of `A-Z 0-9`.
-fn new_code() -> String {
-    let mut rng = rand::thread_rng();
-    (0..CODE_LEN)
-        .map(|_| CODE_CHARS[rng.gen_range(0..CODE_CHARS.len())] as char)
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_new_code_is_eight_letters_or_digits() {
-        for _ in 0..100 {
-            let code = new_code();
-            assert_eq!(code.len(), CODE_LEN);
-            assert!(
-                code.bytes()
-                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()),
-                "{code}"
-            );
-        }
-    }
 }

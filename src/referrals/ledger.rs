@@ -29,7 +29,7 @@
 use chrono::{DateTime, Duration, Months, Utc};
 use deadpool_postgres::Transaction;
 
-use super::{program::Rates, rewards};
+use super::{affiliates, program::Rates, rewards};
 use crate::{
     common::{
         error::ApiError,
@@ -289,7 +289,6 @@ pub async fn on_applied(tx: &Transaction<'_>, p: &Paid) -> Result<Earns, ApiErro
 
 const LINE_AFFILIATE_SQL: &str = "SELECT affiliate_id FROM commission_lines
      WHERE payment_id = $1 AND kind <> 'reversal'";
-const LOCK_AFFILIATE_SQL: &str = "SELECT id FROM affiliates WHERE id = $1 FOR UPDATE";
 
 /// Under the affiliate's lock: an unpaid line is reversed; a paid one gets its negative
 /// `reversal` line (payable now), at most once.
@@ -336,7 +335,7 @@ pub async fn reverse(tx: &Transaction<'_>, payment_id: i64) -> Result<Reversed, 
         return Ok(done);
     };
     let affiliate_id: i32 = line.try_get("affiliate_id")?;
-    db::execute(tx, LOCK_AFFILIATE_SQL, &[&affiliate_id]).await?;
+    affiliates::lock(tx, affiliate_id).await?;
     let r = db::row_one(tx, REVERSE_SQL, &[&payment_id]).await?;
     done.unpaid = r.try_get::<_, i64>("unpaid")? > 0;
     done.paid_back = r.try_get::<_, i64>("back")? > 0;

@@ -16,6 +16,8 @@
 
 use deadpool_postgres::{Pool, Transaction};
 
+use super::affiliates;
+
 use crate::{
     access::{
         memberships::{self, Cause},
@@ -29,8 +31,6 @@ use crate::{
     orders::seats,
     outbox::effects::{self, Effect, NewEffect, Payload, payload::ReferralReward},
 };
-
-const LOCK_AFFILIATE_SQL: &str = "SELECT id FROM affiliates WHERE id = $1 FOR UPDATE";
 
 /// What is left of the cap is read by a statement issued after the affiliate's lock, so it sees
 /// every reward committed before.
@@ -62,7 +62,7 @@ pub(super) struct Owed {
 /// nearly used, nothing when it is used up) and enqueues the effect that grants them. Returns
 /// the days owed.
 pub(super) async fn owe(tx: &Transaction<'_>, o: &Owed) -> Result<Option<i32>, ApiError> {
-    db::execute(tx, LOCK_AFFILIATE_SQL, &[&o.affiliate_id]).await?;
+    affiliates::lock(tx, o.affiliate_id).await?;
     let Some(row) = db::row_opt(
         tx,
         OWE_SQL,
