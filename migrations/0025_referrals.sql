@@ -33,7 +33,7 @@ INSERT INTO referral_program DEFAULT VALUES;
 
 -- A plan's own rates, in place of the program's.
 CREATE TABLE plan_referral_rates (
-    plan_id         integer     PRIMARY KEY REFERENCES plans (id) ON DELETE CASCADE,
+    plan_id         bigint      PRIMARY KEY REFERENCES plans (id) ON DELETE CASCADE,
     first_percent   integer     NOT NULL,
     renewal_percent integer     NOT NULL,
     updated_at      timestamptz NOT NULL DEFAULT statement_timestamp(),
@@ -130,8 +130,9 @@ CREATE INDEX commission_lines_open_idx ON commission_lines (affiliate_id, curren
 
 -- Reward days owed to a buyer-referrer for a referred buyer's first purchase: written in the
 -- payment's transaction, granted (and taken back after a refund) by a `referral_reward` effect
--- under the referrer's own pair lock. `granted_event_id` / `taken_back_event_id`: the
--- membership events that did it; `reversed_at`: the payment was taken back.
+-- under the referrer's own pair lock. `granted_at` / `taken_back_at`: when the effect added the
+-- days and took them back; `reversed_at`: the payment was taken back (before the grant: the
+-- days are never granted).
 CREATE TABLE referral_rewards (
     id                  bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     affiliate_id        integer     NOT NULL REFERENCES affiliates (id),
@@ -141,8 +142,8 @@ CREATE TABLE referral_rewards (
     days                integer     NOT NULL,
     created_at          timestamptz NOT NULL DEFAULT statement_timestamp(),
     reversed_at         timestamptz,
-    granted_event_id    bigint,
-    taken_back_event_id bigint,
+    granted_at          timestamptz,
+    taken_back_at       timestamptz,
     CONSTRAINT referral_rewards_payment_key UNIQUE (payment_id),
     CONSTRAINT referral_rewards_days_check CHECK (days BETWEEN 1 AND 365)
 );

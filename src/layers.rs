@@ -664,6 +664,20 @@ mod tests {
                     crate::messages::broadcasts::Status::as_str,
                 ),
             ),
+            (
+                "status",
+                spellings(
+                    &crate::referrals::ledger::Status::ALL,
+                    crate::referrals::ledger::Status::as_str,
+                ),
+            ),
+            (
+                "kind",
+                spellings(
+                    &crate::referrals::ledger::Kind::ALL,
+                    crate::referrals::ledger::Kind::as_str,
+                ),
+            ),
         ] {
             known.entry(word).or_default().extend(words);
         }

@@ -238,3 +238,31 @@ marketing-stopped = Done: you will get no more news or offers from this bot. Mes
 message-buy-button = Buy: { $title }
 # The button back to an order that can still be paid.
 message-pay-button = Complete the payment
+
+## /referral: the buyer's own referral link
+
+# A friend's first purchase through the link earns the buyer free days of access.
+referral-link-days =
+    Your referral link:
+    { $link }
+
+    Share it with friends: for each friend's first purchase through it, you get { $days ->
+        [one] { $days } free day
+       *[other] { $days } free days
+    } of access.
+# A friend's first purchase through the link earns the buyer a percent of it.
+referral-link-percent =
+    Your referral link:
+    { $link }
+
+    Share it with friends: for each friend's first purchase through it, you earn { $percent } of its price.
+# The link, when the program sets nothing for the buyer to earn.
+referral-link =
+    Your referral link:
+    { $link }
+
+    Share it with friends.
+# The program is off, buyers get no links of their own, or the bot has no username.
+referral-unavailable = Sorry, referral links are not available right now.
+# The buyer's own referral link was switched off by staff.
+referral-refused = Sorry, the referral program is not available to you.

@@ -148,6 +148,10 @@ crate::text_enum! {
         Promo => "promo",
         /// The payment that bought the term was refunded at the gateway.
         Refund => "refund",
+        /// A buyer-referrer's reward days for a referred buyer's purchase.
+        Referral => "referral",
+        /// Those days taken back: the referred purchase was refunded.
+        ReferralBack => "referral_back",
     }
 }
 
@@ -162,6 +166,10 @@ pub enum Cause {
     Promo,
     /// The payment's refund at the gateway: what it bought taken back ([`take_back`]).
     Refund(i64),
+    /// A buyer-referrer's reward days ([`extend()`]).
+    Referral,
+    /// Reward days taken back ([`take_back_days`]).
+    ReferralBack,
 }
 
 impl Cause {
@@ -172,6 +180,8 @@ impl Cause {
             Cause::Trial => (EventCause::Trial, None),
             Cause::Promo => (EventCause::Promo, None),
             Cause::Refund(id) => (EventCause::Refund, Some(id)),
+            Cause::Referral => (EventCause::Referral, None),
+            Cause::ReferralBack => (EventCause::ReferralBack, None),
         }
     }
 }

@@ -54,6 +54,7 @@ const CSV_COLUMNS: &[&str] = &[
     "channel_id",
     "amount_minor",
     "currency",
+    "affiliate_fee_minor",
     "paid_at",
     "outcome",
     "reason",

@@ -25,6 +25,10 @@ use crate::{
     common::{error::ApiError, ids::SubscriberId},
     config::Config,
     payments::star_subscriptions::{self, CancelRefusal, CancelledBy},
+    referrals::{
+        affiliates, attribution,
+        buyer_links::{self, Earns, OwnLink},
+    },
 };
 
 /// The conversation step for `action` (`remembered`: the language remembered for the buyer);
@@ -67,12 +71,12 @@ fn only_reads(command: &Command) -> bool {
     match command {
         Command::Start(Some(payload)) => !matches!(
             render::deep_link(payload),
-            Some(DeepLink::Plan { code: Some(_), .. })
+            Some(DeepLink::Plan { code: Some(_), .. } | DeepLink::Referral { .. })
         ),
         Command::Code(code) => code.is_none(),
         Command::Language(code) => code.as_deref().and_then(Language::of_tag).is_none(),
         Command::Start(None) | Command::Help | Command::Subscriptions | Command::Other => true,
-        Command::Stop => false,
+        Command::Stop | Command::Referral => false,
     }
 }
 
@@ -130,6 +134,7 @@ async fn read_command(
             Some(DeepLink::Plan { id, .. }) => {
                 plan_page(client, config, l, user_id, id, None).await?
             }
+            Some(DeepLink::Referral { .. }) => unreachable!("only_reads: a click writes"),
             None => catalogue(client, config, l, user_id, None, 0).await?.0,
         },
         Command::Code(_) => render::Rendered {
@@ -138,7 +143,7 @@ async fn read_command(
         },
         Command::Language(_) => render::language_choice(l),
         Command::Subscriptions => subscriptions(client, config, l, user_id).await?,
-        Command::Stop => unreachable!("only_reads: /stop writes"),
+        Command::Stop | Command::Referral => unreachable!("only_reads: they write"),
         Command::Other => render::Rendered {
             text: texts::help(l),
             rows: Vec::new(),
@@ -192,6 +197,13 @@ async fn command(
                 let intro = apply_code(tx, l, from, &code, Some(id)).await?;
                 plan_page(tx, config, l, from.id, id, Some(intro)).await?
             }
+            Some(DeepLink::Referral { code, plan }) => {
+                referral_click(tx, from, &code).await?;
+                match plan {
+                    Some(id) => plan_page(tx, config, l, from.id, id, None).await?,
+                    None => catalogue(tx, config, l, from.id, None, 0).await?.0,
+                }
+            }
             _ => unreachable!("read_command shows every other deep link"),
         },
         Command::Code(Some(code)) => render::Rendered {
@@ -207,6 +219,10 @@ async fn command(
         },
         Command::Stop => render::Rendered {
             text: stop(tx, l, from).await?,
+            rows: Vec::new(),
+        },
+        Command::Referral => render::Rendered {
+            text: own_referral_link(tx, config, l, from).await?,
             rows: Vec::new(),
         },
         _ => unreachable!("read_command shows every command that only reads"),
@@ -277,6 +293,46 @@ async fn stop(tx: &Transaction<'_>, l: Language, from: &Sender) -> Result<String
         "buyer opted out of broadcasts and automations"
     );
     Ok(texts::marketing_stopped(l))
+}
+
+/// `/start r_<code>`: the click is recorded and may attribute the buyer
+/// ([`attribution::click`]); the buyer sees what a plain `/start` (or the plan's link) shows
+/// either way, so a code's fate tells a guesser nothing.
+async fn referral_click(tx: &Transaction<'_>, from: &Sender, code: &str) -> Result<(), ApiError> {
+    let buyer = buy::upsert_subscriber(tx, from).await?;
+    if attribution::click(tx, code, buyer).await?.is_none() {
+        tracing::info!(
+            subscriber_id = buyer,
+            "referral click of an unknown or inactive code ignored"
+        );
+    }
+    Ok(())
+}
+
+/// `/referral`: the buyer's own link (made on their first ask) and what it earns them, when
+/// the program lets buyers have one and the bot has a username to link to.
+async fn own_referral_link(
+    tx: &Transaction<'_>,
+    config: &Config,
+    l: Language,
+    from: &Sender,
+) -> Result<String, ApiError> {
+    let Some(bot) = config.telegram_bot_username.as_deref() else {
+        return Ok(texts::referral_unavailable(l));
+    };
+    let buyer = buy::upsert_subscriber(tx, from).await?;
+    Ok(match buyer_links::own_link(tx, buyer).await? {
+        OwnLink::Unavailable => texts::referral_unavailable(l),
+        OwnLink::Refused => texts::referral_refused(l),
+        OwnLink::Code { code, earns } => {
+            let link = affiliates::link(bot, &code);
+            match earns {
+                Earns::Days(days) => texts::referral_link_days(l, &link, days),
+                Earns::Percent(p) => texts::referral_link_percent(l, &link, &texts::percent(l, p)),
+                Earns::Nothing => texts::referral_link(l, &link),
+            }
+        }
+    })
 }
 
 /// `/language <code>` or a language button: the buyer's language from now on (remembered on

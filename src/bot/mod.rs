@@ -5,7 +5,11 @@
 //! a trial the buyer can still use; a bundle under its first channel), `/start c<id>` (a
 //! channel's `buy_link`) one channel's plans, `/start p<id>` (a plan's) one plan, `/start
 //! p<id>-<CODE>` that plan with a promo code applied, `/code CODE` keeps a code for the next
-//! order ([`codes`]; wrong codes are limited, [`guesses`]), `/subscriptions` the buyer's memberships with renew and cancel-renewal
+//! order ([`codes`]; wrong codes are limited, [`guesses`]), `/start r_<CODE>` (and `/start
+//! r_<CODE>-p<id>`) an affiliate's referral link: the click recorded and the buyer attributed
+//! ([`crate::referrals::attribution`]), then the catalogue (or the plan) as without it,
+//! `/referral` the buyer's own referral link ([`crate::referrals::buyer_links`]),
+//! `/subscriptions` the buyer's memberships with renew and cancel-renewal
 //! buttons, `/language` the language the bot writes in (English, Ukrainian, Russian: the one
 //! remembered for the buyer, else their Telegram app's, else `BOT_DEFAULT_LANGUAGE`;
 //! `crate::present::locale`). A buy button makes (or reuses) the buyer's order of the plan and sends the invoice:

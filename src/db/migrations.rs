@@ -123,6 +123,16 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "messages_to_members",
         include_str!("../../migrations/0024_messages_to_members.sql"),
     ),
+    (
+        25,
+        "referrals",
+        include_str!("../../migrations/0025_referrals.sql"),
+    ),
+    (
+        26,
+        "affiliate_fees",
+        include_str!("../../migrations/0026_affiliate_fees.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,

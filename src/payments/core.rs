@@ -73,6 +73,7 @@ use crate::{
         self,
         seats::{self, LockedOrder, SeatCheck},
     },
+    referrals,
 };
 
 pub use crate::common::vocabulary::{Gateway, Reason};
@@ -108,7 +109,7 @@ impl NormalizedPayment {
 macro_rules! payment_columns {
     () => {
         "id, gateway, external_id, order_reference, order_id, subscriber_id, channel_id, \
-         amount_minor, currency, paid_at, outcome, reason, created_at"
+         amount_minor, currency, affiliate_fee_minor, paid_at, outcome, reason, created_at"
     };
 }
 
@@ -126,10 +127,13 @@ use renewals::*;
 
 /// A stored payment as the API shows it. `order_reference` is shown too (beyond API.md's list)
 /// so staff can reconcile an `unknown_order` payment, whose order fields are null.
+/// `affiliate_fee_minor` is Telegram's affiliate commission on a Stars payment
+/// ([`affiliate_fees`](super::affiliate_fees)), 0 until the Stars reconcile records one.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[schema(example = json!({"id": 1, "gateway": "acme", "external_id": "pay_1",
     "order_reference": "ord_5f0c1e7a9b2d4c6e8f1a3b5c7d9e0f21", "order_id": 1, "subscriber_id": 1,
-    "channel_id": 1, "amount_minor": 19900, "currency": "UAH", "paid_at": "2025-01-01T10:05:00Z",
+    "channel_id": 1, "amount_minor": 19900, "currency": "UAH", "affiliate_fee_minor": 0,
+    "paid_at": "2025-01-01T10:05:00Z",
     "outcome": "applied", "reason": null, "created_at": "2025-01-01T10:05:01Z"}))]
 pub struct Payment {
     pub id: i64,
@@ -142,6 +146,9 @@ pub struct Payment {
     pub channel_id: Option<i32>,
     pub amount_minor: i64,
     pub currency: String,
+    /// Telegram's affiliate commission taken from this Stars payment, in its minor units
+    /// (whole Stars); 0 when none (always 0 for other gateways).
+    pub affiliate_fee_minor: i64,
     pub paid_at: DateTime<Utc>,
     pub outcome: Outcome,
     /// Why it was not applied (null when applied).
@@ -166,6 +173,7 @@ crate::from_row!(Payment [payment_columns!()] {
     channel_id,
     amount_minor,
     currency,
+    affiliate_fee_minor,
     paid_at,
     outcome,
     reason,
@@ -337,6 +345,7 @@ mod tests {
             channel_id: Some(1),
             amount_minor: 19900,
             currency: "UAH".into(),
+            affiliate_fee_minor: 0,
             paid_at: Utc::now(),
             outcome: Outcome::Applied,
             reason: None,

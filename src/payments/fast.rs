@@ -2,8 +2,10 @@
 //! instead of six, with the same checks, locks and writes.
 //!
 //! The common case is a payment that passes every check on an order of a plan of one channel
-//! without a seat limit and without a promo code, through a door that names no payer and no
-//! place in a Stars subscription (doors 1, 2 and 4). For it:
+//! without a seat limit and without a promo code, of a buyer no affiliate referred (while the
+//! referral program is on: such a payment earns a commission line, [`crate::referrals`]),
+//! through a door that names no payer and no place in a Stars subscription (doors 1, 2 and 4).
+//! For it:
 //!
 //! 1. **Read, without locks** ([`READ_SQL`], one statement outside a transaction): the order by
 //!    its reference with everything the locked read of the lock order reads
@@ -23,7 +25,8 @@
 //!    (`docs/locking.md`) as a locked extension does
 //!    (`access/memberships/extend.sql`) and writes the payment, the paid order, the
 //!    membership, its event and its grant or receipt — only if every row version the checks
-//!    read is still the current one (and the membership still absent if it was). Otherwise it
+//!    read is still the current one (and the membership still absent if it was), and the buyer
+//!    still unreferred. Otherwise it
 //!    writes nothing, the empty transaction commits, and the payment takes the locked path,
 //!    which decides it from the rows as they are now. Every later expression of the statement
 //!    reads its rows from the one before, so it writes all of it or nothing.
@@ -220,7 +223,8 @@ where
         membership_version: row.try_get("membership_version")?,
         payment_id: row.try_get("new_payment_id")?,
     };
-    if !is_common_case(p, &read.order) {
+    // A referred buyer's payment earns its affiliate a line, which the locked path writes.
+    if row.try_get::<_, bool>("referred")? || !is_common_case(p, &read.order) {
         return Ok(Fast::Locked);
     }
     if let Some(between) = between {
@@ -323,6 +327,8 @@ async fn write(
             channel_id: Some(o.channel_id),
             amount_minor: p.amount_minor,
             currency: p.currency.clone(),
+            // Only the Stars reconcile records a fee, on a stored payment.
+            affiliate_fee_minor: 0,
             paid_at,
             outcome,
             reason: None,

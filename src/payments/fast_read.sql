@@ -15,6 +15,8 @@ SELECT o.*, c.active, c.seat_limit, c.billing_period_days, s.telegram_user_id,
        (SELECT pm.xmin::text FROM memberships pm
         WHERE pm.subscriber_id = o.subscriber_id AND pm.channel_id = o.channel_id)
            AS membership_version,
+       EXISTS (SELECT 1 FROM referral_attributions ra JOIN referral_program rp ON rp.enabled
+               WHERE ra.subscriber_id = o.subscriber_id) AS referred,
        st.stored,
        CASE WHEN st.stored THEN NULL
             ELSE nextval(pg_get_serial_sequence('payments', 'id')) END AS new_payment_id

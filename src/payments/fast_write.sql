@@ -6,6 +6,8 @@ WITH fresh AS (
       AND (SELECT pm.xmin::text FROM memberships pm
            WHERE pm.subscriber_id = $1 AND pm.channel_id = $2)
           IS NOT DISTINCT FROM $24::text
+      AND NOT EXISTS (SELECT 1 FROM referral_attributions ra JOIN referral_program rp ON rp.enabled
+                      WHERE ra.subscriber_id = $1)
     FOR KEY SHARE OF c
 ), inserted AS (
     INSERT INTO payments (id, gateway, external_id, order_reference, order_id, subscriber_id,

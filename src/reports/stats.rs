@@ -14,7 +14,9 @@
 //! - **revenue**: payments by `paid_at`. `gross` is every payment the core accepted (`applied`,
 //!   and those refunded, being refunded or disputed since); payments kept for review are not
 //!   revenue. `refunded` is the part of those refunded or disputed (by the payment's own
-//!   interval), `net` the rest.
+//!   interval), `net` the rest. `affiliate_fees` is Telegram's affiliate commission on the
+//!   payments counted in `gross` (`payments.affiliate_fee_minor`, refunded ones included: the
+//!   fee was taken when the payment was made), and `net_after_fees` is `net` minus it.
 //! - **members**, from the membership events: `new` memberships (their creation), `renewed`
 //!   (a payment extending an existing membership), `expired` (moved to expired: churn),
 //!   `trials_started` (trial uses), `trials_converted` (the first paid payment of a pair after
@@ -68,8 +70,9 @@ pub fn intervals(from: DateTime<Utc>, to: DateTime<Utc>, interval: Interval) -> 
 
 /// One interval and currency of revenue.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-#[schema(example = json!({"start": "2026-01-05T00:00:00Z", "currency": "UAH",
-    "gross_minor": 597000, "refunded_minor": 19900, "net_minor": 577100, "payments": 30}))]
+#[schema(example = json!({"start": "2026-01-05T00:00:00Z", "currency": "XTR",
+    "gross_minor": 7500, "refunded_minor": 250, "net_minor": 7250,
+    "affiliate_fees_minor": 500, "net_after_fees_minor": 6750, "payments": 30}))]
 pub struct Revenue {
     /// Where the interval starts (UTC).
     pub start: DateTime<Utc>,
@@ -77,7 +80,13 @@ pub struct Revenue {
     /// Sums of minor units are exact integers of any size ([`crate::db::exact_sum`]).
     pub gross_minor: i128,
     pub refunded_minor: i128,
+    /// `gross_minor` minus `refunded_minor`.
     pub net_minor: i128,
+    /// Telegram's affiliate commission on the payments in `gross_minor` (Stars only; 0 in
+    /// other currencies).
+    pub affiliate_fees_minor: i128,
+    /// `net_minor` minus `affiliate_fees_minor`.
+    pub net_after_fees_minor: i128,
     /// How many payments make up `gross_minor`.
     pub payments: i64,
 }
@@ -280,6 +289,8 @@ pub async fn revenue(
                 gross_minor: db::exact_sum(r, "gross_minor")?,
                 refunded_minor: db::exact_sum(r, "refunded_minor")?,
                 net_minor: db::exact_sum(r, "net_minor")?,
+                affiliate_fees_minor: db::exact_sum(r, "affiliate_fees_minor")?,
+                net_after_fees_minor: db::exact_sum(r, "net_after_fees_minor")?,
                 payments: r.try_get("payments")?,
             })
         })

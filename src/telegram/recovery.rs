@@ -13,7 +13,11 @@
 //!   tool, or an update we missed) — as a `refunded` payment (reason `refunded_elsewhere`)
 //!   that grants nothing ([`refunds::record_refunded_elsewhere`]);
 //! - marks `refunded` every `refund_pending` payment whose refund (an outgoing transaction to
-//!   its payer carrying its charge id) is listed ([`refunds::confirm`]).
+//!   its payer carrying its charge id) is listed ([`refunds::confirm`]);
+//! - records Telegram's affiliate fee of every incoming payment that carries one
+//!   (`source.affiliate`) on its payment, after the payments above are recovered, so a
+//!   recovered payment gets its fee in the same run ([`affiliate_fees::record`]: once per
+//!   payment, and a fee whose payment is not stored yet is kept for a later run).
 //!
 //! Telegram documents the list as chronological, so a run resumes where the last one ended
 //! (one page back, in case of late inserts; the cursor is the `star_reconcile` row); if the
@@ -34,6 +38,7 @@ use crate::{
     config::Config,
     db,
     payments::{
+        affiliate_fees,
         core::{Gateway, NormalizedPayment, apply_payment},
         refunds,
     },
@@ -57,6 +62,10 @@ pub struct ReconcileReport {
     pub refunded_elsewhere: u64,
     /// `refund_pending` payments confirmed refunded.
     pub refunds_confirmed: u64,
+    /// Stars payments whose affiliate fee was recorded (it was new or had changed).
+    pub affiliate_fees_recorded: u64,
+    /// Affiliate fees read whose payment is not stored yet: kept for a later run.
+    pub affiliate_fees_waiting: u64,
 }
 
 /// Reconciles Stars transactions once with the configured bot (`TELEGRAM_BOT_TOKEN`,
@@ -84,12 +93,19 @@ pub async fn reconcile_with(pool: &Pool, bot: &BotApi) -> Result<ReconcileReport
     // Refunds first: a refunded payment must not be mistaken for a missing one later.
     report.refunds_confirmed = confirm_refunds(pool, &seen).await?;
     recover_missing(pool, &seen, start.now, &mut report).await?;
+    // After the recovery, so a payment recovered now gets its fee now; before the cursor
+    // moves, so fees that could not be noted are read again by the next run.
+    let fees = affiliate_fees::record(pool, &affiliate_fees_of(&seen)).await?;
+    report.affiliate_fees_recorded = fees.changed;
+    report.affiliate_fees_waiting = fees.waiting;
     save_cursor(pool, next_offset, start.now).await?;
     tracing::info!(
         transactions = report.transactions,
         payments_recovered = report.payments_recovered,
         refunded_elsewhere = report.refunded_elsewhere,
         refunds_confirmed = report.refunds_confirmed,
+        affiliate_fees_recorded = report.affiliate_fees_recorded,
+        affiliate_fees_waiting = report.affiliate_fees_waiting,
         "Stars transactions reconciled"
     );
     Ok(report)
@@ -237,6 +253,14 @@ async fn recover_missing(
         }
     }
     Ok(())
+}
+
+/// (charge id, whole Stars) of Telegram's affiliate fee on every incoming payment among `seen`
+/// that carries one.
+fn affiliate_fees_of(seen: &[StarTransaction]) -> Vec<(String, i64)> {
+    seen.iter()
+        .filter_map(|t| t.affiliate_fee().map(|fee| (t.id.clone(), fee)))
+        .collect()
 }
 
 async fn keep_refunded_elsewhere(

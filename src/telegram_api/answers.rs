@@ -42,6 +42,36 @@ pub struct TransactionPartner {
     pub user: Option<PartnerUser>,
     #[serde(default)]
     pub invoice_payload: Option<String>,
+    /// `TransactionPartnerUser.affiliate`: the affiliate of one of Telegram's affiliate programs
+    /// that received a commission via this transaction (invoice and paid-media payments only).
+    #[serde(default)]
+    pub affiliate: Option<AffiliateInfo>,
+}
+
+/// `AffiliateInfo`: who received a commission from a transaction, and how much. Telegram's own
+/// affiliate programs, not ours: the commission is taken from what the bot receives.
+#[derive(Debug, Clone, Deserialize)]
+pub struct AffiliateInfo {
+    /// The bot or user that received the commission, if one did.
+    #[serde(default)]
+    pub affiliate_user: Option<PartnerUser>,
+    /// The chat that received the commission, if one did (only its id is read).
+    #[serde(default)]
+    pub affiliate_chat: Option<PartnerChat>,
+    /// Stars the affiliate receives for each 1000 Stars the bot receives from referred users.
+    pub commission_per_mille: i64,
+    /// Whole Stars the affiliate received from this transaction, rounded towards 0; negative
+    /// for refunds.
+    pub amount: i64,
+    /// 1/1 000 000 000 shares of a Star beyond `amount` (-999 999 999..=999 999 999).
+    #[serde(default)]
+    pub nanostar_amount: Option<i64>,
+}
+
+/// The chat of an `AffiliateInfo` (only its id is read).
+#[derive(Debug, Clone, Deserialize)]
+pub struct PartnerChat {
+    pub id: i64,
 }
 
 /// The user of a `TransactionPartnerUser`.
@@ -65,6 +95,16 @@ impl StarTransaction {
             return None;
         }
         Some((s.user.as_ref()?.id, s.invoice_payload.as_deref()?))
+    }
+
+    /// The affiliate commission Telegram took from this incoming payment, when one of its
+    /// affiliate programs brought the buyer: the whole Stars the affiliate received
+    /// (`source.affiliate.amount`). `None` for anything but an incoming user payment with an
+    /// affiliate, and for a negative amount (that belongs to a refund, never to a payment).
+    pub fn affiliate_fee(&self) -> Option<i64> {
+        self.incoming_user_payment()?;
+        let amount = self.source.as_ref()?.affiliate.as_ref()?.amount;
+        (amount >= 0).then_some(amount)
     }
 
     /// True when this is an outgoing transaction to `user_id` carrying `charge_id`: the refund
@@ -102,6 +142,7 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(incoming.incoming_user_payment(), Some((7, "ord_x")));
+        assert_eq!(incoming.affiliate_fee(), None, "no affiliate, no fee");
         assert!(
             !incoming.is_refund_of("ch_1", 7),
             "an id match alone is not a refund"
@@ -123,5 +164,43 @@ mod tests {
         }))
         .unwrap();
         assert!(!withdrawal.is_refund_of("ch_1", 7));
+        assert_eq!(withdrawal.affiliate_fee(), None);
+    }
+
+    #[test]
+    fn the_affiliate_fee_is_read_from_an_incoming_payment_only() {
+        let with = |source: serde_json::Value| -> StarTransaction {
+            serde_json::from_value(
+                json!({"id": "ch_9", "amount": 500, "date": 1, "source": source}),
+            )
+            .unwrap()
+        };
+        let user = json!({"id": 7, "is_bot": false, "first_name": "A"});
+        let paid = with(json!({
+            "type": "user", "transaction_type": "invoice_payment", "user": user,
+            "invoice_payload": "ord_x",
+            "affiliate": {"affiliate_chat": {"id": -100123, "type": "channel", "title": "C"},
+                          "commission_per_mille": 200, "amount": 100,
+                          "nanostar_amount": 500_000_000}
+        }));
+        assert_eq!(paid.affiliate_fee(), Some(100));
+        let by_user = with(json!({
+            "type": "user", "transaction_type": "invoice_payment", "user": user,
+            "invoice_payload": "ord_x",
+            "affiliate": {"affiliate_user": {"id": 8, "is_bot": true, "first_name": "B"},
+                          "commission_per_mille": 10, "amount": 0}
+        }));
+        assert_eq!(by_user.affiliate_fee(), Some(0));
+        let negative = with(json!({
+            "type": "user", "transaction_type": "invoice_payment", "user": user,
+            "invoice_payload": "ord_x",
+            "affiliate": {"commission_per_mille": 200, "amount": -100}
+        }));
+        assert_eq!(negative.affiliate_fee(), None);
+        let paid_media = with(json!({
+            "type": "user", "transaction_type": "paid_media_payment", "user": user,
+            "affiliate": {"commission_per_mille": 200, "amount": 100}
+        }));
+        assert_eq!(paid_media.affiliate_fee(), None, "not one of our invoices");
     }
 }

@@ -24,6 +24,43 @@ pub async fn write_correction(
     Ok(after)
 }
 
+const TAKE_BACK_DAYS_SQL: &str = concat!(
+    "UPDATE memberships
+     SET expires_at = expires_at - make_interval(days => $2),
+         status = CASE WHEN expires_at - make_interval(days => $2) <= statement_timestamp()
+                       THEN $3 ELSE status END,
+         updated_at = statement_timestamp()
+     WHERE id = $1 AND isfinite(expires_at) RETURNING ",
+    membership_columns!()
+);
+
+/// Takes `days` back from the locked membership `before` ([`lock`]): the reward days a
+/// buyer-referrer was given for a purchase since refunded. Recorded as one `referral_back`
+/// event; a membership whose new expiry is past goes to `expired` (its revoke enqueued as for
+/// every ending). An `expired` or lifetime membership is left alone. Returns the membership
+/// after the change; `None` when nothing changed. The caller holds the lock order up to the
+/// membership row.
+pub async fn take_back_days(
+    tx: &Transaction<'_>,
+    before: &Membership,
+    days: i32,
+) -> Result<Option<Membership>, ApiError> {
+    if !before.status.holds_access() {
+        return Ok(None);
+    }
+    let Some(after) = db::opt::<Membership>(
+        tx,
+        TAKE_BACK_DAYS_SQL,
+        &[&before.id, &days, &Status::Expired],
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+    record_event(tx, Some(before), &after, Cause::ReferralBack).await?;
+    Ok(Some(after))
+}
+
 const EXTENDED_BY_SQL: &str = "SELECT DISTINCT m.subscriber_id, m.channel_id
      FROM membership_events e JOIN memberships m ON m.id = e.membership_id
      WHERE e.payment_id = $1 AND e.cause = $2

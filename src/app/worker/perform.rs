@@ -46,6 +46,11 @@ impl Worker {
         match kind {
             Kind::Refund => self.refund(client, bot, e).await,
             Kind::MemberMessage => self.member_message(client, bot, e).await,
+            Kind::ReferralReward => {
+                drop(client);
+                let settled = crate::referrals::rewards::settle_of_effect(&self.state.db, e).await;
+                Attempt::from(settled.map_err(Failure::Db))
+            }
             Kind::BotMessage | Kind::Invoice | Kind::SubscriptionCancel => {
                 let performed = super::bot::perform(&self.state, client, bot, e, kind).await;
                 Attempt::from(performed.map_err(Failure::from))
@@ -187,7 +192,14 @@ async fn source_of(client: &Object, e: &Effect) -> Result<texts::Source, ApiErro
         Some(EventCause::Payment) => texts::Source::Payment,
         Some(EventCause::Trial) => texts::Source::Trial,
         Some(EventCause::Promo) => texts::Source::Free,
-        Some(EventCause::Staff | EventCause::Sweep | EventCause::Refund) => texts::Source::Staff,
+        // A referrer's reward days read as a gift of access, like staff's.
+        Some(
+            EventCause::Staff
+            | EventCause::Sweep
+            | EventCause::Refund
+            | EventCause::Referral
+            | EventCause::ReferralBack,
+        ) => texts::Source::Staff,
         None if e.payment_id.is_some() => texts::Source::Payment,
         None => texts::Source::Staff,
     })

@@ -100,6 +100,10 @@ crate::text_enum! {
         /// A message to a member — a broadcast's or an automation's (`payload.message_id`,
         /// a `messages` row): `sendMessage`, at most once.
         MemberMessage => "member_message",
+        /// A buyer-referrer's reward days (`payload.reward_id`, a `referral_rewards` row):
+        /// added to their membership, or taken back after the referred payment's refund. No
+        /// Bot API call of its own (the membership's change enqueues its grant or revoke).
+        ReferralReward => "referral_reward",
     }
 }
 

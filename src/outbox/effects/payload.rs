@@ -117,6 +117,13 @@ pub struct MemberMessage {
     pub message_id: i64,
 }
 
+/// The payload of a buyer-referrer's reward: its `referral_rewards` row, granted or taken back
+/// as that row now says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReferralReward {
+    pub reward_id: i64,
+}
+
 /// An effect's payload, by kind.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Payload {
@@ -133,6 +140,7 @@ pub enum Payload {
     SubscriptionCancel(SubscriptionCancel),
     Unban(Unban),
     MemberMessage(MemberMessage),
+    ReferralReward(ReferralReward),
 }
 
 impl Payload {
@@ -152,6 +160,7 @@ impl Payload {
             Payload::SubscriptionCancel(_) => Kind::SubscriptionCancel,
             Payload::Unban(_) => Kind::Unban,
             Payload::MemberMessage(_) => Kind::MemberMessage,
+            Payload::ReferralReward(_) => Kind::ReferralReward,
         }
     }
 
@@ -174,6 +183,7 @@ impl Payload {
             Kind::SubscriptionCancel => Payload::SubscriptionCancel(read(json)?),
             Kind::Unban => Payload::Unban(read(json)?),
             Kind::MemberMessage => Payload::MemberMessage(read(json)?),
+            Kind::ReferralReward => Payload::ReferralReward(read(json)?),
         })
     }
 
@@ -192,6 +202,7 @@ impl Payload {
             Payload::SubscriptionCancel(p) => serde_json::to_value(p),
             Payload::Unban(p) => serde_json::to_value(p),
             Payload::MemberMessage(p) => serde_json::to_value(p),
+            Payload::ReferralReward(p) => serde_json::to_value(p),
         };
         json.expect("a payload serializes to JSON")
     }
@@ -231,6 +242,7 @@ mod tests {
                 Kind::SubscriptionCancel => json!({"subscription_id": 3}),
                 Kind::Unban => json!({"found": "audit"}),
                 Kind::MemberMessage => json!({"message_id": 9}),
+                Kind::ReferralReward => json!({"reward_id": 5}),
             };
             let p = Payload::parse(kind, &json).unwrap();
             assert_eq!(p.kind(), kind);

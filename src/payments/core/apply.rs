@@ -436,12 +436,33 @@ pub(super) async fn apply(
         renews_at.map(slack_after),
     )
     .await?;
+    earn(tx, payment, locked).await?;
     if let Some(s) = started
         && let Some(m) = rejudge_renewals(tx, locked, s).await?
     {
         membership = m;
     }
     Ok(membership)
+}
+
+/// What applied payment `payment` of the locked order earns its buyer's affiliate — a
+/// commission line or a buyer-referrer's reward days ([`referrals::ledger::on_applied`]) —
+/// written in this, the payment's, transaction.
+pub(super) async fn earn(
+    tx: &Transaction<'_>,
+    payment: &Payment,
+    locked: &LockedOrder,
+) -> Result<(), ApiError> {
+    let paid = referrals::ledger::Paid {
+        payment_id: payment.id,
+        subscriber: locked.order.subscriber(),
+        channel: locked.order.channel(),
+        plan_id: locked.order.plan_id,
+        amount_minor: payment.amount_minor,
+        currency: payment.currency.clone(),
+    };
+    referrals::ledger::on_applied(tx, &paid).await?;
+    Ok(())
 }
 
 /// Extends the membership of every channel of the locked order's plan by the plan's term

@@ -142,6 +142,7 @@ pub(super) async fn rejudge_renewals(
             Some(slack_after(renews_at)),
         )
         .await?;
+        earn(tx, &earlier, locked).await?;
         membership = Some(m);
     }
     Ok(membership)

@@ -53,6 +53,7 @@ use crate::{
     },
     db,
     orders::{self, seats},
+    referrals,
 };
 
 /// What a refund's report says of the payment it refunds: enough to record the refund as
@@ -333,6 +334,8 @@ async fn take_back_applied(
             .ok_or_else(|| ApiError::internal("a stored payment disappeared"))?;
         return Ok(settled(&now, target));
     }
+    // The payment's commission line and reward days, reversed once: the claim above is once.
+    referrals::ledger::reverse(tx, f.id).await?;
     // Read after the locks: a membership deleted meanwhile is not listed. Every membership a
     // payment of this order extended is one of its plan's channels' pairs, all locked above.
     let pairs = memberships::extended_by(tx, f.id).await?;

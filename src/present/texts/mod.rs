@@ -12,7 +12,7 @@
 //! One file per occasion: [`formats`] shared by all, then [`catalogue`], [`answers`] to buttons,
 //! [`invoices`] and payment links, [`checkout`] refusals, [`access`] given and ended,
 //! [`subscriptions`], promo [`codes`], [`payments`] the service could not use, [`language`] and
-//! the [`marketing`] messages' own lines.
+//! the [`marketing`] messages' own lines, and the buyer's own [`referrals`] link.
 
 use fluent_bundle::FluentValue;
 
@@ -28,11 +28,12 @@ mod invoices;
 mod language;
 mod marketing;
 mod payments;
+mod referrals;
 mod subscriptions;
 
 pub use self::{
     access::*, answers::*, catalogue::*, checkout::*, codes::*, formats::*, invoices::*,
-    language::*, marketing::*, payments::*, subscriptions::*,
+    language::*, marketing::*, payments::*, referrals::*, subscriptions::*,
 };
 
 /// A text value for a message's variables.

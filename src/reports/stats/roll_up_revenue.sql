@@ -1,9 +1,10 @@
-INSERT INTO stats_revenue_days (day, currency, gross, refunded, payments)
+INSERT INTO stats_revenue_days (day, currency, gross, refunded, affiliate_fees, payments)
 SELECT * FROM (
     SELECT (paid_at AT TIME ZONE 'UTC')::date AS day, currency,
            sum(amount_minor) AS gross,
            coalesce(sum(amount_minor) FILTER (WHERE outcome IN ('refunded', 'disputed')), 0)
                AS refunded,
+           sum(affiliate_fee_minor) AS affiliate_fees,
            count(*) AS payments
     FROM payments
     WHERE paid_at >= ((SELECT min(d) FROM unnest($1::date[]) d)::timestamp AT TIME ZONE 'UTC')

@@ -1,7 +1,8 @@
 //! Buyers in the Telegram bot: whole conversations through `POST /api/webhook/telegram` — the
 //! catalogue, buying with Stars or by card, holds on seats and their timeouts, Stars renewals,
 //! plans, trials and promo codes as the bot offers them, the languages it speaks, the words it
-//! answers with and the guesses of codes it throttles. `conversation` holds the updates and
+//! answers with, the guesses of codes it throttles, and referral links (clicks, attribution and
+//! a buyer's own link). `conversation` holds the updates and
 //! look-ups the other files build their conversations from.
 
 mod catalogue;
@@ -11,5 +12,6 @@ mod holds;
 mod languages;
 mod plan_prices;
 mod plans;
+mod referrals;
 mod stars_renewals;
 mod words;

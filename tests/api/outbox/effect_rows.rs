@@ -222,6 +222,16 @@ async fn check_key(app: &TestApp, row: &Row, typed: &Payload) {
         }
         Payload::BotMessage(_) => key.clone(),
         Payload::MemberMessage(p) => Some(format!("message:{}", p.message_id)),
+        Payload::ReferralReward(p) => {
+            // `referral_reward:{reward}:grant` or `…:back`.
+            let k = key.clone().unwrap();
+            assert!(
+                k == format!("referral_reward:{}:grant", p.reward_id)
+                    || k == format!("referral_reward:{}:back", p.reward_id),
+                "{k}"
+            );
+            key.clone()
+        }
     };
     assert_eq!(key, want, "effect {} ({:?})", row.id, row.kind);
 }
@@ -371,6 +381,20 @@ async fn every_writer_s_rows_parse_as_their_kind_s_payload_and_follow_the_key_ru
             .await
             .unwrap();
     }
+    // A buyer-referrer's reward days, owed by a referred buyer's payment.
+    let referrer = subscriber(&app, 7108).await;
+    let referred = subscriber(&app, 7109).await;
+    client
+        .batch_execute(&format!(
+            "UPDATE referral_program SET enabled = true, buyer_reward_days = 7;
+             INSERT INTO affiliates (name, code, subscriber_id) VALUES ('Friend', 'FRIEND', {referrer});
+             INSERT INTO referral_attributions (subscriber_id, affiliate_id)
+             SELECT {referred}, id FROM affiliates WHERE code = 'FRIEND';"
+        ))
+        .await
+        .unwrap();
+    let order = app.create_order(referred, c0).await;
+    app.pay_order(&order, "referred_rows").await.expect(200);
     // Messages to members: a broadcast's start (every recipient's in one statement) and an
     // automation's message.
     let w = subscriber(&app, 7107).await;

@@ -187,6 +187,7 @@ async fn an_applied_payment_is_sent_signed_and_the_official_verifier_accepts_it(
         "order_id",
         "amount_minor",
         "currency",
+        "affiliate_fee_minor",
         "outcome",
     ] {
         assert_eq!(payment["data"][field], api_payment[field], "{field}");

@@ -1,15 +1,18 @@
 //! Orders and payments through every door: the signed webhook (door 1) and the payment core it
 //! shares with the others (exactly once, seats, refusals kept for review), WayForPay (door 2),
-//! Telegram Stars pre-checkouts, payments and subscriptions (door 3), Stripe with its delayed
-//! methods and disputes (door 4); refunds at the gateway, refunds that arrive before their
-//! payment, the reconcile of card orders with WayForPay, and the orders API with its seat rule.
+//! Telegram Stars pre-checkouts, payments and subscriptions (door 3) and Telegram's affiliate
+//! fee on a Stars payment, Stripe with its delayed methods and disputes (door 4); refunds at the
+//! gateway, refunds that arrive before their payment, the reconcile of card orders with
+//! WayForPay, and the orders API with its seat rule.
 
+mod affiliate_fees;
 mod apply;
 mod fast_path;
 mod gateway_refunds;
 mod hardening;
 mod orders;
 pub(crate) mod reconciliation;
+mod referrals;
 mod refunds_before_payments;
 mod seats;
 mod signed_webhook;

@@ -68,6 +68,7 @@ async fn payments_export_with_the_list_filters_and_a_window() {
             "channel_id",
             "amount_minor",
             "currency",
+            "affiliate_fee_minor",
             "paid_at",
             "outcome",
             "reason",
@@ -76,13 +77,14 @@ async fn payments_export_with_the_list_filters_and_a_window() {
     );
     assert_eq!(rows.len(), 3);
     assert_eq!(rows[1][2], "pay_csv_1");
-    assert_eq!(rows[1][10], "applied");
-    assert_eq!(rows[1][11], "", "a null is an empty field");
+    assert_eq!(rows[1][9], "0", "no affiliate fee on a card payment");
+    assert_eq!(rows[1][11], "applied");
+    assert_eq!(rows[1][12], "", "a null is an empty field");
     assert_eq!(
         rows[2][3], "ord_nobody, \"quoted\"",
         "quoted as RFC 4180 says"
     );
-    assert_eq!(rows[2][10], "needs_review");
+    assert_eq!(rows[2][11], "needs_review");
     // The list's own view of the same payments, field for field.
     let list = app.get("/api/payments").await.expect(200);
     assert_eq!(
@@ -91,7 +93,7 @@ async fn payments_export_with_the_list_filters_and_a_window() {
         "every field the API shows, in its order"
     );
     assert_eq!(rows[1][0], list["items"][0]["id"].to_string());
-    assert_eq!(rows[1][9], list["items"][0]["paid_at"].as_str().unwrap());
+    assert_eq!(rows[1][10], list["items"][0]["paid_at"].as_str().unwrap());
 
     let applied = records(&app.get("/api/payments.csv?outcome=applied").await.bytes);
     assert_eq!(applied.len(), 2);

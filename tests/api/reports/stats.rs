@@ -120,6 +120,11 @@ async fn revenue_members_and_summary_are_counted_from_the_records() {
     assert_eq!(uah["gross_minor"], 30_000, "{revenue}");
     assert_eq!(uah["refunded_minor"], 10_000);
     assert_eq!(uah["net_minor"], 20_000);
+    assert_eq!(
+        uah["affiliate_fees_minor"], 0,
+        "no affiliate fee on card payments"
+    );
+    assert_eq!(uah["net_after_fees_minor"], 20_000);
     assert_eq!(uah["payments"], 3);
     let xtr = at(today, "XTR");
     assert_eq!(

@@ -150,6 +150,7 @@ pub struct PaymentBody {
     pub channel_id: Option<i64>,
     pub amount_minor: i64,
     pub currency: String,
+    pub affiliate_fee_minor: i64,
     pub paid_at: String,
     pub outcome: String,
     #[serde(deserialize_with = "Option::deserialize")]
@@ -165,6 +166,57 @@ pub struct AppliedBody {
     pub payment: PaymentBody,
     #[serde(deserialize_with = "Option::deserialize")]
     pub membership: Option<MembershipBody>,
+}
+
+/// An affiliate, as the API answers it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AffiliateBody {
+    pub id: i64,
+    pub name: String,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub subscriber_id: Option<i64>,
+    pub code: String,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub link: Option<String>,
+    pub active: bool,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// A commission line, as the API answers it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommissionLineBody {
+    pub id: i64,
+    pub affiliate_id: i64,
+    pub payment_id: i64,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub subscriber_id: Option<i64>,
+    pub kind: String,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub percent: i32,
+    pub base_minor: i64,
+    pub status: String,
+    pub payable_at: String,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub payout_id: Option<i64>,
+    pub created_at: String,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub reversed_at: Option<String>,
+}
+
+/// A payout, as the API answers it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PayoutBody {
+    pub id: i64,
+    pub affiliate_id: i64,
+    pub currency: String,
+    pub amount_minor: i64,
+    pub lines: i32,
+    pub created_at: String,
 }
 
 #[test]

@@ -325,6 +325,32 @@ impl FakeBot {
         });
     }
 
+    /// Appends an incoming Stars payment from `user` made now, for which one of Telegram's
+    /// affiliate programs paid its affiliate (a channel) `fee` Stars at `per_mille`.
+    pub fn add_incoming_payment_with_affiliate(
+        &self,
+        charge_id: &str,
+        user: i64,
+        payload: &str,
+        amount: i64,
+        (fee, per_mille): (i64, i64),
+    ) {
+        self.with(|s| {
+            s.transactions.push(json!({
+                "id": charge_id, "amount": amount, "date": chrono::Utc::now().timestamp(),
+                "source": {"type": "user", "transaction_type": "invoice_payment",
+                           "user": {"id": user, "is_bot": false, "first_name": "Buyer"},
+                           "affiliate": {
+                               "affiliate_chat": {"id": -1_009_000_000_001_i64, "type": "channel",
+                                                  "title": "Affiliate"},
+                               "commission_per_mille": per_mille, "amount": fee,
+                               "nanostar_amount": 0
+                           },
+                           "invoice_payload": payload}
+            }))
+        });
+    }
+
     /// Appends `n` incoming Stars payments of other buyers (history before the one a test
     /// looks for).
     pub fn add_filler_transactions(&self, n: usize) {

@@ -622,10 +622,16 @@
         ['net', COLOURS[1], rows.map((r) => major(r.net_minor, currency))],
         ['refunded', COLOURS[2], rows.map((r) => major(r.refunded_minor, currency))],
       ], fmt));
+      // Telegram's affiliate fees (Stars only) get their columns when there are any.
+      const fees = rows.some((r) => Number(r.affiliate_fees_minor) !== 0);
       revenueSection.append(h('details', {}, h('summary', {}, `The figures (${currency})`),
-        table(`Revenue in ${currency}`, ['From', 'Gross', 'Refunded', 'Net', 'Payments'],
+        table(`Revenue in ${currency}`, ['From', 'Gross', 'Refunded', 'Net',
+          ...(fees ? ['Affiliate fees', 'Net after fees'] : []), 'Payments'],
           rows.map((r) => [when(r.start), money(r.gross_minor, currency),
-            money(r.refunded_minor, currency), money(r.net_minor, currency), String(r.payments)]))));
+            money(r.refunded_minor, currency), money(r.net_minor, currency),
+            ...(fees ? [money(r.affiliate_fees_minor, currency),
+              money(r.net_after_fees_minor, currency)] : []),
+            String(r.payments)]))));
     }
     main.append(revenueSection);
 
