@@ -306,7 +306,7 @@ async fn line(
         .query_one(
             "INSERT INTO payments (gateway, external_id, subscriber_id, amount_minor, currency,
                                    paid_at, outcome)
-             VALUES ('test', $1, $2::int, $3, $4, now(), 'applied') RETURNING id",
+             VALUES ('test', $1, $2::bigint, $3, $4, now(), 'applied') RETURNING id",
             &[&external_id, &buyer, &paid_minor, &currency],
         )
         .await
@@ -316,7 +316,7 @@ async fn line(
         "INSERT INTO commission_lines (affiliate_id, payment_id, subscriber_id, kind,
                                        amount_minor, currency, percent, base_minor, status,
                                        payable_at, reversed_at)
-         VALUES ($1::int, $2, $3::int, $4, $5, $6, 20, $7, $8, now() + make_interval(days => $9),
+         VALUES ($1::bigint, $2, $3::bigint, $4, $5, $6, 20, $7, $8, now() + make_interval(days => $9),
                  CASE WHEN $8 = 'reversed' THEN now() END)",
         &[
             &affiliate,
@@ -335,13 +335,15 @@ async fn line(
     payment
 }
 
-/// The cells of the currency table's row for `currency`, by column.
+/// The cells of the currency table's row for `currency`, by column, their no-break spaces
+/// (which `Intl.NumberFormat` puts between a currency and its amount) read as spaces, as
+/// WebDriver's element text reads them.
 async fn sums(browser: &Browser, currency: &str) -> serde_json::Value {
     browser
         .execute(
             "for (const tr of document.querySelectorAll('#affiliate-currencies tbody tr')) {
                const cells = Object.fromEntries(Array.from(tr.cells,
-                 (td) => [td.dataset.label, td.innerText.trim()]));
+                 (td) => [td.dataset.label, td.innerText.replace(/\\u00a0/g, ' ').trim()]));
                if (cells.Currency === arguments[0]) return cells;
              }
              return null;",
@@ -369,14 +371,14 @@ async fn an_affiliates_page_sums_its_ledger_to_the_minor_unit_and_records_a_payo
         for buyer in [ann, bob] {
             db.execute(
                 "INSERT INTO referral_clicks (affiliate_id, subscriber_id, outcome)
-                 VALUES ($1::int, $2::int, 'attributed')",
+                 VALUES ($1::bigint, $2::bigint, 'attributed')",
                 &[&affiliate, &buyer],
             )
             .await
             .unwrap();
             db.execute(
                 "INSERT INTO referral_attributions (subscriber_id, affiliate_id)
-                 VALUES ($1::int, $2::int)",
+                 VALUES ($1::bigint, $2::bigint)",
                 &[&buyer, &affiliate],
             )
             .await
@@ -427,11 +429,19 @@ async fn an_affiliates_page_sums_its_ledger_to_the_minor_unit_and_records_a_payo
             browser.text(&browser.find("#affiliate-attributed").await).await,
             "2"
         );
+        // Both have an earning line, Bob's taken back among them.
+        assert_eq!(
+            browser.text(&browser.find("#affiliate-paying").await).await,
+            "2"
+        );
         let uah = sums(&browser, "UAH").await;
+        // Revenue: the bases of the lines not taken back (61.70 + 28.35 + 44.50).
+        assert_eq!(uah["Revenue"], "UAH 134.55", "{uah}");
         assert_eq!(uah["Pending"], "UAH 8.90", "{uah}");
         assert_eq!(uah["Payable"], "UAH 18.01", "{uah}");
         assert_eq!(uah["Paid"], "UAH 0.00", "{uah}");
         assert_eq!(uah["Reversed"], "UAH 3.33", "{uah}");
+        assert_eq!(uah["Reversals"], "UAH 0.00", "{uah}");
         assert_eq!(uah["Balance"], "UAH 18.01", "{uah}");
         let xtr = sums(&browser, "XTR").await;
         assert_eq!(xtr["Payable"], "⭐ 40", "{xtr}");
@@ -466,7 +476,7 @@ async fn an_affiliates_page_sums_its_ledger_to_the_minor_unit_and_records_a_payo
             .db()
             .await
             .query_one(
-                "SELECT amount_minor FROM payouts WHERE affiliate_id = $1::int AND currency = 'UAH'",
+                "SELECT amount_minor FROM payouts WHERE affiliate_id = $1::bigint AND currency = 'UAH'",
                 &[&affiliate],
             )
             .await

@@ -163,7 +163,7 @@ async fn make_data(app: &TestApp, wfp: &FakeWayForPay) -> Made {
             "INSERT INTO commission_lines (affiliate_id, payment_id, subscriber_id, kind,
                                            amount_minor, currency, percent, base_minor,
                                            payable_at)
-             SELECT $1::int, id, subscriber_id, 'first', amount_minor / 5, currency, 20,
+             SELECT $1::bigint, id, subscriber_id, 'first', amount_minor / 5, currency, 20,
                     amount_minor, now() + interval '14 days'
                FROM payments WHERE external_id = 'screens-pay-1'",
             &[&affiliate],

@@ -95,19 +95,6 @@
 
     // ---------------------------------------------------------------- affiliates
 
-    /** "3 buyers" from an affiliate of the list (its paying buyers, when the API counts them). */
-    function buyersText(a) {
-      const n = a.buyers !== undefined ? a.buyers : a.paying_buyers;
-      return n === undefined || n === null ? '—' : String(n);
-    }
-
-    /** An amount per currency ("₴12.00 · ⭐ 40"), or "—" when there is none. */
-    function amounts(list) {
-      const shown = (list || []).filter((b) => b.amount_minor !== 0);
-      if (!shown.length) return '—';
-      return shown.map((b, i) => [i ? ' · ' : '', money(b.amount_minor, b.currency)]);
-    }
-
     /** Turns an affiliate on or off (`PATCH /affiliates/<id> {"active"}`), then `redraw()`. */
     function activeButton(a, redraw) {
       return actionButton(a.active ? 'Deactivate' : 'Activate', `affiliate ${a.name}`, async () => {
@@ -119,16 +106,19 @@
       });
     }
 
+    /**
+     * The list as `GET /affiliates` gives it: who they are and their link. What each brought
+     * (buyers, sums, balance) is their summary, one request per affiliate: it is on their page.
+     */
     function affiliatesTable(items, redraw) {
-      return table('Affiliates', ['Affiliate', 'Code', 'Link', 'Status', 'Buyers', 'Balance', 'Actions'],
+      return table('Affiliates', ['Affiliate', 'Code', 'Link', 'Status', 'Since', 'Actions'],
         items.map((a) => [
           [link(`#/referrals/affiliates/${a.id}`, a.name),
             a.subscriber_id ? [' ', badge('buyer', 'trial')] : null],
           h('code', {}, a.code),
           a.link ? copyable(a.link, `affiliate-${a.id}-link`, `link of ${a.name}`) : '—',
           a.active ? badge('active') : badge('inactive'),
-          buyersText(a),
-          amounts(a.balance),
+          when(a.created_at),
           activeButton(a, redraw),
         ]), 'No affiliates yet.');
     }
@@ -199,17 +189,22 @@
 
     const KINDS = { first: 'first purchase', renewal: 'renewal', reversal: 'reversal' };
 
-    /** The summary's per-currency figures, one row each, with "Record payout". */
+    /**
+     * The summary's per-currency figures, one row each, with "Record payout": the earning
+     * lines by status (`commission`), the reversal lines' sum (zero or negative) and the
+     * balance a payout would pay now.
+     */
     function currencyTable(a, rows, redraw) {
       return table('Revenue and commission by currency',
-        ['Currency', 'Revenue', 'Pending', 'Payable', 'Paid', 'Reversed', 'Balance', 'Payout'],
+        ['Currency', 'Revenue', 'Pending', 'Payable', 'Paid', 'Reversed', 'Reversals', 'Balance', 'Payout'],
         rows.map((c) => [
           c.currency,
           money(c.revenue_minor, c.currency),
-          money(c.pending_minor, c.currency),
-          money(c.payable_minor, c.currency),
-          money(c.paid_minor, c.currency),
-          money(c.reversed_minor, c.currency),
+          money(c.commission.pending, c.currency),
+          money(c.commission.payable, c.currency),
+          money(c.commission.paid, c.currency),
+          money(c.commission.reversed, c.currency),
+          money(c.reversals_minor, c.currency),
           h('strong', {}, money(c.balance_minor, c.currency)),
           payoutButton(a, c, redraw),
         ]), 'Nothing earned yet.');
@@ -229,7 +224,7 @@
           try {
             const p = await post(b, '/payouts', { affiliate_id: a.id, currency: c.currency });
             await redraw();
-            say(`Recorded payout #${p.id} to ${a.name}: ${money(p.amount_minor, p.currency || c.currency).textContent} `
+            say(`Recorded payout #${p.id} to ${a.name}: ${money(p.amount_minor, p.currency).textContent} `
               + `for ${p.lines} line${p.lines === 1 ? '' : 's'}.`);
           } catch (err) {
             if (err instanceof ApiError && err.status === 409) {
@@ -292,8 +287,10 @@
         ]),
         h('div', { id: 'affiliate-currencies' }, currencyTable(a, s.currencies || [], redraw)),
         h('p', { class: 'hint' },
-          'Pending: within the hold. Payable: past the hold, not paid yet. Reversed: taken back by a refund or a dispute '
-          + '(a paid line’s reversal is netted from the next payout). Balance: what a payout would pay now.'));
+          'Revenue: the payments the lines were computed on (net of Telegram’s own affiliate fee), less those taken back. '
+          + 'Pending: within the hold. Payable: past the hold, not paid yet. Reversed: taken back by a refund or a dispute '
+          + 'before it was paid. Reversals: lines taken back after they were paid, netted from the next payout. '
+          + 'Balance: what a payout would pay now (below zero, it carries into the next one).'));
       const lines = h('section', { id: 'affiliate-lines', 'aria-labelledby': 'affiliate-lines-title' },
         h('h2', { id: 'affiliate-lines-title' }, 'Commission lines'),
         h('p', { class: 'actions' },
