@@ -33,6 +33,8 @@ async fn webhook_endpoints_and_csv_downloads_in_the_console() {
             .wait_text("#wform-event_types-error", "at least one event type")
             .await;
         browser.click("#wform-type-payment-applied").await;
+        // The referral events are offered too, and the API takes them.
+        browser.click("#wform-type-payout-recorded").await;
         browser.fill("#wform-description", "CRM").await;
         browser.click("#wform button[type=submit]").await;
         browser
@@ -42,7 +44,19 @@ async fn webhook_endpoints_and_csv_downloads_in_the_console() {
             .value(&browser.find("#webhook-secret-text").await)
             .await;
         assert!(secret.starts_with("whsec_"), "{secret}");
-        browser.wait_text("main table", &receiver.url).await;
+        let endpoints = browser.wait_text("main table", &receiver.url).await;
+        assert!(
+            endpoints.contains("payment.applied") && endpoints.contains("payout.recorded"),
+            "{endpoints}"
+        );
+        for t in [
+            "referral-attributed",
+            "commission-created",
+            "commission-reversed",
+            "payout-recorded",
+        ] {
+            browser.find(&format!("#wform-type-{t}")).await;
+        }
 
         // An event, delivered and verified with the secret the console showed.
         paid_order(&app, 9301, -100_930_001).await;

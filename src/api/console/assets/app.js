@@ -2169,6 +2169,7 @@
     'membership.activated',
     'membership.renewed', 'membership.grace', 'membership.expired', 'membership.deleted',
     'trial.started', 'broadcast.finished', 'automation.sent',
+    'referral.attributed', 'commission.created', 'commission.reversed', 'payout.recorded',
   ];
 
   /** The owner's endpoints for outbound webhooks: create (secret shown once), rotate, enable. */
