@@ -10,6 +10,7 @@ mod gateway_refunds;
 mod hardening;
 mod orders;
 pub(crate) mod reconciliation;
+mod referral_crash;
 mod referrals;
 mod refunds_before_payments;
 mod seats;
