@@ -31,6 +31,7 @@ pub mod payments;
 pub mod plans;
 pub mod promo_codes;
 pub mod reconciliation;
+pub mod referrals;
 pub mod roles;
 pub mod router;
 pub mod schemas;

@@ -88,6 +88,7 @@ pub const STRIPE_SIGNATURE: &str = "stripe_signature";
         (name = "reconciliation", description = "Card orders asked about at the gateway when their callback has not come."),
         (name = "star subscriptions", description = "Telegram Stars subscriptions started in the bot."),
         (name = "messages", description = "Messages to members: automations, broadcasts, and what each buyer was sent."),
+        (name = "referrals", description = "Referrals and affiliates: the program's rules, a plan's own rates, affiliates and their links, the commission ledger and payouts."),
         (name = "webhook endpoints", description = "The owner's endpoints for outbound webhooks (Standard Webhooks), their deliveries and replays."),
         (name = "payment doors", description = "Where gateways and Telegram report payments."),
         (name = "operations", description = "Overview, sweep, health, readiness and this document."),
@@ -180,6 +181,12 @@ text_enum_schemas! {
          `cancelled`.",
     crate::present::locale::Language => "Language":
         "A language the bot speaks: `en` (English), `uk` (Ukrainian), `ru` (Russian).",
+    crate::referrals::lines::Kind => "LineKind":
+        "What a commission line is for: a referred buyer's `first` purchase, a `renewal`, or \
+         the negative `reversal` of a paid line whose payment was taken back.",
+    crate::referrals::lines::Status => "LineStatus":
+        "Where a commission line stands now: `pending` (in its hold), `payable` (past it), \
+         `paid` (by a payout) or `reversed` (taken back before it was paid).",
     crate::payments::gateways::wayforpay::checks::State => "ReconciliationState":
         "`chasing` (asked again later), `found` (the gateway's answer was stored as a payment), \
          `gave_up` (not paid 72 hours after the link) or `settled` (paid, cancelled or refunded).",

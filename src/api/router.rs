@@ -26,6 +26,7 @@ use super::{
     error::problem,
     exemptions, invoice_links, memberships, openapi, orders, overview, payments, plans,
     promo_codes, reconciliation,
+    referrals::{affiliates, commissions, payouts, program},
     roles::{needs, needs_or_sweep_token},
     schemas::Health,
     staff, star_subscriptions, stats, subscribers, sweep, webhook_endpoints,
@@ -114,6 +115,23 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(needs(Viewer, routes!(broadcasts::preview)))
         .routes(needs(Viewer, routes!(broadcasts::get)))
         .routes(needs(Admin, routes!(broadcasts::cancel)))
+        .routes(needs(Viewer, routes!(program::get)))
+        .routes(needs(Admin, routes!(program::patch)))
+        .routes(needs(Viewer, routes!(program::get_plan)))
+        .routes(needs(
+            Admin,
+            routes!(program::put_plan, program::delete_plan),
+        ))
+        .routes(needs(Admin, routes!(affiliates::create)))
+        .routes(needs(Viewer, routes!(affiliates::list)))
+        .routes(needs(Viewer, routes!(affiliates::get)))
+        .routes(needs(Admin, routes!(affiliates::patch)))
+        .routes(needs(Viewer, routes!(affiliates::summary)))
+        .routes(needs(Viewer, routes!(commissions::list)))
+        .routes(needs(Viewer, routes!(commissions::export)))
+        .routes(needs(Admin, routes!(payouts::create)))
+        .routes(needs(Viewer, routes!(payouts::list)))
+        .routes(needs(Viewer, routes!(payouts::get)))
         .routes(needs(Admin, routes!(webhook_endpoints::create)))
         .routes(needs(Viewer, routes!(webhook_endpoints::list)))
         .routes(needs(Viewer, routes!(webhook_endpoints::get)))

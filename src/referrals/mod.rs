@@ -10,7 +10,8 @@
 //!   click and the buyer it attributes.
 //! - [`ledger`] owns `commission_lines`: the line a payment earns, written in the payment's own
 //!   transaction by the payment core, and its reversal, written in the transaction that takes
-//!   the payment's access back; the staff reads and the CSV.
+//!   the payment's access back; [`lines`] holds its reads (a line's status as it reads now, the
+//!   staff list and the CSV's pages).
 //! - [`payouts`] owns `payouts`: a batch that marks an affiliate's payable lines paid, netting
 //!   earlier reversals.
 //! - [`rewards`] owns `referral_rewards`: the free days a buyer-referrer earns, owed in the
@@ -25,6 +26,7 @@
 pub mod affiliates;
 pub mod attribution;
 pub mod ledger;
+pub mod lines;
 pub mod payouts;
 pub mod program;
 pub mod rewards;

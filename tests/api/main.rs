@@ -13,5 +13,6 @@ mod messages;
 mod ops;
 mod outbox;
 mod payments;
+mod referrals;
 mod reports;
 mod staff;

@@ -44,7 +44,7 @@ use tokio_postgres::Row;
 use crate::{common::error::ApiError, db};
 
 /// Every event type an endpoint may ask for (the schema's CHECK lists the same).
-pub const EVENT_TYPES: [&str; 12] = [
+pub const EVENT_TYPES: [&str; 16] = [
     "payment.applied",
     "payment.needs_review",
     "payment.refunded",
@@ -57,6 +57,10 @@ pub const EVENT_TYPES: [&str; 12] = [
     "trial.started",
     "broadcast.finished",
     "automation.sent",
+    "referral.attributed",
+    "commission.created",
+    "commission.reversed",
+    "payout.recorded",
 ];
 
 /// Waits after the 1st, 2nd, … failed attempt (Standard Webhooks' schedule: 5 s, 5 min,

@@ -167,6 +167,57 @@ pub struct AppliedBody {
     pub membership: Option<MembershipBody>,
 }
 
+/// An affiliate, as the API answers it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AffiliateBody {
+    pub id: i64,
+    pub name: String,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub subscriber_id: Option<i64>,
+    pub code: String,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub link: Option<String>,
+    pub active: bool,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// A commission line, as the API answers it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommissionLineBody {
+    pub id: i64,
+    pub affiliate_id: i64,
+    pub payment_id: i64,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub subscriber_id: Option<i64>,
+    pub kind: String,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub percent: i32,
+    pub base_minor: i64,
+    pub status: String,
+    pub payable_at: String,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub payout_id: Option<i64>,
+    pub created_at: String,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub reversed_at: Option<String>,
+}
+
+/// A payout, as the API answers it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PayoutBody {
+    pub id: i64,
+    pub affiliate_id: i64,
+    pub currency: String,
+    pub amount_minor: i64,
+    pub lines: i32,
+    pub created_at: String,
+}
+
 #[test]
 fn a_body_missing_a_nullable_field_or_with_an_extra_one_is_refused() {
     let full = serde_json::json!({"id": 1, "telegram_user_id": 7, "username": null,
