@@ -2,7 +2,9 @@
 //! shares with the others (exactly once, seats, refusals kept for review), WayForPay (door 2),
 //! Telegram Stars pre-checkouts, payments and subscriptions (door 3), Stripe with its delayed
 //! methods and disputes (door 4); refunds at the gateway, refunds that arrive before their
-//! payment, the reconcile of card orders with WayForPay, and the orders API with its seat rule.
+//! payment, the reconcile of card orders with WayForPay, the orders API with its seat rule, and
+//! the referral commissions those payments earn and their refunds take back, also across a
+//! `kill -9` of the server.
 
 mod apply;
 mod fast_path;
@@ -11,6 +13,7 @@ mod hardening;
 mod orders;
 pub(crate) mod reconciliation;
 mod referral_crash;
+mod referral_crash_harness;
 mod referrals;
 mod refunds_before_payments;
 mod seats;

@@ -3,15 +3,18 @@
 //! delivery sent three times together, and the `subgate` binary is killed with SIGKILL in the
 //! middle and started again on the same database, as a gateway's redeliveries would find it.
 //! Every payment is then applied once and earns exactly one line of the right percent, rounded
-//! down. Two affiliates are paid out; a sixth of the buyers are refunded at the gateway (each
-//! refund reported three times at once, with another SIGKILL in the middle): a line not paid is
-//! `reversed`, a paid one gets exactly one negative `reversal` of its amount, and nothing is
-//! reversed twice. Last, the revenue statistics and the ledger's sums per affiliate, currency
-//! and status equal, to the minor unit, what the test computes from the amounts it sent.
+//! down (a buyer's second payment of a channel a renewal's). Two affiliates are paid out
+//! (`POST /api/payouts`); a sixth of the buyers are refunded at the gateway, each refund
+//! reported three times at once, with another SIGKILL in the middle and a third affiliate's
+//! payout among its refunds: a line not paid is `reversed`, a paid one gets exactly one negative
+//! `reversal` of its amount, and nothing is reversed twice. Last, the revenue statistics, the
+//! ledger's table, `GET /api/commissions.csv` and every affiliate's page
+//! (`GET /api/affiliates/{id}/summary`) equal, to the minor unit, what the test computes from
+//! the amounts it sent.
 //!
 //! The program has no hold (`hold_days = 0`), so every line is payable at once and a payout can
 //! take it before the refunds come. Door 1 has no refund event, so only door-2 payments are
-//! refunded.
+//! refunded. The harness is in [`super::referral_crash_harness`].
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -22,17 +25,19 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures::{StreamExt, future::join_all, stream};
+use futures::{StreamExt, stream};
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
 
-use super::referrals::{affiliate, program_on};
-use crate::{
-    outbox::convergence_harness::{Server, tail},
-    support::helpers::{
-        TestApp, WEBHOOK_SECRET, assert_wayforpay_accept, id, payment_event, signed_headers,
-        test_env, url_for, wayforpay_callback,
+use super::{
+    referral_crash_harness::{
+        Door, FIRST_PERCENT, Gateway, Pay, RENEWAL_PERCENT, commissions, deliver_across_a_kill,
+        expected, ledger_of_csv, ledger_of_table, lines, payments,
     },
+    referrals::{affiliate, program_on},
+};
+use crate::{
+    outbox::convergence_harness::Server,
+    support::helpers::{TestApp, id, test_env, url_for},
 };
 
 const BUYERS: usize = 1_000;
@@ -40,10 +45,6 @@ const FIRST_USER: i64 = 39_000_000;
 const AFFILIATES: usize = 5;
 /// The first two affiliates are paid out before the refunds.
 const PAID_OUT: usize = 2;
-/// Each delivery is sent this many times at once.
-const COPIES: usize = 3;
-/// Payments delivered at a time (each as `COPIES` requests in flight together).
-const PARALLEL: usize = 16;
 /// The channels' prices: minor units, currency, and the amount as WayForPay writes it.
 const PRICES: [(i64, &str, &str); 4] = [
     (19_900, "UAH", "199"),
@@ -51,263 +52,6 @@ const PRICES: [(i64, &str, &str); 4] = [
     (9_999, "UAH", "99.99"),
     (4_999, "USD", "49.99"),
 ];
-const FIRST_PERCENT: i64 = 20;
-const RENEWAL_PERCENT: i64 = 10;
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Door {
-    /// Door 1, the Standard Webhooks `payment.succeeded` (gateway `acme`).
-    Signed,
-    /// Door 2, WayForPay's `serviceUrl` callback.
-    WayForPay,
-}
-
-/// One order of a referred buyer and what happens to it.
-#[derive(Clone, Debug)]
-struct Pay {
-    buyer: usize,
-    order_id: i64,
-    reference: String,
-    amount_minor: i64,
-    currency: &'static str,
-    literal: &'static str,
-    door: Door,
-    affiliate: i32,
-    /// The buyer pays two orders of the channel: one first purchase, one renewal.
-    twice: bool,
-    /// The affiliate's lines are paid out before the refunds.
-    paid_out: bool,
-    /// Refunded at the gateway (door 2 only).
-    refunded: bool,
-}
-
-impl Pay {
-    fn gateway(&self) -> &'static str {
-        match self.door {
-            Door::Signed => "acme",
-            Door::WayForPay => "wayforpay",
-        }
-    }
-
-    fn external_id(&self) -> String {
-        match self.door {
-            Door::Signed => format!("proof_{}", self.order_id),
-            Door::WayForPay => self.reference.clone(),
-        }
-    }
-}
-
-/// A gateway delivering to whichever server runs now: again while the server cannot be
-/// reached (killed, starting) or answers 503, until it answers; any other answer but 200 fails
-/// the test.
-#[derive(Clone)]
-struct Gateway {
-    http: reqwest::Client,
-    base: Arc<Mutex<String>>,
-    answered: Arc<AtomicUsize>,
-    retried: Arc<AtomicUsize>,
-}
-
-impl Gateway {
-    async fn deliver(
-        &self,
-        path: &str,
-        make: impl Fn() -> (String, Vec<(&'static str, String)>),
-    ) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let (body, headers) = make();
-            let url = format!("{}{path}", self.base.lock().unwrap());
-            let mut req = self
-                .http
-                .post(url)
-                .header("content-type", "application/json")
-                .body(body);
-            for (k, v) in headers {
-                req = req.header(k, v);
-            }
-            if let Ok(r) = req.send().await {
-                let status = r.status().as_u16();
-                if let Ok(text) = r.text().await {
-                    match status {
-                        200 => {
-                            self.answered.fetch_add(1, Ordering::SeqCst);
-                            return serde_json::from_str(&text).unwrap();
-                        }
-                        503 => {}
-                        _ => panic!("{path}: {status} {text}"),
-                    }
-                }
-            }
-            self.retried.fetch_add(1, Ordering::SeqCst);
-            assert!(Instant::now() < deadline, "{path}: never answered");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// One delivery of `p`'s payment through its door, answered as applied.
-    async fn pay(&self, p: &Pay) {
-        match p.door {
-            Door::Signed => {
-                let external_id = p.external_id();
-                let v = self
-                    .deliver("/api/webhook/payment", || {
-                        let body =
-                            payment_event(&external_id, &p.reference, p.amount_minor, p.currency)
-                                .to_string();
-                        let msg = format!("msg_{external_id}");
-                        let now = chrono::Utc::now().timestamp();
-                        let headers = signed_headers(WEBHOOK_SECRET, &msg, now, &body);
-                        (body, headers)
-                    })
-                    .await;
-                assert_eq!(v["payment"]["outcome"], "applied", "{v}");
-            }
-            Door::WayForPay => self.wayforpay(p, "Approved").await,
-        }
-    }
-
-    /// One WayForPay callback of `p` with `status`, acknowledged.
-    async fn wayforpay(&self, p: &Pay, status: &str) {
-        let v = self
-            .deliver("/api/webhook/wayforpay", || {
-                let body = wayforpay_callback(&p.reference, p.literal, p.currency, status);
-                (body, Vec::new())
-            })
-            .await;
-        assert_wayforpay_accept(&v, &p.reference);
-    }
-}
-
-/// Delivers `status` (`Approved`: each payment through its door; `Refunded`: a WayForPay
-/// refund) for every one of `pays`, `COPIES` times at once, `PARALLEL` payments at a time; once
-/// `kill_at` deliveries were answered the server is killed with SIGKILL and started again on
-/// the same database. Returns when every delivery was answered 200.
-async fn deliver_across_a_kill(
-    server: &mut Server,
-    gateway: &Gateway,
-    pays: &[Pay],
-    status: &'static str,
-    kill_at: usize,
-) {
-    let total = pays.len() * COPIES;
-    assert!(kill_at < total);
-    gateway.answered.store(0, Ordering::SeqCst);
-    gateway.retried.store(0, Ordering::SeqCst);
-    let slots = Arc::new(Semaphore::new(PARALLEL));
-    let tasks: Vec<_> = pays
-        .iter()
-        .cloned()
-        .map(|p| {
-            let (gateway, slots) = (gateway.clone(), slots.clone());
-            tokio::spawn(async move {
-                let _slot = slots.acquire_owned().await.unwrap();
-                join_all((0..COPIES).map(|_| async {
-                    match status {
-                        "Approved" => gateway.pay(&p).await,
-                        _ => gateway.wayforpay(&p, status).await,
-                    }
-                }))
-                .await;
-            })
-        })
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while gateway.answered.load(Ordering::SeqCst) < kill_at {
-        assert!(Instant::now() < deadline, "{}", tail(&server.log, 30));
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    server.kill9().await;
-    let at_kill = gateway.answered.load(Ordering::SeqCst);
-    server.start().await;
-    for t in tasks {
-        t.await.unwrap();
-    }
-    let retried = gateway.retried.load(Ordering::SeqCst);
-    println!("{status}: {total} deliveries, killed after {at_kill} answers, {retried} sent again");
-    assert!(at_kill < total, "the kill came after the last answer");
-    assert!(retried > 0, "the kill cut no delivery off");
-}
-
-/// Every line: by payment id, its earning line and its reversal (if any).
-#[derive(Debug)]
-struct Line {
-    id: i64,
-    affiliate: i32,
-    kind: String,
-    amount: i64,
-    currency: String,
-    /// As the API reads it: `pending` past its `payable_at` is `payable`.
-    status: String,
-}
-
-async fn lines(app: &TestApp) -> (HashMap<i64, Line>, HashMap<i64, Line>) {
-    let rows = app
-        .db()
-        .await
-        .query(
-            "SELECT id, payment_id, affiliate_id, kind, amount_minor, currency,
-                    CASE WHEN status = 'pending' AND payable_at <= statement_timestamp()
-                         THEN 'payable' ELSE status END AS status
-             FROM commission_lines ORDER BY id",
-            &[],
-        )
-        .await
-        .unwrap();
-    let (mut earning, mut reversal) = (HashMap::new(), HashMap::new());
-    for r in rows {
-        let line = Line {
-            id: r.get("id"),
-            affiliate: r.get("affiliate_id"),
-            kind: r.get("kind"),
-            amount: r.get("amount_minor"),
-            currency: r.get("currency"),
-            status: r.get("status"),
-        };
-        let into = if line.kind == "reversal" {
-            &mut reversal
-        } else {
-            &mut earning
-        };
-        let payment: i64 = r.get("payment_id");
-        if let Some(other) = into.insert(payment, line) {
-            panic!("payment {payment} has two such lines; one is {other:?}");
-        }
-    }
-    (earning, reversal)
-}
-
-/// The stored payments by (gateway, external id): (id, order, amount, outcome, reason,
-/// created_at).
-type Stored = HashMap<(String, String), (i64, i64, i64, String, Option<String>, String)>;
-
-async fn payments(app: &TestApp) -> Stored {
-    app.db()
-        .await
-        .query(
-            "SELECT gateway, external_id, id, order_id, amount_minor, outcome, reason,
-                    to_char(created_at, 'YYYY-MM-DD HH24:MI:SS.US') AS created
-             FROM payments",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (
-                (r.get("gateway"), r.get("external_id")),
-                (
-                    r.get("id"),
-                    r.get("order_id"),
-                    r.get("amount_minor"),
-                    r.get("outcome"),
-                    r.get("reason"),
-                    r.get("created"),
-                ),
-            )
-        })
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_referred_buyers_across_kill_9s_earn_one_line_each_and_lose_it_once() {
@@ -361,7 +105,7 @@ async fn a_thousand_referred_buyers_across_kill_9s_earn_one_line_each_and_lose_i
         .buffered(8)
         .collect()
         .await;
-    let pays: Vec<Pay> = wanted
+    let mut pays: Vec<Pay> = wanted
         .iter()
         .zip(&orders)
         .map(|(&(i, c), order)| {
@@ -478,37 +222,80 @@ async fn a_thousand_referred_buyers_across_kill_9s_earn_one_line_each_and_lose_i
         );
     }
 
-    // Two affiliates are paid out: every payable line of theirs in each currency.
-    for a in &affiliates[..PAID_OUT] {
-        for currency in ["UAH", "USD"] {
-            let paid = db
-                .execute(
-                    "WITH payout AS (
-                         INSERT INTO payouts (affiliate_id, currency, amount_minor, lines)
-                         SELECT $1, $2, sum(amount_minor), count(*) FROM commission_lines
-                         WHERE affiliate_id = $1 AND currency = $2 AND status = 'pending'
-                           AND payable_at <= statement_timestamp()
-                         RETURNING id
-                     )
-                     UPDATE commission_lines c SET status = 'paid', payout_id = payout.id
-                     FROM payout
-                     WHERE c.affiliate_id = $1 AND c.currency = $2 AND c.status = 'pending'",
-                    &[a, &currency],
-                )
-                .await
-                .unwrap();
-            assert!(paid > 0);
+    // Two affiliates are paid out (`POST /api/payouts`): every payable line of theirs, by
+    // currency.
+    let mut due: BTreeMap<(i32, &str), (i64, i64)> = BTreeMap::new();
+    for (p, line) in pays.iter().zip(commissions(&pays)) {
+        if p.paid_out {
+            let d = due.entry((p.affiliate, p.currency)).or_default();
+            d.0 += 1;
+            d.1 += line;
         }
     }
+    for ((a, currency), (count, minor)) in &due {
+        let payout = app
+            .post(
+                "/api/payouts",
+                json!({"affiliate_id": a, "currency": currency}),
+            )
+            .await
+            .expect(201);
+        assert_eq!(
+            (&payout["lines"], &payout["amount_minor"]),
+            (&json!(count), &json!(minor)),
+            "{payout}"
+        );
+    }
 
-    // 3. A sixth of the buyers refunded at the gateway, three reports at once, a kill midway.
+    // 3. A sixth of the buyers refunded at the gateway, three reports at once, a kill midway,
+    // while the next affiliate's UAH lines are paid out among its refunds (by this process's
+    // app, which the kill spares): each of its refunded lines is either reversed before the
+    // payout or paid by it and netted by a reversal after, never both, never neither.
     let refunds: Vec<Pay> = pays.iter().filter(|p| p.refunded).cloned().collect();
+    let racing = affiliates[PAID_OUT];
     let phase = Instant::now();
-    deliver_across_a_kill(&mut server, &gateway, &refunds, "Refunded", 150).await;
+    gateway.answered.store(0, Ordering::SeqCst);
+    let ((), payout) = tokio::join!(
+        deliver_across_a_kill(&mut server, &gateway, &refunds, "Refunded", 150),
+        async {
+            while gateway.answered.load(Ordering::SeqCst) < 75 {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            let body = json!({"affiliate_id": racing, "currency": "UAH"});
+            app.post("/api/payouts", body).await.expect(201)
+        }
+    );
     println!("{} refunded in {:?}", refunds.len(), phase.elapsed());
 
     let stored = payments(&app).await;
     let (earning, reversal) = lines(&app).await;
+    let mut late = (0, 0);
+    for p in pays
+        .iter_mut()
+        .filter(|p| p.affiliate == racing && p.currency == "UAH")
+    {
+        let pid = stored[&(p.gateway().into(), p.external_id())].0;
+        // Paid by the payout, unless its refund reversed it first.
+        p.paid_out = !p.refunded || earning[&pid].status != "reversed";
+        if p.refunded {
+            late.0 += usize::from(!p.paid_out);
+            late.1 += usize::from(p.paid_out);
+        }
+    }
+    println!(
+        "affiliate {racing}: {} refunds before its payout, {} after",
+        late.0, late.1
+    );
+    let (count, minor) = pays
+        .iter()
+        .zip(commissions(&pays))
+        .filter(|(p, _)| p.affiliate == racing && p.currency == "UAH" && p.paid_out)
+        .fold((0, 0), |(n, sum), (_, line)| (n + 1, sum + line));
+    assert_eq!(
+        (&payout["lines"], &payout["amount_minor"]),
+        (&json!(count), &json!(minor)),
+        "the payout among the refunds: {payout}"
+    );
     assert_eq!(earning.len(), pays.len());
     let (mut reversed, mut netted) = (0, 0);
     for p in &pays {
@@ -558,59 +345,59 @@ async fn a_thousand_referred_buyers_across_kill_9s_earn_one_line_each_and_lose_i
         "both shapes: {reversed}, {netted}"
     );
 
-    // 4. The sums, computed here from the amounts sent.
-    let mut by_status: BTreeMap<(i32, String, String), (i64, i64)> = BTreeMap::new();
-    let mut add = |a: i32, currency: &str, status: &str, amount: i64| {
-        let e = by_status
-            .entry((a, currency.to_string(), status.to_string()))
-            .or_default();
-        e.0 += 1;
-        e.1 += amount;
-    };
-    let mut seen_buyers = HashMap::new();
-    for p in &pays {
-        // A buyer's two payments of one price earn one first and one renewal line.
-        let nth = seen_buyers.entry(p.buyer).or_insert(0);
-        let percent = if *nth == 0 {
-            FIRST_PERCENT
-        } else {
-            RENEWAL_PERCENT
-        };
-        *nth += 1;
-        let line = p.amount_minor * percent / 100;
-        let status = match (p.refunded, p.paid_out) {
-            (_, true) => "paid",
-            (true, false) => "reversed",
-            (false, false) => "payable",
-        };
-        add(p.affiliate, p.currency, status, line);
-        if p.refunded && p.paid_out {
-            add(p.affiliate, p.currency, "payable", -line);
-        }
-    }
-    let ledger: BTreeMap<(i32, String, String), (i64, i64)> = db
-        .query(
-            "SELECT affiliate_id, currency,
-                    CASE WHEN status = 'pending' AND payable_at <= statement_timestamp()
-                         THEN 'payable' ELSE status END AS shown,
-                    count(*) AS lines, sum(amount_minor)::bigint AS minor
-             FROM commission_lines GROUP BY 1, 2, 3",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| {
+    // 4. The sums: the ledger computed here from the amounts sent equals the table, the CSV
+    // and every affiliate's page, to the minor unit.
+    let ledger = expected(&pays);
+    assert_eq!(ledger_of_table(&app).await, ledger, "the table");
+    let csv = app.get("/api/commissions.csv").await;
+    assert_eq!(csv.status, 200);
+    let (exported, count) = ledger_of_csv(&csv.bytes);
+    assert_eq!(count, pays.len() + netted, "the CSV lists every line");
+    assert_eq!(exported, ledger, "the CSV");
+    for (k, a) in affiliates.iter().enumerate() {
+        let page = app
+            .get(&format!("/api/affiliates/{a}/summary"))
+            .await
+            .expect(200);
+        let buyers = (0..BUYERS).filter(|i| i % AFFILIATES == k).count();
+        assert_eq!(
             (
-                (r.get("affiliate_id"), r.get("currency"), r.get("shown")),
-                (r.get("lines"), r.get("minor")),
-            )
-        })
-        .collect();
-    assert_eq!(
-        ledger, by_status,
-        "lines and sums per affiliate, currency, status"
-    );
+                &page["clicks"],
+                &page["attributed_buyers"],
+                &page["paying_buyers"]
+            ),
+            (&json!(0), &json!(buyers), &json!(buyers)),
+            "{page}"
+        );
+        let mut shown = BTreeMap::new();
+        for c in page["currencies"].as_array().unwrap() {
+            shown.insert(c["currency"].as_str().unwrap().to_string(), c.clone());
+        }
+        let mut wanted = BTreeMap::new();
+        for ((_, currency), owed) in ledger.range((*a, String::new())..(*a + 1, String::new())) {
+            let revenue: i64 = pays
+                .iter()
+                .filter(|p| p.affiliate == *a && p.currency == currency && !p.refunded)
+                .map(|p| p.amount_minor)
+                .sum();
+            wanted.insert(
+                currency.clone(),
+                json!({
+                    "currency": currency,
+                    "revenue_minor": revenue,
+                    "commission": {
+                        "pending": owed.earned("pending"),
+                        "payable": owed.earned("payable"),
+                        "paid": owed.earned("paid"),
+                        "reversed": owed.earned("reversed"),
+                    },
+                    "reversals_minor": owed.reversals.1,
+                    "balance_minor": owed.earned("payable") + owed.reversals.1,
+                }),
+            );
+        }
+        assert_eq!(shown, wanted, "affiliate {a}'s page");
+    }
 
     let mut revenue: BTreeMap<String, (i64, i64, i64)> = BTreeMap::new();
     for p in &pays {
