@@ -230,11 +230,10 @@ pub async fn set_plan_rates(
     plan_id: i64,
     rates: Rates,
 ) -> Result<PlanRates, ApiError> {
-    let id = i32::try_from(plan_id).map_err(|_| ApiError::NotFound("plan"))?;
     let own: Rates = db::one(
         tx,
         SET_PLAN_RATES_SQL,
-        &[&id, &rates.first_percent, &rates.renewal_percent],
+        &[&plan_id, &rates.first_percent, &rates.renewal_percent],
     )
     .await
     .map_err(|e| match e {
@@ -253,8 +252,6 @@ const REMOVE_PLAN_RATES_SQL: &str = "DELETE FROM plan_referral_rates WHERE plan_
 
 /// Removes plan `plan_id`'s own rates, if it had any: it earns at the program's again.
 pub async fn remove_plan_rates(tx: &Transaction<'_>, plan_id: i64) -> Result<PlanRates, ApiError> {
-    if let Ok(id) = i32::try_from(plan_id) {
-        db::execute(tx, REMOVE_PLAN_RATES_SQL, &[&id]).await?;
-    }
+    db::execute(tx, REMOVE_PLAN_RATES_SQL, &[&plan_id]).await?;
     Ok(PlanRates::of(plan_id, None, &get(tx).await?))
 }
