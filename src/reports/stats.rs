@@ -15,8 +15,9 @@
 //!   and those refunded, being refunded or disputed since); payments kept for review are not
 //!   revenue. `refunded` is the part of those refunded or disputed (by the payment's own
 //!   interval), `net` the rest. `affiliate_fees` is Telegram's affiliate commission on the
-//!   payments counted in `gross` (`payments.affiliate_fee_minor`, refunded ones included: the
-//!   fee was taken when the payment was made), and `net_after_fees` is `net` minus it.
+//!   payments counted in `net` (`payments.affiliate_fee_minor`; a refund gives Telegram's
+//!   commission back too, so a refunded payment's fee is not counted), and `net_after_fees` is
+//!   `net` minus it.
 //! - **members**, from the membership events: `new` memberships (their creation), `renewed`
 //!   (a payment extending an existing membership), `expired` (moved to expired: churn),
 //!   `trials_started` (trial uses), `trials_converted` (the first paid payment of a pair after

@@ -15,7 +15,8 @@ days AS (
            sum(amount_minor) AS gross,
            coalesce(sum(amount_minor) FILTER (WHERE outcome IN ('refunded', 'disputed')), 0)
                AS refunded,
-           sum(affiliate_fee_minor) AS affiliate_fees,
+           coalesce(sum(affiliate_fee_minor)
+                    FILTER (WHERE outcome NOT IN ('refunded', 'disputed')), 0) AS affiliate_fees,
            count(*) AS payments
     FROM payments
     WHERE paid_at >= greatest((SELECT first FROM bounds), (((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date::timestamp AT TIME ZONE 'UTC'))

@@ -4,7 +4,8 @@ SELECT * FROM (
            sum(amount_minor) AS gross,
            coalesce(sum(amount_minor) FILTER (WHERE outcome IN ('refunded', 'disputed')), 0)
                AS refunded,
-           sum(affiliate_fee_minor) AS affiliate_fees,
+           coalesce(sum(affiliate_fee_minor)
+                    FILTER (WHERE outcome NOT IN ('refunded', 'disputed')), 0) AS affiliate_fees,
            count(*) AS payments
     FROM payments
     WHERE paid_at >= ((SELECT min(d) FROM unnest($1::date[]) d)::timestamp AT TIME ZONE 'UTC')

@@ -3,7 +3,8 @@
 //! Telegram Stars pre-checkouts, payments and subscriptions (door 3) and Telegram's affiliate
 //! fee on a Stars payment, Stripe with its delayed methods and disputes (door 4); refunds at the
 //! gateway, refunds that arrive before their payment, the reconcile of card orders with
-//! WayForPay, and the orders API with its seat rule.
+//! WayForPay, the orders API with its seat rule, and the referral commissions those payments
+//! earn and their refunds take back, also across a `kill -9` of the server.
 
 mod affiliate_fees;
 mod apply;
@@ -12,6 +13,8 @@ mod gateway_refunds;
 mod hardening;
 mod orders;
 pub(crate) mod reconciliation;
+mod referral_crash;
+mod referral_crash_harness;
 mod referrals;
 mod refunds_before_payments;
 mod seats;

@@ -469,3 +469,48 @@ async fn concurrent_redeliveries_of_a_dispute_act_once() {
     );
     assert_eq!(app.count("effects WHERE kind = 'revoke'").await, 5);
 }
+
+/// A referred buyer's Stripe payment earns its line; the dispute (delivered again, and a second
+/// event of it) reverses that line once, in the dispute's transaction.
+#[tokio::test]
+async fn a_dispute_reverses_the_referred_payment_s_commission_once() {
+    let app = stripe_app("http://127.0.0.1:9").await;
+    let (_, o) = order(&app, 8310, -100_831_000).await;
+    app.db()
+        .await
+        .batch_execute(
+            "UPDATE referral_program SET enabled = true, first_percent = 25;
+             INSERT INTO affiliates (name, code) VALUES ('Partner', 'PARTNER');
+             INSERT INTO referral_attributions (subscriber_id, affiliate_id)
+             SELECT s.id, a.id FROM subscribers s, affiliates a WHERE s.telegram_user_id = 8310;",
+        )
+        .await
+        .unwrap();
+    post_event(&app, &session("completed", &o, "pi_referred", "paid"))
+        .await
+        .expect(200);
+    let created = event(
+        "charge.dispute.created",
+        dispute("pi_referred", "needs_response"),
+    );
+    let again = event(
+        "charge.dispute.created",
+        dispute("pi_referred", "needs_response"),
+    );
+    for e in [&created, &created, &again] {
+        post_event(&app, e).await.expect(200);
+    }
+    let lines: Vec<(String, i64, String)> = app
+        .db()
+        .await
+        .query(
+            "SELECT kind, amount_minor, status FROM commission_lines ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(lines, vec![("first".into(), 19900 / 4, "reversed".into())]);
+}
