@@ -13,7 +13,8 @@
 //! (a refund at the gateway, a dispute), which claims the payment's `applied` outcome first, so
 //! it runs once per payment: a line not yet paid is simply `reversed`; a paid one gets a negative
 //! `reversal` line, payable at once, which the next payout nets. It takes the affiliate's row
-//! lock first, as a payout does, so a line is never paid and reversed unpaid at once.
+//! lock first, as a payout does (and the [`rebase`] after Telegram's fee), so a line is never
+//! paid and reversed unpaid at once, nor changed under a payout that summed it.
 //!
 //! **The rule** ([`decide`], pure): the buyer's attribution (program on, affiliate active) earns
 //! on a payment of money (never a trial, a 100 % code or a staff grant, which are no payments)
@@ -374,6 +375,12 @@ const REBASE_SQL: &str = "WITH p AS (
 /// its earning line, while not yet paid, is computed again on the amount net of that fee. Call
 /// it in the transaction that records the fee.
 pub async fn rebase(tx: &Transaction<'_>, payment_id: i64) -> Result<(), ApiError> {
+    // The affiliate's lock first, as a payout and a reversal take it: a line's amount never
+    // changes under a payout that summed it.
+    let Some(line) = db::row_opt(tx, LINE_AFFILIATE_SQL, &[&payment_id]).await? else {
+        return Ok(());
+    };
+    affiliates::lock(tx, line.try_get("affiliate_id")?).await?;
     let r = db::row_one(tx, REBASE_SQL, &[&payment_id]).await?;
     if r.try_get::<_, bool>("paid")? {
         tracing::warn!(

@@ -4,6 +4,32 @@
 -- snapshot".
 
 -- statement
+
+    INSERT INTO affiliates (name, subscriber_id, code) VALUES ($1, $2, $3)
+    ON CONFLICT DO NOTHING
+
+-- statement
+
+    INSERT INTO referral_attributions AS r (subscriber_id, affiliate_id)
+    VALUES ($1, $2)
+    ON CONFLICT (subscriber_id) DO UPDATE
+        SET affiliate_id = EXCLUDED.affiliate_id, attributed_at = statement_timestamp()
+        WHERE $3
+           OR r.attributed_at + make_interval(days => $4) <= statement_timestamp()
+    RETURNING r.subscriber_id
+
+-- statement
+
+    INSERT INTO referral_clicks (affiliate_id, subscriber_id, outcome) VALUES ($1, $2, $3)
+
+-- statement
+
+    SELECT a.id AS affiliate_id, a.subscriber_id AS affiliate_subscriber_id,
+           p.enabled, p.attribution, p.window_days
+    FROM affiliates a CROSS JOIN referral_program p
+    WHERE a.code = $1 AND a.active
+
+-- statement
 -- A Stars subscription charge that subgate refuses (a first charge or a renewal) stops its
 -- subscription in the payment's transaction: the row is cancelled by 'subgate', with the
 -- refused charge's reason, and an editUserStarSubscription effect is enqueued beside it. A
@@ -35,6 +61,38 @@ CREATE UNIQUE INDEX star_subscriptions_order_key ON star_subscriptions (order_id
 ALTER TABLE stats_revenue_days
     ALTER COLUMN gross TYPE numeric,
     ALTER COLUMN refunded TYPE numeric;
+
+
+-- statement
+-- A payout of affiliate $1's payable lines in currency $2, recorded by staff account $3, in one
+-- statement (the caller holds the affiliate's row lock): the payable lines, both signs, are
+-- summed; when there is at least one and the net is positive the payout row is written and
+-- exactly those lines are marked paid by it. Always answers one row: the net and the count
+-- (whether paid or not), and the payout when one was written.
+WITH payable AS (
+    SELECT l.id, l.amount_minor
+    FROM commission_lines l
+    WHERE l.affiliate_id = $1 AND l.currency = $2
+      AND l.status = 'pending' AND l.payable_at <= statement_timestamp()
+),
+totals AS (
+    SELECT sum(amount_minor) AS net, count(*) AS n FROM payable
+),
+payout AS (
+    INSERT INTO payouts (affiliate_id, currency, amount_minor, lines, staff_id)
+    SELECT $1, $2, t.net, t.n, $3 FROM totals t
+    WHERE t.n > 0 AND t.net > 0
+    RETURNING id, affiliate_id, currency, amount_minor, lines, created_at
+),
+paid AS (
+    UPDATE commission_lines l SET status = 'paid', payout_id = p.id
+    FROM payout p
+    WHERE l.id IN (SELECT id FROM payable)
+    RETURNING l.id
+)
+SELECT t.net::text AS net, t.n AS n, (SELECT count(*) FROM paid) AS paid,
+       p.id, p.affiliate_id, p.currency, p.amount_minor, p.lines, p.created_at
+FROM totals t LEFT JOIN payout p ON true
 
 
 -- statement
@@ -596,6 +654,248 @@ CREATE TRIGGER webhook_memberships_delete AFTER DELETE ON memberships
 
 
 -- statement
+-- Referrals and affiliates (docs/referrals.md): the program, affiliates and their links, the
+-- clicks and attributions of buyers, the commission ledger, payouts, the reward days of
+-- buyer-referrers, and Telegram's own affiliate fee on a Stars payment.
+
+-- The one program: off until the owner switches it on.
+CREATE TABLE referral_program (
+    id                        boolean     PRIMARY KEY DEFAULT true,
+    enabled                   boolean     NOT NULL DEFAULT false,
+    attribution               text        NOT NULL DEFAULT 'first_click',
+    window_days               integer     NOT NULL DEFAULT 30,
+    hold_days                 integer     NOT NULL DEFAULT 14,
+    first_percent             integer     NOT NULL DEFAULT 0,
+    renewal_percent           integer     NOT NULL DEFAULT 0,
+    renewal_months            integer     NOT NULL DEFAULT 0,
+    buyer_links               boolean     NOT NULL DEFAULT false,
+    buyer_reward_days         integer,
+    max_reward_days_per_month integer,
+    updated_at                timestamptz NOT NULL DEFAULT statement_timestamp(),
+    CONSTRAINT referral_program_one_check CHECK (id),
+    CONSTRAINT referral_program_attribution_check CHECK (
+        attribution IN ('first_click', 'last_click')),
+    CONSTRAINT referral_program_window_days_check CHECK (window_days BETWEEN 1 AND 365),
+    CONSTRAINT referral_program_hold_days_check CHECK (hold_days BETWEEN 0 AND 180),
+    CONSTRAINT referral_program_first_percent_check CHECK (first_percent BETWEEN 0 AND 90),
+    CONSTRAINT referral_program_renewal_percent_check CHECK (renewal_percent BETWEEN 0 AND 90),
+    CONSTRAINT referral_program_renewal_months_check CHECK (renewal_months BETWEEN 0 AND 120),
+    CONSTRAINT referral_program_buyer_reward_days_check CHECK (
+        buyer_reward_days BETWEEN 1 AND 365),
+    CONSTRAINT referral_program_max_reward_days_check CHECK (
+        max_reward_days_per_month BETWEEN 1 AND 3660)
+);
+INSERT INTO referral_program DEFAULT VALUES;
+
+-- A plan's own rates, in place of the program's.
+CREATE TABLE plan_referral_rates (
+    plan_id         bigint      PRIMARY KEY REFERENCES plans (id) ON DELETE CASCADE,
+    first_percent   integer     NOT NULL,
+    renewal_percent integer     NOT NULL,
+    updated_at      timestamptz NOT NULL DEFAULT statement_timestamp(),
+    CONSTRAINT plan_referral_rates_first_percent_check CHECK (first_percent BETWEEN 0 AND 90),
+    CONSTRAINT plan_referral_rates_renewal_percent_check CHECK (
+        renewal_percent BETWEEN 0 AND 90)
+);
+
+-- An affiliate: an external partner by name, or a buyer (`subscriber_id`). Never deleted once
+-- it has lines (the foreign keys below refuse it); deactivated instead.
+CREATE TABLE affiliates (
+    id            integer     GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name          text        NOT NULL,
+    subscriber_id integer     REFERENCES subscribers (id) ON DELETE SET NULL,
+    code          text        NOT NULL,
+    active        boolean     NOT NULL DEFAULT true,
+    created_at    timestamptz NOT NULL DEFAULT statement_timestamp(),
+    updated_at    timestamptz NOT NULL DEFAULT statement_timestamp(),
+    CONSTRAINT affiliates_code_key UNIQUE (code),
+    CONSTRAINT affiliates_subscriber_key UNIQUE (subscriber_id),
+    CONSTRAINT affiliates_name_check CHECK (char_length(name) BETWEEN 1 AND 200),
+    CONSTRAINT affiliates_code_check CHECK (code ~ '^[A-Z0-9_]{3,32}$')
+);
+
+-- Every `/start r_<code>` of a known, active code: what it came to.
+CREATE TABLE referral_clicks (
+    id            bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    affiliate_id  integer     NOT NULL REFERENCES affiliates (id),
+    subscriber_id integer     REFERENCES subscribers (id) ON DELETE SET NULL,
+    outcome       text        NOT NULL,
+    created_at    timestamptz NOT NULL DEFAULT statement_timestamp(),
+    CONSTRAINT referral_clicks_outcome_check CHECK (
+        outcome IN ('attributed', 'kept', 'self', 'program_off'))
+);
+CREATE INDEX referral_clicks_affiliate_idx ON referral_clicks (affiliate_id, created_at);
+
+-- Which affiliate a buyer is attributed to (one per buyer): since when, and by which click.
+CREATE TABLE referral_attributions (
+    subscriber_id integer     PRIMARY KEY REFERENCES subscribers (id) ON DELETE CASCADE,
+    affiliate_id  integer     NOT NULL REFERENCES affiliates (id),
+    attributed_at timestamptz NOT NULL DEFAULT statement_timestamp(),
+    created_at    timestamptz NOT NULL DEFAULT statement_timestamp()
+);
+CREATE INDEX referral_attributions_affiliate_idx ON referral_attributions (affiliate_id);
+
+-- A payout: the lines of one currency an affiliate was paid for, netted.
+CREATE TABLE payouts (
+    id           bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    affiliate_id integer     NOT NULL REFERENCES affiliates (id),
+    currency     text        NOT NULL,
+    amount_minor bigint      NOT NULL,
+    lines        integer     NOT NULL,
+    staff_id     integer,
+    created_at   timestamptz NOT NULL DEFAULT statement_timestamp(),
+    CONSTRAINT payouts_amount_check CHECK (amount_minor > 0),
+    CONSTRAINT payouts_lines_check CHECK (lines >= 1)
+);
+CREATE INDEX payouts_affiliate_idx ON payouts (affiliate_id, id);
+
+-- The ledger: one earning line (`first` or `renewal`) per applied payment of an attributed
+-- buyer, written in the payment's transaction, and at most one `reversal` (negative) when the
+-- payment is taken back after its line was paid. `status` is stored as `pending`, `paid` or
+-- `reversed`; a `pending` line whose `payable_at` has passed reads as `payable`.
+CREATE TABLE commission_lines (
+    id            bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    affiliate_id  integer     NOT NULL REFERENCES affiliates (id),
+    payment_id    bigint      NOT NULL REFERENCES payments (id),
+    subscriber_id integer     REFERENCES subscribers (id) ON DELETE SET NULL,
+    kind          text        NOT NULL,
+    amount_minor  bigint      NOT NULL,
+    currency      text        NOT NULL,
+    percent       integer     NOT NULL,
+    base_minor    bigint      NOT NULL,
+    status        text        NOT NULL DEFAULT 'pending',
+    payable_at    timestamptz NOT NULL,
+    payout_id     bigint      REFERENCES payouts (id),
+    created_at    timestamptz NOT NULL DEFAULT statement_timestamp(),
+    reversed_at   timestamptz,
+    CONSTRAINT commission_lines_kind_check CHECK (kind IN ('first', 'renewal', 'reversal')),
+    CONSTRAINT commission_lines_status_check CHECK (status IN ('pending', 'paid', 'reversed')),
+    CONSTRAINT commission_lines_sign_check CHECK (
+        (kind = 'reversal' AND amount_minor < 0) OR (kind <> 'reversal' AND amount_minor > 0)),
+    CONSTRAINT commission_lines_paid_check CHECK ((status = 'paid') = (payout_id IS NOT NULL)),
+    CONSTRAINT commission_lines_reversed_check CHECK (
+        (status = 'reversed') = (reversed_at IS NOT NULL) AND NOT (kind = 'reversal'
+                                                                  AND status = 'reversed'))
+);
+-- At most one earning line and one reversal per payment, ever.
+CREATE UNIQUE INDEX commission_lines_payment_key
+    ON commission_lines (payment_id, (kind = 'reversal'));
+CREATE INDEX commission_lines_affiliate_idx ON commission_lines (affiliate_id, id);
+CREATE INDEX commission_lines_open_idx ON commission_lines (affiliate_id, currency, payable_at)
+    WHERE status = 'pending';
+
+-- Reward days owed to a buyer-referrer for a referred buyer's first purchase: written in the
+-- payment's transaction, granted (and taken back after a refund) by a `referral_reward` effect
+-- under the referrer's own pair lock. `granted_at` / `taken_back_at`: when the effect added the
+-- days and took them back; `reversed_at`: the payment was taken back (before the grant: the
+-- days are never granted).
+CREATE TABLE referral_rewards (
+    id                  bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    affiliate_id        integer     NOT NULL REFERENCES affiliates (id),
+    referrer_id         integer     NOT NULL REFERENCES subscribers (id) ON DELETE CASCADE,
+    channel_id          integer     NOT NULL REFERENCES channels (id) ON DELETE CASCADE,
+    payment_id          bigint      NOT NULL REFERENCES payments (id),
+    days                integer     NOT NULL,
+    created_at          timestamptz NOT NULL DEFAULT statement_timestamp(),
+    reversed_at         timestamptz,
+    granted_at          timestamptz,
+    taken_back_at       timestamptz,
+    CONSTRAINT referral_rewards_payment_key UNIQUE (payment_id),
+    CONSTRAINT referral_rewards_days_check CHECK (days BETWEEN 1 AND 365)
+);
+CREATE INDEX referral_rewards_referrer_idx ON referral_rewards (referrer_id, created_at);
+
+-- A membership's change by a reward: `referral` (granted) and `referral_back` (taken back).
+ALTER TABLE membership_events
+    DROP CONSTRAINT membership_events_cause_check,
+    ADD CONSTRAINT membership_events_cause_check
+        CHECK (cause IN ('payment', 'sweep', 'staff', 'trial', 'promo', 'refund', 'referral',
+                         'referral_back'));
+
+-- Telegram's own affiliate program's commission on a Stars payment (its `StarTransaction`'s
+-- `source.affiliate.amount`), in the payment's minor units; 0 when none.
+ALTER TABLE payments ADD COLUMN affiliate_fee_minor bigint NOT NULL DEFAULT 0;
+
+-- `referral_reward`: grant or take back one `referral_rewards` row (`payload.reward_id`).
+ALTER TABLE effects
+    DROP CONSTRAINT effects_kind_check,
+    ADD CONSTRAINT effects_kind_check CHECK (kind IN (
+        'grant', 'renewal_receipt', 'revoke', 'reminder', 'grace_notice', 'refund',
+        'join_approve', 'join_decline', 'bot_message', 'invoice', 'subscription_cancel',
+        'unban', 'member_message', 'referral_reward')),
+    DROP CONSTRAINT effects_chat_id_check,
+    ADD CONSTRAINT effects_chat_id_check CHECK (
+        kind IN ('refund', 'bot_message', 'invoice', 'subscription_cancel', 'member_message',
+                 'referral_reward')
+        OR chat_id IS NOT NULL);
+
+ALTER TABLE webhook_endpoints
+    DROP CONSTRAINT webhook_endpoints_event_types_check,
+    ADD CONSTRAINT webhook_endpoints_event_types_check CHECK (
+        cardinality(event_types) >= 1
+        AND event_types <@ ARRAY['payment.applied', 'payment.needs_review', 'payment.refunded',
+            'payment.disputed', 'membership.activated', 'membership.renewed', 'membership.grace',
+            'membership.expired', 'membership.deleted', 'trial.started', 'broadcast.finished',
+            'automation.sent', 'referral.attributed', 'commission.created',
+            'commission.reversed', 'payout.recorded']::text[]);
+
+-- The four events, written by triggers in the transaction that made the change, like
+-- migration 0013's.
+CREATE FUNCTION webhook_commission_json(l commission_lines) RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT jsonb_build_object(
+        'id', l.id, 'affiliate_id', l.affiliate_id, 'payment_id', l.payment_id,
+        'kind', l.kind, 'amount_minor', l.amount_minor, 'currency', l.currency,
+        'status', CASE WHEN l.status = 'pending' AND l.payable_at <= statement_timestamp()
+                       THEN 'payable' ELSE l.status END,
+        'payable_at', webhook_time(l.payable_at), 'created_at', webhook_time(l.created_at))
+$$;
+
+CREATE FUNCTION webhook_referral_attributions_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND OLD.affiliate_id = NEW.affiliate_id
+       AND OLD.attributed_at = NEW.attributed_at THEN
+        RETURN NULL;
+    END IF;
+    PERFORM webhook_emit('referral.attributed', jsonb_build_object(
+        'subscriber_id', NEW.subscriber_id, 'affiliate_id', NEW.affiliate_id,
+        'attributed_at', webhook_time(NEW.attributed_at)));
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER webhook_referral_attributions AFTER INSERT OR UPDATE ON referral_attributions
+    FOR EACH ROW EXECUTE FUNCTION webhook_referral_attributions_trigger();
+
+CREATE FUNCTION webhook_commission_lines_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        IF NEW.kind = 'reversal' THEN
+            PERFORM webhook_emit('commission.reversed', webhook_commission_json(NEW));
+        ELSE
+            PERFORM webhook_emit('commission.created', webhook_commission_json(NEW));
+        END IF;
+    ELSIF NEW.status = 'reversed' AND OLD.status <> 'reversed' THEN
+        PERFORM webhook_emit('commission.reversed', webhook_commission_json(NEW));
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER webhook_commission_lines AFTER INSERT OR UPDATE OF status ON commission_lines
+    FOR EACH ROW EXECUTE FUNCTION webhook_commission_lines_trigger();
+
+CREATE FUNCTION webhook_payouts_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM webhook_emit('payout.recorded', jsonb_build_object(
+        'id', NEW.id, 'affiliate_id', NEW.affiliate_id, 'currency', NEW.currency,
+        'amount_minor', NEW.amount_minor, 'lines', NEW.lines,
+        'created_at', webhook_time(NEW.created_at)));
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER webhook_payouts AFTER INSERT ON payouts
+    FOR EACH ROW EXECUTE FUNCTION webhook_payouts_trigger();
+
+
+-- statement
 -- Staff accounts changed from the command line (`subgate staff create`, `set-password`) are in
 -- the audit log too. Such a row has no staff account behind it: `actor` says who made a write,
 -- `staff` (an account, named by `staff_id` and `staff_email`) or `cli` (the command line, with
@@ -887,6 +1187,53 @@ ALTER TABLE membership_events
     DROP CONSTRAINT membership_events_payment_check,
     ADD CONSTRAINT membership_events_payment_check
         CHECK ((cause IN ('payment', 'refund')) = (payment_id IS NOT NULL));
+
+
+-- statement
+-- Telegram's affiliate fee on a Stars payment (`payments.affiliate_fee_minor`, 0025), carried
+-- into the revenue statistics and the outbound payment JSON, and kept until its payment is
+-- stored (docs/telegram.md#telegrams-affiliate-programs).
+
+-- The fees the Stars reconcile read in `getStarTransactions` (`source.affiliate.amount`) and
+-- has not yet written on their payment: a row lives from the run that reads the transaction
+-- to the transaction that records the fee on the stored payment, so a fee whose payment is
+-- stored later (its update delayed past the run) is recorded by a later run, never lost.
+CREATE TABLE star_affiliate_fees (
+    charge_id    text        PRIMARY KEY,
+    amount_minor bigint      NOT NULL,
+    seen_at      timestamptz NOT NULL DEFAULT statement_timestamp(),
+    CONSTRAINT star_affiliate_fees_amount_check CHECK (amount_minor >= 0)
+);
+
+-- A day's revenue also sums the fees of the payments it counts in gross.
+ALTER TABLE stats_revenue_days ADD COLUMN affiliate_fees numeric NOT NULL DEFAULT 0;
+
+-- A fee recorded on a payment of an ended day forgets that day's roll-up, as a refund does
+-- (0015's trigger, with the fee among the columns it watches).
+DROP TRIGGER payments_stats_update ON payments;
+CREATE TRIGGER payments_stats_update AFTER UPDATE OF paid_at, outcome, amount_minor, currency,
+    channel_id, subscriber_id, affiliate_fee_minor ON payments
+    FOR EACH ROW
+    WHEN ((OLD.paid_at AT TIME ZONE 'UTC')::date < (statement_timestamp() AT TIME ZONE 'UTC')::date
+          OR (NEW.paid_at AT TIME ZONE 'UTC')::date < (statement_timestamp() AT TIME ZONE 'UTC')::date)
+    EXECUTE FUNCTION stats_forget_changed_days('paid_at');
+
+-- Days rolled up before the column existed are rolled again where a payment has a fee.
+DELETE FROM stats_rolled_days
+WHERE day IN (SELECT DISTINCT (paid_at AT TIME ZONE 'UTC')::date FROM payments
+              WHERE affiliate_fee_minor <> 0);
+
+-- The payment of a `payment.*` event, as the staff API shows it (with its fee).
+CREATE OR REPLACE FUNCTION webhook_payment_json(p payments) RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT jsonb_build_object(
+        'id', p.id, 'gateway', p.gateway, 'external_id', p.external_id,
+        'order_reference', p.order_reference, 'order_id', p.order_id,
+        'subscriber_id', p.subscriber_id, 'channel_id', p.channel_id,
+        'amount_minor', p.amount_minor, 'currency', p.currency,
+        'affiliate_fee_minor', p.affiliate_fee_minor,
+        'paid_at', webhook_time(p.paid_at), 'outcome', p.outcome, 'reason', p.reason,
+        'created_at', webhook_time(p.created_at))
+$$;
 
 
 -- statement
@@ -1707,16 +2054,27 @@ DELETE FROM orders WHERE id = $1
 DELETE FROM plan_channels WHERE plan_id = $1
 
 -- statement
+DELETE FROM plan_referral_rates WHERE plan_id = $1
+
+-- statement
 DELETE FROM plans WHERE id = $1
 
 -- statement
 DELETE FROM staff_accounts WHERE id = $1
 
 -- statement
+DELETE FROM star_affiliate_fees WHERE charge_id = $1 AND amount_minor = $2
+
+-- statement
 DELETE FROM subscribers WHERE id = $1
 
 -- statement
 DELETE FROM webhook_endpoints WHERE id = $1
+
+-- statement
+INSERT INTO affiliates (name, subscriber_id, code) VALUES ($1, $2, $3)
+     ON CONFLICT ON CONSTRAINT affiliates_code_key DO NOTHING
+     RETURNING id, name, subscriber_id, code, active, created_at, updated_at
 
 -- statement
 INSERT INTO audit_log
@@ -1765,6 +2123,14 @@ INSERT INTO channels (telegram_chat_id, title, price_minor, currency,
 -- statement
 INSERT INTO chat_bans (chat_id, user_id) VALUES ($1, $2)
      ON CONFLICT (chat_id, user_id) DO NOTHING
+
+-- statement
+INSERT INTO commission_lines
+         (affiliate_id, payment_id, subscriber_id, kind, amount_minor, currency, percent,
+          base_minor, payable_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+     ON CONFLICT (payment_id, (kind = 'reversal')) DO NOTHING
+     RETURNING id
 
 -- statement
 INSERT INTO effects
@@ -1851,6 +2217,15 @@ INSERT INTO plan_channels (plan_id, channel_id, position)
      SELECT $1, c.id, (c.n - 1)::smallint FROM unnest($2::integer[]) WITH ORDINALITY AS c (id, n)
 
 -- statement
+INSERT INTO plan_referral_rates (plan_id, first_percent, renewal_percent)
+     VALUES ($1, $2, $3)
+     ON CONFLICT (plan_id) DO UPDATE
+         SET first_percent = EXCLUDED.first_percent,
+             renewal_percent = EXCLUDED.renewal_percent,
+             updated_at = statement_timestamp()
+     RETURNING first_percent, renewal_percent
+
+-- statement
 INSERT INTO plans (title, description, kind, price_minor, currency,
                                              period_days, recurring, active, position,
                                              translations)
@@ -1885,6 +2260,12 @@ INSERT INTO staff_accounts (email, password_hash, role)
 INSERT INTO staff_accounts (email, password_hash, role)
      VALUES ($1, $2, $3) ON CONFLICT (email) DO NOTHING
      RETURNING id, email, role, disabled, created_at, updated_at
+
+-- statement
+INSERT INTO star_affiliate_fees (charge_id, amount_minor)
+     SELECT * FROM unnest($1::text[], $2::bigint[])
+     ON CONFLICT (charge_id) DO UPDATE SET amount_minor = EXCLUDED.amount_minor
+     WHERE star_affiliate_fees.amount_minor <> EXCLUDED.amount_minor
 
 -- statement
 INSERT INTO star_subscription_updates AS u
@@ -1964,12 +2345,14 @@ SELECT * FROM (
 
 
 -- statement
-INSERT INTO stats_revenue_days (day, currency, gross, refunded, payments)
+INSERT INTO stats_revenue_days (day, currency, gross, refunded, affiliate_fees, payments)
 SELECT * FROM (
     SELECT (paid_at AT TIME ZONE 'UTC')::date AS day, currency,
            sum(amount_minor) AS gross,
            coalesce(sum(amount_minor) FILTER (WHERE outcome IN ('refunded', 'disputed')), 0)
                AS refunded,
+           coalesce(sum(affiliate_fee_minor)
+                    FILTER (WHERE outcome NOT IN ('refunded', 'disputed')), 0) AS affiliate_fees,
            count(*) AS payments
     FROM payments
     WHERE paid_at >= ((SELECT min(d) FROM unnest($1::date[]) d)::timestamp AT TIME ZONE 'UTC')
@@ -2084,6 +2467,13 @@ SELECT
     OR EXISTS (SELECT 1 FROM orders o JOIN plan_channels pc ON pc.plan_id = o.plan_id
                WHERE o.subscriber_id = $1 AND o.status = 'paid' AND pc.channel_id = ANY ($2))
        AS former
+
+-- statement
+SELECT
+     (SELECT count(*) FROM referral_clicks WHERE affiliate_id = $1) AS clicks,
+     (SELECT count(*) FROM referral_attributions WHERE affiliate_id = $1) AS attributed_buyers,
+     (SELECT count(DISTINCT subscriber_id) FROM commission_lines
+      WHERE affiliate_id = $1 AND kind <> 'reversal') AS paying_buyers
 
 -- statement
 SELECT $1::timestamptz <= statement_timestamp() AS past
@@ -2237,6 +2627,10 @@ SELECT active, seat_limit, billing_period_days FROM channels
 SELECT active, seat_limit, billing_period_days FROM channels WHERE id = $1 FOR KEY SHARE
 
 -- statement
+SELECT affiliate_id FROM commission_lines
+     WHERE payment_id = $1 AND kind <> 'reversal'
+
+-- statement
 SELECT attempts FROM gateway_checks WHERE order_id = $1
 
 -- statement
@@ -2281,6 +2675,9 @@ SELECT cause FROM membership_events WHERE id = $1 AND membership_id = $2
 -- statement
 SELECT channel_id, telegram_user_id, note, created_at
      FROM channel_exemptions WHERE channel_id = $1 ORDER BY telegram_user_id
+
+-- statement
+SELECT code, active FROM affiliates WHERE subscriber_id = $1
 
 -- statement
 SELECT count(*) = (SELECT count(DISTINCT c) FROM unnest($2::integer[]) AS c) AS found
@@ -2356,6 +2753,11 @@ SELECT d.id, d.endpoint_id, d.event_id, ev.msg_id,
      ORDER BY d.id LIMIT $4
 
 -- statement
+SELECT days, reversed_at IS NOT NULL AS reversed,
+            granted_at IS NOT NULL AS granted, taken_back_at IS NOT NULL AS taken_back
+     FROM referral_rewards WHERE id = $1 FOR UPDATE
+
+-- statement
 SELECT e.id FROM webhook_endpoints e
      WHERE e.disabled_at IS NULL
        AND EXISTS (SELECT 1 FROM webhook_deliveries d
@@ -2369,6 +2771,12 @@ SELECT email, role FROM staff_accounts
      WHERE id = $1 AND token_version = $2 AND NOT disabled
 
 -- statement
+SELECT enabled, attribution, window_days, hold_days, first_percent, renewal_percent, renewal_months, buyer_links, buyer_reward_days, max_reward_days_per_month, updated_at FROM referral_program
+
+-- statement
+SELECT enabled, attribution, window_days, hold_days, first_percent, renewal_percent, renewal_months, buyer_links, buyer_reward_days, max_reward_days_per_month, updated_at FROM referral_program FOR UPDATE
+
+-- statement
 SELECT expires_at FROM star_subscriptions
          WHERE subscriber_id = $1 AND channel_id = $2 AND status = 'active'
            AND expires_at > statement_timestamp()
@@ -2379,12 +2787,24 @@ SELECT external_id FROM payments
      WHERE gateway = $2 AND external_id = ANY($1)
 
 -- statement
+SELECT f.charge_id, f.amount_minor, p.id AS payment_id
+     FROM star_affiliate_fees f
+     LEFT JOIN payments p ON p.gateway = $1 AND p.external_id = f.charge_id
+     ORDER BY f.charge_id
+
+-- statement
+SELECT first_percent, renewal_percent FROM plan_referral_rates WHERE plan_id = $1
+
+-- statement
 SELECT g.order_id, o.reference, g.gateway, g.state, g.attempts, g.next_check_at, g.last_checked_at, g.last_status, g.last_error, g.payment_id, o.purchase_link_at, g.created_at, g.updated_at FROM gateway_checks g JOIN orders o ON o.id = g.order_id
      WHERE g.order_id > $1 AND ($2::text IS NULL OR g.state = $2::text)
      ORDER BY g.order_id LIMIT $3
 
 -- statement
 SELECT hold_until FROM orders WHERE id = $1
+
+-- statement
+SELECT id FROM affiliates WHERE subscriber_id = $1
 
 -- statement
 SELECT id FROM audits WHERE channel_id = $1 AND status = 'running'
@@ -2432,6 +2852,19 @@ SELECT id, actor, staff_id, staff_email, action, target_type, target_id,
      ORDER BY id LIMIT $8
 
 -- statement
+SELECT id, affiliate_id, currency, amount_minor, lines, created_at
+     FROM payouts
+     WHERE id > $1
+       AND ($2::integer IS NULL OR affiliate_id = $2)
+       AND ($3::text IS NULL OR currency = $3)
+     ORDER BY id
+     LIMIT $4
+
+-- statement
+SELECT id, affiliate_id, currency, amount_minor, lines, created_at
+     FROM payouts WHERE id = $1
+
+-- statement
 SELECT id, channel_id, fix, status, checked, total, counts, rows, error,
             started_at, finished_at
      FROM audits
@@ -2455,7 +2888,7 @@ SELECT id, email, role, disabled, created_at, updated_at
      FROM staff_accounts WHERE id > $1 ORDER BY id LIMIT $2
 
 -- statement
-SELECT id, gateway, external_id, order_reference, order_id, subscriber_id, channel_id, amount_minor, currency, paid_at, outcome, reason, created_at FROM payments
+SELECT id, gateway, external_id, order_reference, order_id, subscriber_id, channel_id, amount_minor, currency, affiliate_fee_minor, paid_at, outcome, reason, created_at FROM payments
      WHERE id > $1
        AND ($2::text IS NULL OR outcome = $2::text)
        AND ($3::bigint IS NULL OR order_id = $3)
@@ -2465,13 +2898,13 @@ SELECT id, gateway, external_id, order_reference, order_id, subscriber_id, chann
      ORDER BY id LIMIT $5
 
 -- statement
-SELECT id, gateway, external_id, order_reference, order_id, subscriber_id, channel_id, amount_minor, currency, paid_at, outcome, reason, created_at FROM payments WHERE gateway = $1 AND external_id = $2
+SELECT id, gateway, external_id, order_reference, order_id, subscriber_id, channel_id, amount_minor, currency, affiliate_fee_minor, paid_at, outcome, reason, created_at FROM payments WHERE gateway = $1 AND external_id = $2
 
 -- statement
-SELECT id, gateway, external_id, order_reference, order_id, subscriber_id, channel_id, amount_minor, currency, paid_at, outcome, reason, created_at FROM payments WHERE id = $1
+SELECT id, gateway, external_id, order_reference, order_id, subscriber_id, channel_id, amount_minor, currency, affiliate_fee_minor, paid_at, outcome, reason, created_at FROM payments WHERE id = $1
 
 -- statement
-SELECT id, gateway, external_id, order_reference, order_id, subscriber_id, channel_id, amount_minor, currency, paid_at, outcome, reason, created_at, payer, subscription_expires_at FROM payments
+SELECT id, gateway, external_id, order_reference, order_id, subscriber_id, channel_id, amount_minor, currency, affiliate_fee_minor, paid_at, outcome, reason, created_at, payer, subscription_expires_at FROM payments
      WHERE order_id = $1 AND gateway = $2 AND renewal AND outcome = $3 AND reason = $4
      ORDER BY paid_at, id
 
@@ -2513,6 +2946,21 @@ SELECT id, membership_id, from_status, to_status, expires_at_before,
             expires_at_after, cause, payment_id, at
      FROM membership_events WHERE membership_id = $1 AND id > $2
      ORDER BY id LIMIT $3
+
+-- statement
+SELECT id, name, subscriber_id, code, active, created_at, updated_at FROM affiliates
+     WHERE id > $1::bigint
+       AND ($2::boolean IS NULL OR active = $2)
+       AND ($3::integer IS NULL OR subscriber_id = $3)
+       AND ($4::text IS NULL OR code = $4)
+     ORDER BY id
+     LIMIT $5
+
+-- statement
+SELECT id, name, subscriber_id, code, active, created_at, updated_at FROM affiliates WHERE id = $1
+
+-- statement
+SELECT id, name, subscriber_id, code, active, created_at, updated_at FROM affiliates WHERE id = $1 FOR UPDATE
 
 -- statement
 SELECT id, order_id, subscriber_id, channel_id, charge_id, expires_at, status, cancelled_by, cancelled_at, applied, refused_reason, created_at, updated_at FROM star_subscriptions
@@ -2658,6 +3106,19 @@ SELECT kind, status, sum(count)::bigint AS count, max(oldest_secs) AS oldest_sec
          GROUP BY kind, status
      ) d
      GROUP BY kind, status
+
+-- statement
+SELECT l.id, l.affiliate_id, l.payment_id, l.subscriber_id, l.kind, l.amount_minor, l.currency, l.percent, l.base_minor, CASE WHEN l.status = 'pending' AND l.payable_at <= statement_timestamp() THEN 'payable' ELSE l.status END AS status, l.payable_at, l.payout_id, l.created_at, l.reversed_at FROM commission_lines l
+     WHERE l.id > $1
+       AND ($2::integer IS NULL OR l.affiliate_id = $2)
+       AND ($3::text IS NULL OR CASE WHEN l.status = 'pending' AND l.payable_at <= statement_timestamp() THEN 'payable' ELSE l.status END = $3)
+       AND ($4::text IS NULL OR l.kind = $4)
+       AND ($5::text IS NULL OR l.currency = $5)
+       AND ($6::bigint IS NULL OR l.payout_id = $6)
+       AND ($7::timestamptz IS NULL OR l.created_at >= $7)
+       AND ($8::timestamptz IS NULL OR l.created_at < $8)
+     ORDER BY l.id
+     LIMIT $9
 
 -- statement
 SELECT language FROM subscribers WHERE telegram_user_id = $1
@@ -2930,6 +3391,8 @@ SELECT o.*, c.active, c.seat_limit, c.billing_period_days, s.telegram_user_id,
        (SELECT pm.xmin::text FROM memberships pm
         WHERE pm.subscriber_id = o.subscriber_id AND pm.channel_id = o.channel_id)
            AS membership_version,
+       EXISTS (SELECT 1 FROM referral_attributions ra JOIN referral_program rp ON rp.enabled
+               WHERE ra.subscriber_id = o.subscriber_id) AS referred,
        st.stored,
        CASE WHEN st.stored THEN NULL
             ELSE nextval(pg_get_serial_sequence('payments', 'id')) END AS new_payment_id
@@ -3178,8 +3641,28 @@ WHERE NOT s.marketing_opt_out
 GROUP BY r.language
 
 -- statement
+SELECT referrer_id, channel_id FROM referral_rewards WHERE id = $1
+
+-- statement
 SELECT reply FROM bot_updates
          WHERE update_id = $1 AND created_at >= statement_timestamp() - interval '1 day'
+
+-- statement
+SELECT rp.window_days, rp.hold_days, rp.renewal_months,
+            rp.buyer_reward_days, rp.max_reward_days_per_month,
+            COALESCE(pr.first_percent, rp.first_percent) AS first_percent,
+            COALESCE(pr.renewal_percent, rp.renewal_percent) AS renewal_percent,
+            a.affiliate_id, f.subscriber_id AS referrer_id, a.attributed_at,
+            (SELECT min(q.created_at) FROM payments q
+             WHERE q.subscriber_id = $1 AND q.channel_id = $2 AND q.id <> $3
+               AND q.outcome = 'applied' AND q.amount_minor > 0) AS first_paid_at,
+            (SELECT p.affiliate_fee_minor FROM payments p WHERE p.id = $3) AS fee_minor,
+            statement_timestamp() AS now
+     FROM referral_program rp
+     JOIN referral_attributions a ON a.subscriber_id = $1
+     JOIN affiliates f ON f.id = a.affiliate_id AND f.active
+     LEFT JOIN plan_referral_rates pr ON pr.plan_id = $4
+     WHERE rp.enabled
 
 -- statement
 SELECT s.telegram_user_id FROM star_subscriptions ss
@@ -3250,6 +3733,12 @@ START TRANSACTION
 
 -- statement
 START TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY
+
+-- statement
+UPDATE affiliates SET name = COALESCE($2, name), active = COALESCE($3, active),
+         updated_at = statement_timestamp()
+     WHERE id = $1
+     RETURNING id, name, subscriber_id, code, active, created_at, updated_at
 
 -- statement
 UPDATE audits
@@ -3435,6 +3924,14 @@ UPDATE idempotency_keys SET response_status = $3, response_body = $4
      WHERE staff_id = $1 AND key = $2
 
 -- statement
+UPDATE memberships
+     SET expires_at = expires_at - make_interval(days => $2),
+         status = CASE WHEN expires_at - make_interval(days => $2) <= statement_timestamp()
+                       THEN $3 ELSE status END,
+         updated_at = statement_timestamp()
+     WHERE id = $1 AND isfinite(expires_at) RETURNING id, subscriber_id, channel_id, status, expires_at, created_at, updated_at
+
+-- statement
 UPDATE memberships SET expires_at = COALESCE($2, expires_at),
          status = COALESCE($3, status), updated_at = statement_timestamp()
      WHERE id = $1 RETURNING id, subscriber_id, channel_id, status, expires_at, created_at, updated_at
@@ -3517,6 +4014,11 @@ UPDATE payments
      RETURNING id
 
 -- statement
+UPDATE payments SET affiliate_fee_minor = $2
+     WHERE id = $1 AND affiliate_fee_minor <> $2
+     RETURNING id
+
+-- statement
 UPDATE payments SET outcome = $2, updated_at = statement_timestamp()
      WHERE id = $1 AND outcome = $3
 
@@ -3543,6 +4045,38 @@ UPDATE plans SET
          translations = COALESCE($13, translations),
          updated_at = statement_timestamp()
      WHERE id = $1
+
+-- statement
+UPDATE referral_program SET
+         enabled = COALESCE($1, enabled),
+         attribution = COALESCE($2, attribution),
+         window_days = COALESCE($3, window_days),
+         hold_days = COALESCE($4, hold_days),
+         first_percent = COALESCE($5, first_percent),
+         renewal_percent = COALESCE($6, renewal_percent),
+         renewal_months = COALESCE($7, renewal_months),
+         buyer_links = COALESCE($8, buyer_links),
+         buyer_reward_days = CASE WHEN $9 THEN $10 ELSE buyer_reward_days END,
+         max_reward_days_per_month = CASE WHEN $11 THEN $12 ELSE max_reward_days_per_month END,
+         updated_at = statement_timestamp()
+     RETURNING enabled, attribution, window_days, hold_days, first_percent, renewal_percent, renewal_months, buyer_links, buyer_reward_days, max_reward_days_per_month, updated_at
+
+-- statement
+UPDATE referral_program SET enabled = true, buyer_reward_days = 7;
+             INSERT INTO affiliates (name, code, subscriber_id) VALUES ('Friend', 'FRIEND', 7);
+             INSERT INTO referral_attributions (subscriber_id, affiliate_id)
+             SELECT 8, id FROM affiliates WHERE code = 'FRIEND';
+
+-- statement
+UPDATE referral_rewards SET granted_at = statement_timestamp() WHERE id = $1
+
+-- statement
+UPDATE referral_rewards SET reversed_at = statement_timestamp()
+     WHERE payment_id = $1 AND reversed_at IS NULL
+     RETURNING id, referrer_id, granted_at IS NOT NULL AS granted
+
+-- statement
+UPDATE referral_rewards SET taken_back_at = statement_timestamp() WHERE id = $1
 
 -- statement
 UPDATE staff_accounts
@@ -3866,6 +4400,8 @@ WITH fresh AS (
       AND (SELECT pm.xmin::text FROM memberships pm
            WHERE pm.subscriber_id = $1 AND pm.channel_id = $2)
           IS NOT DISTINCT FROM $24::text
+      AND NOT EXISTS (SELECT 1 FROM referral_attributions ra JOIN referral_program rp ON rp.enabled
+                      WHERE ra.subscriber_id = $1)
     FOR KEY SHARE OF c
 ), inserted AS (
     INSERT INTO payments (id, gateway, external_id, order_reference, order_id, subscriber_id,
@@ -4013,12 +4549,60 @@ WITH inserted AS (
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
                  LEAST($10::timestamptz, statement_timestamp()), $11, $12, $13, $14)
          ON CONFLICT (gateway, external_id) DO NOTHING
-         RETURNING id, gateway, external_id, order_reference, order_id, subscriber_id, channel_id, amount_minor, currency, paid_at, outcome, reason, created_at
+         RETURNING id, gateway, external_id, order_reference, order_id, subscriber_id, channel_id, amount_minor, currency, affiliate_fee_minor, paid_at, outcome, reason, created_at
      ), to_mark AS (SELECT order_id, paid_at FROM inserted WHERE $15::boolean), paid AS (
     UPDATE orders o SET status = 'paid', paid_at = m.paid_at, promo_held_until = NULL
     FROM to_mark m WHERE o.id = m.order_id
 )
-     SELECT id, gateway, external_id, order_reference, order_id, subscriber_id, channel_id, amount_minor, currency, paid_at, outcome, reason, created_at FROM inserted
+     SELECT id, gateway, external_id, order_reference, order_id, subscriber_id, channel_id, amount_minor, currency, affiliate_fee_minor, paid_at, outcome, reason, created_at FROM inserted
+
+-- statement
+WITH l AS (
+         SELECT id, affiliate_id, payment_id, subscriber_id, amount_minor, currency, percent,
+                base_minor, status
+         FROM commission_lines WHERE payment_id = $1 AND kind <> 'reversal' FOR UPDATE
+     ), unpaid AS (
+         UPDATE commission_lines c
+         SET status = 'reversed', reversed_at = statement_timestamp()
+         FROM l WHERE c.id = l.id AND l.status = 'pending'
+         RETURNING c.id
+     ), back AS (
+         INSERT INTO commission_lines
+             (affiliate_id, payment_id, subscriber_id, kind, amount_minor, currency, percent,
+              base_minor, payable_at)
+         SELECT affiliate_id, payment_id, subscriber_id, 'reversal', -amount_minor, currency,
+                percent, base_minor, statement_timestamp()
+         FROM l WHERE l.status = 'paid'
+         ON CONFLICT (payment_id, (kind = 'reversal')) DO NOTHING
+         RETURNING id
+     )
+     SELECT (SELECT count(*) FROM unpaid) AS unpaid, (SELECT count(*) FROM back) AS back
+
+-- statement
+WITH l AS (
+         SELECT l.kind, l.currency, l.amount_minor, l.base_minor, CASE WHEN l.status = 'pending' AND l.payable_at <= statement_timestamp() THEN 'payable' ELSE l.status END AS status,
+                l.status = 'reversed' OR EXISTS (
+                    SELECT 1 FROM commission_lines r
+                    WHERE r.payment_id = l.payment_id AND r.kind = 'reversal') AS taken_back
+         FROM commission_lines l
+         WHERE l.affiliate_id = $1
+     )
+     SELECT currency,
+            (sum(base_minor) FILTER (WHERE kind <> 'reversal' AND NOT taken_back))::text
+                AS revenue_minor,
+            (sum(amount_minor) FILTER (WHERE kind <> 'reversal' AND status = 'pending'))::text
+                AS pending,
+            (sum(amount_minor) FILTER (WHERE kind <> 'reversal' AND status = 'payable'))::text
+                AS payable,
+            (sum(amount_minor) FILTER (WHERE kind <> 'reversal' AND status = 'paid'))::text
+                AS paid,
+            (sum(amount_minor) FILTER (WHERE kind <> 'reversal' AND status = 'reversed'))::text
+                AS reversed,
+            (sum(amount_minor) FILTER (WHERE kind = 'reversal'))::text AS reversals_minor,
+            (sum(amount_minor) FILTER (WHERE status = 'payable'))::text AS balance_minor
+     FROM l
+     GROUP BY currency
+     ORDER BY currency
 
 -- statement
 WITH live AS (
@@ -4098,6 +4682,26 @@ WITH o AS (INSERT INTO orders (reference, subscriber_id, channel_id, amount_mino
          SELECT $12, o.id, $13, $14, $15::text || o.id FROM o
          ON CONFLICT (dedupe_key) DO NOTHING)
      SELECT id FROM o
+
+-- statement
+WITH p AS (
+         SELECT id, amount_minor - affiliate_fee_minor AS base FROM payments WHERE id = $1
+     ), l AS (
+         SELECT c.id, c.status, p.base, greatest(p.base, 0) * c.percent / 100 AS amount
+         FROM commission_lines c JOIN p ON p.id = c.payment_id
+         WHERE c.kind <> 'reversal' FOR UPDATE OF c
+     ), changed AS (
+         UPDATE commission_lines c
+         SET base_minor = l.base,
+             amount_minor = CASE WHEN l.amount > 0 THEN l.amount ELSE c.amount_minor END,
+             status = CASE WHEN l.amount > 0 THEN c.status ELSE 'reversed' END,
+             reversed_at = CASE WHEN l.amount > 0 THEN c.reversed_at
+                                ELSE statement_timestamp() END
+         FROM l WHERE c.id = l.id AND l.status = 'pending' AND c.base_minor <> l.base
+         RETURNING c.id
+     )
+     SELECT (SELECT count(*) FROM changed) AS changed,
+            EXISTS (SELECT 1 FROM l WHERE l.status = 'paid') AS paid
 
 -- statement
 WITH pc AS (
@@ -4302,7 +4906,7 @@ WITH starts AS (
 ),
 bounds AS (SELECT min(start) AS first FROM starts),
 days AS (
-    SELECT day, currency, gross, refunded, payments FROM stats_revenue_days
+    SELECT day, currency, gross, refunded, affiliate_fees, payments FROM stats_revenue_days
     WHERE day >= ((SELECT first FROM bounds) AT TIME ZONE 'UTC')::date
       AND day < ((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date
     UNION ALL
@@ -4310,6 +4914,8 @@ days AS (
            sum(amount_minor) AS gross,
            coalesce(sum(amount_minor) FILTER (WHERE outcome IN ('refunded', 'disputed')), 0)
                AS refunded,
+           coalesce(sum(affiliate_fee_minor)
+                    FILTER (WHERE outcome NOT IN ('refunded', 'disputed')), 0) AS affiliate_fees,
            count(*) AS payments
     FROM payments
     WHERE paid_at >= greatest((SELECT first FROM bounds), (((statement_timestamp() - interval '1 hour') AT TIME ZONE 'UTC')::date::timestamp AT TIME ZONE 'UTC'))
@@ -4320,6 +4926,7 @@ days AS (
 agg AS (
     SELECT date_trunc($3, day::timestamp) AT TIME ZONE 'UTC' AS start, currency,
            sum(gross) AS gross, sum(refunded) AS refunded,
+           sum(affiliate_fees) AS affiliate_fees,
            sum(payments)::bigint AS payments
     FROM days WHERE day::timestamp AT TIME ZONE 'UTC' < $2
     GROUP BY 1, 2
@@ -4328,6 +4935,8 @@ currencies AS (SELECT DISTINCT currency FROM agg)
 SELECT s.start, c.currency, coalesce(a.gross, 0)::text AS gross_minor,
        coalesce(a.refunded, 0)::text AS refunded_minor,
        coalesce(a.gross - a.refunded, 0)::text AS net_minor,
+       coalesce(a.affiliate_fees, 0)::text AS affiliate_fees_minor,
+       coalesce(a.gross - a.refunded - a.affiliate_fees, 0)::text AS net_after_fees_minor,
        coalesce(a.payments, 0) AS payments
 FROM starts s CROSS JOIN currencies c
 LEFT JOIN agg a ON a.start = s.start AND a.currency = c.currency
@@ -4460,7 +5069,7 @@ WITH stored AS (
      LIMIT 1
 
 -- statement
-WITH stored AS (SELECT id, gateway, external_id, order_reference, order_id, subscriber_id, channel_id, amount_minor, currency, paid_at, outcome, reason, created_at FROM payments WHERE gateway = $2 AND external_id = $3)
+WITH stored AS (SELECT id, gateway, external_id, order_reference, order_id, subscriber_id, channel_id, amount_minor, currency, affiliate_fee_minor, paid_at, outcome, reason, created_at FROM payments WHERE gateway = $2 AND external_id = $3)
      SELECT s.*, o.id AS order_id_named, o.subscriber_id AS order_subscriber_id,
              ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = o.plan_id ORDER BY pc.channel_id) AS order_channel_ids,
              CASE WHEN s.id IS NULL AND o.id IS NOT NULL THEN pg_advisory_xact_lock(o.subscriber_id, COALESCE((SELECT min(pc.channel_id) FROM plan_channels pc
@@ -4568,6 +5177,20 @@ WITH updated AS (
 )
 SELECT id, subscriber_id, channel_id, from_status, status, expires_at FROM updated
 
+
+-- statement
+WITH used AS (
+         SELECT COALESCE(sum(days), 0)::integer AS days FROM referral_rewards
+         WHERE referrer_id = $2 AND reversed_at IS NULL
+           AND created_at >= date_trunc('month', statement_timestamp(), 'UTC')
+     ), owed AS (
+         SELECT LEAST($5::integer, COALESCE($6::integer - used.days, $5::integer)) AS days
+         FROM used
+     )
+     INSERT INTO referral_rewards (affiliate_id, referrer_id, channel_id, payment_id, days)
+     SELECT $1, $2, $3, $4, owed.days FROM owed WHERE owed.days >= 1
+     ON CONFLICT (payment_id) DO NOTHING
+     RETURNING id, days
 
 -- statement
 WITH w AS MATERIALIZED (
