@@ -211,6 +211,11 @@ grant-staff =
 
     Join here: { $link }
     Tap the link and send a join request: it is approved automatically for members.
+grant-referral =
+    A friend you invited bought access — thank you! You have free access to «{ $title }» until { $until }.
+
+    Join here: { $link }
+    Tap the link and send a join request: it is approved automatically for members.
 grant-staff-for-life =
     You have been given lifetime access to «{ $title }»: it never expires.
 
@@ -218,6 +223,7 @@ grant-staff-for-life =
     Tap the link and send a join request: it is approved automatically for members.
 # A member's term made longer without a payment (staff, a free order).
 access-extended = Your access to «{ $title }» has been extended until { $until }.
+access-extended-referral = A friend you invited bought access — thank you! Your access to «{ $title }» is extended until { $until }.
 access-extended-for-life = Your access to «{ $title }» is now yours for life: it never expires.
 # Access ended (with a renew button): its term ran out; its payment was refunded; staff ended it.
 access-ended = Your access to «{ $title }» has ended. Renew it to come back.

@@ -192,13 +192,9 @@ async fn source_of(client: &Object, e: &Effect) -> Result<texts::Source, ApiErro
         Some(EventCause::Payment) => texts::Source::Payment,
         Some(EventCause::Trial) => texts::Source::Trial,
         Some(EventCause::Promo) => texts::Source::Free,
-        // A referrer's reward days read as a gift of access, like staff's.
+        Some(EventCause::Referral) => texts::Source::Referral,
         Some(
-            EventCause::Staff
-            | EventCause::Sweep
-            | EventCause::Refund
-            | EventCause::Referral
-            | EventCause::ReferralBack,
+            EventCause::Staff | EventCause::Sweep | EventCause::Refund | EventCause::ReferralBack,
         ) => texts::Source::Staff,
         None if e.payment_id.is_some() => texts::Source::Payment,
         None => texts::Source::Staff,

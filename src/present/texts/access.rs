@@ -73,6 +73,8 @@ pub enum Source {
     Free,
     /// Staff: a grant or a correction.
     Staff,
+    /// A buyer-referrer's reward days: a friend they invited bought access.
+    Referral,
 }
 
 /// The buyer's access to `title` started (until `expires`): the channel's join link, in the
@@ -95,7 +97,9 @@ pub fn access_granted(
         (Source::Free, Some(_)) => "grant-free",
         (Source::Trial | Source::Free, None) => "grant-free-for-life",
         (Source::Staff, Some(_)) => "grant-staff",
-        (Source::Staff, None) => "grant-staff-for-life",
+        // Reward days are never lifetime; a lifetime membership they met is told as staff's.
+        (Source::Staff | Source::Referral, None) => "grant-staff-for-life",
+        (Source::Referral, Some(_)) => "grant-referral",
     };
     let mut args = vec![("title", s(title)), ("link", s(link))];
     if let Some(until) = &until {
@@ -109,6 +113,11 @@ pub fn access_extended(l: Language, source: Source, title: &str, expires: Expiry
     match (source, expires) {
         (Source::Payment, Expiry::At(t)) => renewal_receipt(l, title, &day(l, t)),
         (Source::Payment, Expiry::Never) => lifetime_receipt(l, title),
+        (Source::Referral, Expiry::At(t)) => say_with(
+            l,
+            "access-extended-referral",
+            &[("title", s(title)), ("until", s(&day(l, t)))],
+        ),
         (_, Expiry::At(t)) => say_with(
             l,
             "access-extended",

@@ -312,6 +312,20 @@ async fn a_buyer_referrer_earns_days_up_to_the_monthly_cap_and_loses_them_with_t
             .await,
         2
     );
+    // The referrer is told why, in words of their own: the first reward is a grant with the
+    // channel's link, the second one extends it.
+    let told: Vec<String> = fake
+        .delivered_messages()
+        .iter()
+        .filter(|m| m.params["chat_id"] == 9_710_050)
+        .map(|m| m.params["text"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(told.len(), 2, "{told:?}");
+    assert!(
+        told.iter()
+            .all(|t| t.starts_with("A friend you invited bought access")),
+        "{told:?}"
+    );
 
     // The 7-day purchase is refunded (twice): its days go, once.
     let seven: i64 = app
