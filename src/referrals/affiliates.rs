@@ -25,8 +25,9 @@ pub const CODE_RULE: &str = "must be 3 to 32 characters of A-Z, 0-9 and _";
 pub const NAME_MAX: usize = 200;
 /// How long a drawn code is.
 const DRAWN_CODE_LEN: usize = 8;
-/// How many codes [`create`] draws before it gives up (a clash is already rare at 36^8).
-const DRAWS: usize = 8;
+/// How many codes [`create`] (and a buyer's own link, [`super::buyer_links`]) draws before it
+/// gives up (a clash is already rare at 36^8).
+pub(super) const DRAWS: usize = 8;
 
 /// The link that opens the bot with affiliate code `code`: `/start r_<code>`.
 pub fn link(bot_username: &str, code: &str) -> String {

@@ -20,9 +20,6 @@ use crate::{
     },
 };
 
-/// How many codes are drawn before giving up (36⁸ codes: a second draw is already rare).
-const DRAWS: usize = 8;
-
 /// What a buyer asking for their link gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OwnLink {
@@ -98,7 +95,7 @@ pub async fn own_link(
 /// Makes the buyer's affiliate row (or finds the one made meanwhile).
 async fn create(client: &impl GenericClient, subscriber_id: i32) -> Result<Own, ApiError> {
     let name = name_of(client, subscriber_id).await?;
-    for _ in 0..DRAWS {
+    for _ in 0..affiliates::DRAWS {
         let code = affiliates::draw_code();
         db::execute(client, INSERT_SQL, &[&name, &subscriber_id, &code]).await?;
         // Ours, or one made for the buyer at the same time; none: the code was taken.
@@ -108,7 +105,8 @@ async fn create(client: &impl GenericClient, subscriber_id: i32) -> Result<Own, 
         }
     }
     Err(ApiError::internal(format!(
-        "no free referral code in {DRAWS} draws"
+        "no free referral code in {} draws",
+        affiliates::DRAWS
     )))
 }
 

@@ -177,13 +177,31 @@ const FACTS_SQL: &str = "SELECT rp.window_days, rp.hold_days, rp.renewal_months,
             (SELECT min(q.created_at) FROM payments q
              WHERE q.subscriber_id = $1 AND q.channel_id = $2 AND q.id <> $3
                AND q.outcome = 'applied' AND q.amount_minor > 0) AS first_paid_at,
-            (SELECT p.affiliate_fee_minor FROM payments p WHERE p.id = $3) AS fee_minor,
+            COALESCE((SELECT p.affiliate_fee_minor FROM payments p WHERE p.id = $3), 0)
+                AS fee_minor,
             statement_timestamp() AS now
      FROM referral_program rp
      JOIN referral_attributions a ON a.subscriber_id = $1
      JOIN affiliates f ON f.id = a.affiliate_id AND f.active
      LEFT JOIN plan_referral_rates pr ON pr.plan_id = $4
      WHERE rp.enabled";
+
+crate::from_row!(Facts ["window_days, hold_days, renewal_months, buyer_reward_days, \
+    max_reward_days_per_month, first_percent, renewal_percent, affiliate_id, referrer_id, \
+    attributed_at, first_paid_at, fee_minor, now"] {
+    window_days,
+    hold_days,
+    rates = Rates,
+    renewal_months,
+    buyer_reward_days,
+    max_reward_days_per_month,
+    affiliate_id,
+    referrer: "referrer_id",
+    attributed_at,
+    first_paid_at,
+    fee_minor,
+    now,
+});
 
 const INSERT_SQL: &str = "INSERT INTO commission_lines
          (affiliate_id, payment_id, subscriber_id, kind, amount_minor, currency, percent,
@@ -195,32 +213,14 @@ const INSERT_SQL: &str = "INSERT INTO commission_lines
 /// In the payment core's transaction of applied payment `p`: the line (or reward days) it
 /// earns, written once. Returns what it earned.
 pub async fn on_applied(tx: &Transaction<'_>, p: &Paid) -> Result<Earns, ApiError> {
-    let statement = tx.prepare_cached(FACTS_SQL).await?;
-    let Some(r) = tx
-        .query_opt(
-            &statement,
-            &[&p.subscriber, &p.channel, &p.payment_id, &p.plan_id],
-        )
-        .await?
+    let Some(f) = db::opt::<Facts>(
+        tx,
+        FACTS_SQL,
+        &[&p.subscriber, &p.channel, &p.payment_id, &p.plan_id],
+    )
+    .await?
     else {
         return Ok(Earns::Nothing("not a referral"));
-    };
-    let f = Facts {
-        window_days: r.try_get("window_days")?,
-        hold_days: r.try_get("hold_days")?,
-        rates: Rates {
-            first_percent: r.try_get("first_percent")?,
-            renewal_percent: r.try_get("renewal_percent")?,
-        },
-        renewal_months: r.try_get("renewal_months")?,
-        buyer_reward_days: r.try_get("buyer_reward_days")?,
-        max_reward_days_per_month: r.try_get("max_reward_days_per_month")?,
-        affiliate_id: r.try_get("affiliate_id")?,
-        referrer: r.try_get("referrer_id")?,
-        attributed_at: r.try_get("attributed_at")?,
-        first_paid_at: r.try_get("first_paid_at")?,
-        fee_minor: r.try_get::<_, Option<i64>>("fee_minor")?.unwrap_or(0),
-        now: r.try_get("now")?,
     };
     let earns = decide(&f, p.subscriber, p.amount_minor);
     match &earns {
@@ -237,7 +237,7 @@ pub async fn on_applied(tx: &Transaction<'_>, p: &Paid) -> Result<Earns, ApiErro
             amount_minor,
             payable_at,
         } => {
-            let id: Option<i64> = match db::row_opt(
+            let id: Option<i64> = db::row_opt(
                 tx,
                 INSERT_SQL,
                 &[
@@ -253,10 +253,8 @@ pub async fn on_applied(tx: &Transaction<'_>, p: &Paid) -> Result<Earns, ApiErro
                 ],
             )
             .await?
-            {
-                Some(row) => Some(row.try_get("id")?),
-                None => None,
-            };
+            .map(|row| row.try_get("id"))
+            .transpose()?;
             tracing::info!(
                 payment_id = p.payment_id,
                 affiliate_id = f.affiliate_id,
@@ -314,6 +312,20 @@ const REVERSE_SQL: &str = "WITH l AS (
      )
      SELECT (SELECT count(*) FROM unpaid) AS unpaid, (SELECT count(*) FROM back) AS back";
 
+/// Takes the lock of the affiliate of payment `payment_id`'s earning line (as payouts take it)
+/// and returns that affiliate; `None` when the payment has no line.
+async fn lock_affiliate_of_line(
+    tx: &Transaction<'_>,
+    payment_id: i64,
+) -> Result<Option<i32>, ApiError> {
+    let Some(line) = db::row_opt(tx, LINE_AFFILIATE_SQL, &[&payment_id]).await? else {
+        return Ok(None);
+    };
+    let affiliate_id: i32 = line.try_get("affiliate_id")?;
+    affiliates::lock(tx, affiliate_id).await?;
+    Ok(Some(affiliate_id))
+}
+
 /// What [`reverse`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Reversed {
@@ -332,11 +344,9 @@ pub async fn reverse(tx: &Transaction<'_>, payment_id: i64) -> Result<Reversed, 
         reward: rewards::reverse(tx, payment_id).await?,
         ..Reversed::default()
     };
-    let Some(line) = db::row_opt(tx, LINE_AFFILIATE_SQL, &[&payment_id]).await? else {
+    let Some(affiliate_id) = lock_affiliate_of_line(tx, payment_id).await? else {
         return Ok(done);
     };
-    let affiliate_id: i32 = line.try_get("affiliate_id")?;
-    affiliates::lock(tx, affiliate_id).await?;
     let r = db::row_one(tx, REVERSE_SQL, &[&payment_id]).await?;
     done.unpaid = r.try_get::<_, i64>("unpaid")? > 0;
     done.paid_back = r.try_get::<_, i64>("back")? > 0;
@@ -377,10 +387,9 @@ const REBASE_SQL: &str = "WITH p AS (
 pub async fn rebase(tx: &Transaction<'_>, payment_id: i64) -> Result<(), ApiError> {
     // The affiliate's lock first, as a payout and a reversal take it: a line's amount never
     // changes under a payout that summed it.
-    let Some(line) = db::row_opt(tx, LINE_AFFILIATE_SQL, &[&payment_id]).await? else {
+    if lock_affiliate_of_line(tx, payment_id).await?.is_none() {
         return Ok(());
-    };
-    affiliates::lock(tx, line.try_get("affiliate_id")?).await?;
+    }
     let r = db::row_one(tx, REBASE_SQL, &[&payment_id]).await?;
     if r.try_get::<_, bool>("paid")? {
         tracing::warn!(
