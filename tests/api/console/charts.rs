@@ -15,7 +15,7 @@ use crate::{
 
 /// With `CONSOLE_SCREENSHOTS_DIR` set (as for `console.rs`), the screen is saved there as
 /// `name` (docs/images/ is made so).
-async fn keep(browser: &Browser, name: &str, width: u32) {
+pub(crate) async fn keep(browser: &Browser, name: &str, width: u32) {
     if let Ok(dir) = std::env::var("CONSOLE_SCREENSHOTS_DIR") {
         let png = browser.full_screenshot(width).await;
         std::fs::write(std::path::Path::new(&dir).join(name), png).expect("write a screenshot");

@@ -10,7 +10,7 @@ use futures::FutureExt;
 use serde_json::json;
 
 use crate::{
-    console::walk::serve,
+    console::{charts::keep, walk::serve},
     support::{
         browser::Browser,
         helpers::{ADMIN_EMAIL, ADMIN_PASSWORD, TestApp, id},
@@ -499,6 +499,9 @@ async fn an_affiliates_page_sums_its_ledger_to_the_minor_unit_and_records_a_payo
                 &format!("Downloaded commissions-affiliate-{affiliate}.csv: 5 rows."),
             )
             .await;
+        // With `CONSOLE_SCREENSHOTS_DIR` set, the page as a person sees it, at both widths.
+        keep(&browser, "17-affiliate.png", 1280).await;
+        keep(&browser, "18-phone-affiliate.png", 390).await;
     })
     .catch_unwind()
     .await;
