@@ -3656,7 +3656,8 @@ SELECT rp.window_days, rp.hold_days, rp.renewal_months,
             (SELECT min(q.created_at) FROM payments q
              WHERE q.subscriber_id = $1 AND q.channel_id = $2 AND q.id <> $3
                AND q.outcome = 'applied' AND q.amount_minor > 0) AS first_paid_at,
-            (SELECT p.affiliate_fee_minor FROM payments p WHERE p.id = $3) AS fee_minor,
+            COALESCE((SELECT p.affiliate_fee_minor FROM payments p WHERE p.id = $3), 0)
+                AS fee_minor,
             statement_timestamp() AS now
      FROM referral_program rp
      JOIN referral_attributions a ON a.subscriber_id = $1
