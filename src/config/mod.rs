@@ -29,6 +29,9 @@
 //! | `TELEGRAM_DRY_RUN` | `true`: log Bot API calls instead of making them | `false` |
 //! | `TELEGRAM_BOT_USERNAME` | the bot's username (without `@`), for deep links and channels' `buy_link` | unset: `buy_link` is null |
 //! | `BOT_DEFAULT_LANGUAGE` | the language the bot speaks to a buyer whose language it neither remembers nor speaks: `en`, `uk` or `ru` ([`present::locale`](crate::present::locale)) | `en` |
+//! | `MINI_APP_MAX_AGE_SECS` | how old a Mini App's `initData` (its `auth_date`) may be before its calls are refused (401), 60..=604800 | `86400` |
+//! | `DOOR_QUERY_SECS` | how long a join request's query (`chat_join_request.query_id`) is taken to stay valid: a waiting request is approved through it that long, then by `approveChatJoinRequest`, and one still unpaid after it is declined, 60..=604800 | `3600` |
+//! | `DOOR_ANSWER_MS` | how long the door may spend deciding a join request query before it answers `queue` and decides later, 100..=9000 | `2000` |
 //! | `BOT_MESSAGES_DIR` | a directory of message files replacing the shipped ones: `<dir>/<language>/bot.ftl` (docs/bot.md); checked at start-up like the shipped ones | unset: the shipped messages |
 //! | `OUTBOUND_ALLOW_PRIVATE` | `true`: outbound webhook endpoints may be `http://` and resolve to private, loopback or link-local addresses (development and tests only) | `false` |
 //! | `REMINDER_DAYS` | days before expiry to remind a member, 0..=365 (0: off) | `3` |
@@ -123,6 +126,12 @@ pub struct Config {
     pub bot_default_language: Language,
     /// `BOT_MESSAGES_DIR`.
     pub bot_messages_dir: Option<PathBuf>,
+    /// `MINI_APP_MAX_AGE_SECS`.
+    pub mini_app_max_age_secs: i64,
+    /// `DOOR_QUERY_SECS`.
+    pub door_query_secs: i64,
+    /// `DOOR_ANSWER_MS`.
+    pub door_answer: Duration,
     pub reminder_days: u32,
     /// `OUTBOUND_ALLOW_PRIVATE`.
     pub outbound_allow_private: bool,
@@ -208,6 +217,9 @@ impl Config {
             telegram_bot_username: telegram.bot_username,
             bot_default_language: telegram.default_language,
             bot_messages_dir: telegram.messages_dir,
+            mini_app_max_age_secs: telegram.mini_app_max_age_secs,
+            door_query_secs: telegram.door_query_secs,
+            door_answer: telegram.door_answer,
             reminder_days: jobs.reminder_days,
             outbound_allow_private: jobs.outbound_allow_private,
             sweep_token: jobs.sweep_token,

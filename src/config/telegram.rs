@@ -19,6 +19,9 @@ pub(super) struct Telegram {
     pub(super) bot_username: Option<String>,
     pub(super) default_language: Language,
     pub(super) messages_dir: Option<PathBuf>,
+    pub(super) mini_app_max_age_secs: i64,
+    pub(super) door_query_secs: i64,
+    pub(super) door_answer: std::time::Duration,
 }
 
 impl Telegram {
@@ -78,6 +81,14 @@ impl Telegram {
                 })?,
             },
             messages_dir: vars.get("BOT_MESSAGES_DIR").map(PathBuf::from),
+            mini_app_max_age_secs: vars.int("MINI_APP_MAX_AGE_SECS", 86_400, 60, 604_800)? as i64,
+            door_query_secs: vars.int("DOOR_QUERY_SECS", 3_600, 60, 604_800)? as i64,
+            door_answer: std::time::Duration::from_millis(vars.int(
+                "DOOR_ANSWER_MS",
+                2_000,
+                100,
+                9_000,
+            )? as u64),
         })
     }
 }

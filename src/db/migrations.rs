@@ -133,6 +133,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "affiliate_fees",
         include_str!("../../migrations/0026_affiliate_fees.sql"),
     ),
+    (
+        27,
+        "the_door",
+        include_str!("../../migrations/0027_the_door.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,
