@@ -21,7 +21,7 @@ use super::{
 use super::{auth::Staff, idempotency::StaffWrite, schemas::Problem};
 use crate::{
     app::state::AppState,
-    catalog::channels::{self, Channel, RECURRING_PERIOD_DAYS, RECURRING_RULE},
+    catalog::channels::{self, Channel, Door, RECURRING_PERIOD_DAYS, RECURRING_RULE},
     common::{currency, error::ApiError},
     present::translations::{self, Translation},
     staff::audit_log::Entry,
@@ -75,6 +75,11 @@ pub struct ChannelInput {
     /// (languages `en`, `uk`, `ru`; title 1..255, description at most 1000 characters).
     #[schema(nullable = false, value_type = Option<HashMap<String, Translation>>)]
     translations: Option<Value>,
+    /// `bot` (default) or `mini_app` (needs `PUBLIC_URL`): how the chat's join requests are
+    /// answered.
+    #[serde(default, deserialize_with = "door")]
+    #[schema(nullable = false, value_type = Option<String>, example = "mini_app")]
+    door: Option<Door>,
 }
 
 /// A PATCH body: like [`ChannelInput`], but an explicit `null` is seen (and refused for every
@@ -120,6 +125,10 @@ pub struct ChannelPatch {
     #[serde(default, deserialize_with = "nullable")]
     #[schema(value_type = HashMap<String, Translation>)]
     translations: Option<Option<Value>>,
+    /// `bot` or `mini_app` (needs `PUBLIC_URL`).
+    #[serde(default, deserialize_with = "nullable_door")]
+    #[schema(value_type = String, example = "mini_app")]
+    door: Option<Option<Door>>,
 }
 
 impl ChannelInput {
@@ -140,6 +149,7 @@ impl ChannelInput {
                 .translations
                 .as_ref()
                 .and_then(|v| translations::check(v).ok()),
+            door: self.door,
         }
     }
 }
@@ -158,6 +168,7 @@ impl ChannelPatch {
             description: self.description,
             recurring: not_null(e, "recurring", self.recurring),
             translations: not_null(e, "translations", self.translations),
+            door: not_null(e, "door", self.door),
         }
     }
 }
@@ -172,6 +183,46 @@ pub struct ListChannels {
     /// Return ids greater than this (the previous page's `next_after`).
     after: Option<i64>,
     active: Option<bool>,
+}
+
+/// The channel with its read-only links (`buy_link`, `paywall_url`) filled from the
+/// configuration.
+fn links(state: &AppState, c: Channel) -> Channel {
+    c.with_links(
+        state.config.telegram_bot_username.as_deref(),
+        state.config.public_url.as_deref(),
+    )
+}
+
+/// A Mini App door needs the page's public address: without `PUBLIC_URL`, `door: "mini_app"`
+/// is refused on the field.
+fn door_errors(state: &AppState, door: Option<Door>) -> Errors {
+    let mut e = Errors::default();
+    if door == Some(Door::MiniApp) && state.config.public_url.is_none() {
+        e.add(
+            "door",
+            "mini_app needs PUBLIC_URL (the Mini App's page is served there)",
+        );
+    }
+    e
+}
+
+/// `door`: a spelling of [`Door`], else a per-field 422 naming the spellings.
+fn door<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Door>, D::Error> {
+    let s = String::deserialize(d)?;
+    Door::parse(&s)
+        .map(Some)
+        .ok_or_else(|| serde::de::Error::custom(format!("door must be {}", Door::spellings())))
+}
+
+/// `door` in a PATCH: `null` is seen (and refused by [`not_null`]).
+fn nullable_door<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Door>>, D::Error> {
+    match Option::<String>::deserialize(d)? {
+        None => Ok(Some(None)),
+        Some(s) => Door::parse(&s)
+            .map(|v| Some(Some(v)))
+            .ok_or_else(|| serde::de::Error::custom(format!("door must be {}", Door::spellings()))),
+    }
 }
 
 /// Checks every present field; with `create`, the required ones must be present.
@@ -263,12 +314,10 @@ pub async fn create(
     write: StaffWrite<ChannelInput>,
 ) -> Result<Response, ApiError> {
     let b = &write.body;
-    validate(b, true, Errors::default())?;
+    validate(b, true, door_errors(&state, b.door))?;
     let fields = b.fields();
     crate::idempotent!(state, write, |tx| {
-        let c = channels::create(tx, &fields)
-            .await?
-            .with_buy_link(state.config.telegram_bot_username.as_deref());
+        let c = links(&state, channels::create(tx, &fields).await?);
         let entry = Entry::new("channel.create", Some(c.id.into())).after(&c);
         write.staff.audit(tx, entry).await?;
         Ok((
@@ -297,7 +346,7 @@ pub async fn list(
     let items = channels::list(&client, paging.after, q.active, paging.fetch())
         .await?
         .into_iter()
-        .map(|c| c.with_buy_link(state.config.telegram_bot_username.as_deref()))
+        .map(|c| links(&state, c))
         .collect();
     Ok(Json(paging.page(items, |c: &Channel| c.id as i64)))
 }
@@ -317,9 +366,7 @@ pub async fn get(
     let c = channels::get(&client, id)
         .await?
         .ok_or(ApiError::NotFound("channel"))?;
-    Ok(Json(c.with_buy_link(
-        state.config.telegram_bot_username.as_deref(),
-    )))
+    Ok(Json(links(&state, c)))
 }
 
 /// `PATCH /api/channels/{id}`: any field; `seat_limit: null` makes the channel unlimited and
@@ -348,14 +395,13 @@ pub async fn patch(
     PathId(id): PathId<i32>,
     ApiJson(patch): ApiJson<ChannelPatch>,
 ) -> Result<Json<Channel>, ApiError> {
-    let mut e = Errors::default();
+    let mut e = door_errors(&state, patch.door.flatten());
     let b = patch.into_input(&mut e);
     validate(&b, false, e)?;
     let fields = b.fields();
     crate::transaction!(state.db, |tx| {
-        let link = state.config.telegram_bot_username.as_deref();
-        let before = channels::get(tx, id).await?.map(|c| c.with_buy_link(link));
-        let c = channels::change(tx, id, &fields).await?.with_buy_link(link);
+        let before = channels::get(tx, id).await?.map(|c| links(&state, c));
+        let c = links(&state, channels::change(tx, id, &fields).await?);
         let entry = Entry::new("channel.update", Some(id.into()))
             .before(&before)
             .after(&c);

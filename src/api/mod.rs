@@ -23,6 +23,7 @@ pub mod exemptions;
 pub mod exports;
 pub mod idempotency;
 pub mod invoice_links;
+pub mod join_requests;
 pub mod memberships;
 pub mod openapi;
 pub mod orders;

@@ -24,8 +24,8 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::{
     audit_log, audits, auth, automations, broadcasts, channels, console, effects,
     error::problem,
-    exemptions, invoice_links, memberships, openapi, orders, overview, payments, plans,
-    promo_codes, reconciliation,
+    exemptions, invoice_links, join_requests, memberships, openapi, orders, overview, payments,
+    plans, promo_codes, reconciliation,
     referrals::{affiliates, commissions, payouts, program},
     roles::{needs, needs_or_sweep_token},
     schemas::Health,
@@ -73,6 +73,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(needs(Viewer, routes!(audits::list)))
         .routes(needs(Viewer, routes!(audits::get)))
         .routes(needs(Viewer, routes!(exemptions::list)))
+        .routes(needs(Viewer, routes!(join_requests::list)))
         .routes(needs(Admin, routes!(exemptions::create)))
         .routes(needs(Admin, routes!(exemptions::delete)))
         .routes(needs(Admin, routes!(plans::create)))

@@ -41,6 +41,7 @@ pub async fn run(state: AppState, shutdown: ShutdownSignal) {
         state.config.outbound_allow_private,
         shutdown.clone(),
     ));
+    loops.spawn(door_loop(state.clone(), shutdown.clone()));
     loops.spawn(stats_loop(state.clone(), shutdown.clone()));
     loops.spawn(crate::app::metrics::sample_loop(
         state.db.clone(),
@@ -61,6 +62,22 @@ pub async fn sweep_loop(state: AppState, shutdown: ShutdownSignal, every: Durati
         state.last_sweep.record(sweep::Trigger::Schedule, &result);
         if let Err(e) = result {
             tracing::error!(error = %e, "scheduled sweep failed; trying again at the next tick");
+        }
+    }
+}
+
+/// Decides the join requests waiting at Mini App doors ([`telegram::door::settle`]) every
+/// [`telegram::door::SETTLE_EVERY`]: a buyer who paid is let in, an unpaid or stale request
+/// declined. A failure is logged; the next tick tries again.
+pub async fn door_loop(state: AppState, shutdown: ShutdownSignal) {
+    let mut ticks = shutdown.ticks(telegram::door::SETTLE_EVERY);
+    while ticks.next().await {
+        match telegram::door::settle(&state.db, &state.config).await {
+            Ok(0) => {}
+            Ok(decided) => tracing::info!(decided, "join requests at the door decided"),
+            Err(e) => {
+                tracing::warn!(error = %e, "join requests at the door: pass failed; trying again")
+            }
         }
     }
 }

@@ -53,6 +53,9 @@ pub const LOGIN_THROTTLED: &str = "subgate_login_throttled_total";
 pub const PRE_CHECKOUT_DECISIONS: &str = "subgate_pre_checkout_decisions_total";
 /// Histogram: time to decide a pre-checkout query, by `decision`; Telegram waits 10 s at most.
 pub const PRE_CHECKOUT_DURATION: &str = "subgate_pre_checkout_duration_seconds";
+/// Histogram: time to answer a join request's query at the door, by `answer` (`approve`,
+/// `decline`, `web_app`, `queue`); Telegram waits 10 s at most.
+pub const DOOR_ANSWER_DURATION: &str = "subgate_door_answer_duration_seconds";
 /// Gauge (sampled): seats held by pending orders whose hold has not run out.
 pub const SEATS_HELD: &str = "subgate_seats_held";
 /// Counter: sweep runs by `result` (`ok`, `error`).
@@ -163,6 +166,12 @@ pub fn install() -> Result<PrometheusHandle, String> {
             })
             .and_then(|b| {
                 b.set_buckets_for_metric(
+                    Matcher::Full(DOOR_ANSWER_DURATION.into()),
+                    &PRE_CHECKOUT_BUCKETS,
+                )
+            })
+            .and_then(|b| {
+                b.set_buckets_for_metric(
                     Matcher::Full(PAYMENT_GRANT_DURATION.into()),
                     &PAYMENT_GRANT_BUCKETS,
                 )
@@ -208,6 +217,11 @@ fn describe() {
         PRE_CHECKOUT_DURATION,
         Unit::Seconds,
         "Time to answer a pre-checkout query (Telegram waits 10 s)."
+    );
+    describe_histogram!(
+        DOOR_ANSWER_DURATION,
+        Unit::Seconds,
+        "Time to answer a join request's query at the door (Telegram waits 10 s)."
     );
     describe_gauge!(SEATS_HELD, "Seats held by pending orders (sampled).");
     describe_counter!(SWEEP_RUNS, "Sweep runs by result.");
@@ -347,6 +361,11 @@ pub async fn pre_checkout<A>(
     counter!(PRE_CHECKOUT_DECISIONS, "decision" => label).increment(1);
     histogram!(PRE_CHECKOUT_DURATION, "decision" => label).record(started.elapsed());
     answer
+}
+
+/// Records how long the door took to answer a join request's query, by its `answer`.
+pub fn door_answer(answer: &'static str, took: std::time::Duration) {
+    histogram!(DOOR_ANSWER_DURATION, "answer" => answer).record(took);
 }
 
 /// One sweep run: [`SweepRun::start`] at its start, [`SweepRun::finished`] with its report.

@@ -12,6 +12,8 @@
 //! - [`pre_checkout`]: the stored, time-boxed pre-checkout decision and the seat hold;
 //! - [`join_request_decision`]: who may join a channel (the door and the effects worker
 //!   decide alike);
+//! - [`door`]: join requests that carry a query, at a chat whose door may be the Mini App's
+//!   paywall, and the decision on the requests waiting there;
 //! - [`members`]: `my_chat_member` / `chat_member` (the bot's rights in a channel, users who
 //!   joined without access) and the rights probe;
 //! - [`recovery`]: Telegram payment recovery, the Stars reconcile (missed payments, refunds
@@ -21,6 +23,7 @@
 //! Below `bot`; imports `payments` and every layer below it.
 
 pub mod audits;
+pub mod door;
 pub mod members;
 pub mod pre_checkout;
 pub mod recovery;
@@ -51,6 +54,18 @@ pub enum WebhookReply {
     ApproveChatJoinRequest { chat_id: i64, user_id: i64 },
     #[serde(rename = "declineChatJoinRequest")]
     DeclineChatJoinRequest { chat_id: i64, user_id: i64 },
+    /// A join request's query answered: `approve`, `decline` or `queue`.
+    #[serde(rename = "answerChatJoinRequestQuery")]
+    AnswerChatJoinRequestQuery {
+        chat_join_request_query_id: String,
+        result: &'static str,
+    },
+    /// A join request's query answered with the paywall.
+    #[serde(rename = "sendChatJoinRequestWebApp")]
+    SendChatJoinRequestWebApp {
+        chat_join_request_query_id: String,
+        web_app_url: String,
+    },
 }
 
 /// Whether a join request is let in.

@@ -308,6 +308,7 @@ fn dry_run_result(method: &str) -> Value {
         }
         "createInvoiceLink" => json!("https://t.me/$dry-run"),
         "getStarTransactions" => json!({"transactions": []}),
+        "getChatAdministrators" => json!([]),
         "getMe" => json!({"id": 0, "is_bot": true, "first_name": "dry run"}),
         "getChatMember" => json!({"status": "left", "user": {"id": 0, "is_bot": false}}),
         "sendMessage" | "sendInvoice" => {

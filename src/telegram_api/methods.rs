@@ -171,6 +171,30 @@ impl BotApi {
         .await
     }
 
+    /// `answerChatJoinRequestQuery`: `result` is `approve`, `decline` or `queue`.
+    pub async fn answer_join_request_query(
+        &self,
+        query_id: &str,
+        result: &str,
+    ) -> Result<bool, BotError> {
+        self.call(
+            "answerChatJoinRequestQuery",
+            &json!({"chat_join_request_query_id": query_id, "result": result}),
+        )
+        .await
+    }
+
+    /// The user ids of `getChatAdministrators` (the creator among them).
+    pub async fn chat_administrator_ids(&self, chat_id: i64) -> Result<Vec<i64>, BotError> {
+        let admins: Vec<serde_json::Value> = self
+            .call("getChatAdministrators", &json!({"chat_id": chat_id}))
+            .await?;
+        Ok(admins
+            .iter()
+            .filter_map(|m| m["user"]["id"].as_i64())
+            .collect())
+    }
+
     /// `refundStarPayment`.
     pub async fn refund_star_payment(
         &self,

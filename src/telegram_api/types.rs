@@ -167,6 +167,11 @@ pub struct ChatJoinRequest {
     /// Unix time of the request.
     #[serde(default)]
     pub date: Option<i64>,
+    /// Present when the chat assigned this bot to process its join requests (Bot API 10.1):
+    /// the query to answer within 10 s, with `answerChatJoinRequestQuery` or
+    /// `sendChatJoinRequestWebApp`.
+    #[serde(default)]
+    pub query_id: Option<String>,
 }
 
 /// `ChatMemberUpdated`: a chat member's status before and after a change.

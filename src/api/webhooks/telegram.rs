@@ -10,6 +10,8 @@
 //! what we want, and deduplication by charge id makes it harmless. A body that is not an
 //! `Update` is 400 and logged in full for reconciliation (updates carry no secrets; the token
 //! is in the header). Update kinds we do not handle get 200 `{}` so they are not re-sent.
+//! A `chat_join_request` carrying a query (the chat made this bot the processor of its join
+//! requests) is answered in the reply within `DOOR_ANSWER_MS` ([`crate::telegram::door`]).
 //! `my_chat_member` and `chat_member` (the bot's rights, users joining) are decided by
 //! [`crate::telegram::members`] and answered `{}`; `subscription` (a Stars subscription
 //! cancelled, re-enabled or failed in Telegram) by [`crate::payments::star_subscriptions::updates`],
@@ -212,6 +214,18 @@ fn normalize(message: &Message, paid: &SuccessfulPayment) -> Result<NormalizedPa
 }
 
 async fn join_request(state: &AppState, request: &ChatJoinRequest) -> Result<Response, ApiError> {
+    // A request that carries a query is answered in the reply, always, within the door's
+    // budget (docs/bot.md#the-door).
+    if let Some(query_id) = request.query_id.as_deref() {
+        if query_id.is_empty() || query_id.len() > 256 {
+            return Err(ApiError::Unprocessable(
+                "chat_join_request.query_id must be 1 to 256 characters".into(),
+            ));
+        }
+        return Ok(reply(
+            telegram::door::answer(&state.db, &state.config, request, query_id).await,
+        ));
+    }
     let (chat_id, user_id) = (request.chat.id, request.from.id);
     let client = state.db.get().await?;
     let decision = join_request_decision(&client, chat_id, user_id).await?;

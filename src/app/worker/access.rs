@@ -7,7 +7,7 @@ use super::{
     perform::{account_changed, no_chat},
 };
 use crate::{
-    access::memberships::EffectView,
+    access::{join_requests, memberships::EffectView},
     catalog::channels,
     common::error::ApiError,
     outbox::effects::{self, Effect, Kind},
@@ -41,6 +41,24 @@ impl Worker {
                 "skipped: the membership is {} now",
                 m.status
             ))));
+        }
+        // A buyer waiting at the chat's Mini App door is let in through their request (its
+        // own effect answers it), not sent a link.
+        match crate::telegram::door::settle_pair(
+            &self.state.db,
+            &self.state.config,
+            chat,
+            e.user_id,
+        )
+        .await
+        {
+            Ok(Some(join_requests::State::Approved)) => {
+                return Attempt::from(Ok(Some(
+                    "approved at the door: the user's waiting join request is let in".into(),
+                )));
+            }
+            Ok(_) => {}
+            Err(err) => return Attempt::from(Err(Failure::Db(err))),
         }
         if banned {
             if let Err(err) = bot.unban_chat_member(chat, e.user_id).await {
@@ -190,6 +208,76 @@ impl Worker {
                 .map(|_| None)
                 .map_err(chat_failure),
         )
+    }
+
+    /// Answers a request decided at a Mini App door (`r`, row `request_id`): through its query
+    /// while that is valid, else by chat and user (also when Telegram no longer knows the
+    /// query). Telegram's "no such request" and "already a member" mean the goal holds.
+    pub(super) async fn door(
+        &self,
+        bot: &BotApi,
+        e: &Effect,
+        chat: i64,
+        request_id: i64,
+        r: join_requests::ToAnswer,
+    ) -> Performed {
+        if r.answered {
+            return Ok(Some(
+                "skipped: Telegram confirmed this answer before".into(),
+            ));
+        }
+        let approve = match r.state {
+            join_requests::State::Approved => true,
+            join_requests::State::Declined => false,
+            join_requests::State::Waiting => {
+                return Ok(Some("skipped: the request is waiting again".into()));
+            }
+        };
+        let result = if approve { "approve" } else { "decline" };
+        let mut note = None;
+        let by_query = if r.query_valid {
+            match bot.answer_join_request_query(&r.query_id, result).await {
+                Ok(_) => true,
+                Err(err)
+                    if err.mentions("QUERY_ID_INVALID") || err.mentions("query is too old") =>
+                {
+                    note = Some(format!(
+                        "the query had expired ({err}); answered by chat and user"
+                    ));
+                    false
+                }
+                Err(err) => return Err(chat_failure(err)),
+            }
+        } else {
+            false
+        };
+        if !by_query {
+            let done = if approve {
+                bot.approve_join_request(chat, e.user_id).await
+            } else {
+                bot.decline_join_request(chat, e.user_id).await
+            };
+            match done {
+                Ok(_) => {}
+                Err(err)
+                    if err.mentions("HIDE_REQUESTER_MISSING")
+                        || err.mentions("USER_ALREADY_PARTICIPANT") =>
+                {
+                    note = Some(format!("already settled: {err}"));
+                }
+                Err(err) => return Err(chat_failure(err)),
+            }
+        }
+        let client = self
+            .state
+            .db
+            .get()
+            .await
+            .map_err(|e| Failure::Db(e.into()))?;
+        join_requests::answered(&client, request_id)
+            .await
+            .map_err(Failure::Db)?;
+        Ok(note)
     }
 
     /// Answers a join request by the decision made now, whatever was decided when it arrived:

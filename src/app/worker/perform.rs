@@ -59,6 +59,24 @@ impl Worker {
                 let Some(chat) = e.chat_id else {
                     return Attempt::from(Err(no_chat()));
                 };
+                // A request at a Mini App door was decided under its pair lock: the effect
+                // carries that decision, through the request's query while it is valid.
+                if let Some(request_id) = e.payload["join_request_id"].as_i64() {
+                    let read = crate::access::join_requests::to_answer(
+                        &client,
+                        request_id,
+                        self.state.config.door_query_secs,
+                    )
+                    .await;
+                    drop(client);
+                    return match read {
+                        Ok(Some(r)) => self.door(bot, e, chat, request_id, r).await.into(),
+                        Ok(None) => Attempt::from(Ok(Some(
+                            "skipped: the join request was deleted with its channel".into(),
+                        ))),
+                        Err(err) => Attempt::from(Err(Failure::Db(err))),
+                    };
+                }
                 // Decided now, by the door's rule: the user may have paid, or their
                 // membership ended, since the request was answered.
                 let decision = join_request_decision(&client, chat, e.user_id).await;

@@ -15,9 +15,10 @@ use crate::{
 const INSERT_SQL: &str = concat!(
     "INSERT INTO channels (telegram_chat_id, title, price_minor, currency,
                              billing_period_days, grace_period_days, seat_limit, active,
-                             description, recurring, translations)
+                             description, recurring, translations, door)
                          VALUES ($1, $2, $3, $4, $5, COALESCE($6, 0), $7, COALESCE($8, true),
-                                 $9, COALESCE($10, false), COALESCE($11::jsonb, '{}'::jsonb))
+                                 $9, COALESCE($10, false), COALESCE($11::jsonb, '{}'::jsonb),
+                                 COALESCE($12, 'bot'))
                          RETURNING ",
     channel_columns!()
 );
@@ -36,6 +37,7 @@ const PATCH_SQL: &str = concat!(
                          description = CASE WHEN $11 THEN $12 ELSE description END,
                          recurring = COALESCE($13, recurring),
                          translations = COALESCE($14, translations),
+                         door = COALESCE($15, door),
                          updated_at = statement_timestamp()
                      WHERE id = $1 RETURNING ",
     channel_columns!()
@@ -71,6 +73,7 @@ pub struct Fields {
     pub recurring: Option<bool>,
     /// Replaces all translations when given.
     pub translations: Option<Translations>,
+    pub door: Option<super::Door>,
 }
 
 /// The schema's refusal of a recurring channel that is not `XTR` for 30 days, as the same
@@ -125,6 +128,7 @@ pub async fn create(tx: &Transaction<'_>, f: &Fields) -> Result<Channel, ApiErro
                 &f.description.clone().flatten(),
                 &f.recurring,
                 &f.translations,
+                &f.door.map(super::Door::as_str),
             ],
         )
         .await
@@ -194,6 +198,7 @@ pub async fn change(tx: &Transaction<'_>, id: i32, f: &Fields) -> Result<Channel
                 &f.description.clone().flatten(),
                 &f.recurring,
                 &f.translations,
+                &f.door.map(super::Door::as_str),
             ],
         )
         .await

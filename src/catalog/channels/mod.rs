@@ -41,7 +41,7 @@ macro_rules! channel_columns {
     () => {
         "id, telegram_chat_id, title, price_minor, currency, billing_period_days, \
          grace_period_days, seat_limit, active, created_at, updated_at, description, recurring, \
-         telegram_status, translations"
+         telegram_status, translations, door"
     };
 }
 
@@ -57,8 +57,8 @@ pub use projections::{
     MemberCounts, Offer, Price, active_offers, member_counts, offer, price, title, titles,
 };
 pub use telegram::{
-    WithoutRights, forget_invite_link, id_by_chat, set_telegram_status, store_invite_link,
-    stored_invite_link, without_rights,
+    DoorOf, WithoutRights, door_of_chat, forget_invite_link, id_by_chat, set_telegram_status,
+    store_invite_link, stored_invite_link, without_rights,
 };
 
 /// The columns of [`Channel`].
@@ -112,10 +112,27 @@ pub struct Channel {
     /// Whether the bot can manage the chat's members (read-only; from Telegram).
     #[schema(value_type = String, example = "ok")]
     pub telegram_status: TelegramStatus,
+    /// How a join request of the chat is answered: `bot` (a member is approved, anyone else
+    /// declined) or `mini_app` (a request carrying a query opens the paywall; docs/bot.md).
+    #[schema(value_type = String, example = "bot")]
+    pub door: Door,
+    /// `PUBLIC_URL/app/?c=<id>`: the paywall of this channel or group; null without
+    /// `PUBLIC_URL`.
+    pub paywall_url: Option<String>,
     /// The title and description in other languages the bot speaks (`uk`, `ru`, `en`): what a
     /// buyer of that language reads instead of `title` and `description`.
     #[schema(value_type = HashMap<String, Translation>)]
     pub translations: Translations,
+}
+
+crate::text_enum! {
+    /// How a channel's (or group's) join requests are answered.
+    pub enum Door {
+        /// By the bot's rule: a member is approved, anyone else declined.
+        Bot => "bot",
+        /// By the paywall: a request carrying a query opens the Mini App.
+        MiniApp => "mini_app",
+    }
 }
 
 crate::text_enum! {
@@ -145,14 +162,23 @@ crate::from_row!(Channel [channel_columns!()] {
     buy_link => None,
     telegram_status,
     translations,
+    door,
+    paywall_url => None,
 });
 
 impl Channel {
-    /// Fills the read-only `buy_link` from the bot's username (`TELEGRAM_BOT_USERNAME`).
-    pub fn with_buy_link(mut self, bot_username: Option<&str>) -> Channel {
+    /// Fills the read-only `buy_link` from the bot's username (`TELEGRAM_BOT_USERNAME`) and
+    /// `paywall_url` from `PUBLIC_URL`.
+    pub fn with_links(mut self, bot_username: Option<&str>, public_url: Option<&str>) -> Channel {
         self.buy_link = buy_link(bot_username, self.id);
+        self.paywall_url = paywall_url(public_url, self.id);
         self
     }
+}
+
+/// The paywall of channel `id` (the Mini App's page), when the service's public URL is known.
+pub fn paywall_url(public_url: Option<&str>, id: i32) -> Option<String> {
+    public_url.map(|base| format!("{base}/app/?c={id}"))
 }
 
 /// The deep link that opens channel `id`'s offer in the bot, when the bot's username is known.

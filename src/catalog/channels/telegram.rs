@@ -75,6 +75,30 @@ pub async fn set_telegram_status(
 
 const ID_BY_CHAT_SQL: &str = "SELECT id FROM channels WHERE telegram_chat_id = $1";
 
+/// The channel of a chat as its door sees it: which channel, how its join requests are
+/// answered, and whether it is on sale.
+#[derive(Debug, Clone)]
+pub struct DoorOf {
+    pub id: i32,
+    pub door: super::Door,
+    pub active: bool,
+}
+
+crate::from_row!(DoorOf { id, door, active });
+
+/// The door of the channel whose chat is `chat`; `None`: no channel sells that chat.
+pub async fn door_of_chat(
+    client: &impl GenericClient,
+    chat: i64,
+) -> Result<Option<DoorOf>, ApiError> {
+    db::opt(
+        client,
+        "SELECT id, door, active FROM channels WHERE telegram_chat_id = $1",
+        &[&chat],
+    )
+    .await
+}
+
 /// The id of the channel whose chat is `chat`; `None`: no channel sells that chat.
 pub async fn id_by_chat(client: &impl GenericClient, chat: i64) -> Result<Option<i32>, ApiError> {
     Ok(match db::row_opt(client, ID_BY_CHAT_SQL, &[&chat]).await? {

@@ -470,7 +470,10 @@ pub async fn enqueue_join_decision(
     approve: bool,
     request_date: Option<i64>,
 ) -> Result<(), ApiError> {
-    let request = payload::JoinRequest { request_date };
+    let request = payload::JoinRequest {
+        request_date,
+        join_request_id: None,
+    };
     let payload = if approve {
         Payload::JoinApprove(request)
     } else {
@@ -486,6 +489,40 @@ pub async fn enqueue_join_decision(
             user_id,
             payload,
             dedupe_key: request_date.map(|d| format!("join:{chat_id}:{user_id}:{d}")),
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// Enqueues the decision on a join request waiting at a Mini App door (`join_requests` row
+/// `request_id`), keyed on the request: it is decided once, so one effect carries it.
+pub async fn enqueue_door_decision(
+    client: &impl GenericClient,
+    chat_id: i64,
+    user_id: i64,
+    approve: bool,
+    request_id: i64,
+) -> Result<(), ApiError> {
+    let request = payload::JoinRequest {
+        request_date: None,
+        join_request_id: Some(request_id),
+    };
+    let (payload, word) = if approve {
+        (Payload::JoinApprove(request), "approve")
+    } else {
+        (Payload::JoinDecline(request), "decline")
+    };
+    enqueue(
+        client,
+        &NewEffect {
+            membership_id: None,
+            payment_id: None,
+            order_id: None,
+            chat_id: Some(chat_id),
+            user_id,
+            payload,
+            dedupe_key: Some(format!("door:{request_id}:{word}")),
         },
     )
     .await?;

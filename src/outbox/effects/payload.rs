@@ -87,10 +87,14 @@ pub struct Refund {
     pub verify: bool,
 }
 
-/// The payload of a join request's decision: the request's `date`, if Telegram sent one.
+/// The payload of a join request's decision: the request's `date`, if Telegram sent one, and
+/// for a request at a Mini App door its `join_requests` row (answered through its query while
+/// that is valid).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JoinRequest {
     pub request_date: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join_request_id: Option<i64>,
 }
 
 /// The payload of a bot message: its text and its buttons, if any.
