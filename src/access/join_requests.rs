@@ -223,16 +223,21 @@ pub async fn waiting_of(
 }
 
 const DECIDE_SQL: &str = concat!(
-    "UPDATE join_requests r
+    "WITH live AS (
+         SELECT EXISTS (
+             SELECT 1 FROM join_requests r
+             JOIN channels c ON c.id = r.channel_id
+             JOIN subscribers s ON s.telegram_user_id = r.user_id
+             JOIN memberships m ON m.subscriber_id = s.id AND m.channel_id = r.channel_id
+             WHERE r.id = $1 AND ",
+    crate::access::memberships::live_sql!("m", "c"),
+    ") AS found
+     )
+     UPDATE join_requests r
      SET state = CASE WHEN live.found THEN 'approved' ELSE 'declined' END,
          decided_at = statement_timestamp()
-     FROM channels c,
-          LATERAL (SELECT EXISTS (
-              SELECT 1 FROM memberships m JOIN subscribers s ON s.id = m.subscriber_id
-              WHERE s.telegram_user_id = r.user_id AND m.channel_id = r.channel_id AND ",
-    crate::access::memberships::live_sql!("m", "c"),
-    ") AS found) live
-     WHERE r.id = $1 AND r.state = 'waiting' AND c.id = r.channel_id
+     FROM live
+     WHERE r.id = $1 AND r.state = 'waiting'
        AND (live.found OR ",
     lapsed_sql!("r", "$2::bigint", "$3::bigint"),
     ")

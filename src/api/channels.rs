@@ -77,9 +77,8 @@ pub struct ChannelInput {
     translations: Option<Value>,
     /// `bot` (default) or `mini_app` (needs `PUBLIC_URL`): how the chat's join requests are
     /// answered.
-    #[serde(default, deserialize_with = "door")]
     #[schema(nullable = false, value_type = Option<String>, example = "mini_app")]
-    door: Option<Door>,
+    door: Option<String>,
 }
 
 /// A PATCH body: like [`ChannelInput`], but an explicit `null` is seen (and refused for every
@@ -126,9 +125,9 @@ pub struct ChannelPatch {
     #[schema(value_type = HashMap<String, Translation>)]
     translations: Option<Option<Value>>,
     /// `bot` or `mini_app` (needs `PUBLIC_URL`).
-    #[serde(default, deserialize_with = "nullable_door")]
+    #[serde(default, deserialize_with = "nullable")]
     #[schema(value_type = String, example = "mini_app")]
-    door: Option<Option<Door>>,
+    door: Option<Option<String>>,
 }
 
 impl ChannelInput {
@@ -149,7 +148,7 @@ impl ChannelInput {
                 .translations
                 .as_ref()
                 .and_then(|v| translations::check(v).ok()),
-            door: self.door,
+            door: self.door.as_deref().and_then(Door::parse),
         }
     }
 }
@@ -194,35 +193,19 @@ fn links(state: &AppState, c: Channel) -> Channel {
     )
 }
 
-/// A Mini App door needs the page's public address: without `PUBLIC_URL`, `door: "mini_app"`
-/// is refused on the field.
-fn door_errors(state: &AppState, door: Option<Door>) -> Errors {
+/// `door` is a spelling of [`Door`], and a Mini App door needs the page's public address:
+/// without `PUBLIC_URL`, `door: "mini_app"` is refused on the field.
+fn door_errors(state: &AppState, door: Option<&str>) -> Errors {
     let mut e = Errors::default();
-    if door == Some(Door::MiniApp) && state.config.public_url.is_none() {
-        e.add(
+    match door.map(Door::parse) {
+        Some(None) => e.add("door", &format!("must be {}", Door::spellings())),
+        Some(Some(Door::MiniApp)) if state.config.public_url.is_none() => e.add(
             "door",
             "mini_app needs PUBLIC_URL (the Mini App's page is served there)",
-        );
+        ),
+        _ => {}
     }
     e
-}
-
-/// `door`: a spelling of [`Door`], else a per-field 422 naming the spellings.
-fn door<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Door>, D::Error> {
-    let s = String::deserialize(d)?;
-    Door::parse(&s)
-        .map(Some)
-        .ok_or_else(|| serde::de::Error::custom(format!("door must be {}", Door::spellings())))
-}
-
-/// `door` in a PATCH: `null` is seen (and refused by [`not_null`]).
-fn nullable_door<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Door>>, D::Error> {
-    match Option::<String>::deserialize(d)? {
-        None => Ok(Some(None)),
-        Some(s) => Door::parse(&s)
-            .map(|v| Some(Some(v)))
-            .ok_or_else(|| serde::de::Error::custom(format!("door must be {}", Door::spellings()))),
-    }
 }
 
 /// Checks every present field; with `create`, the required ones must be present.
@@ -314,7 +297,7 @@ pub async fn create(
     write: StaffWrite<ChannelInput>,
 ) -> Result<Response, ApiError> {
     let b = &write.body;
-    validate(b, true, door_errors(&state, b.door))?;
+    validate(b, true, door_errors(&state, b.door.as_deref()))?;
     let fields = b.fields();
     crate::idempotent!(state, write, |tx| {
         let c = links(&state, channels::create(tx, &fields).await?);
@@ -395,7 +378,7 @@ pub async fn patch(
     PathId(id): PathId<i32>,
     ApiJson(patch): ApiJson<ChannelPatch>,
 ) -> Result<Json<Channel>, ApiError> {
-    let mut e = door_errors(&state, patch.door.flatten());
+    let mut e = door_errors(&state, patch.door.clone().flatten().as_deref());
     let b = patch.into_input(&mut e);
     validate(&b, false, e)?;
     let fields = b.fields();

@@ -9,6 +9,7 @@ mod access;
 mod bot;
 mod catalog;
 mod console;
+mod door;
 mod messages;
 mod ops;
 mod outbox;

@@ -95,6 +95,17 @@ struct FakeState {
     delivered: Vec<Call>,
     /// The `allowed_updates` of the last `setWebhook` that named them.
     allowed_updates: Option<Vec<String>>,
+    /// Join request queries (Bot API 10.1) by id: their chat and user, and every answer given
+    /// (`approve`, `decline`, `queue`, or `web_app <url>`), in order.
+    queries: HashMap<String, Query>,
+}
+
+/// A join request's query, as the fake keeps it.
+#[derive(Debug, Clone, Default)]
+struct Query {
+    chat: i64,
+    user: i64,
+    answers: Vec<String>,
 }
 
 /// The update kinds Telegram sends (Bot API 10.2): what `setWebhook` accepts in
@@ -469,6 +480,50 @@ impl FakeBot {
         self.with(|s| s.allowed_updates.clone())
     }
 
+    /// Opens a join request of `user` to `chat` that this bot processes (Bot API 10.1): the
+    /// update carries `query_id`, which takes one answer.
+    pub fn open_join_query(&self, chat: i64, user: i64, query_id: &str) {
+        self.with(|s| {
+            s.open_requests.insert((chat, user));
+            s.queries.insert(
+                query_id.to_string(),
+                Query {
+                    chat,
+                    user,
+                    answers: Vec::new(),
+                },
+            );
+        });
+    }
+
+    /// Every answer query `query_id` was given, in order (`approve`, `decline`, `queue`,
+    /// `web_app <url>`).
+    pub fn query_answers(&self, query_id: &str) -> Vec<String> {
+        self.with(|s| {
+            s.queries
+                .get(query_id)
+                .map(|q| q.answers.clone())
+                .unwrap_or_default()
+        })
+    }
+
+    /// Performs the Bot API call a webhook answered with (its JSON body, `method` and its
+    /// parameters), as Telegram does with a reply; `{}` is no call. Returns whether Telegram
+    /// accepted it.
+    pub fn perform_reply(&self, body: &Value) -> bool {
+        let Some(method) = body["method"].as_str() else {
+            return true;
+        };
+        self.with(|s| {
+            s.calls.push(Call {
+                method: method.to_string(),
+                params: body.clone(),
+            })
+        });
+        let response = perform(&self.state, method, body);
+        response.status().is_success()
+    }
+
     pub fn has_open_request(&self, chat: i64, user: i64) -> bool {
         self.with(|s| s.open_requests.contains(&(chat, user)))
     }
@@ -666,6 +721,52 @@ fn perform(state: &Arc<Mutex<FakeState>>, method: &str, p: &Value) -> Response {
                 return error(400, "Bad Request: HIDE_REQUESTER_MISSING", None);
             }
             ok(json!(true))
+        }
+        "answerChatJoinRequestQuery" | "sendChatJoinRequestWebApp" => {
+            let id = p["chat_join_request_query_id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let Some(q) = s.queries.get(&id).cloned() else {
+                return error(400, "Bad Request: QUERY_ID_INVALID", None);
+            };
+            // A query takes one final answer; the Mini App may be shown before it.
+            if q.answers.iter().any(|a| !a.starts_with("web_app")) {
+                return error(400, "Bad Request: QUERY_ID_INVALID", None);
+            }
+            let pair = (q.chat, q.user);
+            let answer = if method == "sendChatJoinRequestWebApp" {
+                format!("web_app {}", p["web_app_url"].as_str().unwrap_or_default())
+            } else {
+                let result = p["result"].as_str().unwrap_or_default().to_string();
+                match result.as_str() {
+                    "approve" => {
+                        if s.open_requests.remove(&pair) {
+                            s.members.insert(pair);
+                        }
+                    }
+                    "decline" => {
+                        s.open_requests.remove(&pair);
+                    }
+                    "queue" => {}
+                    _ => return error(400, "Bad Request: invalid result", None),
+                }
+                result
+            };
+            s.queries.get_mut(&id).unwrap().answers.push(answer);
+            ok(json!(true))
+        }
+        "getChatAdministrators" => {
+            let chat = pair.0;
+            let mut admins = vec![json!({"status": "administrator",
+                "user": {"id": BOT_ID, "is_bot": true, "first_name": "Bot"}})];
+            for (c, u) in s.admins.iter() {
+                if *c == chat {
+                    admins.push(json!({"status": "administrator",
+                        "user": {"id": u, "is_bot": false, "first_name": "Admin"}}));
+                }
+            }
+            ok(json!(admins))
         }
         "createChatInviteLink" => {
             let link = format!("https://t.me/+fake{n}");
