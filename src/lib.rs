@@ -1,4 +1,4 @@
-//! subgate sells access to private Telegram channels: payments come in through four doors
+//! subgate sells access to private Telegram channels and groups: payments come in through four doors
 //! (a signed card-gateway webhook, WayForPay's callback, Telegram Stars, Stripe), and each
 //! payment turns into channel access exactly once.
 //!

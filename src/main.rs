@@ -5,7 +5,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use subgate::{AppState, Config, db};
 
-/// subgate: sells access to private Telegram channels, turning each payment into access once.
+/// subgate: sells access to private Telegram channels and groups, turning each payment into
+/// access once.
 ///
 /// Configuration comes from the environment: every variable is listed in the module
 /// documentation of `src/config/mod.rs` (see docs/deployment.md).

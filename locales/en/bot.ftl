@@ -26,12 +26,12 @@ pre-checkout-already-paid = This order has already been paid.
 pre-checkout-payer-mismatch = This invoice was issued to another Telegram account.
 pre-checkout-currency-mismatch = This order cannot be paid with Telegram Stars.
 pre-checkout-amount-mismatch = The invoice amount does not match the order. Please start a new order.
-pre-checkout-channel-inactive = This channel is not accepting subscriptions right now.
+pre-checkout-channel-inactive = This channel or group is not accepting subscriptions right now.
 pre-checkout-hold-expired = This invoice has expired. Please start a new order.
-pre-checkout-no-seat = This seat has just been taken. Please choose another channel or try later.
+pre-checkout-no-seat = This seat has just been taken. Please choose another channel or group, or try later.
 pre-checkout-hold-limited = You held a seat here recently without paying. Please try again later.
 pre-checkout-promo-exhausted = This price is no longer available. Please start a new order.
-pre-checkout-already-lifetime = You already have lifetime access to this channel.
+pre-checkout-already-lifetime = You already have lifetime access to this channel or group.
 pre-checkout-hold-limited-until = You held a seat here recently without paying. Try again after { $when }.
 
 ## Access (sent by the effects worker)
@@ -53,17 +53,17 @@ grace-notice = Your access to «{ $title }» expired on { $expired }. You are in
 
 ## The catalogue (/start, /help, deep links)
 
-catalogue-header = Here are the channels you can join:
-catalogue-footer = Tap a button to buy. /subscriptions shows the channels you have.
-catalogue-empty = There are no channels for sale right now. Please check back later.
-unknown-channel = Sorry, this channel is not available.
+catalogue-header = Here are the channels and groups you can join:
+catalogue-footer = Tap a button to buy. /subscriptions shows the channels and groups you have.
+catalogue-empty = There are no channels or groups for sale right now. Please check back later.
+unknown-channel = Sorry, this channel or group is not available.
 unknown-plan = Sorry, this plan is not available.
-more-button = More channels ›
+more-button = More channels and groups ›
 help =
-    I sell access to private channels.
+    I sell access to private channels and groups.
 
-    /start shows the channels you can join.
-    /subscriptions shows the channels you have.
+    /start shows the channels and groups you can join.
+    /subscriptions shows the channels and groups you have.
     /code CODE applies a promo code to your next order.
     /language changes the language I write in.
 price-line-recurring = { $price } every { $period }, renews automatically
@@ -83,9 +83,9 @@ subscribe-button = Subscribe: { $title } · { $price }
 ## Answers to buttons (shown above the chat, at most 200 characters)
 
 invoice-on-its-way = Your invoice is on its way.
-invoice-already-sent = Your invoice for this channel is in the chat above; it is still valid.
-button-invalid = This button is no longer valid. Send /start to see the channels.
-channel-unavailable = Sorry, this channel is not available any more. Send /start to see the channels.
+invoice-already-sent = Your invoice for this channel or group is in the chat above; it is still valid.
+button-invalid = This button is no longer valid. Send /start to see the channels and groups.
+channel-unavailable = Sorry, this channel or group is not available any more. Send /start to see the channels and groups.
 promo-price-gone = Sorry, this price is no longer available. Please start a new order.
 channel-full = Sorry, «{ $title }» is full right now. Please try again later.
 hold-limited-cooldown = Your last seat hold on «{ $title }» ran out before it was paid. You can try again after { $when }.
@@ -140,8 +140,8 @@ code-taken = it is no longer available
 
 ## /subscriptions
 
-subscriptions-header = Your channels:
-subscriptions-empty = You have no channels yet. Send /start to see the channels you can join.
+subscriptions-header = Your channels and groups:
+subscriptions-empty = You have no channels or groups yet. Send /start to see the channels and groups you can join.
 subscriptions-more = …and { $count } more.
 membership-ended = Ended.
 membership-lifetime = Lifetime access: it never expires.
@@ -166,11 +166,11 @@ payment-refunded-seat = Sorry, the last seat of «{ $title }» was taken before 
 payment-refunded = We could not use your payment of { $price } for «{ $title }» (the order was already paid or its invoice had expired). Your stars will be refunded.
 payment-in-review-seat = Sorry, the last seat of «{ $title }» was taken before your payment of { $price } arrived. We will review your payment and get back to you about a refund.
 payment-in-review = We could not apply your payment of { $price } for «{ $title }» automatically. We will review it and get back to you.
-subscription-stopped-channel-inactive = The channel is not accepting subscriptions right now, so we cancelled this subscription: you will not be charged for it again.
-subscription-stopped-no-seat = The channel is full, so we cancelled this subscription: you will not be charged for it again.
+subscription-stopped-channel-inactive = The channel or group is not accepting subscriptions right now, so we cancelled this subscription: you will not be charged for it again.
+subscription-stopped-no-seat = The channel or group is full, so we cancelled this subscription: you will not be charged for it again.
 subscription-stopped-hold-expired = The invoice had expired, so we cancelled this subscription: you will not be charged for it again.
 subscription-stopped-already-paid = You already have a subscription for this order, so we cancelled this subscription: you will not be charged for it again.
-subscription-stopped-already-lifetime = You already have lifetime access to this channel, so we cancelled this subscription: you will not be charged for it again.
+subscription-stopped-already-lifetime = You already have lifetime access to this channel or group, so we cancelled this subscription: you will not be charged for it again.
 subscription-stopped-promo-exhausted = The promo price is no longer available, so we cancelled this subscription: you will not be charged for it again.
 subscription-stopped = So we cancelled this subscription: you will not be charged for it again.
 payment-already-lifetime-refunded = You already have lifetime access to «{ $title }», so your payment of { $price } was not needed. Your stars will be refunded.

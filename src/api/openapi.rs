@@ -61,7 +61,8 @@ pub const STRIPE_SIGNATURE: &str = "stripe_signature";
 #[openapi(
     info(
         title = "subgate",
-        description = "Sells access to private Telegram channels: the staff REST API, the four \
+        description = "Sells access to private Telegram channels and groups (a `channel` here is \
+            either: a channel or a supergroup, forum or not): the staff REST API, the four \
             payment doors and the operations endpoints. Errors are RFC 9457 problem documents \
             (`application/problem+json`); every response carries `x-request-id`. Staff POSTs that \
             commit in one transaction honour an optional `Idempotency-Key`. Lists are \
@@ -77,7 +78,7 @@ pub const STRIPE_SIGNATURE: &str = "stripe_signature";
         (name = "statistics", description = "Revenue and members over time, and the business now."),
         (name = "audit log", description = "Every staff write: who, what, before and after (read-only)."),
         (name = "subscribers", description = "The buyers, by Telegram user id."),
-        (name = "channels", description = "The private channels for sale, with price, period, grace and seats."),
+        (name = "channels", description = "The private channels and groups for sale, with price, period, grace and seats."),
         (name = "plans", description = "The ways a channel is sold: one channel or a bundle, paid or a trial, for a period or for life."),
         (name = "memberships", description = "Who may be in which channel until when, and the history of each."),
         (name = "orders", description = "One intent to buy one period of one channel; what every payment names."),

@@ -1,7 +1,9 @@
 //! The bot conversation's view of a Telegram update: a buyer's text message in a private chat,
-//! or a button press. Everything else — messages from bots or on behalf of channels, group
-//! chats, channel posts, stickers and photos, edited messages — is not a conversation and is
-//! ignored ([`Action::of`] is `None`).
+//! or a button press. Everything else — messages from bots or on behalf of channels, messages
+//! in groups and supergroups (a forum's topics and service messages such as
+//! `new_chat_members` included: the bot, an administrator there, receives them all), channel
+//! posts, stickers and photos, edited messages — is not a conversation and is ignored
+//! ([`Action::of`] is `None`).
 //!
 //! Like [`crate::telegram_api::types`], only the fields used are named and unknown ones skipped.
 
@@ -165,6 +167,16 @@ mod tests {
             // A group message.
             r#"{"update_id": 1, "message": {"message_id": 1, "date": 0, "text": "/start",
                 "chat": {"id": -5, "type": "group"}, "from": {"id": 7, "first_name": "A"}}}"#,
+            // A supergroup's message, a forum topic's, and a service message about a member.
+            r#"{"update_id": 1, "message": {"message_id": 1, "date": 0, "text": "/start",
+                "chat": {"id": -1005, "type": "supergroup"}, "from": {"id": 7,
+                "first_name": "A"}}}"#,
+            r#"{"update_id": 1, "message": {"message_id": 1, "date": 0, "text": "/start",
+                "message_thread_id": 3, "is_topic_message": true, "chat": {"id": -1005,
+                "type": "supergroup", "is_forum": true}, "from": {"id": 7, "first_name": "A"}}}"#,
+            r#"{"update_id": 1, "message": {"message_id": 1, "date": 0, "chat": {"id": -1005,
+                "type": "supergroup"}, "from": {"id": 7, "first_name": "A"},
+                "new_chat_members": [{"id": 7, "is_bot": false, "first_name": "A"}]}}"#,
             // On behalf of a channel (no from).
             r#"{"update_id": 1, "message": {"message_id": 1, "date": 0, "text": "/start",
                 "chat": {"id": 7, "type": "private"}, "sender_chat": {"id": -100}}}"#,

@@ -387,9 +387,10 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("subgate-messages-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("uk")).unwrap();
-        let changed = Language::Uk
-            .shipped()
-            .replace("Ось канали, до яких можна приєднатися:", "Наші канали:");
+        let changed = Language::Uk.shipped().replace(
+            "Ось канали та групи, до яких можна приєднатися:",
+            "Наші канали:",
+        );
         std::fs::write(dir.join("uk").join(FILE), &changed).unwrap();
         let c = Catalogue::load(Some(&dir), Language::En).unwrap();
         let header = c.bundles[&Language::Uk]

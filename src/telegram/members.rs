@@ -16,6 +16,10 @@
 //!
 //! Either update may also report one of our join links revoked: the stored one is forgotten,
 //! so the next grant makes a new one.
+//!
+//! A supergroup (a forum or not) is sold as a channel is, and its updates read alike: a bot
+//! added to a group as a plain `member` has no rights yet, and a `restricted` user is in the
+//! chat exactly while `is_member` says so ([`ChatMember::in_chat`]).
 
 use std::time::Duration;
 

@@ -100,7 +100,9 @@ pub struct Message {
     pub successful_payment: Option<SuccessfulPayment>,
 }
 
-/// A chat; its id is the channel's `telegram_chat_id` (or the user id for a private chat).
+/// A chat; its id is the channel's `telegram_chat_id` (or the user id for a private chat). What
+/// subgate sells is a `channel` or a `supergroup` (a forum or not) and is handled alike, so the
+/// type is only read to tell a private chat from the others.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[schema(as = TelegramChat)]
 pub struct Chat {
@@ -229,8 +231,9 @@ impl ChatMember {
         self.status == "kicked"
     }
 
-    /// What the bot needs to do its work in a channel: to be its creator, or an administrator
-    /// who may invite users (the join link, approvals) and ban them (revokes).
+    /// What the bot needs to do its work in a channel or a supergroup: to be its creator, or an
+    /// administrator who may invite users (the join link, approvals) and ban them (revokes). A
+    /// bot added to a group as a plain `member` (or `restricted`) has neither.
     pub fn can_manage_members(&self) -> bool {
         match self.status.as_str() {
             "creator" => true,
@@ -312,6 +315,24 @@ mod tests {
         .unwrap();
         let j = u.chat_join_request.unwrap();
         assert_eq!((j.chat.id, j.from.id), (-1001, 7));
+    }
+
+    #[test]
+    fn a_restricted_member_of_a_forum_is_in_it_while_is_member_says_so() {
+        let u: Update = serde_json::from_str(
+            r#"{"update_id": 16, "chat_member": {"chat": {"id": -1002, "type": "supergroup",
+                "title": "F", "is_forum": true}, "from": {"id": 1, "is_bot": false,
+                "first_name": "O"}, "date": 1700000000,
+                "old_chat_member": {"status": "restricted", "is_member": false,
+                    "user": {"id": 7, "is_bot": false, "first_name": "B"}, "until_date": 0},
+                "new_chat_member": {"status": "restricted", "is_member": true,
+                    "user": {"id": 7, "is_bot": false, "first_name": "B"}, "until_date": 0}}}"#,
+        )
+        .unwrap();
+        let c = u.chat_member.expect("a supergroup's update is read");
+        assert_eq!(c.chat.kind.as_deref(), Some("supergroup"));
+        assert!(!c.old_chat_member.in_chat() && c.new_chat_member.in_chat());
+        assert!(!c.new_chat_member.is_admin() && !c.new_chat_member.can_manage_members());
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! Channels: the private Telegram channels we sell access to. This module owns the `channels`
-//! rows — [`Channel`] as staff see it and the projections other modules read ([`Offer`] for
-//! the bot, [`MemberCounts`] for the overview) — and the rules of changing one, so every way of
+//! Channels: the private Telegram channels and supergroups (forums or not) we sell access to,
+//! handled alike. This module owns the `channels` rows — [`Channel`] as staff see it and the
+//! projections other modules read ([`Offer`] for the bot, [`MemberCounts`] for the overview) —
+//! and the rules of changing one, so every way of
 //! changing a channel (the staff API, or any other way in) goes through them:
 //!
 //! - a `recurring` channel is a Telegram Stars (`XTR`) channel billed every
@@ -82,7 +83,7 @@ pub const RECURRING_PERIOD_DAYS: i32 = 30;
 pub const RECURRING_RULE: &str =
     "is allowed only for XTR (Telegram Stars) channels with billing_period_days 30";
 
-/// A private Telegram channel for sale.
+/// A private Telegram channel or group (a supergroup, forum or not) for sale.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[schema(example = json!({"id": 1, "telegram_chat_id": -1001000000001_i64, "title": "Premium signals",
     "price_minor": 19900, "currency": "UAH", "billing_period_days": 30, "grace_period_days": 3,

@@ -492,7 +492,7 @@ async fn a_stars_purchase_of_lifetime_access_already_held_is_refused_and_refunde
     assert_eq!(answer["ok"], false, "{answer}");
     assert_eq!(
         answer["error_message"],
-        "You already have lifetime access to this channel."
+        "You already have lifetime access to this channel or group."
     );
     let reason: String = app
         .db()

@@ -13,9 +13,9 @@ use crate::{
     support::{fake_bot::FakeBot, helpers::TestApp},
 };
 
-const INVALID: &str = "This button is no longer valid. Send /start to see the channels.";
+const INVALID: &str = "This button is no longer valid. Send /start to see the channels and groups.";
 
-const UNKNOWN_CHANNEL: &str = "Sorry, this channel is not available.";
+const UNKNOWN_CHANNEL: &str = "Sorry, this channel or group is not available.";
 
 // ---- pages ----
 
@@ -33,7 +33,10 @@ async fn more_channels_come_on_a_second_page() {
     assert_eq!(b.len(), 11, "{b:?}");
     assert_eq!(
         b[10],
-        ("More channels ›".to_string(), format!("l:{}", ids[9]))
+        (
+            "More channels and groups ›".to_string(),
+            format!("l:{}", ids[9])
+        )
     );
     let reply = send(&app, &button_update(&buyer, &format!("l:{}", ids[9]))).await;
     assert_eq!(reply["method"], "answerCallbackQuery");
@@ -79,7 +82,7 @@ async fn bad_input_gets_a_sensible_reply_or_is_ignored_never_a_5xx() {
     let inactive = send(&app, &button_update(&buyer, &format!("b:{closed}"))).await;
     assert_answer(
         &inactive,
-        "Sorry, this channel is not available any more. Send /start to see the channels.",
+        "Sorry, this channel or group is not available any more. Send /start to see the channels and groups.",
     );
 
     // Deep links to an unknown or inactive channel: a polite refusal and the list.

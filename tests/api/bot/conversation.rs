@@ -40,7 +40,7 @@ pub(crate) const PUBLIC_URL: &str = "https://pay.example.com";
 pub(crate) const ON_ITS_WAY: &str = "Your invoice is on its way.";
 
 pub(crate) const ALREADY_SENT: &str =
-    "Your invoice for this channel is in the chat above; it is still valid.";
+    "Your invoice for this channel or group is in the chat above; it is still valid.";
 
 static UPDATE_ID: AtomicI64 = AtomicI64::new(70_000_001);
 

@@ -38,7 +38,7 @@ async fn a_ukrainian_buyer_is_answered_in_ukrainian_from_the_catalogue_to_the_jo
     assert_contains(
         text(&reply),
         &[
-            "Ось канали, до яких можна приєднатися:",
+            "Ось канали та групи, до яких можна приєднатися:",
             "Rust щотижня\n250 ⭐ за 30 днів",
             // ICU4X's Ukrainian digits: a no-break space between thousands, a decimal comma.
             "12\u{a0}345,50 ₴ за 30 днів",
@@ -59,7 +59,7 @@ async fn a_ukrainian_buyer_is_answered_in_ukrainian_from_the_catalogue_to_the_jo
     let again = send(&app, &button_update(&buyer, &format!("b:{c}"))).await;
     assert_answer(
         &again,
-        "Рахунок за цей канал — у чаті вище, він досі дійсний.",
+        "Рахунок за цей канал або групу — у чаті вище, він досі дійсний.",
     );
     run(&app).await;
     let invoice = &fake.calls_of("sendInvoice")[0].params;
@@ -90,7 +90,10 @@ async fn a_ukrainian_buyer_is_answered_in_ukrainian_from_the_catalogue_to_the_jo
     );
 
     let reply = send(&app, &text_update(&buyer, "/subscriptions")).await;
-    assert_contains(text(&reply), &["Ваші канали:", "Rust щотижня\nДіє до "]);
+    assert_contains(
+        text(&reply),
+        &["Ваші канали та групи:", "Rust щотижня\nДіє до "],
+    );
     assert_eq!(
         buttons(&reply),
         [("Продовжити: Rust щотижня".to_string(), format!("b:{c}"))]
@@ -118,7 +121,7 @@ async fn a_russian_buyer_is_answered_in_russian_with_russian_plurals() {
     assert_contains(
         text(&reply),
         &[
-            "Вот каналы, к которым можно присоединиться:",
+            "Вот каналы и группы, к которым можно присоединиться:",
             "Сигналы\n2000 ⭐ за 7 дней",
         ],
     );
@@ -126,7 +129,7 @@ async fn a_russian_buyer_is_answered_in_russian_with_russian_plurals() {
     assert_contains(
         text(&reply),
         &[
-            "Я продаю доступ к закрытым каналам.",
+            "Я продаю доступ к закрытым каналам и группам.",
             "/language — сменить язык",
         ],
     );
@@ -143,12 +146,12 @@ async fn a_russian_buyer_is_answered_in_russian_with_russian_plurals() {
     let reply = send(&app, &button_update(&buyer, "b:999999")).await;
     assert_answer(
         &reply,
-        "Эта кнопка больше не действует. Отправьте /start, чтобы увидеть каналы.",
+        "Эта кнопка больше не действует. Отправьте /start, чтобы увидеть каналы и группы.",
     );
     let reply = send(&app, &text_update(&buyer, "/subscriptions")).await;
     assert_eq!(
         text(&reply),
-        "У вас пока нет каналов. Отправьте /start, чтобы увидеть каналы, к которым можно присоединиться."
+        "У вас пока нет каналов и групп. Отправьте /start, чтобы увидеть каналы и группы, к которым можно присоединиться."
     );
     send(&app, &button_update(&buyer, &format!("b:{c}"))).await;
     run(&app).await;
@@ -178,7 +181,7 @@ async fn language_is_chosen_with_slash_language_and_by_staff_and_later_messages_
     // A language the bot does not speak: the default, English.
     let buyer = speaker(7103, "de");
     let reply = send(&app, &text_update(&buyer, "/start")).await;
-    assert!(text(&reply).starts_with("Here are the channels you can join:"));
+    assert!(text(&reply).starts_with("Here are the channels and groups you can join:"));
 
     let reply = send(&app, &text_update(&buyer, "/language")).await;
     assert_eq!(text(&reply), "Choose the language I write in:");
@@ -198,7 +201,7 @@ async fn language_is_chosen_with_slash_language_and_by_staff_and_later_messages_
     let reply = send(&app, &button_update(&buyer, "g:9")).await;
     assert_answer(
         &reply,
-        "Ця кнопка вже не діє. Надішліть /start, щоб побачити канали.",
+        "Ця кнопка вже не діє. Надішліть /start, щоб побачити канали та групи.",
     );
 
     // Bought in Ukrainian; before the grant is sent the buyer switches to Russian: the grant
@@ -234,7 +237,10 @@ async fn language_is_chosen_with_slash_language_and_by_staff_and_later_messages_
         .expect(200);
     assert_eq!(s["language"], "en");
     let reply = send(&app, &text_update(&buyer, "/subscriptions")).await;
-    assert!(text(&reply).starts_with("Your channels:"), "{reply}");
+    assert!(
+        text(&reply).starts_with("Your channels and groups:"),
+        "{reply}"
+    );
     let bad = app
         .patch(&format!("/api/subscribers/{id}"), json!({"language": "de"}))
         .await
@@ -556,14 +562,14 @@ async fn the_configured_default_language_speaks_to_buyers_the_bot_knows_nothing_
     // A language the bot does not speak, and none at all: the configured default.
     assert_eq!(
         ask(speaker(7109, "de")).await,
-        "Сейчас нет каналов в продаже. Загляните, пожалуйста, позже."
+        "Сейчас нет каналов и групп в продаже. Загляните, пожалуйста, позже."
     );
     let mut silent = speaker(7110, "en");
     silent.as_object_mut().unwrap().remove("language_code");
-    assert!(ask(silent).await.starts_with("Сейчас нет каналов"));
+    assert!(ask(silent).await.starts_with("Сейчас нет каналов и групп"));
     // A language it speaks wins over the default.
     assert_eq!(
         ask(speaker(7111, "uk")).await,
-        "Зараз немає каналів у продажу. Загляньте, будь ласка, пізніше."
+        "Зараз немає каналів і груп у продажу. Загляньте, будь ласка, пізніше."
     );
 }

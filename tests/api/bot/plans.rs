@@ -366,7 +366,7 @@ async fn deep_links_open_one_plan_and_apply_a_code() {
         text(&reply),
         &[
             "Sorry, this plan is not available.",
-            "Here are the channels you can join:",
+            "Here are the channels and groups you can join:",
         ],
     );
     // The default plan's link buys it the way the channel's button does.

@@ -20,7 +20,7 @@ use crate::{
     support::{fake_bot::FakeBot, helpers::TestApp, race::race, rows::count},
 };
 
-const CATALOGUE: &str = "Here are the channels you can join:";
+const CATALOGUE: &str = "Here are the channels and groups you can join:";
 
 /// Sets the program: `sets` are SQL assignments (`enabled = true, attribution = 'last_click'`).
 async fn program(app: &TestApp, sets: &str) {
@@ -414,7 +414,7 @@ async fn click_with_catalogue_empty(app: &TestApp, user: i64, payload: &str) {
     .await;
     assert_eq!(
         text(&reply),
-        "There are no channels for sale right now. Please check back later."
+        "There are no channels or groups for sale right now. Please check back later."
     );
 }
 

@@ -193,8 +193,14 @@ async fn walk(browser: &Browser, app: &TestApp, fake: &FakeBot, base: &str, shot
     // ---- create a channel.
     browser.click("a[href='#/channels']").await;
     browser.wait_text("main h1", "Channels").await;
+    browser
+        .wait_text("#channels-hint", "private Telegram channel or group")
+        .await;
     browser.click("a[href='#/channels/new']").await;
     browser.wait_text("main h1", "New channel").await;
+    browser
+        .wait_text("main form", "The id of the Telegram channel or group")
+        .await;
     browser.fill("#channel-title", "Premium signals").await;
     browser
         .fill("#channel-telegram_chat_id", "-1001000000001")

@@ -254,7 +254,7 @@ async fn a_refused_first_charge_records_a_cancelled_subscription_and_stops_teleg
     assert_eq!(told.len(), 1, "{told:?}");
     assert!(
         told[0].contains("refunded")
-            && told[0].contains("The channel is full")
+            && told[0].contains("The channel or group is full")
             && told[0].contains("you will not be charged for it again"),
         "{told:?}"
     );

@@ -21,7 +21,7 @@ use crate::{
 const ROUNDS: usize = 20;
 
 const SEAT_TAKEN: &str =
-    "This seat has just been taken. Please choose another channel or try later.";
+    "This seat has just been taken. Please choose another channel or group, or try later.";
 
 const EXPIRED: &str = "This invoice has expired. Please start a new order.";
 

@@ -3,7 +3,10 @@
 //! state that makes repeats observable (who is banned, which join requests are open, which
 //! charges were refunded, the Stars transaction list, the `allowed_updates` of `setWebhook`,
 //! checked against the update kinds Telegram knows), and can be scripted per method to answer
-//! ok, 429 with `parameters.retry_after`, 500, a Telegram error, or to hang.
+//! ok, 429 with `parameters.retry_after`, 500, a Telegram error, or to hang. A chat is a channel
+//! unless declared a supergroup ([`FakeBot::set_supergroup`], a forum or not), whose restricted
+//! users (`FakeBot::restrict`) are answered `restricted` with `is_member`; [`FakeBot::chat`]
+//! gives the `Chat` object for the updates a test builds.
 //!
 //! It also watches for overlapping calls about the same (chat, user): each call is held open
 //! for a moment (`set_delay`), and a second call for the same pair arriving meanwhile is
@@ -95,6 +98,11 @@ struct FakeState {
     delivered: Vec<Call>,
     /// The `allowed_updates` of the last `setWebhook` that named them.
     allowed_updates: Option<Vec<String>>,
+    /// Chats declared supergroups, with whether each is a forum; any other chat is a channel.
+    supergroups: HashMap<i64, bool>,
+    /// Restricted users of a supergroup: `getChatMember` says `restricted`, with `is_member`
+    /// telling whether they are in it (in `members`) or not.
+    restricted: HashSet<(i64, i64)>,
     /// Join request queries (Bot API 10.1) by id: their chat and user, and every answer given
     /// (`approve`, `decline`, `queue`, or `web_app <url>`), in order.
     queries: HashMap<String, Query>,
@@ -291,6 +299,7 @@ impl FakeBot {
     pub fn ban(&self, chat: i64, user: i64) {
         self.with(|s| {
             s.members.remove(&(chat, user));
+            s.restricted.remove(&(chat, user));
             s.banned.insert((chat, user));
         });
     }
@@ -419,6 +428,25 @@ impl FakeBot {
         self.with(|s| s.unknown_users.insert(user));
     }
 
+    /// Declares `chat` a supergroup (a forum when `forum`): `getChat` and [`FakeBot::chat`]
+    /// say so.
+    pub fn set_supergroup(&self, chat: i64, forum: bool) {
+        self.with(|s| s.supergroups.insert(chat, forum));
+    }
+
+    /// The `Chat` object Telegram puts in updates about `chat`: a `supergroup` (with
+    /// `is_forum` when it is one) if declared so, else a `channel`.
+    pub fn chat(&self, chat: i64) -> Value {
+        self.with(|s| chat_object(s, chat))
+    }
+
+    /// Restricts `user` in the supergroup `chat` (as an administrator might): `getChatMember`
+    /// says `restricted`, with `is_member` true while they are in it; a restricted user in the
+    /// chat is on its member list. A ban lifts the restriction, as in Telegram.
+    pub fn restrict(&self, chat: i64, user: i64) {
+        self.with(|s| s.restricted.insert((chat, user)));
+    }
+
     /// The users in `chat` now, sorted.
     pub fn members_of(&self, chat: i64) -> Vec<i64> {
         let mut users: Vec<i64> = self.with(|s| {
@@ -536,6 +564,19 @@ impl FakeBot {
                 "receiver": {"type": "user", "user": {"id": user, "is_bot": false, "first_name": "Buyer"}}
             }))
         });
+    }
+}
+
+fn chat_object(s: &FakeState, chat: i64) -> Value {
+    match s.supergroups.get(&chat) {
+        Some(&forum) => {
+            let mut c = json!({"id": chat, "type": "supergroup", "title": "Private group"});
+            if forum {
+                c["is_forum"] = json!(true);
+            }
+            c
+        }
+        None => json!({"id": chat, "type": "channel", "title": "Private"}),
     }
 }
 
@@ -663,6 +704,7 @@ fn perform(state: &Arc<Mutex<FakeState>>, method: &str, p: &Value) -> Response {
     match method {
         "getMe" => ok(json!({"id": BOT_ID, "is_bot": true, "first_name": "Bot",
                              "username": "subgate_test_bot"})),
+        "getChat" => ok(chat_object(&s, pair.0)),
         "getChatMember" => {
             let (chat, user) = pair;
             let who = json!({"id": user, "is_bot": user == BOT_ID, "first_name": "U"});
@@ -681,6 +723,10 @@ fn perform(state: &Arc<Mutex<FakeState>>, method: &str, p: &Value) -> Response {
                 "administrator"
             } else if s.banned.contains(&pair) {
                 "kicked"
+            } else if s.restricted.contains(&pair) {
+                return ok(json!({"status": "restricted", "user": who,
+                                 "is_member": s.members.contains(&pair),
+                                 "can_send_messages": false, "until_date": 0}));
             } else if s.members.contains(&pair) {
                 "member"
             } else {
@@ -696,6 +742,7 @@ fn perform(state: &Arc<Mutex<FakeState>>, method: &str, p: &Value) -> Response {
         "banChatMember" => {
             s.banned.insert(pair);
             s.members.remove(&pair);
+            s.restricted.remove(&pair);
             ok(json!(true))
         }
         "unbanChatMember" => {

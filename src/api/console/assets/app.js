@@ -947,6 +947,8 @@
     const list = Array.from((await channels(true)).values());
     if (!live()) return;
     main.append(
+      h('p', { id: 'channels-hint', class: 'hint' }, 'Each is a private Telegram channel or group (a supergroup, a forum or not), '
+        + 'sold the same way; the bot must be its administrator with the rights to invite users and ban users.'),
       h('p', {}, link('#/channels/new', 'New channel', { class: 'button' })),
       table('Channels', ['Title', 'Chat id', 'Price', 'Period', 'Grace', 'Seat limit', 'Status', 'Buy link'],
         list.map((c) => [
@@ -1001,7 +1003,7 @@
       h('div', { class: 'grid' },
         field('Title', input('title', { value: c.title, required: true, maxlength: 255 })),
         field('Telegram chat id', input('telegram_chat_id', { value: String(c.telegram_chat_id), inputmode: 'numeric', required: true }),
-          'The channel’s id, e.g. -1001234567890.'),
+          'The id of the Telegram channel or group, e.g. -1001234567890.'),
         field('Currency', input('currency', { value: c.currency, list: 'currency-codes', required: true, maxlength: 3, autocapitalize: 'characters' }),
           'ISO 4217 code, or XTR for Telegram Stars.'),
         field('Price', input('price', {
