@@ -30,7 +30,6 @@
       no_plans: 'Nothing is on sale here right now.',
       try_free: 'Try free',
       buy: 'Buy',
-      pay_stars: 'Pay with Stars',
       pay_card: 'Pay by card',
       pay_wayforpay: 'Pay by card (WayForPay)',
       pay_stripe: 'Pay by card (Stripe)',
@@ -101,7 +100,6 @@
       no_plans: 'Зараз тут нічого не продається.',
       try_free: 'Спробувати безкоштовно',
       buy: 'Купити',
-      pay_stars: 'Оплатити зірками',
       pay_card: 'Оплатити карткою',
       pay_wayforpay: 'Оплатити карткою (WayForPay)',
       pay_stripe: 'Оплатити карткою (Stripe)',
@@ -172,7 +170,6 @@
       no_plans: 'Сейчас здесь ничего не продаётся.',
       try_free: 'Попробовать бесплатно',
       buy: 'Купить',
-      pay_stars: 'Оплатить звёздами',
       pay_card: 'Оплатить картой',
       pay_wayforpay: 'Оплатить картой (WayForPay)',
       pay_stripe: 'Оплатить картой (Stripe)',
@@ -405,7 +402,7 @@
 
   /** Goes to `search` (`?c=…` or ''), keeping the fragment Telegram put the launch data in. */
   function go(search) {
-    history.pushState(null, '', location.pathname + search + location.hash);
+    history.pushState({ within: true }, '', location.pathname + search + location.hash);
     route();
   }
 
@@ -414,7 +411,8 @@
     const channel = query.get('c');
     if (channel) {
       paywall(channel, query.get('r'), null);
-      if (tg && tg.BackButton && history.length > 1 && history.state !== null) tg.BackButton.show();
+      // Telegram's back button returns to the portal when the page itself came from there.
+      if (tg && tg.BackButton && history.state && history.state.within) tg.BackButton.show();
     } else {
       if (tg && tg.BackButton) tg.BackButton.hide();
       portal();
@@ -545,6 +543,12 @@
     if (pay.granted) {
       waitForAccess(order, offer, back, 'stars');
     } else if (pay.stars_invoice_url) {
+      if (typeof tg.openInvoice !== 'function') {
+        // A Telegram client older than invoices in Mini Apps (6.1) opens the link as a chat.
+        call('openTelegramLink', pay.stars_invoice_url);
+        waitForAccess(order, offer, back, 'stars');
+        return;
+      }
       waiting(t('waiting_payment'), back);
       tg.openInvoice(pay.stars_invoice_url, (status) => {
         if (status === 'paid' || status === 'pending') waitForAccess(order, offer, back, 'stars');

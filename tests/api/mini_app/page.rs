@@ -24,6 +24,7 @@ use crate::{
     console::walk::serve,
     support::{
         browser::Browser,
+        effects::run,
         fake_bot::{FakeBot, TOKEN},
         helpers::{NewPlan, TestApp},
     },
@@ -678,6 +679,8 @@ async fn the_portal_lists_a_membership_with_its_end_and_cancels_a_stars_subscrip
         .wait_text("#subscriptions", "Resume subscription")
         .await;
     assert_eq!(page.asked("confirms").await.len(), 1, "asked to confirm");
+    // Telegram is told, at once or by the worker.
+    run(&app).await;
     assert!(fake.subscription_cancelled(user, "sub-charge-7731"));
 
     // The language switcher: the portal in Ukrainian, remembered for the buyer.
