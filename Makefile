@@ -20,7 +20,7 @@ help:
 	@echo "make fmt           cargo fmt --check"
 	@echo "make lint          cargo clippy --all-targets -- -D warnings"
 	@echo "make doc           cargo doc of the crate, private items included; a broken intra-doc link or any other rustdoc warning fails"
-	@echo "make lint-js       ESLint over the console's JavaScript (pinned in scripts/eslint/, installed under target/eslint with npm ci; Debian's nodejs and npm when node is missing and root)"
+	@echo "make lint-js       ESLint over the console's and the Mini App's JavaScript (pinned in scripts/eslint/, installed under target/eslint with npm ci; Debian's nodejs and npm when node is missing and root)"
 	@echo "make shellcheck    ShellCheck over scripts/ and .ci/run (installs Debian's shellcheck when missing and root)"
 	@echo "make clean-db      stop the private PostgreSQL cluster in target/pgdata"
 	@echo "make docker-build  docker build -t $(IMAGE) ."

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# lint-js.sh — ESLint over the console's JavaScript (`make lint-js`, and CI).
+# lint-js.sh — ESLint over the pages' JavaScript, the console's and the Mini App's (`make lint-js`,
+# and CI).
 #
 # ESLint comes from the npm registry at the versions pinned in scripts/eslint/package-lock.json,
 # installed with `npm ci` into target/eslint/ (again only when the lock file changes); its flat
-# config is scripts/eslint/eslint.config.mjs. Only the console's own code is linted
-# (src/api/console/assets/*.js), not the vendored uPlot under assets/vendor/. A finding, warning
+# config is scripts/eslint/eslint.config.mjs. Only our own code is linted
+# (src/api/console/assets/*.js and src/api/app_page/*.js), not the vendored uPlot under
+# src/api/console/assets/vendor/. A finding, warning
 # or error, fails the run.
 #
 # When node or npm is missing and this runs as root with apt-get, it installs Debian's nodejs
@@ -42,7 +44,7 @@ fi
 # The config sits beside the node_modules its imports resolve from.
 cp "$SRC/eslint.config.mjs" "$DEST/eslint.config.mjs"
 
-mapfile -t files < <(find src/api/console/assets -maxdepth 1 -type f -name '*.js' | sort)
+mapfile -t files < <(find src/api/console/assets src/api/app_page -maxdepth 1 -type f -name '*.js' | sort)
 log "eslint $("$DEST/node_modules/.bin/eslint" --version | tr -d v) on node $(node --version | tr -d v): ${files[*]}"
 # With --config, paths and the config's `files` globs are relative to the working directory (the repository).
 "$DEST/node_modules/.bin/eslint" --config "$DEST/eslint.config.mjs" --max-warnings 0 --no-warn-ignored "${files[@]}"

@@ -1,27 +1,29 @@
-// ESLint's flat config (ES module: .mjs, whatever package.json sits beside it) for the console's JavaScript (scripts/lint-js.sh, `make lint-js`).
+// ESLint's flat config (ES module: .mjs, whatever package.json sits beside it) for the console's
+// and the Mini App's JavaScript (scripts/lint-js.sh, `make lint-js`).
 //
-// The console is one classic script run by the browser (no modules, no build step), so it is
-// linted as such, against the browser's globals plus uPlot's, which index.html loads first.
+// Each page's code is classic scripts run by the browser (no modules, no build step), so it is
+// linted as such, against the browser's globals: the console's plus uPlot's, which its
+// index.html loads first; the Mini App's alone (it reaches Telegram's script through
+// `window.Telegram`, which may be missing outside Telegram).
 // ESLint's recommended set is on; the rules named below are repeated so that a change to that
 // set cannot quietly drop them (two functions of one name in a scope, a name never declared,
 // a name never used).
 import js from '@eslint/js';
 import globals from 'globals';
 
+const PAGES = ['src/api/console/assets/*.js', 'src/api/app_page/*.js'];
+
 export default [
   {
-    files: ['src/api/console/assets/*.js'],
+    files: PAGES,
     ...js.configs.recommended,
   },
   {
-    files: ['src/api/console/assets/*.js'],
+    files: PAGES,
     languageOptions: {
       ecmaVersion: 2022,
       sourceType: 'script',
-      globals: {
-        ...globals.browser,
-        uPlot: 'readonly',
-      },
+      globals: globals.browser,
     },
     linterOptions: {
       reportUnusedDisableDirectives: 'error',
@@ -34,6 +36,15 @@ export default [
       'no-implicit-globals': 'error',
       eqeqeq: ['error', 'always'],
       strict: ['error', 'global'],
+    },
+  },
+  {
+    files: ['src/api/console/assets/*.js'],
+    languageOptions: {
+      globals: {
+        ...globals.browser,
+        uPlot: 'readonly',
+      },
     },
   },
 ];

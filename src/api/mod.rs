@@ -10,6 +10,7 @@
 //! parameters are 400; missing or invalid values are 422 with per-field messages, produced by
 //! each resource's validation.
 
+pub mod app_page;
 pub mod audit_log;
 pub mod audits;
 pub mod auth;

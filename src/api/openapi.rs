@@ -94,6 +94,7 @@ pub const STRIPE_SIGNATURE: &str = "stripe_signature";
         (name = "payment doors", description = "Where gateways and Telegram report payments."),
         (name = "operations", description = "Overview, sweep, health, readiness and this document."),
         (name = "console", description = "The staff console: a static app on this API (no token needed for its files)."),
+        (name = "mini app", description = "The Mini App's page: the paywall at a channel's door and the buyer's portal, shown inside Telegram."),
     ),
 )]
 pub struct ApiDoc;

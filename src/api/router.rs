@@ -22,7 +22,7 @@ use utoipa::OpenApi;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{
-    audit_log, audits, auth, automations, broadcasts, channels, console, effects,
+    app_page, audit_log, audits, auth, automations, broadcasts, channels, console, effects,
     error::problem,
     exemptions, invoice_links, join_requests, memberships, openapi, orders, overview, payments,
     plans, promo_codes, reconciliation,
@@ -49,7 +49,7 @@ const BODY_LIMIT: usize = 256 * 1024;
 /// Each staff operation's least role is declared here, next to it ([`needs`]: the role layer
 /// and the document's `x-required-role` in one; docs/staff.md has the table). The routes
 /// without a declaration are the public ones: login, the payment doors, this document, the
-/// health checks and the console's files.
+/// health checks, the console's files and the Mini App's page.
 pub fn routes() -> OpenApiRouter<AppState> {
     let api = OpenApiRouter::new()
         .routes(routes!(auth::login))
@@ -159,6 +159,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(healthz))
         .routes(routes!(readyz))
         .merge(console::routes())
+        .merge(app_page::routes())
 }
 
 /// Builds the application. Needs no socket: tests drive it with `tower::ServiceExt::oneshot`.

@@ -11,6 +11,7 @@ mod catalog;
 mod console;
 mod door;
 mod messages;
+mod mini_app;
 mod ops;
 mod outbox;
 mod payments;

@@ -13,4 +13,4 @@ mod reconciliation;
 mod referrals;
 mod rights;
 mod screens;
-mod walk;
+pub(crate) mod walk;

@@ -20,7 +20,8 @@ fn rank(role: &str) -> usize {
 }
 
 /// Operations anyone may call: login, the payment doors, this document, health and readiness
-/// (and the console's static files, every path under `/console`).
+/// (and the static files of the console and the Mini App's page, every `GET` under `/console`
+/// and `/app/` outside `/app/api/`).
 const PUBLIC: [&str; 8] = [
     "POST /api/auth/login",
     "POST /api/webhook/payment",
@@ -122,7 +123,9 @@ async fn every_operation_enforces_its_declared_role() {
         let name = format!("{method} {path}");
         let declared = op.get("x-required-role").and_then(Value::as_str);
         let staff = op["security"].to_string().contains("staff_jwt");
-        if PUBLIC.contains(&name.as_str()) || (method == "GET" && path.starts_with("/console")) {
+        let page = path.starts_with("/console")
+            || (path.starts_with("/app") && !path.starts_with("/app/api/"));
+        if PUBLIC.contains(&name.as_str()) || (method == "GET" && page) {
             assert!(declared.is_none() && !staff, "{name} is public");
             continue;
         }

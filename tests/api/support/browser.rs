@@ -1,4 +1,5 @@
-//! A headless Chromium driven over the W3C WebDriver protocol, for the console's browser test.
+//! A headless Chromium driven over the W3C WebDriver protocol, for the browser tests of the
+//! console and the Mini App.
 //!
 //! `chromedriver` (Debian's `chromium-driver`, installed by `scripts/ensure-browser.sh`) runs on
 //! a free local port; the client is a few JSON calls over the `reqwest` the service already
@@ -168,6 +169,50 @@ impl Browser {
             session: format!("{base}/session/{session}"),
             driver,
         }
+    }
+
+    /// A Chrome DevTools Protocol command, sent through chromedriver (`goog/cdp/execute`) to
+    /// the current page; returns its result.
+    pub async fn cdp(&self, cmd: &str, params: Value) -> Value {
+        self.cmd(
+            "POST",
+            "/goog/cdp/execute",
+            json!({"cmd": cmd, "params": params}),
+        )
+        .await
+    }
+
+    /// Runs `script` in every page loaded from now on, before the page's own scripts; returns
+    /// its identifier for [`Browser::forget_script`].
+    pub async fn before_every_page(&self, script: &str) -> String {
+        let added = self
+            .cdp(
+                "Page.addScriptToEvaluateOnNewDocument",
+                json!({"source": script}),
+            )
+            .await;
+        added["identifier"]
+            .as_str()
+            .expect("an identifier of the script")
+            .to_string()
+    }
+
+    /// Stops running a script [`Browser::before_every_page`] added.
+    pub async fn forget_script(&self, identifier: &str) {
+        self.cdp(
+            "Page.removeScriptToEvaluateOnNewDocument",
+            json!({"identifier": identifier}),
+        )
+        .await;
+    }
+
+    /// Refuses every request to `urls` from now on, as an unreachable host would, but at once
+    /// and whether or not this machine can reach it. Chromium does not report a load refused
+    /// so in the console: unlike a host that cannot be reached, it is no console error.
+    pub async fn block(&self, urls: &[&str]) {
+        self.cdp("Network.enable", json!({})).await;
+        self.cdp("Network.setBlockedURLs", json!({"urls": urls}))
+            .await;
     }
 
     /// One WebDriver command; returns its `value`, or `Err` with WebDriver's error.
