@@ -486,6 +486,7 @@
           return await renderBroadcasts();
         case 'automations': return await renderAutomations();
         case 'referrals': return await screens.referrals.render(parts.slice(1), params);
+        case 'door': return await screens.door.render(parts.slice(1), params);
         case 'memberships': return await renderMemberships(params);
         case 'payments': return await renderPayments(params);
         case 'reconciliation': return await renderReconciliation(params);
@@ -3069,13 +3070,14 @@
   // ------------------------------------------------------------------ screens in their own files
 
   /**
-   * Screens kept in their own files (`referrals.js`), loaded before this one: each left a
+   * Screens kept in their own files (`referrals.js`, `door.js`), loaded before this one: each left a
    * factory in `window.subgateScreens` that gets the helpers every screen shares and answers
    * its `render(parts, params)`.
    */
   const kit = {
     h, link, table, facts, field, badge, when, money, say, fail, api, post, busy, page, go,
     showFieldErrors, refuse, copyable, confirmDialog, downloadButton, pagedList, actionButton, ApiError,
+    channels, channelName,
   };
   const screens = Object.fromEntries(Object.entries(window.subgateScreens || {})
     .map(([name, make]) => [name, make(kit)]));
