@@ -56,6 +56,12 @@ const ASSETS: &[Asset] = &[
         content_type: "text/css; charset=utf-8",
         body: include_bytes!("assets/referrals.css"),
     },
+    // The Door screen (join requests at Mini App doors), in its own file.
+    Asset {
+        name: "door.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("assets/door.js"),
+    },
     // uPlot (MIT, Leon Sorokin; vendor/uPlot.LICENSE), the charts' library, as published.
     Asset {
         name: "uPlot.iife.min.js",
@@ -114,13 +120,13 @@ pub async fn index(headers: HeaderMap) -> Response {
 }
 
 /// `GET /console/{file}`: an asset of the app (`app.js`, `style.css`, the Referrals screens'
-/// `referrals.js` and `referrals.css`, `favicon.svg`, uPlot's
+/// `referrals.js` and `referrals.css`, the Door screen's `door.js`, `favicon.svg`, uPlot's
 /// `uPlot.iife.min.js` and `uPlot.min.css`) or `currencies.json`.
 #[utoipa::path(get, path = "/console/{file}", operation_id = "consoleAsset", tag = "console",
     security(()),
     params(
         ("file" = String, Path, description = "`index.html`, `app.js`, `style.css`, \
-            `referrals.js`, `referrals.css`, `favicon.svg`, `uPlot.iife.min.js`, \
+            `referrals.js`, `referrals.css`, `door.js`, `favicon.svg`, `uPlot.iife.min.js`, \
             `uPlot.min.css` or `currencies.json`."),
         ("If-None-Match" = Option<String>, Header, description = "An `ETag` seen before."),
     ),

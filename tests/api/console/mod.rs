@@ -6,6 +6,7 @@
 mod audit;
 mod charts;
 mod disputes;
+mod door;
 mod integrations;
 mod messages;
 mod offers;

@@ -26,7 +26,7 @@ async fn app() -> TestApp {
 }
 
 /// Signs in as `email` on the console's page `hash` and waits for `title`.
-async fn sign_in(
+pub(crate) async fn sign_in(
     browser: &Browser,
     base: &str,
     hash: &str,
@@ -43,7 +43,7 @@ async fn sign_in(
 }
 
 /// Ends the browser after a walk; a failed walk fails the test.
-async fn finish(browser: Browser, walked: std::thread::Result<()>) {
+pub(crate) async fn finish(browser: Browser, walked: std::thread::Result<()>) {
     match walked {
         Ok(()) => browser.quit().await,
         Err(panic) => {

@@ -4,8 +4,9 @@
 //! data is made so that each list has rows: a channel edited (an audit-log row with a changed
 //! field), one made and one removed, payments applied and held for review, memberships, effects,
 //! a plan and a promo code, a webhook endpoint with a delivery, a card order being chased at
-//! WayForPay, a scheduled broadcast, an affiliate with a commission line, and a second staff
-//! account; and no channel where the bot lost its rights.
+//! WayForPay, a scheduled broadcast, an affiliate with a commission line, join requests at the
+//! channel's door (one waiting, one approved), and a second staff account; and no channel where
+//! the bot lost its rights.
 //!
 //! A second test shows the guard itself failing on a page that does show those things.
 
@@ -170,6 +171,24 @@ async fn make_data(app: &TestApp, wfp: &FakeWayForPay) -> Made {
         )
         .await
         .unwrap();
+    // Join requests at the channel's door, as the door records them: Ann waiting with the Mini
+    // App open, someone else let in at once.
+    app.db()
+        .await
+        .execute(
+            "INSERT INTO join_requests (channel_id, chat_id, user_id, query_id, reference, answer,
+                                        state, requested_at, decided_at, answered_at)
+             SELECT id, telegram_chat_id, 84001, 'screens-query-1', 'screens-ref-1', 'web_app',
+                    'waiting', now(), NULL, NULL
+               FROM channels WHERE id = $1::bigint
+             UNION ALL
+             SELECT id, telegram_chat_id, 84009, 'screens-query-2', 'screens-ref-2', 'approve',
+                    'approved', now(), now(), now()
+               FROM channels WHERE id = $1::bigint",
+            &[&channel],
+        )
+        .await
+        .unwrap();
     app.post(
         "/api/staff",
         json!({"email": "helper@example.com", "role": "support",
@@ -289,6 +308,12 @@ async fn every_screen_shows_no_broken_text_and_logs_no_error() {
                 format!("#/referrals/affiliates/{affiliate}"),
                 "#affiliate-lines table",
                 "first purchase",
+            ),
+            ("#/door".into(), "#door-list table", "Mini App opened"),
+            (
+                "#/door?state=".into(),
+                "#door-list table",
+                "Approved at once",
             ),
             ("#/memberships".into(), "main table", "active"),
             ("#/payments".into(), "main table", "needs_review"),

@@ -486,6 +486,7 @@
           return await renderBroadcasts();
         case 'automations': return await renderAutomations();
         case 'referrals': return await screens.referrals.render(parts.slice(1), params);
+        case 'door': return await screens.door.render(parts.slice(1), params);
         case 'memberships': return await renderMemberships(params);
         case 'payments': return await renderPayments(params);
         case 'reconciliation': return await renderReconciliation(params);
@@ -959,7 +960,8 @@
           `${c.grace_period_days} days`,
           c.seat_limit === null ? 'unlimited' : String(c.seat_limit),
           [c.active ? badge('active') : badge('inactive'), c.recurring ? [' ', badge('recurring')] : null,
-            c.telegram_status === 'no_rights' ? [' ', badge('no rights', 'no_rights')] : null],
+            c.telegram_status === 'no_rights' ? [' ', badge('no rights', 'no_rights')] : null,
+            c.door === 'mini_app' ? [' ', badge('Mini App door', 'info')] : null],
           c.buy_link ? copyable(c.buy_link, `channel-${c.id}-buy-link`, 'Buy link of ' + c.title) : '—',
         ]),
         'No channels yet.'));
@@ -983,17 +985,52 @@
     return h('span', { class: 'copy' }, input, button);
   }
 
+  /** How a channel's (or group's) join requests are answered: [value, words]. */
+  const DOORS = [
+    ['bot', 'Bot: members approved, others declined'],
+    ['mini_app', 'Mini App paywall'],
+  ];
+
+  function doorName(door) {
+    const d = DOORS.find(([v]) => v === door);
+    return d ? d[1] : (door || DOORS[0][1]);
+  }
+
+  /**
+   * The channel's door with a link to the requests waiting there ("3 waiting at the door"),
+   * from one page of `GET /join-requests` (an error says so in place of the count).
+   */
+  function doorFacts(c, waiting) {
+    let count;
+    if (waiting instanceof Error) {
+      count = h('span', { class: 'error-text' }, 'The requests at the door could not be loaded: ' + describe(waiting));
+    } else {
+      const n = waiting.items.length;
+      const text = waiting.next_after === null ? `${n} waiting at the door` : `more than ${n} waiting at the door`;
+      count = n || c.door === 'mini_app'
+        ? link(`#/door?channel_id=${c.id}&state=waiting`, text, { id: 'channel-door-waiting' })
+        : null;
+    }
+    return h('span', { id: 'channel-door-fact' }, doorName(c.door), count ? [' · ', count] : null);
+  }
+
   async function renderChannelForm(id) {
     const existing = id ? await api('GET', `/channels/${id}`) : null;
-    // The channel's plans (an error is shown in their section, not instead of the channel).
-    const [channelPlans, chans] = existing
-      ? await Promise.all([all(`/plans?channel_id=${id}`).catch((err) => err), channels(true)])
-      : [null, null];
+    // The channel's plans and the requests waiting at its door (an error is shown in their
+    // place, not instead of the channel).
+    const [channelPlans, chans, waiting] = existing
+      ? await Promise.all([
+        all(`/plans?channel_id=${id}`).catch((err) => err),
+        channels(true),
+        api('GET', `/join-requests?channel_id=${id}&state=waiting&limit=200`).catch((err) => err),
+      ])
+      : [null, null, null];
     const { main, live } = page(existing ? `Channel: ${existing.title}` : 'New channel');
     if (!live()) return;
     const c = existing || {
       telegram_chat_id: '', title: '', price_minor: null, currency: 'UAH', billing_period_days: 30,
       grace_period_days: 0, seat_limit: null, active: true, description: null, recurring: false,
+      door: 'bot',
     };
     const f = 'channel';
     const input = (name, attrs) => h('input', Object.assign({ id: `${f}-${name}`, name }, attrs));
@@ -1019,6 +1056,15 @@
       field('Active (on sale)', input('active', { type: 'checkbox', checked: c.active })),
       field('Recurring (Telegram Stars subscription)', input('recurring', { type: 'checkbox', checked: !!c.recurring }),
         'XTR and a 30-day period only; renews by itself every 30 days.'),
+      field('Door', h('select', { id: `${f}-door`, name: 'door' },
+        DOORS.map(([v, t]) => h('option', { value: v, selected: v === (c.door || 'bot') }, t))),
+      'How join requests to this channel or group are answered. Bot: a member is let in, anyone else declined. '
+        + 'Mini App paywall: a member is let in at once, anyone else gets the Mini App to pay or start a trial, '
+        + 'and waits at the door until then (needs PUBLIC_URL, and the bot set to handle the chat’s join requests).'),
+      existing ? h('div', { class: 'field' }, h('span', { class: 'label' }, 'Paywall URL'),
+        existing.paywall_url
+          ? copyable(existing.paywall_url, 'channel-paywall-url', 'Paywall URL')
+          : h('p', { class: 'hint' }, 'None: set PUBLIC_URL, where the Mini App’s page is served.')) : null,
       existing ? h('div', { class: 'field' }, h('span', { class: 'label' }, 'Buy link'),
         existing.buy_link
           ? copyable(existing.buy_link, 'channel-buy-link', 'Buy link')
@@ -1034,6 +1080,7 @@
         ['Members', link(`#/memberships?channel_id=${existing.id}`, 'List its memberships')],
         ['Member list in Telegram', link(`#/channels/${existing.id}/audit`, 'Audit it', { id: 'channel-audit-link' })],
         ['Bot in the chat', rightsText(existing.telegram_status)],
+        ['Door', doorFacts(existing, waiting)],
       ]));
     }
     main.append(form);
@@ -1078,6 +1125,7 @@
         description: v('description') === '' ? null : form.elements.description.value,
         active: form.elements.active.checked,
         recurring: form.elements.recurring.checked,
+        door: form.elements.door.value,
       };
       const translations = readTranslations(form, clientErrors);
       if (Object.keys(clientErrors).length) {
@@ -1091,7 +1139,7 @@
         if (existing) {
           const before = existing[k] === undefined ? (k === 'recurring' ? false : null) : existing[k];
           if (val !== before) body[k] = val;
-        } else if (val !== null && !(k === 'recurring' && val === false)) {
+        } else if (val !== null && !(k === 'recurring' && val === false) && !(k === 'door' && val === 'bot')) {
           body[k] = val;
         }
       }
@@ -3071,13 +3119,14 @@
   // ------------------------------------------------------------------ screens in their own files
 
   /**
-   * Screens kept in their own files (`referrals.js`), loaded before this one: each left a
+   * Screens kept in their own files (`referrals.js`, `door.js`), loaded before this one: each left a
    * factory in `window.subgateScreens` that gets the helpers every screen shares and answers
    * its `render(parts, params)`.
    */
   const kit = {
     h, link, table, facts, field, badge, when, money, say, fail, api, post, busy, page, go,
     showFieldErrors, refuse, copyable, confirmDialog, downloadButton, pagedList, actionButton, ApiError,
+    channels, channelName,
   };
   const screens = Object.fromEntries(Object.entries(window.subgateScreens || {})
     .map(([name, make]) => [name, make(kit)]));
