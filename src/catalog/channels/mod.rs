@@ -90,6 +90,7 @@ pub const RECURRING_RULE: &str =
     "seat_limit": null, "active": true, "created_at": "2025-01-01T10:00:00Z",
     "updated_at": "2025-01-01T10:00:00Z", "description": "Daily market signals.",
     "recurring": false, "buy_link": "https://t.me/subgate_bot?start=c1", "telegram_status": "ok",
+    "door": "bot", "paywall_url": "https://pay.example.com/app/?c=1",
     "translations": {"uk": {"title": "Преміум-сигнали", "description": "Щоденні ринкові сигнали."}}}))]
 pub struct Channel {
     pub id: i32,
