@@ -642,6 +642,13 @@ mod tests {
             ),
             ("state", spellings(&State::ALL, State::as_str)),
             (
+                "state",
+                spellings(
+                    &crate::access::join_requests::State::ALL,
+                    crate::access::join_requests::State::as_str,
+                ),
+            ),
+            (
                 "kind",
                 spellings(&effects::Kind::ALL, effects::Kind::as_str),
             ),

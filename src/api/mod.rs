@@ -24,6 +24,7 @@ pub mod exports;
 pub mod idempotency;
 pub mod invoice_links;
 pub mod memberships;
+pub mod mini_app;
 pub mod openapi;
 pub mod orders;
 pub mod overview;

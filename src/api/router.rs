@@ -24,7 +24,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::{
     audit_log, audits, auth, automations, broadcasts, channels, console, effects,
     error::problem,
-    exemptions, invoice_links, memberships, openapi, orders, overview, payments, plans,
+    exemptions, invoice_links, memberships, mini_app, openapi, orders, overview, payments, plans,
     promo_codes, reconciliation,
     referrals::{affiliates, commissions, payouts, program},
     roles::{needs, needs_or_sweep_token},
@@ -160,11 +160,32 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(console::routes())
 }
 
+/// The Mini App's API (`/app/api/`, [`mini_app`]): public, each call authenticated by
+/// Telegram's `initData`, and not part of the staff OpenAPI document.
+pub fn mini_app_routes() -> Router<AppState> {
+    use axum::routing::{get, post, put};
+    Router::new()
+        .route("/app/api/offer", get(mini_app::get_offer))
+        .route("/app/api/orders", post(mini_app::create_order))
+        .route("/app/api/orders/{id}", get(mini_app::get_order))
+        .route("/app/api/me", get(mini_app::get_me))
+        .route("/app/api/me/language", put(mini_app::put_language))
+        .route(
+            "/app/api/subscriptions/{id}/cancel",
+            post(mini_app::cancel_subscription),
+        )
+        .route(
+            "/app/api/subscriptions/{id}/resume",
+            post(mini_app::resume_subscription),
+        )
+}
+
 /// Builds the application. Needs no socket: tests drive it with `tower::ServiceExt::oneshot`.
 pub fn router(state: AppState) -> Router {
     let timeout = state.config.request_timeout;
     let (routes, _document) = routes().split_for_parts();
     routes
+        .merge(mini_app_routes())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(

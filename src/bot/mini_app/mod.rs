@@ -13,6 +13,29 @@
 //! Everything here returns plain values; `crate::api::mini_app` turns them into JSON.
 
 pub mod init_data;
+pub mod offer;
+pub mod orders;
+pub mod portal;
 pub mod rate_limit;
 
 pub use init_data::sign_init_data;
+
+use deadpool_postgres::Transaction;
+
+use super::{buy, texts::Language, update::Sender};
+use crate::{access::subscribers, common::error::ApiError, common::ids::SubscriberId};
+
+/// The buyer behind a checked `initData`: upserted as the bot upserts a sender
+/// ([`buy::upsert_subscriber`]), and the language to speak to them (the one remembered for them,
+/// else their Telegram app's, else the default: [`Language::choose`]).
+pub async fn buyer(
+    tx: &Transaction<'_>,
+    from: &Sender,
+) -> Result<(SubscriberId, Language), ApiError> {
+    let id = buy::upsert_subscriber(tx, from).await?;
+    let remembered = subscribers::language_of_telegram_user(tx, from.id).await?;
+    Ok((
+        SubscriberId(id),
+        Language::choose(remembered, from.language_code.as_deref()),
+    ))
+}
