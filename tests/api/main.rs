@@ -10,6 +10,7 @@ mod bot;
 mod catalog;
 mod console;
 mod messages;
+mod mini_app;
 mod ops;
 mod outbox;
 mod payments;

@@ -11,7 +11,7 @@ pub(crate) mod conversation;
 mod holds;
 mod languages;
 mod plan_prices;
-mod plans;
+pub(crate) mod plans;
 mod referrals;
 mod stars_renewals;
 mod words;

@@ -1,0 +1,253 @@
+//! Buying from the page: the offer as the bot lists it (in the buyer's language, with a trial
+//! they may use and a code's price), a Stars order paid by an invoice link made once (a second
+//! press, or two at once, reuse one order and one link; no invoice in the chat), a card order's
+//! WayForPay page, trials and 100 % codes granted at once, a full channel refused with the
+//! bot's words, and an order read back only by its own buyer.
+
+use std::sync::Arc;
+
+use axum::http::Method;
+use serde_json::{Value, json};
+use subgate::{
+    common::currency::Money,
+    present::{render, texts::Language},
+};
+
+use super::{call, call_as, default_plan, init_data, order};
+use crate::{
+    bot::{
+        conversation::{ROUNDS, app_with, channel, orders_of, pending, stars_channel},
+        plans::{plan, promo},
+    },
+    support::{fake_bot::FakeBot, race::race},
+};
+
+#[tokio::test]
+async fn mini_app_offer_speaks_ukrainian_with_a_trial_and_a_code() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let c = channel(&app, -100_810_001, json!({"title": "Club"})).await;
+    let paid = default_plan(&app, c).await;
+    let trial = plan(&app, &[c], "Taster", "trial", 0, "UAH", Some(7), 1).await;
+    promo(&app, "SPRING", 20, Some(vec![paid]), "").await;
+
+    let path = format!("/app/api/offer?channel_id={c}&promo_code=spring");
+    let body = call_as(&app, &init_data(8201, "uk"), Method::GET, &path, None)
+        .await
+        .expect(200);
+    assert_eq!(body["language"], "uk", "{body}");
+    assert_eq!(body["channel"]["id"], c);
+    assert_eq!(body["channel"]["title"], "Club");
+    assert_eq!(
+        body["promo_code"],
+        json!({"code": "SPRING", "accepted": true, "reason": null})
+    );
+    assert_eq!(body["member"], Value::Null);
+    let plans = body["plans"].as_array().unwrap();
+    let by_id = |id: i64| plans.iter().find(|p| p["id"] == id).unwrap().clone();
+    let p = by_id(paid);
+    assert_eq!(p["trial"], false);
+    assert_eq!(p["price"]["amount_minor"], 19900);
+    assert_eq!(p["price"]["currency"], "UAH");
+    assert_eq!(
+        p["price"]["text"],
+        render::price(Language::Uk, &Money::new(19900, "UAH"))
+    );
+    assert_eq!(p["discounted"]["amount_minor"], 15920, "{p}");
+    assert_eq!(
+        p["discounted"]["text"],
+        render::price(Language::Uk, &Money::new(15920, "UAH"))
+    );
+    assert_eq!(p["availability"], "buyable");
+    assert_eq!(p["pay_with"], "card");
+    assert_eq!(p["period_days"], 30);
+    let t = by_id(trial);
+    assert_eq!(t["trial"], true);
+    assert_eq!(t["pay_with"], Value::Null);
+    assert_eq!(t["period_days"], 7);
+
+    // An unknown code is refused in the buyer's language; the list price stands.
+    let path = format!("/app/api/offer?channel_id={c}&promo_code=NOPE");
+    let body = call_as(&app, &init_data(8201, "uk"), Method::GET, &path, None)
+        .await
+        .expect(200);
+    assert_eq!(body["promo_code"]["accepted"], false);
+    assert!(body["promo_code"]["reason"].is_string());
+    // An unknown channel.
+    call(
+        &app,
+        8201,
+        Method::GET,
+        "/app/api/offer?channel_id=999999",
+        None,
+    )
+    .await
+    .expect(404);
+}
+
+#[tokio::test]
+async fn mini_app_stars_order_gets_one_invoice_link_and_a_second_press_reuses_it() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let c = stars_channel(&app, -100_810_002, json!({"title": "Stars"})).await;
+    let p = default_plan(&app, c).await;
+    let first = order(&app, 8202, json!({"plan_id": p})).await.expect(200);
+    let link = first["pay"]["stars_invoice_url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(link.starts_with("https://t.me/$fake_invoice_"), "{first}");
+    assert_eq!(first["order"]["status"], "pending");
+    assert_eq!(first["order"]["amount_minor"], 250);
+    assert_eq!(first["order"]["currency"], "XTR");
+    assert!(first["order"]["amount_text"].is_string());
+    let again = order(&app, 8202, json!({"plan_id": p})).await.expect(200);
+    assert_eq!(again["order"]["id"], first["order"]["id"]);
+    assert_eq!(again["pay"]["stars_invoice_url"], link.as_str());
+    let calls = fake.calls_of("createInvoiceLink");
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].params["payload"], first["order"]["reference"]);
+    assert_eq!(orders_of(&app, 8202, c).await.len(), 1);
+    // The page pays it: nothing is sent to the chat.
+    assert_eq!(pending(&app, "invoice").await, 0);
+
+    // Two presses at once (a double tap): one order, one link.
+    let app = Arc::new(app);
+    for round in 0..ROUNDS {
+        let user = 8300 + round;
+        let answers = race(2, |_| {
+            let app = app.clone();
+            async move { order(&app, user, json!({"plan_id": p})).await.expect(200) }
+        })
+        .await;
+        assert_eq!(answers[0]["order"]["id"], answers[1]["order"]["id"]);
+        assert_eq!(
+            answers[0]["pay"]["stars_invoice_url"],
+            answers[1]["pay"]["stars_invoice_url"]
+        );
+        assert_eq!(orders_of(&app, user, c).await.len(), 1, "round {round}");
+    }
+}
+
+#[tokio::test]
+async fn mini_app_card_order_gets_a_wayforpay_page() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let c = channel(&app, -100_810_003, json!({"title": "Card"})).await;
+    let p = default_plan(&app, c).await;
+    let body = order(&app, 8203, json!({"plan_id": p})).await.expect(200);
+    let url = body["pay"]["card_urls"]["wayforpay"].as_str().unwrap();
+    assert!(
+        url.starts_with("https://secure.wayforpay.com/pay?"),
+        "{body}"
+    );
+    assert!(url.contains(body["order"]["reference"].as_str().unwrap()));
+    assert_eq!(body["pay"]["card_urls"]["stripe"], Value::Null);
+    assert_eq!(body["order"]["amount_minor"], 19900);
+    assert_eq!(pending(&app, "invoice").await, 0);
+}
+
+#[tokio::test]
+async fn mini_app_trial_and_a_hundred_percent_code_are_granted_at_once() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let c = channel(&app, -100_810_004, json!({"title": "Free"})).await;
+    let trial = plan(&app, &[c], "Taster", "trial", 0, "UAH", Some(7), 1).await;
+    let body = order(&app, 8204, json!({"plan_id": trial}))
+        .await
+        .expect(200);
+    assert_eq!(body["pay"], json!({"granted": true}), "{body}");
+    assert_eq!(body["order"]["status"], "paid");
+    let id = body["order"]["id"].as_i64().unwrap();
+    let status = call(
+        &app,
+        8204,
+        Method::GET,
+        &format!("/app/api/orders/{id}"),
+        None,
+    )
+    .await
+    .expect(200);
+    assert_eq!(status["access"], true, "{status}");
+    assert_eq!(status["join_request"], Value::Null);
+    assert_eq!(status["order"]["id"], id);
+    // A second trial is refused with the bot's words.
+    let again = order(&app, 8204, json!({"plan_id": trial}))
+        .await
+        .expect(422);
+    assert!(
+        again["detail"].as_str().unwrap().contains("trial"),
+        "{again}"
+    );
+
+    let paid = default_plan(&app, c).await;
+    promo(&app, "FREE", 100, Some(vec![paid]), "").await;
+    let body = order(&app, 8205, json!({"plan_id": paid, "promo_code": "free"}))
+        .await
+        .expect(200);
+    assert_eq!(body["pay"], json!({"granted": true}), "{body}");
+    assert_eq!(body["order"]["amount_minor"], 0);
+    assert_eq!(body["order"]["status"], "paid");
+    // A wrong code is refused and nothing is made.
+    let wrong = order(&app, 8206, json!({"plan_id": paid, "promo_code": "NOPE"}))
+        .await
+        .expect(422);
+    assert!(
+        wrong["detail"].as_str().unwrap().contains("NOPE"),
+        "{wrong}"
+    );
+    assert!(orders_of(&app, 8206, c).await.is_empty());
+}
+
+#[tokio::test]
+async fn mini_app_full_channel_is_refused_and_orders_are_their_buyers_own() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let c = channel(
+        &app,
+        -100_810_005,
+        json!({"title": "One seat", "seat_limit": 1}),
+    )
+    .await;
+    let p = default_plan(&app, c).await;
+    let held = order(&app, 8207, json!({"plan_id": p})).await.expect(200);
+    let id = held["order"]["id"].as_i64().unwrap();
+    let full = order(&app, 8208, json!({"plan_id": p})).await.expect(422);
+    assert_eq!(full["status"], 422);
+    assert!(
+        full["detail"].as_str().unwrap().contains("One seat"),
+        "{full}"
+    );
+    assert!(orders_of(&app, 8208, c).await.is_empty());
+    // The offer says so too.
+    let offer = call(
+        &app,
+        8208,
+        Method::GET,
+        &format!("/app/api/offer?channel_id={c}"),
+        None,
+    )
+    .await
+    .expect(200);
+    assert_eq!(offer["plans"][0]["availability"], "full");
+
+    let path = format!("/app/api/orders/{id}");
+    let own = call(&app, 8207, Method::GET, &path, None).await.expect(200);
+    assert_eq!(own["access"], false);
+    assert_eq!(own["order"]["status"], "pending");
+    call(&app, 8208, Method::GET, &path, None).await.expect(404);
+    call(&app, 8207, Method::GET, "/app/api/orders/abc", None)
+        .await
+        .expect(404);
+    // Malformed bodies are 400, never 500.
+    for bad in [
+        json!({}),
+        json!({"plan_id": "x"}),
+        json!({"plan_id": 1, "extra": 1}),
+    ] {
+        order(&app, 8207, bad).await.expect(400);
+    }
+    call(&app, 8207, Method::POST, "/app/api/orders", None)
+        .await
+        .expect(400);
+}
