@@ -465,7 +465,15 @@ async fn subscriptions(
             }
         })
         .collect();
-    Ok(render::subscriptions(l, &memberships))
+    let mut rendered = render::subscriptions(l, &memberships);
+    // The member portal, when the service has a public address for its page.
+    if let Some(public_url) = config.public_url.as_deref() {
+        rendered.rows.push(vec![render::web_app_button(
+            &texts::portal_button(l),
+            &format!("{public_url}/app/"),
+        )]);
+    }
+    Ok(rendered)
 }
 
 /// What `/subscriptions` shows of a membership's newest Stars subscription: its next renewal

@@ -8,7 +8,9 @@ use serde_json::{Value, json};
 
 use super::{call, default_plan, order};
 use crate::{
-    bot::conversation::{app_with, payment_update, send, stars_channel},
+    bot::conversation::{
+        app_with, payment_update, person, send, stars_channel, text_update, web_app_buttons,
+    },
     support::{
         fake_bot::{FakeBot, Reply},
         helpers::TestApp,
@@ -58,6 +60,17 @@ async fn mini_app_me_lists_memberships_and_payments_and_keeps_a_language() {
     );
     assert_eq!(me["subscriptions"], json!([]));
     assert_eq!(me["referral"], Value::Null);
+
+    // `/subscriptions` in the chat opens the portal too.
+    let reply = send(&app, &text_update(&person(8401), "/subscriptions")).await;
+    assert_eq!(
+        web_app_buttons(&reply),
+        vec![(
+            "Open my subscriptions".to_string(),
+            "https://pay.example.com/app/".to_string()
+        )],
+        "{reply}"
+    );
 
     let uk = call(
         &app,
