@@ -251,3 +251,66 @@ async fn mini_app_full_channel_is_refused_and_orders_are_their_buyers_own() {
         .await
         .expect(400);
 }
+
+/// A waiting join request of the buyer's, named by the page's `r`, is tied to the order; one
+/// of another user, or of a channel outside the plan, is not.
+#[tokio::test]
+async fn mini_app_order_ties_the_buyers_waiting_join_request() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let c = stars_channel(&app, -100_810_006, json!({"title": "Door"})).await;
+    let other = stars_channel(&app, -100_810_007, json!({"title": "Elsewhere"})).await;
+    let p = default_plan(&app, c).await;
+    let db = app.db().await;
+    for (channel, chat, user, reference) in [
+        (c, -100_810_006_i64, 8209_i64, "jr_mine"),
+        (c, -100_810_006, 8210, "jr_someone_else"),
+        (other, -100_810_007, 8209, "jr_other_channel"),
+    ] {
+        db.execute(
+            "INSERT INTO join_requests (channel_id, chat_id, user_id, query_id, reference, answer,
+                                        requested_at)
+             VALUES ($1, $2, $3, $4, $4, 'web_app', now())",
+            &[&(channel as i32), &chat, &user, &reference],
+        )
+        .await
+        .unwrap();
+    }
+    let order_of = |reference: &'static str| {
+        let app = &app;
+        async move {
+            app.db()
+                .await
+                .query_one(
+                    "SELECT order_id FROM join_requests WHERE reference = $1",
+                    &[&reference],
+                )
+                .await
+                .unwrap()
+                .get::<_, Option<i64>>("order_id")
+        }
+    };
+    for reference in ["jr_someone_else", "jr_other_channel", "jr_mine"] {
+        let body = order(&app, 8209, json!({"plan_id": p, "join_request": reference}))
+            .await
+            .expect(200);
+        let id = body["order"]["id"].as_i64().unwrap();
+        let linked = order_of(reference).await;
+        assert_eq!(
+            linked,
+            (reference == "jr_mine").then_some(id),
+            "{reference}"
+        );
+    }
+    let id = order_of("jr_mine").await.unwrap();
+    let status = call(
+        &app,
+        8209,
+        Method::GET,
+        &format!("/app/api/orders/{id}"),
+        None,
+    )
+    .await
+    .expect(200);
+    assert_eq!(status["join_request"], "waiting", "{status}");
+}
