@@ -22,8 +22,32 @@ pub use init_data::sign_init_data;
 
 use deadpool_postgres::Transaction;
 
-use super::{buy, texts::Language, update::Sender};
-use crate::{access::subscribers, common::error::ApiError, common::ids::SubscriberId};
+use super::{
+    buy,
+    texts::{self, Language},
+    update::Sender,
+};
+use crate::{
+    access::subscribers,
+    common::{error::ApiError, ids::SubscriberId},
+    config::Config,
+    telegram_api::client::{BotApi, BotError, DEFAULT_TIMEOUT},
+};
+
+/// Points the bot's menu button at the member portal (`PUBLIC_URL/app/`), labelled in the
+/// default language: `setChatMenuButton` with a `web_app` button. `Ok(false)`: nothing to do
+/// (no bot token or no `PUBLIC_URL`). Called once when the service starts.
+pub async fn set_menu_button(config: &Config) -> Result<bool, BotError> {
+    let (Some(bot), Some(public_url)) = (
+        BotApi::from_config(config, DEFAULT_TIMEOUT),
+        config.public_url.as_deref(),
+    ) else {
+        return Ok(false);
+    };
+    let text = texts::portal_button(crate::present::locale::default_language());
+    bot.set_menu_web_app(&text, &format!("{public_url}/app/"))
+        .await
+}
 
 /// The buyer behind a checked `initData`: upserted as the bot upserts a sender
 /// ([`buy::upsert_subscriber`]), and the language to speak to them (the one remembered for them,

@@ -105,6 +105,30 @@ async fn mini_app_me_lists_memberships_and_payments_and_keeps_a_language() {
 }
 
 #[tokio::test]
+async fn mini_app_is_the_bots_menu_button() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    assert!(
+        subgate::bot::mini_app::set_menu_button(&app.state.config)
+            .await
+            .unwrap()
+    );
+    let calls = fake.calls_of("setChatMenuButton");
+    assert_eq!(
+        calls[0].params["menu_button"],
+        json!({"type": "web_app", "text": "Open my subscriptions",
+               "web_app": {"url": "https://pay.example.com/app/"}})
+    );
+    // Without a bot token there is nothing to set.
+    let app = TestApp::spawn().await;
+    assert!(
+        !subgate::bot::mini_app::set_menu_button(&app.state.config)
+            .await
+            .unwrap()
+    );
+}
+
+#[tokio::test]
 async fn mini_app_cancels_and_resumes_a_stars_subscription_through_telegram() {
     let fake = FakeBot::start().await;
     let app = app_with(&fake).await;
