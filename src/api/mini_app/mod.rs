@@ -43,19 +43,35 @@ pub async fn get_offer(
     let mut e = Errors::default();
     check_text(&mut e, "promo_code", q.promo_code.as_deref(), 64);
     e.finish()?;
-    let client = state.db.get().await?;
-    offer::offer(
-        &client,
-        &state.config,
-        buyer.language,
-        buyer.id,
-        buyer.user_id(),
-        q.channel_id,
-        q.promo_code.as_deref(),
-    )
-    .await?
-    .map(Json)
-    .ok_or(ApiError::NotFound("channel"))
+    let config = &state.config;
+    let found = if q.promo_code.is_some() {
+        // A wrong code is counted against the buyer's limit, in a transaction.
+        crate::transaction!(state.db, |tx| {
+            offer::offer(
+                tx,
+                config,
+                buyer.language,
+                buyer.id,
+                buyer.user_id(),
+                q.channel_id,
+                q.promo_code.as_deref(),
+            )
+            .await
+        })?
+    } else {
+        let client = state.db.get().await?;
+        offer::offer(
+            &client,
+            config,
+            buyer.language,
+            buyer.id,
+            buyer.user_id(),
+            q.channel_id,
+            None,
+        )
+        .await?
+    };
+    found.map(Json).ok_or(ApiError::NotFound("channel"))
 }
 
 #[derive(Deserialize)]

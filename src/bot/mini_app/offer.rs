@@ -1,16 +1,17 @@
 //! `GET /app/api/offer`: a channel's plans as the bot would list them for this buyer (its
 //! catalogue's own view: language, trial eligibility, the price after a remembered or given
-//! code, lifetime held, full channels), with the buyer's membership of the channel. Reads only:
-//! a code typed on the page is checked here but kept only when an order is made with it.
+//! code, lifetime held, full channels), with the buyer's membership of the channel. A code typed on
+//! the page is checked here (a wrong one counts against the buyer's limit on wrong codes, as in
+//! the bot: [`super::super::guesses`]) but kept only when an order is made with it.
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use serde::Serialize;
 
 use super::super::{
-    Gateway, catalogue, codes, gateway,
+    Gateway, catalogue, codes, gateway, guesses,
     render::{self, Availability, PlanView},
-    texts::{CodeRefusal, Language},
+    texts::{self, CodeRefusal, Language},
 };
 use crate::{
     access::memberships,
@@ -129,18 +130,33 @@ fn plan_offer(config: &Config, l: Language, p: PlanView) -> PlanOffer {
     }
 }
 
-/// Checks `text`, a code typed on the page, for `buyer`: the code when it may be used, and what
-/// the page says of it. An inactive code reads as an unknown one, as in the bot.
+/// Checks `text`, a code typed on the page, for `buyer` (Telegram user `user_id`): the code
+/// when it may be used, and what the page says of it. An inactive code reads as an unknown one,
+/// and past the limit on wrong codes none is looked up, as in the bot.
 async fn typed_code(
     client: &impl GenericClient,
     l: Language,
     buyer: SubscriberId,
+    user_id: i64,
     text: &str,
 ) -> Result<(Option<codes::Code>, PromoCode), ApiError> {
     let shown = render::clip(&render::one_line(text.trim()), 32).to_uppercase();
+    if let guesses::Gate::Limited { retry_after_secs } = guesses::open(client, user_id).await? {
+        return Ok((
+            None,
+            PromoCode {
+                code: shown,
+                accepted: false,
+                reason: Some(texts::code_too_many(l, retry_after_secs)),
+            },
+        ));
+    }
     let code = codes::by_text(client, text.trim(), Some(buyer))
         .await?
         .filter(|c| c.refusal() != Some(CodeRefusal::Inactive));
+    if code.is_none() {
+        guesses::wrong(client, user_id).await?;
+    }
     Ok(match code {
         None => (
             None,
@@ -172,7 +188,8 @@ async fn typed_code(
 }
 
 /// Channel `channel_id`'s offer for `buyer` (Telegram user `user_id`), in `l`, priced with
-/// `promo_code` when given and usable; `None` when the channel is unknown or not active.
+/// `promo_code` when given and usable; `None` when the channel is unknown or not active. With a
+/// code, `client` is a transaction (a wrong code is counted).
 pub async fn offer(
     client: &impl GenericClient,
     config: &Config,
@@ -184,7 +201,7 @@ pub async fn offer(
 ) -> Result<Option<Offer>, ApiError> {
     let (code, promo_code) = match promo_code.filter(|c| !c.trim().is_empty()) {
         Some(text) => {
-            let (code, shown) = typed_code(client, l, buyer, text).await?;
+            let (code, shown) = typed_code(client, l, buyer, user_id, text).await?;
             (code, Some(shown))
         }
         None => (None, None),

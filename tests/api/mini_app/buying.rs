@@ -73,6 +73,23 @@ async fn mini_app_offer_speaks_ukrainian_with_a_trial_and_a_code() {
         .expect(200);
     assert_eq!(body["promo_code"]["accepted"], false);
     assert!(body["promo_code"]["reason"].is_string());
+    // Wrong codes count against the bot's limit on guesses: past it, none is looked up.
+    let wrong = format!("/app/api/offer?channel_id={c}&promo_code=WRONG");
+    for _ in 1..subgate::bot::guesses::PER_USER {
+        call(&app, 8201, Method::GET, &wrong, None)
+            .await
+            .expect(200);
+    }
+    let path = format!("/app/api/offer?channel_id={c}&promo_code=SPRING");
+    let limited = call(&app, 8201, Method::GET, &path, None).await.expect(200);
+    assert_eq!(limited["promo_code"]["accepted"], false, "{limited}");
+    let limited_paid = limited["plans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == paid)
+        .unwrap();
+    assert_eq!(limited_paid["discounted"], Value::Null, "{limited}");
     // An unknown channel.
     call(
         &app,
