@@ -13,7 +13,7 @@ use subgate::{
     present::{render, texts::Language},
 };
 
-use super::{call, call_as, default_plan, init_data, order};
+use super::{assert_keys, call, call_as, default_plan, init_data, order};
 use crate::{
     bot::{
         conversation::{ROUNDS, app_with, channel, orders_of, pending, stars_channel},
@@ -36,6 +36,30 @@ async fn mini_app_offer_speaks_ukrainian_with_a_trial_and_a_code() {
         .await
         .expect(200);
     assert_eq!(body["language"], "uk", "{body}");
+    assert_keys(
+        &body,
+        &["language", "channel", "plans", "promo_code", "member"],
+    );
+    assert_keys(&body["channel"], &["id", "title", "description"]);
+    assert_keys(
+        &body["plans"][0],
+        &[
+            "id",
+            "name",
+            "trial",
+            "price",
+            "discounted",
+            "period_days",
+            "recurring",
+            "bundle_with",
+            "availability",
+            "pay_with",
+        ],
+    );
+    assert_keys(
+        &body["plans"][0]["price"],
+        &["amount_minor", "currency", "text"],
+    );
     assert_eq!(body["channel"]["id"], c);
     assert_eq!(body["channel"]["title"], "Club");
     assert_eq!(
@@ -114,6 +138,18 @@ async fn mini_app_stars_order_gets_one_invoice_link_and_a_second_press_reuses_it
         .unwrap()
         .to_string();
     assert!(link.starts_with("https://t.me/$fake_invoice_"), "{first}");
+    assert_keys(&first, &["order", "pay"]);
+    assert_keys(
+        &first["order"],
+        &[
+            "id",
+            "reference",
+            "status",
+            "amount_minor",
+            "currency",
+            "amount_text",
+        ],
+    );
     assert_eq!(first["order"]["status"], "pending");
     assert_eq!(first["order"]["amount_minor"], 250);
     assert_eq!(first["order"]["currency"], "XTR");
@@ -186,6 +222,7 @@ async fn mini_app_trial_and_a_hundred_percent_code_are_granted_at_once() {
     .await
     .expect(200);
     assert_eq!(status["access"], true, "{status}");
+    assert_keys(&status, &["order", "access", "join_request"]);
     assert_eq!(status["join_request"], Value::Null);
     assert_eq!(status["order"]["id"], id);
     // A second trial is refused with the bot's words.

@@ -88,3 +88,18 @@ pub(crate) async fn default_plan(app: &TestApp, channel: i64) -> i64 {
 pub(crate) async fn order(app: &TestApp, user: i64, body: Value) -> TestResponse {
     call(app, user, Method::POST, "/app/api/orders", Some(body)).await
 }
+
+/// The keys of a JSON object, sorted: what a body must spell exactly as the page expects.
+#[track_caller]
+pub(crate) fn assert_keys(v: &Value, expected: &[&str]) {
+    let mut keys: Vec<&str> = v
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {v}"))
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    let mut expected = expected.to_vec();
+    expected.sort_unstable();
+    assert_eq!(keys, expected, "{v}");
+}

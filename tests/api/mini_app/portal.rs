@@ -6,7 +6,7 @@ use axum::http::Method;
 use chrono::{Duration, Utc};
 use serde_json::{Value, json};
 
-use super::{call, default_plan, order};
+use super::{assert_keys, call, default_plan, order};
 use crate::{
     bot::conversation::{
         app_with, payment_update, person, send, stars_channel, text_update, web_app_buttons,
@@ -41,6 +41,40 @@ async fn mini_app_me_lists_memberships_and_payments_and_keeps_a_language() {
         .await
         .expect(200);
     assert_eq!(me["subscriber"]["name"], "Ann Buyer", "{me}");
+    assert_keys(
+        &me,
+        &[
+            "subscriber",
+            "memberships",
+            "subscriptions",
+            "payments",
+            "referral",
+        ],
+    );
+    assert_keys(&me["subscriber"], &["id", "name", "language"]);
+    assert_keys(
+        &me["memberships"][0],
+        &[
+            "id",
+            "channel_id",
+            "channel_title",
+            "status",
+            "expires_at",
+            "lifetime",
+            "renew_plan_id",
+        ],
+    );
+    assert_keys(
+        &me["payments"][0],
+        &[
+            "id",
+            "paid_at",
+            "amount_text",
+            "channel_title",
+            "gateway",
+            "refunded",
+        ],
+    );
     assert_eq!(me["subscriber"]["language"], "en");
     let m = &me["memberships"][0];
     assert_eq!(m["channel_id"], c, "{me}");
@@ -147,6 +181,18 @@ async fn mini_app_cancels_and_resumes_a_stars_subscription_through_telegram() {
     let s = &me["subscriptions"][0];
     assert_eq!(s["channel_id"], c, "{me}");
     assert_eq!(s["cancelled"], false);
+    assert_keys(
+        s,
+        &[
+            "id",
+            "channel_id",
+            "channel_title",
+            "status",
+            "expires_at",
+            "price_text",
+            "cancelled",
+        ],
+    );
     let id = s["id"].as_i64().unwrap();
 
     // Someone else's subscription is not theirs to touch.
