@@ -49,7 +49,8 @@ const BODY_LIMIT: usize = 256 * 1024;
 /// Each staff operation's least role is declared here, next to it ([`needs`]: the role layer
 /// and the document's `x-required-role` in one; docs/staff.md has the table). The routes
 /// without a declaration are the public ones: login, the payment doors, this document, the
-/// health checks and the console's files.
+/// health checks, the console's files, and the Mini App's buyer API (authenticated by Telegram's
+/// `initData`, [`mini_app::auth::Buyer`]).
 pub fn routes() -> OpenApiRouter<AppState> {
     let api = OpenApiRouter::new()
         .routes(routes!(auth::login))
@@ -157,27 +158,15 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .nest("/api", api)
         .routes(routes!(healthz))
         .routes(routes!(readyz))
+        // The Mini App's buyer API (`/app/api/`, authenticated by Telegram's `initData`).
+        .routes(routes!(mini_app::get_offer))
+        .routes(routes!(mini_app::create_order))
+        .routes(routes!(mini_app::get_order))
+        .routes(routes!(mini_app::get_me))
+        .routes(routes!(mini_app::put_language))
+        .routes(routes!(mini_app::cancel_subscription))
+        .routes(routes!(mini_app::resume_subscription))
         .merge(console::routes())
-}
-
-/// The Mini App's API (`/app/api/`, [`mini_app`]): public, each call authenticated by
-/// Telegram's `initData`, and not part of the staff OpenAPI document.
-pub fn mini_app_routes() -> Router<AppState> {
-    use axum::routing::{get, post, put};
-    Router::new()
-        .route("/app/api/offer", get(mini_app::get_offer))
-        .route("/app/api/orders", post(mini_app::create_order))
-        .route("/app/api/orders/{id}", get(mini_app::get_order))
-        .route("/app/api/me", get(mini_app::get_me))
-        .route("/app/api/me/language", put(mini_app::put_language))
-        .route(
-            "/app/api/subscriptions/{id}/cancel",
-            post(mini_app::cancel_subscription),
-        )
-        .route(
-            "/app/api/subscriptions/{id}/resume",
-            post(mini_app::resume_subscription),
-        )
 }
 
 /// Builds the application. Needs no socket: tests drive it with `tower::ServiceExt::oneshot`.
@@ -185,7 +174,6 @@ pub fn router(state: AppState) -> Router {
     let timeout = state.config.request_timeout;
     let (routes, _document) = routes().split_for_parts();
     routes
-        .merge(mini_app_routes())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(

@@ -2,23 +2,22 @@
 //! door and the member portal). Every call is a buyer's, authenticated by Telegram's signed
 //! `initData` ([`auth::Buyer`]); the answers are the bot's own decisions
 //! ([`crate::bot::mini_app`]) as JSON. A buyer-facing refusal is a 422 whose `detail` is the
-//! bot's text in the buyer's language. These routes are public and not part of the staff
-//! OpenAPI document; docs/api.md describes them.
+//! bot's text in the buyer's language. These routes need no staff token; the OpenAPI document
+//! lists them under the tag `mini app`, secured by `telegram_init_data`.
 
 pub mod auth;
 
 use axum::{Json, extract::State};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 
-use super::{ApiJson, ApiQuery, Errors, PathId, check_text};
+use super::{ApiJson, ApiQuery, Errors, PathId, check_text, schemas::Problem};
 use crate::{
     app::state::AppState,
     bot::{
         mini_app::{
             offer::{self, Offer},
             orders::{self, OrderStatus, Pay, Placed},
-            portal::{self, Edit, Me},
+            portal::{self, Edit, Me, Subscription},
         },
         texts::Language,
     },
@@ -26,15 +25,30 @@ use crate::{
 };
 use auth::Buyer;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct OfferQuery {
+    /// The channel whose plans are offered.
     channel_id: i32,
+    /// A code typed on the page: checked and priced, not kept.
     promo_code: Option<String>,
 }
 
 /// `GET /app/api/offer?channel_id=&promo_code=`: the channel's plans as the bot lists them for
 /// this buyer; 404 for an unknown or inactive channel.
+#[utoipa::path(get, path = "/app/api/offer", operation_id = "miniAppOffer", tag = "mini app",
+    params(OfferQuery),
+    security(("telegram_init_data" = [])),
+    responses(
+        (status = 200, description = "The channel's plans as the bot lists them for this buyer.",
+            body = Offer),
+        (status = 401, description = "No valid `initData`.", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such active channel.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A code too long.", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Too many calls by this buyer; see `Retry-After`.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn get_offer(
     State(state): State<AppState>,
     buyer: Buyer,
@@ -74,16 +88,19 @@ pub async fn get_offer(
     found.map(Json).ok_or(ApiError::NotFound("channel"))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = MiniAppNewOrder)]
 pub struct NewOrder {
     plan_id: i64,
+    /// A code typed on the page, kept for this order as `/code` keeps one.
     promo_code: Option<String>,
     /// The `r` of the page's URL: the join request the page was opened for.
     join_request: Option<String>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = MiniAppPlacement)]
 pub struct Placement {
     order: orders::OrderView,
     pay: Pay,
@@ -91,6 +108,19 @@ pub struct Placement {
 
 /// `POST /app/api/orders`: the buy button pressed on the page; 422 with the bot's words when
 /// nothing can be bought; 503 when Telegram or a gateway made no payment link.
+#[utoipa::path(post, path = "/app/api/orders", operation_id = "miniAppCreateOrder",
+    tag = "mini app",
+    request_body = NewOrder,
+    security(("telegram_init_data" = [])),
+    responses(
+        (status = 200, description = "The order (made, reused or granted) and how the page \
+            pays it.", body = Placement),
+        (status = 401, description = "No valid `initData`.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Nothing can be bought: `detail` says why, in the buyer's \
+            language.", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Too many calls by this buyer; see `Retry-After`.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn create_order(
     State(state): State<AppState>,
     buyer: Buyer,
@@ -129,6 +159,17 @@ pub async fn create_order(
 
 /// `GET /app/api/orders/{id}`: one of the buyer's orders, whether it gave access, and its join
 /// request; 404 for another buyer's.
+#[utoipa::path(get, path = "/app/api/orders/{id}", operation_id = "miniAppOrder",
+    tag = "mini app",
+    params(("id" = i64, Path, description = "Order id.")),
+    security(("telegram_init_data" = [])),
+    responses(
+        (status = 200, description = "The buyer's order, whether it gave access, and its join \
+            request.", body = OrderStatus),
+        (status = 401, description = "No valid `initData`.", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Too many calls by this buyer; see `Retry-After`.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn get_order(
     State(state): State<AppState>,
     buyer: Buyer,
@@ -149,17 +190,37 @@ async fn me_in(state: &AppState, buyer: &Buyer, l: Language) -> Result<Me, ApiEr
 }
 
 /// `GET /app/api/me`: the buyer's portal.
+#[utoipa::path(get, path = "/app/api/me", operation_id = "miniAppMe", tag = "mini app",
+    security(("telegram_init_data" = [])),
+    responses(
+        (status = 200, description = "The buyer's memberships, Stars subscriptions, payments \
+            and referral link.", body = Me),
+        (status = 401, description = "No valid `initData`.", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Too many calls by this buyer; see `Retry-After`.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn get_me(State(state): State<AppState>, buyer: Buyer) -> Result<Json<Me>, ApiError> {
     Ok(Json(me_in(&state, &buyer, buyer.language).await?))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = MiniAppLanguageChoice)]
 pub struct LanguageChoice {
     language: Language,
 }
 
 /// `PUT /app/api/me/language`: the buyer's language from now on; the portal in it.
+#[utoipa::path(put, path = "/app/api/me/language", operation_id = "miniAppLanguage",
+    tag = "mini app",
+    request_body = LanguageChoice,
+    security(("telegram_init_data" = [])),
+    responses(
+        (status = 200, description = "The portal, in the language chosen.", body = Me),
+        (status = 401, description = "No valid `initData`.", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Too many calls by this buyer; see `Retry-After`.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn put_language(
     State(state): State<AppState>,
     buyer: Buyer,
@@ -172,7 +233,19 @@ pub async fn put_language(
     Ok(Json(me_in(&state, &buyer, body.language).await?))
 }
 
-async fn edit(state: AppState, buyer: Buyer, id: i64, edit: Edit) -> Result<Json<Value>, ApiError> {
+/// `{"subscription": ...}`.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = MiniAppSubscriptionEnvelope)]
+pub struct SubscriptionEnvelope {
+    subscription: Subscription,
+}
+
+async fn edit(
+    state: AppState,
+    buyer: Buyer,
+    id: i64,
+    edit: Edit,
+) -> Result<Json<SubscriptionEnvelope>, ApiError> {
     match portal::edit_subscription(
         &state.db,
         &state.config,
@@ -186,24 +259,48 @@ async fn edit(state: AppState, buyer: Buyer, id: i64, edit: Edit) -> Result<Json
     {
         None => Err(ApiError::NotFound("subscription")),
         Some(Err(text)) => Err(ApiError::Unprocessable(text)),
-        Some(Ok(s)) => Ok(Json(json!({ "subscription": s }))),
+        Some(Ok(subscription)) => Ok(Json(SubscriptionEnvelope { subscription })),
     }
 }
 
 /// `POST /app/api/subscriptions/{id}/cancel`: stops the buyer's Stars subscription renewing.
+#[utoipa::path(post, path = "/app/api/subscriptions/{id}/cancel",
+    operation_id = "miniAppCancelSubscription", tag = "mini app",
+    params(("id" = i64, Path, description = "Stars subscription id.")),
+    security(("telegram_init_data" = [])),
+    responses(
+        (status = 200, description = "The subscription, cancelled in Telegram.",
+            body = SubscriptionEnvelope),
+        (status = 401, description = "No valid `initData`.", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Too many calls by this buyer; see `Retry-After`.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn cancel_subscription(
     State(state): State<AppState>,
     buyer: Buyer,
     PathId(id): PathId<i64>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SubscriptionEnvelope>, ApiError> {
     edit(state, buyer, id, Edit::Cancel).await
 }
 
 /// `POST /app/api/subscriptions/{id}/resume`: renews a subscription the buyer cancelled again.
+#[utoipa::path(post, path = "/app/api/subscriptions/{id}/resume",
+    operation_id = "miniAppResumeSubscription", tag = "mini app",
+    params(("id" = i64, Path, description = "Stars subscription id.")),
+    security(("telegram_init_data" = [])),
+    responses(
+        (status = 200, description = "The subscription, renewing again.",
+            body = SubscriptionEnvelope),
+        (status = 401, description = "No valid `initData`.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "It cannot be resumed here (cancelled by staff, or past \
+            its renewal date): `detail` says so in the buyer's language.", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Too many calls by this buyer; see `Retry-After`.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn resume_subscription(
     State(state): State<AppState>,
     buyer: Buyer,
     PathId(id): PathId<i64>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SubscriptionEnvelope>, ApiError> {
     edit(state, buyer, id, Edit::Resume).await
 }

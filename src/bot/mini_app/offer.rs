@@ -24,7 +24,8 @@ use crate::{
 };
 
 /// The offer the page shows.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = MiniAppOffer)]
 pub struct Offer {
     pub language: Language,
     pub channel: Channel,
@@ -33,7 +34,8 @@ pub struct Offer {
     pub member: Option<Member>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = MiniAppChannel)]
 pub struct Channel {
     pub id: i32,
     pub title: String,
@@ -41,7 +43,8 @@ pub struct Channel {
 }
 
 /// A price with its text in the buyer's language.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = MiniAppPrice)]
 pub struct Price {
     pub amount_minor: i64,
     pub currency: String,
@@ -49,14 +52,16 @@ pub struct Price {
 }
 
 /// The price with a code.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = MiniAppDiscounted)]
 pub struct Discounted {
     pub amount_minor: i64,
     pub text: String,
 }
 
 /// One plan as the bot lists it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = MiniAppPlanOffer)]
 pub struct PlanOffer {
     pub id: i64,
     pub name: String,
@@ -72,7 +77,8 @@ pub struct PlanOffer {
 }
 
 /// A code typed on the page: whether it applies, and why not in the buyer's words.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = MiniAppPromoCode)]
 pub struct PromoCode {
     pub code: String,
     pub accepted: bool,
@@ -80,7 +86,8 @@ pub struct PromoCode {
 }
 
 /// The buyer's membership of the channel.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = MiniAppMember)]
 pub struct Member {
     pub status: memberships::Status,
     pub expires_at: Option<DateTime<Utc>>,

@@ -35,7 +35,8 @@ use crate::{
 };
 
 /// An order as the page shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = MiniAppOrderView)]
 pub struct OrderView {
     pub id: i64,
     pub reference: String,
@@ -59,14 +60,16 @@ impl OrderView {
 }
 
 /// The card pages of an order; a gateway not configured (or too late for Stripe) is `None`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = MiniAppCardUrls)]
 pub struct CardUrls {
     pub wayforpay: Option<String>,
     pub stripe: Option<String>,
 }
 
 /// How the page pays an order.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = MiniAppPay)]
 #[serde(untagged)]
 pub enum Pay {
     Stars { stars_invoice_url: String },
@@ -235,7 +238,8 @@ pub async fn pay(
 }
 
 /// What `GET /app/api/orders/{id}` answers.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = MiniAppOrderStatus)]
 pub struct OrderStatus {
     pub order: OrderView,
     /// The buyer holds access to every channel of the order's plan now.

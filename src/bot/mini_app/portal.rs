@@ -33,7 +33,8 @@ use crate::{
 /// Memberships, subscriptions and payments listed at most.
 const MAX: i64 = 100;
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = MiniAppMe)]
 pub struct Me {
     pub subscriber: Subscriber,
     pub memberships: Vec<Membership>,
@@ -42,14 +43,16 @@ pub struct Me {
     pub referral: Option<Referral>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = MiniAppSubscriber)]
 pub struct Subscriber {
     pub id: i32,
     pub name: Option<String>,
     pub language: Language,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = MiniAppMembership)]
 pub struct Membership {
     pub id: i64,
     pub channel_id: i32,
@@ -60,7 +63,8 @@ pub struct Membership {
     pub renew_plan_id: Option<i64>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = MiniAppSubscription)]
 pub struct Subscription {
     pub id: i64,
     pub channel_id: i32,
@@ -71,17 +75,21 @@ pub struct Subscription {
     pub cancelled: bool,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = MiniAppPayment)]
 pub struct Payment {
     pub id: i64,
     pub paid_at: DateTime<Utc>,
     pub amount_text: String,
     pub channel_title: Option<String>,
+    /// `telegram_stars`, `wayforpay`, `stripe` or a door-1 gateway's name.
+    #[schema(value_type = String)]
     pub gateway: Gateway,
     pub refunded: bool,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = MiniAppReferral)]
 pub struct Referral {
     pub link: String,
     pub code: String,
