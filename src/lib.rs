@@ -78,6 +78,14 @@ pub async fn serve(state: AppState) -> std::io::Result<()> {
     )
     .await?;
     let background = tokio::spawn(app::background::run(state.clone(), shutdown.clone()));
+    let config = state.config.clone();
+    tokio::spawn(async move {
+        match bot::mini_app::set_menu_button(&config).await {
+            Ok(true) => tracing::info!("the bot's menu button opens the member portal"),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %e, "the bot's menu button was not set"),
+        }
+    });
     let signal = shutdown.clone();
     let served = server::serve(listener, router(state), limits, async move {
         wait_for_signal().await;

@@ -141,6 +141,7 @@ code-taken = it is no longer available
 ## /subscriptions
 
 subscriptions-header = Your channels and groups:
+portal-button = Open my subscriptions
 subscriptions-empty = You have no channels or groups yet. Send /start to see the channels and groups you can join.
 subscriptions-more = …and { $count } more.
 membership-ended = Ended.

@@ -150,6 +150,7 @@ code-taken = он больше недоступен
 ## /subscriptions
 
 subscriptions-header = Ваши каналы и группы:
+portal-button = Открыть мои подписки
 subscriptions-empty = У вас пока нет каналов и групп. Отправьте /start, чтобы увидеть каналы и группы, к которым можно присоединиться.
 subscriptions-more = …и ещё { $count }.
 membership-ended = Доступ завершён.

@@ -149,6 +149,7 @@ code-taken = він більше недоступний
 ## /subscriptions
 
 subscriptions-header = Ваші канали та групи:
+portal-button = Відкрити мої підписки
 subscriptions-empty = У вас поки немає каналів і груп. Надішліть /start, щоб побачити канали та групи, до яких можна приєднатися.
 subscriptions-more = …і ще { $count }.
 membership-ended = Доступ завершено.

@@ -93,6 +93,8 @@ pub struct LatestSubscription {
 /// A membership as `/subscriptions` lists it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BuyerMembership {
+    /// The membership's id.
+    pub id: i64,
     pub status: Status,
     pub expires_at: Expiry,
     pub title: String,
@@ -102,7 +104,7 @@ pub struct BuyerMembership {
 }
 
 impl FromRow for BuyerMembership {
-    const COLUMNS: &'static str = "channel_id, title, translations, status, expires_at, active, \
+    const COLUMNS: &'static str = "membership_id, channel_id, title, translations, status, expires_at, active, \
          currency, last_plan_id, last_plan_renews, subscription_id, subscription_status, \
          subscription_expires_at, subscription_ahead";
 
@@ -117,6 +119,7 @@ impl FromRow for BuyerMembership {
             None => None,
         };
         Ok(BuyerMembership {
+            id: r.try_get("membership_id")?,
             status: r.try_get("status")?,
             expires_at: r.try_get("expires_at")?,
             title: r.try_get("title")?,
@@ -130,7 +133,7 @@ impl FromRow for BuyerMembership {
 /// The buyer's (Telegram user `$1`) memberships for `/subscriptions`, at most `$2`: each with its
 /// channel, its newest applied Stars subscription, and the plan a renew button buys.
 const SUBSCRIPTIONS_SQL: &str = concat!(
-    "SELECT m.channel_id, c.title, c.translations, m.status,
+    "SELECT m.id AS membership_id, m.channel_id, c.title, c.translations, m.status,
             m.expires_at,
             c.active, c.currency,
             lp.last_plan_id, lp.last_plan_renews,

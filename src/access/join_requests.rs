@@ -116,23 +116,49 @@ pub async fn record(client: &impl GenericClient, a: &Arrival<'_>) -> Result<Reco
         .ok_or_else(|| ApiError::internal("a join request was neither found nor recorded"))
 }
 
-/// Links the waiting request `reference` of Telegram user `user_id` to the order the Mini App
-/// made for it (its hold then says when an unpaid request is declined). False when no such
-/// request waits.
+/// Ties the waiting request `reference` of Telegram user `user_id` to order `order_id`, when
+/// the request's channel is one of the order's plan; no other request changes.
+const LINK_ORDER_SQL: &str = "UPDATE join_requests j SET order_id = $3
+     FROM orders o
+     WHERE j.reference = $1 AND j.user_id = $2 AND j.state = 'waiting'
+       AND o.id = $3
+       AND EXISTS (SELECT 1 FROM plan_channels pc
+                   WHERE pc.plan_id = o.plan_id AND pc.channel_id = j.channel_id)
+     RETURNING j.id";
+
+/// Links the Mini App's order `order_id` to the waiting join request `reference` (the page's
+/// `r`) of Telegram user `user_id`, when it is one for a channel of the order's plan (its hold
+/// then says when an unpaid request is declined); whether a request was linked.
 pub async fn link_order(
-    client: &impl GenericClient,
+    tx: &Transaction<'_>,
     reference: &str,
     user_id: i64,
     order_id: i64,
 ) -> Result<bool, ApiError> {
-    let n = db::execute(
-        client,
-        "UPDATE join_requests SET order_id = $3
-         WHERE reference = $1 AND user_id = $2 AND state = 'waiting'",
-        &[&reference, &user_id, &order_id],
+    Ok(
+        db::row_opt(tx, LINK_ORDER_SQL, &[&reference, &user_id, &order_id])
+            .await?
+            .is_some(),
     )
-    .await?;
-    Ok(n == 1)
+}
+
+/// The state of the newest request of Telegram user `$2` tied to order `$1`.
+const STATE_OF_ORDER_SQL: &str = "SELECT state FROM join_requests
+     WHERE order_id = $1 AND user_id = $2
+     ORDER BY id DESC LIMIT 1";
+
+/// The state of Telegram user `user_id`'s request tied to order `order_id`, if one is.
+pub async fn state_of_order(
+    client: &impl GenericClient,
+    order_id: i64,
+    user_id: i64,
+) -> Result<Option<State>, ApiError> {
+    Ok(
+        match db::row_opt(client, STATE_OF_ORDER_SQL, &[&order_id, &user_id]).await? {
+            Some(row) => Some(row.try_get("state")?),
+            None => None,
+        },
+    )
 }
 
 /// A waiting request due a decision, with the facts it is decided by.

@@ -26,6 +26,7 @@ pub mod idempotency;
 pub mod invoice_links;
 pub mod join_requests;
 pub mod memberships;
+pub mod mini_app;
 pub mod openapi;
 pub mod orders;
 pub mod overview;

@@ -56,6 +56,8 @@ pub const WEBHOOK_ID: &str = "webhook_id";
 pub const WEBHOOK_TIMESTAMP: &str = "webhook_timestamp";
 pub const WEBHOOK_SIGNATURE: &str = "webhook_signature";
 pub const STRIPE_SIGNATURE: &str = "stripe_signature";
+/// The Mini App's `Authorization: tma <initData>`.
+pub const TELEGRAM_INIT_DATA: &str = "telegram_init_data";
 
 #[derive(OpenApi)]
 #[openapi(
@@ -94,7 +96,7 @@ pub const STRIPE_SIGNATURE: &str = "stripe_signature";
         (name = "payment doors", description = "Where gateways and Telegram report payments."),
         (name = "operations", description = "Overview, sweep, health, readiness and this document."),
         (name = "console", description = "The staff console: a static app on this API (no token needed for its files)."),
-        (name = "mini app", description = "The Mini App's page: the paywall at a channel's door and the buyer's portal, shown inside Telegram."),
+        (name = "mini app", description = "The Mini App: its page at /app/ (the paywall at a channel's or group's door and the buyer's portal, shown inside Telegram) and its buyer API under /app/api/."),
     ),
 )]
 pub struct ApiDoc;
@@ -189,6 +191,8 @@ text_enum_schemas! {
     crate::referrals::lines::Status => "LineStatus":
         "Where a commission line stands now: `pending` (in its hold), `payable` (past it), \
          `paid` (by a payout) or `reversed` (taken back before it was paid).",
+    crate::access::join_requests::State => "JoinRequestState":
+        "A join request at a Mini App door: `waiting`, then `approved` or `declined`.",
     crate::payments::gateways::wayforpay::checks::State => "ReconciliationState":
         "`chasing` (asked again later), `found` (the gateway's answer was stored as a payment), \
          `gave_up` (not paid 72 hours after the link) or `settled` (paid, cancelled or refunded).",
@@ -260,6 +264,15 @@ impl Modify for SecuritySchemes {
                     "Stripe-Signature",
                     "Stripe's `t=<unix>,v1=<hex HMAC-SHA256 of t.body>` with \
                      `STRIPE_WEBHOOK_SECRET`; any `v1` may match; `t` within 5 minutes.",
+                ),
+            ),
+            (
+                TELEGRAM_INIT_DATA,
+                header(
+                    "Authorization",
+                    "`tma <initData>`: the Mini App's `Telegram.WebApp.initData`, signed by \
+                     Telegram with a key derived from the bot token; `auth_date` no older than \
+                     `MINI_APP_MAX_AGE_SECS`.",
                 ),
             ),
             (

@@ -24,8 +24,8 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::{
     app_page, audit_log, audits, auth, automations, broadcasts, channels, console, effects,
     error::problem,
-    exemptions, invoice_links, join_requests, memberships, openapi, orders, overview, payments,
-    plans, promo_codes, reconciliation,
+    exemptions, invoice_links, join_requests, memberships, mini_app, openapi, orders, overview,
+    payments, plans, promo_codes, reconciliation,
     referrals::{affiliates, commissions, payouts, program},
     roles::{needs, needs_or_sweep_token},
     schemas::Health,
@@ -49,7 +49,8 @@ const BODY_LIMIT: usize = 256 * 1024;
 /// Each staff operation's least role is declared here, next to it ([`needs`]: the role layer
 /// and the document's `x-required-role` in one; docs/staff.md has the table). The routes
 /// without a declaration are the public ones: login, the payment doors, this document, the
-/// health checks, the console's files and the Mini App's page.
+/// health checks, the console's files, the Mini App's page, and the Mini App's buyer API
+/// (authenticated by Telegram's `initData`, [`mini_app::auth::Buyer`]).
 pub fn routes() -> OpenApiRouter<AppState> {
     let api = OpenApiRouter::new()
         .routes(routes!(auth::login))
@@ -158,6 +159,14 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .nest("/api", api)
         .routes(routes!(healthz))
         .routes(routes!(readyz))
+        // The Mini App's buyer API (`/app/api/`, authenticated by Telegram's `initData`).
+        .routes(routes!(mini_app::get_offer))
+        .routes(routes!(mini_app::create_order))
+        .routes(routes!(mini_app::get_order))
+        .routes(routes!(mini_app::get_me))
+        .routes(routes!(mini_app::put_language))
+        .routes(routes!(mini_app::cancel_subscription))
+        .routes(routes!(mini_app::resume_subscription))
         .merge(console::routes())
         .merge(app_page::routes())
 }

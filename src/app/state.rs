@@ -7,6 +7,7 @@ use deadpool_postgres::Pool;
 
 use crate::{
     access::sweep::LastSweep,
+    bot::mini_app::rate_limit::Buckets,
     config::Config,
     reports::stats::StatsDb,
     staff::{permits::HashPermits, throttle::LoginThrottle},
@@ -27,6 +28,8 @@ pub struct AppState {
     pub last_sweep: LastSweep,
     /// The statistics' share of the pool (a cap on the connections they hold at once).
     pub stats: StatsDb,
+    /// The Mini App's limit per buyer (a token bucket per Telegram user).
+    pub mini_app_limits: Buckets,
 }
 
 impl AppState {
@@ -52,6 +55,7 @@ impl AppState {
             hash_permits: HashPermits::per_core(),
             dummy_hash,
             last_sweep: LastSweep::default(),
+            mini_app_limits: Buckets::default(),
         })
     }
 }

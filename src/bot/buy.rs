@@ -1,6 +1,10 @@
 //! The buy button: from a press to an order and its invoice (or its free grant), in the
 //! update's transaction.
 //!
+//! The press is decided by [`decide`], which the Mini App's order (`super::mini_app::orders`)
+//! calls too: the same reuse, holds, seats, lifetime and code rules, the order invoiced in the
+//! chat (the `invoice` effect) or left to the page ([`Invoicing`]).
+//!
 //! A button buys a plan: `b:<channel>` the channel's default plan (the button every older
 //! message carries), `p:<plan>` any plan. The buyer becomes (or is updated as) a subscriber
 //! from Telegram's `from`; then, under the pair advisory locks of every channel of the plan
@@ -86,6 +90,36 @@ pub(super) enum Target {
     Plan(i64),
 }
 
+/// How a new or reused order reaches its buyer: the bot sends its invoice to the buyer's chat
+/// (the `invoice` effect, in this transaction), or the Mini App's page shows it itself (no
+/// effect: the page asks for its link after the commit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Invoicing {
+    /// The chat of Telegram user `.0`.
+    Chat(i64),
+    /// The Mini App's page.
+    Page,
+}
+
+/// What a press came to. The bot and the Mini App decide through [`decide`] alike and differ
+/// only in what they say and how the order is invoiced ([`Invoicing`]).
+#[derive(Debug)]
+pub(super) enum Decision {
+    /// A new order, paid through `gateway`.
+    Made { order_id: i64, gateway: Gateway },
+    /// The buyer's pending order of the plan, reused; `sent`: its invoice was enqueued again
+    /// now (never for [`Invoicing::Page`]).
+    Reused {
+        order_id: i64,
+        gateway: Gateway,
+        sent: bool,
+    },
+    /// A free order (a trial, a 100 % code), made and claimed: access granted; `text` says so.
+    Granted { order_id: i64, text: String },
+    /// Nothing made; `text` says why.
+    Refused(String),
+}
+
 /// The buy (renew, or try-free) button of `target`, pressed by `from`.
 pub(super) async fn buy(
     tx: &Transaction<'_>,
@@ -94,6 +128,27 @@ pub(super) async fn buy(
     from: &Sender,
     target: Target,
 ) -> Result<Answer, ApiError> {
+    Ok(
+        match decide(tx, config, l, from, target, Invoicing::Chat(from.id)).await? {
+            Decision::Made { .. } => note(texts::invoice_on_its_way(l)),
+            Decision::Reused { sent: true, .. } => note(texts::invoice_on_its_way(l)),
+            Decision::Reused { sent: false, .. } => note(texts::invoice_already_sent(l)),
+            Decision::Granted { text, .. } => note(text),
+            Decision::Refused(text) => alert(text),
+        },
+    )
+}
+
+/// Decides a press of the buy button of `target` by `from`, speaking `l`: an order made,
+/// reused or granted, or a refusal; the order invoiced as `invoicing` says.
+pub(super) async fn decide(
+    tx: &Transaction<'_>,
+    config: &Config,
+    l: Language,
+    from: &Sender,
+    target: Target,
+    invoicing: Invoicing,
+) -> Result<Decision, ApiError> {
     // Reads that do not depend on each other go out together (tokio-postgres pipelines them
     // on the connection), and a channel read once is not read again.
     let (plan, read) = match target {
@@ -103,15 +158,17 @@ pub(super) async fn buy(
                 plans::default_of(tx, channel_id)
             )?;
             match offer {
-                None => return Ok(alert(texts::button_invalid(l))),
-                Some(c) if !c.active => return Ok(alert(texts::channel_unavailable(l))),
+                None => return Ok(Decision::Refused(texts::button_invalid(l))),
+                Some(c) if !c.active => {
+                    return Ok(Decision::Refused(texts::channel_unavailable(l)));
+                }
                 Some(c) => (plan, Some(c)),
             }
         }
         Target::Plan(plan_id) => (plans::get(tx, plan_id).await?, None),
     };
     let Some(plan) = plan else {
-        return Ok(alert(texts::button_invalid(l)));
+        return Ok(Decision::Refused(texts::button_invalid(l)));
     };
     let read = read.filter(|c| plan.channel_ids.contains(&c.id));
     let mut offers = futures::future::try_join_all(plan.channel_ids.iter().map(|id| {
@@ -128,10 +185,10 @@ pub(super) async fn buy(
     .map(|c| c.filter(|c| c.active))
     .collect::<Option<Vec<_>>>();
     let Some(offers) = offers.take() else {
-        return Ok(alert(texts::channel_unavailable(l)));
+        return Ok(Decision::Refused(texts::channel_unavailable(l)));
     };
     if !plan.active || offers.is_empty() {
-        return Ok(alert(texts::channel_unavailable(l)));
+        return Ok(Decision::Refused(texts::channel_unavailable(l)));
     }
     let first = &offers[0];
     let name = if plan.is_default {
@@ -148,7 +205,7 @@ pub(super) async fn buy(
     let trial = plan.kind == plans::Kind::Trial;
     let gateway = gateway(config, &plan.currency);
     if !trial && gateway.is_none() {
-        return Ok(alert(texts::cannot_be_paid(l, &name)));
+        return Ok(Decision::Refused(texts::cannot_be_paid(l, &name)));
     }
     let subscriber_id = upsert_subscriber(tx, from).await?;
     let buyer = SubscriberId(subscriber_id);
@@ -168,7 +225,7 @@ pub(super) async fn buy(
     } = state;
     let stored_code = codes::of_stored(tx, buyer, stored_code).await?;
     if plan.channel_ids.iter().all(|c| lifetime.contains(c)) {
-        return Ok(alert(texts::already_lifetime(l, &name)));
+        return Ok(Decision::Refused(texts::already_lifetime(l, &name)));
     }
     if trial {
         return free(
@@ -186,7 +243,7 @@ pub(super) async fn buy(
     if plan.recurring
         && let Some(renews_at) = live_subscription(tx, subscriber_id, first.id).await?
     {
-        return Ok(alert(texts::already_subscribed(
+        return Ok(Decision::Refused(texts::already_subscribed(
             l,
             &name,
             &texts::day(l, renews_at),
@@ -205,7 +262,7 @@ pub(super) async fn buy(
             }
             Err(why) => {
                 codes::forget(tx, buyer).await?;
-                return Ok(alert(texts::code_refused_at_order(
+                return Ok(Decision::Refused(texts::code_refused_at_order(
                     l,
                     code.text(),
                     &why.text(l),
@@ -226,7 +283,7 @@ pub(super) async fn buy(
             hold_secs = config.hold_secs,
             "bot card order refused: HOLD_SECS is too short for a card page"
         );
-        return Ok(alert(texts::card_unavailable(l, &name)));
+        return Ok(Decision::Refused(texts::card_unavailable(l, &name)));
     }
 
     let open_secs = super::open_secs(gateway, config.hold_secs);
@@ -249,16 +306,25 @@ pub(super) async fn buy(
         promo_code_id: order_code,
     }) = reusable
     {
-        let sent = bot_orders::enqueue_invoice(tx, order_id, from.id).await?;
+        let sent = match invoicing {
+            Invoicing::Chat(user_id) => bot_orders::enqueue_invoice(tx, order_id, user_id).await?,
+            Invoicing::Page => false,
+        };
         if code_id.is_some() && order_code == code_id {
             codes::forget(tx, buyer).await?;
         }
-        tracing::info!(order_id, subscriber_id, sent, "bot order reused");
-        return Ok(note(if sent {
-            texts::invoice_on_its_way(l)
-        } else {
-            texts::invoice_already_sent(l)
-        }));
+        tracing::info!(
+            order_id,
+            subscriber_id,
+            sent,
+            ?invoicing,
+            "bot order reused"
+        );
+        return Ok(Decision::Reused {
+            order_id,
+            gateway,
+            sent,
+        });
     }
     if pending {
         bot_orders::retire_stale(tx, subscriber_id, plan.id).await?;
@@ -271,7 +337,7 @@ pub(super) async fn buy(
             Ok(d) => Some(d),
             Err(()) => {
                 codes::forget(tx, buyer).await?;
-                return Ok(alert(texts::code_refused_at_order(
+                return Ok(Decision::Refused(texts::code_refused_at_order(
                     l,
                     code.text(),
                     &texts::CodeRefusal::Taken.text(l),
@@ -299,10 +365,10 @@ pub(super) async fn buy(
     let mut seat_limited = false;
     for channel in plan.channels_ascending() {
         let Some(terms) = seats::lock_channel_terms(tx, channel.0).await? else {
-            return Ok(alert(texts::channel_unavailable(l)));
+            return Ok(Decision::Refused(texts::channel_unavailable(l)));
         };
         if !terms.active {
-            return Ok(alert(texts::channel_unavailable(l)));
+            return Ok(Decision::Refused(texts::channel_unavailable(l)));
         }
         let Some(limit) = terms.seat_limit else {
             continue;
@@ -323,14 +389,14 @@ pub(super) async fn buy(
         {
             tracing::info!(subscriber_id, channel_id = channel.0, ?rule, %until,
                 "bot order refused: hold rules");
-            return Ok(refused(
+            return Ok(Decision::Refused(refused(
                 l,
                 &channel_name,
                 CheckoutRefusal::HoldLimited { limit: rule, until },
-            ));
+            )));
         }
         if seats::seats_taken(tx, channel.0).await? >= i64::from(limit) {
-            return Ok(alert(texts::channel_full(l, &channel_name)));
+            return Ok(Decision::Refused(texts::channel_full(l, &channel_name)));
         }
     }
     let order_id = if gateway == Gateway::Card && seat_limited {
@@ -345,15 +411,23 @@ pub(super) async fn buy(
             // Decided under the same locks as the checks above, so not expected; no order stays.
             tracing::warn!(order_id, ?refusal, "bot card order refused at its hold");
             bot_orders::delete_refused(tx, order_id).await?;
-            return Ok(refused(l, &name, refusal));
+            return Ok(Decision::Refused(refused(l, &name, refusal)));
         }
-        bot_orders::enqueue_invoice(tx, order_id, from.id).await?;
+        if let Invoicing::Chat(user_id) = invoicing {
+            bot_orders::enqueue_invoice(tx, order_id, user_id).await?;
+        }
         order_id
     } else {
-        // Nothing to decide between the order and its invoice: one statement makes both.
-        let order_id =
-            bot_orders::create_invoiced(tx, buyer, &plan, discount, config.hold_secs, from.id)
-                .await?;
+        let order_id = match invoicing {
+            // Nothing to decide between the order and its invoice: one statement makes both.
+            Invoicing::Chat(user_id) => {
+                bot_orders::create_invoiced(tx, buyer, &plan, discount, config.hold_secs, user_id)
+                    .await?
+            }
+            Invoicing::Page => {
+                bot_orders::create(tx, buyer, &plan, discount, config.hold_secs).await?
+            }
+        };
         if discount.is_some() {
             codes::forget(tx, buyer).await?;
         }
@@ -365,9 +439,10 @@ pub(super) async fn buy(
         plan_id = plan.id,
         channel_id = first.id,
         ?gateway,
+        ?invoicing,
         "bot order made"
     );
-    Ok(note(texts::invoice_on_its_way(l)))
+    Ok(Decision::Made { order_id, gateway })
 }
 
 /// A free order — a trial's, or one a 100 % code made free — is not invoiced: it is made and
@@ -382,9 +457,9 @@ async fn free(
     (name, channel, channels): (&str, &str, &[String]),
     discount: Option<crate::catalog::promo_codes::Discount>,
     hold_secs: i64,
-) -> Result<Answer, ApiError> {
+) -> Result<Decision, ApiError> {
     if plan.kind == plans::Kind::Trial && !trials::eligible(tx, buyer, plan).await? {
-        return Ok(alert(texts::trial_used(l, channel)));
+        return Ok(Decision::Refused(texts::trial_used(l, channel)));
     }
     let order_id = bot_orders::create(tx, buyer, plan, discount, hold_secs).await?;
     match trials::claim(tx, order_id).await? {
@@ -399,7 +474,10 @@ async fn free(
                 granted = memberships.len(),
                 "bot free order granted"
             );
-            Ok(note(texts::free_access_granted(l, channels)))
+            Ok(Decision::Granted {
+                order_id,
+                text: texts::free_access_granted(l, channels),
+            })
         }
         Err(refusal) => {
             tracing::info!(
@@ -410,7 +488,7 @@ async fn free(
                 "bot free order refused"
             );
             bot_orders::delete_refused(tx, order_id).await?;
-            Ok(alert(match refusal {
+            Ok(Decision::Refused(match refusal {
                 ClaimRefusal::TrialUsed => texts::trial_used(l, channel),
                 ClaimRefusal::ChannelFull => texts::channel_full(l, channel),
                 ClaimRefusal::AlreadyLifetime => texts::already_lifetime(l, name),
@@ -450,22 +528,20 @@ async fn discount(
     }
 }
 
-/// The alert for a refused hold: the channel is full, or the buyer may try again at a given time.
-fn refused(l: Language, name: &str, refusal: CheckoutRefusal) -> Answer {
+/// The words of a refused hold: the channel is full, or the buyer may try again at a given time.
+fn refused(l: Language, name: &str, refusal: CheckoutRefusal) -> String {
     match refusal {
-        CheckoutRefusal::HoldLimited { limit, until } => alert(render::hold_limited_answer(
+        CheckoutRefusal::HoldLimited { limit, until } => render::hold_limited_answer(
             l,
             name,
             &texts::not_before(l, until),
             limit == HoldLimit::Cooldown,
-        )),
+        ),
         CheckoutRefusal::ChannelInactive | CheckoutRefusal::NotPending => {
-            alert(texts::channel_unavailable(l))
+            texts::channel_unavailable(l)
         }
-        CheckoutRefusal::ChannelFull | CheckoutRefusal::HoldExpired => {
-            alert(texts::channel_full(l, name))
-        }
-        CheckoutRefusal::PromoExhausted => alert(texts::promo_price_gone(l)),
+        CheckoutRefusal::ChannelFull | CheckoutRefusal::HoldExpired => texts::channel_full(l, name),
+        CheckoutRefusal::PromoExhausted => texts::promo_price_gone(l),
     }
 }
 

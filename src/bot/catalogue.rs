@@ -224,6 +224,19 @@ pub(super) async fn channel_offer(
     user_id: i64,
     channel_id: i32,
 ) -> Result<Option<OfferView>, ApiError> {
+    channel_offer_with(client, config, l, user_id, channel_id, None).await
+}
+
+/// [`channel_offer`], priced with `code` when given (a code the buyer typed on the Mini App's
+/// page, not yet kept) instead of the one they gave the bot.
+pub(super) async fn channel_offer_with(
+    client: &impl GenericClient,
+    config: &Config,
+    l: Language,
+    user_id: i64,
+    channel_id: i32,
+    code: Option<codes::Code>,
+) -> Result<Option<OfferView>, ApiError> {
     let Some(c) = channels::offer(client, channel_id)
         .await?
         .filter(|c| c.active)
@@ -231,7 +244,10 @@ pub(super) async fn channel_offer(
         return Ok(None);
     };
     let plans = plans::active_of_channel(client, c.id).await?;
-    let viewer = viewer(client, user_id).await?;
+    let mut viewer = viewer(client, user_id).await?;
+    if code.is_some() {
+        viewer.code = code;
+    }
     let mut known = Channels::default();
     Ok(Some(
         view(client, config, l, c, plans, &mut known, &viewer).await?,

@@ -358,6 +358,21 @@ async fn apply_code(
     text: &str,
     for_plan: Option<i64>,
 ) -> Result<String, ApiError> {
+    Ok(match keep_code(tx, l, from, text, for_plan).await? {
+        Ok(said) | Err(said) => said,
+    })
+}
+
+/// [`apply_code`]'s decision: `Ok` with what it says when the code is kept (or already applied
+/// to the buyer's pending order), `Err` with why not. The Mini App keeps a code typed on its page
+/// through it too.
+pub(super) async fn keep_code(
+    tx: &Transaction<'_>,
+    l: Language,
+    from: &Sender,
+    text: &str,
+    for_plan: Option<i64>,
+) -> Result<Result<String, String>, ApiError> {
     let text = text.trim();
     let shown = render::clip(&render::one_line(text), 32).to_uppercase();
     let buyer = SubscriberId(buy::upsert_subscriber(tx, from).await?);
@@ -368,29 +383,33 @@ async fn apply_code(
             retry_after_secs,
             "bot promo code refused: too many wrong codes"
         );
-        return Ok(texts::code_too_many(l, retry_after_secs));
+        return Ok(Err(texts::code_too_many(l, retry_after_secs)));
     }
     let code = codes::by_text(tx, text, Some(buyer)).await?;
     // An inactive code reads as an unknown one, so guessing tells nothing about either.
     let Some(code) = code.filter(|c| c.refusal() != Some(texts::CodeRefusal::Inactive)) else {
         guesses::wrong(tx, from.id).await?;
         crate::common::metrics::bot_code_guess("wrong");
-        return Ok(texts::code_refused(l, &shown, texts::CodeRefusal::Unknown));
+        return Ok(Err(texts::code_refused(
+            l,
+            &shown,
+            texts::CodeRefusal::Unknown,
+        )));
     };
     if let Some(why) = code.refusal() {
         // The buyer's own pending order may be what holds the use that the refusal counts:
         // the code is applied there, not used up.
         if let Some(applied) = code.already_applied(tx, buyer, l).await? {
-            return Ok(applied);
+            return Ok(Ok(applied));
         }
         crate::common::metrics::bot_code_guess("refused");
-        return Ok(texts::code_refused(l, code.text(), why));
+        return Ok(Err(texts::code_refused(l, code.text(), why)));
     }
     let gives = match code.gives(tx, l).await? {
         Ok(gives) => gives,
         Err(why) => {
             crate::common::metrics::bot_code_guess("refused");
-            return Ok(texts::code_refused(l, code.text(), why));
+            return Ok(Err(texts::code_refused(l, code.text(), why)));
         }
     };
     if let Some(plan) = match for_plan {
@@ -399,7 +418,7 @@ async fn apply_code(
     } && let Err(why) = code.price_for(tx, Some(buyer), &plan).await?
     {
         crate::common::metrics::bot_code_guess("refused");
-        return Ok(texts::code_refused(l, code.text(), why));
+        return Ok(Err(texts::code_refused(l, code.text(), why)));
     }
     crate::common::metrics::bot_code_guess("applied");
     codes::store(tx, buyer, &code).await?;
@@ -408,7 +427,7 @@ async fn apply_code(
         promo_code_id = code.id(),
         "bot promo code kept"
     );
-    Ok(texts::code_applied(l, code.text(), &gives))
+    Ok(Ok(texts::code_applied(l, code.text(), &gives)))
 }
 
 /// Memberships listed at most (the renderer sums up the rest it cannot fit).
@@ -446,7 +465,15 @@ async fn subscriptions(
             }
         })
         .collect();
-    Ok(render::subscriptions(l, &memberships))
+    let mut rendered = render::subscriptions(l, &memberships);
+    // The member portal, when the service has a public address for its page.
+    if let Some(public_url) = config.public_url.as_deref() {
+        rendered.rows.push(vec![render::web_app_button(
+            &texts::portal_button(l),
+            &format!("{public_url}/app/"),
+        )]);
+    }
+    Ok(rendered)
 }
 
 /// What `/subscriptions` shows of a membership's newest Stars subscription: its next renewal

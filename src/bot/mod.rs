@@ -49,6 +49,8 @@ mod catalogue;
 mod codes;
 mod conversation;
 pub mod guesses;
+pub mod mini_app;
+pub mod pay_links;
 pub mod update;
 
 pub use crate::present::{render, texts};

@@ -153,6 +153,18 @@ impl BotApi {
         .await
     }
 
+    /// `setChatMenuButton` of the bot's default menu (every private chat): a `web_app` button
+    /// labelled `text` opening `url`.
+    pub async fn set_menu_web_app(&self, text: &str, url: &str) -> Result<bool, BotError> {
+        self.call(
+            "setChatMenuButton",
+            &json!({
+                "menu_button": {"type": "web_app", "text": text, "web_app": {"url": url}},
+            }),
+        )
+        .await
+    }
+
     /// `approveChatJoinRequest`.
     pub async fn approve_join_request(&self, chat_id: i64, user_id: i64) -> Result<bool, BotError> {
         self.call(

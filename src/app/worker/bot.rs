@@ -33,21 +33,17 @@ use serde_json::{Value, json};
 use crate::{
     access::memberships::{self, EventCause},
     app::state::AppState,
-    bot,
+    bot::{
+        self,
+        pay_links::{self, LinkFailure},
+    },
     common::{currency::Money, error::ApiError},
-    config::Config,
     orders,
     outbox::{
         bot_messages::enqueue_message,
         effects::{self, Effect, Kind, Payload, payload::SubscriptionCancel},
     },
-    payments::{
-        gateways::{
-            stripe,
-            wayforpay::{checks as gateway_checks, purchase as wayforpay_purchase},
-        },
-        star_subscriptions,
-    },
+    payments::{gateways::wayforpay::checks as gateway_checks, star_subscriptions},
     present::{
         render,
         texts::{self, Language},
@@ -77,6 +73,15 @@ impl From<ApiError> for BotFailure {
 impl From<tokio_postgres::Error> for BotFailure {
     fn from(e: tokio_postgres::Error) -> BotFailure {
         BotFailure::Db(e.into())
+    }
+}
+
+impl From<LinkFailure> for BotFailure {
+    fn from(e: LinkFailure) -> BotFailure {
+        match e {
+            LinkFailure::Permanent(why) => BotFailure::Permanent(why),
+            LinkFailure::Retry(why) => BotFailure::Retry(why),
+        }
     }
 }
 
@@ -194,12 +199,12 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
             }
             let pages = bot::card_pages(&state.config);
             let wayforpay = if pages.wayforpay {
-                Some(card_link(&state.config, &f, &name)?)
+                Some(pay_links::card_link(&state.config, &f, &name)?)
             } else {
                 None
             };
             let stripe = if pages.stripe {
-                stripe_session(&state.config, &f, &name).await?
+                pay_links::stripe_session(&state.config, &f, &name).await?
             } else {
                 None
             };
@@ -244,75 +249,6 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
 fn markup(buttons: Vec<Value>) -> Value {
     let rows: Vec<Vec<Value>> = buttons.into_iter().map(|b| vec![b]).collect();
     json!({ "inline_keyboard": rows })
-}
-
-/// The signed WayForPay Purchase link of an order.
-fn card_link(config: &Config, f: &orders::InvoiceFacts, name: &str) -> Result<String, BotFailure> {
-    let missing = || BotFailure::Permanent("WayForPay purchase links are not configured".into());
-    let wfp = config.wayforpay.as_ref().ok_or_else(missing)?;
-    let domain = config.wayforpay_domain.as_deref().ok_or_else(missing)?;
-    let public_url = config.public_url.as_deref().ok_or_else(missing)?;
-    let service_url = format!("{public_url}/api/webhook/wayforpay");
-    let return_url = config
-        .telegram_bot_username
-        .as_ref()
-        .map(|u| format!("https://t.me/{u}"));
-    let product = render::clip(name, 120);
-    let purchase = wayforpay_purchase::Purchase {
-        merchant_account: &wfp.merchant_account,
-        merchant_domain: domain,
-        order_reference: &f.reference,
-        order_date: f.order_date,
-        price: &Money::new(f.amount_minor, &f.currency),
-        product_name: &product,
-        service_url: &service_url,
-        return_url: return_url.as_deref(),
-        order_timeout_secs: Some(f.open_secs),
-    };
-    wayforpay_purchase::url(wfp.secret_key.expose().as_bytes(), &purchase)
-        .ok_or_else(|| BotFailure::Permanent(format!("{} has no known minor unit", f.currency)))
-}
-
-/// The URL of the order's Stripe Checkout page, made now (or found again: the call is keyed on
-/// the order, [`stripe::create_checkout_session`]); `None` when the page could not stay
-/// open for the half hour Stripe requires before the order closes.
-async fn stripe_session(
-    config: &Config,
-    f: &orders::InvoiceFacts,
-    name: &str,
-) -> Result<Option<String>, BotFailure> {
-    let missing = || BotFailure::Permanent("Stripe is not configured".into());
-    let stripe_config = config.stripe.as_ref().ok_or_else(missing)?;
-    let return_url = bot::stripe_return_url(config).ok_or_else(missing)?;
-    let expires_at = stripe::checkout_expires_at(f.order_date, f.closes_at);
-    // A minute of slack for the call itself.
-    if chrono::Utc::now().timestamp() + stripe::MIN_SESSION_SECS + 60 > expires_at {
-        return Ok(None);
-    }
-    let product = render::clip(name, 120);
-    let checkout = stripe::Checkout {
-        order_reference: &f.reference,
-        amount_minor: f.amount_minor,
-        currency: &f.currency,
-        product_name: &product,
-        return_url: &return_url,
-        expires_at,
-    };
-    match stripe::create_checkout_session(
-        &stripe_config.api_url,
-        stripe_config.secret_key.expose(),
-        &checkout,
-    )
-    .await
-    {
-        Ok(session) => {
-            tracing::info!(order_reference = %f.reference, session = %session.id,
-                "Stripe Checkout Session made");
-            Ok(Some(session.url))
-        }
-        Err(stripe::ApiCallError::Transient(why)) => Err(BotFailure::Retry(why)),
-        Err(e @ stripe::ApiCallError::Refused(_)) => Err(BotFailure::Permanent(e.to_string())),
-    }
 }
 
 /// Stores a new subscription link on the order (the first stored wins, so a repeat of the

@@ -410,6 +410,11 @@ const REENABLE_SQL: &str = "UPDATE star_subscriptions
          updated_at = statement_timestamp()
      WHERE id = $1";
 
+/// Subscription `id`, locked `FOR UPDATE`; `None` when there is none.
+pub async fn lock(tx: &Transaction<'_>, id: i64) -> Result<Option<StarSubscription>, ApiError> {
+    db::opt(tx, LOCK_SQL, &[&id]).await
+}
+
 /// The subscription started by the applied first charge of the order with this reference (a
 /// Stars invoice's `invoice_payload`), locked `FOR UPDATE`; `None` when there is none.
 pub async fn lock_of_reference(

@@ -38,6 +38,11 @@ pub fn url_button(text: &str, url: &str) -> Value {
     json!({"text": clip(text, BUTTON_MAX), "url": url})
 }
 
+/// A button opening the Mini App at `url` (inside Telegram, with the user's `initData`).
+pub fn web_app_button(text: &str, url: &str) -> Value {
+    json!({"text": clip(text, BUTTON_MAX), "web_app": {"url": url}})
+}
+
 /// `/language`: the choice of languages, each button in the language's own name.
 pub fn language_choice(l: Language) -> Rendered {
     Rendered {

@@ -36,7 +36,7 @@ pub use self::{
     invoice::{invoice_description, invoice_title},
     message::{
         Rendered, access_ended, answer_callback, button, hold_limited_answer, language_choice,
-        send_message, url_button,
+        send_message, url_button, web_app_button,
     },
     prices::{period, price, term},
     subscriptions::{MembershipView, SubscriptionView, subscriptions},

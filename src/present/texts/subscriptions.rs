@@ -14,6 +14,11 @@ pub fn subscriptions_header(l: Language) -> String {
     say(l, "subscriptions-header", None)
 }
 
+/// The button under `/subscriptions` opening the member portal (the Mini App).
+pub fn portal_button(l: Language) -> String {
+    say(l, "portal-button", None)
+}
+
 /// When the buyer has none.
 pub fn subscriptions_empty(l: Language) -> String {
     say(l, "subscriptions-empty", None)

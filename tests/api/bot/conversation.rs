@@ -161,13 +161,15 @@ pub(crate) async fn stars_channel(app: &TestApp, chat_id: i64, extra: Value) -> 
     channel(app, chat_id, body).await
 }
 
-/// The inline keyboard of a reply or call: `(text, callback_data or url)` per button.
+/// The inline keyboard of a reply or call: `(text, callback_data or url)` per button; the
+/// Mini App's buttons are read with [`web_app_buttons`].
 pub(crate) fn buttons(message: &Value) -> Vec<(String, String)> {
     message["reply_markup"]["inline_keyboard"]
         .as_array()
         .map(|rows| {
             rows.iter()
                 .flat_map(|row| row.as_array().unwrap().iter())
+                .filter(|b| b.get("web_app").is_none())
                 .map(|b| {
                     let target = b
                         .get("callback_data")
@@ -175,6 +177,22 @@ pub(crate) fn buttons(message: &Value) -> Vec<(String, String)> {
                         .and_then(Value::as_str)
                         .unwrap();
                     (b["text"].as_str().unwrap().to_string(), target.to_string())
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The buttons of a reply that open the Mini App: `(text, web_app.url)` each.
+pub(crate) fn web_app_buttons(message: &Value) -> Vec<(String, String)> {
+    message["reply_markup"]["inline_keyboard"]
+        .as_array()
+        .map(|rows| {
+            rows.iter()
+                .flat_map(|row| row.as_array().unwrap().iter())
+                .filter_map(|b| {
+                    let url = b.get("web_app")?.get("url")?.as_str()?;
+                    Some((b["text"].as_str().unwrap().to_string(), url.to_string()))
                 })
                 .collect()
         })

@@ -12,7 +12,7 @@ mod groups;
 mod holds;
 mod languages;
 mod plan_prices;
-mod plans;
+pub(crate) mod plans;
 mod referrals;
 mod stars_renewals;
 mod words;

@@ -909,6 +909,7 @@ fn perform(state: &Arc<Mutex<FakeState>>, method: &str, p: &Value) -> Response {
             ok(json!(format!("https://t.me/$fake_subscription_{n}")))
         }
         "createInvoiceLink" => ok(json!(format!("https://t.me/$fake_invoice_{n}"))),
+        "setChatMenuButton" => ok(json!(true)),
         _ => error(404, "Not Found: method not found", None),
     }
 }
