@@ -461,7 +461,8 @@ async fn the_paywall_shows_the_plans_in_the_buyers_language_and_sells_with_stars
     {
         assert!(text.contains(words), "{words:?} missing from:\n{text}");
     }
-    assert!(page.browser.page_text().await.contains("Оберіть тариф"));
+    // Headings are shown in capitals (the page's style), as a person reads them.
+    assert!(page.browser.page_text().await.contains("ОБЕРІТЬ ТАРИФ"));
     assert_eq!(page.background().await, "rgb(23, 33, 43)");
     page.fits_the_phone("the paywall in Ukrainian").await;
 
