@@ -3,4 +3,4 @@
 //! and their one decision — against the fake Bot API, which keeps the chat's member list and
 //! every answer each query got.
 
-mod queries;
+pub(crate) mod queries;

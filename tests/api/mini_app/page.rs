@@ -729,3 +729,96 @@ async fn launch_data_not_signed_with_the_bots_token_shows_the_open_from_telegram
         .await;
     page.quit().await;
 }
+
+// ---- at the door ----
+
+/// The whole way in: a stranger taps the chat's link, the door opens the paywall for their
+/// request, they buy with Stars on the page, and the payment lets them in through their
+/// request's query, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stranger_at_the_door_pays_on_the_page_and_is_let_in_through_the_query() {
+    let fake = FakeBot::start().await;
+    let app = app_with(&fake).await;
+    let chat = -100_700_031;
+    let (channel, _) = stars_channel_with_trial(&app, chat).await;
+    app.patch(
+        &format!("/api/channels/{channel}"),
+        json!({"door": "mini_app"}),
+    )
+    .await
+    .expect(200);
+    let user = 7_700_031;
+    fake.open_join_query(chat, user, "door-e2e");
+    let reply = app
+        .post_telegram_update(crate::door::queries::query_update(
+            chat,
+            "supergroup",
+            user,
+            "door-e2e",
+        ))
+        .await
+        .expect(200);
+    assert!(fake.perform_reply(&reply));
+    assert_eq!(reply["method"], "sendChatJoinRequestWebApp", "{reply}");
+    let url = reply["web_app_url"].as_str().unwrap();
+    let query = url
+        .strip_prefix("https://pay.example.com/app/")
+        .expect("the paywall's URL");
+    assert!(query.starts_with(&format!("?c={channel}&r=jr_")), "{url}");
+
+    let mut page = MiniApp::start(&app).await;
+    page.open(query, Some(&Launch::signed(user, "uk"))).await;
+    page.browser
+        .wait_text("#channel-title", "Ринкові нотатки")
+        .await;
+    let paid_plan: i64 = app
+        .db()
+        .await
+        .query_one(
+            "SELECT id FROM plans WHERE default_of = $1",
+            &[&(channel as i32)],
+        )
+        .await
+        .unwrap()
+        .get("id");
+    page.browser
+        .click(&format!("button.buy[data-plan=\"{paid_plan}\"]"))
+        .await;
+    page.wait_asked("invoices").await;
+    // The page's order is tied to the request waiting at the door.
+    let linked: i64 = app
+        .db()
+        .await
+        .query_one(
+            "SELECT count(*) FROM join_requests j JOIN orders o ON o.id = j.order_id
+             WHERE j.query_id = 'door-e2e' AND j.state = 'waiting'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(linked, 1, "the order is tied to the waiting request");
+    pay_with_stars(&app, &page, user, 250, "stars-charge-door-e2e").await;
+    page.browser.wait_text("#done", "Ви з нами!").await;
+    crate::support::effects::run_until_done(&app).await;
+
+    assert!(fake.is_member(chat, user), "the buyer is in the group");
+    assert_eq!(
+        fake.query_answers("door-e2e"),
+        vec![format!("web_app {url}"), "approve".to_string()],
+        "the query: the paywall, then one approval"
+    );
+    assert!(fake.links_of(chat).is_empty(), "no join link was needed");
+    let state: String = app
+        .db()
+        .await
+        .query_one(
+            "SELECT state FROM join_requests WHERE query_id = 'door-e2e'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(state, "approved");
+    page.quit().await;
+}
