@@ -198,7 +198,7 @@ fn links(state: &AppState, c: Channel) -> Channel {
 fn door_errors(state: &AppState, door: Option<&str>) -> Errors {
     let mut e = Errors::default();
     match door.map(Door::parse) {
-        Some(None) => e.add("door", &format!("must be {}", Door::spellings())),
+        Some(None) => e.add("door", format!("must be {}", Door::spellings())),
         Some(Some(Door::MiniApp)) if state.config.public_url.is_none() => e.add(
             "door",
             "mini_app needs PUBLIC_URL (the Mini App's page is served there)",
