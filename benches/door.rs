@@ -21,7 +21,8 @@
 //!
 //! Environment: `SUBGATE_TEST_DATABASE_URL` (admin URL), `SUBGATE_BENCH_RUN`,
 //! `SUBGATE_BENCH_PIDFILE`, `SUBGATE_BENCH_RESULTS`, as the other benchmarks; `DOOR_BENCH_SERVER`
-//! (another `subgate` binary to run, e.g. an older build to compare with; unset: this build's).
+//! (another `subgate` binary to run, e.g. an older build to compare with; unset: this build's),
+//! `DOOR_BENCH_DB_POOL_SIZE` (the server's `DB_POOL_SIZE`; unset: its default).
 
 #[path = "common/mod.rs"]
 mod common;
@@ -110,8 +111,14 @@ struct Round {
     name: &'static str,
     latencies: Latencies,
     queued: usize,
-    /// The server's CPU time during the round.
+    /// CPU time during the round: the server's, PostgreSQL's backends serving the benchmark's
+    /// database, the load generator's (this process), and the whole machine's (both cores).
     server_cpu: Duration,
+    db_cpu: Duration,
+    own_cpu: Duration,
+    machine_cpu: Duration,
+    /// From the release to the last answer.
+    wall: Duration,
     /// Bot API calls the server made during the round, by method, and the fake's 429s.
     calls: String,
     refused: u64,
@@ -181,12 +188,16 @@ async fn measure(database_url: String, requests: usize) -> Result<Vec<Round>, St
 
     let fake = fake_bot::FakeBot::start().await?;
     let secret = random_hex(24);
-    let extra = vec![
+    let mut extra = vec![
         ("TELEGRAM_WEBHOOK_SECRET", secret.clone()),
         ("TELEGRAM_BOT_TOKEN", TOKEN.to_string()),
         ("TELEGRAM_API_URL", fake.url.clone()),
         ("PUBLIC_URL", PUBLIC_URL.to_string()),
     ];
+    if let Ok(size) = std::env::var("DOOR_BENCH_DB_POOL_SIZE") {
+        progress(format!("DB_POOL_SIZE={size} (DOOR_BENCH_DB_POOL_SIZE)"));
+        extra.push(("DB_POOL_SIZE", size));
+    }
     let bin = std::env::var("DOOR_BENCH_SERVER")
         .ok()
         .filter(|b| !b.is_empty());
@@ -216,13 +227,22 @@ async fn measure(database_url: String, requests: usize) -> Result<Vec<Round>, St
     ] {
         let calls_before = fake.counts();
         let cpu_before = cpu_time(server.pid());
+        let db_before = backends_cpu(&client).await;
+        let clock_before = common::CpuClock::now(None);
         progress(format!(
             "{name}: {requests} join requests released together"
         ));
         let answers = round(&url, &secret, first_user, requests).await?;
+        let clock = common::CpuClock::now(None).since(&clock_before);
+        let db_cpu = backends_cpu(&client).await.saturating_sub(db_before);
         let calls = fake.counts().since(&calls_before);
         let mut latencies = Vec::new();
         let mut queued = 0;
+        let wall = answers
+            .values()
+            .map(|(took, _)| *took)
+            .max()
+            .unwrap_or_default();
         for (user, (took, body)) in answers {
             latencies.push(took);
             queued += usize::from(body["result"] == "queue");
@@ -233,6 +253,10 @@ async fn measure(database_url: String, requests: usize) -> Result<Vec<Round>, St
             latencies: Latencies::new(latencies),
             queued,
             server_cpu: cpu_time(server.pid()).saturating_sub(cpu_before),
+            db_cpu,
+            own_cpu: clock.own,
+            machine_cpu: clock.machine,
+            wall,
             calls: calls.by_method(),
             refused: calls.refused,
         });
@@ -249,6 +273,21 @@ async fn measure(database_url: String, requests: usize) -> Result<Vec<Round>, St
     }
     check(&client, channel, &replies, users).await?;
     Ok(rounds)
+}
+
+/// CPU time the PostgreSQL backends serving this database used so far (the benchmark's own
+/// connection aside).
+async fn backends_cpu(client: &tokio_postgres::Client) -> Duration {
+    let pids = client
+        .query(
+            "SELECT pid FROM pg_stat_activity
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .await
+        .map(|rows| rows.iter().map(|r| r.get::<_, i32>(0)).collect::<Vec<_>>())
+        .unwrap_or_default();
+    pids.iter().map(|pid| cpu_time(*pid as u32)).sum()
 }
 
 /// Users `first_user..first_user + n` ask together; returns each one's time from the release to
@@ -384,14 +423,14 @@ fn report(requests: usize, rounds: &[Round]) -> String {
     let _ = writeln!(t);
     let _ = writeln!(
         t,
-        "| round | answered | p50 ms | p99 ms | max ms | queue | server CPU ms | Bot API calls (429s) | p99 < 1 s |"
+        "| round | answered | p50 ms | p99 ms | max ms | queue | CPU ms: server, PostgreSQL, load generator, machine (of {{2 × wall}}) | Bot API calls (429s) | p99 < 1 s |"
     );
-    let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---|---|");
+    let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---|---|---|");
     for r in rounds {
         let p99 = r.latencies.q(0.99);
         let _ = writeln!(
             t,
-            "| {} | {} | {:.1} | {:.1} | {:.1} | {} | {:.0} | {} ({}) | {} |",
+            "| {} | {} | {:.1} | {:.1} | {:.1} | {} | {:.0}, {:.0}, {:.0}, {:.0} (of {:.0}) | {} ({}) | {} |",
             r.name,
             r.latencies.len(),
             r.latencies.q(0.5),
@@ -399,6 +438,10 @@ fn report(requests: usize, rounds: &[Round]) -> String {
             r.latencies.q(1.0),
             r.queued,
             r.server_cpu.as_secs_f64() * 1e3,
+            r.db_cpu.as_secs_f64() * 1e3,
+            r.own_cpu.as_secs_f64() * 1e3,
+            r.machine_cpu.as_secs_f64() * 1e3,
+            2.0 * r.wall.as_secs_f64() * 1e3,
             if r.calls.is_empty() { "none" } else { &r.calls },
             r.refused,
             if p99 < GOAL_P99_MS { "yes" } else { "**no**" }
