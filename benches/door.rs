@@ -423,7 +423,7 @@ fn report(requests: usize, rounds: &[Round]) -> String {
     let _ = writeln!(t);
     let _ = writeln!(
         t,
-        "| round | answered | p50 ms | p99 ms | max ms | queue | CPU ms: server, PostgreSQL, load generator, machine (of {{2 × wall}}) | Bot API calls (429s) | p99 < 1 s |"
+        "| round | answered | p50 ms | p99 ms | max ms | queue | CPU ms: server, PostgreSQL, load generator, machine (of 2 × wall) | Bot API calls (429s) | p99 < 1 s |"
     );
     let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---|---|---|");
     for r in rounds {
