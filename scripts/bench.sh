@@ -24,6 +24,10 @@
 #                           fake Bot API (BROADCAST_BENCH_FREE_RECIPIENTS, default 3000, and
 #                           BROADCAST_BENCH_RECIPIENTS, default 100000, size it;
 #                           BENCH_SKIP_BROADCAST=1 leaves it out).
+#   7. benches/door.rs      1,000 join request queries released together at a Mini App chat
+#                           through a real server, each timed to its answer in the webhook's
+#                           reply, twice (DOOR_BENCH_ARGS sizes it, e.g. '--requests 500';
+#                           BENCH_SKIP_DOOR=1 leaves it out).
 # Arguments go to the payment benchmark, e.g.
 #   make bench ARGS='--connections 32 --duration 30'      scripts/bench.sh --help
 # SWEEP_BENCH_ROWS / SWEEP_BENCH_NAIVE_ROWS / SWEEP_BENCH_PROBE size the sweep; BENCH_SKIP_SWEEP=1
@@ -69,7 +73,8 @@ export SUBGATE_BENCH_RESULTS
 mkdir -p "$SUBGATE_BENCH_RESULTS"
 rm -f "$SUBGATE_BENCH_RESULTS/sweep.tsv" "$SUBGATE_BENCH_RESULTS/payments.tsv" \
     "$SUBGATE_BENCH_RESULTS/stats.tsv" "$SUBGATE_BENCH_RESULTS/access.tsv" \
-    "$SUBGATE_BENCH_RESULTS/broadcast.tsv" "$SUBGATE_BENCH_RESULTS/summary.md"
+    "$SUBGATE_BENCH_RESULTS/broadcast.tsv" "$SUBGATE_BENCH_RESULTS/door.tsv" \
+    "$SUBGATE_BENCH_RESULTS/summary.md"
 SUBGATE_BENCH_PIDFILE="$SUBGATE_BENCH_RESULTS/pids.$SUBGATE_BENCH_RUN"
 export SUBGATE_BENCH_PIDFILE
 : >"$SUBGATE_BENCH_PIDFILE"
@@ -114,7 +119,7 @@ cleanup() {
     local alive=()
     for pid in "${pids[@]}"; do
         if kill -0 "$pid" 2>/dev/null &&
-            grep -qa -e subgate -e pgbench -e payments -e sweep -e stats -e access -e bot_storm -e broadcast -e cargo "/proc/$pid/cmdline" 2>/dev/null; then
+            grep -qa -e subgate -e pgbench -e payments -e sweep -e stats -e access -e bot_storm -e broadcast -e door -e cargo "/proc/$pid/cmdline" 2>/dev/null; then
             alive+=("$pid")
         fi
     done
@@ -156,7 +161,7 @@ run() {
 started=$SECONDS
 log "building the benchmarks (release profile)"
 run cargo bench --no-run --bench payments --bench sweep --bench stats --bench access --bench bot_storm \
-    --bench broadcast
+    --bench broadcast --bench door
 log "built in $((SECONDS - started)) s"
 
 status=0
@@ -210,6 +215,15 @@ if [[ "${BENCH_SKIP_BROADCAST:-0}" != 1 ]]; then
     log "broadcast benchmark: $BROADCAST_BENCH_FREE_RECIPIENTS recipients through a crash, $BROADCAST_BENCH_RECIPIENTS paid"
     run cargo bench --quiet --bench broadcast || status=$?
     log "broadcast benchmark: $((SECONDS - step)) s"
+fi
+# The door: join request queries answered in the webhook's reply, 1,000 released together,
+# twice (benches/door.rs); fails when an answer is wrong or missing, reports p50/p99/max.
+if [[ "${BENCH_SKIP_DOOR:-0}" != 1 ]]; then
+    step=$SECONDS
+    read -r -a door_args <<<"${DOOR_BENCH_ARGS:-}"
+    log "door benchmark: cargo bench --bench door -- ${door_args[*]}"
+    run cargo bench --quiet --bench door -- "${door_args[@]}" || status=$?
+    log "door benchmark: $((SECONDS - step)) s"
 fi
 log "whole run $((SECONDS - started)) s"
 exit "$status"

@@ -382,6 +382,10 @@ async fn answer(
             "is_revoked": false,
         }),
         "getMe" => json!({"id": 1, "is_bot": true, "first_name": "bench", "username": "bench_bot"}),
+        "getChatAdministrators" => json!([{
+            "status": "creator",
+            "user": {"id": 1, "is_bot": true, "first_name": "bench"},
+        }]),
         "getStarTransactions" => json!({"transactions": []}),
         "createInvoiceLink" => json!("https://t.me/$bench"),
         "getChatMember" => json!({

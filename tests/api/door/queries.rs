@@ -21,7 +21,7 @@ use crate::{
     },
 };
 
-const PUBLIC_URL: &str = "https://pay.example.com";
+pub(crate) const PUBLIC_URL: &str = "https://pay.example.com";
 
 static NEXT: AtomicI64 = AtomicI64::new(1);
 

@@ -47,6 +47,21 @@ impl Server {
             .local_addr()
             .unwrap()
             .port();
+        self.start_on(port).await;
+    }
+
+    /// The port the server listens on now (or last did).
+    pub(crate) fn port(&self) -> u16 {
+        let base = self.base.lock().unwrap();
+        base.rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Starts the server on `port` (the port of the process it replaces, as a restart on the
+    /// same host keeps its address) and waits until it is ready.
+    pub(crate) async fn start_on(&mut self, port: u16) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
