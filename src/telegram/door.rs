@@ -54,6 +54,8 @@ const SETTLE_BATCH: i64 = 500;
 const ADMINS_FRESH: Duration = Duration::from_secs(60);
 /// The longest the door waits for `getChatAdministrators` before taking the user for not one.
 const ADMINS_TIMEOUT: Duration = Duration::from_millis(800);
+/// How soon a chat's administrators are asked again after a read that failed.
+const ADMINS_RETRY: Duration = Duration::from_secs(10);
 /// How long a request answered `queue` is retried into the database.
 const REMEMBER_FOR: Duration = Duration::from_secs(3600);
 
@@ -139,7 +141,16 @@ async fn decide(
         );
         return Ok(answer(result));
     };
-    let let_in = live || exempt || is_administrator(config, chat_id, user_id).await;
+    // The administrators may have to be asked of Telegram: no connection is held meanwhile.
+    let (let_in, client) = if live || exempt {
+        (true, client)
+    } else if let Some(ids) = cached_admins(chat_id) {
+        (ids.contains(&user_id), client)
+    } else {
+        drop(client);
+        let admin = is_administrator(config, chat_id, user_id).await;
+        (admin, db.get().await?)
+    };
     let reference = new_reference();
     let arrival = Arrival {
         channel_id: channel.id,
@@ -185,38 +196,59 @@ type AdminCache = Mutex<HashMap<i64, (Instant, Arc<Vec<i64>>)>>;
 
 static ADMINS: LazyLock<AdminCache> = LazyLock::new(|| Mutex::new(HashMap::new()));
 
-/// Whether `user_id` administers chat `chat_id`, from `getChatAdministrators` read at most once
-/// a minute per chat; a call that fails or is slow counts as "not one" (the user then sees the
-/// paywall, and a staff member can exempt them).
-async fn is_administrator(config: &Config, chat_id: i64, user_id: i64) -> bool {
-    let cached = ADMINS
+/// One read of `getChatAdministrators` at a time: a burst of requests to a chat whose list is
+/// stale waits for the one read instead of each making its own.
+static ADMINS_READ: LazyLock<tokio::sync::Mutex<()>> =
+    LazyLock::new(|| tokio::sync::Mutex::new(()));
+
+fn cached_admins(chat_id: i64) -> Option<Arc<Vec<i64>>> {
+    ADMINS
         .lock()
         .ok()
         .and_then(|m| m.get(&chat_id).cloned())
-        .filter(|(at, _)| at.elapsed() < ADMINS_FRESH);
-    if let Some((_, ids)) = cached {
+        .filter(|(at, _)| at.elapsed() < ADMINS_FRESH)
+        .map(|(_, ids)| ids)
+}
+
+/// Whether `user_id` administers chat `chat_id`, from `getChatAdministrators` read at most once
+/// a minute per chat (one read at a time); a call that fails or is slow counts as "not one"
+/// (the user then sees the paywall, and a staff member can exempt them), and is not tried
+/// again for [`ADMINS_RETRY`].
+async fn is_administrator(config: &Config, chat_id: i64, user_id: i64) -> bool {
+    if let Some(ids) = cached_admins(chat_id) {
         return ids.contains(&user_id);
     }
     let Some(bot) = BotApi::from_config(config, ADMINS_TIMEOUT) else {
         return false;
     };
-    match tokio::time::timeout(ADMINS_TIMEOUT, bot.chat_administrator_ids(chat_id)).await {
-        Ok(Ok(ids)) => {
-            let found = ids.contains(&user_id);
-            if let Ok(mut m) = ADMINS.lock() {
-                m.insert(chat_id, (Instant::now(), Arc::new(ids)));
-            }
-            found
-        }
-        Ok(Err(e)) => {
-            tracing::warn!(chat_id, error = %e, "getChatAdministrators failed at the door");
-            false
-        }
-        Err(_) => {
-            tracing::warn!(chat_id, "getChatAdministrators too slow at the door");
-            false
-        }
+    let Ok(_reading) = tokio::time::timeout(ADMINS_TIMEOUT, ADMINS_READ.lock()).await else {
+        return false;
+    };
+    // Read by the request this one waited for.
+    if let Some(ids) = cached_admins(chat_id) {
+        return ids.contains(&user_id);
     }
+    let (ids, fresh_for) =
+        match tokio::time::timeout(ADMINS_TIMEOUT, bot.chat_administrator_ids(chat_id)).await {
+            Ok(Ok(ids)) => (ids, ADMINS_FRESH),
+            Ok(Err(e)) => {
+                tracing::warn!(chat_id, error = %e, "getChatAdministrators failed at the door");
+                (Vec::new(), ADMINS_RETRY)
+            }
+            Err(_) => {
+                tracing::warn!(chat_id, "getChatAdministrators too slow at the door");
+                (Vec::new(), ADMINS_RETRY)
+            }
+        };
+    let found = ids.contains(&user_id);
+    if let Ok(mut m) = ADMINS.lock() {
+        // A failed read is kept as an empty list that turns stale after `ADMINS_RETRY`.
+        let at = Instant::now()
+            .checked_sub(ADMINS_FRESH - fresh_for)
+            .unwrap_or_else(Instant::now);
+        m.insert(chat_id, (at, Arc::new(ids)));
+    }
+    found
 }
 
 /// Writes down a request the door answered `queue`, as soon as the database takes it (retried
