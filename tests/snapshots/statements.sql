@@ -30,6 +30,29 @@
     WHERE a.code = $1 AND a.active
 
 -- statement
+
+    WITH seen AS (
+        SELECT id, reference, answer, state FROM join_requests WHERE query_id = $4
+    ), made AS (
+        INSERT INTO join_requests
+            (channel_id, chat_id, user_id, query_id, answer, requested_at, reference,
+             state, decided_at)
+        SELECT $1, $2, $3, $4, $5, $6, $7,
+               CASE WHEN $5 = 'approve' THEN 'approved' ELSE 'waiting' END,
+               CASE WHEN $5 = 'approve' THEN statement_timestamp() END
+        WHERE NOT EXISTS (SELECT 1 FROM seen)
+        ON CONFLICT (chat_id, user_id) WHERE state = 'waiting' DO UPDATE
+            SET query_id = EXCLUDED.query_id, answer = EXCLUDED.answer,
+                requested_at = EXCLUDED.requested_at, reference = EXCLUDED.reference,
+                channel_id = EXCLUDED.channel_id, created_at = statement_timestamp(),
+                state = EXCLUDED.state, decided_at = EXCLUDED.decided_at
+        RETURNING id, reference, answer, state
+    )
+    SELECT id, reference, answer, state FROM seen
+    UNION ALL
+    SELECT id, reference, answer, state FROM made
+
+-- statement
 -- A Stars subscription charge that subgate refuses (a first charge or a renewal) stops its
 -- subscription in the payment's transaction: the row is cancelled by 'subgate', with the
 -- refused charge's reason, and an editUserStarSubscription effect is enqueued beside it. A
@@ -1257,6 +1280,57 @@ ALTER TABLE plans
 
 
 -- statement
+-- The channel's (or group's) own link as the paywall: a chat whose join requests subgate
+-- answers with a Mini App (docs/bot.md#the-door), and the requests waiting at that door.
+
+-- How a join request of the chat is answered: `bot` as before (approve a member, decline
+-- anyone else), `mini_app` the paywall (a request carrying a query opens the Mini App).
+ALTER TABLE channels
+    ADD COLUMN door text NOT NULL DEFAULT 'bot',
+    ADD CONSTRAINT channels_door_check CHECK (door IN ('bot', 'mini_app'));
+
+-- A join request that came with a query (`chat_join_request.query_id`) to a `mini_app` chat.
+-- `answer` is how the query was answered at the door (in the webhook's reply): `approve` (a
+-- member, an exempt user, an administrator), `web_app` (the paywall opened), `queue` (not
+-- decided in time: decided later, as a plain join request). `state` is the request's own fate:
+-- `waiting` until it is approved (its buyer's access was granted) or declined (its order ran
+-- out unpaid, or it outlived its query). One waiting request per chat and user: a new request
+-- of the same user takes the waiting row over (its new query, its new reference).
+CREATE TABLE join_requests (
+    id           bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    channel_id   integer     NOT NULL REFERENCES channels (id) ON DELETE CASCADE,
+    chat_id      bigint      NOT NULL,
+    user_id      bigint      NOT NULL,
+    query_id     text        NOT NULL,
+    -- The one-time reference the paywall URL carries (`r=`), naming this request.
+    reference    text        NOT NULL,
+    answer       text        NOT NULL,
+    state        text        NOT NULL DEFAULT 'waiting',
+    -- The order the Mini App made for this request (its hold decides when an unpaid request is
+    -- declined).
+    order_id     bigint      REFERENCES orders (id) ON DELETE SET NULL,
+    -- Telegram's `date` of the request.
+    requested_at timestamptz NOT NULL,
+    -- When the query arrived (its life counts from here).
+    created_at   timestamptz NOT NULL DEFAULT statement_timestamp(),
+    decided_at   timestamptz,
+    -- Telegram confirmed the decision (the approval or decline call succeeded).
+    answered_at  timestamptz,
+    CONSTRAINT join_requests_query_key UNIQUE (query_id),
+    CONSTRAINT join_requests_reference_key UNIQUE (reference),
+    CONSTRAINT join_requests_answer_check CHECK (answer IN ('approve', 'web_app', 'queue')),
+    CONSTRAINT join_requests_state_check CHECK (state IN ('waiting', 'approved', 'declined')),
+    CONSTRAINT join_requests_decided_check CHECK ((state = 'waiting') = (decided_at IS NULL)),
+    CONSTRAINT join_requests_query_id_check CHECK (char_length(query_id) BETWEEN 1 AND 256)
+);
+CREATE UNIQUE INDEX join_requests_waiting_key ON join_requests (chat_id, user_id)
+    WHERE state = 'waiting';
+CREATE INDEX join_requests_waiting_idx ON join_requests (created_at) WHERE state = 'waiting';
+CREATE INDEX join_requests_order_idx ON join_requests (order_id) WHERE order_id IS NOT NULL;
+CREATE INDEX join_requests_channel_idx ON join_requests (channel_id, created_at DESC);
+
+
+-- statement
 -- The effects worker claims access effects first.
 --
 -- The claim's order: access effects (grant, revoke, join answers, unban) first, then by due
@@ -2028,10 +2102,6 @@ CREATE TABLE schema_migrations (
 DELETE FROM bot_promo_codes WHERE subscriber_id = $1
 
 -- statement
-DELETE FROM bot_updates
-                     WHERE created_at < statement_timestamp() - interval '2 days'
-
--- statement
 DELETE FROM channel_exemptions WHERE channel_id = $1 AND telegram_user_id = $2
 
 -- statement
@@ -2115,10 +2185,11 @@ INSERT INTO channel_exemptions (channel_id, telegram_user_id, note)
 -- statement
 INSERT INTO channels (telegram_chat_id, title, price_minor, currency,
                              billing_period_days, grace_period_days, seat_limit, active,
-                             description, recurring, translations)
+                             description, recurring, translations, door)
                          VALUES ($1, $2, $3, $4, $5, COALESCE($6, 0), $7, COALESCE($8, true),
-                                 $9, COALESCE($10, false), COALESCE($11::jsonb, '{}'::jsonb))
-                         RETURNING id, telegram_chat_id, title, price_minor, currency, billing_period_days, grace_period_days, seat_limit, active, created_at, updated_at, description, recurring, telegram_status, translations
+                                 $9, COALESCE($10, false), COALESCE($11::jsonb, '{}'::jsonb),
+                                 COALESCE($12, 'bot'))
+                         RETURNING id, telegram_chat_id, title, price_minor, currency, billing_period_days, grace_period_days, seat_limit, active, created_at, updated_at, description, recurring, telegram_status, translations, door
 
 -- statement
 INSERT INTO chat_bans (chat_id, user_id) VALUES ($1, $2)
@@ -2880,6 +2951,9 @@ SELECT id, channel_id, fix, status, checked, total, counts, rows, error,
 SELECT id, currency FROM channels WHERE id = ANY($1) ORDER BY id FOR SHARE
 
 -- statement
+SELECT id, door, active FROM channels WHERE telegram_chat_id = $1
+
+-- statement
 SELECT id, email, role, disabled, created_at, updated_at
      FROM staff_accounts WHERE id = $1 FOR UPDATE
 
@@ -3046,12 +3120,12 @@ SELECT id, subscriber_id, channel_id, status, expires_at, created_at, updated_at
 SELECT id, subscriber_id, kind, broadcast_id, outcome, text, note, created_at, sent_at FROM messages WHERE subscriber_id = $1 AND id > $2 ORDER BY id LIMIT $3
 
 -- statement
-SELECT id, telegram_chat_id, title, price_minor, currency, billing_period_days, grace_period_days, seat_limit, active, created_at, updated_at, description, recurring, telegram_status, translations FROM channels
+SELECT id, telegram_chat_id, title, price_minor, currency, billing_period_days, grace_period_days, seat_limit, active, created_at, updated_at, description, recurring, telegram_status, translations, door FROM channels
                  WHERE id > $1::bigint AND ($2::boolean IS NULL OR active = $2)
                  ORDER BY id LIMIT $3
 
 -- statement
-SELECT id, telegram_chat_id, title, price_minor, currency, billing_period_days, grace_period_days, seat_limit, active, created_at, updated_at, description, recurring, telegram_status, translations FROM channels WHERE id = $1
+SELECT id, telegram_chat_id, title, price_minor, currency, billing_period_days, grace_period_days, seat_limit, active, created_at, updated_at, description, recurring, telegram_status, translations, door FROM channels WHERE id = $1
 
 -- statement
 SELECT id, telegram_user_id, username, display_name, language, marketing_opt_out, reachable, created_at, updated_at FROM subscribers
@@ -3141,7 +3215,30 @@ SELECT m.channel_id, c.active, c.currency, lp.last_plan_id, lp.last_plan_renews
              ) lp ON true WHERE m.id = $1
 
 -- statement
-SELECT m.channel_id, c.title, c.translations, m.status,
+SELECT m.id AS membership_id, ev.id AS event_id, m.subscriber_id,
+            a.promo
+     FROM automations a
+     JOIN membership_events ev
+       ON ev.to_status = 'expired'
+      AND ev.at <= statement_timestamp() - make_interval(mins => a.delay_minutes)
+      AND ev.at > statement_timestamp() - make_interval(mins => a.delay_minutes) - interval '1 day'
+     JOIN memberships m ON m.id = ev.membership_id AND m.status = 'expired'
+     JOIN subscribers s ON s.id = m.subscriber_id
+     WHERE a.kind = 'win_back'
+       AND a.enabled
+       AND NOT s.marketing_opt_out
+       AND s.reachable
+       AND NOT EXISTS (
+               SELECT 1 FROM membership_events later
+               WHERE later.membership_id = m.id AND later.id > ev.id)
+       AND NOT EXISTS (
+               SELECT 1 FROM messages x
+               WHERE x.dedupe_key = 'win_back:' || m.id || ':' || ev.id)
+     ORDER BY ev.id
+     LIMIT 500
+
+-- statement
+SELECT m.id AS membership_id, m.channel_id, c.title, c.translations, m.status,
             m.expires_at,
             c.active, c.currency,
             lp.last_plan_id, lp.last_plan_renews,
@@ -3170,29 +3267,6 @@ SELECT m.channel_id, c.title, c.translations, m.status,
      WHERE s.telegram_user_id = $1
      ORDER BY m.status = 'expired', m.expires_at DESC, m.id
      LIMIT $2
-
--- statement
-SELECT m.id AS membership_id, ev.id AS event_id, m.subscriber_id,
-            a.promo
-     FROM automations a
-     JOIN membership_events ev
-       ON ev.to_status = 'expired'
-      AND ev.at <= statement_timestamp() - make_interval(mins => a.delay_minutes)
-      AND ev.at > statement_timestamp() - make_interval(mins => a.delay_minutes) - interval '1 day'
-     JOIN memberships m ON m.id = ev.membership_id AND m.status = 'expired'
-     JOIN subscribers s ON s.id = m.subscriber_id
-     WHERE a.kind = 'win_back'
-       AND a.enabled
-       AND NOT s.marketing_opt_out
-       AND s.reachable
-       AND NOT EXISTS (
-               SELECT 1 FROM membership_events later
-               WHERE later.membership_id = m.id AND later.id > ev.id)
-       AND NOT EXISTS (
-               SELECT 1 FROM messages x
-               WHERE x.dedupe_key = 'win_back:' || m.id || ':' || ev.id)
-     ORDER BY ev.id
-     LIMIT 500
 
 -- statement
 SELECT m.id AS membership_id, m.subscriber_id, s.telegram_user_id, (m.status <> 'expired' AND statement_timestamp() < m.expires_at + make_interval(days => c.grace_period_days)) AS live
@@ -3581,6 +3655,47 @@ SELECT pg_xact_status($1::text::xid8) AS status
 SELECT price_minor, currency, active FROM channels WHERE id = $1
 
 -- statement
+SELECT query_id, state,
+                answer <> 'queue'
+                    AND created_at + make_interval(secs => $2::bigint) > statement_timestamp()
+                    AS query_valid,
+                answered_at IS NOT NULL AS answered
+         FROM join_requests WHERE id = $1
+
+-- statement
+SELECT r.id, r.channel_id, r.chat_id, r.user_id, s.id AS subscriber_id
+         FROM join_requests r
+         LEFT JOIN subscribers s ON s.telegram_user_id = r.user_id
+         WHERE r.chat_id = $1 AND r.user_id = $2 AND r.state = 'waiting'
+
+-- statement
+SELECT r.id, r.channel_id, r.chat_id, r.user_id, s.id AS subscriber_id
+     FROM join_requests r
+     JOIN channels c ON c.id = r.channel_id
+     LEFT JOIN subscribers s ON s.telegram_user_id = r.user_id
+     WHERE r.state = 'waiting'
+       AND ((r.created_at + make_interval(secs => $1::bigint) <= statement_timestamp()
+              OR EXISTS (SELECT 1 FROM orders o WHERE o.id = r.order_id
+                         AND o.status <> 'paid'
+                         AND COALESCE(o.hold_until, o.created_at + make_interval(secs => $2::bigint))
+                             <= statement_timestamp())) OR EXISTS (SELECT 1 FROM memberships m WHERE m.subscriber_id = s.id
+                         AND m.channel_id = r.channel_id AND m.status <> 'expired' AND statement_timestamp() < m.expires_at + make_interval(days => c.grace_period_days)))
+     ORDER BY r.created_at
+     LIMIT $3
+
+-- statement
+SELECT r.id, r.channel_id, r.chat_id, r.user_id, s.id AS subscriber_id, r.answer,
+                    r.state, r.order_id, r.requested_at, r.created_at, r.decided_at,
+                    r.answered_at
+             FROM join_requests r
+             LEFT JOIN subscribers s ON s.telegram_user_id = r.user_id
+             WHERE ($1::int IS NULL OR r.channel_id = $1)
+               AND ($2::text IS NULL OR r.state = $2)
+               AND r.id > $3
+             ORDER BY r.id
+             LIMIT $4
+
+-- statement
 SELECT r.language, count(*) AS recipients
 FROM (
 SELECT s.id AS subscriber_id,
@@ -3682,6 +3797,11 @@ SELECT ss.charge_id, ss.status, ss.cancelled_by, c.id AS channel_id, c.title, m.
             ON m.subscriber_id = ss.subscriber_id AND m.channel_id = ss.channel_id
            AND m.status <> 'expired'
      WHERE ss.id = $1
+
+-- statement
+SELECT state FROM join_requests
+     WHERE order_id = $1 AND user_id = $2
+     ORDER BY id DESC LIMIT 1
 
 -- statement
 SELECT state, count(*) AS n FROM gateway_checks GROUP BY state
@@ -3813,8 +3933,9 @@ UPDATE channels SET
                          description = CASE WHEN $11 THEN $12 ELSE description END,
                          recurring = COALESCE($13, recurring),
                          translations = COALESCE($14, translations),
+                         door = COALESCE($15, door),
                          updated_at = statement_timestamp()
-                     WHERE id = $1 RETURNING id, telegram_chat_id, title, price_minor, currency, billing_period_days, grace_period_days, seat_limit, active, created_at, updated_at, description, recurring, telegram_status, translations
+                     WHERE id = $1 RETURNING id, telegram_chat_id, title, price_minor, currency, billing_period_days, grace_period_days, seat_limit, active, created_at, updated_at, description, recurring, telegram_status, translations, door
 
 -- statement
 UPDATE channels SET invite_link = NULL
@@ -3923,6 +4044,19 @@ UPDATE gateway_checks g SET
 -- statement
 UPDATE idempotency_keys SET response_status = $3, response_body = $4
      WHERE staff_id = $1 AND key = $2
+
+-- statement
+UPDATE join_requests SET answered_at = statement_timestamp()
+         WHERE id = $1 AND answered_at IS NULL
+
+-- statement
+UPDATE join_requests j SET order_id = $3
+     FROM orders o
+     WHERE j.reference = $1 AND j.user_id = $2 AND j.state = 'waiting'
+       AND o.id = $3
+       AND EXISTS (SELECT 1 FROM plan_channels pc
+                   WHERE pc.plan_id = o.plan_id AND pc.channel_id = j.channel_id)
+     RETURNING j.id
 
 -- statement
 UPDATE memberships
@@ -4604,6 +4738,27 @@ WITH l AS (
      FROM l
      GROUP BY currency
      ORDER BY currency
+
+-- statement
+WITH live AS (
+         SELECT EXISTS (
+             SELECT 1 FROM join_requests r
+             JOIN channels c ON c.id = r.channel_id
+             JOIN subscribers s ON s.telegram_user_id = r.user_id
+             JOIN memberships m ON m.subscriber_id = s.id AND m.channel_id = r.channel_id
+             WHERE r.id = $1 AND m.status <> 'expired' AND statement_timestamp() < m.expires_at + make_interval(days => c.grace_period_days)) AS found
+     )
+     UPDATE join_requests r
+     SET state = CASE WHEN live.found THEN 'approved' ELSE 'declined' END,
+         decided_at = statement_timestamp()
+     FROM live
+     WHERE r.id = $1 AND r.state = 'waiting'
+       AND (live.found OR (r.created_at + make_interval(secs => $2::bigint) <= statement_timestamp()
+              OR EXISTS (SELECT 1 FROM orders o WHERE o.id = r.order_id
+                         AND o.status <> 'paid'
+                         AND COALESCE(o.hold_until, o.created_at + make_interval(secs => $3::bigint))
+                             <= statement_timestamp())))
+     RETURNING r.state
 
 -- statement
 WITH live AS (
