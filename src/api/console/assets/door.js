@@ -46,11 +46,15 @@
         : `Order #${r.order_id}`;
     }
 
-    /** When it was decided, and whether Telegram has been told yet. */
+    /**
+     * When it was decided, and whether Telegram has been told yet. A request approved at once
+     * was told in the door's own answer.
+     */
     function decidedCell(r) {
       if (!r.decided_at) return '—';
+      const told = r.answered_at || r.answer === 'approve';
       return [when(r.decided_at),
-        r.answered_at ? null : [' ', h('span', { class: 'muted' }, '(Telegram not told yet)')]];
+        told ? null : [' ', h('span', { class: 'muted' }, '(Telegram not told yet)')]];
     }
 
     function requestsTable(items, chans, state) {
