@@ -614,7 +614,7 @@
       }
       if (polling !== token || !document.getElementById('waiting')) return;
       if (state && state.access) {
-        youreIn(offer, state.join_request);
+        youreIn(order, offer, state.join_request);
         return;
       }
       if (Date.now() - started > patience) {
@@ -628,8 +628,11 @@
     }
   }
 
-  function youreIn(offer, joinRequest) {
-    const join = { waiting: 'join_waiting', approved: 'join_approved', declined: 'join_declined' }[joinRequest];
+  /** The words for a join request's state at the door. */
+  const JOIN_WORDS = { waiting: 'join_waiting', approved: 'join_approved', declined: 'join_declined' };
+
+  function youreIn(order, offer, joinRequest) {
+    const join = JOIN_WORDS[joinRequest];
     show(h('section', { class: 'screen', id: 'done' },
       h('div', { class: 'big', 'aria-hidden': 'true', text: '🎉' }),
       h('h1', { text: t('done') }),
@@ -639,6 +642,34 @@
       h('div', null, h('button', { type: 'button', class: 'plain', text: t('my_subscriptions'), onclick: () => go('') }))));
     if (tg && tg.HapticFeedback && typeof tg.HapticFeedback.notificationOccurred === 'function') {
       tg.HapticFeedback.notificationOccurred('success');
+    }
+    if (joinRequest === 'waiting') followJoinRequest(order);
+  }
+
+  /**
+   * Access is granted; the join request waiting at the door is let in a moment later. Asks
+   * about the order every 2 s for up to 2 minutes and says what became of the request, while
+   * the "you're in" screen is shown.
+   */
+  async function followJoinRequest(order) {
+    const started = Date.now();
+    const token = {};
+    polling = token;
+    while (Date.now() - started < 2 * 60 * 1000) {
+      await new Promise((resolve) => setTimeout(resolve, 2000));
+      const note = document.getElementById('join-request');
+      if (polling !== token || !note) return;
+      let state = null;
+      try {
+        state = await api('GET', 'orders/' + encodeURIComponent(order.id));
+      } catch (e) {
+        if (e instanceof Failure && e.status !== 0 && e.status !== 429 && e.status < 500) return;
+      }
+      const words = state && state.join_request !== 'waiting' && JOIN_WORDS[state.join_request];
+      if (words) {
+        note.textContent = t(words);
+        return;
+      }
     }
   }
 

@@ -801,6 +801,10 @@ async fn a_stranger_at_the_door_pays_on_the_page_and_is_let_in_through_the_query
     pay_with_stars(&app, &page, user, 250, "stars-charge-door-e2e").await;
     page.browser.wait_text("#done", "Ви з нами!").await;
     crate::support::effects::run_until_done(&app).await;
+    // The page follows the request until it is let in, and says so.
+    page.browser
+        .wait_text("#join-request", "Ваш запит на вступ схвалено")
+        .await;
 
     assert!(fake.is_member(chat, user), "the buyer is in the group");
     assert_eq!(
