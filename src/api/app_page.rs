@@ -11,20 +11,13 @@
 
 use axum::{
     extract::Path,
-    http::{HeaderMap, HeaderValue, StatusCode, header},
+    http::HeaderMap,
     response::{IntoResponse, Redirect, Response},
 };
-use sha2::{Digest, Sha256};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
+use super::embedded::{self, Asset};
 use crate::common::error::ApiError;
-
-/// One embedded file: its name under `/app/`, its type and its bytes.
-struct Asset {
-    name: &'static str,
-    content_type: &'static str,
-    body: &'static [u8],
-}
 
 const ASSETS: &[Asset] = &[
     Asset {
@@ -106,41 +99,14 @@ pub async fn asset(Path(file): Path<String>, headers: HeaderMap) -> Response {
     serve(&file, &headers)
 }
 
-/// Answers a file with its validator: revalidated every time (`no-cache`), an unchanged file a
-/// 304, so a buyer never runs a new page with an old script.
+/// Answers a file with its validator ([`embedded::serve`]): an unchanged file is a 304, so a
+/// buyer never runs a new page with an old script. `initData` travels in the URL's fragment,
+/// which is never sent, but the page's query names a channel and a join request: no referrer
+/// carries them anywhere. No `X-Frame-Options`: Telegram frames the page (the policy's
+/// `frame-ancestors` says by whom).
 fn serve(name: &str, headers: &HeaderMap) -> Response {
-    let Some(asset) = ASSETS.iter().find(|a| a.name == name) else {
-        return ApiError::NotFound("Mini App file").into_response();
-    };
-    let etag = format!("\"{}\"", &hex::encode(Sha256::digest(asset.body))[..32]);
-    let fresh = headers
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag));
-    let mut response = if fresh {
-        StatusCode::NOT_MODIFIED.into_response()
-    } else {
-        ([(header::CONTENT_TYPE, asset.content_type)], asset.body).into_response()
-    };
-    let h = response.headers_mut();
-    h.insert(
-        header::ETAG,
-        HeaderValue::from_str(&etag).expect("hex is a valid header"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CSP),
-    );
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    // `initData` travels in the URL's fragment, which is never sent, but the page's query names
-    // a channel and a join request: no referrer carries them anywhere.
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
-    response
+    match embedded::find(ASSETS, name) {
+        Some(a) => embedded::serve(a.content_type, a.body, headers, CSP, &[]),
+        None => ApiError::NotFound("Mini App file").into_response(),
+    }
 }

@@ -19,6 +19,7 @@ pub mod broadcasts;
 pub mod channels;
 pub mod console;
 pub mod effects;
+pub mod embedded;
 pub mod error;
 pub mod exemptions;
 pub mod exports;

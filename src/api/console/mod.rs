@@ -14,20 +14,13 @@ use std::sync::OnceLock;
 
 use axum::{
     extract::Path,
-    http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header},
+    http::{HeaderMap, HeaderName, header},
     response::{IntoResponse, Redirect, Response},
 };
-use sha2::{Digest, Sha256};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
+use super::embedded::{self, Asset};
 use crate::common::{currency, error::ApiError};
-
-/// One embedded file.
-struct Asset {
-    name: &'static str,
-    content_type: &'static str,
-    body: &'static [u8],
-}
 
 const ASSETS: &[Asset] = &[
     Asset {
@@ -161,50 +154,27 @@ fn find(name: &str) -> Option<(&'static str, &'static [u8])> {
     if name == "currencies.json" {
         return Some(("application/json", currencies_json()));
     }
-    ASSETS
-        .iter()
-        .find(|a| a.name == name)
-        .map(|a| (a.content_type, a.body))
+    embedded::find(ASSETS, name).map(|a| (a.content_type, a.body))
 }
 
-/// Answers an asset with its validator: the browser revalidates every time (`no-cache`), and an
-/// unchanged file costs a 304, so a new binary's console is never mixed with a cached old one.
+/// Answers an asset with its validator ([`embedded::serve`]): an unchanged file costs a 304, so
+/// a new binary's console is never mixed with a cached old one. The console is never framed and
+/// keeps its window to itself.
 fn serve(name: &str, headers: &HeaderMap) -> Response {
     let Some((content_type, body)) = find(name) else {
         return ApiError::NotFound("console file").into_response();
     };
-    let etag = format!("\"{}\"", &hex::encode(Sha256::digest(body))[..32]);
-    let fresh = headers
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag));
-    let mut response = if fresh {
-        StatusCode::NOT_MODIFIED.into_response()
-    } else {
-        ([(header::CONTENT_TYPE, content_type)], body).into_response()
-    };
-    let h = response.headers_mut();
-    h.insert(
-        header::ETAG,
-        HeaderValue::from_str(&etag).expect("hex is a valid header"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CSP),
-    );
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
-    h.insert(
-        HeaderName::from_static("cross-origin-opener-policy"),
-        HeaderValue::from_static("same-origin"),
-    );
-    response
+    embedded::serve(
+        content_type,
+        body,
+        headers,
+        CSP,
+        &[
+            (header::X_FRAME_OPTIONS, "DENY"),
+            (
+                HeaderName::from_static("cross-origin-opener-policy"),
+                "same-origin",
+            ),
+        ],
+    )
 }
