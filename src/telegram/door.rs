@@ -72,18 +72,16 @@ pub async fn answer(
         tokio::time::timeout(config.door_answer, decide(db, config, request, query_id)).await;
     let reply = match decided {
         Ok(Ok(reply)) => reply,
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, chat_id = request.chat.id, user_id = request.from.id,
-                "join request query not decided; answered queue, to be decided later");
-            remember_later(db.clone(), request.clone(), query_id.to_string());
-            queue(query_id)
-        }
-        Err(_) => {
+        failed => {
+            let why = match failed {
+                Ok(Err(e)) => e.to_string(),
+                _ => format!("not decided within {} ms", config.door_answer.as_millis()),
+            };
             tracing::warn!(
                 chat_id = request.chat.id,
                 user_id = request.from.id,
-                budget_ms = config.door_answer.as_millis() as u64,
-                "join request query not decided in time; answered queue, to be decided later"
+                why,
+                "join request query answered queue, to be decided later"
             );
             remember_later(db.clone(), request.clone(), query_id.to_string());
             queue(query_id)
@@ -152,20 +150,13 @@ async fn decide(
         (admin, db.get().await?)
     };
     let reference = new_reference();
-    let arrival = Arrival {
-        channel_id: channel.id,
-        chat_id,
-        user_id,
-        query_id,
-        answer: if let_in {
-            Answer::Approve
-        } else {
-            Answer::WebApp
-        },
-        requested_at: requested_at(request),
-        reference: &reference,
+    let answer_now = if let_in {
+        Answer::Approve
+    } else {
+        Answer::WebApp
     };
-    let recorded = join_requests::record(&client, &arrival).await?;
+    let arrived = arrival(channel.id, request, query_id, answer_now, &reference);
+    let recorded = join_requests::record(&client, &arrived).await?;
     tracing::info!(chat_id, user_id, join_request_id = recorded.id, answer = %recorded.answer,
         "join request at the door");
     Ok(match recorded.answer {
@@ -185,11 +176,26 @@ fn new_reference() -> String {
     format!("jr_{}", hex::encode(bytes))
 }
 
-fn requested_at(request: &ChatJoinRequest) -> DateTime<Utc> {
-    request
-        .date
-        .and_then(|d| DateTime::from_timestamp(d, 0))
-        .unwrap_or_else(Utc::now)
+/// `request` to channel `channel_id` as the door answers it, to be recorded.
+fn arrival<'a>(
+    channel_id: i32,
+    request: &ChatJoinRequest,
+    query_id: &'a str,
+    answer: Answer,
+    reference: &'a str,
+) -> Arrival<'a> {
+    Arrival {
+        channel_id,
+        chat_id: request.chat.id,
+        user_id: request.from.id,
+        query_id,
+        answer,
+        requested_at: request
+            .date
+            .and_then(|d| DateTime::from_timestamp(d, 0))
+            .unwrap_or_else(Utc::now),
+        reference,
+    }
 }
 
 type AdminCache = Mutex<HashMap<i64, (Instant, Arc<Vec<i64>>)>>;
@@ -280,19 +286,8 @@ async fn remember(db: &Pool, request: &ChatJoinRequest, query_id: &str) -> Resul
         return Ok(());
     };
     let reference = new_reference();
-    join_requests::record(
-        &client,
-        &Arrival {
-            channel_id: channel.id,
-            chat_id: request.chat.id,
-            user_id: request.from.id,
-            query_id,
-            answer: Answer::Queue,
-            requested_at: requested_at(request),
-            reference: &reference,
-        },
-    )
-    .await?;
+    let queued = arrival(channel.id, request, query_id, Answer::Queue, &reference);
+    join_requests::record(&client, &queued).await?;
     Ok(())
 }
 

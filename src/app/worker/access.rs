@@ -251,22 +251,8 @@ impl Worker {
         } else {
             false
         };
-        if !by_query {
-            let done = if approve {
-                bot.approve_join_request(chat, e.user_id).await
-            } else {
-                bot.decline_join_request(chat, e.user_id).await
-            };
-            match done {
-                Ok(_) => {}
-                Err(err)
-                    if err.mentions("HIDE_REQUESTER_MISSING")
-                        || err.mentions("USER_ALREADY_PARTICIPANT") =>
-                {
-                    note = Some(format!("already settled: {err}"));
-                }
-                Err(err) => return Err(chat_failure(err)),
-            }
+        if !by_query && let Some(settled) = by_chat_and_user(bot, chat, e.user_id, approve).await? {
+            note = Some(settled);
         }
         let client = self
             .state
@@ -301,20 +287,33 @@ impl Worker {
             }
             _ => None,
         };
-        let result = if approve {
-            bot.approve_join_request(chat, e.user_id).await
-        } else {
-            bot.decline_join_request(chat, e.user_id).await
-        };
-        match result {
-            Ok(_) => Ok(note),
-            Err(err)
-                if err.mentions("HIDE_REQUESTER_MISSING")
-                    || err.mentions("USER_ALREADY_PARTICIPANT") =>
-            {
-                Ok(Some(format!("already settled: {err}")))
-            }
-            Err(err) => Err(chat_failure(err)),
+        let settled = by_chat_and_user(bot, chat, e.user_id, approve).await?;
+        Ok(settled.or(note))
+    }
+}
+
+/// Approves or declines the join request of `user` to `chat` by chat and user. Telegram's "no
+/// such request" (`HIDE_REQUESTER_MISSING`) and "already a member" (`USER_ALREADY_PARTICIPANT`)
+/// mean the goal holds: done, with that as the note.
+async fn by_chat_and_user(
+    bot: &BotApi,
+    chat: i64,
+    user: i64,
+    approve: bool,
+) -> Result<Option<String>, Failure> {
+    let result = if approve {
+        bot.approve_join_request(chat, user).await
+    } else {
+        bot.decline_join_request(chat, user).await
+    };
+    match result {
+        Ok(_) => Ok(None),
+        Err(err)
+            if err.mentions("HIDE_REQUESTER_MISSING")
+                || err.mentions("USER_ALREADY_PARTICIPANT") =>
+        {
+            Ok(Some(format!("already settled: {err}")))
         }
+        Err(err) => Err(chat_failure(err)),
     }
 }
