@@ -18,12 +18,10 @@ use super::{
 };
 use crate::{
     app::state::AppState,
+    bot::pay_links::StarsWords,
     common::error::ApiError,
     orders::{self, Order},
-    present::{
-        render,
-        texts::{self, Language},
-    },
+    present::texts::Language,
     staff::audit_log::Entry,
     telegram_api::client::{BotApi, DEFAULT_TIMEOUT},
 };
@@ -82,23 +80,13 @@ pub async fn create(
             "TELEGRAM_DRY_RUN is on: no invoice link is made".into(),
         ));
     }
-    let l = Language::choose(f.language, None);
-    let period = render::term(l, f.days);
+    let words = StarsWords::of(Language::choose(f.language, None), &f);
     let link = bot
         .create_stars_invoice_link(
-            &render::invoice_title(l, f.title_in(l), f.channel_id),
-            &render::invoice_description(
-                l,
-                f.description_in(l),
-                f.title_in(l),
-                f.channel_id,
-                f.days,
-            ),
+            &words.title,
+            &words.description,
             &order.reference,
-            &render::clip(
-                &texts::invoice_label(l, period.as_deref()),
-                render::INVOICE_TITLE_MAX,
-            ),
+            &words.label,
             order.amount_minor,
         )
         .await

@@ -1,17 +1,77 @@
-//! The card pages an order is paid on: a signed WayForPay Purchase link ([`card_link`]) and a
-//! Stripe Checkout Session ([`stripe_session`]). The effects worker sends them in the bot's
-//! invoice; the Mini App hands them to its page. Both are made from the order's
-//! [`orders::InvoiceFacts`], so either way the buyer is shown the same amount, product name and
+//! What an order is paid with: the card pages — a signed WayForPay Purchase link
+//! ([`card_link`]) and a Stripe Checkout Session ([`stripe_session`]) — and the words of its
+//! Stars invoice ([`StarsWords`]). The effects worker sends them in the bot's invoice; the Mini
+//! App hands them to its page. Both are made from the order's [`orders::InvoiceFacts`]
+//! ([`facts`]), so either way the buyer is shown the same amount, product name, words and
 //! closing time.
+
+use deadpool_postgres::GenericClient;
 
 use crate::{
     bot,
-    common::currency::Money,
+    common::{currency::Money, error::ApiError},
     config::Config,
     orders,
     payments::gateways::{stripe, wayforpay::purchase as wayforpay_purchase},
-    present::render,
+    present::{locale::Language, render, texts},
+    telegram_api::client::StarsInvoice,
 };
+
+/// Order `order_id`'s facts as its pages are made from: open as long as a card page may be, and
+/// never longer than a hold (even one granted under a longer `HOLD_SECS`). `None`: no such order.
+pub async fn facts(
+    client: &impl GenericClient,
+    config: &Config,
+    order_id: i64,
+) -> Result<Option<orders::InvoiceFacts>, ApiError> {
+    let card_open = bot::open_secs(bot::Gateway::Card, config.hold_secs);
+    let mut facts = orders::invoice_facts(client, order_id, card_open).await?;
+    if let Some(f) = facts.as_mut() {
+        f.open_secs = f.open_secs.min(config.hold_secs);
+    }
+    Ok(facts)
+}
+
+/// What an order's Stars invoice says, in the buyer's language: the order's plan (title,
+/// description, period or lifetime) and its price label — the same in the chat's invoice, a
+/// staff invoice link and the page's.
+pub struct StarsWords {
+    pub title: String,
+    pub description: String,
+    pub label: String,
+}
+
+impl StarsWords {
+    /// The words of `f`'s invoice in `l`.
+    pub fn of(l: Language, f: &orders::InvoiceFacts) -> StarsWords {
+        let period = render::term(l, f.days);
+        StarsWords {
+            title: render::invoice_title(l, f.title_in(l), f.channel_id),
+            description: render::invoice_description(
+                l,
+                f.description_in(l),
+                f.title_in(l),
+                f.channel_id,
+                f.days,
+            ),
+            label: render::clip(
+                &texts::invoice_label(l, period.as_deref()),
+                render::INVOICE_TITLE_MAX,
+            ),
+        }
+    }
+
+    /// The invoice of `f` with these words: its reference as the payload, its amount.
+    pub fn invoice<'a>(&'a self, f: &'a orders::InvoiceFacts) -> StarsInvoice<'a> {
+        StarsInvoice {
+            title: &self.title,
+            description: &self.description,
+            payload: &f.reference,
+            label: &self.label,
+            amount: f.amount_minor,
+        }
+    }
+}
 
 /// Why no page was made.
 #[derive(Debug)]

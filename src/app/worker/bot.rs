@@ -48,7 +48,7 @@ use crate::{
         render,
         texts::{self, Language},
     },
-    telegram_api::client::{BotApi, BotError, StarsInvoice},
+    telegram_api::client::{BotApi, BotError},
 };
 
 /// Why a bot effect was not done; the worker maps it onto its own retry rules.
@@ -135,14 +135,11 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
     let Some(order_id) = e.order_id else {
         return Err(BotFailure::Permanent("the order was deleted".into()));
     };
-    let card_open = bot::open_secs(bot::Gateway::Card, state.config.hold_secs);
-    let facts = orders::invoice_facts(&client, order_id, card_open).await?;
+    let facts = pay_links::facts(&client, &state.config, order_id).await?;
     drop(client);
-    let Some(mut f) = facts else {
+    let Some(f) = facts else {
         return Err(BotFailure::Permanent("the order was deleted".into()));
     };
-    // Never longer than a hold, even for a hold granted under a longer `HOLD_SECS`.
-    f.open_secs = f.open_secs.min(state.config.hold_secs);
     if f.status != orders::Status::Pending {
         return Ok(Some(format!("skipped: the order is {} now", f.status)));
     }
@@ -152,22 +149,10 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
         ));
     }
     let l = Language::choose(f.language, None);
-    let title = render::invoice_title(l, f.title_in(l), f.channel_id);
-    let description =
-        render::invoice_description(l, f.description_in(l), f.title_in(l), f.channel_id, f.days);
     let price = render::price(l, &Money::new(f.amount_minor, &f.currency));
     let period = render::term(l, f.days);
-    let label = render::clip(
-        &texts::invoice_label(l, period.as_deref()),
-        render::INVOICE_TITLE_MAX,
-    );
-    let stars = StarsInvoice {
-        title: &title,
-        description: &description,
-        payload: &f.reference,
-        label: &label,
-        amount: f.amount_minor,
-    };
+    let words = pay_links::StarsWords::of(l, &f);
+    let stars = words.invoice(&f);
     let name = render::title(l, f.title_in(l), f.channel_id);
     match bot::gateway(&state.config, &f.currency) {
         Some(bot::Gateway::Stars) if f.recurring => {

@@ -14,10 +14,9 @@ use super::super::{
     buy::{self, Decision, Invoicing, Target},
     card_pages,
     conversation::keep_code,
-    open_secs,
     pay_links::{self, LinkFailure},
     render,
-    texts::{self, Language},
+    texts::Language,
     update::Sender,
 };
 use crate::{
@@ -31,7 +30,7 @@ use crate::{
     config::Config,
     orders::{self, Order, seats},
     payments::{gateways::wayforpay::checks as gateway_checks, star_subscriptions},
-    telegram_api::client::{BotApi, DEFAULT_TIMEOUT, StarsInvoice},
+    telegram_api::client::{BotApi, DEFAULT_TIMEOUT},
 };
 
 /// An order as the page shows it.
@@ -141,12 +140,10 @@ pub async fn pay(
     gateway: Gateway,
 ) -> Result<Pay, ApiError> {
     let client = db.get().await?;
-    let card_open = open_secs(Gateway::Card, config.hold_secs);
-    let mut f = orders::invoice_facts(&client, order_id, card_open)
+    let f = pay_links::facts(&client, config, order_id)
         .await?
         .ok_or(ApiError::NotFound("order"))?;
     drop(client);
-    f.open_secs = f.open_secs.min(config.hold_secs);
     let l = Language::choose(f.language, None);
     match gateway {
         Gateway::Stars => {
@@ -158,35 +155,19 @@ pub async fn pay(
             let bot = BotApi::from_config(config, DEFAULT_TIMEOUT).ok_or_else(|| {
                 ApiError::Unavailable("TELEGRAM_BOT_TOKEN is not set: no invoice link".into())
             })?;
-            let period = render::term(l, f.days);
-            let title = render::invoice_title(l, f.title_in(l), f.channel_id);
-            let description = render::invoice_description(
-                l,
-                f.description_in(l),
-                f.title_in(l),
-                f.channel_id,
-                f.days,
-            );
-            let label = render::clip(
-                &texts::invoice_label(l, period.as_deref()),
-                render::INVOICE_TITLE_MAX,
-            );
+            let words = pay_links::StarsWords::of(l, &f);
             let link = if f.recurring {
-                let stars = StarsInvoice {
-                    title: &title,
-                    description: &description,
-                    payload: &f.reference,
-                    label: &label,
-                    amount: f.amount_minor,
-                };
-                bot.create_stars_subscription_link(&stars, star_subscriptions::PERIOD_SECS)
-                    .await
+                bot.create_stars_subscription_link(
+                    &words.invoice(&f),
+                    star_subscriptions::PERIOD_SECS,
+                )
+                .await
             } else {
                 bot.create_stars_invoice_link(
-                    &title,
-                    &description,
+                    &words.title,
+                    &words.description,
                     &f.reference,
-                    &label,
+                    &words.label,
                     f.amount_minor,
                 )
                 .await
