@@ -95,8 +95,8 @@ pub(super) enum Target {
 /// effect: the page asks for its link after the commit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Invoicing {
-    /// The chat of Telegram user `.0`.
-    Chat(i64),
+    /// The buyer's chat with the bot.
+    Chat,
     /// The Mini App's page.
     Page,
 }
@@ -129,7 +129,7 @@ pub(super) async fn buy(
     target: Target,
 ) -> Result<Answer, ApiError> {
     Ok(
-        match decide(tx, config, l, from, target, Invoicing::Chat(from.id)).await? {
+        match decide(tx, config, l, from, target, Invoicing::Chat).await? {
             Decision::Made { .. } => note(texts::invoice_on_its_way(l)),
             Decision::Reused { sent: true, .. } => note(texts::invoice_on_its_way(l)),
             Decision::Reused { sent: false, .. } => note(texts::invoice_already_sent(l)),
@@ -307,7 +307,7 @@ pub(super) async fn decide(
     }) = reusable
     {
         let sent = match invoicing {
-            Invoicing::Chat(user_id) => bot_orders::enqueue_invoice(tx, order_id, user_id).await?,
+            Invoicing::Chat => bot_orders::enqueue_invoice(tx, order_id, from.id).await?,
             Invoicing::Page => false,
         };
         if code_id.is_some() && order_code == code_id {
@@ -413,15 +413,15 @@ pub(super) async fn decide(
             bot_orders::delete_refused(tx, order_id).await?;
             return Ok(Decision::Refused(refused(l, &name, refusal)));
         }
-        if let Invoicing::Chat(user_id) = invoicing {
-            bot_orders::enqueue_invoice(tx, order_id, user_id).await?;
+        if invoicing == Invoicing::Chat {
+            bot_orders::enqueue_invoice(tx, order_id, from.id).await?;
         }
         order_id
     } else {
         let order_id = match invoicing {
             // Nothing to decide between the order and its invoice: one statement makes both.
-            Invoicing::Chat(user_id) => {
-                bot_orders::create_invoiced(tx, buyer, &plan, discount, config.hold_secs, user_id)
+            Invoicing::Chat => {
+                bot_orders::create_invoiced(tx, buyer, &plan, discount, config.hold_secs, from.id)
                     .await?
             }
             Invoicing::Page => {
