@@ -46,7 +46,16 @@ pub(crate) fn query_update(chat: i64, kind: &str, user: i64, query_id: &str) -> 
 
 /// An app with the fake Bot API and `PUBLIC_URL`.
 pub(crate) async fn door_app(fake: &FakeBot) -> TestApp {
+    door_app_with(fake, &[]).await
+}
+
+/// [`door_app`] with `more` variables set.
+async fn door_app_with(fake: &FakeBot, more: &[(&str, &str)]) -> TestApp {
     let url = fake.url.clone();
+    let more: Vec<(String, String)> = more
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     TestApp::spawn_with(move |env| {
         env.insert("TELEGRAM_API_URL".into(), url);
         env.insert(
@@ -54,6 +63,7 @@ pub(crate) async fn door_app(fake: &FakeBot) -> TestApp {
             crate::support::fake_bot::TOKEN.into(),
         );
         env.insert("PUBLIC_URL".into(), PUBLIC_URL.into());
+        env.extend(more);
     })
     .await
 }
@@ -480,17 +490,7 @@ async fn a_payment_racing_the_expiry_never_leaves_a_payer_outside() {
 #[tokio::test]
 async fn a_door_that_cannot_decide_in_time_queues_and_decides_later() {
     let fake = FakeBot::start().await;
-    let url = fake.url.clone();
-    let app = TestApp::spawn_with(move |env| {
-        env.insert("TELEGRAM_API_URL".into(), url);
-        env.insert(
-            "TELEGRAM_BOT_TOKEN".into(),
-            crate::support::fake_bot::TOKEN.into(),
-        );
-        env.insert("PUBLIC_URL".into(), PUBLIC_URL.into());
-        env.insert("DOOR_ANSWER_MS".into(), "300".into());
-    })
-    .await;
+    let app = door_app_with(&fake, &[("DOOR_ANSWER_MS", "300")]).await;
     let chat = -100_700_008;
     let channel = paywalled(&app, chat).await;
     let member = effects::subscriber(&app, 7501).await;

@@ -485,16 +485,7 @@ async fn the_paywall_shows_the_plans_in_the_buyers_language_and_sells_with_stars
     );
     page.fits_the_phone("the paywall in English").await;
 
-    let paid_plan: i64 = app
-        .db()
-        .await
-        .query_one(
-            "SELECT id FROM plans WHERE default_of = $1",
-            &[&(channel as i32)],
-        )
-        .await
-        .unwrap()
-        .get("id");
+    let paid_plan = super::default_plan(&app, channel).await;
     page.browser
         .click(&format!("button.buy[data-plan=\"{paid_plan}\"]"))
         .await;
@@ -771,16 +762,7 @@ async fn a_stranger_at_the_door_pays_on_the_page_and_is_let_in_through_the_query
     page.browser
         .wait_text("#channel-title", "Ринкові нотатки")
         .await;
-    let paid_plan: i64 = app
-        .db()
-        .await
-        .query_one(
-            "SELECT id FROM plans WHERE default_of = $1",
-            &[&(channel as i32)],
-        )
-        .await
-        .unwrap()
-        .get("id");
+    let paid_plan = super::default_plan(&app, channel).await;
     page.browser
         .click(&format!("button.buy[data-plan=\"{paid_plan}\"]"))
         .await;
