@@ -57,6 +57,7 @@
       payment_failed: 'The payment did not go through. You can try again.',
       done: 'You’re in!',
       done_body: 'Your access to {channel} is ready. The bot has sent you the link in the chat.',
+      done_body_door: 'Your access to {channel} is ready.',
       join_waiting: 'Your request to join will be approved in a moment.',
       join_approved: 'Your request to join is approved: open the channel in Telegram.',
       join_declined: 'Your request to join was declined. The bot has sent you the link instead.',
@@ -127,6 +128,7 @@
       payment_failed: 'Оплата не пройшла. Спробуйте ще раз.',
       done: 'Ви з нами!',
       done_body: 'Доступ до «{channel}» готовий. Бот надіслав вам посилання в чаті.',
+      done_body_door: 'Доступ до «{channel}» готовий.',
       join_waiting: 'Ваш запит на вступ буде схвалено за мить.',
       join_approved: 'Ваш запит на вступ схвалено: відкрийте канал у Telegram.',
       join_declined: 'Ваш запит на вступ відхилено. Бот надіслав вам посилання натомість.',
@@ -197,6 +199,7 @@
       payment_failed: 'Оплата не прошла. Попробуйте снова.',
       done: 'Вы с нами!',
       done_body: 'Доступ к «{channel}» готов. Бот отправил вам ссылку в чате.',
+      done_body_door: 'Доступ к «{channel}» готов.',
       join_waiting: 'Ваша заявка на вступление будет одобрена через мгновение.',
       join_approved: 'Ваша заявка на вступление одобрена: откройте канал в Telegram.',
       join_declined: 'Ваша заявка на вступление отклонена. Бот отправил вам ссылку взамен.',
@@ -636,7 +639,8 @@
     show(h('section', { class: 'screen', id: 'done' },
       h('div', { class: 'big', 'aria-hidden': 'true', text: '🎉' }),
       h('h1', { text: t('done') }),
-      h('p', { text: t('done_body', { channel: offer.channel.title }) }),
+      // At the door the request itself is let in (no link is sent), unless it was declined.
+      h('p', { text: t(join && joinRequest !== 'declined' ? 'done_body_door' : 'done_body', { channel: offer.channel.title }) }),
       join ? h('p', { class: 'note', id: 'join-request', text: t(join) }) : null,
       h('button', { type: 'button', id: 'close', text: t('close'), onclick: () => call('close') }),
       h('div', null, h('button', { type: 'button', class: 'plain', text: t('my_subscriptions'), onclick: () => go('') }))));

@@ -4,7 +4,7 @@
 //! `walk` is the day's work end to end; the other files each take one screen or flow.
 
 mod audit;
-mod charts;
+pub(crate) mod charts;
 mod disputes;
 mod door;
 mod integrations;

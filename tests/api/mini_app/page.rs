@@ -21,7 +21,7 @@ use subgate::api::app_page::CSP;
 
 use crate::{
     bot::conversation::payment_update,
-    console::walk::serve,
+    console::{charts::keep, walk::serve},
     support::{
         browser::Browser,
         effects::run,
@@ -498,7 +498,11 @@ async fn the_paywall_shows_the_plans_in_the_buyers_language_and_sells_with_stars
         .wait_text("#waiting", "Waiting for your payment")
         .await;
     pay_with_stars(&app, &page, user, 250, "stars-charge-7701").await;
-    page.browser.wait_text("#done", "You’re in!").await;
+    let done = page.browser.wait_text("#done", "You’re in!").await;
+    assert!(
+        done.contains("The bot has sent you the link in the chat."),
+        "{done}"
+    );
     page.fits_the_phone("you're in").await;
     page.quit().await;
 }
@@ -662,6 +666,9 @@ async fn the_portal_lists_a_membership_with_its_end_and_cancels_a_stars_subscrip
     let payments = page.browser.wait_text("#payments", "Telegram Stars").await;
     assert!(payments.contains("Weekly letters"), "{payments}");
     page.fits_the_phone("the portal").await;
+    keep(&page.browser, "30-mini-app-portal-phone.png", PHONE.0).await;
+    keep(&page.browser, "31-mini-app-portal-desktop.png", 1024).await;
+    page.browser.set_window(PHONE.0, PHONE.1).await;
 
     // Cancel the subscription: Telegram is asked, the button offers to resume.
     let subscriptions = page.browser.wait_text("#subscriptions", "Renews on").await;
@@ -762,6 +769,10 @@ async fn a_stranger_at_the_door_pays_on_the_page_and_is_let_in_through_the_query
     page.browser
         .wait_text("#channel-title", "Ринкові нотатки")
         .await;
+    // With `CONSOLE_SCREENSHOTS_DIR` set, the paywall as a person sees it, at both widths.
+    keep(&page.browser, "32-mini-app-paywall-phone.png", PHONE.0).await;
+    keep(&page.browser, "33-mini-app-paywall-desktop.png", 1024).await;
+    page.browser.set_window(PHONE.0, PHONE.1).await;
     let paid_plan = super::default_plan(&app, channel).await;
     page.browser
         .click(&format!("button.buy[data-plan=\"{paid_plan}\"]"))
@@ -781,12 +792,18 @@ async fn a_stranger_at_the_door_pays_on_the_page_and_is_let_in_through_the_query
         .get(0);
     assert_eq!(linked, 1, "the order is tied to the waiting request");
     pay_with_stars(&app, &page, user, 250, "stars-charge-door-e2e").await;
-    page.browser.wait_text("#done", "Ви з нами!").await;
+    let done = page.browser.wait_text("#done", "Ви з нами!").await;
+    // Let in through the request: no link is promised.
+    assert!(
+        done.contains("Доступ до «Ринкові нотатки» готовий.") && !done.contains("посилання"),
+        "{done}"
+    );
     crate::support::effects::run_until_done(&app).await;
     // The page follows the request until it is let in, and says so.
     page.browser
         .wait_text("#join-request", "Ваш запит на вступ схвалено")
         .await;
+    keep(&page.browser, "34-mini-app-in-phone.png", PHONE.0).await;
 
     assert!(fake.is_member(chat, user), "the buyer is in the group");
     assert_eq!(
