@@ -29,8 +29,10 @@ accepted.
 And one for every staff write: a valid `Idempotency-Key` the fuzzer generated gets a unique
 suffix. Generated keys repeat (`0`, `a`, …) across unrelated requests, and a repeated key with
 the same request is replayed byte for byte by design — even the 201 of a subscriber deleted
-since — which the stateful checks would report as a created resource that vanished. Invalid
-keys are left as they are, so their refusal is still tested.
+since — which the stateful checks would report as a created resource that vanished. A key in
+the quoted form (`"…"`) gets its suffix inside the quotes, so a valid one stays valid and a
+malformed one (a bad escape, a bare quote inside) is still refused; a key of other characters is
+left as it is, so its refusal is still tested.
 """
 
 import base64
@@ -144,6 +146,7 @@ def filter_failure(ctx, failure, case, response):
 
 
 PLAIN_KEY = re.compile(r"[!-~]{1,200}")
+QUOTED_KEY = re.compile(r'"[ -~]{0,200}"')
 
 
 def _unique_idempotency_key(case):
@@ -151,8 +154,15 @@ def _unique_idempotency_key(case):
     if key is None:
         return
     value = case.headers[key]
-    if isinstance(value, str) and PLAIN_KEY.fullmatch(value) and not value.startswith('"'):
-        case.headers[key] = f"{value}.{uuid.uuid4().hex[:16]}"
+    if not isinstance(value, str):
+        return
+    suffix = f".{uuid.uuid4().hex[:16]}"
+    if value == '""':
+        return  # the empty quoted key: refused, and left so
+    if QUOTED_KEY.fullmatch(value):
+        case.headers[key] = value[:-1] + suffix + '"'
+    elif PLAIN_KEY.fullmatch(value):
+        case.headers[key] = value + suffix
 
 
 def _spare_the_admin(case):
