@@ -138,6 +138,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "the_door",
         include_str!("../../migrations/0027_the_door.sql"),
     ),
+    (
+        28,
+        "more_money",
+        include_str!("../../migrations/0028_more_money.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,
