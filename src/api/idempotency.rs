@@ -173,6 +173,11 @@ impl<T> StaffWrite<T> {
         let status = StatusCode::from_u16(saved.status).map_err(|_| {
             ApiError::Conflict("a request with this Idempotency-Key is in flight".into())
         })?;
+        tracing::info!(
+            staff_id = self.staff.id,
+            status = status.as_u16(),
+            "Idempotency-Key seen before: the saved response replayed, nothing run again"
+        );
         Ok(Some(Saved {
             status,
             body: saved.body,
