@@ -8,6 +8,8 @@
 -- several invoices.
 CREATE TABLE monobank_invoices (
     invoice_id      text        PRIMARY KEY,
+    -- The order of rows in staff lists (`GET /api/reconciliation/monobank`).
+    id              bigint      GENERATED ALWAYS AS IDENTITY UNIQUE,
     order_id        bigint      REFERENCES orders (id) ON DELETE CASCADE,
     -- Our order reference, as sent in `merchantPaymInfo.reference` (or as a webhook reported it).
     reference       text        NOT NULL,

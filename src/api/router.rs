@@ -110,6 +110,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(needs(Viewer, routes!(payments::export)))
         .routes(needs(Viewer, routes!(payments::get)))
         .routes(needs(Viewer, routes!(reconciliation::list)))
+        .routes(needs(Viewer, routes!(reconciliation::list_monobank)))
         .routes(needs(Viewer, routes!(automations::list)))
         .routes(needs(Admin, routes!(automations::patch)))
         .routes(needs(Admin, routes!(broadcasts::create)))

@@ -51,7 +51,7 @@ crate::text_enum! {
 /// The select list of [`Invoice`].
 macro_rules! invoice_columns {
     () => {
-        "invoice_id, order_id, reference, amount_minor, page_url, handed_out, valid_until, \
+        "id, invoice_id, order_id, reference, amount_minor, page_url, handed_out, valid_until, \
          status, modified_date, chase, attempts, next_check_at, last_checked_at, last_error, \
          payment_id, created_at, updated_at"
     };
@@ -59,7 +59,7 @@ macro_rules! invoice_columns {
 
 /// One Monobank invoice, as staff see it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-#[schema(as = MonobankInvoice, example = json!({"invoice_id": "p2_9ZgpZVsl3", "order_id": 7,
+#[schema(as = MonobankInvoice, example = json!({"id": 3, "invoice_id": "p2_9ZgpZVsl3", "order_id": 7,
     "reference": "ord_5f0c1e7a9b2d4c6e8f1a3b5c7d9e0f21", "amount_minor": 19900,
     "page_url": "https://pay.mbnk.biz/p2_9ZgpZVsl3", "handed_out": true,
     "valid_until": "2025-01-01T10:05:00Z", "status": "success",
@@ -68,6 +68,8 @@ macro_rules! invoice_columns {
     "payment_id": 12, "created_at": "2025-01-01T10:00:00Z",
     "updated_at": "2025-01-01T10:03:01Z"}))]
 pub struct Invoice {
+    /// The row's place in lists.
+    pub id: i64,
     pub invoice_id: String,
     pub order_id: Option<i64>,
     pub reference: String,
@@ -94,6 +96,7 @@ pub struct Invoice {
 }
 
 crate::from_row!(Invoice [invoice_columns!()] {
+    id,
     invoice_id,
     order_id,
     reference,
@@ -372,16 +375,50 @@ pub async fn checked(client: &impl GenericClient, invoice_id: &str) -> Result<()
 const LIST_SQL: &str = concat!(
     "SELECT ",
     invoice_columns!(),
-    " FROM monobank_invoices WHERE ($1::bigint IS NULL OR order_id = $1)
-     ORDER BY created_at, invoice_id"
+    " FROM monobank_invoices
+     WHERE id > $1 AND ($2::text IS NULL OR chase = $2::text)
+       AND ($3::bigint IS NULL OR order_id = $3)
+     ORDER BY id LIMIT $4"
 );
 
-/// The invoices of order `order_id` (every invoice when `None`), oldest first.
-pub async fn of_order(
+/// Up to `limit` invoices with an id above `after`, by id, in `chase` and of `order_id` if
+/// given.
+pub async fn list(
     client: &impl GenericClient,
+    chase: Option<Chase>,
     order_id: Option<i64>,
+    after: i64,
+    limit: i64,
 ) -> Result<Vec<Invoice>, ApiError> {
-    db::all(client, LIST_SQL, &[&order_id]).await
+    db::all(client, LIST_SQL, &[&after, &chase, &order_id, &limit]).await
+}
+
+const COUNTS_SQL: &str =
+    "SELECT chase, count(*) AS n FROM monobank_invoices WHERE handed_out GROUP BY chase";
+
+/// How many invoices whose page was given out are in each state of the chase.
+pub async fn counts(client: &impl GenericClient) -> Result<ChaseCounts, ApiError> {
+    let mut counts = ChaseCounts::default();
+    for r in db::rows(client, COUNTS_SQL, &[]).await? {
+        let n: i64 = r.try_get("n")?;
+        match r.try_get::<_, Chase>("chase")? {
+            Chase::Chasing => counts.chasing = n,
+            Chase::Found => counts.found = n,
+            Chase::GaveUp => counts.gave_up = n,
+            Chase::Settled => counts.settled = n,
+        }
+    }
+    Ok(counts)
+}
+
+/// How many given-out invoices are in each state of the chase.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[schema(as = MonobankChaseCounts)]
+pub struct ChaseCounts {
+    pub chasing: i64,
+    pub found: i64,
+    pub gave_up: i64,
+    pub settled: i64,
 }
 
 const GET_SQL: &str = concat!(

@@ -13,6 +13,45 @@ const DOC_KEY: &str = "LS0tLS1CRUdJTiBQVUJMSUMgS0VZLS0tLS0KTUZrd0V3WUhLb1pJemowQ
 const DOC_SIGN: &str =
     "MEUCIQC/mVKhi8FKoayul2Mim3E2oaIOCNJk5dEXxTqbkeJSOQIgOM0hsW0qcP2H8iXy1aQYpmY0SJWEaWur7nQXlKDCFxA=";
 
+/// The body of that example, byte for byte (two-space indents, no final newline).
+const DOC_BODY: &str = r#"{
+  "invoiceId": "p2_9ZgpZVsl3",
+  "status": "created",
+  "failureReason": "string",
+  "amount": 4200,
+  "ccy": 980,
+  "finalAmount": 4200,
+  "createdDate": "2019-08-24T14:15:22Z",
+  "modifiedDate": "2019-08-24T14:15:22Z",
+  "reference": "84d0070ee4e44667b31371d8f8813947",
+  "cancelList": [
+    {
+      "status": "processing",
+      "amount": 4200,
+      "ccy": 980,
+      "createdDate": "2019-08-24T14:15:22Z",
+      "modifiedDate": "2019-08-24T14:15:22Z",
+      "approvalCode": "662476",
+      "rrn": "060189181768",
+      "extRef": "635ace02599849e981b2cd7a65f417fe"
+    }
+  ]
+}"#;
+
+#[test]
+fn the_documented_example_verifies() {
+    let key = parse_public_key(DOC_KEY).unwrap();
+    assert_eq!(verify(&key, Some(DOC_SIGN), DOC_BODY.as_bytes()), Ok(()));
+    // The same report re-indented is another body.
+    let compact: serde_json::Value = serde_json::from_str(DOC_BODY).unwrap();
+    assert_eq!(
+        verify(&key, Some(DOC_SIGN), compact.to_string().as_bytes()),
+        Err(SignatureError::NoMatch)
+    );
+    let r = read_report(DOC_BODY.as_bytes()).unwrap();
+    assert_eq!((r.invoice_id.as_str(), r.status), ("p2_9ZgpZVsl3", Status::Created));
+}
+
 fn key_pair() -> (SigningKey, VerifyingKey) {
     let signing = SigningKey::random(&mut rand::rngs::OsRng);
     let verifying = *signing.verifying_key();
