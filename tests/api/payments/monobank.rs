@@ -306,8 +306,14 @@ async fn a_reversal_before_its_payment_and_a_stale_report_after_it_change_nothin
     let failure = report("p2_late", "failure", 19900, 980, &r2, t - Duration::seconds(10));
     assert_eq!(deliver(&app, &mono, &failure).await.expect(200)["result"], "stale");
     assert_eq!(membership_status(&app, c2).await.as_deref(), Some("active"));
-    let o = app.get("/api/orders?status=paid").await.expect(200);
-    assert_eq!(o["items"].as_array().unwrap().len(), 1);
+    let paid: String = app
+        .db()
+        .await
+        .query_one("SELECT status FROM orders WHERE reference = $1", &[&r2])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(paid, "paid");
     let stored: String = app
         .db()
         .await
@@ -789,4 +795,64 @@ async fn the_mini_app_hands_out_the_same_monobank_page() {
     assert_eq!(value["card_urls"]["monobank"], mono.invoices()[0].page_url);
     assert_eq!(value["card_urls"]["wayforpay"], Value::Null);
     assert_eq!(mono.invoices().len(), 1);
+}
+
+/// The chat's invoice effect and Mini App presses asking for one order's page at once: however
+/// many invoices they make at Monobank, they all give the buyer the same page, and one invoice
+/// is given out (and chased).
+#[tokio::test]
+async fn makers_racing_for_one_order_give_out_one_page() {
+    let (fake, mono) = (FakeBot::start().await, Arc::new(FakeMonobank::start().await));
+    let app = Arc::new(bot_app(&fake, &mono, false).await);
+    for round in 0..4 {
+        let s = app.create_subscriber(9400 + round).await;
+        let c = app.create_channel(-100_940_000 - round, json!({})).await;
+        let order_id = id(&app.create_order(id(&s), id(&c)).await);
+        let pages = race(4, |_| {
+            let app = app.clone();
+            async move {
+                let pay = subgate::bot::mini_app::orders::pay(
+                    &app.state.db,
+                    &app.state.config,
+                    order_id,
+                    subgate::bot::Gateway::Card,
+                )
+                .await
+                .unwrap();
+                serde_json::to_value(&pay).unwrap()["card_urls"]["monobank"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            }
+        })
+        .await;
+        assert!(
+            pages.iter().all(|p| *p == pages[0]),
+            "round {round}: {pages:?}"
+        );
+        let given: Vec<(String, String)> = app
+            .db()
+            .await
+            .query(
+                "SELECT page_url, chase FROM monobank_invoices WHERE order_id = $1 AND handed_out",
+                &[&order_id],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        assert_eq!(given, [(pages[0].clone(), "chasing".to_string())], "round {round}");
+        let chased: i64 = app
+            .db()
+            .await
+            .query_one(
+                "SELECT count(*) FROM monobank_invoices WHERE order_id = $1 AND chase = 'chasing'",
+                &[&order_id],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(chased, 1, "round {round}: only the page given out is chased");
+    }
 }
