@@ -214,8 +214,7 @@ pub async fn monobank_page(
         validity: f.open_secs,
         payment_type: "debit",
     };
-    let created = match monobank::create_invoice(&mono.api_url, mono.token.expose(), &invoice)
-        .await
+    let created = match monobank::create_invoice(&mono.api_url, mono.token.expose(), &invoice).await
     {
         Ok(created) => created,
         Err(monobank::ApiCallError::Transient(why)) => return Err(LinkFailure::Retry(why)),
@@ -233,8 +232,9 @@ pub async fn monobank_page(
         page_url: &created.page_url,
         validity_secs: f.open_secs,
     };
-    let page = monobank_invoices::hand_out(db, &made, bot::MIN_CARD_PAGE_SECS, config.reconcile_after)
-        .await
-        .map_err(db_failed)?;
+    let page =
+        monobank_invoices::hand_out(db, &made, bot::MIN_CARD_PAGE_SECS, config.reconcile_after)
+            .await
+            .map_err(db_failed)?;
     Ok(Some(page))
 }

@@ -133,7 +133,10 @@ async fn a_signed_success_applies_once_and_its_replay_is_a_duplicate() {
         .expect(200);
     assert_eq!(p["gateway"], "monobank");
     assert_eq!(p["external_id"], "p2_paid");
-    assert_eq!((p["amount_minor"].as_i64(), p["currency"].as_str()), (Some(19900), Some("UAH")));
+    assert_eq!(
+        (p["amount_minor"].as_i64(), p["currency"].as_str()),
+        (Some(19900), Some("UAH"))
+    );
     assert_eq!(membership_status(&app, c).await.as_deref(), Some("active"));
     // Monobank delivers the same body again (or anyone replays it): a duplicate.
     let again = deliver(&app, &mono, &body).await.expect(200);
@@ -141,8 +144,18 @@ async fn a_signed_success_applies_once_and_its_replay_is_a_duplicate() {
     assert_eq!(again["payment_id"], first["payment_id"]);
     // A later report of the same invoice, as new or newer, is still the one payment of
     // (monobank, invoiceId).
-    let later = report("p2_paid", "success", 19900, 980, &r, now() + Duration::seconds(5));
-    assert_eq!(deliver(&app, &mono, &later).await.expect(200)["result"], "duplicate");
+    let later = report(
+        "p2_paid",
+        "success",
+        19900,
+        980,
+        &r,
+        now() + Duration::seconds(5),
+    );
+    assert_eq!(
+        deliver(&app, &mono, &later).await.expect(200)["result"],
+        "duplicate"
+    );
     assert_eq!(payments_of(&app, "p2_paid").await.len(), 1);
     assert_eq!(payment_events(&app, c).await, 1);
     // The key was fetched once, on the first delivery.
@@ -158,14 +171,20 @@ async fn unsigned_forged_and_malformed_reports_store_nothing() {
     for sign in [None, Some("garbage!".to_string()), Some(String::new())] {
         let resp = post_raw(&app, &body, sign.clone()).await;
         assert_eq!(resp.status.as_u16(), 401, "{sign:?}");
-        assert_eq!(resp.header("content-type"), Some("application/problem+json"));
+        assert_eq!(
+            resp.header("content-type"),
+            Some("application/problem+json")
+        );
     }
     // A header that is no signature at all is refused without asking Monobank for a key.
     assert_eq!(mono.pubkey_fetches(), 0);
     // The body is signed byte for byte.
     let sign = mono.sign(&body);
     let altered = body.replace("19900", "1990");
-    assert_eq!(post_raw(&app, &altered, Some(sign)).await.status.as_u16(), 401);
+    assert_eq!(
+        post_raw(&app, &altered, Some(sign)).await.status.as_u16(),
+        401
+    );
     // Signed, but not a report, a field of the wrong type (400), or a field missing or
     // invalid (422).
     for (bad, status) in [
@@ -199,11 +218,22 @@ async fn a_signature_by_another_key_is_refused_after_exactly_one_refetch() {
     let created = report("p2_other", "created", 19900, 980, &r, now());
     deliver(&app, &mono, &created).await.expect(200);
     assert_eq!(mono.pubkey_fetches(), 1);
-    let body = report("p2_other", "success", 19900, 980, &r, now() + Duration::seconds(1));
+    let body = report(
+        "p2_other",
+        "success",
+        19900,
+        980,
+        &r,
+        now() + Duration::seconds(1),
+    );
     for n in 1..=2 {
         let resp = post_raw(&app, &body, Some(FakeMonobank::sign_by_stranger(&body))).await;
         assert_eq!(resp.status.as_u16(), 401);
-        assert_eq!(mono.pubkey_fetches(), 1 + n, "one fetch per refused delivery");
+        assert_eq!(
+            mono.pubkey_fetches(),
+            1 + n,
+            "one fetch per refused delivery"
+        );
     }
     assert_eq!(app.count("payments").await, 0);
     // Monobank's own signature still verifies with the key fetched again.
@@ -221,7 +251,14 @@ async fn a_rotated_key_is_accepted_after_one_refetch() {
     deliver(&app, &mono, &created).await.expect(200);
     assert_eq!(mono.pubkey_fetches(), 1);
     mono.rotate();
-    let paid = report("p2_rotated", "success", 19900, 980, &r, now() + Duration::seconds(1));
+    let paid = report(
+        "p2_rotated",
+        "success",
+        19900,
+        980,
+        &r,
+        now() + Duration::seconds(1),
+    );
     let answer = deliver(&app, &mono, &paid).await.expect(200);
     assert_eq!(answer["result"], "applied");
     assert_eq!(mono.pubkey_fetches(), 2);
@@ -236,9 +273,13 @@ async fn concurrent_deliveries_under_a_rotated_key_fetch_it_once() {
     let mono = Arc::new(FakeMonobank::start().await);
     let app = Arc::new(mono_app(&mono).await);
     let (_, r) = order(&app, 9105, -100_910_005).await;
-    deliver(&app, &mono, &report("p2_burst", "created", 19900, 980, &r, now()))
-        .await
-        .expect(200);
+    deliver(
+        &app,
+        &mono,
+        &report("p2_burst", "created", 19900, 980, &r, now()),
+    )
+    .await
+    .expect(200);
     for round in 0..3 {
         mono.rotate();
         let before = mono.pubkey_fetches();
@@ -249,7 +290,11 @@ async fn concurrent_deliveries_under_a_rotated_key_fetch_it_once() {
         })
         .await;
         assert_eq!(answers, [200; 8], "round {round}");
-        assert_eq!(mono.pubkey_fetches(), before + 1, "round {round}: one fetch");
+        assert_eq!(
+            mono.pubkey_fetches(),
+            before + 1,
+            "round {round}: one fetch"
+        );
     }
 }
 
@@ -258,13 +303,21 @@ async fn a_wrong_amount_or_currency_is_kept_for_review() {
     let mono = FakeMonobank::start().await;
     let app = mono_app(&mono).await;
     let (c, r) = order(&app, 9106, -100_910_006).await;
-    let short = deliver(&app, &mono, &report("p2_short", "success", 100, 980, &r, now()))
-        .await
-        .expect(200);
+    let short = deliver(
+        &app,
+        &mono,
+        &report("p2_short", "success", 100, 980, &r, now()),
+    )
+    .await
+    .expect(200);
     assert_eq!(short["result"], "needs_review");
-    let dollars = deliver(&app, &mono, &report("p2_usd", "success", 19900, 840, &r, now()))
-        .await
-        .expect(200);
+    let dollars = deliver(
+        &app,
+        &mono,
+        &report("p2_usd", "success", 19900, 840, &r, now()),
+    )
+    .await
+    .expect(200);
     assert_eq!(dollars["result"], "needs_review");
     assert_eq!(
         payments_of(&app, "p2_short").await,
@@ -284,12 +337,22 @@ async fn a_reversal_before_its_payment_and_a_stale_report_after_it_change_nothin
     let (c, r) = order(&app, 9107, -100_910_007).await;
     let t = now();
     // Monobank's webhooks are not ordered: the refund arrives first.
-    let reversed = report("p2_rev", "reversed", 19900, 980, &r, t + Duration::seconds(60));
+    let reversed = report(
+        "p2_rev",
+        "reversed",
+        19900,
+        980,
+        &r,
+        t + Duration::seconds(60),
+    );
     let answer = deliver(&app, &mono, &reversed).await.expect(200);
     assert_eq!(answer["result"], "recorded_before_payment");
     // The payment that follows is older: stale, nothing granted.
     let paid = report("p2_rev", "success", 19900, 980, &r, t);
-    assert_eq!(deliver(&app, &mono, &paid).await.expect(200)["result"], "stale");
+    assert_eq!(
+        deliver(&app, &mono, &paid).await.expect(200)["result"],
+        "stale"
+    );
     assert_eq!(
         payments_of(&app, "p2_rev").await,
         [("refunded".into(), Some("refunded_before_payment".into()))]
@@ -300,11 +363,28 @@ async fn a_reversal_before_its_payment_and_a_stale_report_after_it_change_nothin
     let (c2, r2) = order(&app, 9108, -100_910_008).await;
     let paid = report("p2_late", "success", 19900, 980, &r2, t);
     deliver(&app, &mono, &paid).await.expect(200);
-    let processing = report("p2_late", "processing", 19900, 980, &r2, t - Duration::seconds(30));
+    let processing = report(
+        "p2_late",
+        "processing",
+        19900,
+        980,
+        &r2,
+        t - Duration::seconds(30),
+    );
     let answer = deliver(&app, &mono, &processing).await.expect(200);
     assert_eq!(answer["result"], "stale");
-    let failure = report("p2_late", "failure", 19900, 980, &r2, t - Duration::seconds(10));
-    assert_eq!(deliver(&app, &mono, &failure).await.expect(200)["result"], "stale");
+    let failure = report(
+        "p2_late",
+        "failure",
+        19900,
+        980,
+        &r2,
+        t - Duration::seconds(10),
+    );
+    assert_eq!(
+        deliver(&app, &mono, &failure).await.expect(200)["result"],
+        "stale"
+    );
     assert_eq!(membership_status(&app, c2).await.as_deref(), Some("active"));
     let paid: String = app
         .db()
@@ -326,9 +406,22 @@ async fn a_reversal_before_its_payment_and_a_stale_report_after_it_change_nothin
         .get(0);
     assert_eq!(stored, "success");
     // The refund, newer, takes back what it bought.
-    let refunded = report("p2_late", "reversed", 19900, 980, &r2, t + Duration::seconds(90));
-    assert_eq!(deliver(&app, &mono, &refunded).await.expect(200)["result"], "refunded");
-    assert_eq!(membership_status(&app, c2).await.as_deref(), Some("expired"));
+    let refunded = report(
+        "p2_late",
+        "reversed",
+        19900,
+        980,
+        &r2,
+        t + Duration::seconds(90),
+    );
+    assert_eq!(
+        deliver(&app, &mono, &refunded).await.expect(200)["result"],
+        "refunded"
+    );
+    assert_eq!(
+        membership_status(&app, c2).await.as_deref(),
+        Some("expired")
+    );
 }
 
 #[tokio::test]
@@ -355,7 +448,10 @@ async fn a_failed_payment_releases_the_orders_hold() {
         .unwrap()
         .get(0);
     assert!(!held, "the seat is free for others at once");
-    assert_eq!(deliver(&app, &mono, &failed).await.expect(200)["result"], "not_held");
+    assert_eq!(
+        deliver(&app, &mono, &failed).await.expect(200)["result"],
+        "not_held"
+    );
     assert_eq!(app.count("payments").await, 0);
 }
 
@@ -366,17 +462,34 @@ async fn concurrent_deliveries_of_one_report_apply_once() {
     let app = Arc::new(mono_app(&mono).await);
     for round in 0..5 {
         let (c, r) = order(&app, 9200 + round, -100_920_000 - round).await;
-        let body = report(&format!("p2_race_{round}"), "success", 19900, 980, &r, now());
+        let body = report(
+            &format!("p2_race_{round}"),
+            "success",
+            19900,
+            980,
+            &r,
+            now(),
+        );
         let answers = race(6, |_| {
             let (app, mono, body) = (app.clone(), mono.clone(), body.clone());
             async move { deliver(&app, &mono, &body).await.expect(200) }
         })
         .await;
         let applied = answers.iter().filter(|a| a["result"] == "applied").count();
-        let duplicates = answers.iter().filter(|a| a["result"] == "duplicate").count();
+        let duplicates = answers
+            .iter()
+            .filter(|a| a["result"] == "duplicate")
+            .count();
         assert_eq!((applied, duplicates), (1, 5), "round {round}: {answers:?}");
-        assert_eq!(payments_of(&app, &format!("p2_race_{round}")).await.len(), 1);
-        assert_eq!(payment_events(&app, c).await, 1, "round {round}: one extension");
+        assert_eq!(
+            payments_of(&app, &format!("p2_race_{round}")).await.len(),
+            1
+        );
+        assert_eq!(
+            payment_events(&app, c).await,
+            1,
+            "round {round}: one extension"
+        );
         let days: f64 = app
             .db()
             .await
@@ -404,7 +517,14 @@ async fn a_payment_and_its_refund_delivered_together_end_refunded() {
         let t = now();
         let bodies = [
             report(&invoice, "success", 19900, 980, &r, t),
-            report(&invoice, "reversed", 19900, 980, &r, t + Duration::seconds(30)),
+            report(
+                &invoice,
+                "reversed",
+                19900,
+                980,
+                &r,
+                t + Duration::seconds(30),
+            ),
         ];
         race(4, |i| {
             let (app, mono, body) = (app.clone(), mono.clone(), bodies[i % 2].clone());
@@ -464,7 +584,8 @@ async fn staff_refunds_go_through_invoice_cancel() {
         "{again:?}"
     );
     // A wrong token is refused too.
-    let wrong = monobank::cancel_invoice(&config.api_url, "not-the-token-0123456789", &cancel).await;
+    let wrong =
+        monobank::cancel_invoice(&config.api_url, "not-the-token-0123456789", &cancel).await;
     assert!(matches!(wrong, Err(monobank::ApiCallError::Refused(_))));
 }
 
@@ -532,7 +653,10 @@ async fn the_bot_sells_a_uah_plan_through_a_monobank_invoice_end_to_end() {
     assert_eq!(sent["redirectUrl"], format!("https://t.me/{BOT}"));
     assert_eq!(sent["paymentType"], "debit");
     let validity = sent["validity"].as_i64().unwrap();
-    assert!((60..=300).contains(&validity), "within the hold: {validity}");
+    assert!(
+        (60..=300).contains(&validity),
+        "within the hold: {validity}"
+    );
 
     // The retry reused the stored page: one invoice, and the buyer's message has one button,
     // its page.
@@ -570,7 +694,9 @@ async fn the_bot_sells_a_uah_plan_through_a_monobank_invoice_end_to_end() {
     let links = fake.links_of(chat);
     assert_eq!(links.len(), 1, "a join link was made: {:?}", fake.methods());
     assert!(
-        messages_to(&fake, user).iter().any(|m| m.contains(&links[0])),
+        messages_to(&fake, user)
+            .iter()
+            .any(|m| m.contains(&links[0])),
         "{:?}",
         messages_to(&fake, user)
     );
@@ -670,24 +796,33 @@ async fn a_lost_webhook_is_found_by_asking_the_invoice_status() {
     let invoice = mono.invoices()[0].id.clone();
 
     // Not due before RECONCILE_AFTER_SECS.
-    let report = reconcile::run_once(&app.state.db, &app.state.config).await.unwrap();
+    let report = reconcile::run_once(&app.state.db, &app.state.config)
+        .await
+        .unwrap();
     assert_eq!(report.checked, 0);
 
     // Still on its way: asked again later, with back-off.
     due(&app, &invoice).await;
     mono.set_status(&invoice, "processing");
-    let report = reconcile::run_once(&app.state.db, &app.state.config).await.unwrap();
+    let report = reconcile::run_once(&app.state.db, &app.state.config)
+        .await
+        .unwrap();
     assert_eq!((report.checked, report.retried), (1, 1));
     assert_eq!(chase(&app, &invoice).await, ("chasing".into(), 1, None));
 
     // Paid, and the webhook never came: found.
     mono.set_status(&invoice, "success");
     due(&app, &invoice).await;
-    let report = reconcile::run_once(&app.state.db, &app.state.config).await.unwrap();
+    let report = reconcile::run_once(&app.state.db, &app.state.config)
+        .await
+        .unwrap();
     assert_eq!((report.checked, report.found), (1, 1), "{report:?}");
     assert_eq!(chase(&app, &invoice).await.0, "found");
     assert_eq!(membership_of(&app, user, c).await.unwrap().0, "active");
-    assert_eq!(payments_of(&app, &invoice).await, [("applied".into(), None)]);
+    assert_eq!(
+        payments_of(&app, &invoice).await,
+        [("applied".into(), None)]
+    );
     // Nothing more to ask.
     due(&app, &invoice).await;
     let calls = mono.status_calls();
@@ -700,7 +835,9 @@ async fn a_lost_webhook_is_found_by_asking_the_invoice_status() {
     );
     assert_eq!(mono.status_calls(), calls);
     // The late webhook is a duplicate.
-    let late = deliver(&app, &mono, &mono.report_of(&invoice)).await.expect(200);
+    let late = deliver(&app, &mono, &mono.report_of(&invoice))
+        .await
+        .expect(200);
     assert_eq!(late["result"], "duplicate");
     assert_eq!(payments_of(&app, &invoice).await.len(), 1);
 }
@@ -735,7 +872,9 @@ async fn an_expired_invoice_found_by_the_reconcile_releases_the_hold_and_a_faile
     // Monobank sends no webhook for `expired`: the reconcile finds it and frees the seat.
     mono.set_status(&invoice, "expired");
     due(&app, &invoice).await;
-    let report = reconcile::run_once(&app.state.db, &app.state.config).await.unwrap();
+    let report = reconcile::run_once(&app.state.db, &app.state.config)
+        .await
+        .unwrap();
     assert_eq!((report.checked, report.failed), (1, 1), "{report:?}");
     assert_eq!(chase(&app, &invoice).await.0, "settled");
     let held: Option<bool> = app
@@ -769,7 +908,9 @@ async fn an_invoice_still_open_after_72_hours_is_given_up() {
         )
         .await
         .unwrap();
-    let report = reconcile::run_once(&app.state.db, &app.state.config).await.unwrap();
+    let report = reconcile::run_once(&app.state.db, &app.state.config)
+        .await
+        .unwrap();
     assert_eq!((report.checked, report.gave_up), (1, 1), "{report:?}");
     assert_eq!(chase(&app, &invoice).await.0, "gave_up");
 }
@@ -802,7 +943,10 @@ async fn the_mini_app_hands_out_the_same_monobank_page() {
 /// is given out (and chased).
 #[tokio::test]
 async fn makers_racing_for_one_order_give_out_one_page() {
-    let (fake, mono) = (FakeBot::start().await, Arc::new(FakeMonobank::start().await));
+    let (fake, mono) = (
+        FakeBot::start().await,
+        Arc::new(FakeMonobank::start().await),
+    );
     let app = Arc::new(bot_app(&fake, &mono, false).await);
     for round in 0..4 {
         let s = app.create_subscriber(9400 + round).await;
@@ -842,7 +986,11 @@ async fn makers_racing_for_one_order_give_out_one_page() {
             .iter()
             .map(|r| (r.get(0), r.get(1)))
             .collect();
-        assert_eq!(given, [(pages[0].clone(), "chasing".to_string())], "round {round}");
+        assert_eq!(
+            given,
+            [(pages[0].clone(), "chasing".to_string())],
+            "round {round}"
+        );
         let chased: i64 = app
             .db()
             .await
@@ -853,6 +1001,9 @@ async fn makers_racing_for_one_order_give_out_one_page() {
             .await
             .unwrap()
             .get(0);
-        assert_eq!(chased, 1, "round {round}: only the page given out is chased");
+        assert_eq!(
+            chased, 1,
+            "round {round}: only the page given out is chased"
+        );
     }
 }

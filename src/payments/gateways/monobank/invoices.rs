@@ -216,9 +216,11 @@ pub async fn other_page_open(
     order_id: i64,
     invoice_id: &str,
 ) -> Result<bool, ApiError> {
-    Ok(db::row_one(client, OTHER_OPEN_SQL, &[&order_id, &invoice_id])
-        .await?
-        .try_get("open")?)
+    Ok(
+        db::row_one(client, OTHER_OPEN_SQL, &[&order_id, &invoice_id])
+            .await?
+            .try_get("open")?,
+    )
 }
 
 // ---- reports ----
@@ -428,6 +430,9 @@ const GET_SQL: &str = concat!(
 );
 
 /// Invoice `invoice_id`, if we know it.
-pub async fn get(client: &impl GenericClient, invoice_id: &str) -> Result<Option<Invoice>, ApiError> {
+pub async fn get(
+    client: &impl GenericClient,
+    invoice_id: &str,
+) -> Result<Option<Invoice>, ApiError> {
     db::opt(client, GET_SQL, &[&invoice_id]).await
 }

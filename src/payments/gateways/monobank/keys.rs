@@ -57,7 +57,9 @@ impl PublicKeys {
         {
             return Ok(());
         }
-        let key = self.refetch(config, seen.map(|(generation, _)| generation)).await?;
+        let key = self
+            .refetch(config, seen.map(|(generation, _)| generation))
+            .await?;
         if verifies(&key, &signature, body) {
             Ok(())
         } else {

@@ -261,7 +261,8 @@ pub fn invoice_id_of(body: &[u8]) -> Option<String> {
 
 /// Reads a status report: the webhook's verified body, or the status answer.
 pub fn read_report(body: &[u8]) -> Result<Report, ReportError> {
-    let w: Wire = serde_json::from_slice(body).map_err(|e| ReportError::Malformed(e.to_string()))?;
+    let w: Wire =
+        serde_json::from_slice(body).map_err(|e| ReportError::Malformed(e.to_string()))?;
     let invoice_id = w
         .invoice_id
         .filter(|i| (1..=255).contains(&i.len()))

@@ -10,8 +10,7 @@ use super::*;
 /// The example of Monobank's documentation ("Приклади верифікації підпису webhook"): its
 /// public key, its `X-Sign`, and the body it signs.
 const DOC_KEY: &str = "LS0tLS1CRUdJTiBQVUJMSUMgS0VZLS0tLS0KTUZrd0V3WUhLb1pJemowQ0FRWUlLb1pJemowREFRY0RRZ0FFQUc1LzZ3NnZubGJZb0ZmRHlYWE4vS29CbVVjTgo3NWJSUWg4MFBhaEdldnJoanFCQnI3OXNSS0JSbnpHODFUZVQ5OEFOakU1c0R3RmZ5Znhub0ZJcmZBPT0KLS0tLS1FTkQgUFVCTElDIEtFWS0tLS0tCg==";
-const DOC_SIGN: &str =
-    "MEUCIQC/mVKhi8FKoayul2Mim3E2oaIOCNJk5dEXxTqbkeJSOQIgOM0hsW0qcP2H8iXy1aQYpmY0SJWEaWur7nQXlKDCFxA=";
+const DOC_SIGN: &str = "MEUCIQC/mVKhi8FKoayul2Mim3E2oaIOCNJk5dEXxTqbkeJSOQIgOM0hsW0qcP2H8iXy1aQYpmY0SJWEaWur7nQXlKDCFxA=";
 
 /// The body of that example, byte for byte (two-space indents, no final newline).
 const DOC_BODY: &str = r#"{
@@ -49,7 +48,10 @@ fn the_documented_example_verifies() {
         Err(SignatureError::NoMatch)
     );
     let r = read_report(DOC_BODY.as_bytes()).unwrap();
-    assert_eq!((r.invoice_id.as_str(), r.status), ("p2_9ZgpZVsl3", Status::Created));
+    assert_eq!(
+        (r.invoice_id.as_str(), r.status),
+        ("p2_9ZgpZVsl3", Status::Created)
+    );
 }
 
 fn key_pair() -> (SigningKey, VerifyingKey) {
@@ -119,7 +121,10 @@ fn a_high_s_signature_verifies_too() {
 #[test]
 fn missing_and_malformed_headers_are_refused() {
     let (_, verifying) = key_pair();
-    assert_eq!(verify(&verifying, None, b"{}"), Err(SignatureError::Missing));
+    assert_eq!(
+        verify(&verifying, None, b"{}"),
+        Err(SignatureError::Missing)
+    );
     assert_eq!(
         verify(&verifying, Some("  "), b"{}"),
         Err(SignatureError::Missing)
@@ -149,7 +154,10 @@ fn a_report_reads_as_the_documented_body() {
     assert_eq!(r.invoice_id, "p2_9ZgpZVsl3");
     assert_eq!(r.status, Status::Success);
     assert_eq!((r.amount_minor, r.currency.as_str()), (4200, "UAH"));
-    assert_eq!(r.reference.as_deref(), Some("84d0070ee4e44667b31371d8f8813947"));
+    assert_eq!(
+        r.reference.as_deref(),
+        Some("84d0070ee4e44667b31371d8f8813947")
+    );
     assert_eq!(
         r.modified_date,
         Utc.with_ymd_and_hms(2019, 8, 24, 14, 15, 22).unwrap()
@@ -194,7 +202,15 @@ fn each_status_maps_to_its_action() {
     assert!(!Status::Processing.is_final() && !Status::Hold.is_final());
     assert_eq!(
         Status::ALL.map(Status::as_str),
-        ["created", "processing", "hold", "success", "failure", "reversed", "expired"]
+        [
+            "created",
+            "processing",
+            "hold",
+            "success",
+            "failure",
+            "reversed",
+            "expired"
+        ]
     );
 }
 

@@ -76,7 +76,11 @@ impl Done {
 
 /// Acts on `report` (see the module doc). `found_by_reconcile`: the reconcile asked for it, so
 /// a payment it stores ends the chase as `found` rather than `settled`.
-pub async fn apply(pool: &Pool, report: &Report, found_by_reconcile: bool) -> Result<Done, ApiError> {
+pub async fn apply(
+    pool: &Pool,
+    report: &Report,
+    found_by_reconcile: bool,
+) -> Result<Done, ApiError> {
     let observed = {
         let client = pool.get().await?;
         invoices::observe(&client, report).await?
