@@ -685,6 +685,13 @@ mod tests {
                     crate::referrals::ledger::Kind::as_str,
                 ),
             ),
+            (
+                "status",
+                spellings(
+                    &crate::payments::gateways::monobank::Status::ALL,
+                    crate::payments::gateways::monobank::Status::as_str,
+                ),
+            ),
         ] {
             known.entry(word).or_default().extend(words);
         }

@@ -1,5 +1,5 @@
-//! subgate sells access to private Telegram channels and groups: payments come in through four doors
-//! (a signed card-gateway webhook, WayForPay's callback, Telegram Stars, Stripe), and each
+//! subgate sells access to private Telegram channels and groups: payments come in through five doors
+//! (a signed card-gateway webhook, WayForPay's callback, Telegram Stars, Stripe, Monobank), and each
 //! payment turns into channel access exactly once.
 //!
 //! The crate is a library with a thin binary (`main.rs` parses the CLI). One folder per layer,

@@ -1,5 +1,5 @@
 //! The HTTP layer: every route ([`router`]), every handler — the staff REST API by resource,
-//! login ([`auth`]) and the four payment doors ([`webhooks`]) — the extractors and list
+//! login ([`auth`]) and the payment doors ([`webhooks`]) — the extractors and list
 //! envelope they share, the `Idempotency-Key` wrapper of staff writes ([`idempotency`]) and the
 //! rendering of errors as problem documents ([`error`]). Handlers turn requests into plain
 //! values, call the domain modules and turn their results into HTTP; nothing outside this

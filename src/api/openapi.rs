@@ -56,6 +56,7 @@ pub const WEBHOOK_ID: &str = "webhook_id";
 pub const WEBHOOK_TIMESTAMP: &str = "webhook_timestamp";
 pub const WEBHOOK_SIGNATURE: &str = "webhook_signature";
 pub const STRIPE_SIGNATURE: &str = "stripe_signature";
+pub const MONOBANK_SIGNATURE: &str = "monobank_signature";
 /// The Mini App's `Authorization: tma <initData>`.
 pub const TELEGRAM_INIT_DATA: &str = "telegram_init_data";
 
@@ -64,7 +65,7 @@ pub const TELEGRAM_INIT_DATA: &str = "telegram_init_data";
     info(
         title = "subgate",
         description = "Sells access to private Telegram channels and groups (a `channel` here is \
-            either: a channel or a supergroup, forum or not): the staff REST API, the four \
+            either: a channel or a supergroup, forum or not): the staff REST API, the \
             payment doors and the operations endpoints. Errors are RFC 9457 problem documents \
             (`application/problem+json`); every response carries `x-request-id`. Staff POSTs that \
             commit in one transaction honour an optional `Idempotency-Key`. Lists are \
@@ -196,6 +197,13 @@ text_enum_schemas! {
     crate::payments::gateways::wayforpay::checks::State => "ReconciliationState":
         "`chasing` (asked again later), `found` (the gateway's answer was stored as a payment), \
          `gave_up` (not paid 72 hours after the link) or `settled` (paid, cancelled or refunded).",
+    crate::payments::gateways::monobank::Status => "MonobankInvoiceStatus":
+        "A Monobank invoice's status as Monobank reports it: `created`, `processing`, `hold`, \
+         `success` (paid), `failure`, `reversed` (refunded) or `expired`.",
+    crate::payments::gateways::monobank::invoices::Chase => "MonobankChase":
+        "The reconcile of a Monobank invoice: `chasing` (asked again later), `found` (its \
+         answer was stored as a payment), `gave_up` (not final 72 hours after it was made) or \
+         `settled` (a final report was acted on, or its page was never given out).",
 }
 
 /// The security schemes.
@@ -264,6 +272,15 @@ impl Modify for SecuritySchemes {
                     "Stripe-Signature",
                     "Stripe's `t=<unix>,v1=<hex HMAC-SHA256 of t.body>` with \
                      `STRIPE_WEBHOOK_SECRET`; any `v1` may match; `t` within 5 minutes.",
+                ),
+            ),
+            (
+                MONOBANK_SIGNATURE,
+                header(
+                    "X-Sign",
+                    "Monobank's base64 ECDSA (P-256, SHA-256, DER) signature of the raw body, \
+                     verified with the merchant public key of `GET /api/merchant/pubkey` \
+                     (cached; fetched again once when a signature does not verify).",
                 ),
             ),
             (

@@ -30,7 +30,7 @@ use super::{
     roles::{needs, needs_or_sweep_token},
     schemas::Health,
     staff, star_subscriptions, stats, subscribers, sweep, webhook_endpoints,
-    webhooks::{standard, stripe, telegram, wayforpay},
+    webhooks::{monobank, standard, stripe, telegram, wayforpay},
 };
 use crate::{
     app::state::AppState,
@@ -110,6 +110,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(needs(Viewer, routes!(payments::export)))
         .routes(needs(Viewer, routes!(payments::get)))
         .routes(needs(Viewer, routes!(reconciliation::list)))
+        .routes(needs(Viewer, routes!(reconciliation::list_monobank)))
         .routes(needs(Viewer, routes!(automations::list)))
         .routes(needs(Admin, routes!(automations::patch)))
         .routes(needs(Admin, routes!(broadcasts::create)))
@@ -152,6 +153,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(wayforpay::receive))
         .routes(routes!(telegram::webhook))
         .routes(routes!(stripe::receive))
+        .routes(routes!(monobank::receive))
         .routes(needs_or_sweep_token(Admin, routes!(sweep::run)))
         .routes(needs(Viewer, routes!(overview::get)))
         .routes(routes!(openapi::openapi_json));

@@ -153,6 +153,48 @@ pub struct StripeEvent {
     pub data: serde_json::Value,
 }
 
+/// Door 5's answer: what a report of a Monobank invoice came to.
+#[derive(Serialize, ToSchema)]
+#[schema(example = json!({"invoice_id": "p2_9ZgpZVsl3", "status": "success",
+    "result": "applied", "payment_id": 12}))]
+pub struct MonobankAnswer {
+    /// The invoice reported on.
+    pub invoice_id: String,
+    /// Its status, as reported.
+    pub status: crate::payments::gateways::monobank::Status,
+    /// `success`: the payment's outcome (`applied`, `needs_review`) or `duplicate` (stored
+    /// before); `reversed`: the refund rule's result (`refunded`, `already_refunded`,
+    /// `not_applied`, `recorded_before_payment`, `unknown_payment`); `failure`/`expired`: what
+    /// releasing the order's holds found (`released`, `not_held`, `not_pending`,
+    /// `unknown_order`) or `hold_kept` (another page of the order can still be paid);
+    /// `nothing` for a status on the way; `stale` for a report older (`modifiedDate`) than one
+    /// stored before, which changes nothing.
+    pub result: String,
+    /// The payment stored or refunded, when there is one.
+    pub payment_id: Option<i64>,
+}
+
+/// A Monobank invoice status report, as Monobank's webhook sends it (the same schema as its
+/// `GET /api/merchant/invoice/status`); only the fields read are described.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(example = json!({"invoiceId": "p2_9ZgpZVsl3", "status": "success", "amount": 19900,
+    "ccy": 980, "finalAmount": 19900, "createdDate": "2025-01-01T10:00:00Z",
+    "modifiedDate": "2025-01-01T10:03:00Z",
+    "reference": "ord_5f0c1e7a9b2d4c6e8f1a3b5c7d9e0f21"}))]
+pub struct MonobankReport {
+    pub invoice_id: String,
+    pub status: crate::payments::gateways::monobank::Status,
+    /// Minor units (kopiyky).
+    pub amount: i64,
+    /// ISO 4217 numeric (980: UAH).
+    pub ccy: i32,
+    /// Our order reference (`merchantPaymInfo.reference`).
+    pub reference: Option<String>,
+    /// RFC 3339: orders the reports of one invoice.
+    pub modified_date: String,
+}
+
 /// `{}`: nothing to do.
 #[derive(Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]

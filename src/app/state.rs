@@ -9,6 +9,7 @@ use crate::{
     access::sweep::LastSweep,
     bot::mini_app::rate_limit::Buckets,
     config::Config,
+    payments::gateways::monobank::keys::PublicKeys,
     reports::stats::StatsDb,
     staff::{permits::HashPermits, throttle::LoginThrottle},
 };
@@ -30,6 +31,8 @@ pub struct AppState {
     pub stats: StatsDb,
     /// The Mini App's limit per buyer (a token bucket per Telegram user).
     pub mini_app_limits: Buckets,
+    /// Monobank's webhook public key, cached (door 5).
+    pub monobank_keys: PublicKeys,
 }
 
 impl AppState {
@@ -56,6 +59,7 @@ impl AppState {
             dummy_hash,
             last_sweep: LastSweep::default(),
             mini_app_limits: Buckets::default(),
+            monobank_keys: PublicKeys::default(),
         })
     }
 }

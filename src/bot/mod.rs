@@ -106,7 +106,7 @@ pub fn card_page_warning(config: &Config) -> Option<String> {
     let pages = card_pages(config);
     let sells_cards = config.telegram_bot_token.is_some()
         && config.public_url.is_some()
-        && (pages.wayforpay || pages.stripe);
+        && (pages.wayforpay || pages.stripe || pages.monobank);
     (sells_cards && !card_page_opens(config.hold_secs)).then(|| {
         format!(
             "HOLD_SECS={} is under {MIN_CARD_PAGE_SECS}: no card payment page can stay open that \
@@ -155,8 +155,9 @@ pub(super) fn renew_of(config: &Config, facts: &RenewFacts) -> Option<render::Ca
 pub enum Gateway {
     /// Telegram Stars (`XTR`), through door 3.
     Stars,
-    /// A card, on a WayForPay Purchase page (door 2) or a Stripe Checkout page (door 4),
-    /// whichever are configured ([`card_pages`]); the buyer picks when both are.
+    /// A card, on a WayForPay Purchase page (door 2), a Stripe Checkout page (door 4) or a
+    /// Monobank invoice's page (door 5, hryvnias only), whichever are configured
+    /// ([`card_pages`]); the buyer picks when several are.
     Card,
 }
 
@@ -168,6 +169,16 @@ pub struct CardPages {
     /// Stripe is configured, and the buyer can be sent back somewhere after paying (the bot's
     /// chat, else `PUBLIC_URL`).
     pub stripe: bool,
+    /// Monobank is configured with the service's public URL (its `webHookUrl`); it takes
+    /// hryvnias only ([`CardPages::monobank_takes`]).
+    pub monobank: bool,
+}
+
+impl CardPages {
+    /// Whether a Monobank page is made for an order in `currency`.
+    pub fn monobank_takes(&self, currency: &str) -> bool {
+        self.monobank && currency == "UAH"
+    }
 }
 
 /// Which card pages are configured.
@@ -177,6 +188,7 @@ pub fn card_pages(config: &Config) -> CardPages {
             && config.wayforpay_domain.is_some()
             && config.public_url.is_some(),
         stripe: config.stripe.is_some() && stripe_return_url(config).is_some(),
+        monobank: config.monobank.is_some() && config.public_url.is_some(),
     }
 }
 
@@ -191,13 +203,13 @@ pub fn stripe_return_url(config: &Config) -> Option<String> {
 }
 
 /// The gateway that takes `currency`, if one is configured: Stars always; any other currency
-/// when a card page is configured ([`card_pages`]).
+/// when WayForPay or Stripe is configured, hryvnias when Monobank is ([`card_pages`]).
 pub fn gateway(config: &Config, currency: &str) -> Option<Gateway> {
     if currency == "XTR" {
         return Some(Gateway::Stars);
     }
     let pages = card_pages(config);
-    (pages.wayforpay || pages.stripe).then_some(Gateway::Card)
+    (pages.wayforpay || pages.stripe || pages.monobank_takes(currency)).then_some(Gateway::Card)
 }
 
 /// Handles an update that no payment door decided: a buyer's command or button press gets the

@@ -1,18 +1,22 @@
 //! What an order is paid with: the card pages — a signed WayForPay Purchase link
-//! ([`card_link`]) and a Stripe Checkout Session ([`stripe_session`]) — and the words of its
-//! Stars invoice ([`StarsWords`]). The effects worker sends them in the bot's invoice; the Mini
+//! ([`card_link`]), a Stripe Checkout Session ([`stripe_session`]) and a Monobank invoice's
+//! page ([`monobank_page`]) — and the words of its Stars invoice ([`StarsWords`]). The effects worker sends them in the bot's invoice; the Mini
 //! App hands them to its page. Both are made from the order's [`orders::InvoiceFacts`]
 //! ([`facts`]), so either way the buyer is shown the same amount, product name, words and
 //! closing time.
 
-use deadpool_postgres::GenericClient;
+use deadpool_postgres::{GenericClient, Pool};
 
 use crate::{
     bot,
     common::{currency::Money, error::ApiError},
     config::Config,
     orders,
-    payments::gateways::{stripe, wayforpay::purchase as wayforpay_purchase},
+    payments::gateways::{
+        monobank::{self, invoices as monobank_invoices},
+        stripe,
+        wayforpay::purchase as wayforpay_purchase,
+    },
     present::{locale::Language, render, texts},
     telegram_api::client::StarsInvoice,
 };
@@ -153,4 +157,84 @@ pub async fn stripe_session(
         Err(stripe::ApiCallError::Transient(why)) => Err(LinkFailure::Retry(why)),
         Err(e @ stripe::ApiCallError::Refused(_)) => Err(LinkFailure::Permanent(e.to_string())),
     }
+}
+
+/// The page of order `order_id`'s Monobank invoice: the one given out before, while it can
+/// still be paid for [`bot::MIN_CARD_PAGE_SECS`], else a new invoice made now — `amount` in
+/// kopiyky, `ccy` 980, the order's reference and the plan's name in `merchantPaymInfo`,
+/// `validity` what is left of the order's time (`f.open_secs`: its hold, never longer than a
+/// hold), `webHookUrl` door 5, `redirectUrl` the bot's chat when its username is known — stored
+/// before its page is given ([`monobank_invoices::hand_out`]: Monobank has no idempotency key,
+/// so a repeat of the effect, or a Mini App press at the same time, gives the same page).
+/// `None` when the order has less than that minute left.
+pub async fn monobank_page(
+    db: &Pool,
+    config: &Config,
+    f: &orders::InvoiceFacts,
+    order_id: i64,
+    name: &str,
+) -> Result<Option<String>, LinkFailure> {
+    let missing = || LinkFailure::Permanent("Monobank is not configured".into());
+    let mono = config.monobank.as_ref().ok_or_else(missing)?;
+    let public_url = config.public_url.as_deref().ok_or_else(missing)?;
+    if f.currency != "UAH" {
+        return Err(LinkFailure::Permanent(format!(
+            "Monobank takes hryvnias only, not {}",
+            f.currency
+        )));
+    }
+    if f.open_secs < bot::MIN_CARD_PAGE_SECS {
+        return Ok(None);
+    }
+    let db_failed = |e: ApiError| LinkFailure::Retry(format!("database: {e}"));
+    {
+        let client = db.get().await.map_err(|e| db_failed(e.into()))?;
+        let reused = monobank_invoices::reusable(&client, order_id, bot::MIN_CARD_PAGE_SECS)
+            .await
+            .map_err(db_failed)?;
+        if reused.is_some() {
+            return Ok(reused);
+        }
+    }
+    let web_hook_url = format!("{public_url}/api/webhook/monobank");
+    let redirect_url = config
+        .telegram_bot_username
+        .as_ref()
+        .map(|u| format!("https://t.me/{u}"));
+    let destination = render::clip(name, 280);
+    let invoice = monobank::NewInvoice {
+        amount: f.amount_minor,
+        ccy: monobank::UAH,
+        merchant_paym_info: monobank::PaymInfo {
+            reference: &f.reference,
+            destination: &destination,
+        },
+        redirect_url: redirect_url.as_deref(),
+        web_hook_url: &web_hook_url,
+        validity: f.open_secs,
+        payment_type: "debit",
+    };
+    let created = match monobank::create_invoice(&mono.api_url, mono.token.expose(), &invoice).await
+    {
+        Ok(created) => created,
+        Err(monobank::ApiCallError::Transient(why)) => return Err(LinkFailure::Retry(why)),
+        Err(e @ monobank::ApiCallError::Refused(_)) => {
+            return Err(LinkFailure::Permanent(e.to_string()));
+        }
+    };
+    tracing::info!(order_reference = %f.reference, invoice_id = %created.invoice_id,
+        "Monobank invoice made");
+    let made = monobank_invoices::Made {
+        invoice_id: &created.invoice_id,
+        order_id,
+        reference: &f.reference,
+        amount_minor: f.amount_minor,
+        page_url: &created.page_url,
+        validity_secs: f.open_secs,
+    };
+    let page =
+        monobank_invoices::hand_out(db, &made, bot::MIN_CARD_PAGE_SECS, config.reconcile_after)
+            .await
+            .map_err(db_failed)?;
+    Ok(Some(page))
 }

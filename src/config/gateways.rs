@@ -1,5 +1,5 @@
-//! The payment doors' settings: the Standard Webhooks keys, WayForPay and Stripe credentials and
-//! API addresses, and when a card order is asked about.
+//! The payment doors' settings: the Standard Webhooks keys, WayForPay, Stripe and Monobank
+//! credentials and API addresses, and when a card order is asked about.
 
 use std::time::Duration;
 
@@ -28,11 +28,20 @@ pub struct StripeConfig {
     pub api_url: String,
 }
 
+/// Monobank acquiring (door 5 and the bot's invoices of UAH plans).
+#[derive(Debug, Clone)]
+pub struct MonobankConfig {
+    /// `MONOBANK_TOKEN`: the `X-Token` of every API call.
+    pub token: Secret,
+    /// `MONOBANK_API_URL`, without a trailing slash.
+    pub api_url: String,
+}
+
 /// `WEBHOOK_SECRET`, `WEBHOOK_SECRETS` (door 1); `WAYFORPAY_MERCHANT_ACCOUNT`,
 /// `WAYFORPAY_SECRET_KEY` (door 2), `WAYFORPAY_DOMAIN` (the bot's purchase links),
 /// `WAYFORPAY_API_URL` and `RECONCILE_AFTER_SECS` (the `CHECK_STATUS` pass);
-/// `STRIPE_SECRET_KEY`, `STRIPE_WEBHOOK_SECRET`, `STRIPE_API_URL` (door 4). A door without its
-/// secret stays closed.
+/// `STRIPE_SECRET_KEY`, `STRIPE_WEBHOOK_SECRET`, `STRIPE_API_URL` (door 4); `MONOBANK_TOKEN`,
+/// `MONOBANK_API_URL` (door 5). A door without its secret stays closed.
 pub(super) struct PaymentDoors {
     pub(super) webhook_keys: Vec<WebhookKey>,
     pub(super) wayforpay: Option<WayForPayConfig>,
@@ -40,6 +49,7 @@ pub(super) struct PaymentDoors {
     pub(super) wayforpay_api_url: String,
     pub(super) reconcile_after: Duration,
     pub(super) stripe: Option<StripeConfig>,
+    pub(super) monobank: Option<MonobankConfig>,
 }
 
 impl PaymentDoors {
@@ -138,8 +148,34 @@ impl PaymentDoors {
             (Some(_), None) => return Err(err("STRIPE_WEBHOOK_SECRET is not set")),
             (None, Some(_)) => return Err(err("STRIPE_SECRET_KEY is not set")),
         };
+        let monobank_api_url = vars
+            .get("MONOBANK_API_URL")
+            .unwrap_or_else(|| "https://api.monobank.ua".to_string())
+            .trim_end_matches('/')
+            .to_string();
+        if url::Url::parse(&monobank_api_url).is_err() {
+            return Err(err("MONOBANK_API_URL must be an absolute URL"));
+        }
+        let monobank = match vars.get("MONOBANK_TOKEN") {
+            Some(token) => {
+                let token = token.trim().to_string();
+                // A token is sent as a header value: visible ASCII only.
+                if token.len() < 16 || !token.bytes().all(|b| b.is_ascii_graphic()) {
+                    return Err(err(
+                        "MONOBANK_TOKEN must be a Monobank acquiring token (at least 16 visible \
+                         ASCII characters)",
+                    ));
+                }
+                Some(MonobankConfig {
+                    token: Secret(token),
+                    api_url: monobank_api_url,
+                })
+            }
+            None => None,
+        };
         Ok(PaymentDoors {
             stripe,
+            monobank,
             webhook_keys,
             wayforpay,
             wayforpay_domain,

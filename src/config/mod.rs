@@ -22,7 +22,9 @@
 //! | `STRIPE_SECRET_KEY` | Stripe secret API key (`sk_…` or a restricted `rk_…`), for the bot's Checkout Sessions (set both Stripe secrets or neither) | unset: door 4 answers 503, the bot sells no card plan through Stripe |
 //! | `STRIPE_WEBHOOK_SECRET` | the signing secret (`whsec_…`) of the Stripe webhook endpoint pointing at `/api/webhook/stripe` | unset: door 4 answers 503 |
 //! | `STRIPE_API_URL` | Stripe's API base URL | `https://api.stripe.com` |
-//! | `RECONCILE_AFTER_SECS` | how long a card order with an issued purchase link stays pending before WayForPay is asked about it, 1..=86400 | `600` |
+//! | `MONOBANK_TOKEN` | the Monobank acquiring token (`X-Token` of its API calls), for the bot's invoices of UAH plans and door 5's public key | unset: door 5 answers 503, the bot offers no Monobank page |
+//! | `MONOBANK_API_URL` | Monobank's API base URL | `https://api.monobank.ua` |
+//! | `RECONCILE_AFTER_SECS` | how long a card order with an issued purchase link (a Monobank invoice) stays pending before WayForPay (Monobank) is asked about it, 1..=86400 | `600` |
 //! | `TELEGRAM_WEBHOOK_SECRET` | `secret_token` given to `setWebhook`, 16..=256 of `A-Za-z0-9_-` | unset: door answers 503 |
 //! | `TELEGRAM_BOT_TOKEN` | bot token for Bot API calls, `<bot id>:<secret>` from @BotFather | unset: effects stay queued |
 //! | `TELEGRAM_API_URL` | Bot API base URL | `https://api.telegram.org` |
@@ -75,7 +77,7 @@ pub mod webhook_keys;
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-pub use gateways::{StripeConfig, WayForPayConfig};
+pub use gateways::{MonobankConfig, StripeConfig, WayForPayConfig};
 pub use http::LogFormat;
 pub use jobs::HoldRules;
 pub use secret::Secret;
@@ -116,6 +118,7 @@ pub struct Config {
     /// `RECONCILE_AFTER_SECS`.
     pub reconcile_after: Duration,
     pub stripe: Option<StripeConfig>,
+    pub monobank: Option<MonobankConfig>,
     pub telegram_webhook_secret: Option<Secret>,
     pub telegram_bot_token: Option<Secret>,
     pub telegram_api_url: String,
@@ -210,6 +213,7 @@ impl Config {
             wayforpay_api_url: doors.wayforpay_api_url,
             reconcile_after: doors.reconcile_after,
             stripe: doors.stripe,
+            monobank: doors.monobank,
             telegram_webhook_secret: telegram.webhook_secret,
             telegram_bot_token: telegram.bot_token,
             telegram_api_url: telegram.api_url,

@@ -33,6 +33,7 @@ fn defaults_fill_everything_but_the_required_variables() {
     assert!(c.webhook_keys.is_empty());
     assert!(c.wayforpay.is_none());
     assert!(c.stripe.is_none());
+    assert!(c.monobank.is_none());
     assert!(c.telegram_webhook_secret.is_none());
     assert!(c.telegram_bot_token.is_none());
     assert_eq!(c.telegram_api_url, "https://api.telegram.org");
@@ -85,6 +86,8 @@ fn every_variable_reaches_its_field() {
         ("STRIPE_SECRET_KEY", " sk_test_0123456789abcdef "),
         ("STRIPE_WEBHOOK_SECRET", "whsec_0123456789abcdef"),
         ("STRIPE_API_URL", "http://127.0.0.1:12111/"),
+        ("MONOBANK_TOKEN", " uQ3fK8pLm2Nx7Rt5Vw9Yz1Ab "),
+        ("MONOBANK_API_URL", "http://127.0.0.1:12112/"),
         ("TELEGRAM_WEBHOOK_SECRET", "abcdefghijklmnop_-"),
         ("TELEGRAM_BOT_TOKEN", "123456:AAbbCCddEEffGGhhIIjjKK"),
         ("TELEGRAM_API_URL", "http://127.0.0.1:9999/"),
@@ -136,6 +139,9 @@ fn every_variable_reaches_its_field() {
     assert_eq!(stripe.secret_key.expose(), "sk_test_0123456789abcdef");
     assert_eq!(stripe.webhook_secret.expose(), "whsec_0123456789abcdef");
     assert_eq!(stripe.api_url, "http://127.0.0.1:12111");
+    let monobank = c.monobank.clone().unwrap();
+    assert_eq!(monobank.token.expose(), "uQ3fK8pLm2Nx7Rt5Vw9Yz1Ab");
+    assert_eq!(monobank.api_url, "http://127.0.0.1:12112");
     let wfp = c.wayforpay.unwrap();
     assert_eq!(wfp.merchant_account, "test_merch_n1");
     assert_eq!(wfp.secret_key.expose(), "flk3409refn54t54t*FNJRET");
@@ -289,6 +295,22 @@ fn every_refusal_reads_the_same() {
         (
             vec![("STRIPE_API_URL", "not a url")],
             "STRIPE_API_URL must be an absolute URL".into(),
+        ),
+        (
+            vec![("MONOBANK_TOKEN", "short")],
+            "MONOBANK_TOKEN must be a Monobank acquiring token (at least 16 visible ASCII \
+             characters)"
+                .into(),
+        ),
+        (
+            vec![("MONOBANK_TOKEN", "has spaces in it, not allowed")],
+            "MONOBANK_TOKEN must be a Monobank acquiring token (at least 16 visible ASCII \
+             characters)"
+                .into(),
+        ),
+        (
+            vec![("MONOBANK_API_URL", "not a url")],
+            "MONOBANK_API_URL must be an absolute URL".into(),
         ),
         (
             vec![("TELEGRAM_WEBHOOK_SECRET", "short_secret")],

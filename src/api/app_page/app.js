@@ -33,6 +33,7 @@
       pay_card: 'Pay by card',
       pay_wayforpay: 'Pay by card (WayForPay)',
       pay_stripe: 'Pay by card (Stripe)',
+      pay_monobank: 'Pay by card (Monobank)',
       days: { one: '{n} day', other: '{n} days' },
       for_period: 'for {period}',
       every_period: 'every {period}, renews by itself',
@@ -104,6 +105,7 @@
       pay_card: 'Оплатити карткою',
       pay_wayforpay: 'Оплатити карткою (WayForPay)',
       pay_stripe: 'Оплатити карткою (Stripe)',
+      pay_monobank: 'Оплатити карткою (Monobank)',
       days: { one: '{n} день', few: '{n} дні', many: '{n} днів', other: '{n} дня' },
       for_period: 'на {period}',
       every_period: 'кожні {period}, подовжується сама',
@@ -175,6 +177,7 @@
       pay_card: 'Оплатить картой',
       pay_wayforpay: 'Оплатить картой (WayForPay)',
       pay_stripe: 'Оплатить картой (Stripe)',
+      pay_monobank: 'Оплатить картой (Monobank)',
       days: { one: '{n} день', few: '{n} дня', many: '{n} дней', other: '{n} дня' },
       for_period: 'на {period}',
       every_period: 'каждые {period}, продлевается сама',
@@ -573,7 +576,7 @@
 
   /** The screen while a payment is under way; `links`: card pages the buyer may (re)open. */
   function waiting(text, back, links, extra) {
-    const gatewayWords = { wayforpay: 'pay_wayforpay', stripe: 'pay_stripe' };
+    const gatewayWords = { wayforpay: 'pay_wayforpay', stripe: 'pay_stripe', monobank: 'pay_monobank' };
     show(h('section', { class: 'screen', id: 'waiting' },
       h('div', { class: 'big', 'aria-hidden': 'true', text: '⏳' }),
       h('p', { text }),

@@ -56,7 +56,8 @@ struct Body {
     #[serde(rename = "type")]
     #[schema(required = true, nullable = false)]
     kind: Option<String>,
-    /// The gateway's name, `[a-z0-9_-]{1,32}`; not `wayforpay`, `stripe` or `telegram_stars`.
+    /// The gateway's name, `[a-z0-9_-]{1,32}`; not `wayforpay`, `stripe`, `monobank` or
+    /// `telegram_stars`.
     #[schema(nullable = false, pattern = "^[a-z0-9_-]{1,32}$")]
     gateway: Option<String>,
     /// The gateway's id of the payment (unique per gateway).

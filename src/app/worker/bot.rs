@@ -10,8 +10,10 @@
 //!   subscription link
 //!   (`createInvoiceLink` with `subscription_period`, stored on the order so a repeat sends the
 //!   same link) as a URL button; otherwise a card page as a URL button: a signed WayForPay
-//!   Purchase link, or a Stripe Checkout Session made now (keyed on the order, so a repeat of
-//!   the effect finds the same session), or both buttons when both gateways are configured.
+//!   Purchase link, a Stripe Checkout Session made now (keyed on the order, so a repeat of
+//!   the effect finds the same session), or — for hryvnias — a Monobank invoice's page (the
+//!   invoice stored with the order, so a repeat gives the page made the first time while it
+//!   stays valid), one button per gateway configured.
 //!   An order that was paid, cancelled or superseded meanwhile gets nothing. A card link's
 //!   `orderTimeout` is what is left of the time the order can be paid as invoiced: its seat
 //!   hold, else [`bot::open_secs`] from when it was made — never longer than a hold. WayForPay
@@ -193,21 +195,34 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
             } else {
                 None
             };
-            let buttons: Vec<Value> = match (&wayforpay, &stripe) {
-                (Some(w), Some(s)) => vec![
-                    render::url_button(&texts::card_button_via(l, &price, "WayForPay"), w),
-                    render::url_button(&texts::card_button_via(l, &price, "Stripe"), s),
-                ],
-                (Some(link), None) | (None, Some(link)) => {
-                    vec![render::url_button(&texts::card_button(l, &price), link)]
-                }
-                (None, None) => {
+            let monobank = if pages.monobank_takes(&f.currency) {
+                pay_links::monobank_page(&state.db, &state.config, &f, order_id, &name).await?
+            } else {
+                None
+            };
+            let pages: Vec<(&str, &String)> = [
+                ("WayForPay", wayforpay.as_ref()),
+                ("Stripe", stripe.as_ref()),
+                ("Monobank", monobank.as_ref()),
+            ]
+            .into_iter()
+            .filter_map(|(gateway, url)| url.map(|u| (gateway, u)))
+            .collect();
+            let buttons: Vec<Value> = match pages.as_slice() {
+                [] => {
                     return Ok(Some(
                         "skipped: the order can no longer be paid as invoiced (too late for a \
                          Stripe Checkout page)"
                             .into(),
                     ));
                 }
+                [(_, link)] => vec![render::url_button(&texts::card_button(l, &price), link)],
+                several => several
+                    .iter()
+                    .map(|(gateway, link)| {
+                        render::url_button(&texts::card_button_via(l, &price, gateway), link)
+                    })
+                    .collect(),
             };
             let text = texts::card_offer(l, &name, &price, period.as_deref(), f.open_secs / 60);
             bot.send_message_with_markup(e.user_id, &text, &markup(buttons))
@@ -221,8 +236,9 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
         None => {
             return Err(BotFailure::Permanent(format!(
                 "no gateway takes {}: configure WayForPay (WAYFORPAY_MERCHANT_ACCOUNT, \
-                 WAYFORPAY_SECRET_KEY, PUBLIC_URL) or Stripe (STRIPE_SECRET_KEY, \
-                 STRIPE_WEBHOOK_SECRET) and retry",
+                 WAYFORPAY_SECRET_KEY, PUBLIC_URL), Stripe (STRIPE_SECRET_KEY, \
+                 STRIPE_WEBHOOK_SECRET) or, for hryvnias, Monobank (MONOBANK_TOKEN, \
+                 PUBLIC_URL) and retry",
                 f.currency
             )));
         }

@@ -3,7 +3,7 @@
 //! chat follow one set of rules and reuse each other's pending order), and how the page pays
 //! it. The order is not invoiced in the chat: after the commit the page is given a Stars invoice
 //! link (`createInvoiceLink`, a subscription link for a recurring plan), stored on the order so
-//! a second press gets the same link, or its card pages (WayForPay, Stripe), made as the bot
+//! a second press gets the same link, or its card pages (WayForPay, Stripe, Monobank), made as the bot
 //! makes them ([`super::super::pay_links`]). A trial or a 100 % code is granted at once.
 
 use deadpool_postgres::{GenericClient, Pool, Transaction};
@@ -58,12 +58,15 @@ impl OrderView {
     }
 }
 
-/// The card pages of an order; a gateway not configured (or too late for Stripe) is `None`.
+/// The card pages of an order; a gateway not configured (or too late for Stripe, or Monobank
+/// for another currency than the hryvnia) is `None`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 #[schema(as = MiniAppCardUrls)]
 pub struct CardUrls {
     pub wayforpay: Option<String>,
     pub stripe: Option<String>,
+    /// The page of the order's Monobank invoice (the same the bot gives).
+    pub monobank: Option<String>,
 }
 
 /// How the page pays an order.
@@ -207,12 +210,23 @@ pub async fn pay(
             } else {
                 None
             };
+            let monobank = if pages.monobank_takes(&f.currency) {
+                pay_links::monobank_page(db, config, &f, order_id, &name)
+                    .await
+                    .map_err(link_failed)?
+            } else {
+                None
+            };
             if wayforpay.is_some() {
                 // From now on a lost callback is possible: the reconciliation will ask.
                 gateway_checks::link_issued(db, order_id, config.reconcile_after).await?;
             }
             Ok(Pay::Card {
-                card_urls: CardUrls { wayforpay, stripe },
+                card_urls: CardUrls {
+                    wayforpay,
+                    stripe,
+                    monobank,
+                },
             })
         }
     }

@@ -1,9 +1,9 @@
 //! Orders and payments through every door: the signed webhook (door 1) and the payment core it
 //! shares with the others (exactly once, seats, refusals kept for review), WayForPay (door 2),
 //! Telegram Stars pre-checkouts, payments and subscriptions (door 3) and Telegram's affiliate
-//! fee on a Stars payment, Stripe with its delayed methods and disputes (door 4); refunds at the
-//! gateway, refunds that arrive before their payment, the reconcile of card orders with
-//! WayForPay, the orders API with its seat rule, and the referral commissions those payments
+//! fee on a Stars payment, Stripe with its delayed methods and disputes (door 4), Monobank
+//! acquiring with its signed reports, invoices and reconcile (door 5); refunds at the gateway,
+//! refunds that arrive before their payment, the reconcile of card orders with WayForPay, the orders API with its seat rule, and the referral commissions those payments
 //! earn and their refunds take back, also across a `kill -9` of the server.
 
 mod affiliate_fees;
@@ -11,6 +11,7 @@ mod apply;
 mod fast_path;
 mod gateway_refunds;
 mod hardening;
+mod monobank;
 mod orders;
 pub(crate) mod reconciliation;
 mod referral_crash;
