@@ -56,6 +56,7 @@ pub const WEBHOOK_ID: &str = "webhook_id";
 pub const WEBHOOK_TIMESTAMP: &str = "webhook_timestamp";
 pub const WEBHOOK_SIGNATURE: &str = "webhook_signature";
 pub const STRIPE_SIGNATURE: &str = "stripe_signature";
+pub const CRYPTOPAY_SIGNATURE: &str = "cryptopay_signature";
 /// The Mini App's `Authorization: tma <initData>`.
 pub const TELEGRAM_INIT_DATA: &str = "telegram_init_data";
 
@@ -64,7 +65,7 @@ pub const TELEGRAM_INIT_DATA: &str = "telegram_init_data";
     info(
         title = "subgate",
         description = "Sells access to private Telegram channels and groups (a `channel` here is \
-            either: a channel or a supergroup, forum or not): the staff REST API, the four \
+            either: a channel or a supergroup, forum or not): the staff REST API, the \
             payment doors and the operations endpoints. Errors are RFC 9457 problem documents \
             (`application/problem+json`); every response carries `x-request-id`. Staff POSTs that \
             commit in one transaction honour an optional `Idempotency-Key`. Lists are \
@@ -264,6 +265,14 @@ impl Modify for SecuritySchemes {
                     "Stripe-Signature",
                     "Stripe's `t=<unix>,v1=<hex HMAC-SHA256 of t.body>` with \
                      `STRIPE_WEBHOOK_SECRET`; any `v1` may match; `t` within 5 minutes.",
+                ),
+            ),
+            (
+                CRYPTOPAY_SIGNATURE,
+                header(
+                    "crypto-pay-api-signature",
+                    "Crypto Pay's hex HMAC-SHA256 of the raw body, keyed with SHA-256 of \
+                     `CRYPTOPAY_TOKEN`.",
                 ),
             ),
             (

@@ -297,6 +297,7 @@ fn door_and_gateway(gateway: &Gateway) -> (&'static str, &'static str) {
     match gateway {
         Gateway::WayForPay => ("wayforpay", Gateway::WAYFORPAY),
         Gateway::Stripe => ("stripe", Gateway::STRIPE),
+        Gateway::CryptoPay => ("cryptopay", Gateway::CRYPTOPAY),
         Gateway::TelegramStars => ("telegram", Gateway::TELEGRAM_STARS),
         Gateway::Standard(_) => ("webhook", "other"),
     }

@@ -92,7 +92,7 @@ impl Reason {
 
 /// Who took a payment's money: the `gateway` column of `payments` (`text`), the `gateway` of a
 /// payment in JSON (a plain string), and the first half of a payment's dedupe key (gateway,
-/// external id). The three gateways with doors of their own are variants; any other name is a
+/// external id). The gateways with doors of their own are variants; any other name is a
 /// door-1 card gateway's.
 ///
 /// Build one from a name with [`Gateway::named`] (or `From<&str>`), which never wraps a reserved
@@ -105,8 +105,10 @@ pub enum Gateway {
     WayForPay,
     /// Stripe's Checkout payments (door 4).
     Stripe,
+    /// Crypto Pay's invoices (@CryptoBot, door 6): paid in a crypto asset.
+    CryptoPay,
     /// A card gateway of door 1, by the name it signs its events with (`[a-z0-9_-]{1,32}`,
-    /// never one of the two names above).
+    /// never one of the names above).
     Standard(String),
 }
 
@@ -117,13 +119,16 @@ impl Gateway {
     pub const WAYFORPAY: &'static str = "wayforpay";
     /// The spelling of [`Gateway::Stripe`].
     pub const STRIPE: &'static str = "stripe";
+    /// The spelling of [`Gateway::CryptoPay`].
+    pub const CRYPTOPAY: &'static str = "cryptopay";
 
-    /// The gateway of this name: one of the two with a door of their own, or a door-1 gateway.
+    /// The gateway of this name: one with a door of its own, or a door-1 gateway.
     pub fn named(name: &str) -> Gateway {
         match name {
             Gateway::TELEGRAM_STARS => Gateway::TelegramStars,
             Gateway::WAYFORPAY => Gateway::WayForPay,
             Gateway::STRIPE => Gateway::Stripe,
+            Gateway::CRYPTOPAY => Gateway::CryptoPay,
             other => Gateway::Standard(other.to_string()),
         }
     }
@@ -134,6 +139,7 @@ impl Gateway {
             Gateway::TelegramStars => Gateway::TELEGRAM_STARS,
             Gateway::WayForPay => Gateway::WAYFORPAY,
             Gateway::Stripe => Gateway::STRIPE,
+            Gateway::CryptoPay => Gateway::CRYPTOPAY,
             Gateway::Standard(name) => name,
         }
     }
@@ -141,7 +147,9 @@ impl Gateway {
     /// Whether this name belongs to a gateway with a door of its own, so door 1 refuses it.
     pub fn has_own_door(&self) -> bool {
         match self {
-            Gateway::TelegramStars | Gateway::WayForPay | Gateway::Stripe => true,
+            Gateway::TelegramStars | Gateway::WayForPay | Gateway::Stripe | Gateway::CryptoPay => {
+                true
+            }
             Gateway::Standard(_) => false,
         }
     }
@@ -227,6 +235,7 @@ mod tests {
             ("telegram_stars", Gateway::TelegramStars),
             ("wayforpay", Gateway::WayForPay),
             ("stripe", Gateway::Stripe),
+            ("cryptopay", Gateway::CryptoPay),
             ("acme", Gateway::Standard("acme".into())),
         ] {
             assert_eq!(Gateway::named(name), gateway);
@@ -240,6 +249,7 @@ mod tests {
         assert!(Gateway::TelegramStars.has_own_door());
         assert!(Gateway::WayForPay.has_own_door());
         assert!(Gateway::Stripe.has_own_door());
+        assert!(Gateway::CryptoPay.has_own_door());
         assert!(!Gateway::named("acme").has_own_door());
     }
 }

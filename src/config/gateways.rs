@@ -1,5 +1,5 @@
-//! The payment doors' settings: the Standard Webhooks keys, WayForPay and Stripe credentials and
-//! API addresses, and when a card order is asked about.
+//! The payment doors' settings: the Standard Webhooks keys, WayForPay, Stripe and Crypto Pay
+//! credentials and API addresses, and when a card order is asked about.
 
 use std::time::Duration;
 
@@ -28,11 +28,21 @@ pub struct StripeConfig {
     pub api_url: String,
 }
 
+/// Crypto Pay credentials (door 6 and the bot's crypto invoices).
+#[derive(Debug, Clone)]
+pub struct CryptoPayConfig {
+    /// `CRYPTOPAY_TOKEN`: sent as `Crypto-Pay-API-Token`; its SHA-256 keys the webhook's
+    /// `crypto-pay-api-signature`.
+    pub token: Secret,
+    /// `CRYPTOPAY_API_URL`, without a trailing slash (methods are `{api_url}/{method}`).
+    pub api_url: String,
+}
+
 /// `WEBHOOK_SECRET`, `WEBHOOK_SECRETS` (door 1); `WAYFORPAY_MERCHANT_ACCOUNT`,
 /// `WAYFORPAY_SECRET_KEY` (door 2), `WAYFORPAY_DOMAIN` (the bot's purchase links),
 /// `WAYFORPAY_API_URL` and `RECONCILE_AFTER_SECS` (the `CHECK_STATUS` pass);
-/// `STRIPE_SECRET_KEY`, `STRIPE_WEBHOOK_SECRET`, `STRIPE_API_URL` (door 4). A door without its
-/// secret stays closed.
+/// `STRIPE_SECRET_KEY`, `STRIPE_WEBHOOK_SECRET`, `STRIPE_API_URL` (door 4); `CRYPTOPAY_TOKEN`,
+/// `CRYPTOPAY_API_URL` (door 6). A door without its secret stays closed.
 pub(super) struct PaymentDoors {
     pub(super) webhook_keys: Vec<WebhookKey>,
     pub(super) wayforpay: Option<WayForPayConfig>,
@@ -40,6 +50,7 @@ pub(super) struct PaymentDoors {
     pub(super) wayforpay_api_url: String,
     pub(super) reconcile_after: Duration,
     pub(super) stripe: Option<StripeConfig>,
+    pub(super) cryptopay: Option<CryptoPayConfig>,
 }
 
 impl PaymentDoors {
@@ -138,8 +149,41 @@ impl PaymentDoors {
             (Some(_), None) => return Err(err("STRIPE_WEBHOOK_SECRET is not set")),
             (None, Some(_)) => return Err(err("STRIPE_SECRET_KEY is not set")),
         };
+        let cryptopay_api_url = vars
+            .get("CRYPTOPAY_API_URL")
+            .unwrap_or_else(|| "https://pay.crypt.bot/api".to_string())
+            .trim_end_matches('/')
+            .to_string();
+        if url::Url::parse(&cryptopay_api_url).is_err() {
+            return Err(err("CRYPTOPAY_API_URL must be an absolute URL"));
+        }
+        let cryptopay = match vars.get("CRYPTOPAY_TOKEN") {
+            Some(token) => {
+                // An app token of @CryptoBot is `<app id>:<secret>`.
+                let token = token.trim().to_string();
+                let well_formed = token.split_once(':').is_some_and(|(id, secret)| {
+                    !id.is_empty()
+                        && id.bytes().all(|b| b.is_ascii_digit())
+                        && secret.len() >= 16
+                        && secret
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+                });
+                if !well_formed {
+                    return Err(err(
+                        "CRYPTOPAY_TOKEN must be a Crypto Pay app token (<app id>:<secret>)",
+                    ));
+                }
+                Some(CryptoPayConfig {
+                    token: Secret(token),
+                    api_url: cryptopay_api_url,
+                })
+            }
+            None => None,
+        };
         Ok(PaymentDoors {
             stripe,
+            cryptopay,
             webhook_keys,
             wayforpay,
             wayforpay_domain,

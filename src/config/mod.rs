@@ -22,6 +22,8 @@
 //! | `STRIPE_SECRET_KEY` | Stripe secret API key (`sk_…` or a restricted `rk_…`), for the bot's Checkout Sessions (set both Stripe secrets or neither) | unset: door 4 answers 503, the bot sells no card plan through Stripe |
 //! | `STRIPE_WEBHOOK_SECRET` | the signing secret (`whsec_…`) of the Stripe webhook endpoint pointing at `/api/webhook/stripe` | unset: door 4 answers 503 |
 //! | `STRIPE_API_URL` | Stripe's API base URL | `https://api.stripe.com` |
+//! | `CRYPTOPAY_TOKEN` | Crypto Pay app token from @CryptoBot (`<app id>:<secret>`), sent as `Crypto-Pay-API-Token`; its SHA-256 keys the webhook signature | unset: door 6 answers 503, the bot offers no crypto |
+//! | `CRYPTOPAY_API_URL` | Crypto Pay's API base URL (`https://testnet-pay.crypt.bot/api` for the testnet) | `https://pay.crypt.bot/api` |
 //! | `RECONCILE_AFTER_SECS` | how long a card order with an issued purchase link stays pending before WayForPay is asked about it, 1..=86400 | `600` |
 //! | `TELEGRAM_WEBHOOK_SECRET` | `secret_token` given to `setWebhook`, 16..=256 of `A-Za-z0-9_-` | unset: door answers 503 |
 //! | `TELEGRAM_BOT_TOKEN` | bot token for Bot API calls, `<bot id>:<secret>` from @BotFather | unset: effects stay queued |
@@ -75,7 +77,7 @@ pub mod webhook_keys;
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-pub use gateways::{StripeConfig, WayForPayConfig};
+pub use gateways::{CryptoPayConfig, StripeConfig, WayForPayConfig};
 pub use http::LogFormat;
 pub use jobs::HoldRules;
 pub use secret::Secret;
@@ -116,6 +118,8 @@ pub struct Config {
     /// `RECONCILE_AFTER_SECS`.
     pub reconcile_after: Duration,
     pub stripe: Option<StripeConfig>,
+    /// Door 6 and the bot's crypto invoices; `None`: closed (503), no crypto offered.
+    pub cryptopay: Option<CryptoPayConfig>,
     pub telegram_webhook_secret: Option<Secret>,
     pub telegram_bot_token: Option<Secret>,
     pub telegram_api_url: String,
@@ -210,6 +214,7 @@ impl Config {
             wayforpay_api_url: doors.wayforpay_api_url,
             reconcile_after: doors.reconcile_after,
             stripe: doors.stripe,
+            cryptopay: doors.cryptopay,
             telegram_webhook_secret: telegram.webhook_secret,
             telegram_bot_token: telegram.bot_token,
             telegram_api_url: telegram.api_url,

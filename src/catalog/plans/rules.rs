@@ -108,9 +108,7 @@ pub fn term_errors(t: &Terms, e: &mut BTreeMap<String, String>) {
         ),
         _ => {}
     }
-    if !(currency::is_valid_code(&t.currency)
-        && currency::minor_unit_exponent(&t.currency).is_some())
-    {
+    if !currency::is_price_currency(&t.currency) {
         add(
             "currency",
             "must be an ISO 4217 code (e.g. UAH) or XTR".into(),

@@ -5,6 +5,7 @@
 //! May import the payment core's types, `orders`, `access` and the layers below them; never
 //! `api`.
 
+pub mod cryptopay;
 pub mod standard_webhooks;
 pub mod stripe;
 pub mod wayforpay;

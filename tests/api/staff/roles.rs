@@ -22,12 +22,13 @@ fn rank(role: &str) -> usize {
 /// Operations anyone may call: login, the payment doors, this document, health and readiness
 /// (and the static files of the console and the Mini App's page, every `GET` under `/console`
 /// and `/app/` outside `/app/api/`).
-const PUBLIC: [&str; 8] = [
+const PUBLIC: [&str; 9] = [
     "POST /api/auth/login",
     "POST /api/webhook/payment",
     "POST /api/webhook/wayforpay",
     "POST /api/webhook/telegram",
     "POST /api/webhook/stripe",
+    "POST /api/webhook/cryptopay",
     "GET /api/openapi.json",
     "GET /healthz",
     "GET /readyz",
