@@ -19,7 +19,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 
-use crate::{common::error::ApiError, db};
+use crate::{catalog::plans::CryptoPrices, common::error::ApiError, db};
 
 crate::text_enum! {
     /// A Crypto Pay invoice's status, as Crypto Pay names it: the `status` column.
@@ -107,6 +107,28 @@ pub async fn order_price(
             row.try_get("list_price_minor").unwrap_or(price),
         )
     }))
+}
+
+const ORDER_PRICES_SQL: &str = "SELECT p.crypto_prices, o.amount_minor, o.list_price_minor
+     FROM orders o JOIN plans p ON p.id = o.plan_id
+     WHERE o.id = $1";
+
+/// Every crypto asset order `order_id` can be paid in by its plan's crypto prices now, with
+/// what it costs in each ([`crypto_amount`]), by asset; empty when the plan has none.
+pub async fn order_prices(
+    client: &impl GenericClient,
+    order_id: i64,
+) -> Result<Vec<(String, i64)>, ApiError> {
+    let Some(row) = db::row_opt(client, ORDER_PRICES_SQL, &[&order_id]).await? else {
+        return Ok(Vec::new());
+    };
+    let prices: Option<CryptoPrices> = row.try_get("crypto_prices")?;
+    let (amount, list): (i64, i64) = (row.try_get("amount_minor")?, row.try_get("list_price_minor")?);
+    Ok(prices
+        .iter()
+        .flat_map(CryptoPrices::iter)
+        .map(|(asset, price)| (asset.to_string(), crypto_amount(price, amount, list)))
+        .collect())
 }
 
 const STORED_SQL: &str = concat!(
