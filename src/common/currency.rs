@@ -598,9 +598,10 @@ mod tests {
 
     #[test]
     fn unknown_and_unpriceable_codes() {
-        // Withdrawn, N.A. minor unit, test/no-currency codes, wrong case, junk.
+        // Withdrawn, N.A. minor unit, test/no-currency codes, wrong case, junk, a crypto asset
+        // Crypto Pay is not used for here (USDT is counted: `crypto_assets_are_their_own_table`).
         for code in [
-            "ZZZ", "HRK", "ZWL", "SLL", "XAU", "XDR", "XTS", "XXX", "uah", "", "USDT",
+            "ZZZ", "HRK", "ZWL", "SLL", "XAU", "XDR", "XTS", "XXX", "uah", "", "DOGE", "usdt",
         ] {
             assert_eq!(minor_unit_exponent(code), None, "{code:?}");
         }
