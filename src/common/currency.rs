@@ -542,7 +542,10 @@ mod tests {
         assert_eq!(decimal_to_minor("4.99", 6), Ok(4_990_000));
         assert_eq!(decimal_to_minor("1.5", 9), Ok(1_500_000_000));
         // …and shown back as written, to the asset's places.
-        assert_eq!(Money::new(4_990_000, "USDT").decimal().as_deref(), Some("4.990000"));
+        assert_eq!(
+            Money::new(4_990_000, "USDT").decimal().as_deref(),
+            Some("4.990000")
+        );
         assert_eq!(minor_to_short_decimal(4_990_000, 6), "4.99");
         assert_eq!(minor_to_short_decimal(1_500_000_000, 9), "1.5");
         assert_eq!(minor_to_short_decimal(5_000_000, 6), "5");

@@ -123,7 +123,10 @@ pub async fn order_prices(
         return Ok(Vec::new());
     };
     let prices: Option<CryptoPrices> = row.try_get("crypto_prices")?;
-    let (amount, list): (i64, i64) = (row.try_get("amount_minor")?, row.try_get("list_price_minor")?);
+    let (amount, list): (i64, i64) = (
+        row.try_get("amount_minor")?,
+        row.try_get("list_price_minor")?,
+    );
     Ok(prices
         .iter()
         .flat_map(CryptoPrices::iter)
@@ -301,9 +304,11 @@ pub async fn others_active(
     order_id: i64,
     invoice_id: i64,
 ) -> Result<bool, ApiError> {
-    Ok(db::row_one(client, OTHERS_ACTIVE_SQL, &[&order_id, &invoice_id])
-        .await?
-        .try_get("others")?)
+    Ok(
+        db::row_one(client, OTHERS_ACTIVE_SQL, &[&order_id, &invoice_id])
+            .await?
+            .try_get("others")?,
+    )
 }
 
 #[cfg(test)]

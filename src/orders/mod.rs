@@ -9,8 +9,8 @@
 //! and checkout do touch the hold, so they lock in the one lock order through [`seats`].
 
 pub mod bot_orders;
-pub mod crypto_invoices;
 mod checkout;
+pub mod crypto_invoices;
 mod invoices;
 mod lock_order;
 pub mod seats;

@@ -44,11 +44,11 @@ use crate::{
     },
     common::{currency::Money, error::ApiError},
     orders,
+    orders::crypto_invoices,
     outbox::{
         bot_messages::enqueue_message,
         effects::{self, Effect, Kind, Payload, payload::SubscriptionCancel},
     },
-    orders::crypto_invoices,
     payments::{
         gateways::{cryptopay, wayforpay::checks as gateway_checks},
         star_subscriptions,
@@ -144,9 +144,8 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
     let Some(order_id) = e.order_id else {
         return Err(BotFailure::Permanent("the order was deleted".into()));
     };
-    if let Ok(Payload::Invoice(effects::payload::Invoice {
-        asset: Some(asset),
-    })) = e.typed_payload()
+    if let Ok(Payload::Invoice(effects::payload::Invoice { asset: Some(asset) })) =
+        e.typed_payload()
     {
         return crypto_invoice(state, client, bot, e, order_id, &asset).await;
     }

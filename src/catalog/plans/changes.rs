@@ -223,7 +223,10 @@ pub async fn change(tx: &Transaction<'_>, id: i64, f: &Fields) -> Result<Plan, A
         let channel_id = seen.channel_ids[0];
         default_plan_errors(channel_id, f, &mut e);
         term_errors(&Terms::changed(&seen, f), &mut e);
-        let prices = f.crypto_prices.clone().unwrap_or(seen.crypto_prices.clone());
+        let prices = f
+            .crypto_prices
+            .clone()
+            .unwrap_or(seen.crypto_prices.clone());
         crypto_prices_errors(Kind::Paid, prices.as_ref(), &mut e);
         if !e.is_empty() {
             return Err(ApiError::Validation(e));
@@ -284,7 +287,10 @@ pub async fn change(tx: &Transaction<'_>, id: i64, f: &Fields) -> Result<Plan, A
         if currency_known {
             term_errors(&terms, &mut e);
         }
-        let prices = f.crypto_prices.clone().unwrap_or(plan.crypto_prices.clone());
+        let prices = f
+            .crypto_prices
+            .clone()
+            .unwrap_or(plan.crypto_prices.clone());
         crypto_prices_errors(terms.kind, prices.as_ref(), &mut e);
         if !e.is_empty() {
             return Err(ApiError::Validation(e));

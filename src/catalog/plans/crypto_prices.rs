@@ -158,7 +158,9 @@ mod tests {
 
     #[test]
     fn the_owners_numbers_are_kept_exactly() {
-        let p = check(&json!({"USDT": "4.99", "TON": "1.5"})).unwrap().unwrap();
+        let p = check(&json!({"USDT": "4.99", "TON": "1.5"}))
+            .unwrap()
+            .unwrap();
         assert_eq!(p.get("USDT"), Some(4_990_000));
         assert_eq!(p.get("TON"), Some(1_500_000_000));
         assert_eq!(
@@ -181,6 +183,9 @@ mod tests {
         assert_eq!(fields(json!(["USDT"])), ["crypto_prices"]);
         // Nine places are a TON's, not a USDT's.
         assert!(check(&json!({"TON": "0.000000001"})).is_ok());
-        assert_eq!(fields(json!({"USDT": "0.000000001"})), ["crypto_prices.USDT"]);
+        assert_eq!(
+            fields(json!({"USDT": "0.000000001"})),
+            ["crypto_prices.USDT"]
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! The gateways, one module each: how a door authenticates what a gateway sends and reads it
 //! into the one normalized payment the core applies. Pure signature and wire code, plus
-//! WayForPay's reconcile, which asks the gateway about a payment whose callback never came.
+//! WayForPay's and Crypto Pay's reconciles, which ask the gateway about a payment whose
+//! callback never came.
 //!
 //! May import the payment core's types, `orders`, `access` and the layers below them; never
 //! `api`.

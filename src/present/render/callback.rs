@@ -32,7 +32,9 @@ impl Callback {
             Callback::Language(n) => format!("g:{n}"),
             Callback::Crypto(id, asset) => format!(
                 "c:{id}:{}",
-                CRYPTO_ASSETS.get(usize::from(asset)).map_or("", |(a, _)| *a)
+                CRYPTO_ASSETS
+                    .get(usize::from(asset))
+                    .map_or("", |(a, _)| *a)
             ),
         }
     }

@@ -91,7 +91,10 @@ mod tests {
         assert_eq!(price(EN, &Money::new(4_990_000, "USDT")), "4.99 USDT");
         assert_eq!(price(EN, &Money::new(1_500_000_000, "TON")), "1.5 TON");
         assert_eq!(price(EN, &Money::new(5_000_000, "USDT")), "5 USDT");
-        assert_eq!(price(Language::Uk, &Money::new(4_990_000, "USDT")), "4,99 USDT");
+        assert_eq!(
+            price(Language::Uk, &Money::new(4_990_000, "USDT")),
+            "4,99 USDT"
+        );
         assert_eq!(period(EN, 1), "1 day");
         assert_eq!(period(EN, 30), "30 days");
     }

@@ -61,10 +61,7 @@ async fn post_update(app: &TestApp, body: &str) -> TestResponse {
 async fn default_plan(app: &TestApp, c: i64) -> i64 {
     app.db()
         .await
-        .query_one(
-            "SELECT id FROM plans WHERE default_of = $1",
-            &[&(c as i32)],
-        )
+        .query_one("SELECT id FROM plans WHERE default_of = $1", &[&(c as i32)])
         .await
         .unwrap()
         .get(0)
@@ -166,7 +163,9 @@ async fn a_signed_invoice_paid_applies_in_the_asset_paid() {
     let app = cryptopay_app(&fake).await;
     let (c, o, invoice) = crypto_order(&app, &fake, 8601, -100_860_001, json!({})).await;
     fake.pay(invoice);
-    let r = post_update(&app, &fake.paid_update(invoice)).await.expect(200);
+    let r = post_update(&app, &fake.paid_update(invoice))
+        .await
+        .expect(200);
     assert_eq!(r["duplicate"], false, "{r}");
     let p = &r["payment"];
     assert_eq!(p["gateway"], "cryptopay");
@@ -178,7 +177,10 @@ async fn a_signed_invoice_paid_applies_in_the_asset_paid() {
     assert_eq!(r["membership"]["status"], "active");
     assert_eq!(memberships_of(&app, c).await.len(), 1);
     assert_eq!(invoice_status(&app, invoice).await, "paid");
-    let order = app.get(&format!("/api/orders/{}", id(&o))).await.expect(200);
+    let order = app
+        .get(&format!("/api/orders/{}", id(&o)))
+        .await
+        .expect(200);
     assert_eq!(order["status"], "paid");
     // Revenue shows the asset as its own currency.
     let payments = app.get("/api/payments").await.expect(200);
@@ -268,18 +270,25 @@ async fn a_wrong_amount_or_asset_is_kept_for_review() {
     // Less than the invoice asked.
     let (c, o, invoice) = crypto_order(&app, &fake, 8604, -100_860_004, json!({})).await;
     fake.pay_with(invoice, "USDT", "4.98");
-    let r = post_update(&app, &fake.paid_update(invoice)).await.expect(200);
+    let r = post_update(&app, &fake.paid_update(invoice))
+        .await
+        .expect(200);
     assert_eq!(r["payment"]["outcome"], "needs_review", "{r}");
     assert_eq!(r["payment"]["reason"], "amount_mismatch");
     assert_eq!(r["payment"]["amount_minor"], 4_980_000);
     assert!(memberships_of(&app, c).await.is_empty());
-    let order = app.get(&format!("/api/orders/{}", id(&o))).await.expect(200);
+    let order = app
+        .get(&format!("/api/orders/{}", id(&o)))
+        .await
+        .expect(200);
     assert_eq!(order["status"], "pending");
 
     // An asset the plan has no price in.
     let (c, _, invoice) = crypto_order(&app, &fake, 8605, -100_860_005, json!({})).await;
     fake.pay_with(invoice, "BTC", "0.0001");
-    let r = post_update(&app, &fake.paid_update(invoice)).await.expect(200);
+    let r = post_update(&app, &fake.paid_update(invoice))
+        .await
+        .expect(200);
     assert_eq!(r["payment"]["outcome"], "needs_review", "{r}");
     assert_eq!(r["payment"]["reason"], "currency_mismatch");
     assert_eq!(r["payment"]["currency"], "BTC");
@@ -289,7 +298,9 @@ async fn a_wrong_amount_or_asset_is_kept_for_review() {
     // order's price in that asset (1.5 TON), so 1.5 TON pays it.
     let (c, _, invoice) = crypto_order(&app, &fake, 8606, -100_860_006, json!({})).await;
     fake.pay_with(invoice, "TON", "1.5");
-    let r = post_update(&app, &fake.paid_update(invoice)).await.expect(200);
+    let r = post_update(&app, &fake.paid_update(invoice))
+        .await
+        .expect(200);
     assert_eq!(r["payment"]["outcome"], "applied", "{r}");
     assert_eq!(memberships_of(&app, c).await.len(), 1);
     assert_eq!(app.count("payments").await, 3);
@@ -384,7 +395,9 @@ async fn a_lost_webhook_is_found_by_asking_and_its_late_delivery_is_a_duplicate(
     assert_eq!(memberships_of(&app, c).await.len(), 1);
     // Not asked again, and the late webhook is a duplicate.
     assert_eq!(pass(&app).await.checked, 0);
-    let late = post_update(&app, &fake.paid_update(invoice)).await.expect(200);
+    let late = post_update(&app, &fake.paid_update(invoice))
+        .await
+        .expect(200);
     assert_eq!(late["duplicate"], true);
     assert_eq!(app.count("payments").await, 1);
 }
@@ -420,7 +433,11 @@ async fn an_expired_invoice_gives_its_seat_back() {
     // The seat is free again.
     let r = app.checkout(id(&o2)).await.expect(200);
     assert!(r["order"]["hold_until"].is_string(), "{r}");
-    assert_eq!(pass(&app).await.checked, 0, "an expired invoice is not asked about");
+    assert_eq!(
+        pass(&app).await.checked,
+        0,
+        "an expired invoice is not asked about"
+    );
 }
 
 /// Crypto Pay delivering one update several times at once: one payment, one extension.
@@ -429,14 +446,8 @@ async fn concurrent_deliveries_of_one_update_apply_once() {
     let fake = FakeCryptoPay::start().await;
     let app = std::sync::Arc::new(cryptopay_app(&fake).await);
     for round in 0..5 {
-        let (c, _, invoice) = crypto_order(
-            &app,
-            &fake,
-            8700 + round,
-            -100_870_000 - round,
-            json!({}),
-        )
-        .await;
+        let (c, _, invoice) =
+            crypto_order(&app, &fake, 8700 + round, -100_870_000 - round, json!({})).await;
         fake.pay(invoice);
         let body = fake.paid_update(invoice);
         let mut fresh = 0;
@@ -539,7 +550,10 @@ async fn plans_carry_the_owners_crypto_prices_validated() {
         .expect(200);
     assert_eq!(r["crypto_prices"], json!({"USDT": "5"}));
     let r = app
-        .patch(&format!("/api/plans/{plan}"), json!({"crypto_prices": null}))
+        .patch(
+            &format!("/api/plans/{plan}"),
+            json!({"crypto_prices": null}),
+        )
         .await
         .expect(200);
     assert_eq!(r["crypto_prices"], Value::Null);
@@ -660,10 +674,16 @@ async fn the_buyer_picks_usdt_pays_the_invoice_and_is_let_in() {
     let b = buttons(&messages[0].params);
     assert_eq!(b.len(), 3, "{b:?}");
     assert_eq!(b[0].0, "Pay 199.00 UAH by card");
-    assert_eq!(b[1], ("Pay 1.5 TON (@CryptoBot)".into(), format!("c:{order}:TON")));
+    assert_eq!(
+        b[1],
+        ("Pay 1.5 TON (@CryptoBot)".into(), format!("c:{order}:TON"))
+    );
     assert_eq!(
         b[2],
-        ("Pay 4.99 USDT (@CryptoBot)".into(), format!("c:{order}:USDT"))
+        (
+            "Pay 4.99 USDT (@CryptoBot)".into(),
+            format!("c:{order}:USDT")
+        )
     );
     assert!(cryptopay.created().is_empty(), "no invoice before a choice");
 
@@ -689,7 +709,10 @@ async fn the_buyer_picks_usdt_pays_the_invoice_and_is_let_in() {
     assert_eq!(asked["amount"], "4.99");
     assert_eq!(asked["payload"], reference);
     let expires_in = asked["expires_in"].as_i64().unwrap();
-    assert!((60..=300).contains(&expires_in), "within the hold: {expires_in}");
+    assert!(
+        (60..=300).contains(&expires_in),
+        "within the hold: {expires_in}"
+    );
     assert_eq!(asked["paid_btn_name"], "openBot");
     assert_eq!(asked["paid_btn_url"], format!("https://t.me/{BOT}"));
     let invoice_id: i64 = app
@@ -707,7 +730,11 @@ async fn the_buyer_picks_usdt_pays_the_invoice_and_is_let_in() {
         .unwrap()
         .to_string();
     let messages = bot.calls_of("sendMessage");
-    assert_eq!(messages.len(), 3, "the card page, the failed try, its retry");
+    assert_eq!(
+        messages.len(),
+        3,
+        "the card page, the failed try, its retry"
+    );
     for m in &messages[1..] {
         assert_eq!(
             buttons(&m.params),
@@ -730,7 +757,12 @@ async fn the_buyer_picks_usdt_pays_the_invoice_and_is_let_in() {
     assert_eq!(r["membership"]["status"], "active");
     bot.clear_calls();
     run(&app).await;
-    assert_eq!(bot.calls_of("createChatInviteLink").len(), 1, "{:?}", bot.methods());
+    assert_eq!(
+        bot.calls_of("createChatInviteLink").len(),
+        1,
+        "{:?}",
+        bot.methods()
+    );
     let granted = bot.calls_of("sendMessage");
     assert_eq!(granted.len(), 1);
     assert_eq!(granted[0].params["chat_id"], 8630);
@@ -754,7 +786,11 @@ async fn without_crypto_pay_the_bot_offers_no_crypto() {
     assert_eq!(buttons(&messages[0].params).len(), 1, "the card page only");
     // A forged asset button is refused.
     let (order, _) = bot_order(&app, 8631).await;
-    let r = send(&app, &button_update(&person(8631), &format!("c:{order}:USDT"))).await;
+    let r = send(
+        &app,
+        &button_update(&person(8631), &format!("c:{order}:USDT")),
+    )
+    .await;
     assert_eq!(r["show_alert"], true, "{r}");
     assert_eq!(app.count("cryptopay_invoices").await, 0);
 }
@@ -767,7 +803,11 @@ async fn another_buyers_order_cannot_be_invoiced() {
     price_in_crypto(&app, c).await;
     send(&app, &button_update(&person(8632), &format!("b:{c}"))).await;
     let (order, _) = bot_order(&app, 8632).await;
-    let r = send(&app, &button_update(&person(8633), &format!("c:{order}:USDT"))).await;
+    let r = send(
+        &app,
+        &button_update(&person(8633), &format!("c:{order}:USDT")),
+    )
+    .await;
     assert_eq!(r["show_alert"], true, "{r}");
     run(&app).await;
     assert!(cryptopay.created().is_empty());

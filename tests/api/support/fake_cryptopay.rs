@@ -124,7 +124,11 @@ impl FakeCryptoPay {
     /// The buyer paid invoice `id` in the asset and amount it asked.
     pub fn pay(&self, id: i64) -> Value {
         let i = self.invoice(id);
-        self.pay_with(id, i["asset"].as_str().unwrap(), i["amount"].as_str().unwrap())
+        self.pay_with(
+            id,
+            i["asset"].as_str().unwrap(),
+            i["amount"].as_str().unwrap(),
+        )
     }
 
     /// The buyer paid invoice `id` in `asset`, `amount` (Crypto Pay lets a buyer pay another

@@ -255,7 +255,10 @@ pub fn read_update(body: &[u8]) -> Result<Update, UpdateError> {
     if invoice.status != "paid" {
         return Err(invalid(
             "payload.status",
-            format!("is {:?}; an invoice_paid update names a paid invoice", invoice.status),
+            format!(
+                "is {:?}; an invoice_paid update names a paid invoice",
+                invoice.status
+            ),
         ));
     }
     let received = time(envelope.request_date.as_deref()).unwrap_or_else(Utc::now);
@@ -448,11 +451,18 @@ mod tests {
         assert_eq!(verify(TOKEN, Some(&good.to_uppercase()), BODY), Ok(()));
         assert_eq!(verify(TOKEN, None, BODY), Err(SignatureError::Missing));
         assert_eq!(
-            verify(TOKEN, Some(&good), br#"{"update_id":2,"update_type":"invoice_paid"}"#),
+            verify(
+                TOKEN,
+                Some(&good),
+                br#"{"update_id":2,"update_type":"invoice_paid"}"#
+            ),
             Err(SignatureError::NoMatch)
         );
         let other = sign("9999:ZZbbCCddEEffGGhhIIjjKKllMMnnOOpp", BODY);
-        assert_eq!(verify(TOKEN, Some(&other), BODY), Err(SignatureError::NoMatch));
+        assert_eq!(
+            verify(TOKEN, Some(&other), BODY),
+            Err(SignatureError::NoMatch)
+        );
         for bad in ["", "zz", &good[..62], &format!("{good}00")] {
             assert_eq!(
                 verify(TOKEN, Some(bad), BODY),
@@ -464,7 +474,10 @@ mod tests {
         let mut m = Hmac::<Sha256>::new_from_slice(TOKEN.as_bytes()).unwrap();
         m.update(BODY);
         let raw_key = hex::encode(m.finalize().into_bytes());
-        assert_eq!(verify(TOKEN, Some(&raw_key), BODY), Err(SignatureError::NoMatch));
+        assert_eq!(
+            verify(TOKEN, Some(&raw_key), BODY),
+            Err(SignatureError::NoMatch)
+        );
     }
 
     #[test]
@@ -492,8 +505,10 @@ mod tests {
         for (k, v) in invoice.as_object().unwrap() {
             payload[k] = v.clone();
         }
-        serde_json::to_vec(&serde_json::json!({"update_id": 7, "update_type": "invoice_paid",
-            "request_date": "2026-12-08T01:02:04.000Z", "payload": payload}))
+        serde_json::to_vec(
+            &serde_json::json!({"update_id": 7, "update_type": "invoice_paid",
+            "request_date": "2026-12-08T01:02:04.000Z", "payload": payload}),
+        )
         .unwrap()
     }
 
@@ -514,7 +529,10 @@ mod tests {
         .unwrap() else {
             panic!("not a payment")
         };
-        assert_eq!((p.amount_minor, p.currency.as_str()), (1_500_000_000, "TON"));
+        assert_eq!(
+            (p.amount_minor, p.currency.as_str()),
+            (1_500_000_000, "TON")
+        );
     }
 
     #[test]
@@ -523,19 +541,31 @@ mod tests {
             read_update(br#"{"update_id": 1, "update_type": "invoice_expired"}"#),
             Ok(Update::Ignored(_))
         ));
-        assert!(matches!(read_update(b"nope"), Err(UpdateError::Malformed(_))));
+        assert!(matches!(
+            read_update(b"nope"),
+            Err(UpdateError::Malformed(_))
+        ));
         assert!(matches!(read_update(b"{}"), Err(UpdateError::Malformed(_))));
         assert!(matches!(
             read_update(&paid(serde_json::json!({"payload": null}))),
-            Err(UpdateError::Invalid { field: "payload.payload", .. })
+            Err(UpdateError::Invalid {
+                field: "payload.payload",
+                ..
+            })
         ));
         assert!(matches!(
             read_update(&paid(serde_json::json!({"paid_amount": "4.9999999"}))),
-            Err(UpdateError::Invalid { field: "payload.paid_amount", .. })
+            Err(UpdateError::Invalid {
+                field: "payload.paid_amount",
+                ..
+            })
         ));
         assert!(matches!(
             read_update(&paid(serde_json::json!({"status": "active"}))),
-            Err(UpdateError::Invalid { field: "payload.status", .. })
+            Err(UpdateError::Invalid {
+                field: "payload.status",
+                ..
+            })
         ));
         assert!(matches!(
             read_update(&paid(serde_json::json!({"invoice_id": "x"}))),

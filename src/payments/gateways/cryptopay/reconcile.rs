@@ -115,8 +115,13 @@ pub async fn run_once(db: &Pool, config: &CryptoPayConfig) -> Result<Report, Api
                         tracing::error!(invoice_id = d.invoice_id, error = %e,
                             invoice = ?invoice, "paid Crypto Pay invoice could not be read; asking again later");
                         let client = db.get().await?;
-                        crypto_invoices::again(&client, d.invoice_id, BACKOFF_MAX, Some(&e.to_string()))
-                            .await?;
+                        crypto_invoices::again(
+                            &client,
+                            d.invoice_id,
+                            BACKOFF_MAX,
+                            Some(&e.to_string()),
+                        )
+                        .await?;
                         report.again += 1;
                         continue;
                     }
@@ -135,17 +140,24 @@ pub async fn run_once(db: &Pool, config: &CryptoPayConfig) -> Result<Report, Api
             }
             Some("expired") => {
                 let client = db.get().await?;
-                let others = crypto_invoices::others_active(&client, d.order_id, d.invoice_id)
-                    .await?;
+                let others =
+                    crypto_invoices::others_active(&client, d.order_id, d.invoice_id).await?;
                 crypto_invoices::settle(&client, d.invoice_id, Status::Expired).await?;
                 drop(client);
                 if others {
-                    tracing::info!(invoice_id = d.invoice_id, order_id = d.order_id,
-                        "Crypto Pay invoice expired; another invoice of the order is open, so its holds stay");
+                    tracing::info!(
+                        invoice_id = d.invoice_id,
+                        order_id = d.order_id,
+                        "Crypto Pay invoice expired; another invoice of the order is open, so its holds stay"
+                    );
                 } else {
                     let result = orders::release_holds(db, &d.reference).await?;
-                    tracing::info!(invoice_id = d.invoice_id, order_id = d.order_id,
-                        result = result.as_str(), "Crypto Pay invoice expired: the order's holds released");
+                    tracing::info!(
+                        invoice_id = d.invoice_id,
+                        order_id = d.order_id,
+                        result = result.as_str(),
+                        "Crypto Pay invoice expired: the order's holds released"
+                    );
                 }
                 report.expired += 1;
             }
