@@ -121,6 +121,17 @@ card-button = Pay { $price } by card
 # One of two card pages (WayForPay, Stripe): the buyer picks.
 card-button-via = Pay { $price } by card ({ $gateway })
 
+# Crypto Pay (@CryptoBot): the assets offered beside the other ways to pay, and the invoice.
+crypto-choice = Or pay for «{ $title }» in crypto with @CryptoBot:
+crypto-button = Pay { $price } (@CryptoBot)
+crypto-offer =
+    Pay { $price } for «{ $title }» with @CryptoBot. The invoice is open for { $minutes ->
+        [one] { $minutes } minute
+       *[other] { $minutes } minutes
+    }.
+crypto-pay-button = Pay { $price }
+crypto-unavailable = Sorry, this crypto payment is no longer available. Press buy again for a new invoice.
+
 ## Promo codes (/code, deep links with a code)
 
 code-usage = Send /code followed by your promo code, for example: /code SPRING25

@@ -130,6 +130,19 @@ card-offer-lifetime =
 card-button = Оплатить { $price } картой
 card-button-via = Оплатить { $price } картой ({ $gateway })
 
+# Crypto Pay (@CryptoBot): активы рядом с другими способами оплаты, и счёт.
+crypto-choice = Или оплатите «{ $title }» криптовалютой через @CryptoBot:
+crypto-button = Оплатить { $price } (@CryptoBot)
+crypto-offer =
+    Оплатите { $price } за «{ $title }» через @CryptoBot. Счёт открыт { $minutes ->
+        [one] { $minutes } минуту
+        [few] { $minutes } минуты
+        [many] { $minutes } минут
+       *[other] { $minutes } минуты
+    }.
+crypto-pay-button = Оплатить { $price }
+crypto-unavailable = К сожалению, эта криптооплата уже недоступна. Нажмите «купить» ещё раз, чтобы получить новый счёт.
+
 ## Промокоды (/code, ссылки с кодом)
 
 code-usage = Отправьте /code и свой промокод, например: /code SPRING25

@@ -129,6 +129,19 @@ card-offer-lifetime =
 card-button = Оплатити { $price } карткою
 card-button-via = Оплатити { $price } карткою ({ $gateway })
 
+# Crypto Pay (@CryptoBot): активи поруч з іншими способами оплати, і рахунок.
+crypto-choice = Або сплатіть за «{ $title }» криптовалютою через @CryptoBot:
+crypto-button = Сплатити { $price } (@CryptoBot)
+crypto-offer =
+    Сплатіть { $price } за «{ $title }» через @CryptoBot. Рахунок відкритий { $minutes ->
+        [one] { $minutes } хвилину
+        [few] { $minutes } хвилини
+        [many] { $minutes } хвилин
+       *[other] { $minutes } хвилини
+    }.
+crypto-pay-button = Сплатити { $price }
+crypto-unavailable = На жаль, ця криптооплата вже недоступна. Натисніть «купити» ще раз, щоб отримати новий рахунок.
+
 ## Промокоди (/code, посилання з кодом)
 
 code-usage = Надішліть /code і свій промокод, наприклад: /code SPRING25

@@ -239,7 +239,7 @@ fn validate(b: &ChannelInput, create: bool, mut e: Errors) -> Result<(), ApiErro
         e.add("price_minor", why);
     }
     if let Some(c) = &b.currency
-        && !(currency::is_valid_code(c) && currency::minor_unit_exponent(c).is_some())
+        && !currency::is_price_currency(c)
     {
         e.add("currency", "must be an ISO 4217 code (e.g. UAH) or XTR");
     }

@@ -57,6 +57,7 @@ pub const WEBHOOK_TIMESTAMP: &str = "webhook_timestamp";
 pub const WEBHOOK_SIGNATURE: &str = "webhook_signature";
 pub const STRIPE_SIGNATURE: &str = "stripe_signature";
 pub const MONOBANK_SIGNATURE: &str = "monobank_signature";
+pub const CRYPTOPAY_SIGNATURE: &str = "cryptopay_signature";
 /// The Mini App's `Authorization: tma <initData>`.
 pub const TELEGRAM_INIT_DATA: &str = "telegram_init_data";
 
@@ -281,6 +282,14 @@ impl Modify for SecuritySchemes {
                     "Monobank's base64 ECDSA (P-256, SHA-256, DER) signature of the raw body, \
                      verified with the merchant public key of `GET /api/merchant/pubkey` \
                      (cached; fetched again once when a signature does not verify).",
+                ),
+            ),
+            (
+                CRYPTOPAY_SIGNATURE,
+                header(
+                    "crypto-pay-api-signature",
+                    "Crypto Pay's hex HMAC-SHA256 of the raw body, keyed with SHA-256 of \
+                     `CRYPTOPAY_TOKEN`.",
                 ),
             ),
             (

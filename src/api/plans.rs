@@ -73,6 +73,13 @@ pub struct PlanInput {
     /// (languages `en`, `uk`, `ru`; title 1..255, description at most 1000 characters).
     #[schema(nullable = false, value_type = Option<HashMap<String, Translation>>)]
     translations: Option<Value>,
+    /// Prices in crypto assets, sold through Crypto Pay: asset (`USDT`, `TON`, `BTC`, `ETH`,
+    /// `LTC`, `BNB`, `TRX`, `USDC`) → a positive decimal string with no more places than the
+    /// asset's minor unit (USDT 6, TON 9, …), e.g. `{"USDT": "4.99", "TON": "1.5"}`, charged
+    /// exactly; `null` or `{}`: none. Not for a trial.
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<HashMap<String, String>>)]
+    crypto_prices: Option<Option<Value>>,
 }
 
 /// A PATCH body: like [`PlanInput`], but every field optional; an explicit `null` is refused
@@ -120,6 +127,10 @@ pub struct PlanPatch {
     #[serde(default, deserialize_with = "nullable")]
     #[schema(value_type = HashMap<String, Translation>)]
     translations: Option<Option<Value>>,
+    /// Replaces the crypto prices; `null` or `{}` removes them.
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<HashMap<String, String>>)]
+    crypto_prices: Option<Option<Value>>,
 }
 
 impl PlanPatch {
@@ -136,6 +147,7 @@ impl PlanPatch {
             active: not_null(e, "active", self.active),
             position: not_null(e, "position", self.position),
             translations: not_null(e, "translations", self.translations),
+            crypto_prices: self.crypto_prices,
         }
     }
 }
@@ -194,6 +206,19 @@ fn validate(b: PlanInput, create: bool, mut e: Errors) -> Result<plans::Fields, 
         e.add("price_minor", "must not be negative");
     }
     super::check_translations(&mut e, b.translations.as_ref());
+    let crypto_prices = match &b.crypto_prices {
+        None => None,
+        Some(None) => Some(None),
+        Some(Some(v)) => match plans::crypto_prices::check(v) {
+            Ok(prices) => Some(prices),
+            Err(errors) => {
+                for (field, message) in errors {
+                    e.add(&field, message);
+                }
+                None
+            }
+        },
+    };
     e.finish()?;
     Ok(plans::Fields {
         title: b.title,
@@ -210,6 +235,7 @@ fn validate(b: PlanInput, create: bool, mut e: Errors) -> Result<plans::Fields, 
             .translations
             .as_ref()
             .and_then(|v| translations::check(v).ok()),
+        crypto_prices,
     })
 }
 

@@ -159,7 +159,7 @@ fn fields(
         );
     }
     if let Some(Some(c)) = &currency
-        && !(currency::is_valid_code(c) && currency::minor_unit_exponent(c).is_some())
+        && !currency::is_price_currency(c)
     {
         e.add("currency", "must be an ISO 4217 code (e.g. UAH) or XTR");
     }

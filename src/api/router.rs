@@ -30,7 +30,7 @@ use super::{
     roles::{needs, needs_or_sweep_token},
     schemas::Health,
     staff, star_subscriptions, stats, subscribers, sweep, webhook_endpoints,
-    webhooks::{monobank, standard, stripe, telegram, wayforpay},
+    webhooks::{cryptopay, monobank, standard, stripe, telegram, wayforpay},
 };
 use crate::{
     app::state::AppState,
@@ -154,6 +154,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(telegram::webhook))
         .routes(routes!(stripe::receive))
         .routes(routes!(monobank::receive))
+        .routes(routes!(cryptopay::receive))
         .routes(needs_or_sweep_token(Admin, routes!(sweep::run)))
         .routes(needs(Viewer, routes!(overview::get)))
         .routes(routes!(openapi::openapi_json));

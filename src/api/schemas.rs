@@ -195,6 +195,34 @@ pub struct MonobankReport {
     pub modified_date: String,
 }
 
+/// Door 6's answer: what the payment core did, or that the update was ignored.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum CryptoPayAnswer {
+    Applied(Box<core::Applied>),
+    Ignored(Ignored),
+}
+
+/// A Crypto Pay webhook Update (`invoice_paid`, or any other type, ignored), as Crypto Pay
+/// sends it; only the fields read are described.
+#[derive(Serialize, ToSchema)]
+#[schema(example = json!({"update_id": 7, "update_type": "invoice_paid",
+    "request_date": "2026-12-08T01:02:04.000Z", "payload": {"invoice_id": 528890,
+    "status": "paid", "asset": "USDT", "amount": "4.99", "paid_asset": "USDT",
+    "paid_amount": "4.99", "paid_at": "2026-12-08T01:02:03.000Z",
+    "payload": "ord_5f0c1e7a9b2d4c6e8f1a3b5c7d9e0f21"}}))]
+pub struct CryptoPayUpdate {
+    pub update_id: i64,
+    /// `invoice_paid` is a payment; any other type is ignored.
+    pub update_type: String,
+    /// ISO 8601.
+    pub request_date: String,
+    /// The Invoice: `invoice_id`, `status`, `asset`, `amount`, `paid_asset`, `paid_amount`,
+    /// `paid_at`, `payload` (our order reference).
+    #[schema(value_type = Object)]
+    pub payload: serde_json::Value,
+}
+
 /// `{}`: nothing to do.
 #[derive(Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -41,6 +41,11 @@ pub async fn run(state: AppState, shutdown: ShutdownSignal) {
         state.config.clone(),
         shutdown.clone(),
     ));
+    loops.spawn(crate::payments::gateways::cryptopay::reconcile::run_loop(
+        state.db.clone(),
+        state.config.clone(),
+        shutdown.clone(),
+    ));
     loops.spawn(crate::outbox::outbound::run_loop(
         state.db.clone(),
         state.config.outbound_allow_private,

@@ -55,7 +55,7 @@ use crate::{
     config::Config,
     db,
     orders::{
-        bot_orders,
+        self, bot_orders, crypto_invoices,
         seats::{self, CheckoutRefusal, HoldLimit},
         trials::{self, ClaimRefusal},
     },
@@ -443,6 +443,53 @@ pub(super) async fn decide(
         "bot order made"
     );
     Ok(Decision::Made { order_id, gateway })
+}
+
+/// A crypto asset's button under an order's invoice (`c:<order>:<asset>`), pressed by `from`:
+/// the order's Crypto Pay invoice in that asset is enqueued (once per order and asset; the
+/// worker makes it and sends its pay URL). Only the order's own buyer may ask, only while
+/// Crypto Pay is configured, the order can still be paid as invoiced (pending, not
+/// superseded, open a minute more as a card page would be) and its plan has a price in the
+/// asset; otherwise the buyer is told to press buy again.
+pub(super) async fn crypto(
+    tx: &Transaction<'_>,
+    config: &Config,
+    l: Language,
+    from: &Sender,
+    order_id: i64,
+    asset: &str,
+) -> Result<Answer, ApiError> {
+    if config.cryptopay.is_none() {
+        return Ok(alert(texts::crypto_unavailable(l)));
+    }
+    let buyer = upsert_subscriber(tx, from).await?;
+    if !orders::get(tx, order_id)
+        .await?
+        .is_some_and(|o| o.subscriber_id == buyer)
+    {
+        return Ok(alert(texts::button_invalid(l)));
+    }
+    let payable = super::pay_links::facts(tx, config, order_id)
+        .await?
+        .is_some_and(|f| {
+            f.status == orders::Status::Pending
+                && !f.superseded
+                && f.open_secs >= super::MIN_CARD_PAGE_SECS
+        });
+    if !payable
+        || crypto_invoices::order_price(tx, order_id, asset)
+            .await?
+            .is_none()
+    {
+        return Ok(alert(texts::crypto_unavailable(l)));
+    }
+    let sent = bot_orders::enqueue_crypto_invoice(tx, order_id, from.id, asset).await?;
+    tracing::info!(order_id, asset, sent, "bot crypto invoice asked for");
+    Ok(note(if sent {
+        texts::invoice_on_its_way(l)
+    } else {
+        texts::invoice_already_sent(l)
+    }))
 }
 
 /// A free order — a trial's, or one a 100 % code made free — is not invoiced: it is made and

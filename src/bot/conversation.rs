@@ -278,6 +278,20 @@ async fn button(
             };
             Ok(render::answer_callback(query_id, &text, false))
         }
+        Callback::Crypto(order_id, asset) => {
+            let answer = match Callback::crypto_asset(asset) {
+                Some(asset) => buy::crypto(tx, config, l, from, order_id, asset).await?,
+                None => buy::Answer {
+                    text: texts::button_invalid(l),
+                    alert: true,
+                },
+            };
+            Ok(render::answer_callback(
+                query_id,
+                &answer.text,
+                answer.alert,
+            ))
+        }
         Callback::Buy(_) | Callback::Plan(_) => unreachable!("handled above"),
     }
 }

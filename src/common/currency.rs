@@ -11,6 +11,14 @@
 //! since no payment can be denominated in them. `XTR` (Telegram Stars) is added with exponent 0:
 //! one unit is one star and there are no fractions.
 //!
+//! Crypto Pay's assets (door 6) are priced and paid in their own units: a second table,
+//! [`CRYPTO_ASSETS`], gives each a fixed exponent (USDT 6, TON 9, …) fine enough for any price
+//! an owner writes and any amount Crypto Pay reports, and coarse enough that a price fits in
+//! an `i64` with room for sums. A crypto payment is stored in its asset (`currency` = `USDT`,
+//! `amount_minor` in millionths of a USDT), so statistics show it as its own currency. An
+//! asset is never a plan's or a channel's currency ([`is_price_currency`]): a plan carries its
+//! crypto prices beside its price.
+//!
 //! Where an amount crosses modules — an order's price, a payment checked against it, an
 //! invoice or a payment link made from it, a price a buyer reads — it travels as one
 //! [`Money`]: minor units and their currency together, so neither can be passed without the
@@ -193,10 +201,53 @@ const EXPONENTS: &[(&str, u32)] = &[
     ("ZWG", 2),
 ];
 
-/// Every currency the service can price in, with its minor-unit exponent, sorted by code (the
-/// staff console formats amounts with it, so the browser and the server agree on every code).
+/// The assets Crypto Pay takes (`createInvoice`'s `asset`, help.crypt.bot/crypto-pay-api
+/// "Assets") that a plan may be priced in, with the exponent of the minor unit the service
+/// counts them in, sorted by code. The exponents are ours, not the chains': fixed once, since
+/// stored amounts are counted in them. Stablecoins (USDT, USDC) and TRX in millionths (their
+/// own precision on TON and Tron), TON in nanotons (its own), BTC and LTC in hundred-millionths
+/// (satoshi, litoshi), ETH and BNB in billionths (gwei; their chains' 18 decimals would leave an
+/// `i64` room for only nine coins, and no price is written finer than a gwei).
+pub const CRYPTO_ASSETS: &[(&str, u32)] = &[
+    ("BNB", 9),
+    ("BTC", 8),
+    ("ETH", 9),
+    ("LTC", 8),
+    ("TON", 9),
+    ("TRX", 6),
+    ("USDC", 6),
+    ("USDT", 6),
+];
+
+/// The most minor units a price in a crypto asset may be: ten trillion (ten million USDT,
+/// ten thousand TON, a hundred thousand BTC), far above any subscription and far below the
+/// limits of the integers that carry sums of them.
+pub const MAX_CRYPTO_MINOR: i64 = 10_000_000_000_000;
+
+/// Every currency the service can count money in, with its minor-unit exponent: the ISO 4217
+/// codes and `XTR`, sorted by code, then the crypto assets (the staff console formats amounts
+/// with it, so the browser and the server agree on every code).
 pub fn exponents() -> impl Iterator<Item = (&'static str, u32)> {
-    EXPONENTS.iter().copied()
+    EXPONENTS.iter().chain(CRYPTO_ASSETS.iter()).copied()
+}
+
+/// The exponent of crypto asset `code` ([`CRYPTO_ASSETS`]), or `None` for anything else.
+pub fn crypto_exponent(code: &str) -> Option<u32> {
+    CRYPTO_ASSETS
+        .binary_search_by(|(c, _)| (*c).cmp(code))
+        .ok()
+        .map(|i| CRYPTO_ASSETS[i].1)
+}
+
+/// Whether `code` is a crypto asset of [`CRYPTO_ASSETS`].
+pub fn is_crypto_asset(code: &str) -> bool {
+    crypto_exponent(code).is_some()
+}
+
+/// Whether `code` may be a channel's, a plan's or an amount off's currency: an ISO 4217 code
+/// of the table, or `XTR` — never a crypto asset (a plan's crypto prices are its own field).
+pub fn is_price_currency(code: &str) -> bool {
+    is_valid_code(code) && EXPONENTS.binary_search_by(|(c, _)| (*c).cmp(code)).is_ok()
 }
 
 /// True if `s` has the shape of a currency code: exactly three ASCII upper-case letters.
@@ -208,7 +259,7 @@ pub fn is_valid_code(s: &str) -> bool {
 }
 
 /// The number of decimal places of the currency's minor unit (`UAH` → 2, `JPY` → 0,
-/// `KWD` → 3, `XTR` → 0), or `None` for a code not in the table.
+/// `KWD` → 3, `XTR` → 0, `USDT` → 6, `TON` → 9), or `None` for a code in neither table.
 ///
 /// Lookup is case-sensitive: currency codes are upper-case by contract, and silently
 /// accepting `uah` would let two spellings of one currency coexist in stored data.
@@ -217,6 +268,7 @@ pub fn minor_unit_exponent(code: &str) -> Option<u32> {
         .binary_search_by(|(c, _)| (*c).cmp(code))
         .ok()
         .map(|i| EXPONENTS[i].1)
+        .or_else(|| crypto_exponent(code))
 }
 
 /// The most stars a price in `XTR` may be: a sanity bound; Telegram's own cap on an invoice or a
@@ -234,6 +286,9 @@ pub const MAX_MAJOR_UNITS: i64 = 1_000_000_000;
 pub fn max_price_minor(code: &str) -> Option<i64> {
     if code == "XTR" {
         return Some(MAX_STARS);
+    }
+    if is_crypto_asset(code) {
+        return Some(MAX_CRYPTO_MINOR);
     }
     let exponent = minor_unit_exponent(code)?;
     Some(MAX_MAJOR_UNITS * 10_i64.pow(exponent))
@@ -356,6 +411,18 @@ pub fn minor_to_decimal(minor: i64, exponent: u32) -> String {
     format!("{sign}{int_part}.{frac_part}")
 }
 
+/// [`minor_to_decimal`] without the trailing zeros of the fraction (nor a bare point):
+/// `4990000, 6` → `4.99`, `1500000000, 9` → `1.5`, `5000000, 6` → `5`. How crypto prices are
+/// written back to the owner who typed them and shown to buyers: Crypto Pay's own amounts read
+/// this way.
+pub fn minor_to_short_decimal(minor: i64, exponent: u32) -> String {
+    let text = minor_to_decimal(minor, exponent);
+    if !text.contains('.') {
+        return text;
+    }
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 /// An amount of money: `amount_minor` minor units of `currency` (three upper-case letters).
 /// Serialized as the two fields `amount_minor` and `currency`, as every API body spells them.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -453,6 +520,42 @@ mod tests {
     }
 
     #[test]
+    fn crypto_assets_are_their_own_table() {
+        for pair in CRYPTO_ASSETS.windows(2) {
+            assert!(pair[0].0 < pair[1].0, "{} !< {}", pair[0].0, pair[1].0);
+        }
+        for (code, exp) in CRYPTO_ASSETS {
+            assert!(
+                (3..=5).contains(&code.len()) && code.bytes().all(|b| b.is_ascii_uppercase()),
+                "{code}"
+            );
+            assert_eq!(minor_unit_exponent(code), Some(*exp), "{code}");
+            // Never an ISO code as well: one code, one meaning.
+            assert!(!EXPONENTS.iter().any(|(c, _)| c == code), "{code}");
+            assert!(!is_price_currency(code), "{code}");
+        }
+        assert_eq!(minor_unit_exponent("USDT"), Some(6));
+        assert_eq!(minor_unit_exponent("TON"), Some(9));
+        assert!(is_price_currency("UAH") && is_price_currency("XTR"));
+        assert!(!is_price_currency("ZZZ"));
+        // An owner's prices are exact in them…
+        assert_eq!(decimal_to_minor("4.99", 6), Ok(4_990_000));
+        assert_eq!(decimal_to_minor("1.5", 9), Ok(1_500_000_000));
+        // …and shown back as written, to the asset's places.
+        assert_eq!(
+            Money::new(4_990_000, "USDT").decimal().as_deref(),
+            Some("4.990000")
+        );
+        assert_eq!(minor_to_short_decimal(4_990_000, 6), "4.99");
+        assert_eq!(minor_to_short_decimal(1_500_000_000, 9), "1.5");
+        assert_eq!(minor_to_short_decimal(5_000_000, 6), "5");
+        assert_eq!(minor_to_short_decimal(1, 9), "0.000000001");
+        assert_eq!(minor_to_short_decimal(500, 0), "500");
+        assert_eq!(max_price_minor("TON"), Some(MAX_CRYPTO_MINOR));
+        assert!(exponents().any(|(c, e)| c == "USDT" && e == 6));
+    }
+
+    #[test]
     fn table_is_sorted_unique_and_well_formed() {
         for pair in EXPONENTS.windows(2) {
             assert!(pair[0].0 < pair[1].0, "{} !< {}", pair[0].0, pair[1].0);
@@ -498,9 +601,10 @@ mod tests {
 
     #[test]
     fn unknown_and_unpriceable_codes() {
-        // Withdrawn, N.A. minor unit, test/no-currency codes, wrong case, junk.
+        // Withdrawn, N.A. minor unit, test/no-currency codes, wrong case, junk, a crypto asset
+        // Crypto Pay is not used for here (USDT is counted: `crypto_assets_are_their_own_table`).
         for code in [
-            "ZZZ", "HRK", "ZWL", "SLL", "XAU", "XDR", "XTS", "XXX", "uah", "", "USDT",
+            "ZZZ", "HRK", "ZWL", "SLL", "XAU", "XDR", "XTS", "XXX", "uah", "", "DOGE", "usdt",
         ] {
             assert_eq!(minor_unit_exponent(code), None, "{code:?}");
         }

@@ -298,6 +298,7 @@ fn door_and_gateway(gateway: &Gateway) -> (&'static str, &'static str) {
         Gateway::WayForPay => ("wayforpay", Gateway::WAYFORPAY),
         Gateway::Stripe => ("stripe", Gateway::STRIPE),
         Gateway::Monobank => ("monobank", Gateway::MONOBANK),
+        Gateway::CryptoPay => ("cryptopay", Gateway::CRYPTOPAY),
         Gateway::TelegramStars => ("telegram", Gateway::TELEGRAM_STARS),
         Gateway::Standard(_) => ("webhook", "other"),
     }

@@ -107,6 +107,8 @@ pub enum Gateway {
     Stripe,
     /// Monobank acquiring's invoices (door 5).
     Monobank,
+    /// Crypto Pay's invoices (@CryptoBot, door 6): paid in a crypto asset.
+    CryptoPay,
     /// A card gateway of door 1, by the name it signs its events with (`[a-z0-9_-]{1,32}`,
     /// never one of the names above).
     Standard(String),
@@ -121,6 +123,8 @@ impl Gateway {
     pub const STRIPE: &'static str = "stripe";
     /// The spelling of [`Gateway::Monobank`].
     pub const MONOBANK: &'static str = "monobank";
+    /// The spelling of [`Gateway::CryptoPay`].
+    pub const CRYPTOPAY: &'static str = "cryptopay";
 
     /// The gateway of this name: one with a door of its own, or a door-1 gateway.
     pub fn named(name: &str) -> Gateway {
@@ -129,6 +133,7 @@ impl Gateway {
             Gateway::WAYFORPAY => Gateway::WayForPay,
             Gateway::STRIPE => Gateway::Stripe,
             Gateway::MONOBANK => Gateway::Monobank,
+            Gateway::CRYPTOPAY => Gateway::CryptoPay,
             other => Gateway::Standard(other.to_string()),
         }
     }
@@ -140,6 +145,7 @@ impl Gateway {
             Gateway::WayForPay => Gateway::WAYFORPAY,
             Gateway::Stripe => Gateway::STRIPE,
             Gateway::Monobank => Gateway::MONOBANK,
+            Gateway::CryptoPay => Gateway::CRYPTOPAY,
             Gateway::Standard(name) => name,
         }
     }
@@ -147,9 +153,11 @@ impl Gateway {
     /// Whether this name belongs to a gateway with a door of its own, so door 1 refuses it.
     pub fn has_own_door(&self) -> bool {
         match self {
-            Gateway::TelegramStars | Gateway::WayForPay | Gateway::Stripe | Gateway::Monobank => {
-                true
-            }
+            Gateway::TelegramStars
+            | Gateway::WayForPay
+            | Gateway::Stripe
+            | Gateway::Monobank
+            | Gateway::CryptoPay => true,
             Gateway::Standard(_) => false,
         }
     }
@@ -236,6 +244,7 @@ mod tests {
             ("wayforpay", Gateway::WayForPay),
             ("stripe", Gateway::Stripe),
             ("monobank", Gateway::Monobank),
+            ("cryptopay", Gateway::CryptoPay),
             ("acme", Gateway::Standard("acme".into())),
         ] {
             assert_eq!(Gateway::named(name), gateway);
@@ -250,6 +259,7 @@ mod tests {
         assert!(Gateway::WayForPay.has_own_door());
         assert!(Gateway::Stripe.has_own_door());
         assert!(Gateway::Monobank.has_own_door());
+        assert!(Gateway::CryptoPay.has_own_door());
         assert!(!Gateway::named("acme").has_own_door());
     }
 }

@@ -1,4 +1,5 @@
-//! The payment doors' settings: the Standard Webhooks keys, WayForPay, Stripe and Monobank
+//! The payment doors' settings: the Standard Webhooks keys, WayForPay, Stripe, Monobank and
+//! Crypto Pay
 //! credentials and API addresses, and when a card order is asked about.
 
 use std::time::Duration;
@@ -37,11 +38,22 @@ pub struct MonobankConfig {
     pub api_url: String,
 }
 
+/// Crypto Pay credentials (door 6 and the bot's crypto invoices).
+#[derive(Debug, Clone)]
+pub struct CryptoPayConfig {
+    /// `CRYPTOPAY_TOKEN`: sent as `Crypto-Pay-API-Token`; its SHA-256 keys the webhook's
+    /// `crypto-pay-api-signature`.
+    pub token: Secret,
+    /// `CRYPTOPAY_API_URL`, without a trailing slash (methods are `{api_url}/{method}`).
+    pub api_url: String,
+}
+
 /// `WEBHOOK_SECRET`, `WEBHOOK_SECRETS` (door 1); `WAYFORPAY_MERCHANT_ACCOUNT`,
 /// `WAYFORPAY_SECRET_KEY` (door 2), `WAYFORPAY_DOMAIN` (the bot's purchase links),
 /// `WAYFORPAY_API_URL` and `RECONCILE_AFTER_SECS` (the `CHECK_STATUS` pass);
 /// `STRIPE_SECRET_KEY`, `STRIPE_WEBHOOK_SECRET`, `STRIPE_API_URL` (door 4); `MONOBANK_TOKEN`,
-/// `MONOBANK_API_URL` (door 5). A door without its secret stays closed.
+/// `MONOBANK_API_URL` (door 5); `CRYPTOPAY_TOKEN`, `CRYPTOPAY_API_URL` (door 6). A door without
+/// its secret stays closed.
 pub(super) struct PaymentDoors {
     pub(super) webhook_keys: Vec<WebhookKey>,
     pub(super) wayforpay: Option<WayForPayConfig>,
@@ -50,6 +62,7 @@ pub(super) struct PaymentDoors {
     pub(super) reconcile_after: Duration,
     pub(super) stripe: Option<StripeConfig>,
     pub(super) monobank: Option<MonobankConfig>,
+    pub(super) cryptopay: Option<CryptoPayConfig>,
 }
 
 impl PaymentDoors {
@@ -173,9 +186,42 @@ impl PaymentDoors {
             }
             None => None,
         };
+        let cryptopay_api_url = vars
+            .get("CRYPTOPAY_API_URL")
+            .unwrap_or_else(|| "https://pay.crypt.bot/api".to_string())
+            .trim_end_matches('/')
+            .to_string();
+        if url::Url::parse(&cryptopay_api_url).is_err() {
+            return Err(err("CRYPTOPAY_API_URL must be an absolute URL"));
+        }
+        let cryptopay = match vars.get("CRYPTOPAY_TOKEN") {
+            Some(token) => {
+                // An app token of @CryptoBot is `<app id>:<secret>`.
+                let token = token.trim().to_string();
+                let well_formed = token.split_once(':').is_some_and(|(id, secret)| {
+                    !id.is_empty()
+                        && id.bytes().all(|b| b.is_ascii_digit())
+                        && secret.len() >= 16
+                        && secret
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+                });
+                if !well_formed {
+                    return Err(err(
+                        "CRYPTOPAY_TOKEN must be a Crypto Pay app token (<app id>:<secret>)",
+                    ));
+                }
+                Some(CryptoPayConfig {
+                    token: Secret(token),
+                    api_url: cryptopay_api_url,
+                })
+            }
+            None => None,
+        };
         Ok(PaymentDoors {
             stripe,
             monobank,
+            cryptopay,
             webhook_keys,
             wayforpay,
             wayforpay_domain,

@@ -24,7 +24,9 @@
 //! | `STRIPE_API_URL` | Stripe's API base URL | `https://api.stripe.com` |
 //! | `MONOBANK_TOKEN` | the Monobank acquiring token (`X-Token` of its API calls), for the bot's invoices of UAH plans and door 5's public key | unset: door 5 answers 503, the bot offers no Monobank page |
 //! | `MONOBANK_API_URL` | Monobank's API base URL | `https://api.monobank.ua` |
-//! | `RECONCILE_AFTER_SECS` | how long a card order with an issued purchase link (a Monobank invoice) stays pending before WayForPay (Monobank) is asked about it, 1..=86400 | `600` |
+//! | `CRYPTOPAY_TOKEN` | Crypto Pay app token from @CryptoBot (`<app id>:<secret>`), sent as `Crypto-Pay-API-Token`; its SHA-256 keys the webhook signature | unset: door 6 answers 503, the bot offers no crypto |
+//! | `CRYPTOPAY_API_URL` | Crypto Pay's API base URL (`https://testnet-pay.crypt.bot/api` for the testnet) | `https://pay.crypt.bot/api` |
+//! | `RECONCILE_AFTER_SECS` | how long an order with an issued payment page (a WayForPay purchase link, a Monobank or Crypto Pay invoice) stays pending before that gateway is asked about it, 1..=86400 | `600` |
 //! | `TELEGRAM_WEBHOOK_SECRET` | `secret_token` given to `setWebhook`, 16..=256 of `A-Za-z0-9_-` | unset: door answers 503 |
 //! | `TELEGRAM_BOT_TOKEN` | bot token for Bot API calls, `<bot id>:<secret>` from @BotFather | unset: effects stay queued |
 //! | `TELEGRAM_API_URL` | Bot API base URL | `https://api.telegram.org` |
@@ -77,7 +79,7 @@ pub mod webhook_keys;
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-pub use gateways::{MonobankConfig, StripeConfig, WayForPayConfig};
+pub use gateways::{CryptoPayConfig, MonobankConfig, StripeConfig, WayForPayConfig};
 pub use http::LogFormat;
 pub use jobs::HoldRules;
 pub use secret::Secret;
@@ -119,6 +121,8 @@ pub struct Config {
     pub reconcile_after: Duration,
     pub stripe: Option<StripeConfig>,
     pub monobank: Option<MonobankConfig>,
+    /// Door 6 and the bot's crypto invoices; `None`: closed (503), no crypto offered.
+    pub cryptopay: Option<CryptoPayConfig>,
     pub telegram_webhook_secret: Option<Secret>,
     pub telegram_bot_token: Option<Secret>,
     pub telegram_api_url: String,
@@ -214,6 +218,7 @@ impl Config {
             reconcile_after: doors.reconcile_after,
             stripe: doors.stripe,
             monobank: doors.monobank,
+            cryptopay: doors.cryptopay,
             telegram_webhook_secret: telegram.webhook_secret,
             telegram_bot_token: telegram.bot_token,
             telegram_api_url: telegram.api_url,

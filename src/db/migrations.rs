@@ -148,6 +148,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "monobank",
         include_str!("../../migrations/0029_monobank.sql"),
     ),
+    (
+        30,
+        "cryptopay",
+        include_str!("../../migrations/0030_cryptopay.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,

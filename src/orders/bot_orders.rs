@@ -19,7 +19,8 @@
 //! giving back its code's use: its invoice is then refused at pre-checkout.
 //!
 //! The invoice is an outbox effect keyed on its order ([`INVOICE_KEY_PREFIX`]), so however often
-//! the buy button is pressed, one order gets one invoice.
+//! the buy button is pressed, one order gets one invoice; a Crypto Pay invoice is keyed on the
+//! order and its asset ([`enqueue_crypto_invoice`]).
 //!
 //! Every function here runs under the pair locks of the plan's channels, which every writer of
 //! these orders' state takes (the lock order: docs/locking.md).
@@ -172,8 +173,34 @@ pub async fn enqueue_invoice(
             order_id: Some(order_id),
             chat_id: None,
             user_id,
-            payload: Payload::Invoice(effects::payload::Invoice {}),
+            payload: Payload::Invoice(effects::payload::Invoice::default()),
             dedupe_key: Some(format!("{INVOICE_KEY_PREFIX}{order_id}")),
+        },
+    )
+    .await?;
+    Ok(id.is_some())
+}
+
+/// Enqueues the order's Crypto Pay invoice in `asset` for Telegram user `user_id`, once per
+/// order and asset (`invoice:<order>:<asset>`); `false` when it was enqueued before.
+pub async fn enqueue_crypto_invoice(
+    tx: &Transaction<'_>,
+    order_id: i64,
+    user_id: i64,
+    asset: &str,
+) -> Result<bool, ApiError> {
+    let id = effects::enqueue_prepared(
+        tx,
+        &NewEffect {
+            membership_id: None,
+            payment_id: None,
+            order_id: Some(order_id),
+            chat_id: None,
+            user_id,
+            payload: Payload::Invoice(effects::payload::Invoice {
+                asset: Some(asset.to_string()),
+            }),
+            dedupe_key: Some(format!("{INVOICE_KEY_PREFIX}{order_id}:{asset}")),
         },
     )
     .await?;
@@ -204,7 +231,7 @@ pub async fn create_invoiced(
     user_id: i64,
 ) -> Result<i64, ApiError> {
     let order = super::PlanOrderParams::new(buyer, plan, discount, hold_secs, true);
-    let invoice = Payload::Invoice(effects::payload::Invoice {});
+    let invoice = Payload::Invoice(effects::payload::Invoice::default());
     let (kind, payload) = (invoice.kind(), invoice.to_json());
     let mut params = order.params();
     params.extend([

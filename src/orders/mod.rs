@@ -1,6 +1,7 @@
 //! Orders: one intent to buy one billing period of one channel, and the thing every payment
 //! door points at (its `reference` travels through the gateway and comes back with the
-//! payment). This module owns the `orders` rows and their invoices (`invoices`); `lock_order`
+//! payment). This module owns the `orders` rows and their invoices (`invoices`; Crypto Pay's in
+//! [`crypto_invoices`]); `lock_order`
 //! takes the lock order (`docs/locking.md`) that every change of a hold takes, and [`seats`]
 //! owns the seat rule.
 //!
@@ -9,6 +10,7 @@
 
 pub mod bot_orders;
 mod checkout;
+pub mod crypto_invoices;
 mod invoices;
 mod lock_order;
 pub mod seats;

@@ -164,7 +164,10 @@ pub(super) enum Fast {
 
 /// Whether the door's delivery can be the common case at all (before reading anything).
 fn door_allows(p: &NormalizedPayment, recurrence: Recurrence) -> bool {
+    // A Crypto Pay payment is checked against its invoice's asset and amount, which the fast
+    // path's read does not carry.
     p.gateway != Gateway::TelegramStars
+        && p.gateway != Gateway::CryptoPay
         && recurrence == Recurrence::Unknown
         && p.payer_telegram_id.is_none()
 }
@@ -238,7 +241,7 @@ where
 /// lifetime access held), no promo code and no seat limit (whose checks read more rows), and a
 /// term the extension accepts.
 fn is_common_case(p: &NormalizedPayment, l: &seats::LockedOrder) -> bool {
-    core::check_order(p, l).is_none()
+    core::check_order(p, l, Some(&l.order.price())).is_none()
         && l.order.promo_code_id.is_none()
         && l.channels.iter().all(|c| c.terms.seat_limit.is_none())
         && !matches!(l.plan.term(), Term::Days(days) if days < 1)

@@ -42,11 +42,11 @@ impl ListCommissions {
     fn filter(&self) -> Result<lines::Filter, ApiError> {
         exports::check_window(self.from, self.to)?;
         if let Some(c) = &self.currency
-            && !currency::is_valid_code(c)
+            && !(currency::is_valid_code(c) || currency::is_crypto_asset(c))
         {
             return Err(ApiError::field(
                 "currency",
-                "must be an ISO 4217 code (e.g. UAH) or XTR",
+                "must be an ISO 4217 code (e.g. UAH), XTR, or a crypto asset of Crypto Pay (e.g. USDT)",
             ));
         }
         Ok(lines::Filter {

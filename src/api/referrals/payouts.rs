@@ -44,7 +44,8 @@ pub struct ListPayouts {
     currency: Option<String>,
 }
 
-const CURRENCY_RULE: &str = "must be an ISO 4217 code (e.g. UAH) or XTR";
+const CURRENCY_RULE: &str =
+    "must be an ISO 4217 code (e.g. UAH), XTR, or a crypto asset of Crypto Pay (e.g. USDT)";
 
 /// `POST /api/payouts`: marks every payable line of the affiliate in that currency paid (the
 /// `pending` lines past their hold, negative `reversal` lines netted) and records the payout.
@@ -74,7 +75,7 @@ pub async fn create(
     let affiliate_id = e.required("affiliate_id", write.body.affiliate_id);
     let currency = e.required("currency", write.body.currency.clone());
     if let Some(c) = &currency
-        && !currency::is_valid_code(c)
+        && !(currency::is_valid_code(c) || currency::is_crypto_asset(c))
     {
         e.add("currency", CURRENCY_RULE);
     }
@@ -112,7 +113,7 @@ pub async fn list(
 ) -> Result<Json<Page<Payout>>, ApiError> {
     let paging = Paging::new(q.limit, q.after)?;
     if let Some(c) = &q.currency
-        && !currency::is_valid_code(c)
+        && !(currency::is_valid_code(c) || currency::is_crypto_asset(c))
     {
         return Err(ApiError::field("currency", CURRENCY_RULE));
     }

@@ -10,8 +10,10 @@
 //! - [`telegram`]: door 3, `POST /api/webhook/telegram`, the bot webhook (Stars pre-checkout and
 //!   payments, join requests; the decisions are [`crate::telegram`]'s);
 //! - [`stripe`]: door 4, `POST /api/webhook/stripe`, Stripe's events;
-//! - [`monobank`]: door 5, `POST /api/webhook/monobank`, Monobank acquiring's invoice reports.
+//! - [`monobank`]: door 5, `POST /api/webhook/monobank`, Monobank acquiring's invoice reports;
+//! - [`cryptopay`]: door 6, `POST /api/webhook/cryptopay`, Crypto Pay's updates.
 
+pub mod cryptopay;
 pub mod monobank;
 pub mod standard;
 pub mod stripe;

@@ -19,6 +19,11 @@
 //!   hold, else [`bot::open_secs`] from when it was made — never longer than a hold. WayForPay
 //!   does not sign `orderTimeout`, so nothing relies on it: a payment that arrives later anyway
 //!   is judged by the payment core's seat rules like any late payment.
+//!   When Crypto Pay is configured and the order's plan has crypto prices, the invoice carries
+//!   one more button per asset (a message of its own beside a Stars invoice); a press asks for
+//!   the order's Crypto Pay invoice in that asset: an `invoice` effect naming the asset, which
+//!   makes the invoice (`createInvoice`, once per order and asset: [`crypto_invoice`]) and sends
+//!   its pay URL as a URL button.
 //! - `subscription_cancel`: `editUserStarSubscription(is_canceled = true)`, then a confirmation
 //!   to the buyer (a `bot_message`, enqueued once) — except for a subscription the payment core
 //!   stopped because it refused a charge, whose buyer's payment notice already said so.
@@ -41,11 +46,15 @@ use crate::{
     },
     common::{currency::Money, error::ApiError},
     orders,
+    orders::crypto_invoices,
     outbox::{
         bot_messages::enqueue_message,
         effects::{self, Effect, Kind, Payload, payload::SubscriptionCancel},
     },
-    payments::{gateways::wayforpay::checks as gateway_checks, star_subscriptions},
+    payments::{
+        gateways::{cryptopay, wayforpay::checks as gateway_checks},
+        star_subscriptions,
+    },
     present::{
         render,
         texts::{self, Language},
@@ -137,7 +146,18 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
     let Some(order_id) = e.order_id else {
         return Err(BotFailure::Permanent("the order was deleted".into()));
     };
+    if let Ok(Payload::Invoice(effects::payload::Invoice { asset: Some(asset) })) =
+        e.typed_payload()
+    {
+        return crypto_invoice(state, client, bot, e, order_id, &asset).await;
+    }
     let facts = pay_links::facts(&client, &state.config, order_id).await?;
+    // The crypto assets offered beside the invoice, when Crypto Pay is configured.
+    let crypto = if state.config.cryptopay.is_some() {
+        crypto_invoices::order_prices(&client, order_id).await?
+    } else {
+        Vec::new()
+    };
     drop(client);
     let Some(f) = facts else {
         return Err(BotFailure::Permanent("the order was deleted".into()));
@@ -156,6 +176,7 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
     let words = pay_links::StarsWords::of(l, &f);
     let stars = words.invoice(&f);
     let name = render::title(l, f.title_in(l), f.channel_id);
+    let crypto_buttons = crypto_buttons(l, order_id, &crypto);
     match bot::gateway(&state.config, &f.currency) {
         Some(bot::Gateway::Stars) if f.recurring => {
             let link = match f.invoice_link {
@@ -171,11 +192,17 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
             let every = period.clone().unwrap_or_else(|| render::period(l, 30));
             let text = texts::subscription_offer(l, &name, &price, &every);
             let button = render::url_button(&texts::subscription_button(l, &price), &link);
-            bot.send_message_with_markup(e.user_id, &text, &markup(vec![button]))
+            let buttons = std::iter::once(button).chain(crypto_buttons).collect();
+            bot.send_message_with_markup(e.user_id, &text, &markup(buttons))
                 .await?;
         }
         Some(bot::Gateway::Stars) => {
             bot.send_stars_invoice(e.user_id, &stars).await?;
+            if !crypto_buttons.is_empty() {
+                let text = texts::crypto_choice(l, &name);
+                bot.send_message_with_markup(e.user_id, &text, &markup(crypto_buttons))
+                    .await?;
+            }
         }
         Some(bot::Gateway::Card) => {
             if f.open_secs < bot::MIN_CARD_PAGE_SECS {
@@ -225,6 +252,7 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
                     .collect(),
             };
             let text = texts::card_offer(l, &name, &price, period.as_deref(), f.open_secs / 60);
+            let buttons = buttons.into_iter().chain(crypto_buttons).collect();
             bot.send_message_with_markup(e.user_id, &text, &markup(buttons))
                 .await?;
             if wayforpay.is_some() && !bot.is_dry_run() {
@@ -243,6 +271,128 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
             )));
         }
     }
+    Ok(None)
+}
+
+/// The buttons that ask for an order's Crypto Pay invoice, one per asset its plan is priced
+/// in (`prices`: asset and what the order costs in it), labelled with that price.
+fn crypto_buttons(l: Language, order_id: i64, prices: &[(String, i64)]) -> Vec<Value> {
+    prices
+        .iter()
+        .filter_map(|(asset, amount)| {
+            let callback = render::Callback::crypto(order_id, asset)?;
+            let price = render::price(l, &Money::new(*amount, asset));
+            Some(render::button(&texts::crypto_button(l, &price), callback))
+        })
+        .collect()
+}
+
+/// An order's Crypto Pay invoice in `asset`, asked for by the buyer's press of that asset's
+/// button: the one made for the order before (a repeat of the effect sends the same pay URL),
+/// else one made now — `createInvoice` of the order's price in the asset
+/// ([`crypto_invoices::order_price`]), with the order's reference as `payload`, open as long as
+/// the order can be paid as invoiced (its hold, else the card window; never longer than a
+/// hold), and a button back to the bot — and kept ([`crypto_invoices::keep`]: the first kept
+/// wins). Sent as a URL button to the invoice's `bot_invoice_url`. An order no longer payable
+/// as invoiced, or whose invoice in the asset is paid or expired, gets nothing.
+async fn crypto_invoice(
+    state: &AppState,
+    client: Object,
+    bot: &BotApi,
+    e: &Effect,
+    order_id: i64,
+    asset: &str,
+) -> BotPerformed {
+    let Some(config) = state.config.cryptopay.as_ref() else {
+        return Err(BotFailure::Permanent(
+            "Crypto Pay is not configured (CRYPTOPAY_TOKEN)".into(),
+        ));
+    };
+    let facts = pay_links::facts(&client, &state.config, order_id).await?;
+    let stored = crypto_invoices::stored(&client, order_id, asset).await?;
+    let amount = crypto_invoices::order_price(&client, order_id, asset).await?;
+    drop(client);
+    let Some(f) = facts else {
+        return Err(BotFailure::Permanent("the order was deleted".into()));
+    };
+    if f.status != orders::Status::Pending {
+        return Ok(Some(format!("skipped: the order is {} now", f.status)));
+    }
+    if f.superseded {
+        return Ok(Some(
+            "skipped: the order was superseded by a newer one".into(),
+        ));
+    }
+    let l = Language::choose(f.language, None);
+    let name = render::title(l, f.title_in(l), f.channel_id);
+    let now = chrono::Utc::now();
+    let invoice = match stored {
+        Some(i) if i.status == crypto_invoices::Status::Active && i.expires_at > now => i,
+        Some(i) => {
+            return Ok(Some(format!(
+                "skipped: the order's {asset} invoice {} is {}",
+                i.invoice_id, i.status
+            )));
+        }
+        None => {
+            if f.open_secs < bot::MIN_CARD_PAGE_SECS {
+                return Ok(Some(
+                    "skipped: the order can no longer be paid as invoiced (its hold ran out)"
+                        .into(),
+                ));
+            }
+            let Some(amount) = amount else {
+                return Err(BotFailure::Permanent(format!(
+                    "the order's plan has no price in {asset}"
+                )));
+            };
+            let description = render::clip(&name, cryptopay::DESCRIPTION_MAX);
+            let new = cryptopay::NewInvoice::new(
+                asset,
+                amount,
+                &description,
+                &f.reference,
+                f.open_secs,
+                state.config.telegram_bot_username.as_deref(),
+            );
+            let made = cryptopay::create_invoice(&config.api_url, config.token.expose(), &new)
+                .await
+                .map_err(|e| match e {
+                    cryptopay::ApiCallError::Transient(why) => BotFailure::Retry(why),
+                    refused @ cryptopay::ApiCallError::Refused(_) => {
+                        BotFailure::Permanent(refused.to_string())
+                    }
+                })?;
+            let Some(pay_url) = made.pay_url() else {
+                return Err(BotFailure::Retry(format!(
+                    "Crypto Pay's invoice {} has no bot_invoice_url",
+                    made.invoice_id
+                )));
+            };
+            tracing::info!(order_reference = %f.reference, invoice_id = made.invoice_id, asset,
+                "Crypto Pay invoice made");
+            let client = state.db.get().await.map_err(ApiError::from)?;
+            crypto_invoices::keep(
+                &client,
+                &crypto_invoices::NewInvoice {
+                    invoice_id: made.invoice_id,
+                    order_id,
+                    asset,
+                    amount_minor: amount,
+                    pay_url,
+                    expires_at: now + chrono::Duration::seconds(new.expires_in),
+                },
+                state.config.reconcile_after,
+            )
+            .await?
+        }
+    };
+    let price = render::price(l, &Money::new(invoice.amount_minor, asset));
+    let minutes = (invoice.expires_at - now).num_minutes().max(1);
+    let text = texts::crypto_offer(l, &name, &price, minutes);
+    let button = render::url_button(&texts::crypto_pay_button(l, &price), &invoice.pay_url);
+    bot.send_message_with_markup(e.user_id, &text, &markup(vec![button]))
+        .await?;
     Ok(None)
 }
 

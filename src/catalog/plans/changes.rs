@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 use deadpool_postgres::Transaction;
 use tokio_postgres::error::SqlState;
 
-use super::{Fields, Kind, Plan, Terms, channel_ids_error, default_plan_errors, get, term_errors};
+use super::{
+    Fields, Kind, Plan, Terms, channel_ids_error, crypto_prices_errors, default_plan_errors, get,
+    term_errors,
+};
 use crate::{catalog::channels, common::error::ApiError, db};
 
 /// Reads (and locks `FOR SHARE`, [`channels::lock_for_plan`]) the channels `ids` and returns
@@ -106,9 +109,9 @@ const LOCK_SQL: &str = concat!(
 );
 const INSERT_SQL: &str = "INSERT INTO plans (title, description, kind, price_minor, currency,
                                              period_days, recurring, active, position,
-                                             translations)
+                                             translations, crypto_prices)
      VALUES ($1, $2, $3, $4, $5, $6, $7, COALESCE($8, true), COALESCE($9, 0),
-             COALESCE($10::jsonb, '{}'::jsonb))
+             COALESCE($10::jsonb, '{}'::jsonb), $11)
      RETURNING id";
 const INSERT_CHANNELS_SQL: &str = "INSERT INTO plan_channels (plan_id, channel_id, position)
      SELECT $1, c.id, (c.n - 1)::smallint FROM unnest($2::integer[]) WITH ORDINALITY AS c (id, n)";
@@ -125,6 +128,7 @@ const UPDATE_SQL: &str = "UPDATE plans SET
          active = COALESCE($11, active),
          position = COALESCE($12, position),
          translations = COALESCE($13, translations),
+         crypto_prices = CASE WHEN $14 THEN $15 ELSE crypto_prices END,
          updated_at = statement_timestamp()
      WHERE id = $1";
 const HAS_ORDERS_SQL: &str =
@@ -172,6 +176,11 @@ pub async fn create(tx: &Transaction<'_>, f: &Fields) -> Result<Plan, ApiError> 
             recurring: f.recurring.unwrap_or(false),
         };
         term_errors(&terms, &mut e);
+        crypto_prices_errors(
+            terms.kind,
+            f.crypto_prices.as_ref().and_then(Option::as_ref),
+            &mut e,
+        );
         if e.is_empty() {
             let row = tx
                 .query_one(
@@ -187,6 +196,7 @@ pub async fn create(tx: &Transaction<'_>, f: &Fields) -> Result<Plan, ApiError> 
                         &f.active,
                         &f.position,
                         &f.translations,
+                        &f.crypto_prices.clone().flatten(),
                     ],
                 )
                 .await
@@ -213,6 +223,11 @@ pub async fn change(tx: &Transaction<'_>, id: i64, f: &Fields) -> Result<Plan, A
         let channel_id = seen.channel_ids[0];
         default_plan_errors(channel_id, f, &mut e);
         term_errors(&Terms::changed(&seen, f), &mut e);
+        let prices = f
+            .crypto_prices
+            .clone()
+            .unwrap_or(seen.crypto_prices.clone());
+        crypto_prices_errors(Kind::Paid, prices.as_ref(), &mut e);
         if !e.is_empty() {
             return Err(ApiError::Validation(e));
         }
@@ -272,6 +287,11 @@ pub async fn change(tx: &Transaction<'_>, id: i64, f: &Fields) -> Result<Plan, A
         if currency_known {
             term_errors(&terms, &mut e);
         }
+        let prices = f
+            .crypto_prices
+            .clone()
+            .unwrap_or(plan.crypto_prices.clone());
+        crypto_prices_errors(terms.kind, prices.as_ref(), &mut e);
         if !e.is_empty() {
             return Err(ApiError::Validation(e));
         }
@@ -303,6 +323,8 @@ pub async fn change(tx: &Transaction<'_>, id: i64, f: &Fields) -> Result<Plan, A
             &f.active,
             &f.position,
             &f.translations,
+            &f.crypto_prices.is_some(),
+            &f.crypto_prices.clone().flatten(),
         ],
     )
     .await

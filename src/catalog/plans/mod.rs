@@ -24,8 +24,12 @@
 //!   reach the plan through the schema's trigger, in the same transaction — the channel's row
 //!   first, then the plan's, the order a channel's own change takes them in.
 //!
+//! - a plan may carry prices in crypto assets (`crypto_prices`, [`crypto_prices`]): the owner's
+//!   exact numbers per asset, sold through Crypto Pay; a trial has none (it is free).
+//!
 //! By concern: the plan and its reads here; the rules of its fields, pure (`rules`); the
-//! writes that apply them (`changes`).
+//! writes that apply them (`changes`); the crypto prices' type and input rule
+//! (`crypto_prices`).
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Transaction};
@@ -54,19 +58,21 @@ macro_rules! plan_columns {
     () => {
         "p.id, p.title, p.description, p.kind, p.price_minor, p.currency, p.period_days, \
          p.recurring, p.active, p.position, p.default_of IS NOT NULL AS is_default, \
-         p.created_at, p.updated_at, p.translations, \
+         p.created_at, p.updated_at, p.translations, p.crypto_prices, \
          ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = p.id \
                ORDER BY pc.position) AS channel_ids"
     };
 }
 
 mod changes;
+pub mod crypto_prices;
 mod rules;
 
 pub use changes::{change, create, delete};
+pub use crypto_prices::CryptoPrices;
 pub use rules::{
     Fields, MAX_CHANNELS, MAX_PERIOD_DAYS, MAX_TRIAL_DAYS, RECURRING_PERIOD_DAYS, RECURRING_RULE,
-    Terms, channel_ids_error, default_plan_errors, term_errors,
+    Terms, channel_ids_error, crypto_prices_errors, default_plan_errors, term_errors,
 };
 
 /// A plan as the API shows it.
@@ -76,7 +82,8 @@ pub use rules::{
     "period_days": 30, "recurring": false, "active": true, "position": 0, "is_default": true,
     "buy_link": "https://t.me/subgate_bot?start=p1",
     "created_at": "2025-01-01T10:00:00Z", "updated_at": "2025-01-01T10:00:00Z",
-    "translations": {"uk": {"title": "Преміум-сигнали", "description": null}}}))]
+    "translations": {"uk": {"title": "Преміум-сигнали", "description": null}},
+    "crypto_prices": {"USDT": "4.99", "TON": "1.5"}}))]
 pub struct Plan {
     pub id: i64,
     pub title: String,
@@ -106,6 +113,11 @@ pub struct Plan {
     /// channel).
     #[schema(value_type = HashMap<String, Translation>)]
     pub translations: Translations,
+    /// The owner's prices in crypto assets, sold through Crypto Pay (door 6): asset → a
+    /// decimal in the asset (`{"USDT": "4.99", "TON": "1.5"}`), exactly as fixed (no rate);
+    /// null: not sold in crypto.
+    #[schema(value_type = Option<HashMap<String, String>>, example = json!({"USDT": "4.99"}))]
+    pub crypto_prices: Option<CryptoPrices>,
 }
 
 impl Plan {
@@ -172,6 +184,7 @@ crate::from_row!(Plan [plan_columns!()] {
     created_at,
     updated_at,
     translations,
+    crypto_prices,
 });
 
 const GET_SQL: &str = concat!("SELECT ", plan_columns!(), " FROM plans p WHERE p.id = $1");

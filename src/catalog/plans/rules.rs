@@ -39,6 +39,8 @@ pub struct Fields {
     pub position: Option<i32>,
     /// Replaces all translations when given.
     pub translations: Option<Translations>,
+    /// Replaces the crypto prices when given; `Some(None)` removes them.
+    pub crypto_prices: Option<Option<super::CryptoPrices>>,
 }
 
 /// What a plan sells and for how much: the fields whose combination has rules.
@@ -108,9 +110,7 @@ pub fn term_errors(t: &Terms, e: &mut BTreeMap<String, String>) {
         ),
         _ => {}
     }
-    if !(currency::is_valid_code(&t.currency)
-        && currency::minor_unit_exponent(&t.currency).is_some())
-    {
+    if !currency::is_price_currency(&t.currency) {
         add(
             "currency",
             "must be an ISO 4217 code (e.g. UAH) or XTR".into(),
@@ -122,6 +122,19 @@ pub fn term_errors(t: &Terms, e: &mut BTreeMap<String, String>) {
             && t.period_days == Some(RECURRING_PERIOD_DAYS))
     {
         add("recurring", RECURRING_RULE.into());
+    }
+}
+
+/// Adds to `e` that a plan of `kind` may not have `crypto_prices` (the ones it will have after
+/// the write): a trial is free.
+pub fn crypto_prices_errors(
+    kind: Kind,
+    crypto_prices: Option<&super::CryptoPrices>,
+    e: &mut BTreeMap<String, String>,
+) {
+    if kind == Kind::Trial && crypto_prices.is_some() {
+        e.entry("crypto_prices".into())
+            .or_insert_with(|| "a trial is free: it has no crypto prices (null)".into());
     }
 }
 
@@ -298,6 +311,7 @@ mod tests {
             created_at: Utc::now(),
             updated_at: Utc::now(),
             translations: Default::default(),
+            crypto_prices: None,
         };
         let to_trial = Fields {
             kind: Some(Kind::Trial),

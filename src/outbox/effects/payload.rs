@@ -105,9 +105,13 @@ pub struct BotMessage {
     pub reply_markup: Option<Value>,
 }
 
-/// The payload of an invoice: empty (the order names everything).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Invoice {}
+/// The payload of an invoice: empty (the order names everything), or the crypto asset of a
+/// Crypto Pay invoice the buyer chose for the order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Invoice {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asset: Option<String>,
+}
 
 /// The payload of a subscription cancel: the Stars subscription's id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,7 +1,13 @@
 //! The checks of a payment against its order (or its Stars subscription), read under the
 //! locks, in API.md order.
+//!
+//! The money is checked against what the order asked ([`asked_price`]): its price, or for a
+//! Crypto Pay payment (door 6) the order's price in the asset paid — the amount its invoice in
+//! that asset asked ([`crypto_invoices::asked`]). A payment in an asset the order was never
+//! priced in is `currency_mismatch`; in the right asset but another amount, `amount_mismatch`.
 
 use super::*;
+use crate::orders::crypto_invoices;
 
 /// Step 3: the first failed check, if any (a renewal is checked against its subscription).
 pub(super) async fn check_found(
@@ -34,7 +40,7 @@ pub(super) async fn check_renewal(
     if !s.is_active() {
         return Ok(Some(Reason::SubscriptionCancelled));
     }
-    if let Some(reason) = mismatch(p, l) {
+    if let Some(reason) = mismatch(p, l, Some(&o.price())) {
         return Ok(Some(reason));
     }
     if !l.channels_active() {
@@ -63,10 +69,33 @@ pub(super) async fn check_renewal(
     Ok(None)
 }
 
-/// The payment against its order, in API.md's order: currency, amount, payer (when the door
-/// knows it).
-pub(super) fn mismatch(p: &NormalizedPayment, l: &LockedOrder) -> Option<Reason> {
-    match p.money().mismatch(&l.order.price()) {
+/// What the order asked of payment `p` ([`mismatch`] compares the two): the order's price,
+/// or for a Crypto Pay payment its price in the asset paid (`None`: it has none in that asset).
+/// Read under the order's lock, so an invoice being made for it cannot change it in between.
+pub(super) async fn asked_price(
+    tx: &Transaction<'_>,
+    p: &NormalizedPayment,
+    l: &LockedOrder,
+) -> Result<Option<Money>, ApiError> {
+    if p.gateway != Gateway::CryptoPay {
+        return Ok(Some(l.order.price()));
+    }
+    Ok(crypto_invoices::asked(tx, l.order.id, &p.currency)
+        .await?
+        .map(|amount| Money::new(amount, &p.currency)))
+}
+
+/// The payment against what its order asked (`asked`, [`asked_price`]; `None`: nothing in the
+/// payment's currency), in API.md's order: currency, amount, payer (when the door knows it).
+pub(super) fn mismatch(
+    p: &NormalizedPayment,
+    l: &LockedOrder,
+    asked: Option<&Money>,
+) -> Option<Reason> {
+    let Some(asked) = asked else {
+        return Some(Reason::CurrencyMismatch);
+    };
+    match p.money().mismatch(asked) {
         Some(Mismatch::Currency) => return Some(Reason::CurrencyMismatch),
         Some(Mismatch::Amount) => return Some(Reason::AmountMismatch),
         None => {}
@@ -87,7 +116,8 @@ pub(super) async fn check(
     p: &NormalizedPayment,
     l: &LockedOrder,
 ) -> Result<Option<Reason>, ApiError> {
-    if let Some(reason) = check_order(p, l) {
+    let asked = asked_price(tx, p, l).await?;
+    if let Some(reason) = check_order(p, l, asked.as_ref()) {
         return Ok(Some(reason));
     }
     let o = &l.order;
@@ -104,13 +134,18 @@ pub(super) async fn check(
 
 /// The checks of [`check`] that read nothing but the order as locked, in order (the promo
 /// code's use and the seat come after them, and read the database): cancelled, currency,
-/// amount, payer, already paid, a channel inactive, lifetime access held already.
-pub(in crate::payments) fn check_order(p: &NormalizedPayment, l: &LockedOrder) -> Option<Reason> {
+/// amount (against `asked`, [`asked_price`]), payer, already paid, a channel inactive, lifetime
+/// access held already.
+pub(in crate::payments) fn check_order(
+    p: &NormalizedPayment,
+    l: &LockedOrder,
+    asked: Option<&Money>,
+) -> Option<Reason> {
     let o = &l.order;
     if o.status == orders::Status::Cancelled {
         return Some(Reason::OrderCancelled);
     }
-    if let Some(reason) = mismatch(p, l) {
+    if let Some(reason) = mismatch(p, l, asked) {
         return Some(reason);
     }
     // Duplicates of the payment that paid it never get here (they conflict on insert), so a

@@ -1,7 +1,8 @@
-//! Button data: `<letter>:<id>`, at most 22 bytes, made by [`Callback::data`] and read back by
+//! Button data: `<letter>:<id>` (a crypto asset's button `c:<order id>:<asset>`), at most 64
+//! bytes, made by [`Callback::data`] and read back by
 //! [`Callback::parse`], which refuses anything else a button press carries.
 
-use crate::present::texts::Language;
+use crate::{common::currency::CRYPTO_ASSETS, present::texts::Language};
 
 /// What a button press asks for. The data is `<letter>:<positive id>` in ASCII.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,6 +17,8 @@ pub enum Callback {
     CancelRenewal(i64),
     /// Speak language `n` (1-based, in the order of [`Language::ALL`]) from now on.
     Language(u8),
+    /// Pay order `id` through Crypto Pay in the asset at this index of [`CRYPTO_ASSETS`].
+    Crypto(i64, u8),
 }
 
 impl Callback {
@@ -27,12 +30,36 @@ impl Callback {
             Callback::More(id) => format!("l:{id}"),
             Callback::CancelRenewal(id) => format!("x:{id}"),
             Callback::Language(n) => format!("g:{n}"),
+            Callback::Crypto(id, asset) => format!(
+                "c:{id}:{}",
+                CRYPTO_ASSETS
+                    .get(usize::from(asset))
+                    .map_or("", |(a, _)| *a)
+            ),
         }
+    }
+
+    /// The button that asks for order `order_id`'s Crypto Pay invoice in `asset` (`None`: not
+    /// an asset of [`CRYPTO_ASSETS`]).
+    pub fn crypto(order_id: i64, asset: &str) -> Option<Callback> {
+        let index = CRYPTO_ASSETS.iter().position(|(a, _)| *a == asset)?;
+        Some(Callback::Crypto(order_id, u8::try_from(index).ok()?))
+    }
+
+    /// The asset of a [`Callback::Crypto`] button.
+    pub fn crypto_asset(index: u8) -> Option<&'static str> {
+        CRYPTO_ASSETS.get(usize::from(index)).map(|(a, _)| *a)
     }
 
     /// Parses data made by [`Callback::data`]; anything else (forged, from an older version,
     /// not ours) is `None`.
     pub fn parse(data: &str) -> Option<Callback> {
+        if let Some(rest) = data.strip_prefix("c:") {
+            let (id, asset) = rest.split_once(':')?;
+            let id = Callback::parse(&format!("p:{id}"))?;
+            let Callback::Plan(id) = id else { return None };
+            return Callback::crypto(id, asset);
+        }
         let (kind, id) = data.split_once(':')?;
         if id.is_empty() || id.len() > 19 || !id.bytes().all(|b| b.is_ascii_digit()) {
             return None;
@@ -76,6 +103,8 @@ mod tests {
             Callback::Plan(i64::MAX),
             Callback::More(7),
             Callback::CancelRenewal(i64::MAX),
+            Callback::crypto(i64::MAX, "USDT").unwrap(),
+            Callback::crypto(1, "TON").unwrap(),
         ] {
             assert!(c.data().len() <= CALLBACK_DATA_MAX);
             assert_eq!(Callback::parse(&c.data()), Some(c));
@@ -99,8 +128,17 @@ mod tests {
             "p:0",
             "p:",
             "P:1",
+            "c:1",
+            "c:1:",
+            "c:1:DOGE",
+            "c:1:usdt",
+            "c:0:USDT",
+            "c:x:USDT",
+            "c:1:USDT:2",
         ] {
             assert_eq!(Callback::parse(forged), None, "{forged:?}");
         }
+        assert_eq!(Callback::crypto(7, "USDT").unwrap().data(), "c:7:USDT");
+        assert_eq!(Callback::crypto(7, "DOGE"), None);
     }
 }

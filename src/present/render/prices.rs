@@ -4,8 +4,8 @@
 use crate::common::currency::{self, Money};
 use crate::present::texts::{self, Language};
 
-/// A price as buyers of `l` read it: `250 ⭐` for Stars, `99.00 UAH` (English), `99,00 ₴`
-/// (Ukrainian) otherwise. The number is formatted with ICU4X's locale data for the language
+/// A price as buyers of `l` read it: `250 ⭐` for Stars, `4.99 USDT` for a crypto asset (no
+/// padding zeros), `99.00 UAH` (English), `99,00 ₴` (Ukrainian) otherwise. The number is formatted with ICU4X's locale data for the language
 /// (decimal separator, grouping from five digits on, so `2000 ⭐` stays one word); the
 /// currency's sign or code is the language's message (`price-money`).
 pub fn price(l: Language, money: &Money) -> String {
@@ -15,6 +15,17 @@ pub fn price(l: Language, money: &Money) -> String {
     } = money;
     if code == "XTR" {
         return texts::price_stars(l, &number(l, *amount_minor, 0));
+    }
+    if let Some(exponent) = currency::crypto_exponent(code) {
+        // A crypto price reads as the owner wrote it (`4.99 USDT`, `1.5 TON`), not padded to
+        // the asset's six or nine places.
+        let mut minor = *amount_minor;
+        let mut places = exponent;
+        while places > 0 && minor % 10 == 0 {
+            minor /= 10;
+            places -= 1;
+        }
+        return texts::price_money(l, &number(l, minor, places), code);
     }
     let exponent = currency::minor_unit_exponent(code).unwrap_or(2);
     texts::price_money(l, &number(l, *amount_minor, exponent), code)
@@ -77,6 +88,13 @@ mod tests {
         assert_eq!(price(EN, &Money::new(9900, "UAH")), "99.00 UAH");
         assert_eq!(price(EN, &Money::new(500, "JPY")), "500 JPY");
         assert_eq!(price(EN, &Money::new(1500, "KWD")), "1.500 KWD");
+        assert_eq!(price(EN, &Money::new(4_990_000, "USDT")), "4.99 USDT");
+        assert_eq!(price(EN, &Money::new(1_500_000_000, "TON")), "1.5 TON");
+        assert_eq!(price(EN, &Money::new(5_000_000, "USDT")), "5 USDT");
+        assert_eq!(
+            price(Language::Uk, &Money::new(4_990_000, "USDT")),
+            "4,99 USDT"
+        );
         assert_eq!(period(EN, 1), "1 day");
         assert_eq!(period(EN, 30), "30 days");
     }

@@ -81,3 +81,36 @@ pub fn card_button_via(l: Language, price: &str, gateway: &str) -> String {
         &[("price", s(price)), ("gateway", s(gateway))],
     )
 }
+
+/// The line above the crypto assets offered for an order beside its other ways to pay.
+pub fn crypto_choice(l: Language, title: &str) -> String {
+    say_with(l, "crypto-choice", &[("title", s(title))])
+}
+
+/// The button that asks for an order's Crypto Pay invoice in one asset (`price`: `4.99 USDT`).
+pub fn crypto_button(l: Language, price: &str) -> String {
+    say_with(l, "crypto-button", &[("price", s(price))])
+}
+
+/// The message with an order's Crypto Pay invoice, open `valid_minutes`.
+pub fn crypto_offer(l: Language, title: &str, price: &str, valid_minutes: i64) -> String {
+    say_with(
+        l,
+        "crypto-offer",
+        &[
+            ("title", s(title)),
+            ("price", s(price)),
+            ("minutes", FluentValue::from(valid_minutes)),
+        ],
+    )
+}
+
+/// The URL button of a Crypto Pay invoice.
+pub fn crypto_pay_button(l: Language, price: &str) -> String {
+    say_with(l, "crypto-pay-button", &[("price", s(price))])
+}
+
+/// A crypto asset was chosen for an order that can no longer be paid as invoiced.
+pub fn crypto_unavailable(l: Language) -> String {
+    say(l, "crypto-unavailable", None)
+}

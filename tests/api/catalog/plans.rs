@@ -37,6 +37,9 @@ pub(crate) struct PlanBody {
     pub(crate) updated_at: String,
     /// `{language: {"title", "description"}}`.
     pub(crate) translations: serde_json::Map<String, serde_json::Value>,
+    /// `{asset: decimal}`, or null: not sold in crypto.
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub(crate) crypto_prices: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// Asserts a 422 whose `errors` names exactly `fields`.

@@ -345,7 +345,7 @@ async fn every_writer_s_rows_parse_as_their_kind_s_payload_and_follow_the_key_ru
             Some("payment_notice:rows".to_string()),
         ),
         (
-            Payload::Invoice(payload::Invoice {}),
+            Payload::Invoice(payload::Invoice::default()),
             Some(format!("invoice:{order_id}")),
         ),
         (

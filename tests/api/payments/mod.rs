@@ -2,12 +2,15 @@
 //! shares with the others (exactly once, seats, refusals kept for review), WayForPay (door 2),
 //! Telegram Stars pre-checkouts, payments and subscriptions (door 3) and Telegram's affiliate
 //! fee on a Stars payment, Stripe with its delayed methods and disputes (door 4), Monobank
-//! acquiring with its signed reports, invoices and reconcile (door 5); refunds at the gateway,
-//! refunds that arrive before their payment, the reconcile of card orders with WayForPay, the orders API with its seat rule, and the referral commissions those payments
+//! acquiring with its signed reports, invoices and reconcile (door 5), Crypto Pay with its
+//! invoices, their reconcile and plans' crypto prices (door 6); refunds at the gateway,
+//! refunds that arrive before their payment, the reconcile of card orders with
+//! WayForPay, the orders API with its seat rule, and the referral commissions those payments
 //! earn and their refunds take back, also across a `kill -9` of the server.
 
 mod affiliate_fees;
 mod apply;
+mod cryptopay;
 mod fast_path;
 mod gateway_refunds;
 mod hardening;

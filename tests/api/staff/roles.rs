@@ -29,6 +29,7 @@ const PUBLIC: [&str; 9] = [
     "POST /api/webhook/telegram",
     "POST /api/webhook/stripe",
     "POST /api/webhook/monobank",
+    "POST /api/webhook/cryptopay",
     "GET /api/openapi.json",
     "GET /healthz",
     "GET /readyz",

@@ -16,6 +16,11 @@
   let session = null; // {token, email, expiresAt, timer}
   /** Minor-unit exponents by currency code, from the server's own table. */
   let exponents = {};
+  /** The crypto assets a plan may be priced in through Crypto Pay (the server's
+   * `CRYPTO_ASSETS`), by code; never a channel's or a plan's currency. */
+  const CRYPTO_ASSETS = ['BNB', 'BTC', 'ETH', 'LTC', 'TON', 'TRX', 'USDC', 'USDT'];
+  /** The codes a price may be in: every code of the table but the crypto assets. */
+  const priceCurrencies = () => Object.keys(exponents).filter((code) => !CRYPTO_ASSETS.includes(code));
   /** Channels by id, for titles and currencies (refreshed after channel writes). */
   let channelCache = null;
   /** Plans by id, for titles in orders and promo codes (refreshed after plan writes). */
@@ -1035,7 +1040,7 @@
     const f = 'channel';
     const input = (name, attrs) => h('input', Object.assign({ id: `${f}-${name}`, name }, attrs));
     const currencyList = h('datalist', { id: 'currency-codes' },
-      Object.keys(exponents).map((code) => h('option', { value: code })));
+      priceCurrencies().map((code) => h('option', { value: code })));
     const form = h('form', { id: f, class: 'card', method: 'post', novalidate: true },
       h('div', { class: 'grid' },
         field('Title', input('title', { value: c.title, required: true, maxlength: 255 })),
@@ -1404,6 +1409,13 @@
       sync();
     });
     lifetime.addEventListener('change', sync);
+    const cryptoPrices = p.crypto_prices || {};
+    const crypto = h('fieldset', { class: 'field group', id: `${f}-crypto_prices`, tabindex: '-1', 'aria-describedby': `${f}-crypto_prices-error` },
+      h('legend', {}, 'Prices in crypto (Crypto Pay)'),
+      h('p', { class: 'hint' }, 'Sold through @CryptoBot at exactly these amounts (no exchange rate); empty: not sold in that asset. E.g. USDT 4.99, TON 1.5.'),
+      h('div', { class: 'grid' }, CRYPTO_ASSETS.map((asset) => field(asset,
+        input(`crypto_prices.${asset}`, { value: cryptoPrices[asset] || '', inputmode: 'decimal', dataset: { asset } })))),
+      h('p', { class: 'field-error', id: `${f}-crypto_prices-error` }));
 
     const form = h('form', { id: f, class: 'card', method: 'post', novalidate: true },
       p.is_default
@@ -1419,6 +1431,7 @@
         field('Position', input('position', { value: String(p.position), type: 'number', step: 1 }), 'Display order among plans of the same price.')),
       field('Lifetime (no end)', lifetime, 'Access that never expires; buying it again is refused while it is live.'),
       bundle,
+      crypto,
       field('Description (shown to buyers)', h('textarea', { id: `${f}-description`, name: 'description', rows: 3, maxlength: 1000 }, p.description || '')),
       translationFields(f, p.translations),
       field('Active (on sale)', input('active', { type: 'checkbox', checked: p.active })),
@@ -1428,7 +1441,7 @@
         existing.buy_link
           ? copyable(existing.buy_link, 'plan-buy-link', 'Buy link')
           : h('p', { class: 'hint' }, 'None: set TELEGRAM_BOT_USERNAME to sell through the bot.')) : null,
-      h('datalist', { id: 'currency-codes' }, Object.keys(exponents).map((code) => h('option', { value: code }))),
+      h('datalist', { id: 'currency-codes' }, priceCurrencies().map((code) => h('option', { value: code }))),
       h('div', { class: 'actions' },
         h('button', { type: 'submit' }, existing ? 'Save changes' : 'Create plan'),
         link(`#/channels/${p.channel_ids[0]}`, 'Back to the channel', { class: 'button secondary' }),
@@ -1470,6 +1483,7 @@
         active: form.elements.active.checked,
         recurring: form.elements.recurring.checked,
         translations: readTranslations(form, clientErrors),
+        crypto_prices: readCryptoPrices(crypto),
       };
       if (wanted.period_days === undefined) clientErrors.period_days = 'is required (or tick Lifetime)';
       if (Object.keys(clientErrors).length) {
@@ -1497,6 +1511,18 @@
       });
     });
     form.elements.title.focus();
+  }
+
+  /** The crypto prices typed into `fieldset`, by asset as the server orders them; null when
+   * none. The server checks them (an asset's decimal places, a positive amount). */
+  function readCryptoPrices(fieldset) {
+    const prices = {};
+    for (const box of Array.from(fieldset.querySelectorAll('input[data-asset]'))
+      .sort((a, b) => (a.dataset.asset < b.dataset.asset ? -1 : 1))) {
+      const text = box.value.trim();
+      if (text !== '') prices[box.dataset.asset] = text;
+    }
+    return Object.keys(prices).length ? prices : null;
   }
 
   // ------------------------------------------------------------------ promo codes
@@ -1592,7 +1618,7 @@
       field('First purchase only', input('first_purchase_only', { type: 'checkbox', checked: c.first_purchase_only }),
         'Only buyers with no paid order of the plan’s channels.'),
       field('Active', input('active', { type: 'checkbox', checked: c.active })),
-      h('datalist', { id: 'currency-codes' }, Object.keys(exponents).map((code) => h('option', { value: code }))),
+      h('datalist', { id: 'currency-codes' }, priceCurrencies().map((code) => h('option', { value: code }))),
       h('div', { class: 'actions' },
         h('button', { type: 'submit' }, existing ? 'Save changes' : 'Create promo code'),
         link('#/promo-codes', 'Back to promo codes', { class: 'button secondary' })));
