@@ -22,6 +22,10 @@
 //! | `STRIPE_SECRET_KEY` | Stripe secret API key (`sk_…` or a restricted `rk_…`), for the bot's Checkout Sessions (set both Stripe secrets or neither) | unset: door 4 answers 503, the bot sells no card plan through Stripe |
 //! | `STRIPE_WEBHOOK_SECRET` | the signing secret (`whsec_…`) of the Stripe webhook endpoint pointing at `/api/webhook/stripe` | unset: door 4 answers 503 |
 //! | `STRIPE_API_URL` | Stripe's API base URL | `https://api.stripe.com` |
+//! | `CHECKBOX_LICENSE_KEY` | the license key of the Checkbox cash register that makes fiscal receipts (set `CHECKBOX_LICENSE_KEY`, `CHECKBOX_LOGIN` and `CHECKBOX_PASSWORD` together, or none) | unset: no fiscal receipts |
+//! | `CHECKBOX_LOGIN` | the login of the Checkbox cashier who signs the receipts | unset: no fiscal receipts |
+//! | `CHECKBOX_PASSWORD` | that cashier's password | unset: no fiscal receipts |
+//! | `CHECKBOX_API_URL` | Checkbox's API base URL | `https://api.checkbox.ua` |
 //! | `RECONCILE_AFTER_SECS` | how long a card order with an issued purchase link stays pending before WayForPay is asked about it, 1..=86400 | `600` |
 //! | `TELEGRAM_WEBHOOK_SECRET` | `secret_token` given to `setWebhook`, 16..=256 of `A-Za-z0-9_-` | unset: door answers 503 |
 //! | `TELEGRAM_BOT_TOKEN` | bot token for Bot API calls, `<bot id>:<secret>` from @BotFather | unset: effects stay queued |
@@ -64,6 +68,7 @@
 //! shape (integer range, flag, minimum length) with the same words.
 
 mod database;
+mod fiscal;
 mod gateways;
 mod http;
 mod jobs;
@@ -75,6 +80,7 @@ pub mod webhook_keys;
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
+pub use fiscal::CheckboxConfig;
 pub use gateways::{StripeConfig, WayForPayConfig};
 pub use http::LogFormat;
 pub use jobs::HoldRules;
@@ -116,6 +122,8 @@ pub struct Config {
     /// `RECONCILE_AFTER_SECS`.
     pub reconcile_after: Duration,
     pub stripe: Option<StripeConfig>,
+    /// Checkbox's cash register and cashier; `None`: no fiscal receipts.
+    pub checkbox: Option<CheckboxConfig>,
     pub telegram_webhook_secret: Option<Secret>,
     pub telegram_bot_token: Option<Secret>,
     pub telegram_api_url: String,
@@ -179,6 +187,7 @@ impl Config {
         let http = Http::read(&vars)?;
         let auth = StaffAuth::read(&vars)?;
         let doors = PaymentDoors::read(&vars)?;
+        let checkbox = fiscal::read(&vars)?;
         let telegram = Telegram::read(&vars)?;
         let jobs = Jobs::read(&vars)?;
         Ok(Config {
@@ -210,6 +219,7 @@ impl Config {
             wayforpay_api_url: doors.wayforpay_api_url,
             reconcile_after: doors.reconcile_after,
             stripe: doors.stripe,
+            checkbox,
             telegram_webhook_secret: telegram.webhook_secret,
             telegram_bot_token: telegram.bot_token,
             telegram_api_url: telegram.api_url,

@@ -143,6 +143,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "more_money",
         include_str!("../../migrations/0028_more_money.sql"),
     ),
+    (
+        31,
+        "fiscal_receipts",
+        include_str!("../../migrations/0031_fiscal_receipts.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,

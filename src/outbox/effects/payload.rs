@@ -128,6 +128,12 @@ pub struct ReferralReward {
     pub reward_id: i64,
 }
 
+/// The payload of a fiscal receipt: its `fiscal_receipts` row, issued as that row now says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FiscalReceipt {
+    pub fiscal_receipt_id: i64,
+}
+
 /// An effect's payload, by kind.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Payload {
@@ -145,6 +151,7 @@ pub enum Payload {
     Unban(Unban),
     MemberMessage(MemberMessage),
     ReferralReward(ReferralReward),
+    FiscalReceipt(FiscalReceipt),
 }
 
 impl Payload {
@@ -165,6 +172,7 @@ impl Payload {
             Payload::Unban(_) => Kind::Unban,
             Payload::MemberMessage(_) => Kind::MemberMessage,
             Payload::ReferralReward(_) => Kind::ReferralReward,
+            Payload::FiscalReceipt(_) => Kind::FiscalReceipt,
         }
     }
 
@@ -188,6 +196,7 @@ impl Payload {
             Kind::Unban => Payload::Unban(read(json)?),
             Kind::MemberMessage => Payload::MemberMessage(read(json)?),
             Kind::ReferralReward => Payload::ReferralReward(read(json)?),
+            Kind::FiscalReceipt => Payload::FiscalReceipt(read(json)?),
         })
     }
 
@@ -207,6 +216,7 @@ impl Payload {
             Payload::Unban(p) => serde_json::to_value(p),
             Payload::MemberMessage(p) => serde_json::to_value(p),
             Payload::ReferralReward(p) => serde_json::to_value(p),
+            Payload::FiscalReceipt(p) => serde_json::to_value(p),
         };
         json.expect("a payload serializes to JSON")
     }
@@ -247,6 +257,7 @@ mod tests {
                 Kind::Unban => json!({"found": "audit"}),
                 Kind::MemberMessage => json!({"message_id": 9}),
                 Kind::ReferralReward => json!({"reward_id": 5}),
+                Kind::FiscalReceipt => json!({"fiscal_receipt_id": 6}),
             };
             let p = Payload::parse(kind, &json).unwrap();
             assert_eq!(p.kind(), kind);
