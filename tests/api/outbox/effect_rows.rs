@@ -232,6 +232,22 @@ async fn check_key(app: &TestApp, row: &Row, typed: &Payload) {
             );
             key.clone()
         }
+        Payload::FiscalReceipt(p) => {
+            // `receipt:{sale|return}:{payment}`, of the receipt row the payload names.
+            let r = db
+                .query_one(
+                    "SELECT kind, payment_id FROM fiscal_receipts WHERE id = $1",
+                    &[&p.fiscal_receipt_id],
+                )
+                .await
+                .unwrap();
+            assert_eq!(row.payment_id, Some(r.get::<_, i64>("payment_id")));
+            Some(format!(
+                "receipt:{}:{}",
+                r.get::<_, String>("kind"),
+                r.get::<_, i64>("payment_id")
+            ))
+        }
     };
     assert_eq!(key, want, "effect {} ({:?})", row.id, row.kind);
 }

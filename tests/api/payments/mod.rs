@@ -4,7 +4,8 @@
 //! fee on a Stars payment, Stripe with its delayed methods and disputes (door 4); refunds at the
 //! gateway, refunds that arrive before their payment, the reconcile of card orders with
 //! WayForPay, the orders API with its seat rule, and the referral commissions those payments
-//! earn and their refunds take back, also across a `kill -9` of the server.
+//! earn and their refunds take back, also across a `kill -9` of the server; and the fiscal
+//! receipts (Checkbox) card payments in hryvnias and their refunds owe.
 
 mod affiliate_fees;
 mod apply;
@@ -12,6 +13,7 @@ mod fast_path;
 mod gateway_refunds;
 mod hardening;
 mod orders;
+mod receipts;
 pub(crate) mod reconciliation;
 mod referral_crash;
 mod referral_crash_harness;
