@@ -437,8 +437,11 @@ pub(super) async fn apply(
     )
     .await?;
     earn(tx, payment, locked).await?;
-    // A card payment in hryvnias owes its fiscal receipt, written with it.
-    super::super::receipts::enqueue_sale(tx, payment.id).await?;
+    // A card payment in hryvnias owes its fiscal receipt, written with it (the statement
+    // decides; only a payment that may owe one sends it).
+    if super::super::receipts::may_owe(payment) {
+        super::super::receipts::enqueue_sale(tx, payment.id).await?;
+    }
     if let Some(s) = started
         && let Some(m) = rejudge_renewals(tx, locked, s).await?
     {

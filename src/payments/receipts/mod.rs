@@ -74,6 +74,13 @@ pub fn is_card(gateway: &Gateway) -> bool {
     !matches!(gateway.as_str(), "telegram_stars" | "cryptopay")
 }
 
+/// Whether applied payment `p` may owe a sale receipt (in `UAH`, positive, through a card
+/// door): the part of [`SALE_SQL`]'s rule that needs no database, so a payment that cannot
+/// owe one (a Stars payment) does not send the statement.
+pub fn may_owe(p: &crate::payments::core::Payment) -> bool {
+    p.currency == CURRENCY && p.amount_minor > 0 && is_card(&p.gateway)
+}
+
 /// The key of the effect that issues receipt `kind` of payment `payment_id`.
 pub fn effect_key(kind: Kind, payment_id: i64) -> String {
     format!("receipt:{kind}:{payment_id}")
