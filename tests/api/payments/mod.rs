@@ -13,7 +13,7 @@ mod fast_path;
 mod gateway_refunds;
 mod hardening;
 mod orders;
-mod receipts;
+pub(crate) mod receipts;
 pub(crate) mod reconciliation;
 mod referral_crash;
 mod referral_crash_harness;

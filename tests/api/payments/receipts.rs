@@ -24,7 +24,7 @@ use crate::{
 };
 
 /// An app with a fake Bot API and, with `checkbox`, a fake Checkbox (and Stripe configured).
-async fn app(bot: &FakeBot, checkbox: Option<&FakeCheckbox>) -> TestApp {
+pub(crate) async fn app(bot: &FakeBot, checkbox: Option<&FakeCheckbox>) -> TestApp {
     let (bot_url, checkbox_url) = (bot.url.clone(), checkbox.map(|c| c.url.clone()));
     TestApp::spawn_with(move |env| {
         env.insert("TELEGRAM_API_URL".into(), bot_url);
@@ -48,7 +48,7 @@ async fn app(bot: &FakeBot, checkbox: Option<&FakeCheckbox>) -> TestApp {
 }
 
 /// A buyer (`user`), a 199.00 UAH channel (with `extra`) and an order of it.
-async fn order(app: &TestApp, user: i64, chat: i64, extra: Value) -> Value {
+pub(crate) async fn order(app: &TestApp, user: i64, chat: i64, extra: Value) -> Value {
     let s = id(&app.create_subscriber(user).await);
     let c = id(&app.create_channel(chat, extra).await);
     app.create_order(s, c).await
@@ -65,7 +65,7 @@ async fn pay_wayforpay(app: &TestApp, order: &Value) {
 }
 
 /// The id of the payment of `order`.
-async fn payment_of(app: &TestApp, order: &Value) -> i64 {
+pub(crate) async fn payment_of(app: &TestApp, order: &Value) -> i64 {
     app.db()
         .await
         .query_one("SELECT id FROM payments WHERE order_id = $1", &[&id(order)])
