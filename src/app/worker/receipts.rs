@@ -1,6 +1,6 @@
 //! Performing a fiscal receipt ([`crate::payments::receipts`]): its row read on the claim's
 //! connection, which goes back to the pool, then Checkbox called with nothing held
-//! ([`checkbox::Cashier::issue`]: sign-in, shift, the receipt under its own id, read until it
+//! ([`Cashier::issue`](crate::payments::receipts::checkbox::Cashier::issue): sign-in, shift, the receipt under its own id, read until it
 //! is done). The record step writes the receipt's outcome with the effect's ([`ReceiptAttempt`]):
 //! `done` with its fiscal code and page (and the buyer's message with the link), a failed
 //! attempt retried with the worker's backoff, or `failed` with the dead letter.

@@ -218,15 +218,15 @@ fn error(status: StatusCode, message: &str, code: Option<&str>) -> Response {
 }
 
 /// Records the request, then checks the client's name and the license key, and (unless
-/// `signin`) the bearer token. `Err` is the answer to send.
-fn admit(
+/// `signin`) the bearer token: the refusal to answer with, if any.
+fn refusal(
     state: &Arc<Mutex<FakeState>>,
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
     body: &Value,
     signin: bool,
-) -> Result<(), Response> {
+) -> Option<Response> {
     let mut s = state.lock().unwrap();
     s.received.push(Received {
         method: method.to_string(),
@@ -235,22 +235,22 @@ fn admit(
     });
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     if header("x-client-name").is_none_or(str::is_empty) {
-        return Err(error(
+        return Some(error(
             StatusCode::BAD_REQUEST,
             "X-Client-Name is required",
             None,
         ));
     }
     if header("x-license-key") != Some(LICENSE_KEY) {
-        return Err(error(StatusCode::FORBIDDEN, "Invalid license key", None));
+        return Some(error(StatusCode::FORBIDDEN, "Invalid license key", None));
     }
     if signin {
-        return Ok(());
+        return None;
     }
     let token = header("authorization").and_then(|v| v.strip_prefix("Bearer "));
     match token {
-        Some(t) if s.tokens.contains(t) => Ok(()),
-        _ => Err(error(StatusCode::UNAUTHORIZED, "Not authenticated", None)),
+        Some(t) if s.tokens.contains(t) => None,
+        _ => Some(error(StatusCode::UNAUTHORIZED, "Not authenticated", None)),
     }
 }
 
@@ -261,7 +261,7 @@ async fn signin(
     headers: HeaderMap,
     Json(body): Json<Value>,
 ) -> Response {
-    if let Err(r) = admit(&state, &method, &uri, &headers, &body, true) {
+    if let Some(r) = refusal(&state, &method, &uri, &headers, &body, true) {
         return r;
     }
     let mut s = state.lock().unwrap();
@@ -285,7 +285,7 @@ async fn current_shift(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(r) = admit(&state, &method, &uri, &headers, &Value::Null, false) {
+    if let Some(r) = refusal(&state, &method, &uri, &headers, &Value::Null, false) {
         return r;
     }
     let s = state.lock().unwrap();
@@ -301,7 +301,7 @@ async fn open_shift(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(r) = admit(&state, &method, &uri, &headers, &Value::Null, false) {
+    if let Some(r) = refusal(&state, &method, &uri, &headers, &Value::Null, false) {
         return r;
     }
     let mut s = state.lock().unwrap();
@@ -334,7 +334,7 @@ async fn read_shift(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    if let Err(r) = admit(&state, &method, &uri, &headers, &Value::Null, false) {
+    if let Some(r) = refusal(&state, &method, &uri, &headers, &Value::Null, false) {
         return r;
     }
     let mut s = state.lock().unwrap();
@@ -372,7 +372,7 @@ async fn sell(
     headers: HeaderMap,
     Json(body): Json<Value>,
 ) -> Response {
-    if let Err(r) = admit(&state, &method, &uri, &headers, &body, false) {
+    if let Some(r) = refusal(&state, &method, &uri, &headers, &body, false) {
         return r;
     }
     let (answer, hold) = {
@@ -425,7 +425,7 @@ async fn read_receipt(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    if let Err(r) = admit(&state, &method, &uri, &headers, &Value::Null, false) {
+    if let Some(r) = refusal(&state, &method, &uri, &headers, &Value::Null, false) {
         return r;
     }
     let mut s = state.lock().unwrap();
