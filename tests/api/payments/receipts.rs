@@ -207,6 +207,31 @@ async fn a_card_payment_in_hryvnias_gets_one_receipt_and_the_buyer_its_link() {
 }
 
 #[tokio::test]
+async fn the_buyer_is_told_in_their_language() {
+    let (bot, checkbox) = (FakeBot::start().await, FakeCheckbox::start().await);
+    let app = app(&bot, Some(&checkbox)).await;
+    let user = 9_710_005;
+    let s = app
+        .post(
+            "/api/subscribers",
+            json!({"telegram_user_id": user, "language": "uk"}),
+        )
+        .await
+        .expect(201);
+    let c = id(&app.create_channel(-100_971_005, json!({})).await);
+    let o = app.create_order(id(&s), c).await;
+    app.pay_order(&o, "pay_uk").await.expect(200);
+    run_until_done(&app).await;
+    let p = payment_of(&app, &o).await;
+    let url = assert_one_done_sale(&app, &bot, &checkbox, p, user)
+        .await
+        .url
+        .unwrap();
+    assert_eq!(told(&bot, user, "Ваш чек на"), 1);
+    assert_eq!(told(&bot, user, &url), 1);
+}
+
+#[tokio::test]
 async fn wayforpay_and_stripe_payments_get_one_receipt_each() {
     let (bot, checkbox) = (FakeBot::start().await, FakeCheckbox::start().await);
     let app = app(&bot, Some(&checkbox)).await;
@@ -415,6 +440,40 @@ async fn a_receipt_failing_a_few_times_is_retried_until_done() {
     let row = assert_one_done_sale(&app, &bot, &checkbox, p, 9_710_051).await;
     assert_eq!(row.attempts, 3);
     assert_eq!(row.last_error, None);
+}
+
+#[tokio::test]
+async fn a_receipt_in_error_at_checkbox_is_issued_again_under_a_new_id() {
+    let (bot, checkbox) = (FakeBot::start().await, FakeCheckbox::start().await);
+    let app = app(&bot, Some(&checkbox)).await;
+    checkbox.error_next_receipts(1);
+    let o = order(&app, 9_710_055, -100_971_055, json!({})).await;
+    app.pay_order(&o, "pay_error").await.expect(200);
+    let p = payment_of(&app, &o).await;
+    let first = receipts_of(&app, p).await[0].receipt_id.clone();
+    run(&app).await;
+    let rows = receipts_of(&app, p).await;
+    assert_eq!(rows[0].state, "pending");
+    assert_ne!(rows[0].receipt_id, first, "its id is used up: a new one");
+    assert!(
+        rows[0]
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("ERROR") && e.contains("ДПС")),
+        "{rows:?}"
+    );
+    make_due(&app).await;
+    run_until_done(&app).await;
+    let row = assert_one_done_sale(&app, &bot, &checkbox, p, 9_710_055).await;
+    assert_eq!(row.attempts, 2);
+    // At Checkbox: the one in ERROR under the first id, the fiscal one under the new id.
+    let kept = checkbox.receipts();
+    assert_eq!(
+        kept.iter()
+            .map(|r| (r.id.clone(), r.error))
+            .collect::<Vec<_>>(),
+        [(first, true), (row.receipt_id, false)]
+    );
 }
 
 #[tokio::test]

@@ -7,12 +7,13 @@
 //!   login or password: 403); every other call needs `Authorization: Bearer <a token it gave>`
 //!   (else 401);
 //! - `GET /api/v1/cashier/shift` → the open shift or `null`; `POST /api/v1/shifts` opens one
-//!   (`CREATED`, `OPENED` once read [`FakeCheckbox::shift_reads`] times through `GET
-//!   /api/v1/shifts/{id}`; refused with 400 while one is open);
+//!   (`CREATED`, then `OPENING`, and `OPENED` once read the times [`FakeCheckbox::set_reads`]
+//!   says through `GET /api/v1/shifts/{id}`; refused with 400 while one is open);
 //! - `POST /api/v1/receipts/sell` keeps one receipt per `id` (the same id again: 400 with
 //!   `code: "receipt.already_exists"`), refuses a receipt without an open shift (400), and
 //!   answers the receipt `CREATED`; `GET /api/v1/receipts/{id}` answers it `DONE` with a
-//!   `fiscal_code` once read [`FakeCheckbox::receipt_reads`] times.
+//!   `fiscal_code` once read the times [`FakeCheckbox::set_reads`] says (or `ERROR`, when told
+//!   to: [`FakeCheckbox::error_next_receipts`]).
 //!
 //! A test can make the next receipt calls fail (500), make every receipt be refused (422),
 //! take every token back (the next call answers 401), close the shift, or hold a receipt call
@@ -55,6 +56,8 @@ pub struct Receipt {
     pub body: Value,
     pub fiscal_code: String,
     reads_left: u32,
+    /// The tax service refused it: read as `ERROR` (its id is used up).
+    pub error: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -94,6 +97,8 @@ struct FakeState {
     fail_sells: u32,
     /// Every receipt is refused (422).
     refuse: bool,
+    /// The next this many receipts end in `ERROR`.
+    error_receipts: u32,
     shift_reads: u32,
     receipt_reads: u32,
     holds: VecDeque<Hold>,
@@ -119,6 +124,7 @@ impl FakeCheckbox {
             received: Vec::new(),
             fail_sells: 0,
             refuse: false,
+            error_receipts: 0,
             shift_reads: 1,
             receipt_reads: 1,
             holds: VecDeque::new(),
@@ -180,6 +186,12 @@ impl FakeCheckbox {
     /// The next `n` receipt creations answer 500 and store nothing.
     pub fn fail_next_sells(&self, n: u32) {
         self.with(|s| s.fail_sells = n);
+    }
+
+    /// The next `n` receipts are accepted and then end in `ERROR` (the tax service refused
+    /// them).
+    pub fn error_next_receipts(&self, n: u32) {
+        self.with(|s| s.error_receipts = n);
     }
 
     /// From now on every receipt is refused (422), or no longer.
@@ -357,6 +369,11 @@ fn receipt_json(r: &Receipt, status: &str) -> Value {
     body["id"] = json!(r.id);
     body["status"] = json!(status);
     body["type"] = json!("SELL");
+    body["transaction"] = if status == "ERROR" {
+        json!({"status": "ERROR", "response_error_message": "Помилка ДПС: документ не прийнято"})
+    } else {
+        json!({"status": "DONE", "response_error_message": null})
+    };
     body["fiscal_code"] = if status == "DONE" {
         json!(r.fiscal_code)
     } else {
@@ -401,11 +418,16 @@ async fn sell(
         if s.shift.as_ref().is_none_or(|sh| sh.status != "OPENED") {
             return error(StatusCode::BAD_REQUEST, "The shift is not opened", None);
         }
+        let error = s.error_receipts > 0;
+        if error {
+            s.error_receipts -= 1;
+        }
         let receipt = Receipt {
             id,
             body,
             fiscal_code: format!("TEST-{}", s.receipts.len() + 1),
             reads_left: s.receipt_reads,
+            error,
         };
         let answer = receipt_json(&receipt, "CREATED");
         s.receipts.push(receipt);
@@ -434,6 +456,8 @@ async fn read_receipt(
             let status = if r.reads_left > 0 {
                 r.reads_left -= 1;
                 "CREATED"
+            } else if r.error {
+                "ERROR"
             } else {
                 "DONE"
             };
