@@ -692,6 +692,20 @@ mod tests {
                     crate::payments::gateways::monobank::Status::as_str,
                 ),
             ),
+            (
+                "kind",
+                spellings(
+                    &crate::payments::receipts::Kind::ALL,
+                    crate::payments::receipts::Kind::as_str,
+                ),
+            ),
+            (
+                "state",
+                spellings(
+                    &crate::payments::receipts::State::ALL,
+                    crate::payments::receipts::State::as_str,
+                ),
+            ),
         ] {
             known.entry(word).or_default().extend(words);
         }

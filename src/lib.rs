@@ -47,7 +47,7 @@ pub mod telegram_api;
 
 pub use api::router::router;
 pub use app::state::AppState;
-pub use app::{bootstrap_admin, init_tracing, init_tracing_stderr};
+pub use app::{bootstrap_admin, bootstrap_receipts, init_tracing, init_tracing_stderr};
 pub use config::Config;
 
 use app::{metrics, server};

@@ -189,6 +189,11 @@ payment-already-lifetime-refunded = You already have lifetime access to «{ $tit
 payment-already-lifetime-review = You already have lifetime access to «{ $title }», so your payment of { $price } was not needed. We will review it and get back to you about a refund.
 payment-unknown-order = We received your payment of { $price } but could not match it to an order. We will review it and get back to you.
 
+## Fiscal receipts
+
+fiscal-receipt-sale = Your receipt for { $price } («{ $title }»): { $url }
+fiscal-receipt-return = Your refund receipt for { $price } («{ $title }»): { $url }
+
 ## Promo code guesses and Stars subscriptions changed in Telegram
 
 code-too-many =

@@ -200,6 +200,11 @@ payment-already-lifetime-refunded = У вас уже есть бессрочны
 payment-already-lifetime-review = У вас уже есть бессрочный доступ к «{ $title }», поэтому платёж { $price } не понадобился. Мы его проверим и свяжемся с вами насчёт возврата.
 payment-unknown-order = Мы получили ваш платёж { $price }, но не смогли сопоставить его с заказом. Мы его проверим и свяжемся с вами.
 
+## Фискальные чеки
+
+fiscal-receipt-sale = Ваш чек на { $price } («{ $title }»): { $url }
+fiscal-receipt-return = Ваш чек возврата на { $price } («{ $title }»): { $url }
+
 ## Попытки угадать промокод и изменения Stars-подписок в Telegram
 
 code-too-many =

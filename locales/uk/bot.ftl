@@ -199,6 +199,11 @@ payment-already-lifetime-refunded = У вас уже є безстроковий
 payment-already-lifetime-review = У вас уже є безстроковий доступ до «{ $title }», тож платіж { $price } був не потрібен. Ми його перевіримо й зв’яжемося з вами щодо повернення коштів.
 payment-unknown-order = Ми отримали ваш платіж { $price }, але не змогли пов’язати його із замовленням. Ми його перевіримо й зв’яжемося з вами.
 
+## Фіскальні чеки
+
+fiscal-receipt-sale = Ваш чек на { $price } («{ $title }»): { $url }
+fiscal-receipt-return = Ваш чек повернення на { $price } («{ $title }»): { $url }
+
 ## Спроби вгадати промокод і зміни Stars-підписок у Telegram
 
 code-too-many =

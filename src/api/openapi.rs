@@ -195,6 +195,9 @@ text_enum_schemas! {
          `paid` (by a payout) or `reversed` (taken back before it was paid).",
     crate::access::join_requests::State => "JoinRequestState":
         "A join request at a Mini App door: `waiting`, then `approved` or `declined`.",
+    crate::payments::receipts::State => "ReceiptState":
+        "A fiscal receipt: `pending` (owed, being issued or retried), `done` (registered by \
+         Checkbox, with its public page) or `failed` (its effect was dead-lettered).",
     crate::payments::gateways::wayforpay::checks::State => "ReconciliationState":
         "`chasing` (asked again later), `found` (the gateway's answer was stored as a payment), \
          `gave_up` (not paid 72 hours after the link) or `settled` (paid, cancelled or refunded).",

@@ -4,14 +4,43 @@
 
 use axum::{Json, extract::State, response::Response};
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{ApiQuery, Page, Paging, PathId, auth::Staff, exports, schemas::Problem, state_filter};
 use crate::{
     app::state::AppState,
     common::error::ApiError,
-    payments::core::{self, Outcome, Payment},
+    payments::{
+        core::{self, Outcome, Payment},
+        receipts,
+    },
 };
+
+/// A payment as staff see it: the stored payment and its fiscal receipt.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct PaymentView {
+    #[serde(flatten)]
+    payment: Payment,
+    /// The payment's fiscal (sale) receipt at Checkbox; null when it owes none (receipts off,
+    /// not a card payment in UAH, not applied).
+    receipt: Option<receipts::View>,
+}
+
+/// `payments` with their receipts (one statement for the lot).
+async fn with_receipts(
+    client: &impl deadpool_postgres::GenericClient,
+    payments: Vec<Payment>,
+) -> Result<Vec<PaymentView>, ApiError> {
+    let ids: Vec<i64> = payments.iter().map(|p| p.id).collect();
+    let mut views = receipts::views(client, &ids, receipts::Kind::Sale).await?;
+    Ok(payments
+        .into_iter()
+        .map(|payment| PaymentView {
+            receipt: views.remove(&payment.id),
+            payment,
+        })
+        .collect())
+}
 
 #[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -102,7 +131,7 @@ pub async fn export(
     params(ListPayments),
     security(("staff_jwt" = [])),
     responses(
-        (status = 200, description = "A page of payments, by id.", body = Page<Payment>),
+        (status = 200, description = "A page of payments, by id, each with its fiscal receipt.", body = Page<PaymentView>),
         (status = 422, description = "`limit` out of range or an unknown `outcome`.", body = Problem, content_type = "application/problem+json"),
     ),
 )]
@@ -110,7 +139,7 @@ pub async fn list(
     State(state): State<AppState>,
     _: Staff,
     ApiQuery(q): ApiQuery<ListPayments>,
-) -> Result<Json<Page<Payment>>, ApiError> {
+) -> Result<Json<Page<PaymentView>>, ApiError> {
     let paging = Paging::new(q.limit, q.after)?;
     let outcome = state_filter::<Outcome>("outcome", q.outcome.as_deref())?;
     let filter = core::Filter {
@@ -121,23 +150,27 @@ pub async fn list(
     };
     let client = state.db.get().await?;
     let items = core::list(&client, &filter, paging.after, paging.fetch()).await?;
-    Ok(Json(paging.page(items, |p| p.id)))
+    let items = with_receipts(&client, items).await?;
+    Ok(Json(paging.page(items, |p| p.payment.id)))
 }
 
 /// `GET /api/payments/{id}`.
 #[utoipa::path(get, path = "/payments/{id}", operation_id = "getPayment", tag = "payments",
     params(("id" = i64, Path, description = "Payment id.")),
     security(("staff_jwt" = [])),
-    responses((status = 200, description = "The payment.", body = Payment)),
+    responses((status = 200, description = "The payment, with its fiscal receipt.", body = PaymentView)),
 )]
 pub async fn get(
     State(state): State<AppState>,
     _: Staff,
     PathId(id): PathId<i64>,
-) -> Result<Json<Payment>, ApiError> {
+) -> Result<Json<PaymentView>, ApiError> {
     let client = state.db.get().await?;
     let payment = core::get(&client, id)
         .await?
         .ok_or(ApiError::NotFound("payment"))?;
-    Ok(Json(payment))
+    let view = with_receipts(&client, vec![payment]).await?.pop();
+    Ok(Json(view.ok_or_else(|| {
+        ApiError::internal("a payment without its view")
+    })?))
 }

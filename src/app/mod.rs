@@ -54,6 +54,20 @@ where
     };
 }
 
+/// Records whether this service issues fiscal receipts (`CHECKBOX_*` set), which the
+/// transactions that apply and refund payments read ([`crate::payments::receipts`]): `subgate
+/// serve` runs it at start-up, so the payments of a service without Checkbox owe no receipt.
+/// Every replica runs with the same settings; a one-off command (`subgate effects`, `staff`)
+/// does not change it.
+pub async fn bootstrap_receipts(state: &AppState) -> Result<(), error::ApiError> {
+    let enabled = state.config.checkbox.is_some();
+    crate::payments::receipts::set_enabled(&state.db.get().await?, enabled).await?;
+    if enabled {
+        tracing::info!("fiscal receipts on: card payments in UAH are registered with Checkbox");
+    }
+    Ok(())
+}
+
 /// Creates the first staff account from `ADMIN_EMAIL`/`ADMIN_PASSWORD` once; never overwrites.
 /// When the account already exists, says whether `ADMIN_PASSWORD` is its password, so nobody
 /// is left trying a password that was never applied: that check is a bcrypt run, so it runs in

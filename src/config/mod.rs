@@ -27,6 +27,10 @@
 //! | `CRYPTOPAY_TOKEN` | Crypto Pay app token from @CryptoBot (`<app id>:<secret>`), sent as `Crypto-Pay-API-Token`; its SHA-256 keys the webhook signature | unset: door 6 answers 503, the bot offers no crypto |
 //! | `CRYPTOPAY_API_URL` | Crypto Pay's API base URL (`https://testnet-pay.crypt.bot/api` for the testnet) | `https://pay.crypt.bot/api` |
 //! | `RECONCILE_AFTER_SECS` | how long an order with an issued payment page (a WayForPay purchase link, a Monobank or Crypto Pay invoice) stays pending before that gateway is asked about it, 1..=86400 | `600` |
+//! | `CHECKBOX_LICENSE_KEY` | the license key of the Checkbox cash register that makes fiscal receipts (set `CHECKBOX_LICENSE_KEY`, `CHECKBOX_LOGIN` and `CHECKBOX_PASSWORD` together, or none) | unset: no fiscal receipts |
+//! | `CHECKBOX_LOGIN` | the login of the Checkbox cashier who signs the receipts | unset: no fiscal receipts |
+//! | `CHECKBOX_PASSWORD` | that cashier's password | unset: no fiscal receipts |
+//! | `CHECKBOX_API_URL` | Checkbox's API base URL | `https://api.checkbox.ua` |
 //! | `TELEGRAM_WEBHOOK_SECRET` | `secret_token` given to `setWebhook`, 16..=256 of `A-Za-z0-9_-` | unset: door answers 503 |
 //! | `TELEGRAM_BOT_TOKEN` | bot token for Bot API calls, `<bot id>:<secret>` from @BotFather | unset: effects stay queued |
 //! | `TELEGRAM_API_URL` | Bot API base URL | `https://api.telegram.org` |
@@ -68,6 +72,7 @@
 //! shape (integer range, flag, minimum length) with the same words.
 
 mod database;
+mod fiscal;
 mod gateways;
 mod http;
 mod jobs;
@@ -79,6 +84,7 @@ pub mod webhook_keys;
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
+pub use fiscal::CheckboxConfig;
 pub use gateways::{CryptoPayConfig, MonobankConfig, StripeConfig, WayForPayConfig};
 pub use http::LogFormat;
 pub use jobs::HoldRules;
@@ -123,6 +129,8 @@ pub struct Config {
     pub monobank: Option<MonobankConfig>,
     /// Door 6 and the bot's crypto invoices; `None`: closed (503), no crypto offered.
     pub cryptopay: Option<CryptoPayConfig>,
+    /// Checkbox's cash register and cashier; `None`: no fiscal receipts.
+    pub checkbox: Option<CheckboxConfig>,
     pub telegram_webhook_secret: Option<Secret>,
     pub telegram_bot_token: Option<Secret>,
     pub telegram_api_url: String,
@@ -186,6 +194,7 @@ impl Config {
         let http = Http::read(&vars)?;
         let auth = StaffAuth::read(&vars)?;
         let doors = PaymentDoors::read(&vars)?;
+        let checkbox = fiscal::read(&vars)?;
         let telegram = Telegram::read(&vars)?;
         let jobs = Jobs::read(&vars)?;
         Ok(Config {
@@ -219,6 +228,7 @@ impl Config {
             stripe: doors.stripe,
             monobank: doors.monobank,
             cryptopay: doors.cryptopay,
+            checkbox,
             telegram_webhook_secret: telegram.webhook_secret,
             telegram_bot_token: telegram.bot_token,
             telegram_api_url: telegram.api_url,

@@ -313,6 +313,25 @@ fn every_refusal_reads_the_same() {
             "MONOBANK_API_URL must be an absolute URL".into(),
         ),
         (
+            vec![("CHECKBOX_API_URL", "not a url")],
+            "CHECKBOX_API_URL must be an absolute URL".into(),
+        ),
+        (
+            vec![("CHECKBOX_LICENSE_KEY", "test-license-key")],
+            "CHECKBOX_LOGIN, CHECKBOX_PASSWORD are not set (set CHECKBOX_LICENSE_KEY, \
+             CHECKBOX_LOGIN and CHECKBOX_PASSWORD together, or none of them)"
+                .into(),
+        ),
+        (
+            vec![
+                ("CHECKBOX_LOGIN", "cashier"),
+                ("CHECKBOX_PASSWORD", "secret"),
+            ],
+            "CHECKBOX_LICENSE_KEY is not set (set CHECKBOX_LICENSE_KEY, CHECKBOX_LOGIN and \
+             CHECKBOX_PASSWORD together, or none of them)"
+                .into(),
+        ),
+        (
             vec![("TELEGRAM_WEBHOOK_SECRET", "short_secret")],
             "TELEGRAM_WEBHOOK_SECRET must be 16..256 characters of A-Z a-z 0-9 _ -".into(),
         ),

@@ -153,6 +153,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "cryptopay",
         include_str!("../../migrations/0030_cryptopay.sql"),
     ),
+    (
+        31,
+        "fiscal_receipts",
+        include_str!("../../migrations/0031_fiscal_receipts.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,

@@ -20,7 +20,8 @@
 //!    path here: the payment takes the locked path, which decides and stores it as it always
 //!    has. A stored payment is answered from the stored row, as the locked path does.
 //! 3. **Write, verified under the locks** ([`WRITE_SQL`]): `BEGIN`, the pair's advisory lock,
-//!    the write and `COMMIT`, sent in one pipeline on a pooled connection (one network round
+//!    the write, the fiscal receipt the payment owes ([`receipts::SALE_SQL`], which finds
+//!    nothing to do when the write wrote nothing) and `COMMIT`, sent in one pipeline on a pooled connection (one network round
 //!    trip). The write is one statement: it takes the rest of the locks
 //!    (`docs/locking.md`) as a locked extension does
 //!    (`access/memberships/extend.sql`) and writes the payment, the paid order, the
@@ -47,7 +48,7 @@
 //! the write finds the order it marked paid changed (or the key taken), so the payment is a
 //! duplicate on both paths and grants nothing.
 //!
-//! **Cancellation.** The four messages are handed to the connection in one poll, before
+//! **Cancellation.** The five messages are handed to the connection in one poll, before
 //! anything is awaited, and the connection sends all of them: a request dropped after that
 //! (its client gone) still ends its transaction with `COMMIT`, so no connection goes back to
 //! the pool inside a transaction. A request dropped before sent nothing.
@@ -56,10 +57,13 @@ use std::future::Future;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
-use futures::future::join4;
+use futures::future::join5;
 use tokio_postgres::error::SqlState;
 
-use super::core::{self, Applied, Gateway, NormalizedPayment, Outcome, Payment, Recurrence};
+use super::{
+    core::{self, Applied, Gateway, NormalizedPayment, Outcome, Payment, Recurrence},
+    receipts,
+};
 use crate::{
     access::memberships::{Cause, Extension, Membership, Term},
     common::error::ApiError,
@@ -135,12 +139,14 @@ impl Write<'_> {
 const BEGIN_SQL: &str = "BEGIN";
 const COMMIT_SQL: &str = "COMMIT";
 
-/// The read, the pair lock and the write, named (see [`core::new_payment_statements`]).
-pub(super) fn statements() -> [(&'static str, &'static str); 3] {
+/// The read, the pair lock, the write and the receipt, named (see
+/// [`core::new_payment_statements`]).
+pub(super) fn statements() -> [(&'static str, &'static str); 4] {
     [
         ("read", READ_SQL),
         ("lock_pair", db::LOCK_PAIR_SQL),
         ("write", WRITE_SQL),
+        ("receipt", receipts::SALE_SQL),
     ]
 }
 
@@ -274,12 +280,16 @@ async fn write(
     // prepared would send its messages after the `COMMIT`, outside the transaction.
     let lock = client.prepare_cached(db::LOCK_PAIR_SQL).await?;
     let statement = client.prepare_cached(WRITE_SQL).await?;
-    // `join4` polls the four in order, and each hands its messages to the connection on its
-    // first poll: BEGIN, lock, write and COMMIT go out in this order, together.
-    let (begin, locked, written, committed) = join4(
+    let receipt = client.prepare_cached(receipts::SALE_SQL).await?;
+    // `join5` polls the five in order, and each hands its messages to the connection on its
+    // first poll: BEGIN, lock, write, receipt and COMMIT go out in this order, together. The
+    // receipt statement reads the payment the write inserted (none when it wrote nothing) and
+    // writes the fiscal receipt it owes, if any, in the same transaction.
+    let (begin, locked, written, receipted, committed) = join5(
         client.batch_execute(BEGIN_SQL),
         client.execute(&lock, &[&o.subscriber(), &o.channel()]),
         client.query_opt(&statement, &params),
+        client.execute(&receipt, &[&read.payment_id]),
         client.batch_execute(COMMIT_SQL),
     )
     .await;
@@ -288,6 +298,7 @@ async fn write(
     let sent = begin
         .and(locked.map(|_| ()))
         .and(written)
+        .and_then(|row| receipted.map(|_| row))
         .map_err(ApiError::from);
     let row = match (sent, committed) {
         (Ok(row), Ok(())) => row,

@@ -106,6 +106,8 @@ pub(super) struct Attempt {
     pub(super) cleared_ban: bool,
     /// A message to a member: what to write on its `messages` row.
     pub(super) message: Option<super::messages::MessageAttempt>,
+    /// A fiscal receipt: what to write on its `fiscal_receipts` row.
+    pub(super) receipt: Option<super::receipts::ReceiptAttempt>,
 }
 
 impl From<Performed> for Attempt {
@@ -116,6 +118,7 @@ impl From<Performed> for Attempt {
             verify: false,
             cleared_ban: false,
             message: None,
+            receipt: None,
         }
     }
 }

@@ -145,6 +145,7 @@ fn skip(why: String) -> Attempt {
         message: Some(MessageAttempt {
             decided: Some((Outcome::Skipped, None, Some(why))),
         }),
+        receipt: None,
         ..Attempt::from(Ok(Some(note)))
     }
 }
@@ -370,6 +371,7 @@ impl Worker {
             )),
             (Err(err), _) => Attempt {
                 message: Some(attempt(None)),
+                receipt: None,
                 ..Attempt::from(Err(Failure::from(err)))
             },
         }

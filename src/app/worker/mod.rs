@@ -77,6 +77,7 @@ pub mod listen;
 mod messages;
 mod notices;
 mod perform;
+mod receipts;
 mod record;
 mod refund;
 
@@ -215,6 +216,8 @@ pub async fn run_once(state: &AppState) -> Result<RunReport, ApiError> {
 pub struct Worker {
     state: AppState,
     bot: Option<BotApi>,
+    /// The Checkbox cashier who signs fiscal receipts (`CHECKBOX_*`), with the token they hold.
+    cashier: Option<crate::payments::receipts::checkbox::Cashier>,
     options: Options,
     /// Whether Telegram answers, shared by the lanes and kept across runs.
     health: Health,
@@ -257,9 +260,15 @@ impl Worker {
     /// `TELEGRAM_DRY_RUN`); cheap, so one per run is fine.
     pub fn new(state: AppState, options: Options) -> Worker {
         let bot = BotApi::from_config(&state.config, options.call_timeout);
+        let cashier = state
+            .config
+            .checkbox
+            .clone()
+            .map(crate::payments::receipts::checkbox::Cashier::new);
         Worker {
             state,
             bot,
+            cashier,
             options,
             health: Health::default(),
             link_locks: Mutex::default(),

@@ -18,7 +18,7 @@ use crate::{
     db,
     messages::sent,
     outbox::effects::{Effect, Kind, Payload, Status},
-    payments::{core::Outcome, refunds},
+    payments::{core::Outcome, receipts, refunds},
 };
 
 /// First retry delay; each further attempt doubles it, up to [`BACKOFF_CAP`].
@@ -276,6 +276,7 @@ async fn record_in(
         verify,
         cleared_ban,
         message,
+        receipt,
     } = attempt;
     let (written, recorded, error) = match result {
         Err(Failure::Db(err)) => return Err(err),
@@ -356,6 +357,7 @@ async fn record_in(
     };
     settle_refund(tx, e, refunded, recorded).await?;
     settle_message(tx, e, message.as_ref(), recorded, error.as_deref()).await?;
+    settle_receipt(tx, receipt.as_ref(), recorded, error.as_deref()).await?;
     Ok((recorded, error))
 }
 
@@ -422,6 +424,31 @@ async fn settle_message(
         crate::messages::sent::settle(tx, p.message_id, &settled, e.user_id).await?;
     }
     Ok(())
+}
+
+/// The `fiscal_receipts` row of a recorded receipt effect, in the recording transaction: `done`
+/// with what Checkbox confirmed (and the buyer's message with its link), `failed` with the
+/// dead letter, else one more failed attempt.
+async fn settle_receipt(
+    tx: &Transaction<'_>,
+    receipt: Option<&super::receipts::ReceiptAttempt>,
+    recorded: Recorded,
+    error: Option<&str>,
+) -> Result<(), ApiError> {
+    let Some(r) = receipt else {
+        return Ok(());
+    };
+    let error = error.unwrap_or("failed");
+    match (recorded, &r.issued) {
+        (Recorded::Done, Some(issued)) => {
+            receipts::record_done(tx, r.id, &issued.fiscal_code, &issued.url).await
+        }
+        (Recorded::Failed, _) => receipts::record_failed(tx, r.id, error).await,
+        (Recorded::Retry | Recorded::RateLimited, _) => {
+            receipts::record_attempt(tx, r.id, error, r.new_id).await
+        }
+        _ => Ok(()),
+    }
 }
 
 fn log_recorded(e: &Effect, recorded: Recorded, error: &str) {

@@ -69,6 +69,7 @@ impl Worker {
             verify: false,
             cleared_ban: false,
             message: None,
+            receipt: None,
         };
         if verify {
             let search = RefundSearch {
@@ -89,6 +90,7 @@ impl Worker {
                         verify: true,
                         cleared_ban: false,
                         message: None,
+                        receipt: None,
                     };
                 }
             }
@@ -106,6 +108,7 @@ impl Worker {
                 verify: true,
                 cleared_ban: false,
                 message: None,
+                receipt: None,
             },
             Err(err) => Attempt {
                 result: Err(err.into()),
@@ -113,6 +116,7 @@ impl Worker {
                 verify,
                 cleared_ban: false,
                 message: None,
+                receipt: None,
             },
         }
     }

@@ -37,7 +37,9 @@
 //! - **One reminder per (membership, expiry)** — that is, per period:
 //!   `reminder:{membership}:{expiry in µs}` ([`crate::access::memberships::enqueue_due_reminders`]).
 //! - **One refund per payment** (`refund:{payment}`), **one decision per join request**
-//!   (`join:{chat}:{user}:{date}`).
+//!   (`join:{chat}:{user}:{date}`), **one fiscal receipt per payment and kind**
+//!   (`receipt:sale:{payment}`, `receipt:return:{payment}`,
+//!   [`crate::payments::receipts`]).
 //!
 //! An effect about a chat carries the channel's `telegram_chat_id` as it was when enqueued. A
 //! membership change reads it under a key-share lock of the channel row (what a foreign key
@@ -104,6 +106,10 @@ crate::text_enum! {
         /// added to their membership, or taken back after the referred payment's refund. No
         /// Bot API call of its own (the membership's change enqueues its grant or revoke).
         ReferralReward => "referral_reward",
+        /// A fiscal receipt of a payment — its sale, or the return of its refund
+        /// (`payload.fiscal_receipt_id`, a `fiscal_receipts` row): made at Checkbox, not
+        /// Telegram, and its link then sent to the buyer.
+        FiscalReceipt => "fiscal_receipt",
     }
 }
 

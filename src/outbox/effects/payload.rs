@@ -132,6 +132,12 @@ pub struct ReferralReward {
     pub reward_id: i64,
 }
 
+/// The payload of a fiscal receipt: its `fiscal_receipts` row, issued as that row now says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FiscalReceipt {
+    pub fiscal_receipt_id: i64,
+}
+
 /// An effect's payload, by kind.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Payload {
@@ -149,6 +155,7 @@ pub enum Payload {
     Unban(Unban),
     MemberMessage(MemberMessage),
     ReferralReward(ReferralReward),
+    FiscalReceipt(FiscalReceipt),
 }
 
 impl Payload {
@@ -169,6 +176,7 @@ impl Payload {
             Payload::Unban(_) => Kind::Unban,
             Payload::MemberMessage(_) => Kind::MemberMessage,
             Payload::ReferralReward(_) => Kind::ReferralReward,
+            Payload::FiscalReceipt(_) => Kind::FiscalReceipt,
         }
     }
 
@@ -192,6 +200,7 @@ impl Payload {
             Kind::Unban => Payload::Unban(read(json)?),
             Kind::MemberMessage => Payload::MemberMessage(read(json)?),
             Kind::ReferralReward => Payload::ReferralReward(read(json)?),
+            Kind::FiscalReceipt => Payload::FiscalReceipt(read(json)?),
         })
     }
 
@@ -211,6 +220,7 @@ impl Payload {
             Payload::Unban(p) => serde_json::to_value(p),
             Payload::MemberMessage(p) => serde_json::to_value(p),
             Payload::ReferralReward(p) => serde_json::to_value(p),
+            Payload::FiscalReceipt(p) => serde_json::to_value(p),
         };
         json.expect("a payload serializes to JSON")
     }
@@ -251,6 +261,7 @@ mod tests {
                 Kind::Unban => json!({"found": "audit"}),
                 Kind::MemberMessage => json!({"message_id": 9}),
                 Kind::ReferralReward => json!({"reward_id": 5}),
+                Kind::FiscalReceipt => json!({"fiscal_receipt_id": 6}),
             };
             let p = Payload::parse(kind, &json).unwrap();
             assert_eq!(p.kind(), kind);

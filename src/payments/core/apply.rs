@@ -214,12 +214,12 @@ pub(super) async fn apply_in(
 
 /// The statements a new payment issues when it pays a pending order of a plan of one unlimited
 /// channel with no promo code (door 1's common case: the fast path, [`super::fast`]), each with
-/// a name: its read, outside a transaction, then the pair lock and the verified write, sent
-/// between `BEGIN` and `COMMIT` in one pipeline. `benches/payments` replays these very
+/// a name: its read, outside a transaction, then the pair lock, the verified write and the
+/// fiscal receipt it owes, sent between `BEGIN` and `COMMIT` in one pipeline. `benches/payments` replays these very
 /// constants with pgbench (its "current transaction" reference), so that replay cannot drift
 /// from the code. Not an API.
 #[doc(hidden)]
-pub fn new_payment_statements() -> [(&'static str, &'static str); 3] {
+pub fn new_payment_statements() -> [(&'static str, &'static str); 4] {
     fast::statements()
 }
 
@@ -437,6 +437,11 @@ pub(super) async fn apply(
     )
     .await?;
     earn(tx, payment, locked).await?;
+    // A card payment in hryvnias owes its fiscal receipt, written with it (the statement
+    // decides; only a payment that may owe one sends it).
+    if super::super::receipts::may_owe(payment) {
+        super::super::receipts::enqueue_sale(tx, payment.id).await?;
+    }
     if let Some(s) = started
         && let Some(m) = rejudge_renewals(tx, locked, s).await?
     {

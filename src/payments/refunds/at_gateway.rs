@@ -336,6 +336,8 @@ async fn take_back_applied(
     }
     // The payment's commission line and reward days, reversed once: the claim above is once.
     referrals::ledger::reverse(tx, f.id).await?;
+    // The return receipt its sale receipt owes, once, with the claim.
+    crate::payments::receipts::enqueue_return(tx, f.id).await?;
     // Read after the locks: a membership deleted meanwhile is not listed. Every membership a
     // payment of this order extended is one of its plan's channels' pairs, all locked above.
     let pairs = memberships::extended_by(tx, f.id).await?;

@@ -75,3 +75,22 @@ pub fn payment_already_lifetime(l: Language, title: &str, price: &str, refunded:
 pub fn payment_unknown_order(l: Language, price: &str) -> String {
     say_with(l, "payment-unknown-order", &[("price", s(price))])
 }
+
+/// The link to a payment's fiscal receipt (`title` the plan's, `price` the payment's), once
+/// Checkbox has registered it.
+pub fn fiscal_receipt_sale(l: Language, title: &str, price: &str, url: &str) -> String {
+    say_with(
+        l,
+        "fiscal-receipt-sale",
+        &[("title", s(title)), ("price", s(price)), ("url", s(url))],
+    )
+}
+
+/// The link to the fiscal receipt of a payment's refund (its return receipt).
+pub fn fiscal_receipt_return(l: Language, title: &str, price: &str, url: &str) -> String {
+    say_with(
+        l,
+        "fiscal-receipt-return",
+        &[("title", s(title)), ("price", s(price)), ("url", s(url))],
+    )
+}

@@ -232,6 +232,22 @@ async fn check_key(app: &TestApp, row: &Row, typed: &Payload) {
             );
             key.clone()
         }
+        Payload::FiscalReceipt(p) => {
+            // `receipt:{sale|return}:{payment}`, of the receipt row the payload names.
+            let r = db
+                .query_one(
+                    "SELECT kind, payment_id FROM fiscal_receipts WHERE id = $1",
+                    &[&p.fiscal_receipt_id],
+                )
+                .await
+                .unwrap();
+            assert_eq!(row.payment_id, Some(r.get::<_, i64>("payment_id")));
+            Some(format!(
+                "receipt:{}:{}",
+                r.get::<_, String>("kind"),
+                r.get::<_, i64>("payment_id")
+            ))
+        }
     };
     assert_eq!(key, want, "effect {} ({:?})", row.id, row.kind);
 }
@@ -241,6 +257,10 @@ async fn every_writer_s_rows_parse_as_their_kind_s_payload_and_follow_the_key_ru
     // A bot configured (dry run), so the join-request door writes through the outbox.
     let app = TestApp::spawn_with(|env| {
         env.insert("TELEGRAM_DRY_RUN".into(), "true".into());
+        // Receipts on, so a card payment writes its fiscal receipt (no worker runs here).
+        env.insert("CHECKBOX_LICENSE_KEY".into(), "rows-license-key".into());
+        env.insert("CHECKBOX_LOGIN".into(), "rows".into());
+        env.insert("CHECKBOX_PASSWORD".into(), "rows-password".into());
     })
     .await;
     let (chat, no_grace_chat, stars_chat) =
@@ -300,6 +320,23 @@ async fn every_writer_s_rows_parse_as_their_kind_s_payload_and_follow_the_key_ru
     app.delete(&format!("/api/subscribers/{f}"))
         .await
         .expect(204);
+
+    // A card payment in hryvnias (door 1): its fiscal receipt, written with it; then its
+    // refund at WayForPay: the return receipt.
+    let h = subscriber(&app, 7121).await;
+    let card = app.create_order(h, c0).await;
+    app.pay_order(&card, "pay-rows").await.expect(200);
+    let wfp = app.create_order(subscriber(&app, 7122).await, c0).await;
+    let wfp_ref = wfp["reference"].as_str().unwrap().to_string();
+    for status in ["Approved", "Refunded"] {
+        app.post_wayforpay(&crate::support::helpers::wayforpay_callback(
+            &wfp_ref, "199", "UAH", status,
+        ))
+        .await
+        .expect(200);
+    }
+    // One sale receipt per card payment, one return for the refunded one.
+    assert_eq!(app.count("effects WHERE kind = 'fiscal_receipt'").await, 3);
 
     // The refund scan: an order paid twice in Stars, the second payment refund_pending.
     let g = subscriber(&app, 7106).await;
@@ -451,10 +488,11 @@ async fn every_writer_s_rows_parse_as_their_kind_s_payload_and_follow_the_key_ru
         );
         check_key(&app, row, &typed).await;
     }
-    // Both deletion writers, both sweep transitions, and the correction's revoke are there.
+    // Both deletion writers, both sweep transitions, the correction's and the refund's revokes
+    // are there.
     let revokes = rows.iter().filter(|r| r.kind == Kind::Revoke).count();
     assert_eq!(
-        revokes, 5,
-        "staff, sweep, membership delete, subscriber delete, found in the chat"
+        revokes, 6,
+        "staff, sweep, membership delete, subscriber delete, found in the chat, a refund"
     );
 }

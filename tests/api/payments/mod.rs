@@ -6,7 +6,8 @@
 //! invoices, their reconcile and plans' crypto prices (door 6); refunds at the gateway,
 //! refunds that arrive before their payment, the reconcile of card orders with
 //! WayForPay, the orders API with its seat rule, and the referral commissions those payments
-//! earn and their refunds take back, also across a `kill -9` of the server.
+//! earn and their refunds take back, also across a `kill -9` of the server; and the fiscal
+//! receipts (Checkbox) card payments in hryvnias and their refunds owe.
 
 mod affiliate_fees;
 mod apply;
@@ -16,6 +17,7 @@ mod gateway_refunds;
 mod hardening;
 mod monobank;
 mod orders;
+pub(crate) mod receipts;
 pub(crate) mod reconciliation;
 mod referral_crash;
 mod referral_crash_harness;

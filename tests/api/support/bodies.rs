@@ -156,6 +156,9 @@ pub struct PaymentBody {
     #[serde(deserialize_with = "Option::deserialize")]
     pub reason: Option<String>,
     pub created_at: String,
+    /// Its fiscal receipt: in the staff view (`GET /api/payments`), not in a door's answer.
+    #[serde(default)]
+    pub receipt: Option<Value>,
 }
 
 /// What the payment webhook answers.

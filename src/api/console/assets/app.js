@@ -2194,7 +2194,7 @@
 
   function paymentsTable(items, chans) {
     return table('Payments',
-      ['Payment', 'Received', 'Amount', 'Order', 'Payer', 'Outcome', 'Reason', 'What you can do'],
+      ['Payment', 'Received', 'Amount', 'Order', 'Payer', 'Outcome', 'Reason', 'Receipt', 'What you can do'],
       items.map((p) => [
         [`#${p.id} `, h('span', { class: 'muted' }, `${p.gateway} ${p.external_id}`)],
         when(p.created_at),
@@ -2207,8 +2207,24 @@
           : 'unknown',
         badge(p.outcome),
         reasonText(p.reason),
+        receiptCell(p),
         advice(p, chans),
       ]), 'No payments match.');
+  }
+
+  /** A payment's fiscal receipt (Checkbox): its state, its public page once done, and where
+   * a failed one's error is. */
+  function receiptCell(p) {
+    const r = p.receipt;
+    if (!r) return h('span', { class: 'muted' }, 'none');
+    if (r.state === 'done' && r.url) {
+      return [badge('done'), ' ', h('a', { href: r.url, target: '_blank', rel: 'noopener' }, 'Open receipt')];
+    }
+    if (r.state === 'failed') {
+      return [badge('failed'), ' ', h('span', {}, 'Checkbox did not register it. '),
+        link(`#/effects?payment_id=${p.id}&kind=fiscal_receipt&status=failed`, 'See the error and retry')];
+    }
+    return [badge('pending'), ' ', h('span', { class: 'muted' }, 'being registered with Checkbox')];
   }
 
   /** What staff can do about a payment, with the action where the console has one. */
@@ -2411,7 +2427,8 @@
   // ------------------------------------------------------------------ effects
 
   const KINDS = ['grant', 'renewal_receipt', 'revoke', 'reminder', 'grace_notice', 'refund',
-    'join_approve', 'join_decline', 'bot_message', 'invoice', 'subscription_cancel', 'member_message'];
+    'join_approve', 'join_decline', 'bot_message', 'invoice', 'subscription_cancel', 'member_message',
+    'fiscal_receipt'];
 
   async function renderEffects(params) {
     const { main, live } = page('Telegram effects');
