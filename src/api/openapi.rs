@@ -193,6 +193,10 @@ text_enum_schemas! {
          `paid` (by a payout) or `reversed` (taken back before it was paid).",
     crate::access::join_requests::State => "JoinRequestState":
         "A join request at a Mini App door: `waiting`, then `approved` or `declined`.",
+    crate::payments::refunds::by_staff::State => "StaffRefundState":
+        "Where a refund staff asked for stands: `pending` (being tried), `done` (the gateway \
+         confirmed; the payment is `refunded`) or `failed` (refused for good; the payment is \
+         unchanged).",
     crate::payments::gateways::wayforpay::checks::State => "ReconciliationState":
         "`chasing` (asked again later), `found` (the gateway's answer was stored as a payment), \
          `gave_up` (not paid 72 hours after the link) or `settled` (paid, cancelled or refunded).",

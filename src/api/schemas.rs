@@ -72,6 +72,10 @@ pub struct Token {
     /// Seconds until it expires (`JWT_TTL_SECS`).
     #[schema(minimum = 1)]
     pub expires_in: u64,
+    /// The account's role when the token was issued, so a client (the console) offers only
+    /// what the account may do; every request is still checked against the role it has then.
+    #[schema(value_type = String, example = "admin")]
+    pub role: crate::staff::Role,
 }
 
 /// `{"status": "ok"}` or `{"status": "ready"}`.

@@ -143,6 +143,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "more_money",
         include_str!("../../migrations/0028_more_money.sql"),
     ),
+    (
+        32,
+        "staff_refunds",
+        include_str!("../../migrations/0032_staff_refunds.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,

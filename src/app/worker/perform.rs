@@ -1,6 +1,7 @@
 //! Performing one claimed effect: what it needs is read on the claim's connection, which is
 //! returned to the pool before the first Bot API call; then the calls, each kind by its own
-//! rule ([`super::access`], [`super::notices`], [`super::refund`], [`super::bot`]). Every
+//! rule ([`super::access`], [`super::notices`], [`super::refund`], [`super::gateway_refund`],
+//! [`super::bot`]). Every
 //! effect is harmless when repeated and re-checks the state it acts on: a grant, receipt or
 //! notice whose membership changed since is skipped, a revoke whose member holds access again
 //! (or is exempt in the channel, or a chat administrator) is skipped, a join request is decided
@@ -45,6 +46,7 @@ impl Worker {
         };
         match kind {
             Kind::Refund => self.refund(client, bot, e).await,
+            Kind::GatewayRefund => self.gateway_refund(client, bot, e).await,
             Kind::MemberMessage => self.member_message(client, bot, e).await,
             Kind::ReferralReward => {
                 drop(client);

@@ -128,6 +128,15 @@ pub struct ReferralReward {
     pub reward_id: i64,
 }
 
+/// The payload of a refund staff asked for: `verify: true` once an attempt's outcome is
+/// unknown (a Stars refund that timed out: look for it in `getStarTransactions` before calling
+/// again). What to refund is the payment's (`effects.payment_id`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GatewayRefund {
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub verify: bool,
+}
+
 /// An effect's payload, by kind.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Payload {
@@ -145,6 +154,7 @@ pub enum Payload {
     Unban(Unban),
     MemberMessage(MemberMessage),
     ReferralReward(ReferralReward),
+    GatewayRefund(GatewayRefund),
 }
 
 impl Payload {
@@ -165,6 +175,7 @@ impl Payload {
             Payload::Unban(_) => Kind::Unban,
             Payload::MemberMessage(_) => Kind::MemberMessage,
             Payload::ReferralReward(_) => Kind::ReferralReward,
+            Payload::GatewayRefund(_) => Kind::GatewayRefund,
         }
     }
 
@@ -188,6 +199,7 @@ impl Payload {
             Kind::Unban => Payload::Unban(read(json)?),
             Kind::MemberMessage => Payload::MemberMessage(read(json)?),
             Kind::ReferralReward => Payload::ReferralReward(read(json)?),
+            Kind::GatewayRefund => Payload::GatewayRefund(read(json)?),
         })
     }
 
@@ -207,6 +219,7 @@ impl Payload {
             Payload::Unban(p) => serde_json::to_value(p),
             Payload::MemberMessage(p) => serde_json::to_value(p),
             Payload::ReferralReward(p) => serde_json::to_value(p),
+            Payload::GatewayRefund(p) => serde_json::to_value(p),
         };
         json.expect("a payload serializes to JSON")
     }
@@ -247,6 +260,7 @@ mod tests {
                 Kind::Unban => json!({"found": "audit"}),
                 Kind::MemberMessage => json!({"message_id": 9}),
                 Kind::ReferralReward => json!({"reward_id": 5}),
+                Kind::GatewayRefund => json!({"verify": true}),
             };
             let p = Payload::parse(kind, &json).unwrap();
             assert_eq!(p.kind(), kind);

@@ -482,7 +482,7 @@ pub enum ApiCallError {
 }
 
 /// The HTTP client of Stripe calls: 15 s per call, no redirects.
-fn http() -> &'static reqwest::Client {
+pub(super) fn http() -> &'static reqwest::Client {
     static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
     CLIENT.get_or_init(|| {
         reqwest::Client::builder()
