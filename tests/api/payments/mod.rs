@@ -4,7 +4,8 @@
 //! fee on a Stars payment, Stripe with its delayed methods and disputes (door 4); refunds at the
 //! gateway, refunds that arrive before their payment, the reconcile of card orders with
 //! WayForPay, the orders API with its seat rule, and the referral commissions those payments
-//! earn and their refunds take back, also across a `kill -9` of the server.
+//! earn and their refunds take back, also across a `kill -9` of the server; and refunds staff
+//! start, made at the payment's gateway.
 
 mod affiliate_fees;
 mod apply;
@@ -19,6 +20,7 @@ mod referrals;
 mod refunds_before_payments;
 mod seats;
 mod signed_webhook;
+mod staff_refunds;
 mod stars_reconcile;
 mod stars_subscriptions;
 pub(crate) mod stripe;

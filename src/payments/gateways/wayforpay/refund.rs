@@ -330,7 +330,7 @@ mod tests {
     fn merchant() -> WayForPayConfig {
         WayForPayConfig {
             merchant_account: "test_merch_n1".into(),
-            secret_key: Secret("flk3409refn54t54t*FNJRET".into()),
+            secret_key: Secret::new("flk3409refn54t54t*FNJRET"),
         }
     }
 
