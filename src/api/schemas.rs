@@ -63,7 +63,7 @@ pub struct Retried {
 /// The answer to a staff login.
 #[derive(Serialize, ToSchema)]
 #[schema(example = json!({"access_token": "eyJ0eXAiOiJKV1QiLCJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2ln",
-    "token_type": "Bearer", "expires_in": 3600}))]
+    "token_type": "Bearer", "expires_in": 3600, "role": "admin"}))]
 pub struct Token {
     /// An HS256 JWT; send it as `Authorization: Bearer <token>`.
     pub access_token: String,

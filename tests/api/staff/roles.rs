@@ -71,6 +71,7 @@ fn table() -> BTreeMap<&'static str, &'static str> {
         ("PATCH /api/promo-codes/{id}", "admin"),
         ("POST /api/effects/retry", "support"),
         ("POST /api/effects/{id}/retry", "support"),
+        ("POST /api/payments/{id}/refund", "admin"),
         ("POST /api/star-subscriptions/{id}/cancel", "admin"),
         ("PATCH /api/referral-program", "admin"),
         ("PUT /api/plans/{id}/referral", "admin"),
