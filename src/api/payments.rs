@@ -3,22 +3,13 @@
 //! its refund (`POST /api/payments/{id}/refund`, [`crate::payments::refunds::by_staff`]).
 //! Payments are written only by the payment core and the refunds, and never deleted.
 
-use axum::{
-    Json,
-    extract::State,
-    http::StatusCode,
-    response::Response,
-};
+use axum::{Json, extract::State, http::StatusCode, response::Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    ApiQuery, Errors, Page, Paging, PathId,
-    auth::Staff,
-    exports,
-    idempotency::StaffWrite,
-    schemas::Problem,
-    state_filter,
+    ApiQuery, Errors, Page, Paging, PathId, auth::Staff, exports, idempotency::StaffWrite,
+    schemas::Problem, state_filter,
 };
 use crate::{
     app::state::AppState,

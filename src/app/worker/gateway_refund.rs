@@ -57,7 +57,9 @@ impl Worker {
         };
         let verify = matches!(
             e.typed_payload(),
-            Ok(Payload::GatewayRefund(payload::GatewayRefund { verify: true }))
+            Ok(Payload::GatewayRefund(payload::GatewayRefund {
+                verify: true
+            }))
         );
         let read = async {
             let f = by_staff::facts(&client, payment_id).await?;

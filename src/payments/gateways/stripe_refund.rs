@@ -35,7 +35,11 @@ pub fn idempotency_key(payment_intent: &str) -> String {
 }
 
 /// The form of `POST /v1/refunds` for the payment `payment_id` paid through `payment_intent`.
-pub fn refund_form(payment_intent: &str, payment_id: i64, reason: &str) -> Vec<(&'static str, String)> {
+pub fn refund_form(
+    payment_intent: &str,
+    payment_id: i64,
+    reason: &str,
+) -> Vec<(&'static str, String)> {
     vec![
         ("payment_intent", payment_intent.to_string()),
         ("metadata[subgate_payment]", payment_id.to_string()),
@@ -91,7 +95,10 @@ pub fn read_answer(status: u16, body: &[u8]) -> Result<Refunded, RefundError> {
             other => Err(RefundError::Refused(format!(
                 "refund {} is {other}: {}",
                 refund.id,
-                refund.failure_reason.as_deref().unwrap_or("no reason given")
+                refund
+                    .failure_reason
+                    .as_deref()
+                    .unwrap_or("no reason given")
             ))),
         };
     }
@@ -152,7 +159,10 @@ mod tests {
     fn a_succeeded_or_pending_refund_is_made() {
         for state in ["succeeded", "pending"] {
             assert_eq!(
-                answer(200, json!({"id": "re_1", "object": "refund", "status": state})),
+                answer(
+                    200,
+                    json!({"id": "re_1", "object": "refund", "status": state})
+                ),
                 Ok(Refunded::Made {
                     id: "re_1".into(),
                     status: state.into()
@@ -191,7 +201,10 @@ mod tests {
             Ok(Refunded::AlreadyRefunded)
         );
         assert_eq!(
-            answer(400, json!({"error": {"message": "No such payment_intent: 'pi_x'"}})),
+            answer(
+                400,
+                json!({"error": {"message": "No such payment_intent: 'pi_x'"}})
+            ),
             Err(RefundError::Refused(
                 "HTTP 400: No such payment_intent: 'pi_x'".into()
             ))
@@ -215,6 +228,9 @@ mod tests {
             refund_form("pi_1", 7, "twice"),
             refund_form("pi_1", 7, "twice")
         );
-        assert_eq!(refund_form("pi_1", 7, "twice")[0], ("payment_intent", "pi_1".into()));
+        assert_eq!(
+            refund_form("pi_1", 7, "twice")[0],
+            ("payment_intent", "pi_1".into())
+        );
     }
 }

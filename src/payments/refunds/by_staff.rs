@@ -217,9 +217,9 @@ pub async fn of_payment(
         return Ok(None);
     };
     let key = effects::gateway_refund_key(payment_id);
-    let effect = effects::by_key(client, &key)
-        .await?
-        .ok_or_else(|| ApiError::internal(format!("the refund of payment {payment_id} has no effect")))?;
+    let effect = effects::by_key(client, &key).await?.ok_or_else(|| {
+        ApiError::internal(format!("the refund of payment {payment_id} has no effect"))
+    })?;
     let state = State::from(effect.status);
     Ok(Some(StaffRefund {
         payment_id: row.payment_id,
@@ -344,7 +344,10 @@ const FACTS_SQL: &str = "SELECT p.id, p.gateway, p.external_id, p.amount_minor, 
 
 /// The payment of the refund staff asked for, as it is now; `None` when no refund of it was
 /// asked for.
-pub async fn facts(client: &impl GenericClient, payment_id: i64) -> Result<Option<Facts>, ApiError> {
+pub async fn facts(
+    client: &impl GenericClient,
+    payment_id: i64,
+) -> Result<Option<Facts>, ApiError> {
     db::opt(client, FACTS_SQL, &[&payment_id]).await
 }
 

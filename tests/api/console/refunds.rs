@@ -69,7 +69,10 @@ async fn staff_refund_a_payment_from_the_payments_screen_and_see_it_refunded() {
         sign_in(&browser, &base, "/overview", ADMIN_EMAIL, ADMIN_PASSWORD).await;
         browser.wait_text("main h1", "Overview").await;
         let doors = browser.wait_text("#ov-doors-list", "Stripe").await;
-        assert!(doors.contains("Monobank") && doors.contains("Fiscal receipts"), "{doors}");
+        assert!(
+            doors.contains("Monobank") && doors.contains("Fiscal receipts"),
+            "{doors}"
+        );
         browser.find("#door-stripe .badge.active").await;
         browser.find("#door-monobank .badge.expired").await;
         browser.check_screen("the overview").await;
@@ -90,7 +93,10 @@ async fn staff_refund_a_payment_from_the_payments_screen_and_see_it_refunded() {
             )
             .await;
         browser
-            .fill(&format!("#refund-form-{payment}-reason"), "Bought by mistake")
+            .fill(
+                &format!("#refund-form-{payment}-reason"),
+                "Bought by mistake",
+            )
             .await;
         browser
             .click(&format!("#refund-form-{payment} button[type=submit]"))
@@ -100,7 +106,9 @@ async fn staff_refund_a_payment_from_the_payments_screen_and_see_it_refunded() {
             .await;
         assert!(state.contains("Bought by mistake"), "{state}");
         assert!(state.contains("the gateway is being asked"), "{state}");
-        browser.check_screen("the payments screen after the refund").await;
+        browser
+            .check_screen("the payments screen after the refund")
+            .await;
         assert_eq!(app.count("effects WHERE kind = 'gateway_refund'").await, 1);
 
         // The fake Stripe makes the refund; the worker records it.
@@ -178,7 +186,9 @@ async fn support_staff_see_no_refund_button() {
             )
             .await;
         assert_eq!(buttons, json!(0), "support may not refund");
-        browser.check_screen("the payments screen for support").await;
+        browser
+            .check_screen("the payments screen for support")
+            .await;
     })
     .catch_unwind()
     .await;

@@ -230,13 +230,18 @@ async fn assert_taken_back(f: &Fakes, p: &Paid) {
 async fn a_stars_payment_is_refunded_once_and_the_reconcile_changes_nothing_after() {
     let f = fakes().await;
     let p = stars_paid(&f, 7301, -1_007_301_000_001, "stx-staff-1").await;
-    let r = ask(&f.app, p.payment, "Bought by mistake").await.expect(202);
+    let r = ask(&f.app, p.payment, "Bought by mistake")
+        .await
+        .expect(202);
     assert_eq!(r["state"], "pending");
     assert_eq!(r["payment_id"], p.payment);
     assert_eq!(r["reason"], "Bought by mistake");
     assert_eq!(r["requested_by"], crate::support::helpers::ADMIN_EMAIL);
     let shown = payment(&f.app, p.payment).await;
-    assert_eq!(shown["outcome"], "applied", "unchanged until Telegram confirms");
+    assert_eq!(
+        shown["outcome"], "applied",
+        "unchanged until Telegram confirms"
+    );
     assert_eq!(shown["refund"], r);
 
     run(&f.app).await;
@@ -305,7 +310,10 @@ async fn a_lost_stripe_answer_is_asked_again_under_the_same_key_and_refunds_once
     let report = run(&f.app).await;
     assert_eq!(report.retried, 1, "{report:?}");
     assert_eq!(payment(&f.app, p.payment).await["outcome"], "applied");
-    assert_eq!(payment(&f.app, p.payment).await["refund"]["state"], "pending");
+    assert_eq!(
+        payment(&f.app, p.payment).await["refund"]["state"],
+        "pending"
+    );
     make_due(&f.app).await;
     run(&f.app).await;
     assert_eq!(
@@ -337,7 +345,11 @@ async fn a_wayforpay_payment_is_refunded_once_and_its_refunded_callback_changes_
         .iter()
         .map(|r| r.body["transactionType"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(kinds, ["CHECK_STATUS", "REFUND"], "asked first, then refunded");
+    assert_eq!(
+        kinds,
+        ["CHECK_STATUS", "REFUND"],
+        "asked first, then refunded"
+    );
     assert!(sent.iter().all(|r| r.signature_ok), "every request signed");
     assert_eq!(sent[1].body["amount"], json!(199.5));
     assert_eq!(sent[1].body["comment"], "Wrong channel");
@@ -346,10 +358,18 @@ async fn a_wayforpay_payment_is_refunded_once_and_its_refunded_callback_changes_
 
     let before = events(&f.app, p.membership).await;
     f.app
-        .post_wayforpay(&wayforpay_callback(&p.reference, "199.5", "UAH", "Refunded"))
+        .post_wayforpay(&wayforpay_callback(
+            &p.reference,
+            "199.5",
+            "UAH",
+            "Refunded",
+        ))
         .await
         .expect(200);
-    assert_eq!(payment(&f.app, p.payment).await["reason"], "refunded_by_staff");
+    assert_eq!(
+        payment(&f.app, p.payment).await["reason"],
+        "refunded_by_staff"
+    );
     assert_eq!(events(&f.app, p.membership).await, before);
 
     // Asking again answers the refund made, and refunds nothing.
@@ -362,9 +382,12 @@ async fn a_wayforpay_payment_is_refunded_once_and_its_refunded_callback_changes_
 async fn a_wayforpay_order_refunded_meanwhile_is_not_refunded_again() {
     let f = fakes().await;
     let p = wayforpay_paid(&f, 7305, -1_007_305_000_001, "199").await;
-    ask(&f.app, p.payment, "refunded in the portal").await.expect(202);
+    ask(&f.app, p.payment, "refunded in the portal")
+        .await
+        .expect(202);
     // Refunded by hand in WayForPay's portal before the worker ran: its status says so.
-    f.wfp.script(&p.reference, Script::status("Refunded", "199"));
+    f.wfp
+        .script(&p.reference, Script::status("Refunded", "199"));
     run(&f.app).await;
     assert!(f.wfp.refunds().is_empty(), "no REFUND was sent");
     assert_taken_back(&f, &p).await;
@@ -402,7 +425,11 @@ async fn a_payment_in_review_is_refunded_and_takes_nothing() {
     run(&f.app).await;
     assert_eq!(f.wfp.refunds(), vec![r.clone()]);
     let refund = f.wfp.received().last().unwrap().body.clone();
-    assert_eq!(refund["amount"], json!(150), "the money it brought goes back");
+    assert_eq!(
+        refund["amount"],
+        json!(150),
+        "the money it brought goes back"
+    );
     let body = payment(&f.app, p).await;
     assert_eq!(
         (body["outcome"].as_str(), body["reason"].as_str()),
@@ -423,9 +450,14 @@ async fn a_second_request_answers_the_same_refund_and_racing_requests_refund_onc
     let f = fakes().await;
     let p = stripe_paid(&f, 7307, -1_007_307_000_001, "pi_staff_twice").await;
     let first = ask(&f.app, p.payment, "twice").await.expect(202);
-    let second = ask(&f.app, p.payment, "a different reason").await.expect(202);
+    let second = ask(&f.app, p.payment, "a different reason")
+        .await
+        .expect(202);
     assert_eq!(first, second, "the refund asked for first");
-    assert_eq!(f.app.count("effects WHERE kind = 'gateway_refund'").await, 1);
+    assert_eq!(
+        f.app.count("effects WHERE kind = 'gateway_refund'").await,
+        1
+    );
     assert_eq!(
         f.app
             .count("audit_log WHERE action = 'payment.refund'")
@@ -499,8 +531,10 @@ async fn a_second_request_answers_the_same_refund_and_racing_requests_refund_onc
 async fn a_refusal_leaves_the_payment_alone_shows_failed_and_is_tried_again_from_the_effects() {
     let f = fakes().await;
     let p = stripe_paid(&f, 7320, -1_007_320_000_001, "pi_staff_refused").await;
-    f.stripe
-        .refuse_refunds("pi_staff_refused", "This PaymentIntent cannot be refunded now.");
+    f.stripe.refuse_refunds(
+        "pi_staff_refused",
+        "This PaymentIntent cannot be refunded now.",
+    );
     ask(&f.app, p.payment, "refused").await.expect(202);
     let report = run(&f.app).await;
     assert_eq!(report.failed, 1, "{report:?}");
@@ -531,7 +565,10 @@ async fn a_refusal_leaves_the_payment_alone_shows_failed_and_is_tried_again_from
         .post(&format!("/api/effects/{effect}/retry"), Value::Null)
         .await
         .expect(200);
-    assert_eq!(payment(&f.app, p.payment).await["refund"]["state"], "pending");
+    assert_eq!(
+        payment(&f.app, p.payment).await["refund"]["state"],
+        "pending"
+    );
     run(&f.app).await;
     assert_eq!(f.stripe.refunds(), vec!["pi_staff_refused".to_string()]);
     assert_taken_back(&f, &p).await;
@@ -576,7 +613,11 @@ async fn payments_that_cannot_be_refunded_are_409_naming_why() {
     let acme = paid(&f.app, &reference(&order), -1_007_330_000_001, 7330).await;
     let r = ask(&f.app, acme.payment, "no").await;
     assert_eq!(r.status.as_u16(), 409);
-    assert!(r.json()["detail"].as_str().unwrap().contains("acme"), "{}", r.json());
+    assert!(
+        r.json()["detail"].as_str().unwrap().contains("acme"),
+        "{}",
+        r.json()
+    );
     f.app
         .db()
         .await
@@ -598,7 +639,12 @@ async fn payments_that_cannot_be_refunded_are_409_naming_why() {
         .expect(200);
     let r = ask(&f.app, w.payment, "no").await;
     assert_eq!(r.status.as_u16(), 409);
-    assert!(r.json()["detail"].as_str().unwrap().contains("refunded already"));
+    assert!(
+        r.json()["detail"]
+            .as_str()
+            .unwrap()
+            .contains("refunded already")
+    );
 
     // Disputed at the bank.
     let d = stripe_paid(&f, 7332, -1_007_332_000_001, "pi_staff_disputed").await;
@@ -612,7 +658,10 @@ async fn payments_that_cannot_be_refunded_are_409_naming_why() {
     assert!(r.json()["detail"].as_str().unwrap().contains("disputed"));
 
     assert_eq!(f.app.count("staff_refunds").await, 0, "nothing stored");
-    assert_eq!(f.app.count("effects WHERE kind = 'gateway_refund'").await, 0);
+    assert_eq!(
+        f.app.count("effects WHERE kind = 'gateway_refund'").await,
+        0
+    );
     assert_eq!(payment(&f.app, d.payment).await["refund"], Value::Null);
 }
 
@@ -637,10 +686,7 @@ async fn only_admins_refund_and_the_request_is_checked() {
             .await;
         assert_eq!(r.status.as_u16(), 403, "{role}");
     }
-    assert_eq!(
-        ask(&f.app, 999_999, "unknown").await.status.as_u16(),
-        404
-    );
+    assert_eq!(ask(&f.app, 999_999, "unknown").await.status.as_u16(), 404);
     for (body, status) in [
         (json!({}), 422),
         (json!({"reason": "   "}), 422),
@@ -736,14 +782,18 @@ async fn the_overview_says_which_doors_are_live() {
 async fn a_wayforpay_decline_is_failed_with_its_words_and_changes_nothing() {
     let f = fakes().await;
     let p = wayforpay_paid(&f, 7350, -1_007_350_000_001, "199").await;
-    f.wfp.refuse_refunds(&p.reference, "Refund not allowed for this card");
+    f.wfp
+        .refuse_refunds(&p.reference, "Refund not allowed for this card");
     ask(&f.app, p.payment, "declined").await.expect(202);
     run(&f.app).await;
     let body = payment(&f.app, p.payment).await;
     assert_eq!(body["outcome"], "applied");
     assert_eq!(body["refund"]["state"], "failed");
     let error = body["refund"]["error"].as_str().unwrap();
-    assert!(error.contains("Refund not allowed for this card"), "{error}");
+    assert!(
+        error.contains("Refund not allowed for this card"),
+        "{error}"
+    );
     assert!(error.contains("Declined"), "{error}");
     assert!(f.wfp.refunds().is_empty());
     assert_eq!(

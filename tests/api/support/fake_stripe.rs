@@ -146,7 +146,10 @@ async fn refund(
         form: form.clone(),
     });
     let Some(intent) = form.get("payment_intent").cloned() else {
-        return error(StatusCode::BAD_REQUEST, "Missing required param: payment_intent.");
+        return error(
+            StatusCode::BAD_REQUEST,
+            "Missing required param: payment_intent.",
+        );
     };
     let key = key.unwrap_or_else(|| format!("none-{}", s.received.len()));
     let made = match s.refunds.get(&key) {

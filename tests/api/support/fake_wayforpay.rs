@@ -182,13 +182,17 @@ fn handle_refund(state: &Mutex<FakeState>, body: &str) -> axum::response::Respon
         serde_json::from_str(body).unwrap_or_default();
     let text = |name: &str| -> String {
         raw.get(name)
-            .map(|v| serde_json::from_str::<String>(v.get()).unwrap_or_else(|_| v.get().to_string()))
+            .map(|v| {
+                serde_json::from_str::<String>(v.get()).unwrap_or_else(|_| v.get().to_string())
+            })
             .unwrap_or_default()
     };
     let (account, reference, amount, currency) = (
         text("merchantAccount"),
         text("orderReference"),
-        raw.get("amount").map(|v| v.get().to_string()).unwrap_or_default(),
+        raw.get("amount")
+            .map(|v| v.get().to_string())
+            .unwrap_or_default(),
         text("currency"),
     );
     let signature_ok = text("merchantSignature")
@@ -204,7 +208,12 @@ fn handle_refund(state: &Mutex<FakeState>, body: &str) -> axum::response::Respon
         return json_ok(json!({"reason": "Invalid signature", "reasonCode": 1113}).to_string());
     }
     if let Some(reason) = s.refuse.get(&reference) {
-        return json_ok(refund_answer(&reference, "Declined", &reason.clone(), "1101"));
+        return json_ok(refund_answer(
+            &reference,
+            "Declined",
+            &reason.clone(),
+            "1101",
+        ));
     }
     if s.refunded.contains(&reference) {
         return json_ok(refund_answer(

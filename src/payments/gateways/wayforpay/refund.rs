@@ -61,7 +61,10 @@ pub fn request_signature(
     amount: &str,
     currency: &str,
 ) -> String {
-    hmac_md5_hex(secret, &[merchant_account, order_reference, amount, currency])
+    hmac_md5_hex(
+        secret,
+        &[merchant_account, order_reference, amount, currency],
+    )
 }
 
 #[derive(Serialize)]
@@ -139,8 +142,8 @@ struct RawAnswer<'a> {
 /// Reads an answer to `REFUND`: `Ok` for a signed status answer (not yet verified), `Err` with
 /// WayForPay's `reason (reasonCode)` for any other answer.
 pub fn parse_answer(body: &[u8]) -> Result<Answer, String> {
-    let raw: RawAnswer<'_> = serde_json::from_slice(body)
-        .map_err(|e| format!("not a WayForPay answer: {e}"))?;
+    let raw: RawAnswer<'_> =
+        serde_json::from_slice(body).map_err(|e| format!("not a WayForPay answer: {e}"))?;
     let code = raw
         .reason_code
         .map(|c| {
@@ -285,7 +288,10 @@ pub async fn refund(
     currency: &str,
     comment: &str,
 ) -> Result<Refunded, RefundError> {
-    match current_status(api_url, wfp, order_reference).await?.as_deref() {
+    match current_status(api_url, wfp, order_reference)
+        .await?
+        .as_deref()
+    {
         Some(status @ ("Refunded" | "Voided")) => {
             return Ok(Refunded::AlreadyRefunded {
                 status: status.to_string(),
@@ -388,7 +394,9 @@ mod tests {
         assert!(!verify_answer(b"another key", &a));
         let declined = parse_answer(signed("Declined", "1101").as_bytes()).unwrap();
         assert!(verify_answer(key, &declined));
-        assert!(matches!(judge_answer(&declined), Err(RefundError::Refused(t)) if t.contains("1101")));
+        assert!(
+            matches!(judge_answer(&declined), Err(RefundError::Refused(t)) if t.contains("1101"))
+        );
         let processing = parse_answer(signed("RefundInProcessing", "1100").as_bytes()).unwrap();
         assert!(matches!(
             judge_answer(&processing),
@@ -396,7 +404,10 @@ mod tests {
         ));
         // A tampered status fails the signature.
         let tampered = signed("Declined", "1100").replace("Declined", "Refunded");
-        assert!(!verify_answer(key, &parse_answer(tampered.as_bytes()).unwrap()));
+        assert!(!verify_answer(
+            key,
+            &parse_answer(tampered.as_bytes()).unwrap()
+        ));
     }
 
     #[test]
