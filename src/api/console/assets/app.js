@@ -2521,7 +2521,8 @@
   // ------------------------------------------------------------------ effects
 
   const KINDS = ['grant', 'renewal_receipt', 'revoke', 'reminder', 'grace_notice', 'refund',
-    'join_approve', 'join_decline', 'bot_message', 'invoice', 'subscription_cancel', 'member_message'];
+    'join_approve', 'join_decline', 'bot_message', 'invoice', 'subscription_cancel', 'member_message',
+    'gateway_refund'];
 
   async function renderEffects(params) {
     const { main, live } = page('Telegram effects');
