@@ -237,9 +237,9 @@ pub async fn login(
     } else {
         accounts::find_login(&state.db.get().await?, &email).await?
     };
-    let (id, version, hash) = match account {
-        Some(a) => (Some(a.id), a.token_version, a.password_hash),
-        None => (None, 0, state.dummy_hash.get().await?),
+    let (id, version, hash, role) = match account {
+        Some(a) => (Some(a.id), a.token_version, a.password_hash, Some(a.role)),
+        None => (None, 0, state.dummy_hash.get().await?, None),
     };
 
     let permit = state.hash_permits.acquire().await.ok_or_else(|| {
@@ -250,7 +250,7 @@ pub async fn login(
         .reserve(key, cfg.login_max_failures, cfg.login_window)
         .map_err(too_many)?;
     let ok = passwords::verify_login(permit, attempt, password, hash, id.is_some()).await?;
-    let Some(id) = id.filter(|_| ok) else {
+    let (Some(id), Some(role)) = (id.filter(|_| ok), role) else {
         tracing::info!("login failed");
         return Err(ApiError::Unauthorized);
     };
@@ -260,6 +260,7 @@ pub async fn login(
         access_token: token,
         token_type: "Bearer".into(),
         expires_in: cfg.jwt_ttl.as_secs(),
+        role,
     }))
 }
 

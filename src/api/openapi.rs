@@ -198,6 +198,10 @@ text_enum_schemas! {
     crate::payments::receipts::State => "ReceiptState":
         "A fiscal receipt: `pending` (owed, being issued or retried), `done` (registered by \
          Checkbox, with its public page) or `failed` (its effect was dead-lettered).",
+    crate::payments::refunds::by_staff::State => "StaffRefundState":
+        "Where a refund staff asked for stands: `pending` (being tried), `done` (the gateway \
+         confirmed; the payment is `refunded`) or `failed` (refused for good; the payment is \
+         unchanged).",
     crate::payments::gateways::wayforpay::checks::State => "ReconciliationState":
         "`chasing` (asked again later), `found` (the gateway's answer was stored as a payment), \
          `gave_up` (not paid 72 hours after the link) or `settled` (paid, cancelled or refunded).",

@@ -15,8 +15,8 @@ use tokio_postgres::IsolationLevel;
 
 use super::{ApiQuery, auth::Staff};
 use crate::{
-    access::sweep::SweepRun, app::state::AppState, catalog::channels, common::error::ApiError, db,
-    orders::seats, outbox::effects,
+    access::sweep::SweepRun, app::state::AppState, catalog::channels, common::error::ApiError,
+    config::Doors, db, orders::seats, outbox::effects,
 };
 
 /// The body of `GET /api/overview`.
@@ -40,6 +40,8 @@ pub struct Overview {
     pub last_sweep: Option<SweepRun>,
     /// When a sweep last changed a membership (from `membership_events`, any process).
     pub last_sweep_change_at: Option<DateTime<Utc>>,
+    /// Which payment doors are live (configured), and whether fiscal receipts are.
+    pub doors: Doors,
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -187,5 +189,6 @@ pub async fn get(
         channels_without_rights,
         last_sweep: state.last_sweep.get(),
         last_sweep_change_at: r.try_get("last_sweep_change_at")?,
+        doors: state.config.doors(),
     }))
 }

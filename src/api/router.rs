@@ -109,6 +109,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(needs(Viewer, routes!(payments::list)))
         .routes(needs(Viewer, routes!(payments::export)))
         .routes(needs(Viewer, routes!(payments::get)))
+        .routes(needs(Admin, routes!(payments::refund)))
         .routes(needs(Viewer, routes!(reconciliation::list)))
         .routes(needs(Viewer, routes!(reconciliation::list_monobank)))
         .routes(needs(Viewer, routes!(automations::list)))

@@ -63,7 +63,7 @@ pub struct Retried {
 /// The answer to a staff login.
 #[derive(Serialize, ToSchema)]
 #[schema(example = json!({"access_token": "eyJ0eXAiOiJKV1QiLCJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2ln",
-    "token_type": "Bearer", "expires_in": 3600}))]
+    "token_type": "Bearer", "expires_in": 3600, "role": "admin"}))]
 pub struct Token {
     /// An HS256 JWT; send it as `Authorization: Bearer <token>`.
     pub access_token: String,
@@ -72,6 +72,10 @@ pub struct Token {
     /// Seconds until it expires (`JWT_TTL_SECS`).
     #[schema(minimum = 1)]
     pub expires_in: u64,
+    /// The account's role when the token was issued, so a client (the console) offers only
+    /// what the account may do; every request is still checked against the role it has then.
+    #[schema(value_type = String, example = "admin")]
+    pub role: crate::staff::Role,
 }
 
 /// `{"status": "ok"}` or `{"status": "ready"}`.

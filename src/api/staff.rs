@@ -281,5 +281,6 @@ pub async fn change_password(
         access_token: token,
         token_type: "Bearer".into(),
         expires_in: cfg.jwt_ttl.as_secs(),
+        role: who.role,
     }))
 }

@@ -65,6 +65,10 @@ crate::text_enum! {
         /// `won`): the money stays, so it waits for staff (`needs_review`) to grant again what
         /// the dispute took back. Never a pre-checkout refusal.
         DisputeWon => "dispute_won",
+        /// An applied or in-review payment staff refunded (`POST /api/payments/{id}/refund`)
+        /// once its gateway confirmed the refund: what it bought was taken back as for a
+        /// refund at the gateway. Never a pre-checkout refusal.
+        RefundedByStaff => "refunded_by_staff",
     }
 }
 
@@ -81,6 +85,7 @@ impl Reason {
                 | Reason::RefundedBeforePayment
                 | Reason::DisputedAtGateway
                 | Reason::DisputeWon
+                | Reason::RefundedByStaff
         )
     }
 

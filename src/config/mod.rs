@@ -69,9 +69,11 @@
 //! it lists exactly the variables read). Parsing is split by concern — `database`, `http`,
 //! `staff_auth`, `gateways` (the payment doors), `telegram`, `jobs` (background jobs and seat
 //! holds) — each a small reader over the helpers of `vars`, which refuse every variable of one
-//! shape (integer range, flag, minimum length) with the same words.
+//! shape (integer range, flag, minimum length) with the same words. `doors` says which payment
+//! doors the configuration opens.
 
 mod database;
+mod doors;
 mod fiscal;
 mod gateways;
 mod http;
@@ -84,6 +86,7 @@ pub mod webhook_keys;
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
+pub use doors::Doors;
 pub use fiscal::CheckboxConfig;
 pub use gateways::{CryptoPayConfig, MonobankConfig, StripeConfig, WayForPayConfig};
 pub use http::LogFormat;

@@ -158,6 +158,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "fiscal_receipts",
         include_str!("../../migrations/0031_fiscal_receipts.sql"),
     ),
+    (
+        32,
+        "staff_refunds",
+        include_str!("../../migrations/0032_staff_refunds.sql"),
+    ),
 ];
 
 /// Key of the session advisory lock that serializes migrations (the single-bigint keyspace,

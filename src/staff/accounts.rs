@@ -307,15 +307,18 @@ pub struct LoginAccount {
     /// Goes into the token (`ver`), read in the same row as the hash it was checked against:
     /// a password changed after this read ends the token being issued too.
     pub token_version: i32,
+    /// What the token will allow, for the client to know (the API checks it on every request).
+    pub role: Role,
 }
 
-crate::from_row!(LoginAccount ["id, password_hash, token_version"] {
+crate::from_row!(LoginAccount ["id, password_hash, token_version, role"] {
     id,
     password_hash,
     token_version,
+    role,
 });
 
-const LOGIN_ACCOUNT_SQL: &str = "SELECT id, password_hash, token_version FROM staff_accounts
+const LOGIN_ACCOUNT_SQL: &str = "SELECT id, password_hash, token_version, role FROM staff_accounts
      WHERE email = $1 AND NOT disabled";
 
 /// The enabled staff account with this (normalized) email, if any, as login needs it (a

@@ -72,6 +72,7 @@ mod bans;
 mod bot;
 mod claim;
 mod failure;
+mod gateway_refund;
 mod health;
 pub mod listen;
 mod messages;

@@ -1,7 +1,7 @@
 //! Performing one claimed effect: what it needs is read on the claim's connection, which is
 //! returned to the pool before the first Bot API call; then the calls, each kind by its own
-//! rule ([`super::access`], [`super::notices`], [`super::refund`], [`super::bot`]; a fiscal
-//! receipt calls Checkbox instead, [`super::receipts`]). Every
+//! rule ([`super::access`], [`super::notices`], [`super::refund`], [`super::gateway_refund`],
+//! [`super::bot`]; a fiscal receipt calls Checkbox instead, [`super::receipts`]). Every
 //! effect is harmless when repeated and re-checks the state it acts on: a grant, receipt or
 //! notice whose membership changed since is skipped, a revoke whose member holds access again
 //! (or is exempt in the channel, or a chat administrator) is skipped, a join request is decided
@@ -46,6 +46,7 @@ impl Worker {
         };
         match kind {
             Kind::Refund => self.refund(client, bot, e).await,
+            Kind::GatewayRefund => self.gateway_refund(client, bot, e).await,
             Kind::MemberMessage => self.member_message(client, bot, e).await,
             Kind::FiscalReceipt => self.fiscal_receipt(client, e).await,
             Kind::ReferralReward => {

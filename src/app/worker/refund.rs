@@ -19,7 +19,7 @@ use crate::{
 };
 
 /// How much earlier than its effect's creation a refund may be dated (clocks differ).
-const CLOCK_SKEW_SECS: i64 = 3600;
+pub(super) const CLOCK_SKEW_SECS: i64 = 3600;
 
 impl Worker {
     /// `refundStarPayment`, while the payment is `refund_pending`. Success or

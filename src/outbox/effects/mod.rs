@@ -36,7 +36,8 @@
 //!   membership (which is gone), and the worker performs a revoke whose membership is gone.
 //! - **One reminder per (membership, expiry)** — that is, per period:
 //!   `reminder:{membership}:{expiry in µs}` ([`crate::access::memberships::enqueue_due_reminders`]).
-//! - **One refund per payment** (`refund:{payment}`), **one decision per join request**
+//! - **One refund per payment** (`refund:{payment}`; a refund staff asked for:
+//!   `gateway_refund:{payment}`, [`gateway_refund_key`]), **one decision per join request**
 //!   (`join:{chat}:{user}:{date}`), **one fiscal receipt per payment and kind**
 //!   (`receipt:sale:{payment}`, `receipt:return:{payment}`,
 //!   [`crate::payments::receipts`]).
@@ -110,6 +111,10 @@ crate::text_enum! {
         /// (`payload.fiscal_receipt_id`, a `fiscal_receipts` row): made at Checkbox, not
         /// Telegram, and its link then sent to the buyer.
         FiscalReceipt => "fiscal_receipt",
+        /// A refund staff asked for (`payment_id`, a `staff_refunds` row): made at the
+        /// payment's gateway (`refundStarPayment`, Stripe, WayForPay `REFUND`, Monobank's
+        /// cancel), then what the payment bought is taken back. Names no chat.
+        GatewayRefund => "gateway_refund",
     }
 }
 
@@ -165,6 +170,11 @@ pub async fn told_of(
             .await?
             .try_get("delivered")?,
     )
+}
+
+/// The key of the refund staff asked for of payment `payment_id`: one per payment, ever.
+pub fn gateway_refund_key(payment_id: i64) -> String {
+    format!("gateway_refund:{payment_id}")
 }
 
 /// The key of the notice that a revoke's access ended: one per revoke effect, so one per ending.

@@ -138,6 +138,15 @@ pub struct FiscalReceipt {
     pub fiscal_receipt_id: i64,
 }
 
+/// The payload of a refund staff asked for: `verify: true` once an attempt's outcome is
+/// unknown (a Stars refund that timed out: look for it in `getStarTransactions` before calling
+/// again). What to refund is the payment's (`effects.payment_id`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GatewayRefund {
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub verify: bool,
+}
+
 /// An effect's payload, by kind.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Payload {
@@ -156,6 +165,7 @@ pub enum Payload {
     MemberMessage(MemberMessage),
     ReferralReward(ReferralReward),
     FiscalReceipt(FiscalReceipt),
+    GatewayRefund(GatewayRefund),
 }
 
 impl Payload {
@@ -177,6 +187,7 @@ impl Payload {
             Payload::MemberMessage(_) => Kind::MemberMessage,
             Payload::ReferralReward(_) => Kind::ReferralReward,
             Payload::FiscalReceipt(_) => Kind::FiscalReceipt,
+            Payload::GatewayRefund(_) => Kind::GatewayRefund,
         }
     }
 
@@ -201,6 +212,7 @@ impl Payload {
             Kind::MemberMessage => Payload::MemberMessage(read(json)?),
             Kind::ReferralReward => Payload::ReferralReward(read(json)?),
             Kind::FiscalReceipt => Payload::FiscalReceipt(read(json)?),
+            Kind::GatewayRefund => Payload::GatewayRefund(read(json)?),
         })
     }
 
@@ -221,6 +233,7 @@ impl Payload {
             Payload::MemberMessage(p) => serde_json::to_value(p),
             Payload::ReferralReward(p) => serde_json::to_value(p),
             Payload::FiscalReceipt(p) => serde_json::to_value(p),
+            Payload::GatewayRefund(p) => serde_json::to_value(p),
         };
         json.expect("a payload serializes to JSON")
     }
@@ -262,6 +275,7 @@ mod tests {
                 Kind::MemberMessage => json!({"message_id": 9}),
                 Kind::ReferralReward => json!({"reward_id": 5}),
                 Kind::FiscalReceipt => json!({"fiscal_receipt_id": 6}),
+                Kind::GatewayRefund => json!({"verify": true}),
             };
             let p = Payload::parse(kind, &json).unwrap();
             assert_eq!(p.kind(), kind);

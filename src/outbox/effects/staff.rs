@@ -57,6 +57,32 @@ pub async fn get(
     db::opt(client, GET_SQL, &[&id]).await
 }
 
+/// Where the effect of one dedupe key stands (the state of the work it stands for, such as a
+/// refund staff asked for).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyedState {
+    pub id: i64,
+    pub status: Status,
+    pub last_error: Option<String>,
+}
+
+crate::from_row!(KeyedState ["id, status, last_error"] {
+    id,
+    status,
+    last_error,
+});
+
+pub(super) const BY_KEY_SQL: &str =
+    "SELECT id, status, last_error FROM effects WHERE dedupe_key = $1";
+
+/// The effect enqueued under `dedupe_key`, if any: its id, status and last error.
+pub async fn by_key(
+    client: &impl deadpool_postgres::GenericClient,
+    dedupe_key: &str,
+) -> Result<Option<KeyedState>, ApiError> {
+    db::opt(client, BY_KEY_SQL, &[&dedupe_key]).await
+}
+
 pub(super) const PENDING_IN_CHAT_SQL: &str =
     "SELECT EXISTS (SELECT 1 FROM effects WHERE status = 'pending' AND chat_id = $1)
          OR EXISTS (SELECT 1 FROM sweep_queue WHERE chat_id = $1) AS pending";

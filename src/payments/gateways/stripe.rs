@@ -1,6 +1,7 @@
 //! Stripe (door 4, `POST /api/webhook/stripe`): the `Stripe-Signature` check, the two event
-//! types that matter read into what the core and the refund rule take, and the one API call we
-//! make — creating a Checkout Session for a bot order.
+//! types that matter read into what the core and the refund rule take, and the API call the bot
+//! needs — creating a Checkout Session for a bot order. The other call, a refund staff ask for,
+//! is [`super::stripe_refund`]'s, over this module's HTTP client.
 //!
 //! A small typed client over reqwest rather than a Stripe SDK: we make one call with eight form
 //! fields and read two fields of two events, while the Rust SDKs generate the whole API (tens of
@@ -482,7 +483,7 @@ pub enum ApiCallError {
 }
 
 /// The HTTP client of Stripe calls: 15 s per call, no redirects.
-fn http() -> &'static reqwest::Client {
+pub(super) fn http() -> &'static reqwest::Client {
     static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
     CLIENT.get_or_init(|| {
         reqwest::Client::builder()

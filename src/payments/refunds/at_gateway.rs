@@ -305,8 +305,9 @@ async fn refund_in(
         .map(Attempt::Done)
 }
 
-/// Takes back what the stored payment `f` bought, if it is `applied`.
-async fn take_back_applied(
+/// Takes back what the stored payment `f` bought, if it is `applied` (a refund staff asked
+/// for runs it too, [`super::by_staff`], after taking the same locks).
+pub(super) async fn take_back_applied(
     tx: &Transaction<'_>,
     gateway: &Gateway,
     external_id: &str,

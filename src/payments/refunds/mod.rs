@@ -3,8 +3,13 @@
 //! (the payment core sets it in its own transaction); it ends `refunded` (made or confirmed)
 //! or `refund_failed` (Telegram refused, for staff). A charge we never recorded whose refund
 //! Telegram lists too is kept as `refunded` with reason `refunded_elsewhere`.
+//!
+//! Beside it: [`at_gateway`] (a refund the gateway reports), [`disputes`] (a chargeback) and
+//! [`by_staff`] (a refund staff ask for, made at the payment's gateway), which all take back
+//! what a payment bought alike.
 
 pub mod at_gateway;
+pub mod by_staff;
 pub mod disputes;
 
 use deadpool_postgres::{GenericClient, Pool, Transaction};

@@ -33,7 +33,8 @@ pub fn pre_checkout_refusal(l: Language, reason: Reason) -> String {
         | Reason::RefundedAtGateway
         | Reason::RefundedBeforePayment
         | Reason::DisputedAtGateway
-        | Reason::DisputeWon => "pre-checkout-busy",
+        | Reason::DisputeWon
+        | Reason::RefundedByStaff => "pre-checkout-busy",
     };
     say(l, id, None)
 }

@@ -53,6 +53,7 @@ pub fn with_subscription_stopped(l: Language, notice: &str, reason: Option<Reaso
             | Reason::RefundedBeforePayment
             | Reason::DisputedAtGateway
             | Reason::DisputeWon
+            | Reason::RefundedByStaff
             | Reason::HoldLimited,
         )
         | None => "subscription-stopped",

@@ -12,6 +12,7 @@ mod messages;
 mod offers;
 mod reconciliation;
 mod referrals;
+mod refunds;
 mod rights;
 mod screens;
 pub(crate) mod walk;

@@ -258,6 +258,11 @@ async fn every_screen_shows_no_broken_text_and_logs_no_error() {
         } = made;
         let screens: Vec<(String, &str, &str)> = vec![
             ("#/overview".into(), "main", "Members by channel"),
+            (
+                "#/overview".into(),
+                "#ov-doors-list",
+                "Fiscal receipts (Checkbox)",
+            ),
             ("#/channels".into(), "main table", "Signals"),
             ("#/channels/new".into(), "main h1", "New channel"),
             (

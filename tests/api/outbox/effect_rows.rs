@@ -222,6 +222,9 @@ async fn check_key(app: &TestApp, row: &Row, typed: &Payload) {
         }
         Payload::BotMessage(_) => key.clone(),
         Payload::MemberMessage(p) => Some(format!("message:{}", p.message_id)),
+        Payload::GatewayRefund(_) => Some(effects::gateway_refund_key(
+            row.payment_id.expect("a staff refund's payment"),
+        )),
         Payload::ReferralReward(p) => {
             // `referral_reward:{reward}:grant` or `…:back`.
             let k = key.clone().unwrap();
@@ -351,6 +354,23 @@ async fn every_writer_s_rows_parse_as_their_kind_s_payload_and_follow_the_key_ru
         .await
         .unwrap();
     assert_eq!(refunds, 1);
+    // A refund staff ask for, of the order's applied Stars payment.
+    let applied: i64 = app
+        .db()
+        .await
+        .query_one(
+            "SELECT id FROM payments WHERE external_id = 'stx-rows-1'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    app.post(
+        &format!("/api/payments/{applied}/refund"),
+        json!({"reason": "rows"}),
+    )
+    .await
+    .expect(202);
 
     // The join-request door: a member approved, a stranger declined.
     let date = Utc::now().timestamp();

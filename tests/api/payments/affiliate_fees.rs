@@ -14,7 +14,7 @@ use crate::{
         telegram_door::{PRICE, order, pay, stars_channel, subscriber},
     },
     support::{
-        bodies::{PaymentBody, body_of},
+        bodies::{PaymentBody, payment_detail_of},
         fake_bot::FakeBot,
         helpers::TestApp,
     },
@@ -38,7 +38,7 @@ async fn stars_payment(app: &TestApp, charge_id: &str) -> PaymentBody {
         .await
         .unwrap()
         .get("id");
-    body_of(&app.get(&format!("/api/payments/{id}")).await.expect(200))
+    payment_detail_of(&app.get(&format!("/api/payments/{id}")).await.expect(200)).0
 }
 
 /// A buyer with a pending order of a new Stars channel: (Telegram user id, order reference).

@@ -6,8 +6,9 @@
 //! invoices, their reconcile and plans' crypto prices (door 6); refunds at the gateway,
 //! refunds that arrive before their payment, the reconcile of card orders with
 //! WayForPay, the orders API with its seat rule, and the referral commissions those payments
-//! earn and their refunds take back, also across a `kill -9` of the server; and the fiscal
-//! receipts (Checkbox) card payments in hryvnias and their refunds owe.
+//! earn and their refunds take back, also across a `kill -9` of the server; the fiscal
+//! receipts (Checkbox) card payments in hryvnias and their refunds owe; and refunds staff
+//! start, made at the payment's gateway.
 
 mod affiliate_fees;
 mod apply;
@@ -25,6 +26,7 @@ mod referrals;
 mod refunds_before_payments;
 mod seats;
 mod signed_webhook;
+mod staff_refunds;
 mod stars_reconcile;
 mod stars_subscriptions;
 pub(crate) mod stripe;

@@ -97,6 +97,7 @@ async fn login_succeeds_and_token_opens_protected_routes() {
     let body = r.expect(200);
     assert_eq!(body["token_type"], "Bearer");
     assert_eq!(body["expires_in"], 3600);
+    assert_eq!(body["role"], "owner", "the ADMIN_EMAIL account is an owner");
     let token = body["access_token"].as_str().unwrap();
     let r = with_auth(&app, Some(&format!("Bearer {token}"))).await;
     assert_eq!(r.expect(200)["items"], json!([]));

@@ -22,7 +22,7 @@ fn rank(role: &str) -> usize {
 /// Operations anyone may call: login, the payment doors, this document, health and readiness
 /// (and the static files of the console and the Mini App's page, every `GET` under `/console`
 /// and `/app/` outside `/app/api/`).
-const PUBLIC: [&str; 9] = [
+const PUBLIC: [&str; 10] = [
     "POST /api/auth/login",
     "POST /api/webhook/payment",
     "POST /api/webhook/wayforpay",
@@ -73,6 +73,7 @@ fn table() -> BTreeMap<&'static str, &'static str> {
         ("PATCH /api/promo-codes/{id}", "admin"),
         ("POST /api/effects/retry", "support"),
         ("POST /api/effects/{id}/retry", "support"),
+        ("POST /api/payments/{id}/refund", "admin"),
         ("POST /api/star-subscriptions/{id}/cancel", "admin"),
         ("PATCH /api/referral-program", "admin"),
         ("PUT /api/plans/{id}/referral", "admin"),

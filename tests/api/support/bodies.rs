@@ -161,6 +161,17 @@ pub struct PaymentBody {
     pub receipt: Option<Value>,
 }
 
+/// A payment as `GET /api/payments/{id}` answers it: a [`PaymentBody`] and its `refund` (a
+/// refund staff asked for, or null), which lists do not carry. Returns both.
+pub fn payment_detail_of(v: &Value) -> (PaymentBody, Value) {
+    let mut v = v.clone();
+    let refund = v
+        .as_object_mut()
+        .and_then(|o| o.remove("refund"))
+        .unwrap_or_else(|| panic!("a payment's detail has `refund`: {v}"));
+    (body_of(&v), refund)
+}
+
 /// What the payment webhook answers.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

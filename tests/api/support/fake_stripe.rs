@@ -1,9 +1,12 @@
 //! A fake Stripe API: a real HTTP server on a free local port that makes Checkout Sessions
-//! (`POST /v1/checkout/sessions`) the way Stripe does — basic auth with the secret key, a
-//! form body, and `Idempotency-Key`: a repeat of a key with the same parameters gets the session
-//! the first request made (a repeat with other parameters is refused, as Stripe refuses it). It
-//! keeps every request, so a test can count sessions and read what was sent, and can be told to
-//! lose its next answers (the session is made, the caller gets a 500) to drive retries.
+//! (`POST /v1/checkout/sessions`) and refunds (`POST /v1/refunds`) the way Stripe does — basic
+//! auth with the secret key, a form body, and `Idempotency-Key`: a repeat of a key with the same
+//! parameters gets the object the first request made (a repeat with other parameters is
+//! refused, as Stripe refuses it). A refund of a payment intent refunded already under another
+//! key is refused with `charge_already_refunded`, and a test can make the fake refuse the
+//! refunds of an intent (`refuse_refunds`) as Stripe refuses one it cannot make. It keeps every
+//! request, so a test can count sessions and refunds and read what was sent, and can be told to
+//! lose its next answers (the object is made, the caller gets a 500) to drive retries.
 //!
 //! Stripe's side of the webhook too: the events it sends ([`event`], with the objects
 //! [`checkout_session`] and [`dispute`] in the shapes of Stripe's API reference) and their
@@ -45,8 +48,14 @@ struct FakeState {
     sessions: HashMap<String, (HashMap<String, String>, Value)>,
     made: usize,
     received: Vec<Received>,
-    /// Answers to lose (500 after the session is made).
+    /// Answers to lose (500 after the session or refund is made).
     lose: usize,
+    /// Idempotency key → (the form, the refund made).
+    refunds: HashMap<String, (HashMap<String, String>, Value)>,
+    /// Payment intents refunded, in order (one entry per refund made).
+    refunded: Vec<String>,
+    /// Payment intent → the message Stripe refuses its refund with.
+    refuse: HashMap<String, String>,
 }
 
 pub struct FakeStripe {
@@ -60,6 +69,7 @@ impl FakeStripe {
         let state = Arc::new(Mutex::new(FakeState::default()));
         let app = Router::new()
             .route("/v1/checkout/sessions", post(create))
+            .route("/v1/refunds", post(refund))
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -85,6 +95,100 @@ impl FakeStripe {
     pub fn lose_answers(&self, n: usize) {
         self.state.lock().unwrap().lose = n;
     }
+
+    /// The payment intents refunded, one entry per refund made (a repeat of a key makes none).
+    pub fn refunds(&self) -> Vec<String> {
+        self.state.lock().unwrap().refunded.clone()
+    }
+
+    /// From now on, refunds of `intent` are refused with `message` (HTTP 400, as Stripe
+    /// refuses a refund it cannot make); [`FakeStripe::accept_refunds`] ends it.
+    pub fn refuse_refunds(&self, intent: &str, message: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .refuse
+            .insert(intent.to_string(), message.to_string());
+    }
+
+    /// Refunds of `intent` are made again.
+    pub fn accept_refunds(&self, intent: &str) {
+        self.state.lock().unwrap().refuse.remove(intent);
+    }
+}
+
+/// Basic auth with the secret key and a password left empty, as Stripe's clients send it.
+fn authorized(headers: &HeaderMap) -> bool {
+    let expected = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{SECRET_KEY}:"))
+    );
+    headers.get("authorization").and_then(|v| v.to_str().ok()) == Some(expected.as_str())
+}
+
+/// `POST /v1/refunds`: a Refund object (`succeeded`) of the whole `payment_intent`.
+async fn refund(
+    State(state): State<Arc<Mutex<FakeState>>>,
+    headers: HeaderMap,
+    body: String,
+) -> axum::response::Response {
+    if !authorized(&headers) {
+        return error(StatusCode::UNAUTHORIZED, "Invalid API Key provided");
+    }
+    let form: HashMap<String, String> = serde_urlencoded::from_str(&body).unwrap();
+    let key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let mut s = state.lock().unwrap();
+    s.received.push(Received {
+        idempotency_key: key.clone(),
+        form: form.clone(),
+    });
+    let Some(intent) = form.get("payment_intent").cloned() else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "Missing required param: payment_intent.",
+        );
+    };
+    let key = key.unwrap_or_else(|| format!("none-{}", s.received.len()));
+    let made = match s.refunds.get(&key) {
+        Some((sent, _)) if *sent != form => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "Keys for idempotent requests can only be used with the same parameters they were first used with.",
+            );
+        }
+        Some((_, made)) => made.clone(),
+        None => {
+            if let Some(message) = s.refuse.get(&intent) {
+                return error(StatusCode::BAD_REQUEST, &message.clone());
+            }
+            if s.refunded.contains(&intent) {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    Json(json!({"error": {"type": "invalid_request_error",
+                        "code": "charge_already_refunded",
+                        "message": format!("Charge ch_{intent} has already been refunded.")}})),
+                )
+                    .into_response();
+            }
+            s.refunded.push(intent.clone());
+            let made = json!({
+                "id": format!("re_test_{}", s.refunded.len()), "object": "refund",
+                "amount": 19900, "charge": format!("ch_{intent}"), "currency": "uah",
+                "payment_intent": intent, "metadata": {}, "reason": null,
+                "status": "succeeded", "created": chrono::Utc::now().timestamp(),
+            });
+            s.refunds.insert(key, (form, made.clone()));
+            made
+        }
+    };
+    if s.lose > 0 {
+        s.lose -= 1;
+        return error(StatusCode::INTERNAL_SERVER_ERROR, "answer lost");
+    }
+    Json(made).into_response()
 }
 
 fn error(status: StatusCode, message: &str) -> axum::response::Response {
@@ -100,11 +204,7 @@ async fn create(
     headers: HeaderMap,
     body: String,
 ) -> axum::response::Response {
-    let expected = format!(
-        "Basic {}",
-        base64::engine::general_purpose::STANDARD.encode(format!("{SECRET_KEY}:"))
-    );
-    if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some(expected.as_str()) {
+    if !authorized(&headers) {
         return error(StatusCode::UNAUTHORIZED, "Invalid API Key provided");
     }
     let form: HashMap<String, String> = serde_urlencoded::from_str(&body).unwrap();
@@ -198,5 +298,16 @@ pub fn dispute(intent: &str, status: &str) -> Value {
             "has_evidence": false, "past_due": false, "submission_count": 0},
         "is_charge_refundable": false, "livemode": false, "metadata": {},
         "payment_intent": intent, "reason": "fraudulent", "status": status
+    })
+}
+
+/// A Charge of `intent` refunded in whole (`amount_refunded` = `amount`), as `charge.refunded`
+/// carries it, naming our order in `metadata.order`.
+pub fn refunded_charge(intent: &str, amount: i64, currency: &str, reference: &str) -> Value {
+    json!({
+        "id": format!("ch_{intent}"), "object": "charge", "amount": amount,
+        "amount_refunded": amount, "currency": currency, "payment_intent": intent,
+        "refunded": true, "created": chrono::Utc::now().timestamp(),
+        "metadata": {"order": reference}, "livemode": false
     })
 }

@@ -4,6 +4,15 @@
 //! `merchantAccount;orderReference;amount;currency;authCode;cardPan;transactionStatus;reasonCode`.
 //! It checks each request's own signature (`merchantAccount;orderReference`) and keeps every
 //! request it received, so a test can count the calls and read what was sent.
+//!
+//! It makes refunds too (`transactionType: "REFUND"`, WayForPay's "Refund/Cancellation of
+//! payment"): the request's signature is checked over
+//! `merchantAccount;orderReference;amount;currency` with the amount as the literal text of the
+//! JSON number sent; the answer is signed over
+//! `merchantAccount;orderReference;transactionStatus;reasonCode`. A refund made turns the
+//! order's `CHECK_STATUS` answer to `Refunded`; a second refund of an order is declined, as
+//! WayForPay declines a refund beyond what was paid. A test can script a refusal instead
+//! ([`FakeWayForPay::refuse_refunds`]).
 
 use std::{
     collections::HashMap,
@@ -50,6 +59,10 @@ pub struct Received {
 struct FakeState {
     scripts: HashMap<String, Script>,
     received: Vec<Received>,
+    /// Order references refunded, one entry per refund made.
+    refunded: Vec<String>,
+    /// Order reference → the `reason` a refund of it is declined with.
+    refuse: HashMap<String, String>,
 }
 
 pub struct FakeWayForPay {
@@ -91,6 +104,26 @@ impl FakeWayForPay {
         self.state.lock().unwrap().received.clone()
     }
 
+    /// The order references refunded, one entry per refund made.
+    pub fn refunds(&self) -> Vec<String> {
+        self.state.lock().unwrap().refunded.clone()
+    }
+
+    /// From now on, refunds of `reference` are declined with `reason`;
+    /// [`FakeWayForPay::accept_refunds`] ends it.
+    pub fn refuse_refunds(&self, reference: &str, reason: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .refuse
+            .insert(reference.to_string(), reason.to_string());
+    }
+
+    /// Refunds of `reference` are made again.
+    pub fn accept_refunds(&self, reference: &str) {
+        self.state.lock().unwrap().refuse.remove(reference);
+    }
+
     /// How many requests asked about `reference`.
     pub fn asked_about(&self, reference: &str) -> usize {
         self.received()
@@ -128,11 +161,83 @@ pub fn answer(key: &str, reference: &str, status: &str, amount: &str) -> String 
     )
 }
 
+/// A signed answer to a `REFUND` request, as WayForPay sends it.
+pub fn refund_answer(reference: &str, status: &str, reason: &str, reason_code: &str) -> String {
+    let signature = wayforpay_hmac(
+        WAYFORPAY_KEY,
+        &[WAYFORPAY_ACCOUNT, reference, status, reason_code],
+    );
+    format!(
+        r#"{{"merchantAccount":"{WAYFORPAY_ACCOUNT}","orderReference":"{reference}","transactionStatus":"{status}","reason":"{reason}","reasonCode":{reason_code},"merchantSignature":"{signature}"}}"#
+    )
+}
+
+/// A `REFUND` request: its signature checked over the amount's literal text, the refund made
+/// (or declined) and answered signed.
+fn handle_refund(state: &Mutex<FakeState>, body: &str) -> axum::response::Response {
+    let json_ok = |text: String| {
+        (StatusCode::OK, [("content-type", "application/json")], text).into_response()
+    };
+    let raw: HashMap<String, Box<serde_json::value::RawValue>> =
+        serde_json::from_str(body).unwrap_or_default();
+    let text = |name: &str| -> String {
+        raw.get(name)
+            .map(|v| {
+                serde_json::from_str::<String>(v.get()).unwrap_or_else(|_| v.get().to_string())
+            })
+            .unwrap_or_default()
+    };
+    let (account, reference, amount, currency) = (
+        text("merchantAccount"),
+        text("orderReference"),
+        raw.get("amount")
+            .map(|v| v.get().to_string())
+            .unwrap_or_default(),
+        text("currency"),
+    );
+    let signature_ok = text("merchantSignature")
+        == wayforpay_hmac(WAYFORPAY_KEY, &[&account, &reference, &amount, &currency])
+        && !text("comment").is_empty()
+        && amount.parse::<f64>().is_ok();
+    let mut s = state.lock().unwrap();
+    s.received.push(Received {
+        body: serde_json::from_str(body).unwrap_or(Value::Null),
+        signature_ok,
+    });
+    if !signature_ok {
+        return json_ok(json!({"reason": "Invalid signature", "reasonCode": 1113}).to_string());
+    }
+    if let Some(reason) = s.refuse.get(&reference) {
+        return json_ok(refund_answer(
+            &reference,
+            "Declined",
+            &reason.clone(),
+            "1101",
+        ));
+    }
+    if s.refunded.contains(&reference) {
+        return json_ok(refund_answer(
+            &reference,
+            "Declined",
+            "Refund amount exceeds the payment",
+            "1145",
+        ));
+    }
+    s.refunded.push(reference.clone());
+    // The order is refunded now: its status answers say so.
+    s.scripts
+        .insert(reference.clone(), Script::status("Refunded", &amount));
+    json_ok(refund_answer(&reference, "Refunded", "Ok", "1100"))
+}
+
 async fn handle(
     State(state): State<Arc<Mutex<FakeState>>>,
     body: String,
 ) -> axum::response::Response {
     let request: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    if request["transactionType"] == "REFUND" {
+        return handle_refund(&state, &body);
+    }
     let account = request["merchantAccount"].as_str().unwrap_or_default();
     let reference = request["orderReference"]
         .as_str()

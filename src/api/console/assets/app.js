@@ -13,7 +13,7 @@
   // ------------------------------------------------------------------ state
 
   /** The signed-in staff session, in memory only. */
-  let session = null; // {token, email, expiresAt, timer}
+  let session = null; // {token, email, role, expiresAt, timer}
   /** Minor-unit exponents by currency code, from the server's own table. */
   let exponents = {};
   /** The crypto assets a plan may be priced in through Crypto Pay (the server's
@@ -194,6 +194,7 @@
     refunded_before_payment: 'The gateway reported the refund before the payment itself; nothing was granted.',
     disputed_at_gateway: 'The buyer disputed the charge with their bank; what it bought was taken back.',
     dispute_won: 'The dispute was decided for you: the money stays, but the access the dispute took back was not given again.',
+    refunded_by_staff: 'Refunded by staff through the gateway; what it bought was taken back.',
   };
 
   const ADVICE = {
@@ -214,6 +215,7 @@
     refunded_at_gateway: 'Nothing to do.',
     refunded_before_payment: 'Nothing to do.',
     dispute_won: 'Grant the days by hand if the buyer should have them again (the dispute took back what the payment bought).',
+    refunded_by_staff: 'Nothing to do.',
   };
 
   function reasonText(reason) {
@@ -408,12 +410,18 @@
 
   // ------------------------------------------------------------------ session
 
-  function signIn(token, email, expiresIn) {
-    session = { token, email, expiresAt: Date.now() + expiresIn * 1000, timer: null };
+  function signIn(token, email, expiresIn, role) {
+    session = { token, email, role, expiresAt: Date.now() + expiresIn * 1000, timer: null };
     session.timer = setTimeout(() => signOut('Your session has expired. Sign in again.'), expiresIn * 1000);
     $('who-email').textContent = email;
     $('who').hidden = false;
     $('nav').hidden = false;
+  }
+
+  /** Whether the signed-in account may do what needs `role` (the API checks it again). */
+  function mayDo(role) {
+    const ranks = ['viewer', 'support', 'admin', 'owner'];
+    return Boolean(session) && ranks.indexOf(session.role) >= ranks.indexOf(role);
   }
 
   function signOut(message) {
@@ -493,7 +501,9 @@
         case 'referrals': return await screens.referrals.render(parts.slice(1), params);
         case 'door': return await screens.door.render(parts.slice(1), params);
         case 'memberships': return await renderMemberships(params);
-        case 'payments': return await renderPayments(params);
+        case 'payments':
+          if (id) return await renderPayment(Number(id));
+          return await renderPayments(params);
         case 'reconciliation': return await renderReconciliation(params);
         case 'effects': return await renderEffects(params);
         case 'sweep': return await renderSweep();
@@ -827,7 +837,7 @@
           // The change ended this session's token too: carry on with the new one.
           const email = session.email;
           if (session.timer) clearTimeout(session.timer);
-          signIn(r.access_token, email, r.expires_in);
+          signIn(r.access_token, email, r.expires_in, r.role);
           say('Password changed; your other sessions are signed out.');
         } catch (err) {
           showFieldErrors(form, err);
@@ -855,7 +865,7 @@
         try {
           const r = await api('POST', '/auth/login', { email, password }, { anonymous: true });
           form.elements.password.value = '';
-          signIn(r.access_token, email, r.expires_in);
+          signIn(r.access_token, email, r.expires_in, r.role);
           say('Signed in as ' + email + '.');
           const target = afterLogin && !afterLogin.startsWith('#/sign-in') ? afterLogin : '#/overview';
           afterLogin = '#/overview';
@@ -919,6 +929,12 @@
               [h('span', { class: 'count' }, money(r.amount_minor, r.currency)),
                 h('span', { class: 'label' }, `${r.payments} payment${r.payments === 1 ? '' : 's'} in ${r.currency}`)]))))
           : h('p', { class: 'empty' }, 'No payments applied in the last 30 days.')),
+      h('section', { 'aria-labelledby': 'ov-doors' },
+        h('h2', { id: 'ov-doors' }, 'Payment doors'),
+        h('ul', { class: 'tiles doors', id: 'ov-doors-list' }, PAYMENT_DOORS.map(([key, label]) =>
+          h('li', { class: 'tile', id: `door-${key}` },
+            h('span', { class: 'count' }, o.doors[key] ? badge('live', 'active') : badge('off', 'expired')),
+            h('span', { class: 'label' }, label))))),
       h('section', { 'aria-labelledby': 'ov-sweep' },
         h('h2', { id: 'ov-sweep' }, 'Last sweep'),
         sweepSummary(o.last_sweep, o.last_sweep_change_at),
@@ -927,6 +943,17 @@
       main.querySelector('#ov-channels').parentElement.append(h('p', {}, link('#/channels/new', 'Create a channel')));
     }
   }
+
+  /** The overview's payment doors, in the contract's order, and fiscal receipts. */
+  const PAYMENT_DOORS = [
+    ['payment', 'Signed webhook (door 1)'],
+    ['wayforpay', 'WayForPay'],
+    ['telegram', 'Telegram Stars'],
+    ['stripe', 'Stripe'],
+    ['monobank', 'Monobank'],
+    ['cryptopay', 'Crypto Pay'],
+    ['receipts', 'Fiscal receipts (Checkbox)'],
+  ];
 
   function sweepSummary(run, changeAt) {
     const items = [];
@@ -2196,7 +2223,7 @@
     return table('Payments',
       ['Payment', 'Received', 'Amount', 'Order', 'Payer', 'Outcome', 'Reason', 'Receipt', 'What you can do'],
       items.map((p) => [
-        [`#${p.id} `, h('span', { class: 'muted' }, `${p.gateway} ${p.external_id}`)],
+        [link(`#/payments/${p.id}`, `#${p.id}`), ' ', h('span', { class: 'muted' }, `${p.gateway} ${p.external_id}`)],
         when(p.created_at),
         money(p.amount_minor, p.currency),
         p.order_id
@@ -2245,13 +2272,122 @@
     if (p.outcome === 'refund_pending') return 'The Stars refund is queued; nothing to do unless it fails.';
     if (p.outcome === 'refunded') return 'Refunded; nothing to do.';
     if (p.outcome === 'disputed') return 'Disputed at the bank; access was taken back. Answer the dispute in the Stripe dashboard.';
-    if (p.outcome === 'applied') return '—';
+    if (p.outcome === 'applied') return canRefund(p) ? refundControl(p) : '—';
     out.push(h('p', {}, ADVICE[p.reason] || 'Review it against the gateway’s record.'));
     if (p.subscriber_id && p.channel_id) {
       out.push(link(`#/subscribers/${p.subscriber_id}?grant_channel=${p.channel_id}`,
         `Grant ${channelName(chans, p.channel_id)} by hand`, { class: 'button small' }));
     }
+    if (canRefund(p)) out.push(' ', refundControl(p));
     return out;
+  }
+
+  // ------------------------------------------------------------------ refunds staff start
+
+  /** The gateways whose payments staff can refund from here (the API says why not for others). */
+  const REFUNDING_GATEWAYS = ['telegram_stars', 'stripe', 'wayforpay', 'monobank'];
+
+  /** Whether the Refund button belongs on payment `p` for the signed-in account. */
+  function canRefund(p) {
+    return mayDo('admin') && REFUNDING_GATEWAYS.includes(p.gateway)
+      && (p.outcome === 'applied' || p.outcome === 'needs_review');
+  }
+
+  /**
+   * The Refund button of payment `p`: it asks for the reason, asks the API for the refund, and
+   * shows where the refund stands in its place.
+   */
+  function refundControl(p) {
+    const slot = h('div', { class: 'refund', id: `refund-${p.id}` });
+    const opener = h('button', { type: 'button', class: 'small', id: `refund-open-${p.id}` }, 'Refund…');
+    opener.addEventListener('click', () => {
+      const reason = h('input', { id: `refund-form-${p.id}-reason`, name: 'reason', type: 'text', required: true, maxlength: 500, autocomplete: 'off' });
+      const cancel = h('button', { type: 'button', class: 'secondary small' }, 'Cancel');
+      const form = h('form', { id: `refund-form-${p.id}`, class: 'refund-form', method: 'post', novalidate: true },
+        field('Why is the money going back?', reason,
+          'Kept with the refund and shown to staff; WayForPay receives it as the refund’s comment.'),
+        h('div', { class: 'actions' },
+          h('button', { type: 'submit', class: 'small danger' }, ['Refund ', money(p.amount_minor, p.currency)]), ' ', cancel));
+      cancel.addEventListener('click', () => { slot.replaceChildren(opener); opener.focus(); });
+      form.addEventListener('submit', async (e) => {
+        e.preventDefault();
+        const text = reason.value.trim();
+        if (!text) {
+          showFieldErrors(form, new ApiError(422, { errors: { reason: 'Say why the money goes back.' } }));
+          reason.focus();
+          return;
+        }
+        await busy(form, async () => {
+          try {
+            const r = await post(form, `/payments/${p.id}/refund`, { reason: text });
+            slot.replaceChildren(refundState(r));
+            say(`Refund of payment #${p.id} asked for: ${STATE_WORDS[r.state]}`);
+          } catch (err) {
+            showFieldErrors(form, err);
+            fail(err);
+          }
+        });
+      });
+      slot.replaceChildren(form);
+      reason.focus();
+    });
+    slot.append(opener);
+    return slot;
+  }
+
+  const STATE_WORDS = {
+    pending: 'the gateway is being asked; the payment stays as it is until the gateway confirms.',
+    done: 'the gateway refunded it and what the payment bought was taken back.',
+    failed: 'the gateway refused it; the payment is unchanged.',
+  };
+
+  /** Where refund `r` stands, in words, with the retry of a failed one for staff who may. */
+  function refundState(r) {
+    const kind = r.state === 'done' ? 'active' : (r.state === 'failed' ? 'expired' : 'grace');
+    const out = h('div', { class: 'refund-state', id: `refund-state-${r.payment_id}` },
+      h('p', {}, badge('refund ' + r.state, kind), ' ', STATE_WORDS[r.state] || r.state),
+      h('p', { class: 'muted' }, `Asked by ${r.requested_by} `, when(r.requested_at), `: “${r.reason}”`));
+    if (r.error) out.append(h('p', { class: 'field-error' }, (r.state === 'failed' ? 'The gateway said: ' : 'Last attempt: ') + r.error));
+    if (r.state === 'failed' && mayDo('support')) {
+      const retry = h('button', { type: 'button', class: 'small', id: `refund-retry-${r.payment_id}` }, 'Try the refund again');
+      retry.addEventListener('click', () => busy(retry, async () => {
+        try {
+          await post(retry, `/effects/${r.effect_id}/retry`);
+          say('The refund is queued again.');
+          route();
+        } catch (err) { fail(err); }
+      }));
+      out.append(h('p', {}, retry, ' ', link(`#/effects?payment_id=${r.payment_id}&status=`, 'Its effect')));
+    }
+    return out;
+  }
+
+  /** One payment: what it is, what became of it, and its refund (or the Refund button). */
+  async function renderPayment(id) {
+    const { main, live } = page(`Payment #${id}`);
+    const [p, chans] = await Promise.all([api('GET', `/payments/${id}`), channels()]);
+    if (!live()) return;
+    main.append(h('section', { 'aria-labelledby': 'pay-facts' },
+      h('h2', { id: 'pay-facts' }, 'The payment'),
+      facts([
+        ['Gateway', `${p.gateway} ${p.external_id}`],
+        ['Amount', money(p.amount_minor, p.currency)],
+        ['Received', when(p.created_at)],
+        ['Order', p.order_id ? [`#${p.order_id} `, h('code', {}, p.order_reference || '')] : (p.order_reference || '—')],
+        ['Payer', p.subscriber_id ? link(`#/subscribers/${p.subscriber_id}`, `Subscriber #${p.subscriber_id}`) : 'unknown'],
+        ['Channel', p.channel_id ? channelName(chans, p.channel_id) : '—'],
+        ['Outcome', badge(p.outcome)],
+        ['Reason', reasonText(p.reason)],
+      ])));
+    const refund = h('section', { 'aria-labelledby': 'pay-refund' }, h('h2', { id: 'pay-refund' }, 'Refund'));
+    if (p.refund) refund.append(refundState(p.refund));
+    else if (canRefund(p)) refund.append(refundControl(p));
+    else if (p.outcome === 'applied' || p.outcome === 'needs_review') {
+      refund.append(h('p', {}, REFUNDING_GATEWAYS.includes(p.gateway)
+        ? 'Refunds are started by an admin or the owner.'
+        : `Payments through ${p.gateway} are refunded at the gateway; its report then takes back what the payment bought.`));
+    } else refund.append(h('p', {}, 'Nothing to refund: ' + (ADVICE[p.reason] || 'see the outcome above.')));
+    main.append(refund, h('p', {}, link('#/payments?outcome=' + encodeURIComponent(p.outcome), 'Back to the payments')));
   }
 
   // ------------------------------------------------------------------ webhooks
@@ -2428,7 +2564,7 @@
 
   const KINDS = ['grant', 'renewal_receipt', 'revoke', 'reminder', 'grace_notice', 'refund',
     'join_approve', 'join_decline', 'bot_message', 'invoice', 'subscription_cancel', 'member_message',
-    'fiscal_receipt'];
+    'fiscal_receipt', 'gateway_refund'];
 
   async function renderEffects(params) {
     const { main, live } = page('Telegram effects');

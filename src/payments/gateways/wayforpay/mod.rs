@@ -23,6 +23,7 @@
 pub mod checks;
 pub mod purchase;
 pub mod reconcile;
+pub mod refund;
 
 use std::fmt;
 
