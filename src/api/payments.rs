@@ -48,7 +48,6 @@ async fn with_receipts(
         .collect())
 }
 
-
 /// A payment as `GET /api/payments/{id}` answers it: the payment and its fiscal receipt (as
 /// lists show them) and the refund staff asked for of it.
 #[derive(Serialize, utoipa::ToSchema)]

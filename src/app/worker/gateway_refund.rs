@@ -11,7 +11,10 @@
 //!   ([`stripe_refund`]).
 //! - WayForPay: `CHECK_STATUS` first, `REFUND` only while the order is not refunded
 //!   ([`wayforpay::refund`]).
-//! - Monobank: not yet available here (a permanent failure, for staff to see).
+//! - Monobank: the invoice's status first (a `reversed` invoice is refunded already), then
+//!   `POST /api/merchant/invoice/cancel` of the whole invoice with our `extRef`
+//!   (`subgate-refund-<payment>`); `processing` is asked about again later, `failure` is a
+//!   refusal for good.
 //!
 //! A refusal for good (the gateway declined, the door is not configured) is a dead letter:
 //! the payment stays as it was and the refund's state is `failed` with the gateway's words.
@@ -31,16 +34,12 @@ use crate::{
     outbox::effects::{Effect, Payload, payload},
     payments::{
         core::Outcome,
-        gateways::{stripe_refund, wayforpay::refund as wayforpay},
+        gateways::{monobank, stripe_refund, wayforpay::refund as wayforpay},
         refunds::by_staff::{self, Door, Facts},
     },
     telegram::recovery::{self, RefundSearch, find_refund},
     telegram_api::client::{BotApi, BotError},
 };
-
-/// What a failed Monobank refund says until door 5's client is here.
-pub const MONOBANK_NOT_YET: &str =
-    "refunds through Monobank are not yet available: refund it in Monobank's business cabinet";
 
 /// What a door's call came to: a note (the refund is made) or the attempt to record.
 type Made = Result<String, Attempt>;
@@ -105,9 +104,7 @@ impl Worker {
             Door::TelegramStars => self.stars(bot, e, &f, verify, cursor).await,
             Door::Stripe => self.stripe(&f).await,
             Door::WayForPay => self.wayforpay(&f).await,
-            // Door 5: Monobank's `POST /api/merchant/invoice/cancel` of invoice `f.external_id`
-            // goes here once its client is in the tree; until then a permanent failure.
-            Door::Monobank => Err(failed(Failure::Permanent(MONOBANK_NOT_YET.into()))),
+            Door::Monobank => self.monobank(&f).await,
         };
         let note = match made {
             Ok(note) => note,
@@ -134,6 +131,7 @@ impl Worker {
             verify: true,
             cleared_ban: false,
             message: None,
+            receipt: None,
         };
         if verify {
             let search = RefundSearch {
@@ -162,7 +160,48 @@ impl Worker {
                 verify,
                 cleared_ban: false,
                 message: None,
+                receipt: None,
             }),
+        }
+    }
+
+    /// Monobank: the invoice's status, then `invoice/cancel` unless it is reversed already.
+    async fn monobank(&self, f: &Facts) -> Made {
+        let Some(mono) = &self.state.config.monobank else {
+            return Err(failed(Failure::Permanent(
+                "Monobank is not configured (MONOBANK_TOKEN)".into(),
+            )));
+        };
+        let call_failed = |err: monobank::ApiCallError| match err {
+            monobank::ApiCallError::Transient(_) => failed(Failure::Retry(err.to_string())),
+            monobank::ApiCallError::Refused(_) => failed(Failure::Permanent(err.to_string())),
+        };
+        let token = mono.token.expose();
+        let report = monobank::invoice_status(&mono.api_url, token, &f.external_id)
+            .await
+            .map_err(call_failed)?;
+        if report.status == monobank::Status::Reversed {
+            return Ok("Monobank: the invoice is reversed already".into());
+        }
+        let ext_ref = format!("subgate-refund-{}", f.payment_id);
+        let cancel = monobank::Cancel {
+            invoice_id: &f.external_id,
+            ext_ref: Some(&ext_ref),
+            amount: None,
+        };
+        let cancelled = monobank::cancel_invoice(&mono.api_url, token, &cancel)
+            .await
+            .map_err(call_failed)?;
+        match cancelled.status {
+            monobank::CancelStatus::Success => {
+                Ok(format!("Monobank: invoice {} cancelled", f.external_id))
+            }
+            monobank::CancelStatus::Processing => Err(failed(Failure::Retry(
+                "Monobank is processing the cancel: asked about again later".into(),
+            ))),
+            monobank::CancelStatus::Failure => Err(failed(Failure::Permanent(
+                "Monobank refused to cancel the invoice".into(),
+            ))),
         }
     }
 

@@ -46,10 +46,6 @@ impl TakenBack {
     };
 }
 
-/// The gateway name of door 5 (Monobank), whose payments are refunded by cancelling their
-/// invoice. Door 5 is not a variant of [`Gateway`] yet, so its payments carry it as a name.
-pub const MONOBANK: &str = "monobank";
-
 /// A door that can give a payment's money back, and so how the refund is made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Door {
@@ -71,9 +67,8 @@ impl Door {
             Gateway::TelegramStars => Some(Door::TelegramStars),
             Gateway::Stripe => Some(Door::Stripe),
             Gateway::WayForPay => Some(Door::WayForPay),
-            // Door 5 by name until `Gateway` has its variant (which then replaces this arm).
-            Gateway::Standard(name) if name == MONOBANK => Some(Door::Monobank),
-            Gateway::Standard(_) => None,
+            Gateway::Monobank => Some(Door::Monobank),
+            Gateway::CryptoPay | Gateway::Standard(_) => None,
         }
     }
 }
