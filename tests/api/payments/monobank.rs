@@ -589,6 +589,71 @@ async fn staff_refunds_go_through_invoice_cancel() {
     assert!(matches!(wrong, Err(monobank::ApiCallError::Refused(_))));
 }
 
+/// A refund staff start of a Monobank payment (`POST /api/payments/{id}/refund`): the worker
+/// asks the invoice's status, cancels it once (`processing`), finds it `reversed` on its next
+/// attempt and takes back what the payment bought; Monobank's own `reversed` webhook after that
+/// changes nothing, and neither does a second request.
+#[tokio::test]
+async fn a_refund_staff_start_cancels_the_invoice_once_and_takes_access_back() {
+    let (fake, mono) = (FakeBot::start().await, FakeMonobank::start().await);
+    let app = bot_app(&fake, &mono, false).await;
+    let c = channel(&app, -100_910_012, json!({"title": "Refunded club"})).await;
+    let user = 9112;
+    send(&app, &button_update(&person(user), &format!("b:{c}"))).await;
+    run(&app).await;
+    let invoice = mono.invoices()[0].clone();
+    mono.set_status(&invoice.id, "success");
+    let answer = deliver(&app, &mono, &mono.report_of(&invoice.id))
+        .await
+        .expect(200);
+    assert_eq!(answer["result"], "applied");
+    let payment = answer["payment_id"].as_i64().unwrap();
+    assert_eq!(membership_of(&app, user, c).await.unwrap().0, "active");
+
+    let path = format!("/api/payments/{payment}/refund");
+    let asked = app
+        .post(&path, json!({"reason": "bought by mistake"}))
+        .await
+        .expect(202);
+    assert_eq!(asked["state"], "pending");
+    // Monobank answers the cancel `processing`: asked about again later.
+    run(&app).await;
+    assert_eq!(mono.cancels().len(), 1);
+    let body = app.get(&format!("/api/payments/{payment}")).await.expect(200);
+    assert_eq!(body["outcome"], "applied");
+    assert_eq!(body["refund"]["state"], "pending");
+    // The next attempt finds the invoice reversed: the refund is made, access taken back.
+    crate::support::effects::make_due(&app).await;
+    run(&app).await;
+    assert_eq!(
+        mono.cancels(),
+        [json!({"invoiceId": invoice.id, "extRef": format!("subgate-refund-{payment}")})]
+    );
+    let body = app.get(&format!("/api/payments/{payment}")).await.expect(200);
+    assert_eq!(body["outcome"], "refunded");
+    assert_eq!(body["refund"]["state"], "done");
+    assert_eq!(membership_of(&app, user, c).await.unwrap().0, "expired");
+
+    // Monobank's webhook of the reversal, and a second request: nothing more.
+    let answer = deliver(&app, &mono, &mono.report_of(&invoice.id))
+        .await
+        .expect(200);
+    assert_eq!(answer["status"], "reversed");
+    assert_ne!(answer["result"], "refunded", "{answer}");
+    let again = app
+        .post(&path, json!({"reason": "again"}))
+        .await
+        .expect(202);
+    assert_eq!(again["state"], "done");
+    crate::support::effects::make_due(&app).await;
+    run(&app).await;
+    assert_eq!(mono.cancels().len(), 1);
+    assert_eq!(
+        payments_of(&app, &invoice.id).await,
+        [("refunded".to_string(), Some("refunded_by_staff".to_string()))]
+    );
+}
+
 // ---- the bot's Monobank invoices ----
 
 async fn bot_app(fake: &FakeBot, mono: &FakeMonobank, with_wayforpay: bool) -> TestApp {

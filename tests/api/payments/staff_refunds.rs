@@ -575,36 +575,6 @@ async fn a_refusal_leaves_the_payment_alone_shows_failed_and_is_tried_again_from
 }
 
 #[tokio::test]
-async fn monobank_counts_as_refundable_but_its_refund_is_not_yet_available() {
-    let f = fakes().await;
-    let order = card_order(&f.app, 7321, -1_007_321_000_001, 19900).await;
-    f.app.pay_order(&order, "inv_mono_1").await.expect(200);
-    // A door-5 payment, as door 5 stores it.
-    f.app
-        .db()
-        .await
-        .execute(
-            "UPDATE payments SET gateway = 'monobank' WHERE external_id = 'inv_mono_1'",
-            &[],
-        )
-        .await
-        .unwrap();
-    let p = paid(&f.app, &reference(&order), -1_007_321_000_001, 7321).await;
-    ask(&f.app, p.payment, "monobank").await.expect(202);
-    run(&f.app).await;
-    let body = payment(&f.app, p.payment).await;
-    assert_eq!(body["outcome"], "applied");
-    assert_eq!(body["refund"]["state"], "failed");
-    assert!(
-        body["refund"]["error"]
-            .as_str()
-            .unwrap()
-            .contains("not yet available"),
-        "{body}"
-    );
-}
-
-#[tokio::test]
 async fn payments_that_cannot_be_refunded_are_409_naming_why() {
     let f = fakes().await;
     // Door 1 (gateway `acme`) and Crypto Pay cannot refund from here.
