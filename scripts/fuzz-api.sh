@@ -13,8 +13,10 @@
 #     environment in target/fuzz/venv, once (again when the requirements change);
 #  2. creates a fresh database subgate_fuzz_<time>_<random> (dropped at the end) on the
 #     PostgreSQL of `make test` (SUBGATE_TEST_DATABASE_URL, else scripts/ensure-postgres.sh);
-#  3. starts a stand-in Telegram Bot API (scripts/fuzz/fake_bot.py) and the server
-#     (scripts/run-dev.sh, secrets in target/fuzz/dev-secrets.env) on free loopback ports, with
+#  3. makes a P-256 key pair for door 5 (openssl), starts a stand-in Telegram Bot API that also
+#     serves that public key as Monobank's (scripts/fuzz/fake_bot.py) and the server
+#     (scripts/run-dev.sh, secrets in target/fuzz/dev-secrets.env, every payment door open:
+#     Stripe, Monobank and Crypto Pay with stand-in credentials) on free loopback ports, with
 #     bcrypt cost 4 and a login throttle of 1000 failures, so that fuzzed logins stay cheap and
 #     reach the login's logic, and none of the service's variables inherited from your shell;
 #  4. validates the document with openapi-spec-validator (OpenAPI 3.1);
@@ -105,8 +107,14 @@ free_port() {
     while ! port_free "$p"; do p=$((p + 1)); done
     echo "$p"
 }
+# Door 5's key pair: the stand-in serves its public key as Monobank's, hooks.py signs with it.
+command -v openssl >/dev/null 2>&1 || die "openssl is needed (apt-get install openssl)"
+MONOBANK_PRIVATE_KEY="$WORK/monobank-key.pem"
+openssl ecparam -name prime256v1 -genkey -noout -out "$MONOBANK_PRIVATE_KEY" 2>/dev/null
+openssl ec -in "$MONOBANK_PRIVATE_KEY" -pubout -out "$WORK/monobank-pub.pem" 2>/dev/null
+export MONOBANK_PRIVATE_KEY
 bot_port="$(free_port)"
-"$VENV/bin/python" "$ROOT/scripts/fuzz/fake_bot.py" "$bot_port" &
+"$VENV/bin/python" "$ROOT/scripts/fuzz/fake_bot.py" "$bot_port" "$WORK/monobank-pub.pem" &
 bot=$!
 port="$(free_port)"
 while [[ "$port" == "$bot_port" ]] || ! port_free "$port"; do port=$((port + 1)); done
@@ -127,9 +135,14 @@ rm -f "$secrets"
 # makes no bot orders).
 STRIPE_WEBHOOK_SECRET="whsec_fuzz_$(head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 export STRIPE_WEBHOOK_SECRET
+# Door 6's token (its SHA-256 keys the updates' signature), for the server and for hooks.py.
+CRYPTOPAY_TOKEN="12345:fuzz_$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+export CRYPTOPAY_TOKEN
 log "starting the server on 127.0.0.1:$port (database $db_name, Bot API stand-in on :$bot_port); log: $WORK/server.log"
 SUBGATE_DEV_SECRETS="$secrets" DATABASE_URL="$db_url" BIND_ADDR="127.0.0.1:$port" \
     STRIPE_SECRET_KEY="sk_test_fuzz_not_a_real_key" STRIPE_WEBHOOK_SECRET="$STRIPE_WEBHOOK_SECRET" \
+    MONOBANK_TOKEN="fuzz-monobank-token-0123456789" MONOBANK_API_URL="http://127.0.0.1:$bot_port" \
+    CRYPTOPAY_TOKEN="$CRYPTOPAY_TOKEN" CRYPTOPAY_API_URL="http://127.0.0.1:$bot_port/cryptopay" \
     BCRYPT_COST=4 LOGIN_MAX_FAILURES=1000 TELEGRAM_BOT_TOKEN="123456:fuzz-token-for-the-stand-in-bot" TELEGRAM_API_URL="http://127.0.0.1:$bot_port" \
     "$ROOT/scripts/run-dev.sh" >"$WORK/server.log" 2>&1 &
 server=$!

@@ -1,4 +1,4 @@
-"""Schemathesis hooks for `make fuzz`: valid signatures for three payment doors.
+"""Schemathesis hooks for `make fuzz`: valid signatures for five payment doors.
 
 A signature covers the exact bytes sent, so no static credential in schemathesis.toml can pass
 these doors; without one the fuzzer would only ever see 401s there and never reach the parsing,
@@ -17,6 +17,12 @@ validation and payment core behind them.
 - door 4 (`POST /api/webhook/stripe`): schemathesis.toml gives `Stripe-Signature` the same
   placeholder; it is replaced by `t=<now>,v1=<hex HMAC-SHA256 with STRIPE_WEBHOOK_SECRET over
   "t.body">` of the bytes sent.
+- door 5 (`POST /api/webhook/monobank`): `X-Sign` the same placeholder; it is replaced by the
+  base64 of an ECDSA P-256/SHA-256 signature (DER) of the bytes sent, made by `openssl dgst`
+  with the private key of the pair scripts/fuzz-api.sh made (MONOBANK_PRIVATE_KEY, a PEM
+  file), whose public key the stand-in serves as Monobank's.
+- door 6 (`POST /api/webhook/cryptopay`): `crypto-pay-api-signature` the same placeholder; it
+  is replaced by the hex HMAC-SHA256 of the bytes sent, keyed with SHA-256 of CRYPTOPAY_TOKEN.
 
 Door 3's secret header is a static value, given in schemathesis.toml. scripts/fuzz-api.sh
 exports the secrets of the server it started.
@@ -44,6 +50,7 @@ import time
 import uuid
 
 import re
+import subprocess
 
 import schemathesis
 
@@ -125,6 +132,37 @@ def _sign_stripe(case, kwargs):
     kwargs["data"] = body
 
 
+def _sign_monobank(case, kwargs):
+    key = _header(case.headers, "x-sign")
+    if key is None or case.headers[key] != PLACEHOLDER:
+        return
+    body = _body_bytes(case)
+    if body is None:
+        return  # not JSON (raw bytes): sent unsigned, and refused
+    der = subprocess.run(
+        ["openssl", "dgst", "-sha256", "-sign", os.environ["MONOBANK_PRIVATE_KEY"]],
+        input=body,
+        capture_output=True,
+        check=True,
+    ).stdout
+    del case.headers[key]
+    case.headers["X-Sign"] = base64.b64encode(der).decode()
+    kwargs["data"] = body
+
+
+def _sign_cryptopay(case, kwargs):
+    key = _header(case.headers, "crypto-pay-api-signature")
+    if key is None or case.headers[key] != PLACEHOLDER:
+        return
+    body = _body_bytes(case)
+    if body is None:
+        return  # not JSON (raw bytes): sent unsigned, and refused
+    secret = hashlib.sha256(os.environ["CRYPTOPAY_TOKEN"].encode()).digest()
+    del case.headers[key]
+    case.headers["crypto-pay-api-signature"] = hmac.new(secret, body, hashlib.sha256).hexdigest()
+    kwargs["data"] = body
+
+
 def _sign_wayforpay(case):
     body = case.body
     if not isinstance(body, dict) or not isinstance(body.get("merchantSignature"), str):
@@ -186,3 +224,7 @@ def before_call(ctx, case, kwargs):
         _sign_wayforpay(case)
     elif path == "/api/webhook/stripe":
         _sign_stripe(case, kwargs)
+    elif path == "/api/webhook/monobank":
+        _sign_monobank(case, kwargs)
+    elif path == "/api/webhook/cryptopay":
+        _sign_cryptopay(case, kwargs)
