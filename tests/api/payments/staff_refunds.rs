@@ -841,3 +841,37 @@ async fn a_refund_shortens_a_membership_by_what_the_payment_bought_and_keeps_the
         "the staff grant's days still run"
     );
 }
+
+#[tokio::test]
+async fn a_stars_refund_whose_answer_is_lost_is_found_before_calling_again() {
+    let f = fakes().await;
+    let p = stars_paid(&f, 7370, -1_007_370_000_001, "stx-staff-lost").await;
+    ask(&f.app, p.payment, "lost answer").await.expect(202);
+    // Telegram refunds, but the answer is lost.
+    f.bot.script(
+        "refundStarPayment",
+        crate::support::fake_bot::Reply::PerformThenHang,
+    );
+    let report = crate::support::effects::worker(&f.app, 500)
+        .run(true, &|| false)
+        .await
+        .unwrap();
+    assert_eq!(report.retried, 1, "{report:?}");
+    assert_eq!(
+        payment(&f.app, p.payment).await["outcome"],
+        "applied",
+        "unknown until confirmed"
+    );
+    make_due(&f.app).await;
+    crate::support::effects::worker(&f.app, 500)
+        .run(false, &|| false)
+        .await
+        .unwrap();
+    assert_eq!(
+        f.bot.calls_of("refundStarPayment").len(),
+        1,
+        "found in getStarTransactions: no second call"
+    );
+    assert!(!f.bot.calls_of("getStarTransactions").is_empty());
+    assert_taken_back(&f, &p).await;
+}
