@@ -56,6 +56,7 @@ struct Made {
     endpoint: i64,
     broadcast: i64,
     affiliate: i64,
+    payment: i64,
 }
 
 /// Something in every list of the console.
@@ -99,7 +100,9 @@ async fn make_data(app: &TestApp, wfp: &FakeWayForPay) -> Made {
         .expect(201));
     grant(app, ann, channel, 30).await;
     let paid = app.create_order(ann, channel).await;
-    app.pay_order(&paid, "screens-pay-1").await.expect(200);
+    let payment = app.pay_order(&paid, "screens-pay-1").await.expect(200)["payment"]["id"]
+        .as_i64()
+        .unwrap();
     // A payment held for review: the amount differs from the order's.
     let bob = id(&app.create_subscriber(84_002).await);
     let short = app.create_order(bob, channel).await;
@@ -204,6 +207,7 @@ async fn make_data(app: &TestApp, wfp: &FakeWayForPay) -> Made {
         endpoint,
         broadcast,
         affiliate,
+        payment,
     }
 }
 
@@ -255,9 +259,15 @@ async fn every_screen_shows_no_broken_text_and_logs_no_error() {
             endpoint,
             broadcast,
             affiliate,
+            payment,
         } = made;
         let screens: Vec<(String, &str, &str)> = vec![
             ("#/overview".into(), "main", "Members by channel"),
+            (
+                format!("#/payments/{payment}"),
+                "main",
+                "refunded at the gateway",
+            ),
             (
                 "#/overview".into(),
                 "#ov-doors-list",

@@ -772,3 +772,76 @@ async fn a_wayforpay_decline_is_failed_with_its_words_and_changes_nothing() {
     );
     f.wfp.accept_refunds(&p.reference);
 }
+
+#[tokio::test]
+async fn a_refund_shortens_a_membership_by_what_the_payment_bought_and_keeps_the_rest() {
+    let f = fakes().await;
+    // Ten days granted by staff, then thirty bought: the refund takes back the thirty only.
+    let order = card_order(&f.app, 7360, -1_007_360_000_001, 19900).await;
+    let s = order["subscriber_id"].as_i64().unwrap();
+    let c = order["channel_id"].as_i64().unwrap();
+    let m = crate::support::effects::grant(&f.app, s, c, 10).await;
+    let held = expires_text(&f.app, m).await;
+    let r = reference(&order);
+    f.app
+        .post_wayforpay(&wayforpay_callback(&r, "199", "UAH", "Approved"))
+        .await
+        .expect(200);
+    f.wfp.script(&r, Script::status("Approved", "199"));
+    let p = paid(&f.app, &r, -1_007_360_000_001, 7360).await;
+    assert_ne!(
+        expires_text(&f.app, m).await,
+        held,
+        "the payment added its term"
+    );
+    f.bot.add_member(p.chat, p.user);
+    ask(&f.app, p.payment, "keep the grant").await.expect(202);
+    run(&f.app).await;
+    assert_eq!(f.wfp.refunds(), vec![r]);
+    assert_eq!(payment(&f.app, p.payment).await["outcome"], "refunded");
+    assert_eq!(
+        expires_text(&f.app, m).await,
+        held,
+        "back where it was before the payment"
+    );
+    assert_eq!(membership(&f.app, m).await, ("active".to_string(), false));
+    assert_eq!(f.app.count("effects WHERE kind = 'revoke'").await, 0);
+    assert!(
+        f.bot.is_member(p.chat, p.user),
+        "the staff grant's days still run"
+    );
+}
+
+#[tokio::test]
+async fn a_stars_refund_whose_answer_is_lost_is_found_before_calling_again() {
+    let f = fakes().await;
+    let p = stars_paid(&f, 7370, -1_007_370_000_001, "stx-staff-lost").await;
+    ask(&f.app, p.payment, "lost answer").await.expect(202);
+    // Telegram refunds, but the answer is lost.
+    f.bot.script(
+        "refundStarPayment",
+        crate::support::fake_bot::Reply::PerformThenHang,
+    );
+    let report = crate::support::effects::worker(&f.app, 500)
+        .run(true, &|| false)
+        .await
+        .unwrap();
+    assert_eq!(report.retried, 1, "{report:?}");
+    assert_eq!(
+        payment(&f.app, p.payment).await["outcome"],
+        "applied",
+        "unknown until confirmed"
+    );
+    make_due(&f.app).await;
+    crate::support::effects::worker(&f.app, 500)
+        .run(false, &|| false)
+        .await
+        .unwrap();
+    assert_eq!(
+        f.bot.calls_of("refundStarPayment").len(),
+        1,
+        "found in getStarTransactions: no second call"
+    );
+    assert!(!f.bot.calls_of("getStarTransactions").is_empty());
+    assert_taken_back(&f, &p).await;
+}
