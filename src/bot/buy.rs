@@ -463,10 +463,8 @@ pub(super) async fn crypto(
         return Ok(alert(texts::crypto_unavailable(l)));
     }
     let buyer = upsert_subscriber(tx, from).await?;
-    if !orders::get(tx, order_id)
-        .await?
-        .is_some_and(|o| o.subscriber_id == buyer)
-    {
+    let order = orders::get(tx, order_id).await?;
+    if order.is_none_or(|o| o.subscriber_id != buyer) {
         return Ok(alert(texts::button_invalid(l)));
     }
     let payable = super::pay_links::facts(tx, config, order_id)

@@ -34,6 +34,7 @@ fn defaults_fill_everything_but_the_required_variables() {
     assert!(c.wayforpay.is_none());
     assert!(c.stripe.is_none());
     assert!(c.monobank.is_none());
+    assert!(c.cryptopay.is_none());
     assert!(c.telegram_webhook_secret.is_none());
     assert!(c.telegram_bot_token.is_none());
     assert_eq!(c.telegram_api_url, "https://api.telegram.org");
@@ -332,6 +333,18 @@ fn every_refusal_reads_the_same() {
                 .into(),
         ),
         (
+            vec![("CRYPTOPAY_TOKEN", "not-a-token")],
+            "CRYPTOPAY_TOKEN must be a Crypto Pay app token (<app id>:<secret>)".into(),
+        ),
+        (
+            vec![("CRYPTOPAY_TOKEN", "12345:short")],
+            "CRYPTOPAY_TOKEN must be a Crypto Pay app token (<app id>:<secret>)".into(),
+        ),
+        (
+            vec![("CRYPTOPAY_API_URL", "not a url")],
+            "CRYPTOPAY_API_URL must be an absolute URL".into(),
+        ),
+        (
             vec![("TELEGRAM_WEBHOOK_SECRET", "short_secret")],
             "TELEGRAM_WEBHOOK_SECRET must be 16..256 characters of A-Z a-z 0-9 _ -".into(),
         ),
@@ -556,4 +569,29 @@ fn secret_matches_only_itself() {
     assert!(!secret.matches(format!("{t}x").as_bytes()));
     assert!(!secret.matches(b""));
     assert_eq!(format!("{secret:?}"), "<redacted>");
+}
+
+#[test]
+fn crypto_pay_is_its_token_and_api_url() {
+    let mut env = minimal();
+    env.insert(
+        "CRYPTOPAY_TOKEN",
+        " 12345:AAzQcZWQqQAbsfgPnOLr4FHC8Doa4L7KryC ".into(),
+    );
+    let c = parse(&env).unwrap();
+    let cp = c.cryptopay.clone().unwrap();
+    assert_eq!(
+        cp.token.expose(),
+        "12345:AAzQcZWQqQAbsfgPnOLr4FHC8Doa4L7KryC"
+    );
+    assert_eq!(cp.api_url, "https://pay.crypt.bot/api");
+    assert!(!format!("{c:?}").contains("AAzQcZWQqQAbsfgPnOLr4FHC8Doa4L7KryC"));
+    env.insert(
+        "CRYPTOPAY_API_URL",
+        "https://testnet-pay.crypt.bot/api/".into(),
+    );
+    assert_eq!(
+        parse(&env).unwrap().cryptopay.unwrap().api_url,
+        "https://testnet-pay.crypt.bot/api"
+    );
 }

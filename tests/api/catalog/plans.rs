@@ -140,6 +140,10 @@ async fn a_plan_is_created_read_listed_changed_and_deleted() {
         all.items.iter().all(|p| p.translations.is_empty()),
         "no translations unless given"
     );
+    assert!(
+        all.items.iter().all(|p| p.crypto_prices.is_none()),
+        "no crypto prices unless given"
+    );
     let of_a: ListBody<PlanBody> = body_of(
         &app.get(&format!("/api/plans?channel_id={a}"))
             .await

@@ -83,14 +83,14 @@ pub fn sign(token: &str, body: &[u8]) -> String {
 pub fn verify(token: &str, header: Option<&str>, body: &[u8]) -> Result<(), SignatureError> {
     let header = header.ok_or(SignatureError::Missing)?.trim();
     let expected = mac(token, body).finalize().into_bytes();
-    // Anything that is not hex of the right length cannot match; compare anyway against zeros
-    // so a malformed header costs what a wrong one does.
+    // Anything that is not hex of the right length cannot match; it is compared anyway, against
+    // zeros, so a malformed header costs what a wrong one does.
     let given = hex::decode(header)
         .ok()
-        .filter(|d| d.len() == expected.len())
-        .unwrap_or_else(|| vec![0; expected.len()]);
-    let matches = bool::from(given.ct_eq(expected.as_slice()))
-        && hex::decode(header).is_ok_and(|d| d.len() == expected.len());
+        .filter(|d| d.len() == expected.len());
+    let well_formed = given.is_some();
+    let given = given.unwrap_or_else(|| vec![0; expected.len()]);
+    let matches = bool::from(given.ct_eq(expected.as_slice())) && well_formed;
     if matches {
         Ok(())
     } else {
@@ -203,7 +203,8 @@ pub fn amount_minor(asset: &str, amount: &str) -> Result<i64, String> {
 }
 
 /// The payment of a paid `invoice` (from the webhook or `getInvoices`); `fallback_paid_at`
-/// when it says no `paid_at`. `prefix` names the invoice's place in the body, for errors.
+/// when it says no `paid_at`. Errors name the field as the webhook's body places it
+/// (`payload.…`).
 pub fn payment_of(
     invoice: &Invoice,
     fallback_paid_at: DateTime<Utc>,

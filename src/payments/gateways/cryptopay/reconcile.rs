@@ -106,9 +106,8 @@ pub async fn run_once(db: &Pool, config: &CryptoPayConfig) -> Result<Report, Api
     };
     for d in &due {
         let invoice = invoices.get(&d.invoice_id);
-        match invoice.map(|i| i.status.as_str()) {
-            Some("paid") => {
-                let invoice = invoice.expect("matched Some");
+        match invoice {
+            Some(invoice) if invoice.status == "paid" => {
                 let payment = match cryptopay::payment_of(invoice, Utc::now()) {
                     Ok(p) => p,
                     Err(e) => {
@@ -138,7 +137,7 @@ pub async fn run_once(db: &Pool, config: &CryptoPayConfig) -> Result<Report, Api
                     report.found += 1;
                 }
             }
-            Some("expired") => {
+            Some(invoice) if invoice.status == "expired" => {
                 let client = db.get().await?;
                 let others =
                     crypto_invoices::others_active(&client, d.order_id, d.invoice_id).await?;
@@ -161,8 +160,8 @@ pub async fn run_once(db: &Pool, config: &CryptoPayConfig) -> Result<Report, Api
                 }
                 report.expired += 1;
             }
-            status => {
-                let error = match status {
+            other => {
+                let error = match other.map(|i| i.status.as_str()) {
                     None => Some("not in getInvoices' answer"),
                     Some("active") => None,
                     Some(_) => Some("an unknown status"),
