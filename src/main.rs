@@ -130,9 +130,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             subgate::bootstrap_admin(&state)
                 .await
                 .map_err(|e| format!("cannot create the admin account: {e}"))?;
-            subgate::bootstrap_receipts(&state)
-                .await
-                .map_err(|e| format!("cannot record whether fiscal receipts are on: {e}"))?;
+            subgate::bootstrap_receipts(&state).await;
             subgate::serve(state).await.map_err(|e| e.to_string())
         }
         Command::Migrate => migrate(&pool).await,

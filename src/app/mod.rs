@@ -58,14 +58,41 @@ where
 /// transactions that apply and refund payments read ([`crate::payments::receipts`]): `subgate
 /// serve` runs it at start-up, so the payments of a service without Checkbox owe no receipt.
 /// Every replica runs with the same settings; a one-off command (`subgate effects`, `staff`)
-/// does not change it.
-pub async fn bootstrap_receipts(state: &AppState) -> Result<(), error::ApiError> {
+/// does not change it. A database that is down (or not migrated yet) does not stop the start:
+/// it is written once the database answers, tried again every few seconds.
+pub async fn bootstrap_receipts(state: &AppState) {
     let enabled = state.config.checkbox.is_some();
-    crate::payments::receipts::set_enabled(&state.db.get().await?, enabled).await?;
-    if enabled {
-        tracing::info!("fiscal receipts on: card payments in UAH are registered with Checkbox");
+    async fn write(db: deadpool_postgres::Pool, enabled: bool) -> Result<(), error::ApiError> {
+        let client = db.get().await?;
+        crate::payments::receipts::set_enabled(&client, enabled).await
     }
-    Ok(())
+    match write(state.db.clone(), enabled).await {
+        Ok(()) => {
+            if enabled {
+                tracing::info!(
+                    "fiscal receipts on: card payments in UAH are registered with Checkbox"
+                );
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "whether fiscal receipts are on is not recorded yet; trying again");
+            let db = state.db.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+                    match write(db.clone(), enabled).await {
+                        Ok(()) => {
+                            tracing::info!(enabled, "whether fiscal receipts are on is recorded");
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::debug!(error = %e, "fiscal receipts' setting not recorded yet")
+                        }
+                    }
+                }
+            });
+        }
+    }
 }
 
 /// Creates the first staff account from `ADMIN_EMAIL`/`ADMIN_PASSWORD` once; never overwrites.

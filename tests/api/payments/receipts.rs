@@ -1,6 +1,6 @@
 //! Fiscal receipts (API.md "Fiscal receipts (Checkbox)") against a fake Checkbox: a UAH card
-//! payment through door 1 (the fast path), WayForPay (the locked path) or Stripe owes one sale
-//! receipt, written with the payment and issued by the effects worker — the cashier signed in,
+//! payment through door 1 (the fast path), WayForPay (the locked path, and its `CHECK_STATUS`
+//! reconcile) or Stripe owes one sale receipt, written with the payment and issued by the effects worker — the cashier signed in,
 //! the shift opened when none is, the receipt read until done — and the buyer gets its link
 //! once; Stars, other currencies, payments in review and a service without Checkbox owe none;
 //! failures are retried, a receipt failing for good is `failed` for staff and access is granted
@@ -13,12 +13,16 @@ use serde_json::{Value, json};
 use subgate::app::worker::{Options, Worker};
 
 use crate::{
-    payments::stripe::{post_event, session_completed},
+    payments::{
+        reconciliation,
+        stripe::{post_event, session_completed},
+    },
     support::{
         effects::{make_due, payment_update, run, run_until_done, stars_channel},
         fake_bot::{FakeBot, TOKEN},
         fake_checkbox::{self, FakeCheckbox},
         fake_stripe,
+        fake_wayforpay::{FakeWayForPay, Script},
         helpers::{TestApp, assert_wayforpay_accept, id, reference, wayforpay_callback},
     },
 };
@@ -277,6 +281,43 @@ async fn wayforpay_and_stripe_payments_get_one_receipt_each() {
     assert_eq!(kept.len(), 3);
     assert_eq!(kept[2].id, rows[1].receipt_id);
     assert_eq!(kept[2].body["goods"][0]["is_return"], true);
+}
+
+#[tokio::test]
+async fn a_payment_the_wayforpay_reconcile_finds_gets_one_receipt() {
+    let (bot, checkbox) = (FakeBot::start().await, FakeCheckbox::start().await);
+    let wfp = FakeWayForPay::start().await;
+    let (bot_url, checkbox_url, wfp_url) = (bot.url.clone(), checkbox.url.clone(), wfp.url.clone());
+    let app = TestApp::spawn_with(move |env| {
+        env.insert("TELEGRAM_API_URL".into(), bot_url);
+        env.insert("TELEGRAM_BOT_TOKEN".into(), TOKEN.into());
+        env.insert("TELEGRAM_BOT_USERNAME".into(), "subgate_test_bot".into());
+        env.insert("PUBLIC_URL".into(), "https://pay.example.com".into());
+        env.insert("WAYFORPAY_API_URL".into(), wfp_url);
+        env.insert("CHECKBOX_API_URL".into(), checkbox_url);
+        env.insert(
+            "CHECKBOX_LICENSE_KEY".into(),
+            fake_checkbox::LICENSE_KEY.into(),
+        );
+        env.insert("CHECKBOX_LOGIN".into(), fake_checkbox::LOGIN.into());
+        env.insert("CHECKBOX_PASSWORD".into(), fake_checkbox::PASSWORD.into());
+    })
+    .await;
+    // The bot's card link, whose callback never comes; CHECK_STATUS finds it paid.
+    let user = 9_710_015;
+    let (order_id, order_ref, _) = reconciliation::card_link(&app, user).await;
+    wfp.script(&order_ref, Script::status("Approved", "199.00"));
+    reconciliation::due(&app, order_id).await;
+    reconciliation::pass(&app).await;
+    let p: i64 = app
+        .db()
+        .await
+        .query_one("SELECT id FROM payments WHERE order_id = $1", &[&order_id])
+        .await
+        .unwrap()
+        .get(0);
+    run_until_done(&app).await;
+    assert_one_done_sale(&app, &bot, &checkbox, p, user).await;
 }
 
 #[tokio::test]

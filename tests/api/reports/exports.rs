@@ -85,13 +85,13 @@ async fn payments_export_with_the_list_filters_and_a_window() {
         "quoted as RFC 4180 says"
     );
     assert_eq!(rows[2][11], "needs_review");
-    // The list's own view of the same payments, field for field.
+    // The list's own view of the same payments, field for field: every field of the payment
+    // (the staff view adds the payment's fiscal receipt, an object a CSV cell cannot hold,
+    // last).
     let list = app.get("/api/payments").await.expect(200);
-    assert_eq!(
-        rows[0],
-        json_fields(&list),
-        "every field the API shows, in its order"
-    );
+    let mut fields = json_fields(&list);
+    assert_eq!(fields.pop().as_deref(), Some("receipt"));
+    assert_eq!(rows[0], fields, "every field the API shows, in its order");
     assert_eq!(rows[1][0], list["items"][0]["id"].to_string());
     assert_eq!(rows[1][10], list["items"][0]["paid_at"].as_str().unwrap());
 
