@@ -327,6 +327,130 @@ DROP INDEX effects_member_pending_idx;
 
 
 -- statement
+-- Door 5, Monobank acquiring. One row per Monobank invoice: made by us for an order (the bot's
+-- invoice effect, the Mini App), or first heard of in a signed webhook. It keeps the newest
+-- status Monobank reported with that report's `modifiedDate` (an older report changes nothing),
+-- the page handed to the buyer (reused while it stays valid: Monobank has no idempotency key),
+-- and the chase of an invoice whose webhook has not come (asked about with
+-- `GET /api/merchant/invoice/status`, with back-off, for up to 72 hours), in the shape of
+-- WayForPay's `gateway_checks`, which holds one row per order and so cannot hold an order's
+-- several invoices.
+CREATE TABLE monobank_invoices (
+    invoice_id      text        PRIMARY KEY,
+    -- The order of rows in staff lists (`GET /api/reconciliation/monobank`).
+    id              bigint      GENERATED ALWAYS AS IDENTITY UNIQUE,
+    order_id        bigint      REFERENCES orders (id) ON DELETE CASCADE,
+    -- Our order reference, as sent in `merchantPaymInfo.reference` (or as a webhook reported it).
+    reference       text        NOT NULL,
+    amount_minor    bigint      NOT NULL,
+    page_url        text,
+    -- The page was given to the buyer: only such an invoice is reused, chased, and releases its
+    -- order's holds when it fails or expires (of two made at once for one order, one is given).
+    handed_out      boolean     NOT NULL DEFAULT false,
+    valid_until     timestamptz,
+    status          text        NOT NULL DEFAULT 'created',
+    -- Monobank's `modifiedDate` of the newest report applied (null: none yet).
+    modified_date   timestamptz,
+    chase           text        NOT NULL DEFAULT 'chasing',
+    attempts        integer     NOT NULL DEFAULT 0,
+    next_check_at   timestamptz NOT NULL,
+    last_checked_at timestamptz,
+    last_error      text,
+    payment_id      bigint      REFERENCES payments (id) ON DELETE SET NULL,
+    created_at      timestamptz NOT NULL DEFAULT statement_timestamp(),
+    updated_at      timestamptz NOT NULL DEFAULT statement_timestamp(),
+    CONSTRAINT monobank_invoices_status_check CHECK (status IN (
+        'created', 'processing', 'hold', 'success', 'failure', 'reversed', 'expired')),
+    CONSTRAINT monobank_invoices_chase_check CHECK (chase IN ('chasing', 'found', 'gave_up', 'settled')),
+    CONSTRAINT monobank_invoices_attempts_check CHECK (attempts >= 0),
+    CONSTRAINT monobank_invoices_amount_check CHECK (amount_minor >= 0)
+);
+CREATE INDEX monobank_invoices_order_idx ON monobank_invoices (order_id);
+CREATE INDEX monobank_invoices_due_idx ON monobank_invoices (next_check_at) WHERE chase = 'chasing';
+
+
+-- statement
+-- Door 6 (Crypto Pay, @CryptoBot): the prices an owner fixes for a plan in crypto assets, and
+-- the Crypto Pay invoices the bot makes for orders.
+
+-- `{"USDT": 4990000, "TON": 1500000000}`: asset → the price in the asset's minor units (the
+-- exponents of `common::currency`). NULL: the plan is not sold in crypto. Checked in Rust
+-- (known assets, positive amounts); the schema keeps the shape.
+ALTER TABLE plans
+    ADD COLUMN crypto_prices jsonb,
+    ADD CONSTRAINT plans_crypto_prices_check
+        CHECK (crypto_prices IS NULL OR jsonb_typeof(crypto_prices) = 'object');
+
+-- One invoice per order and asset: a repeat of the effect that made it finds it here and sends
+-- the same pay URL. `status` follows Crypto Pay's (`active`, `paid`, `expired`); an `active`
+-- one is asked about (`getInvoices`) from `next_check_at` on.
+CREATE TABLE cryptopay_invoices (
+    invoice_id bigint PRIMARY KEY,
+    order_id bigint NOT NULL REFERENCES orders (id) ON DELETE CASCADE,
+    asset text NOT NULL,
+    amount_minor bigint NOT NULL,
+    status text NOT NULL DEFAULT 'active',
+    pay_url text NOT NULL,
+    expires_at timestamptz NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT statement_timestamp(),
+    next_check_at timestamptz NOT NULL,
+    checks integer NOT NULL DEFAULT 0,
+    last_error text,
+    CONSTRAINT cryptopay_invoices_order_asset_key UNIQUE (order_id, asset),
+    CONSTRAINT cryptopay_invoices_asset_check CHECK (asset ~ '^[A-Z]{3,5}$'),
+    CONSTRAINT cryptopay_invoices_amount_check CHECK (amount_minor > 0),
+    CONSTRAINT cryptopay_invoices_status_check CHECK (status IN ('active', 'paid', 'expired')),
+    CONSTRAINT cryptopay_invoices_checks_check CHECK (checks >= 0)
+);
+CREATE INDEX cryptopay_invoices_due_idx ON cryptopay_invoices (next_check_at)
+    WHERE status = 'active';
+
+
+-- statement
+-- Fiscal receipts (Checkbox, a software cash register): one sale receipt per applied UAH card
+-- payment and one return receipt per refund of such a payment, each performed by a
+-- `fiscal_receipt` effect (the kind 0028 allowed).
+
+-- Whether the running service has Checkbox configured (`CHECKBOX_*`): written by `subgate
+-- serve` at start-up, read by the transactions that apply a payment, so a payment owes a
+-- receipt only while receipts are on. One row.
+CREATE TABLE fiscal_register (
+    id         boolean     PRIMARY KEY DEFAULT true,
+    enabled    boolean     NOT NULL DEFAULT false,
+    updated_at timestamptz NOT NULL DEFAULT statement_timestamp(),
+    CONSTRAINT fiscal_register_one_check CHECK (id)
+);
+INSERT INTO fiscal_register DEFAULT VALUES;
+
+-- One receipt of one payment. `receipt_id` is the id we give Checkbox for it, chosen before
+-- the first call: Checkbox keeps one receipt per id, so a request sent again after a crash
+-- or a lost answer finds the receipt the first one made instead of making a second.
+CREATE TABLE fiscal_receipts (
+    id          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    payment_id  bigint      NOT NULL REFERENCES payments (id),
+    kind        text        NOT NULL,
+    state       text        NOT NULL DEFAULT 'pending',
+    receipt_id  uuid        NOT NULL DEFAULT gen_random_uuid(),
+    fiscal_code text,
+    url         text,
+    attempts    integer     NOT NULL DEFAULT 0,
+    last_error  text,
+    created_at  timestamptz NOT NULL DEFAULT statement_timestamp(),
+    done_at     timestamptz,
+    CONSTRAINT fiscal_receipts_payment_kind_key UNIQUE (payment_id, kind),
+    CONSTRAINT fiscal_receipts_receipt_id_key UNIQUE (receipt_id),
+    CONSTRAINT fiscal_receipts_kind_check CHECK (kind IN ('sale', 'return')),
+    CONSTRAINT fiscal_receipts_state_check CHECK (state IN ('pending', 'done', 'failed')),
+    CONSTRAINT fiscal_receipts_done_check CHECK (
+        (state = 'done') = (done_at IS NOT NULL AND fiscal_code IS NOT NULL AND url IS NOT NULL)),
+    CONSTRAINT fiscal_receipts_attempts_check CHECK (attempts >= 0)
+);
+
+-- Staff's look at what is still owed or failed.
+CREATE INDEX fiscal_receipts_open_idx ON fiscal_receipts (state) WHERE state <> 'done';
+
+
+-- statement
 -- Messages to members: the buyer's consent, the automations, broadcasts, and one row per
 -- message a member is sent (docs/effects.md, "Messages to members").
 
@@ -919,6 +1043,34 @@ CREATE TRIGGER webhook_payouts AFTER INSERT ON payouts
 
 
 -- statement
+-- Refunds staff start (`POST /api/payments/{id}/refund`): one request per payment, ever. The
+-- work itself is the `gateway_refund` effect keyed `gateway_refund:{payment}` (allowed by
+-- migration 0028); where the refund stands is that effect's status, so nothing here is
+-- updated after the request is written.
+CREATE TABLE staff_refunds (
+    payment_id   bigint      PRIMARY KEY REFERENCES payments (id) ON DELETE RESTRICT,
+    -- Why staff refunded it, as they wrote it (also sent to WayForPay as the refund's comment).
+    reason       text        NOT NULL,
+    -- Who asked: the account (kept NULL once it is deleted) and its email at the time.
+    staff_id     bigint      REFERENCES staff_accounts (id) ON DELETE SET NULL,
+    staff_email  text        NOT NULL,
+    requested_at timestamptz NOT NULL DEFAULT statement_timestamp(),
+    CONSTRAINT staff_refunds_reason_check CHECK (char_length(reason) BETWEEN 1 AND 500)
+);
+CREATE INDEX staff_refunds_staff_idx ON staff_refunds (staff_id) WHERE staff_id IS NOT NULL;
+
+-- A payment staff refunded and its gateway confirmed: `refunded`, reason `refunded_by_staff`.
+ALTER TABLE payments
+    DROP CONSTRAINT payments_reason_check,
+    ADD CONSTRAINT payments_reason_check CHECK (reason IN (
+        'unknown_order', 'amount_mismatch', 'currency_mismatch', 'payer_mismatch',
+        'order_cancelled', 'already_paid', 'hold_expired', 'no_seat', 'channel_inactive',
+        'refunded_elsewhere', 'unknown_subscription', 'subscription_cancelled',
+        'promo_exhausted', 'already_lifetime', 'refunded_at_gateway',
+        'refunded_before_payment', 'disputed_at_gateway', 'dispute_won', 'refunded_by_staff'));
+
+
+-- statement
 -- Staff accounts changed from the command line (`subgate staff create`, `set-password`) are in
 -- the audit log too. Such a row has no staff account behind it: `actor` says who made a write,
 -- `staff` (an account, named by `staff_id` and `staff_email`) or `cli` (the command line, with
@@ -1381,6 +1533,36 @@ CREATE TABLE sweep_queue (
     created_at    timestamptz NOT NULL DEFAULT statement_timestamp(),
     CONSTRAINT sweep_queue_kind_check CHECK (kind IN ('revoke', 'grace_notice'))
 );
+
+
+-- statement
+-- Ukrainian and crypto money: the shared ground of door 5 (Monobank), door 6 (Crypto Pay),
+-- fiscal receipts (Checkbox) and refunds staff start. Each of those brings its own tables in
+-- the migrations after this one; what they share is widened here once.
+
+-- `fiscal_receipt`: one Checkbox receipt (a sale or a return) of one payment.
+-- `gateway_refund`: a refund staff asked for, made at the payment's gateway.
+ALTER TABLE effects
+    DROP CONSTRAINT effects_kind_check,
+    ADD CONSTRAINT effects_kind_check CHECK (kind IN (
+        'grant', 'renewal_receipt', 'revoke', 'reminder', 'grace_notice', 'refund',
+        'join_approve', 'join_decline', 'bot_message', 'invoice', 'subscription_cancel',
+        'unban', 'member_message', 'referral_reward', 'fiscal_receipt', 'gateway_refund')),
+    DROP CONSTRAINT effects_chat_id_check,
+    ADD CONSTRAINT effects_chat_id_check CHECK (
+        kind IN ('refund', 'bot_message', 'invoice', 'subscription_cancel', 'member_message',
+                 'referral_reward', 'fiscal_receipt', 'gateway_refund')
+        OR chat_id IS NOT NULL);
+
+-- Monobank's invoices and Crypto Pay's are chased like WayForPay's orders.
+ALTER TABLE gateway_checks
+    DROP CONSTRAINT gateway_checks_gateway_check,
+    ADD CONSTRAINT gateway_checks_gateway_check CHECK (gateway IN ('wayforpay', 'monobank', 'cryptopay'));
+
+-- A crypto payment is kept in what was paid: `USDT` is four letters.
+ALTER TABLE payments
+    DROP CONSTRAINT payments_currency_check,
+    ADD CONSTRAINT payments_currency_check CHECK (currency ~ '^[A-Z]{3,5}$');
 
 
 -- statement
@@ -2271,6 +2453,20 @@ INSERT INTO membership_events
      RETURNING id
 
 -- statement
+INSERT INTO monobank_invoices AS m
+         (invoice_id, order_id, reference, amount_minor, page_url, handed_out, valid_until,
+          chase, next_check_at)
+     VALUES ($1, $2, $3, $4, $5, $6, statement_timestamp() + make_interval(secs => $7),
+             CASE WHEN $6 THEN 'chasing' ELSE 'settled' END,
+             statement_timestamp() + make_interval(secs => $8))
+     ON CONFLICT (invoice_id) DO UPDATE SET
+         order_id = EXCLUDED.order_id, page_url = EXCLUDED.page_url,
+         handed_out = EXCLUDED.handed_out, valid_until = EXCLUDED.valid_until,
+         chase = CASE WHEN EXCLUDED.handed_out AND m.status IN ('created', 'processing', 'hold')
+                      THEN 'chasing' ELSE m.chase END,
+         next_check_at = EXCLUDED.next_check_at, updated_at = statement_timestamp()
+
+-- statement
 INSERT INTO orders (reference, subscriber_id, channel_id, amount_minor, currency)
      VALUES ($1, $2, $3, $4, $5) RETURNING id, reference, subscriber_id, channel_id, amount_minor, currency, status, hold_until, invoice_link, superseded_at, created_at, paid_at, plan_id, list_price_minor, discount_minor, promo_code_id, promo_held_until, (SELECT pcode.code FROM promo_codes pcode WHERE pcode.id = promo_code_id) AS promo_code
 
@@ -2299,9 +2495,9 @@ INSERT INTO plan_referral_rates (plan_id, first_percent, renewal_percent)
 -- statement
 INSERT INTO plans (title, description, kind, price_minor, currency,
                                              period_days, recurring, active, position,
-                                             translations)
+                                             translations, crypto_prices)
      VALUES ($1, $2, $3, $4, $5, $6, $7, COALESCE($8, true), COALESCE($9, 0),
-             COALESCE($10::jsonb, '{}'::jsonb))
+             COALESCE($10::jsonb, '{}'::jsonb), $11)
      RETURNING id
 
 -- statement
@@ -2331,6 +2527,12 @@ INSERT INTO staff_accounts (email, password_hash, role)
 INSERT INTO staff_accounts (email, password_hash, role)
      VALUES ($1, $2, $3) ON CONFLICT (email) DO NOTHING
      RETURNING id, email, role, disabled, created_at, updated_at
+
+-- statement
+INSERT INTO staff_refunds (payment_id, reason, staff_id, staff_email)
+     VALUES ($1, $2, $3, $4)
+     ON CONFLICT (payment_id) DO NOTHING
+     RETURNING payment_id
 
 -- statement
 INSERT INTO star_affiliate_fees (charge_id, amount_minor)
@@ -2564,6 +2766,12 @@ SELECT (SELECT promo_code_id FROM bot_promo_codes
               WHERE subscriber_id = $1 AND until > statement_timestamp()) AS promo_code_id
 
 -- statement
+SELECT (p.crypto_prices ->> $2)::bigint AS price,
+            o.amount_minor, o.list_price_minor
+     FROM orders o JOIN plans p ON p.id = o.plan_id
+     WHERE o.id = $1
+
+-- statement
 SELECT 1
 
 -- statement
@@ -2588,6 +2796,10 @@ SELECT ARRAY(SELECT m.channel_id FROM memberships m
                       AND o.superseded_at IS NULL) AS pending
 
 -- statement
+SELECT CASE WHEN payer ~ '^[0-9]{1,18}$' THEN payer::bigint END AS payer
+     FROM payments WHERE id = $1
+
+-- statement
 SELECT DISTINCT m.subscriber_id, m.channel_id
      FROM membership_events e JOIN memberships m ON m.id = e.membership_id
      WHERE e.payment_id = $1 AND e.cause = $2
@@ -2604,6 +2816,12 @@ SELECT EXISTS (
 
 -- statement
 SELECT EXISTS (
+         SELECT 1 FROM cryptopay_invoices
+         WHERE order_id = $1 AND invoice_id <> $2 AND status = 'active'
+           AND expires_at > statement_timestamp()) AS others
+
+-- statement
+SELECT EXISTS (
          SELECT 1 FROM effects
          WHERE membership_id = $1 AND user_id = $2 AND kind IN ('grant', 'renewal_receipt')
            AND status = 'done' AND NOT payload ? 'note'
@@ -2615,6 +2833,13 @@ SELECT EXISTS (
          JOIN subscribers s ON s.id = m.subscriber_id
          JOIN channels c ON c.id = m.channel_id
          WHERE s.telegram_user_id = $1 AND c.telegram_chat_id = $2 AND m.status <> 'expired' AND statement_timestamp() < m.expires_at + make_interval(days => c.grace_period_days)) AS found
+
+-- statement
+SELECT EXISTS (
+         SELECT 1 FROM monobank_invoices
+         WHERE order_id = $1 AND invoice_id <> $2 AND handed_out
+           AND status IN ('created', 'processing', 'hold')
+           AND valid_until > statement_timestamp()) AS open
 
 -- statement
 SELECT EXISTS (
@@ -2748,6 +2973,9 @@ SELECT channel_id, telegram_user_id, note, created_at
      FROM channel_exemptions WHERE channel_id = $1 ORDER BY telegram_user_id
 
 -- statement
+SELECT chase, count(*) AS n FROM monobank_invoices WHERE handed_out GROUP BY chase
+
+-- statement
 SELECT code, active FROM affiliates WHERE subscriber_id = $1
 
 -- statement
@@ -2872,6 +3100,9 @@ SELECT g.order_id, o.reference, g.gateway, g.state, g.attempts, g.next_check_at,
      ORDER BY g.order_id LIMIT $3
 
 -- statement
+SELECT gateway, external_id, order_id FROM payments WHERE id = $1
+
+-- statement
 SELECT hold_until FROM orders WHERE id = $1
 
 -- statement
@@ -2983,6 +3214,12 @@ SELECT id, gateway, external_id, order_reference, order_id, subscriber_id, chann
      ORDER BY paid_at, id
 
 -- statement
+SELECT id, invoice_id, order_id, reference, amount_minor, page_url, handed_out, valid_until, status, modified_date, chase, attempts, next_check_at, last_checked_at, last_error, payment_id, created_at, updated_at FROM monobank_invoices
+     WHERE id > $1 AND ($2::text IS NULL OR chase = $2::text)
+       AND ($3::bigint IS NULL OR order_id = $3)
+     ORDER BY id LIMIT $4
+
+-- statement
 SELECT id, kind, chat_id, user_id FROM effects e
      WHERE status = 'pending' AND next_attempt_at <= statement_timestamp()
        AND (lease_until IS NULL OR lease_until <= statement_timestamp())
@@ -3066,7 +3303,7 @@ SELECT id, outcome, reason, order_id FROM payments
 SELECT id, password_hash FROM staff_accounts WHERE email = $1
 
 -- statement
-SELECT id, password_hash, token_version FROM staff_accounts
+SELECT id, password_hash, token_version, role FROM staff_accounts
      WHERE email = $1 AND NOT disabled
 
 -- statement
@@ -3096,6 +3333,9 @@ SELECT id, reference, subscriber_id, channel_id, amount_minor, currency, status,
 
 -- statement
 SELECT id, reference, subscriber_id, channel_id, amount_minor, currency, status, hold_until, invoice_link, superseded_at, created_at, paid_at, plan_id, list_price_minor, discount_minor, promo_code_id, promo_held_until, (SELECT pcode.code FROM promo_codes pcode WHERE pcode.id = promo_code_id) AS promo_code FROM orders WHERE id = $1
+
+-- statement
+SELECT id, status, last_error FROM effects WHERE dedupe_key = $1
 
 -- statement
 SELECT id, subscriber_id, channel_id, status, expires_at, created_at, updated_at FROM memberships
@@ -3164,6 +3404,9 @@ SELECT id, url, description, event_types, disabled_at IS NULL AS enabled, disabl
 
 -- statement
 SELECT invite_link FROM channels WHERE id = $1 AND telegram_chat_id = $2
+
+-- statement
+SELECT invoice_id, order_id, asset, amount_minor, status, pay_url, expires_at FROM cryptopay_invoices WHERE order_id = $1 AND asset = $2
 
 -- statement
 SELECT kind = 'paid' AND active AS buyable FROM plans WHERE id = $1
@@ -3565,6 +3808,11 @@ SELECT ok, error_message FROM pre_checkout_decisions WHERE query_id = $1
 SELECT outcome, external_id FROM payments WHERE id = $1
 
 -- statement
+SELECT p.crypto_prices, o.amount_minor, o.list_price_minor
+     FROM orders o JOIN plans p ON p.id = o.plan_id
+     WHERE o.id = $1
+
+-- statement
 SELECT p.id FROM plan_channels pc JOIN plans p ON p.id = pc.plan_id
      WHERE pc.channel_id = $1 AND p.default_of IS DISTINCT FROM $1 AND p.currency <> $2
      ORDER BY p.id LIMIT 5
@@ -3579,13 +3827,19 @@ SELECT p.id, coalesce(c.title, p.title) AS name,
      ORDER BY p.price_minor, p.position, p.id LIMIT 4
 
 -- statement
-SELECT p.id, p.title, p.description, p.kind, p.price_minor, p.currency, p.period_days, p.recurring, p.active, p.position, p.default_of IS NOT NULL AS is_default, p.created_at, p.updated_at, p.translations, ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = p.id ORDER BY pc.position) AS channel_ids FROM plans p
+SELECT p.id, p.gateway, p.external_id, p.amount_minor, p.currency,
+            p.outcome, r.reason
+     FROM payments p JOIN staff_refunds r ON r.payment_id = p.id
+     WHERE p.id = $1
+
+-- statement
+SELECT p.id, p.title, p.description, p.kind, p.price_minor, p.currency, p.period_days, p.recurring, p.active, p.position, p.default_of IS NOT NULL AS is_default, p.created_at, p.updated_at, p.translations, p.crypto_prices, ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = p.id ORDER BY pc.position) AS channel_ids FROM plans p
      WHERE p.active AND EXISTS (SELECT 1 FROM plan_channels pc
                                 WHERE pc.plan_id = p.id AND pc.channel_id = $1)
      ORDER BY p.price_minor, p.position, p.id
 
 -- statement
-SELECT p.id, p.title, p.description, p.kind, p.price_minor, p.currency, p.period_days, p.recurring, p.active, p.position, p.default_of IS NOT NULL AS is_default, p.created_at, p.updated_at, p.translations, ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = p.id ORDER BY pc.position) AS channel_ids FROM plans p
+SELECT p.id, p.title, p.description, p.kind, p.price_minor, p.currency, p.period_days, p.recurring, p.active, p.position, p.default_of IS NOT NULL AS is_default, p.created_at, p.updated_at, p.translations, p.crypto_prices, ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = p.id ORDER BY pc.position) AS channel_ids FROM plans p
      WHERE p.id > $1
        AND ($2::integer IS NULL OR EXISTS (SELECT 1 FROM plan_channels pc
                                            WHERE pc.plan_id = p.id AND pc.channel_id = $2))
@@ -3593,16 +3847,31 @@ SELECT p.id, p.title, p.description, p.kind, p.price_minor, p.currency, p.period
      ORDER BY p.id LIMIT $4
 
 -- statement
-SELECT p.id, p.title, p.description, p.kind, p.price_minor, p.currency, p.period_days, p.recurring, p.active, p.position, p.default_of IS NOT NULL AS is_default, p.created_at, p.updated_at, p.translations, ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = p.id ORDER BY pc.position) AS channel_ids FROM plans p WHERE p.default_of = $1
+SELECT p.id, p.title, p.description, p.kind, p.price_minor, p.currency, p.period_days, p.recurring, p.active, p.position, p.default_of IS NOT NULL AS is_default, p.created_at, p.updated_at, p.translations, p.crypto_prices, ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = p.id ORDER BY pc.position) AS channel_ids FROM plans p WHERE p.default_of = $1
 
 -- statement
-SELECT p.id, p.title, p.description, p.kind, p.price_minor, p.currency, p.period_days, p.recurring, p.active, p.position, p.default_of IS NOT NULL AS is_default, p.created_at, p.updated_at, p.translations, ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = p.id ORDER BY pc.position) AS channel_ids FROM plans p WHERE p.id = $1
+SELECT p.id, p.title, p.description, p.kind, p.price_minor, p.currency, p.period_days, p.recurring, p.active, p.position, p.default_of IS NOT NULL AS is_default, p.created_at, p.updated_at, p.translations, p.crypto_prices, ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = p.id ORDER BY pc.position) AS channel_ids FROM plans p WHERE p.id = $1
 
 -- statement
-SELECT p.id, p.title, p.description, p.kind, p.price_minor, p.currency, p.period_days, p.recurring, p.active, p.position, p.default_of IS NOT NULL AS is_default, p.created_at, p.updated_at, p.translations, ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = p.id ORDER BY pc.position) AS channel_ids FROM plans p WHERE p.id = $1 FOR UPDATE OF p
+SELECT p.id, p.title, p.description, p.kind, p.price_minor, p.currency, p.period_days, p.recurring, p.active, p.position, p.default_of IS NOT NULL AS is_default, p.created_at, p.updated_at, p.translations, p.crypto_prices, ARRAY(SELECT pc.channel_id FROM plan_channels pc WHERE pc.plan_id = p.id ORDER BY pc.position) AS channel_ids FROM plans p WHERE p.id = $1 FOR UPDATE OF p
+
+-- statement
+SELECT page_url FROM monobank_invoices
+     WHERE order_id = $1 AND handed_out AND page_url IS NOT NULL
+       AND status IN ('created', 'processing')
+       AND valid_until > statement_timestamp() + make_interval(secs => $2)
+     ORDER BY created_at DESC LIMIT 1
 
 -- statement
 SELECT password_hash FROM staff_accounts WHERE id = $1
+
+-- statement
+SELECT payment_id, reason, staff_email, requested_at
+     FROM staff_refunds WHERE payment_id = $1
+
+-- statement
+SELECT payment_id, state, url FROM fiscal_receipts
+     WHERE payment_id = ANY($1) AND kind = $2
 
 -- statement
 SELECT pc.id, pc.code, pc.percent_off, pc.amount_off_minor, pc.currency, pc.plan_ids, pc.max_redemptions, pc.per_buyer_limit, pc.expires_at, pc.first_purchase_only, pc.active, pc.created_at, pc.updated_at, (SELECT count(*) FROM orders o WHERE o.promo_code_id = pc.id AND o.status = 'paid') AS redemptions, (SELECT count(*) FROM orders o WHERE o.promo_code_id = pc.id AND o.status = 'pending' AND o.promo_held_until > statement_timestamp()) AS held FROM promo_codes pc
@@ -3644,6 +3913,9 @@ SELECT pg_advisory_xact_lock($1, $2)
 
 -- statement
 SELECT pg_advisory_xact_lock(hashtextextended('subgate automations', 0))
+
+-- statement
+SELECT pg_advisory_xact_lock(hashtextextended('subgate monobank order ' || $1::bigint, 0))
 
 -- statement
 SELECT pg_notify('subgate_effects', '<random token>')
@@ -3694,6 +3966,17 @@ SELECT r.id, r.channel_id, r.chat_id, r.user_id, s.id AS subscriber_id, r.answer
                AND r.id > $3
              ORDER BY r.id
              LIMIT $4
+
+-- statement
+SELECT r.id, r.payment_id, r.kind, r.state, r.receipt_id::text AS receipt_id, p.amount_minor, p.currency, pl.id AS plan_id, pl.title AS plan_title, c.title AS channel_title, sale.state AS sale_state, sale.receipt_id::text AS sale_receipt_id
+     FROM fiscal_receipts r
+     JOIN payments p ON p.id = r.payment_id
+     LEFT JOIN orders o ON o.id = p.order_id
+     LEFT JOIN plans pl ON pl.id = o.plan_id
+     LEFT JOIN channels c ON c.id = p.channel_id
+     LEFT JOIN fiscal_receipts sale
+            ON sale.payment_id = r.payment_id AND sale.kind = 'sale' AND r.kind = 'return'
+     WHERE r.id = $1
 
 -- statement
 SELECT r.language, count(*) AS recipients
@@ -3786,6 +4069,15 @@ SELECT s.telegram_user_id FROM star_subscriptions ss
              WHERE ss.id = $1
 
 -- statement
+SELECT s.telegram_user_id, p.amount_minor, p.currency, p.channel_id,
+         pl.title AS plan_title
+     FROM payments p
+     JOIN subscribers s ON s.id = p.subscriber_id
+     LEFT JOIN orders o ON o.id = p.order_id
+     LEFT JOIN plans pl ON pl.id = o.plan_id
+     WHERE p.id = $1
+
+-- statement
 SELECT segment FROM broadcasts WHERE id = $1 AND status = 'scheduled' FOR UPDATE
 
 -- statement
@@ -3811,6 +4103,9 @@ SELECT statement_timestamp() AS now
 
 -- statement
 SELECT status FROM broadcasts WHERE id = $1 FOR UPDATE
+
+-- statement
+SELECT status FROM monobank_invoices WHERE invoice_id = $1
 
 -- statement
 SELECT status, COALESCE(lease_until > statement_timestamp(), false) AS leased
@@ -3944,6 +4239,19 @@ UPDATE channels SET invite_link = NULL
      RETURNING id
 
 -- statement
+UPDATE cryptopay_invoices
+     SET next_check_at = LEAST(
+             statement_timestamp() + make_interval(secs => $2),
+             GREATEST(expires_at + interval '5 seconds',
+                      statement_timestamp() + interval '30 seconds')),
+         last_error = $3
+     WHERE invoice_id = $1 AND status = 'active'
+
+-- statement
+UPDATE cryptopay_invoices SET status = $2, last_error = NULL
+     WHERE invoice_id = $1 AND status = 'active'
+
+-- statement
 UPDATE effects
      SET next_attempt_at = statement_timestamp(), updated_at = statement_timestamp()
      WHERE chat_id = $1 AND status = 'pending' AND next_attempt_at > statement_timestamp()
@@ -4001,6 +4309,29 @@ UPDATE effects e SET lease_until = statement_timestamp() + make_interval(secs =>
      FROM unnest($1::bigint[], $2::bigint[]) AS c(id, token)
      WHERE e.id = c.id AND e.lease_token = c.token AND e.status = 'pending'
      RETURNING e.id
+
+-- statement
+UPDATE fiscal_receipts
+     SET state = 'done', fiscal_code = $2, url = $3, attempts = attempts + 1, last_error = NULL,
+         done_at = statement_timestamp()
+     WHERE id = $1 AND state <> 'done'
+     RETURNING payment_id, kind
+
+-- statement
+UPDATE fiscal_receipts
+     SET state = 'failed', attempts = attempts + 1, last_error = $2
+     WHERE id = $1 AND state <> 'done'
+
+-- statement
+UPDATE fiscal_receipts
+     SET state = 'pending', attempts = attempts + 1, last_error = $2,
+         receipt_id = CASE WHEN $3 THEN gen_random_uuid() ELSE receipt_id END
+     WHERE id = $1 AND state <> 'done'
+
+-- statement
+UPDATE fiscal_register
+     SET enabled = $1, updated_at = statement_timestamp()
+     WHERE enabled IS DISTINCT FROM $1
 
 -- statement
 UPDATE gateway_checks SET
@@ -4091,6 +4422,41 @@ UPDATE messages m
      RETURNING m.id
 
 -- statement
+UPDATE monobank_invoices
+     SET next_check_at = statement_timestamp() + make_interval(secs => $1)
+     WHERE invoice_id = (
+         SELECT invoice_id FROM monobank_invoices
+         WHERE chase = 'chasing' AND next_check_at <= statement_timestamp()
+         ORDER BY next_check_at LIMIT 1
+         FOR UPDATE SKIP LOCKED)
+     RETURNING invoice_id, attempts
+
+-- statement
+UPDATE monobank_invoices SET
+         attempts = attempts + 1,
+         last_checked_at = statement_timestamp(),
+         last_error = $2,
+         chase = CASE WHEN statement_timestamp() >= created_at + make_interval(secs => $3)
+                      THEN 'gave_up' ELSE 'chasing' END,
+         next_check_at = LEAST(statement_timestamp() + make_interval(secs => $4),
+                               created_at + make_interval(secs => $3)),
+         updated_at = statement_timestamp()
+     WHERE invoice_id = $1 AND chase = 'chasing'
+     RETURNING chase
+
+-- statement
+UPDATE monobank_invoices SET
+         attempts = attempts + 1, last_checked_at = statement_timestamp(),
+         updated_at = statement_timestamp()
+     WHERE invoice_id = $1
+
+-- statement
+UPDATE monobank_invoices SET
+         chase = $2, payment_id = COALESCE($3, payment_id), last_error = NULL,
+         updated_at = statement_timestamp()
+     WHERE invoice_id = $1 AND chase = 'chasing'
+
+-- statement
 UPDATE orders
      SET hold_until = CASE WHEN hold_until > statement_timestamp() THEN statement_timestamp()
                            ELSE hold_until END,
@@ -4178,6 +4544,7 @@ UPDATE plans SET
          active = COALESCE($11, active),
          position = COALESCE($12, position),
          translations = COALESCE($13, translations),
+         crypto_prices = CASE WHEN $14 THEN $15 ELSE crypto_prices END,
          updated_at = statement_timestamp()
      WHERE id = $1
 
@@ -4198,9 +4565,9 @@ UPDATE referral_program SET
 
 -- statement
 UPDATE referral_program SET enabled = true, buyer_reward_days = 7;
-             INSERT INTO affiliates (name, code, subscriber_id) VALUES ('Friend', 'FRIEND', 7);
+             INSERT INTO affiliates (name, code, subscriber_id) VALUES ('Friend', 'FRIEND', 9);
              INSERT INTO referral_attributions (subscriber_id, affiliate_id)
-             SELECT 8, id FROM affiliates WHERE code = 'FRIEND';
+             SELECT 10, id FROM affiliates WHERE code = 'FRIEND';
 
 -- statement
 UPDATE referral_rewards SET granted_at = statement_timestamp() WHERE id = $1
@@ -4514,6 +4881,22 @@ WITH due AS (
      RETURNING id, kind, membership_id, payment_id, order_id, chat_id, user_id, payload, status, attempts, next_attempt_at, last_error, dedupe_key, created_at, updated_at, done_at, lease_until, first_failed_at, lease_token AS token
 
 -- statement
+WITH due AS (
+         SELECT invoice_id FROM cryptopay_invoices
+         WHERE status = 'active' AND next_check_at <= statement_timestamp()
+         ORDER BY next_check_at
+         LIMIT $1
+         FOR UPDATE SKIP LOCKED
+     )
+     UPDATE cryptopay_invoices i
+     SET next_check_at = statement_timestamp() + make_interval(secs => $2),
+         checks = i.checks + 1
+     FROM due, orders o
+     WHERE i.invoice_id = due.invoice_id AND o.id = i.order_id
+     RETURNING i.invoice_id, i.order_id, o.reference, i.asset, i.amount_minor, i.expires_at,
+               i.checks
+
+-- statement
 WITH floor AS (
          SELECT (least((SELECT min(paid_at) FROM payments),
                        (SELECT min(at) FROM membership_events),
@@ -4692,6 +5075,18 @@ WITH inserted AS (
      SELECT id, gateway, external_id, order_reference, order_id, subscriber_id, channel_id, amount_minor, currency, affiliate_fee_minor, paid_at, outcome, reason, created_at FROM inserted
 
 -- statement
+WITH kept AS (
+         INSERT INTO cryptopay_invoices (invoice_id, order_id, asset, amount_minor, pay_url,
+                                         expires_at, next_check_at)
+         VALUES ($1, $2, $3, $4, $5, $6, statement_timestamp() + make_interval(secs => $7))
+         ON CONFLICT DO NOTHING
+         RETURNING invoice_id, order_id, asset, amount_minor, status, pay_url, expires_at)
+     SELECT invoice_id, order_id, asset, amount_minor, status, pay_url, expires_at FROM kept
+     UNION ALL
+     SELECT invoice_id, order_id, asset, amount_minor, status, pay_url, expires_at FROM cryptopay_invoices WHERE order_id = $2 AND asset = $3
+     LIMIT 1
+
+-- statement
 WITH l AS (
          SELECT id, affiliate_id, payment_id, subscriber_id, amount_minor, currency, percent,
                 base_minor, status
@@ -4838,6 +5233,46 @@ WITH o AS (INSERT INTO orders (reference, subscriber_id, channel_id, amount_mino
          SELECT $12, o.id, $13, $14, $15::text || o.id FROM o
          ON CONFLICT (dedupe_key) DO NOTHING)
      SELECT id FROM o
+
+-- statement
+WITH owed AS (
+         SELECT p.id, p.order_id, s.telegram_user_id
+         FROM payments p
+         JOIN fiscal_receipts sale ON sale.payment_id = p.id AND sale.kind = 'sale'
+                                  AND sale.state <> 'failed'
+         JOIN subscribers s ON s.id = p.subscriber_id
+         WHERE p.id = $1 AND p.outcome IN ('refunded', 'disputed')
+     ), receipt AS (
+         INSERT INTO fiscal_receipts (payment_id, kind)
+         SELECT id, 'return' FROM owed
+         ON CONFLICT (payment_id, kind) DO NOTHING
+         RETURNING id, payment_id
+     )
+     INSERT INTO effects (kind, payment_id, order_id, user_id, payload, dedupe_key)
+     SELECT 'fiscal_receipt', r.payment_id, o.order_id, o.telegram_user_id,
+            jsonb_build_object('fiscal_receipt_id', r.id), 'receipt:return:' || r.payment_id
+     FROM receipt r JOIN owed o ON o.id = r.payment_id
+     ON CONFLICT (dedupe_key) DO NOTHING
+
+-- statement
+WITH owed AS (
+         SELECT p.id, p.order_id, s.telegram_user_id
+         FROM payments p
+         JOIN fiscal_register r ON r.enabled
+         JOIN subscribers s ON s.id = p.subscriber_id
+         WHERE p.id = $1 AND p.outcome = 'applied' AND p.currency = 'UAH'
+           AND p.amount_minor > 0 AND p.gateway NOT IN ('telegram_stars', 'cryptopay')
+     ), receipt AS (
+         INSERT INTO fiscal_receipts (payment_id, kind)
+         SELECT id, 'sale' FROM owed
+         ON CONFLICT (payment_id, kind) DO NOTHING
+         RETURNING id, payment_id
+     )
+     INSERT INTO effects (kind, payment_id, order_id, user_id, payload, dedupe_key)
+     SELECT 'fiscal_receipt', r.payment_id, o.order_id, o.telegram_user_id,
+            jsonb_build_object('fiscal_receipt_id', r.id), 'receipt:sale:' || r.payment_id
+     FROM receipt r JOIN owed o ON o.id = r.payment_id
+     ON CONFLICT (dedupe_key) DO NOTHING
 
 -- statement
 WITH p AS (
@@ -5201,6 +5636,21 @@ LEFT JOIN live_now l ON l.channel_id = g.channel_id
 LEFT JOIN tail tl ON tl.channel_id = g.channel_id
 ORDER BY g.start, g.channel_id
 
+
+-- statement
+WITH stored AS (
+         INSERT INTO monobank_invoices AS m
+             (invoice_id, order_id, reference, amount_minor, status, modified_date, chase,
+              next_check_at)
+         VALUES ($1, (SELECT id FROM orders WHERE reference = $2), COALESCE($2, ''), $3, $4,
+                 $5, 'settled', statement_timestamp())
+         ON CONFLICT (invoice_id) DO UPDATE SET
+             status = EXCLUDED.status, modified_date = EXCLUDED.modified_date,
+             updated_at = statement_timestamp()
+         WHERE m.modified_date IS NULL OR m.modified_date <= EXCLUDED.modified_date
+         RETURNING m.order_id
+     )
+     SELECT order_id FROM stored
 
 -- statement
 WITH stored AS (

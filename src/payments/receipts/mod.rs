@@ -68,12 +68,10 @@ crate::text_enum! {
 pub const CURRENCY: &str = "UAH";
 
 /// Whether payments through `gateway` are card payments that owe a receipt: every door but
-/// Telegram Stars (paid inside Telegram, not by card) and Crypto Pay (not a card). Judged by
-/// the name, as stored: door 1's gateways, WayForPay, Stripe and Monobank (`monobank`) are
-/// card doors whether they have a variant of their own or not. [`SALE_SQL`] spells the same
-/// rule.
+/// Telegram Stars (paid inside Telegram, not by card) and Crypto Pay (not a card) — door 1's
+/// gateways, WayForPay, Stripe and Monobank. [`SALE_SQL`] spells the same rule.
 pub fn is_card(gateway: &Gateway) -> bool {
-    !matches!(gateway.as_str(), Gateway::TELEGRAM_STARS | "cryptopay")
+    !matches!(gateway, Gateway::TelegramStars | Gateway::CryptoPay)
 }
 
 /// Whether applied payment `p` may owe a sale receipt (in `UAH`, positive, through a card

@@ -619,7 +619,10 @@ async fn a_refund_staff_start_cancels_the_invoice_once_and_takes_access_back() {
     // Monobank answers the cancel `processing`: asked about again later.
     run(&app).await;
     assert_eq!(mono.cancels().len(), 1);
-    let body = app.get(&format!("/api/payments/{payment}")).await.expect(200);
+    let body = app
+        .get(&format!("/api/payments/{payment}"))
+        .await
+        .expect(200);
     assert_eq!(body["outcome"], "applied");
     assert_eq!(body["refund"]["state"], "pending");
     // The next attempt finds the invoice reversed: the refund is made, access taken back.
@@ -629,7 +632,10 @@ async fn a_refund_staff_start_cancels_the_invoice_once_and_takes_access_back() {
         mono.cancels(),
         [json!({"invoiceId": invoice.id, "extRef": format!("subgate-refund-{payment}")})]
     );
-    let body = app.get(&format!("/api/payments/{payment}")).await.expect(200);
+    let body = app
+        .get(&format!("/api/payments/{payment}"))
+        .await
+        .expect(200);
     assert_eq!(body["outcome"], "refunded");
     assert_eq!(body["refund"]["state"], "done");
     assert_eq!(membership_of(&app, user, c).await.unwrap().0, "expired");
@@ -650,7 +656,10 @@ async fn a_refund_staff_start_cancels_the_invoice_once_and_takes_access_back() {
     assert_eq!(mono.cancels().len(), 1);
     assert_eq!(
         payments_of(&app, &invoice.id).await,
-        [("refunded".to_string(), Some("refunded_by_staff".to_string()))]
+        [(
+            "refunded".to_string(),
+            Some("refunded_by_staff".to_string())
+        )]
     );
 }
 
