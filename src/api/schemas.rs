@@ -191,8 +191,9 @@ pub struct MonobankReport {
     pub status: crate::payments::gateways::monobank::Status,
     /// Minor units (kopiyky).
     pub amount: i64,
-    /// ISO 4217 numeric (980: UAH).
-    pub ccy: i32,
+    /// ISO 4217 numeric: 980 (UAH), 840 (USD) or 978 (EUR); absent or null: 980, Monobank's
+    /// default. Another number → 422.
+    pub ccy: Option<i32>,
     /// Our order reference (`merchantPaymInfo.reference`).
     pub reference: Option<String>,
     /// RFC 3339: orders the reports of one invoice.
