@@ -93,8 +93,9 @@ impl std::fmt::Display for Refusal {
         match self {
             Refusal::DoorCannotRefund(gateway) => write!(
                 f,
-                "payments through {gateway} cannot be refunded from subgate: refund it at the \
-                 gateway (its refund report then takes back what it bought)"
+                "payments through {gateway} cannot be refunded from subgate: give the money \
+                 back at the gateway, then end the access here if it should end (correct or \
+                 delete the membership)"
             ),
             Refusal::AlreadyRefunded => f.write_str("the payment is refunded already"),
             Refusal::Disputed => f.write_str(
