@@ -159,17 +159,10 @@ async fn invoice(state: &AppState, client: Object, bot: &BotApi, e: &Effect) -> 
         Vec::new()
     };
     drop(client);
-    let Some(f) = facts else {
-        return Err(BotFailure::Permanent("the order was deleted".into()));
+    let f = match payable(facts) {
+        Ok(f) => f,
+        Err(done) => return done,
     };
-    if f.status != orders::Status::Pending {
-        return Ok(Some(format!("skipped: the order is {} now", f.status)));
-    }
-    if f.superseded {
-        return Ok(Some(
-            "skipped: the order was superseded by a newer one".into(),
-        ));
-    }
     let l = Language::choose(f.language, None);
     let price = render::price(l, &Money::new(f.amount_minor, &f.currency));
     let period = render::term(l, f.days);
@@ -312,17 +305,10 @@ async fn crypto_invoice(
     let stored = crypto_invoices::stored(&client, order_id, asset).await?;
     let amount = crypto_invoices::order_price(&client, order_id, asset).await?;
     drop(client);
-    let Some(f) = facts else {
-        return Err(BotFailure::Permanent("the order was deleted".into()));
+    let f = match payable(facts) {
+        Ok(f) => f,
+        Err(done) => return done,
     };
-    if f.status != orders::Status::Pending {
-        return Ok(Some(format!("skipped: the order is {} now", f.status)));
-    }
-    if f.superseded {
-        return Ok(Some(
-            "skipped: the order was superseded by a newer one".into(),
-        ));
-    }
     let l = Language::choose(f.language, None);
     let name = render::title(l, f.title_in(l), f.channel_id);
     let now = chrono::Utc::now();
@@ -522,4 +508,21 @@ pub async fn access_ended_notice(
         m.channel_id,
         renew,
     )))
+}
+
+/// The order's invoice facts while it can still be invoiced; otherwise `Err` with what the
+/// effect comes to (the order deleted: a dead letter; paid, cancelled or superseded: skipped).
+fn payable(facts: Option<orders::InvoiceFacts>) -> Result<orders::InvoiceFacts, BotPerformed> {
+    let Some(f) = facts else {
+        return Err(Err(BotFailure::Permanent("the order was deleted".into())));
+    };
+    if f.status != orders::Status::Pending {
+        return Err(Ok(Some(format!("skipped: the order is {} now", f.status))));
+    }
+    if f.superseded {
+        return Err(Ok(Some(
+            "skipped: the order was superseded by a newer one".into(),
+        )));
+    }
+    Ok(f)
 }
