@@ -165,20 +165,7 @@ pub async fn enqueue_invoice(
     order_id: i64,
     user_id: i64,
 ) -> Result<bool, ApiError> {
-    let id = effects::enqueue_prepared(
-        tx,
-        &NewEffect {
-            membership_id: None,
-            payment_id: None,
-            order_id: Some(order_id),
-            chat_id: None,
-            user_id,
-            payload: Payload::Invoice(effects::payload::Invoice::default()),
-            dedupe_key: Some(format!("{INVOICE_KEY_PREFIX}{order_id}")),
-        },
-    )
-    .await?;
-    Ok(id.is_some())
+    enqueue_invoice_in(tx, order_id, user_id, None).await
 }
 
 /// Enqueues the order's Crypto Pay invoice in `asset` for Telegram user `user_id`, once per
@@ -189,6 +176,21 @@ pub async fn enqueue_crypto_invoice(
     user_id: i64,
     asset: &str,
 ) -> Result<bool, ApiError> {
+    enqueue_invoice_in(tx, order_id, user_id, Some(asset)).await
+}
+
+/// The invoice effect of the order: its own (`asset` `None`) or its Crypto Pay invoice in
+/// `asset`, each keyed once.
+async fn enqueue_invoice_in(
+    tx: &Transaction<'_>,
+    order_id: i64,
+    user_id: i64,
+    asset: Option<&str>,
+) -> Result<bool, ApiError> {
+    let dedupe_key = match asset {
+        None => format!("{INVOICE_KEY_PREFIX}{order_id}"),
+        Some(asset) => format!("{INVOICE_KEY_PREFIX}{order_id}:{asset}"),
+    };
     let id = effects::enqueue_prepared(
         tx,
         &NewEffect {
@@ -198,9 +200,9 @@ pub async fn enqueue_crypto_invoice(
             chat_id: None,
             user_id,
             payload: Payload::Invoice(effects::payload::Invoice {
-                asset: Some(asset.to_string()),
+                asset: asset.map(str::to_string),
             }),
-            dedupe_key: Some(format!("{INVOICE_KEY_PREFIX}{order_id}:{asset}")),
+            dedupe_key: Some(dedupe_key),
         },
     )
     .await?;
