@@ -13,3 +13,16 @@ pub mod standard_webhooks;
 pub mod stripe;
 pub mod stripe_refund;
 pub mod wayforpay;
+
+/// The HTTP client of every call to a payment or fiscal service (Stripe, WayForPay's refunds,
+/// Monobank, Crypto Pay, Checkbox): 15 s per call, no redirects.
+pub fn http() -> &'static reqwest::Client {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    CLIENT.get_or_init(|| {
+        reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(15))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("the gateways' HTTP client builds")
+    })
+}

@@ -44,7 +44,7 @@ use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
 use crate::common::vocabulary::Gateway;
-use crate::payments::{core::NormalizedPayment, refunds::at_gateway::Reported};
+use crate::payments::{core::NormalizedPayment, gateways::http, refunds::at_gateway::Reported};
 
 /// How far `t` may be from server time, either direction.
 pub const TOLERANCE_SECS: i64 = 300;
@@ -480,18 +480,6 @@ pub enum ApiCallError {
     /// Stripe refused the request itself (a 4xx): it will refuse it again.
     #[error("Stripe refused the Checkout Session: {0}")]
     Refused(String),
-}
-
-/// The HTTP client of Stripe calls: 15 s per call, no redirects.
-pub(super) fn http() -> &'static reqwest::Client {
-    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
-    CLIENT.get_or_init(|| {
-        reqwest::Client::builder()
-            .timeout(std::time::Duration::from_secs(15))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .expect("the Stripe HTTP client builds")
-    })
 }
 
 /// Creates (or, for a repeat of the same order, finds again) the order's Checkout Session.

@@ -27,7 +27,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::stripe::http;
+use super::http;
 
 /// The `Idempotency-Key` of the refund of the payment whose PaymentIntent is `payment_intent`.
 pub fn idempotency_key(payment_intent: &str) -> String {

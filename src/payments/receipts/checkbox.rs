@@ -36,7 +36,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::config::CheckboxConfig;
+use crate::{config::CheckboxConfig, payments::gateways::http};
 
 /// Where a receipt's public page is, followed by its id.
 pub const RECEIPT_PAGE: &str = "https://check.checkbox.ua";
@@ -113,18 +113,6 @@ enum Call {
     Unauthorized,
     /// Another answer: its status and body.
     Other(u16, Value),
-}
-
-/// The HTTP client of Checkbox calls: 15 s per call, no redirects.
-fn http() -> &'static reqwest::Client {
-    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
-    CLIENT.get_or_init(|| {
-        reqwest::Client::builder()
-            .timeout(Duration::from_secs(15))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .expect("the Checkbox HTTP client builds")
-    })
 }
 
 /// The message of an error answer (`message`, else `detail`, else the body's start).

@@ -31,8 +31,6 @@
 
 pub mod reconcile;
 
-use std::time::Duration;
-
 use chrono::{DateTime, Utc};
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
@@ -45,7 +43,7 @@ use crate::{
         currency::{self, AmountError},
         vocabulary::Gateway,
     },
-    payments::core::NormalizedPayment,
+    payments::{core::NormalizedPayment, gateways::http},
 };
 
 /// The header that carries the webhook's signature.
@@ -316,18 +314,6 @@ pub enum ApiCallError {
     /// Crypto Pay refused the request itself (`ok: false` with a 4xx): it will refuse it again.
     #[error("Crypto Pay refused the call: {0}")]
     Refused(String),
-}
-
-/// The HTTP client of Crypto Pay calls: 15 s per call, no redirects.
-fn http() -> &'static reqwest::Client {
-    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
-    CLIENT.get_or_init(|| {
-        reqwest::Client::builder()
-            .timeout(Duration::from_secs(15))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .expect("the Crypto Pay HTTP client builds")
-    })
 }
 
 #[derive(Deserialize)]

@@ -49,7 +49,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::common::vocabulary::Gateway;
-use crate::payments::{core::NormalizedPayment, refunds::at_gateway::Reported};
+use crate::payments::{core::NormalizedPayment, gateways::http, refunds::at_gateway::Reported};
 
 /// The ISO 4217 numeric code of the hryvnia, the currency the bot sells through Monobank.
 pub const UAH: i32 = 980;
@@ -372,18 +372,6 @@ pub enum ApiCallError {
     /// refuse it again.
     #[error("Monobank refused the request: {0}")]
     Refused(String),
-}
-
-/// The HTTP client of Monobank calls: 15 s per call, no redirects.
-fn http() -> &'static reqwest::Client {
-    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
-    CLIENT.get_or_init(|| {
-        reqwest::Client::builder()
-            .timeout(std::time::Duration::from_secs(15))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .expect("the Monobank HTTP client builds")
-    })
 }
 
 /// Sends `request` with the token and reads a JSON answer of type `T` (see [`ApiCallError`]).

@@ -25,19 +25,17 @@
 //! attempt whose answer was lost, or by hand in WayForPay's portal) and no `REFUND` is sent;
 //! one whose refund is `RefundInProcessing` is asked about again later.
 
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use subtle::ConstantTimeEq;
 
 use super::hmac_md5_hex;
-use crate::{common::currency::minor_unit_exponent, config::WayForPayConfig};
+use crate::{
+    common::currency::minor_unit_exponent, config::WayForPayConfig, payments::gateways::http,
+};
 
 /// The `transactionType` of a refund.
 pub const REFUND: &str = "REFUND";
-/// How long one call may take.
-pub const TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The `amount` of a refund of `amount_minor` in `currency`: the shortest decimal of the major
 /// units (`19900` UAH → `199`, `19950` → `199.5`); `None` for a currency without a known minor
@@ -223,17 +221,6 @@ pub fn judge_answer(a: &Answer) -> Result<Refunded, RefundError> {
             a.reason, a.reason_code
         ))),
     }
-}
-
-fn http() -> &'static reqwest::Client {
-    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
-    CLIENT.get_or_init(|| {
-        reqwest::Client::builder()
-            .timeout(TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .expect("the WayForPay HTTP client builds")
-    })
 }
 
 /// `POST`s `body` to `api_url`: the answer's bytes, or why there is none to read.
