@@ -168,6 +168,8 @@ async fn the_console_shows_each_payment_s_receipt_as_it_stands() {
             .find("main table a[href*='kind=fiscal_receipt'][href*='status=failed']")
             .await;
         browser.check_screen("payments with receipts").await;
+        crate::console::charts::keep(&browser, "39-payments-receipts.png", 1280).await;
+        crate::console::charts::keep(&browser, "40-phone-payments-receipts.png", 390).await;
     })
     .catch_unwind()
     .await;

@@ -8,7 +8,7 @@ use futures::FutureExt;
 use serde_json::json;
 
 use crate::{
-    console::walk::serve,
+    console::{charts::keep, walk::serve},
     payments::stripe::{order, post_event, session_completed},
     support::{
         browser::Browser,
@@ -109,6 +109,8 @@ async fn staff_refund_a_payment_from_the_payments_screen_and_see_it_refunded() {
         browser
             .check_screen("the payments screen after the refund")
             .await;
+        keep(&browser, "35-payments-refund-pending.png", 1280).await;
+        keep(&browser, "36-phone-payments-refund-pending.png", 390).await;
         assert_eq!(app.count("effects WHERE kind = 'gateway_refund'").await, 1);
 
         // The fake Stripe makes the refund; the worker records it.
@@ -133,6 +135,8 @@ async fn staff_refund_a_payment_from_the_payments_screen_and_see_it_refunded() {
             "no second refund is offered: {page}"
         );
         browser.check_screen("the refunded payment").await;
+        keep(&browser, "37-payment-refunded.png", 1280).await;
+        keep(&browser, "38-phone-payment-refunded.png", 390).await;
 
         // The refunded payment is listed under its outcome, without a Refund button.
         browser
