@@ -27,17 +27,16 @@ use crate::{
         self,
         crypto_invoices::{self, Status},
     },
-    payments::{core, gateways::cryptopay},
+    payments::{
+        core,
+        gateways::{cryptopay, wayforpay},
+    },
 };
 
 /// How often `subgate serve` runs a pass.
 pub const EVERY: Duration = Duration::from_secs(30);
 /// How long a claim lasts: past one call's timeout.
 pub const LEASE: Duration = Duration::from_secs(60);
-/// The first back-off; doubled per check, up to [`BACKOFF_MAX`].
-pub const BACKOFF_FIRST: Duration = Duration::from_secs(60);
-/// The longest back-off.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(3600);
 /// The most invoices one pass asks about (one `getInvoices` call).
 pub const PASS_MAX: i64 = 100;
 
@@ -56,11 +55,11 @@ pub struct Report {
     pub again: usize,
 }
 
-/// The back-off after `checks` checks: 1 min doubling to 1 h.
+/// The back-off after `checks` checks: WayForPay's reconcile's (1 min doubling to 1 h), without
+/// its jitter.
 pub fn backoff(checks: u32) -> Duration {
-    BACKOFF_FIRST
-        .saturating_mul(2u32.saturating_pow(checks.min(16)))
-        .min(BACKOFF_MAX)
+    let attempts = i32::try_from(checks).unwrap_or(i32::MAX).saturating_add(1);
+    wayforpay::reconcile::backoff(attempts, 1.0)
 }
 
 /// `subgate serve`'s loop: a pass every [`EVERY`] while Crypto Pay is configured.
@@ -117,7 +116,7 @@ pub async fn run_once(db: &Pool, config: &CryptoPayConfig) -> Result<Report, Api
                         crypto_invoices::again(
                             &client,
                             d.invoice_id,
-                            BACKOFF_MAX,
+                            wayforpay::reconcile::BACKOFF_MAX,
                             Some(&e.to_string()),
                         )
                         .await?;
